@@ -1,0 +1,198 @@
+//! The reference interpreter: walks the schedule and calls each op's reference `eval`.
+//!
+//! It is slow on purpose and the numerical oracle for every optimized kernel and pass.
+//! Besides computing, it checks at run time what the IR could only promise: inputs match
+//! their parameters, each symbol is bound to one size, and every op's result has the
+//! dtype and shape its inference declared.
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::backend::{Backend, Executable};
+use crate::error::{Error, Result};
+use crate::ir::ops::{self, EvalCtx};
+use crate::ir::{verify, Dim, Graph, NodeId, TensorType};
+use crate::tensor::Tensor;
+
+/// The interpreter backend.
+pub struct Interpreter;
+
+impl Backend for Interpreter {
+    fn name(&self) -> &'static str {
+        "interp"
+    }
+
+    fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {
+        Ok(Box::new(InterpExecutable::new(graph.clone())?))
+    }
+}
+
+/// A verified graph plus its variables' current values.
+pub struct InterpExecutable {
+    graph: Graph,
+    schedule: Vec<NodeId>,
+    /// Whether any node assigns; such runs hold the variable lock throughout.
+    assigns: bool,
+    variables: Mutex<HashMap<NodeId, Tensor>>,
+}
+
+impl InterpExecutable {
+    pub fn new(graph: Graph) -> Result<InterpExecutable> {
+        verify(&graph)?;
+        let schedule = graph.schedule()?;
+        let variables = graph
+            .node_ids()
+            .filter(|&id| graph.node(id).op == "Variable")
+            .map(|id| {
+                (
+                    id,
+                    graph.node(id).data.as_deref().expect("verified").clone(),
+                )
+            })
+            .collect();
+        let assigns = graph.nodes().iter().any(|n| n.op == "Assign");
+        Ok(InterpExecutable {
+            graph,
+            schedule,
+            assigns,
+            variables: Mutex::new(variables),
+        })
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The current value of the variable `name`.
+    pub fn variable(&self, name: &str) -> Option<Tensor> {
+        let id = self.graph.find(name)?;
+        self.variables
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned()
+    }
+}
+
+impl Executable for InterpExecutable {
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let mut vars = self.variables.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.assigns {
+            // Read-only runs need only a snapshot; let other threads in.
+            let snapshot = vars.clone();
+            drop(vars);
+            return run_graph(&self.graph, &self.schedule, inputs, &mut { snapshot });
+        }
+        run_graph(&self.graph, &self.schedule, inputs, &mut vars)
+    }
+}
+
+/// Runs `graph` once (it must be verified), updating `vars` through its `Assign`s.
+pub fn run_graph(
+    graph: &Graph,
+    schedule: &[NodeId],
+    inputs: &[Tensor],
+    vars: &mut HashMap<NodeId, Tensor>,
+) -> Result<Vec<Tensor>> {
+    let params = graph.inputs();
+    if inputs.len() != params.len() {
+        return Err(Error::InvalidArgument(format!(
+            "the graph takes {} inputs, {} given",
+            params.len(),
+            inputs.len()
+        )));
+    }
+    let mut symbols: HashMap<String, usize> = HashMap::new();
+    let mut values: HashMap<NodeId, Vec<Tensor>> = HashMap::new();
+    for (&id, t) in params.iter().zip(inputs) {
+        let node = graph.node(id);
+        bind(&node.outputs[0], t, &mut symbols)
+            .map_err(|e| Error::InvalidArgument(format!("input '{}': {e}", node.name)))?;
+    }
+    let mut next_input = params
+        .iter()
+        .zip(inputs)
+        .map(|(&id, t)| (id, t.clone()))
+        .collect::<HashMap<_, _>>();
+    for &id in schedule {
+        let node = graph.node(id);
+        let outs = match node.op.as_str() {
+            "Parameter" => vec![next_input
+                .remove(&id)
+                .expect("every parameter has an input")],
+            "Constant" => vec![node.data.as_deref().expect("verified").clone()],
+            "Variable" => vec![vars[&id].clone()],
+            "Assign" => {
+                let target = node.inputs[0].expect("verified").node;
+                let v = node.inputs[1].expect("verified");
+                vars.insert(target, values[&v.node][v.output as usize].clone());
+                vec![]
+            }
+            _ => {
+                let op = ops::lookup(&node.op).expect("verified");
+                let args: Vec<Option<&Tensor>> = node
+                    .inputs
+                    .iter()
+                    .map(|v| v.map(|v| &values[&v.node][v.output as usize]))
+                    .collect();
+                let cx = EvalCtx {
+                    inputs: &args,
+                    attrs: &node.attrs,
+                };
+                let outs = op
+                    .eval(&cx)
+                    .map_err(|e| Error::Runtime(format!("{}: {e}", graph.describe(id))))?;
+                if outs.len() != node.outputs.len() {
+                    return Err(Error::Runtime(format!(
+                        "{}: produced {} outputs, its type says {}",
+                        graph.describe(id),
+                        outs.len(),
+                        node.outputs.len()
+                    )));
+                }
+                for (i, (t, ty)) in outs.iter().zip(&node.outputs).enumerate() {
+                    bind(ty, t, &mut symbols).map_err(|e| {
+                        Error::Runtime(format!("{}: output {i}: {e}", graph.describe(id)))
+                    })?;
+                }
+                outs
+            }
+        };
+        values.insert(id, outs);
+    }
+    Ok(graph
+        .outputs()
+        .iter()
+        .map(|o| values[&o.value.node][o.value.output as usize].clone())
+        .collect())
+}
+
+/// Checks `t` against `ty`, binding `ty`'s symbols to sizes on first sight.
+fn bind(
+    ty: &TensorType,
+    t: &Tensor,
+    symbols: &mut HashMap<String, usize>,
+) -> std::result::Result<(), String> {
+    let mismatch = || format!("expected {ty}, got {}{:?}", t.dtype(), t.shape());
+    if t.dtype() != ty.dtype || t.rank() != ty.rank() {
+        return Err(mismatch());
+    }
+    for (axis, &size) in ty.shape.axes.iter().zip(t.shape()) {
+        match &axis.dim {
+            Dim::Fixed(n) if *n != size => return Err(mismatch()),
+            Dim::Fixed(_) => {}
+            Dim::Sym(s) => match symbols.get(s) {
+                Some(&bound) if bound != size => {
+                    return Err(format!(
+                        "{}: symbol {s} is {bound} elsewhere, {size} here",
+                        mismatch()
+                    ))
+                }
+                Some(_) => {}
+                None => {
+                    symbols.insert(s.clone(), size);
+                }
+            },
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,84 @@
+//! Backends: what turns a verified graph into something that runs.
+//!
+//! Today there is one, the reference interpreter (`interp`). The optimizing CPU backend
+//! and the CUDA backend (issues 6 and 9) plug in behind the same [`Backend`] trait and
+//! are chosen by [`Device`].
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::{Error, Result};
+use crate::ir::Graph;
+use crate::tensor::Tensor;
+
+pub mod interp;
+
+/// Where a graph runs: `"interp"`, `"cpu"` or `"cuda:N"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    /// The reference interpreter, on the host.
+    Interp,
+    /// The optimizing CPU backend.
+    Cpu,
+    /// A CUDA device by ordinal.
+    Cuda(u32),
+}
+
+impl FromStr for Device {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Device> {
+        match s {
+            "interp" => Ok(Device::Interp),
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(0)),
+            _ => s
+                .strip_prefix("cuda:")
+                .and_then(|n| n.parse().ok())
+                .map(Device::Cuda)
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "unknown device '{s}' (expected interp, cpu or cuda:N)"
+                    ))
+                }),
+        }
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Interp => f.write_str("interp"),
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+/// A compiled graph. Runs may come from many threads at once; runs that assign
+/// variables are serialized by the executable.
+pub trait Executable: Send + Sync {
+    /// Runs with the graph inputs in order; returns the graph outputs in order.
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>>;
+}
+
+/// Lowers a graph for one device.
+pub trait Backend {
+    fn name(&self) -> &'static str;
+    fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>>;
+}
+
+/// The backend for `device`, or why there is none.
+pub fn backend_for(device: Device) -> Result<Box<dyn Backend>> {
+    match device {
+        Device::Interp => Ok(Box::new(interp::Interpreter)),
+        Device::Cpu => Err(Error::Device(
+            "the optimizing CPU backend is not built yet; use the reference interpreter ('interp')"
+                .into(),
+        )),
+        Device::Cuda(n) if cfg!(feature = "cuda") => Err(Error::Device(format!(
+            "cuda:{n}: the CUDA backend is not built yet"
+        ))),
+        Device::Cuda(n) => Err(Error::Device(format!(
+            "cuda:{n}: Kiln was built without CUDA (the `cuda` feature)"
+        ))),
+    }
+}

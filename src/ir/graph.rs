@@ -1,0 +1,435 @@
+//! The dataflow graph: an arena of nodes; a value is one output of one node.
+use std::collections::{BTreeSet, HashSet};
+use std::fmt;
+use std::sync::Arc;
+
+use super::attr::Attrs;
+use super::ops::{self, InferCtx};
+use super::shape::TensorType;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// A node's index in its graph's arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeId(pub u32);
+
+impl NodeId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// One output of one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Value {
+    pub node: NodeId,
+    pub output: u32,
+}
+
+impl NodeId {
+    /// This node's output `i`.
+    pub fn out(self, i: u32) -> Value {
+        Value {
+            node: self,
+            output: i,
+        }
+    }
+}
+
+impl From<NodeId> for Value {
+    /// A node's first output.
+    fn from(n: NodeId) -> Value {
+        n.out(0)
+    }
+}
+
+/// One op application.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// Unique within the graph. For a `Parameter`, the graph input's name.
+    pub name: String,
+    /// The catalogue name of the op (`Conv`, `Parameter`, …).
+    pub op: String,
+    /// Operands in order; `None` is an omitted optional input.
+    pub inputs: Vec<Option<Value>>,
+    pub attrs: Attrs,
+    /// The type of each output (declared for sources, inferred otherwise).
+    pub outputs: Vec<TensorType>,
+    /// Nodes that must run before this one although no value flows (orders `Assign`s).
+    pub control_deps: Vec<NodeId>,
+    /// A `Constant`'s value or a `Variable`'s initial value.
+    pub data: Option<Arc<Tensor>>,
+}
+
+/// A graph output: a value under a name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphOutput {
+    pub name: String,
+    pub value: Value,
+}
+
+/// A dataflow graph. Nodes are only appended, and a node's inputs and control
+/// dependencies must already exist, so a graph built through this API is acyclic.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Graph {
+    pub name: String,
+    nodes: Vec<Node>,
+    outputs: Vec<GraphOutput>,
+}
+
+impl Graph {
+    pub fn new(name: &str) -> Graph {
+        Graph {
+            name: name.to_string(),
+            ..Graph::default()
+        }
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.index()]
+    }
+
+    pub fn node_ids(&self) -> impl Iterator<Item = NodeId> {
+        (0..self.nodes.len() as u32).map(NodeId)
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The type of a value.
+    pub fn value_type(&self, v: Value) -> Result<&TensorType> {
+        self.nodes
+            .get(v.node.index())
+            .and_then(|n| n.outputs.get(v.output as usize))
+            .ok_or_else(|| Error::Graph(format!("value %{}:{} does not exist", v.node.0, v.output)))
+    }
+
+    /// The `Parameter` nodes in creation order: the graph's inputs.
+    pub fn inputs(&self) -> Vec<NodeId> {
+        self.node_ids()
+            .filter(|&id| self.node(id).op == "Parameter")
+            .collect()
+    }
+
+    pub fn outputs(&self) -> &[GraphOutput] {
+        &self.outputs
+    }
+
+    /// The node called `name`.
+    pub fn find(&self, name: &str) -> Option<NodeId> {
+        self.node_ids().find(|&id| self.node(id).name == name)
+    }
+
+    /// `"node #3 'conv1' (Conv)"`: how errors name a node.
+    pub fn describe(&self, id: NodeId) -> String {
+        let n = self.node(id);
+        format!("node #{} '{}' ({})", id.0, n.name, n.op)
+    }
+
+    fn check_name(&self, name: &str) -> Result<()> {
+        if name.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a node name must not be empty".into(),
+            ));
+        }
+        if self.find(name).is_some() {
+            return Err(Error::Graph(format!(
+                "a node named '{name}' already exists"
+            )));
+        }
+        Ok(())
+    }
+
+    /// `name`, or `<op>_<index>` when empty.
+    fn name_or_default(&self, name: &str, op: &str) -> String {
+        if name.is_empty() {
+            format!("{}_{}", op.to_ascii_lowercase(), self.nodes.len())
+        } else {
+            name.to_string()
+        }
+    }
+
+    fn push(&mut self, node: Node) -> NodeId {
+        self.nodes.push(node);
+        NodeId(self.nodes.len() as u32 - 1)
+    }
+
+    /// A graph input of the given type.
+    pub fn add_parameter(&mut self, name: &str, ty: TensorType) -> Result<NodeId> {
+        self.check_name(name)?;
+        Ok(self.push(Node {
+            name: name.to_string(),
+            op: "Parameter".into(),
+            inputs: vec![],
+            attrs: Attrs::new(),
+            outputs: vec![ty],
+            control_deps: vec![],
+            data: None,
+        }))
+    }
+
+    /// A constant with the given value; `ty` carries the dims and axis names, and must
+    /// be static and match the value.
+    pub fn add_constant(&mut self, name: &str, ty: TensorType, value: Tensor) -> Result<NodeId> {
+        self.add_stateful("Constant", name, ty, value)
+    }
+
+    /// A constant typed after its value, unnamed axes.
+    pub fn add_constant_value(&mut self, name: &str, value: Tensor) -> Result<NodeId> {
+        let ty = TensorType::new(value.dtype(), super::Shape::fixed(value.shape()));
+        self.add_constant(name, ty, value)
+    }
+
+    /// State that persists across runs, starting from `init`; changed only by `Assign`.
+    pub fn add_variable(&mut self, name: &str, ty: TensorType, init: Tensor) -> Result<NodeId> {
+        self.add_stateful("Variable", name, ty, init)
+    }
+
+    fn add_stateful(
+        &mut self,
+        op: &str,
+        name: &str,
+        ty: TensorType,
+        value: Tensor,
+    ) -> Result<NodeId> {
+        let name = self.name_or_default(name, op);
+        self.check_name(&name)?;
+        check_data(&ty, &value).map_err(|e| Error::Graph(format!("{op} '{name}': {e}")))?;
+        Ok(self.push(Node {
+            name,
+            op: op.into(),
+            inputs: vec![],
+            attrs: Attrs::new(),
+            outputs: vec![ty],
+            control_deps: vec![],
+            data: Some(Arc::new(value)),
+        }))
+    }
+
+    /// Applies catalogue op `op` to `inputs`; the output types are inferred now, so a
+    /// bad operand is an error here, naming the node. An empty `name` gets a default.
+    pub fn add_op(
+        &mut self,
+        op: &str,
+        inputs: &[Option<Value>],
+        attrs: Attrs,
+        name: &str,
+    ) -> Result<NodeId> {
+        let name = self.name_or_default(name, op);
+        self.check_name(&name)?;
+        let mut node = Node {
+            name,
+            op: op.to_string(),
+            inputs: inputs.to_vec(),
+            attrs,
+            outputs: vec![],
+            control_deps: vec![],
+            data: None,
+        };
+        let id = NodeId(self.nodes.len() as u32);
+        node.outputs = self.infer_node(&node).map_err(|e| {
+            let what = format!("node #{} '{}' ({})", id.0, node.name, node.op);
+            match e {
+                Error::UnknownOp(m) => Error::UnknownOp(format!("{what}: {m}")),
+                e => Error::Graph(format!("{what}: {}", strip_kind(e))),
+            }
+        })?;
+        Ok(self.push(node))
+    }
+
+    /// Shorthand for `add_op` with every input present.
+    pub fn op(&mut self, op: &str, inputs: &[Value], attrs: Attrs, name: &str) -> Result<NodeId> {
+        let inputs: Vec<Option<Value>> = inputs.iter().map(|&v| Some(v)).collect();
+        self.add_op(op, &inputs, attrs, name)
+    }
+
+    /// Orders `node` after `after` (no value flows). `after` must be an earlier node.
+    pub fn add_control_dep(&mut self, node: NodeId, after: NodeId) -> Result<()> {
+        if node.index() >= self.nodes.len() || after >= node {
+            return Err(Error::Graph(format!(
+                "control dependency %{} -> %{}: the dependency must be an earlier node",
+                after.0, node.0
+            )));
+        }
+        let deps = &mut self.nodes[node.index()].control_deps;
+        if !deps.contains(&after) {
+            deps.push(after);
+        }
+        Ok(())
+    }
+
+    /// Marks `value` as the graph output `name`.
+    pub fn add_output(&mut self, name: &str, value: Value) -> Result<()> {
+        self.value_type(value)?;
+        if name.is_empty() {
+            return Err(Error::InvalidArgument("a graph output needs a name".into()));
+        }
+        if self.outputs.iter().any(|o| o.name == name) {
+            return Err(Error::Graph(format!(
+                "a graph output named '{name}' already exists"
+            )));
+        }
+        self.outputs.push(GraphOutput {
+            name: name.to_string(),
+            value,
+        });
+        Ok(())
+    }
+
+    /// The node's output types as the catalogue infers them from its current inputs.
+    /// Errors do not name the node (callers add that).
+    pub fn infer_node(&self, node: &Node) -> Result<Vec<TensorType>> {
+        let op = ops::lookup(&node.op)
+            .ok_or_else(|| Error::UnknownOp(format!("'{}' is not in the catalogue", node.op)))?;
+        let schema = op.schema();
+        if schema.family == "source" {
+            return Ok(node.outputs.clone());
+        }
+        let (min, max) = schema.input_arity();
+        let n = node.inputs.len();
+        if n < min || max.is_some_and(|m| n > m) {
+            let want = match max {
+                Some(m) if m == min => format!("{m}"),
+                Some(m) => format!("{min} to {m}"),
+                None => format!("at least {min}"),
+            };
+            return Err(Error::Graph(format!(
+                "{} takes {want} inputs, got {n}",
+                node.op
+            )));
+        }
+        let mut types = Vec::with_capacity(n);
+        let mut consts = Vec::with_capacity(n);
+        for (i, input) in node.inputs.iter().enumerate() {
+            match input {
+                None if schema.input_optional(i) => {
+                    types.push(None);
+                    consts.push(None);
+                }
+                None => {
+                    return Err(Error::Graph(format!(
+                        "input {i} ({}) is required",
+                        schema.inputs[i]
+                    )))
+                }
+                Some(v) => {
+                    types.push(Some(self.value_type(*v)?.clone()));
+                    let src = self.node(v.node);
+                    consts.push(if src.op == "Constant" {
+                        src.data.as_deref()
+                    } else {
+                        None
+                    });
+                }
+            }
+        }
+        schema.validate_attrs(&node.attrs).map_err(Error::Graph)?;
+        let cx = InferCtx {
+            node_name: &node.name,
+            inputs: &types,
+            consts: &consts,
+            attrs: &node.attrs,
+        };
+        op.infer(&cx).map_err(Error::Graph)
+    }
+
+    /// A deterministic topological order over data and control edges: among the nodes
+    /// that are ready, the lowest index goes first. Errors on a cycle.
+    pub fn schedule(&self) -> Result<Vec<NodeId>> {
+        let n = self.nodes.len();
+        let mut pending = vec![0usize; n];
+        let mut users: Vec<Vec<usize>> = vec![vec![]; n];
+        for (i, node) in self.nodes.iter().enumerate() {
+            let preds: HashSet<usize> = node
+                .inputs
+                .iter()
+                .flatten()
+                .map(|v| v.node.index())
+                .chain(node.control_deps.iter().map(|d| d.index()))
+                .collect();
+            for p in preds {
+                if p >= n {
+                    return Err(Error::Graph(format!(
+                        "{} refers to node #{p}, which does not exist",
+                        self.describe(NodeId(i as u32))
+                    )));
+                }
+                pending[i] += 1;
+                users[p].push(i);
+            }
+        }
+        let mut ready: BTreeSet<usize> = (0..n).filter(|&i| pending[i] == 0).collect();
+        let mut order = Vec::with_capacity(n);
+        while let Some(i) = ready.pop_first() {
+            order.push(NodeId(i as u32));
+            for &u in &users[i] {
+                pending[u] -= 1;
+                if pending[u] == 0 {
+                    ready.insert(u);
+                }
+            }
+        }
+        if order.len() != n {
+            let stuck = (0..n).find(|&i| pending[i] > 0).unwrap();
+            return Err(Error::Graph(format!(
+                "the graph has a cycle through {}",
+                self.describe(NodeId(stuck as u32))
+            )));
+        }
+        Ok(order)
+    }
+
+    /// Appends a node as given, without inference: for the text parser, which verifies
+    /// the whole graph afterwards.
+    pub(crate) fn push_unchecked(&mut self, node: Node) -> NodeId {
+        self.push(node)
+    }
+
+    pub(crate) fn push_output_unchecked(&mut self, out: GraphOutput) {
+        self.outputs.push(out);
+    }
+}
+
+/// Strips the variant prefix an `Error` displays, for re-wrapping with context.
+fn strip_kind(e: Error) -> String {
+    match e {
+        Error::Graph(m)
+        | Error::InvalidArgument(m)
+        | Error::UnknownOp(m)
+        | Error::Runtime(m)
+        | Error::Device(m)
+        | Error::Io(m) => m,
+        e => e.to_string(),
+    }
+}
+
+/// A source's data must be static and match its declared type.
+pub(crate) fn check_data(ty: &TensorType, value: &Tensor) -> std::result::Result<(), String> {
+    let dims = ty
+        .shape
+        .to_fixed()
+        .ok_or_else(|| format!("type {ty} must be static"))?;
+    if value.dtype() != ty.dtype || value.shape() != dims.as_slice() {
+        return Err(format!(
+            "value is {}{:?}, declared type is {ty}",
+            value.dtype(),
+            value.shape()
+        ));
+    }
+    Ok(())
+}
+
+impl fmt::Display for Graph {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&super::text::print(self))
+    }
+}

@@ -1,0 +1,299 @@
+//! The op catalogue: every op's schema, attribute validation, type/shape inference and
+//! reference evaluation, one family a file.
+//!
+//! Names, inputs, attributes and semantics follow ONNX where ONNX has the op (latest
+//! opset: e.g. `Reshape`'s shape, `Slice`'s starts and `ReduceSum`'s axes are inputs),
+//! so that the ONNX importer needs no translation table for the common case. Kiln-only
+//! ops and attributes (named axes: `axis_names`, `Dot`) are marked so in their docs.
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use super::attr::{AttrKind, Attrs};
+use super::shape::{Dim, TensorType};
+use crate::tensor::Tensor;
+
+pub mod conv;
+pub mod elementwise;
+pub mod gather;
+pub mod matmul;
+pub mod misc;
+pub mod norm;
+pub mod pool;
+pub mod reduce;
+pub mod shape;
+pub mod source;
+
+/// One attribute an op accepts.
+#[derive(Debug, Clone, Copy)]
+pub struct AttrSpec {
+    pub name: &'static str,
+    pub kind: AttrKind,
+    pub required: bool,
+    /// The default (as text, for `kiln ops`) or a short note; "" if none.
+    pub default: &'static str,
+}
+
+impl AttrSpec {
+    pub const fn req(name: &'static str, kind: AttrKind) -> AttrSpec {
+        AttrSpec {
+            name,
+            kind,
+            required: true,
+            default: "",
+        }
+    }
+    pub const fn opt(name: &'static str, kind: AttrKind, default: &'static str) -> AttrSpec {
+        AttrSpec {
+            name,
+            kind,
+            required: false,
+            default,
+        }
+    }
+}
+
+/// What an op looks like from outside: its name, operands and attributes.
+///
+/// Inputs and outputs are listed by name; a trailing `?` marks an optional one (it may be
+/// omitted, `_` in the text format) and a trailing `...` a variadic last one (zero or
+/// more; an op that needs at least one says so in its infer).
+#[derive(Debug, Clone, Copy)]
+pub struct OpSchema {
+    pub name: &'static str,
+    /// The family file the op lives in: `elementwise`, `reduce`, `matmul`, …
+    pub family: &'static str,
+    pub inputs: &'static [&'static str],
+    pub outputs: &'static [&'static str],
+    pub attrs: &'static [AttrSpec],
+    pub doc: &'static str,
+}
+
+impl OpSchema {
+    fn variadic(list: &[&str]) -> bool {
+        list.last().is_some_and(|s| s.ends_with("..."))
+    }
+
+    /// The allowed number of inputs: (min, max or None for variadic).
+    pub fn input_arity(&self) -> (usize, Option<usize>) {
+        let min = self
+            .inputs
+            .iter()
+            .filter(|s| !s.ends_with('?') && !s.ends_with("..."))
+            .count();
+        let max = (!Self::variadic(self.inputs)).then_some(self.inputs.len());
+        (min, max)
+    }
+
+    /// Whether input `i` may be omitted.
+    pub fn input_optional(&self, i: usize) -> bool {
+        match self.inputs.get(i) {
+            Some(s) => s.ends_with('?'),
+            None => false,
+        }
+    }
+
+    /// Checks names, kinds and required attributes against the spec.
+    pub fn validate_attrs(&self, attrs: &Attrs) -> Result<(), String> {
+        for (name, value) in attrs.iter() {
+            let Some(spec) = self.attrs.iter().find(|s| s.name == name) else {
+                let known: Vec<&str> = self.attrs.iter().map(|s| s.name).collect();
+                return Err(if known.is_empty() {
+                    format!(
+                        "unknown attribute '{name}' ({} takes no attributes)",
+                        self.name
+                    )
+                } else {
+                    format!("unknown attribute '{name}' (known: {})", known.join(", "))
+                });
+            };
+            let ok = value.kind() == spec.kind
+                || (spec.kind == AttrKind::Float && value.kind() == AttrKind::Int)
+                || (spec.kind == AttrKind::Floats && value.kind() == AttrKind::Ints);
+            if !ok {
+                return Err(format!(
+                    "attribute '{name}' must be {}, got {}",
+                    spec.kind,
+                    value.kind()
+                ));
+            }
+        }
+        for spec in self.attrs.iter().filter(|s| s.required) {
+            if attrs.get(spec.name).is_none() {
+                return Err(format!("missing required attribute '{}'", spec.name));
+            }
+        }
+        Ok(())
+    }
+
+    /// One line for `kiln ops`: `Conv(X, W, B?) -> (Y)  {auto_pad: string = NOTSET, ...}`.
+    pub fn signature(&self) -> String {
+        let attrs: Vec<String> = self
+            .attrs
+            .iter()
+            .map(|a| match (a.required, a.default) {
+                (true, _) => format!("{}: {} (required)", a.name, a.kind),
+                (false, "") => format!("{}: {}", a.name, a.kind),
+                (false, d) => format!("{}: {} = {d}", a.name, a.kind),
+            })
+            .collect();
+        format!(
+            "{}({}) -> ({}){}",
+            self.name,
+            self.inputs.join(", "),
+            self.outputs.join(", "),
+            if attrs.is_empty() {
+                String::new()
+            } else {
+                format!("  {{{}}}", attrs.join(", "))
+            }
+        )
+    }
+}
+
+/// What type/shape inference sees of a node.
+pub struct InferCtx<'a> {
+    /// The node's name, used to make fresh symbols deterministic.
+    pub node_name: &'a str,
+    /// Input types; `None` for an omitted optional input.
+    pub inputs: &'a [Option<TensorType>],
+    /// Input values where the input is a `Constant` (so shape operands can be read).
+    pub consts: &'a [Option<&'a Tensor>],
+    pub attrs: &'a Attrs,
+}
+
+impl<'a> InferCtx<'a> {
+    /// Input `i`, or an error if it was omitted.
+    pub fn input(&self, i: usize) -> Result<&'a TensorType, String> {
+        self.inputs
+            .get(i)
+            .and_then(|t| t.as_ref())
+            .ok_or_else(|| format!("input {i} is required"))
+    }
+
+    pub fn opt_input(&self, i: usize) -> Option<&'a TensorType> {
+        self.inputs.get(i).and_then(|t| t.as_ref())
+    }
+
+    /// The value of input `i`, when it is a constant.
+    pub fn const_input(&self, i: usize) -> Option<&'a Tensor> {
+        self.consts.get(i).copied().flatten()
+    }
+
+    /// A new symbol for a dim that inference cannot know (e.g. `Reshape` by a computed
+    /// shape): named after the node, output and axis, so it is the same on every run.
+    pub fn fresh_dim(&self, output: usize, axis: usize) -> Dim {
+        Dim::Sym(format!("{}.{output}.{axis}", self.node_name))
+    }
+}
+
+/// What reference evaluation sees of a node.
+pub struct EvalCtx<'a> {
+    /// Input values; `None` for an omitted optional input.
+    pub inputs: &'a [Option<&'a Tensor>],
+    pub attrs: &'a Attrs,
+}
+
+impl<'a> EvalCtx<'a> {
+    pub fn input(&self, i: usize) -> Result<&'a Tensor, String> {
+        self.inputs
+            .get(i)
+            .copied()
+            .flatten()
+            .ok_or_else(|| format!("input {i} is required"))
+    }
+
+    pub fn opt_input(&self, i: usize) -> Option<&'a Tensor> {
+        self.inputs.get(i).copied().flatten()
+    }
+}
+
+/// An op of the catalogue.
+pub trait Op: Send + Sync + 'static {
+    fn schema(&self) -> &OpSchema;
+
+    /// The output types from the input types and attributes; the one place where type,
+    /// shape and axis-name errors are found. Attributes have already passed
+    /// `schema().validate_attrs`. Errors need not name the node: the caller adds it.
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String>;
+
+    /// The reference computation: plain loops, obviously correct, slow on purpose.
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String>;
+}
+
+/// Every op, by name.
+pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
+    static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
+    CATALOGUE.get_or_init(|| {
+        let mut map = BTreeMap::new();
+        let families: [fn() -> Vec<&'static dyn Op>; 10] = [
+            source::ops,
+            elementwise::ops,
+            reduce::ops,
+            matmul::ops,
+            conv::ops,
+            pool::ops,
+            norm::ops,
+            shape::ops,
+            gather::ops,
+            misc::ops,
+        ];
+        for family in families {
+            for op in family() {
+                let prev = map.insert(op.schema().name, op);
+                assert!(prev.is_none(), "op {} registered twice", op.schema().name);
+            }
+        }
+        map
+    })
+}
+
+/// The op called `name`.
+pub fn lookup(name: &str) -> Option<&'static dyn Op> {
+    catalogue().get(name).copied()
+}
+
+/// Leaks `op` to give it the catalogue's `'static` lifetime; called once per op when the
+/// catalogue is built.
+pub fn leak<T: Op>(op: T) -> &'static dyn Op {
+    Box::leak(Box::new(op))
+}
+
+/// Helpers shared by the families' infer functions.
+pub mod util {
+    use crate::ir::{DType, Shape, TensorType};
+
+    /// An error unless every given input has the same dtype; returns it.
+    pub fn same_dtype(op: &str, inputs: &[&TensorType]) -> Result<DType, String> {
+        let first = inputs
+            .first()
+            .ok_or_else(|| format!("{op} needs an input"))?
+            .dtype;
+        for (i, t) in inputs.iter().enumerate().skip(1) {
+            if t.dtype != first {
+                return Err(format!(
+                    "dtype mismatch: input 0 is {first}, input {i} is {}",
+                    t.dtype
+                ));
+            }
+        }
+        Ok(first)
+    }
+
+    /// An error unless `t`'s dtype satisfies `ok`; `what` describes the allowed set.
+    pub fn require_dtype(
+        t: &TensorType,
+        input: usize,
+        ok: fn(DType) -> bool,
+        what: &str,
+    ) -> Result<(), String> {
+        if ok(t.dtype) {
+            Ok(())
+        } else {
+            Err(format!("input {input} must be {what}, got {}", t.dtype))
+        }
+    }
+
+    pub fn out(dtype: DType, shape: Shape) -> Vec<TensorType> {
+        vec![TensorType::new(dtype, shape)]
+    }
+}

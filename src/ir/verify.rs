@@ -1,0 +1,118 @@
+//! The verifier: everything a graph must satisfy before it is compiled or run. Every
+//! error names the node (index, name and op) and the problem.
+use std::collections::HashSet;
+
+use super::graph::{check_data, Graph, NodeId};
+use crate::error::{Error, Result};
+
+/// Checks `g`: references, acyclicity, unique names, sources' data, attributes, and that
+/// every node's recorded output types are what inference gives (which is where shape,
+/// dtype and axis-name mismatches are found).
+pub fn verify(g: &Graph) -> Result<()> {
+    let err = |id: NodeId, msg: String| Error::Graph(format!("{}: {msg}", g.describe(id)));
+    let mut names = HashSet::new();
+    for id in g.node_ids() {
+        let node = g.node(id);
+        if !names.insert(node.name.as_str()) {
+            return Err(err(
+                id,
+                format!("the name '{}' is used by an earlier node", node.name),
+            ));
+        }
+        for (i, v) in node.inputs.iter().enumerate() {
+            if let Some(v) = v {
+                if g.value_type(*v).is_err() {
+                    return Err(err(
+                        id,
+                        format!(
+                            "input {i} refers to %{}:{}, which does not exist",
+                            v.node.0, v.output
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    g.schedule()?;
+    for id in g.node_ids() {
+        let node = g.node(id);
+        match node.op.as_str() {
+            "Parameter" => {
+                if !node.inputs.is_empty() || node.data.is_some() || node.outputs.len() != 1 {
+                    return Err(err(
+                        id,
+                        "a Parameter has one declared output, no inputs and no data".into(),
+                    ));
+                }
+            }
+            "Constant" | "Variable" => {
+                let data = node
+                    .data
+                    .as_ref()
+                    .ok_or_else(|| err(id, "has no data".into()))?;
+                if !node.inputs.is_empty() || node.outputs.len() != 1 {
+                    return Err(err(
+                        id,
+                        "a source has one declared output and no inputs".into(),
+                    ));
+                }
+                check_data(&node.outputs[0], data).map_err(|e| err(id, e))?;
+            }
+            "Assign" => {
+                if let Some(Some(target)) = node.inputs.first() {
+                    let t = g.node(target.node);
+                    if t.op != "Variable" {
+                        return Err(err(
+                            id,
+                            format!(
+                                "input 0 must be a Variable, got {}",
+                                g.describe(target.node)
+                            ),
+                        ));
+                    }
+                }
+            }
+            _ => {
+                if node.data.is_some() {
+                    return Err(err(id, "only Constant and Variable carry data".into()));
+                }
+            }
+        }
+        let inferred = g.infer_node(node).map_err(|e| match e {
+            Error::UnknownOp(m) => Error::UnknownOp(format!("{}: {m}", g.describe(id))),
+            e => err(id, e.to_string()),
+        })?;
+        if inferred != node.outputs {
+            let show = |ts: &[super::TensorType]| {
+                ts.iter()
+                    .map(|t| t.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(err(
+                id,
+                format!(
+                    "declared output types ({}) differ from the inferred ({})",
+                    show(&node.outputs),
+                    show(&inferred)
+                ),
+            ));
+        }
+    }
+    let mut out_names = HashSet::new();
+    for o in g.outputs() {
+        g.value_type(o.value).map_err(|_| {
+            Error::Graph(format!(
+                "graph output '{}' refers to %{}:{}, which does not exist",
+                o.name, o.value.node.0, o.value.output
+            ))
+        })?;
+        if !out_names.insert(o.name.as_str()) {
+            return Err(Error::Graph(format!(
+                "two graph outputs are named '{}'",
+                o.name
+            )));
+        }
+    }
+    Ok(())
+}
