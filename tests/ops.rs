@@ -3,7 +3,25 @@
 #[path = "ops/harness.rs"]
 mod harness;
 
+#[path = "ops/conv.rs"]
+mod conv;
 #[path = "ops/coverage.rs"]
 mod coverage;
 #[path = "ops/elementwise.rs"]
 mod elementwise;
+#[path = "ops/gather.rs"]
+mod gather;
+#[path = "ops/matmul.rs"]
+mod matmul;
+#[path = "ops/misc.rs"]
+mod misc;
+#[path = "ops/norm.rs"]
+mod norm;
+#[path = "ops/pool.rs"]
+mod pool;
+#[path = "ops/reduce.rs"]
+mod reduce;
+#[path = "ops/shape.rs"]
+mod shape;
+#[path = "ops/state.rs"]
+mod state;
