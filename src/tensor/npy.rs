@@ -35,20 +35,21 @@ fn parse_descr(d: &str) -> std::result::Result<(DType, bool), String> {
         ">" => true,
         _ => return Err(format!("unsupported dtype descr '{d}'")),
     };
-    let dtype =
-        match code {
-            "f4" => DType::F32,
-            "f8" => DType::F64,
-            "f2" => DType::F16,
-            "i1" => DType::I8,
-            "u1" => DType::U8,
-            "i4" => DType::I32,
-            "i8" => DType::I64,
-            "b1" => DType::Bool,
-            _ => return Err(format!(
+    let dtype = match code {
+        "f4" => DType::F32,
+        "f8" => DType::F64,
+        "f2" => DType::F16,
+        "i1" => DType::I8,
+        "u1" => DType::U8,
+        "i4" => DType::I32,
+        "i8" => DType::I64,
+        "b1" => DType::Bool,
+        _ => {
+            return Err(format!(
                 "unsupported dtype descr '{d}' (Kiln reads f2/f4/f8, i1/u1/i4/i8, b1, bfloat16)"
-            )),
-        };
+            ))
+        }
+    };
     Ok((dtype, big))
 }
 

@@ -5,7 +5,7 @@
 //! their parameters, each symbol is bound to one size, and every op's result has the
 //! dtype and shape its inference declared.
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::RwLock;
 
 use crate::backend::{Backend, Executable};
 use crate::error::{Error, Result};
@@ -30,9 +30,10 @@ impl Backend for Interpreter {
 pub struct InterpExecutable {
     graph: Graph,
     schedule: Vec<NodeId>,
-    /// Whether any node assigns; such runs hold the variable lock throughout.
+    /// Whether any node assigns; such runs hold the variables' write lock throughout, so
+    /// they are serialized, while read-only runs share the read lock.
     assigns: bool,
-    variables: Mutex<HashMap<NodeId, Tensor>>,
+    variables: RwLock<HashMap<NodeId, Tensor>>,
 }
 
 impl InterpExecutable {
@@ -54,7 +55,7 @@ impl InterpExecutable {
             graph,
             schedule,
             assigns,
-            variables: Mutex::new(variables),
+            variables: RwLock::new(variables),
         })
     }
 
@@ -66,7 +67,7 @@ impl InterpExecutable {
     pub fn variable(&self, name: &str) -> Option<Tensor> {
         let id = self.graph.find(name)?;
         self.variables
-            .lock()
+            .read()
             .unwrap_or_else(|e| e.into_inner())
             .get(&id)
             .cloned()
@@ -75,24 +76,29 @@ impl InterpExecutable {
 
 impl Executable for InterpExecutable {
     fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        let mut vars = self.variables.lock().unwrap_or_else(|e| e.into_inner());
         if !self.assigns {
-            // Read-only runs need only a snapshot; let other threads in.
-            let snapshot = vars.clone();
-            drop(vars);
-            return run_graph(&self.graph, &self.schedule, inputs, &mut { snapshot });
+            let vars = self.variables.read().unwrap_or_else(|e| e.into_inner());
+            return run_graph(&self.graph, &self.schedule, inputs, &vars).map(|(outs, _)| outs);
         }
-        run_graph(&self.graph, &self.schedule, inputs, &mut vars)
+        let mut vars = self.variables.write().unwrap_or_else(|e| e.into_inner());
+        let (outs, updates) = run_graph(&self.graph, &self.schedule, inputs, &vars)?;
+        // Stores land only when the whole run succeeded.
+        vars.extend(updates);
+        Ok(outs)
     }
 }
 
-/// Runs `graph` once (it must be verified), updating `vars` through its `Assign`s.
+/// The variables' new values by node, from a run's `Assign`s.
+pub type Updates = HashMap<NodeId, Tensor>;
+
+/// Runs `graph` once (it must be verified) over the variable values `vars`; returns the
+/// outputs and what its `Assign`s stored. Later reads in the same run see the stores.
 pub fn run_graph(
     graph: &Graph,
     schedule: &[NodeId],
     inputs: &[Tensor],
-    vars: &mut HashMap<NodeId, Tensor>,
-) -> Result<Vec<Tensor>> {
+    vars: &HashMap<NodeId, Tensor>,
+) -> Result<(Vec<Tensor>, Updates)> {
     let params = graph.inputs();
     if inputs.len() != params.len() {
         return Err(Error::InvalidArgument(format!(
@@ -102,29 +108,27 @@ pub fn run_graph(
         )));
     }
     let mut symbols: HashMap<String, usize> = HashMap::new();
-    let mut values: HashMap<NodeId, Vec<Tensor>> = HashMap::new();
     for (&id, t) in params.iter().zip(inputs) {
         let node = graph.node(id);
         bind(&node.outputs[0], t, &mut symbols)
             .map_err(|e| Error::InvalidArgument(format!("input '{}': {e}", node.name)))?;
     }
-    let mut next_input = params
-        .iter()
-        .zip(inputs)
-        .map(|(&id, t)| (id, t.clone()))
-        .collect::<HashMap<_, _>>();
+    let mut inputs_by_node: HashMap<NodeId, &Tensor> = params.iter().copied().zip(inputs).collect();
+    let mut values: HashMap<NodeId, Vec<Tensor>> = HashMap::new();
+    let mut updates = Updates::new();
     for &id in schedule {
         let node = graph.node(id);
         let outs = match node.op.as_str() {
-            "Parameter" => vec![next_input
+            "Parameter" => vec![inputs_by_node
                 .remove(&id)
-                .expect("every parameter has an input")],
+                .expect("every parameter has an input")
+                .clone()],
             "Constant" => vec![node.data.as_deref().expect("verified").clone()],
-            "Variable" => vec![vars[&id].clone()],
+            "Variable" => vec![updates.get(&id).unwrap_or(&vars[&id]).clone()],
             "Assign" => {
                 let target = node.inputs[0].expect("verified").node;
                 let v = node.inputs[1].expect("verified");
-                vars.insert(target, values[&v.node][v.output as usize].clone());
+                updates.insert(target, values[&v.node][v.output as usize].clone());
                 vec![]
             }
             _ => {
@@ -159,11 +163,12 @@ pub fn run_graph(
         };
         values.insert(id, outs);
     }
-    Ok(graph
+    let outs = graph
         .outputs()
         .iter()
         .map(|o| values[&o.value.node][o.value.output as usize].clone())
-        .collect())
+        .collect();
+    Ok((outs, updates))
 }
 
 /// Checks `t` against `ty`, binding `ty`'s symbols to sizes on first sight.
