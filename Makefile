@@ -1,0 +1,30 @@
+# The two entry points of the README. Each installs what it needs first.
+CARGO ?= cargo
+DEMO_OUT := target/demo
+
+.PHONY: demo test deps lint
+
+deps:
+	@scripts/ensure-deps.sh
+
+# The main job: a real graph (a small MLP in .kir text) checked, then run through the
+# reference interpreter from the command line, its output written as .npy and printed.
+demo: deps
+	$(CARGO) build --release --bin kiln
+	target/release/kiln check examples/graphs/mlp.kir
+	target/release/kiln run examples/graphs/mlp.kir --inputs examples/graphs/mlp_input.npy --outputs $(DEMO_OUT) --print
+
+lint: deps
+	$(CARGO) fmt --check
+	$(CARGO) clippy --all-targets -- -D warnings
+
+# Every test: format, lints, the Rust suites (snapshots must match: no .snap.new may be
+# left), and the demo under valgrind so that the CLI path is leak- and error-free.
+test: lint
+	INSTA_UPDATE=no $(CARGO) test --all-targets
+	@if find . -name '*.snap.new' -not -path './target/*' | grep -q .; then \
+	  echo "stale insta snapshots (review with cargo insta review):"; \
+	  find . -name '*.snap.new' -not -path './target/*'; exit 1; fi
+	$(CARGO) build --bin kiln
+	valgrind --quiet --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+	  target/debug/kiln run examples/graphs/mlp.kir --inputs examples/graphs/mlp_input.npy --outputs $(DEMO_OUT)

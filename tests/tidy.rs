@@ -1,0 +1,43 @@
+//! Source hygiene that review would otherwise have to catch.
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn no_leftover_debugging_or_placeholders_in_src() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![];
+    rust_files(&root.join("src"), &mut files);
+    // Spelled in pieces so that this file does not match itself.
+    let banned = [concat!("todo", "!("), concat!("dbg", "!("), concat!("unimplemented", "!(")];
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for b in banned {
+            assert!(!text.contains(b), "{} contains {b}", f.display());
+        }
+    }
+}
+
+#[test]
+fn only_capi_speaks_c() {
+    // Architecture invariant: `extern "C"` and `#[no_mangle]` live only in src/capi/.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![];
+    rust_files(&root.join("src"), &mut files);
+    let banned = [concat!("extern ", "\"C\""), concat!("no_", "mangle")];
+    for f in files.iter().filter(|f| !f.starts_with(root.join("src/capi"))) {
+        let text = std::fs::read_to_string(f).unwrap();
+        for b in banned {
+            assert!(!text.contains(b), "{} contains {b}", f.display());
+        }
+    }
+}
