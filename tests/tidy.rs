@@ -18,7 +18,11 @@ fn no_leftover_debugging_or_placeholders_in_src() {
     let mut files = vec![];
     rust_files(&root.join("src"), &mut files);
     // Spelled in pieces so that this file does not match itself.
-    let banned = [concat!("todo", "!("), concat!("dbg", "!("), concat!("unimplemented", "!(")];
+    let banned = [
+        concat!("todo", "!("),
+        concat!("dbg", "!("),
+        concat!("unimplemented", "!("),
+    ];
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap();
         for b in banned {
@@ -34,7 +38,10 @@ fn only_capi_speaks_c() {
     let mut files = vec![];
     rust_files(&root.join("src"), &mut files);
     let banned = [concat!("extern ", "\"C\""), concat!("no_", "mangle")];
-    for f in files.iter().filter(|f| !f.starts_with(root.join("src/capi"))) {
+    for f in files
+        .iter()
+        .filter(|f| !f.starts_with(root.join("src/capi")))
+    {
         let text = std::fs::read_to_string(f).unwrap();
         for b in banned {
             assert!(!text.contains(b), "{} contains {b}", f.display());

@@ -16,6 +16,9 @@ use crate::tensor::Tensor;
 /// Up to three float parameters read from attributes once per node.
 type Params = [f64; 3];
 
+/// An integer kernel that may fail (division by zero).
+type IntFn = fn(i64, i64) -> Result<i64, String>;
+
 struct Unary {
     schema: OpSchema,
     /// Which input dtypes are accepted, and how that set is described in errors.
@@ -206,15 +209,7 @@ fn unary_ops() -> Vec<&'static dyn Op> {
             &[],
             SIGNED,
             no_params,
-            |x, _| {
-                if x > 0.0 {
-                    x
-                } else if x.is_nan() {
-                    x
-                } else {
-                    0.0
-                }
-            },
+            |x, _| if x > 0.0 || x.is_nan() { x } else { 0.0 },
             Some(|x| x.max(0)),
         ),
         simple("Exp", "e^x.", |x, _| x.exp()),
@@ -432,7 +427,7 @@ struct Binary {
     schema: OpSchema,
     kind: Kind,
     float: fn(f64, f64) -> f64,
-    int: Option<fn(i64, i64) -> Result<i64, String>>,
+    int: Option<IntFn>,
 }
 
 impl Op for Binary {
@@ -515,7 +510,7 @@ fn binary(
     doc: &'static str,
     kind: Kind,
     float: fn(f64, f64) -> f64,
-    int: Option<fn(i64, i64) -> Result<i64, String>>,
+    int: Option<IntFn>,
 ) -> &'static dyn Op {
     leak(Binary {
         schema: OpSchema {

@@ -10,7 +10,7 @@ use crate::ir::{Attr, Graph, NodeId, Value};
 use crate::tensor::Tensor;
 
 /// How to print constant data.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct PrintOptions {
     /// Constants with more elements than this go to the weights file; `None` inlines all.
     pub inline_limit: Option<usize>,
