@@ -18,15 +18,6 @@ pub struct PrintOptions {
     pub weights_name: String,
 }
 
-impl Default for PrintOptions {
-    fn default() -> PrintOptions {
-        PrintOptions {
-            inline_limit: None,
-            weights_name: String::new(),
-        }
-    }
-}
-
 /// The graph as text, every constant inline.
 pub fn print(g: &Graph) -> String {
     print_with(g, &PrintOptions::default()).0
