@@ -390,10 +390,12 @@ impl Graph {
 
     /// Appends a node as given, without inference: for the text parser, which verifies
     /// the whole graph afterwards.
+    #[allow(dead_code)] // until the parser lands
     pub(crate) fn push_unchecked(&mut self, node: Node) -> NodeId {
         self.push(node)
     }
 
+    #[allow(dead_code)] // until the parser lands
     pub(crate) fn push_output_unchecked(&mut self, out: GraphOutput) {
         self.outputs.push(out);
     }

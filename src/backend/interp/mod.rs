@@ -138,8 +138,14 @@ pub fn run_graph(
                     .iter()
                     .map(|v| v.map(|v| &values[&v.node][v.output as usize]))
                     .collect();
+                let types: Vec<Option<&TensorType>> = node
+                    .inputs
+                    .iter()
+                    .map(|v| v.map(|v| &graph.node(v.node).outputs[v.output as usize]))
+                    .collect();
                 let cx = EvalCtx {
                     inputs: &args,
+                    input_types: &types,
                     attrs: &node.attrs,
                 };
                 let outs = op

@@ -190,6 +190,8 @@ impl<'a> InferCtx<'a> {
 pub struct EvalCtx<'a> {
     /// Input values; `None` for an omitted optional input.
     pub inputs: &'a [Option<&'a Tensor>],
+    /// The inputs' declared types: what a tensor alone does not carry (axis names).
+    pub input_types: &'a [Option<&'a TensorType>],
     pub attrs: &'a Attrs,
 }
 
@@ -204,6 +206,15 @@ impl<'a> EvalCtx<'a> {
 
     pub fn opt_input(&self, i: usize) -> Option<&'a Tensor> {
         self.inputs.get(i).copied().flatten()
+    }
+
+    /// The declared type of input `i` (for its axis names), or an error if omitted.
+    pub fn input_type(&self, i: usize) -> Result<&'a TensorType, String> {
+        self.input_types
+            .get(i)
+            .copied()
+            .flatten()
+            .ok_or_else(|| format!("input {i} is required"))
     }
 }
 
