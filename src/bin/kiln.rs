@@ -1,4 +1,318 @@
-//! The `kiln` command-line tool.
-fn main() {
-    println!("kiln {}", env!("CARGO_PKG_VERSION"));
+//! The `kiln` command-line tool: list the op catalogue, check, print and run `.kir`
+//! graphs, and inspect `.npy` files.
+//!
+//! Exit status: 0 on success, 1 when Kiln reports an error (printed to stderr as
+//! `kiln: <message>`), 2 for a command line clap rejects.
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use kiln::backend::{backend_for, Device};
+use kiln::ir::{ops, text};
+use kiln::tensor::npy;
+use kiln::{DType, Error, Graph, Result, Tensor};
+
+#[derive(Parser)]
+#[command(
+    name = "kiln",
+    version,
+    about = "Kiln: a deep-learning graph compiler and runtime"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the op catalogue, one op a line with its inputs, outputs and attributes.
+    Ops {
+        /// Only the ops of this family (elementwise, reduce, matmul, conv, ...).
+        #[arg(long)]
+        family: Option<String>,
+        /// Also print each op's documentation.
+        #[arg(short, long)]
+        verbose: bool,
+    },
+    /// Parse and verify a .kir graph; print a summary or the errors.
+    Check { file: PathBuf },
+    /// Print a .kir graph in canonical form.
+    Print { file: PathBuf },
+    /// Run a .kir graph on .npy inputs; write each output as DIR/<output name>.npy.
+    Run {
+        file: PathBuf,
+        /// Input files in graph-input order.
+        #[arg(long, num_args = 1..)]
+        inputs: Vec<PathBuf>,
+        /// An input by name: `--input x=x.npy` (repeatable; not mixed with --inputs).
+        #[arg(long = "input", value_name = "NAME=PATH")]
+        named: Vec<String>,
+        /// Where to write the outputs (created if missing).
+        #[arg(long)]
+        outputs: Option<PathBuf>,
+        /// interp, cpu or cuda:N.
+        #[arg(long, default_value = "interp")]
+        backend: String,
+        /// Print each output.
+        #[arg(long)]
+        print: bool,
+        /// With --print, print every element rather than a summary.
+        #[arg(long)]
+        full: bool,
+    },
+    /// Print a .npy file's dtype, shape and values.
+    Npy {
+        file: PathBuf,
+        #[arg(long)]
+        full: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kiln: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn dispatch(command: Command) -> Result<()> {
+    match command {
+        Command::Ops { family, verbose } => list_ops(family.as_deref(), verbose),
+        Command::Check { file } => check(&file),
+        Command::Print { file } => emit(&text::print(&text::parse_file(&file)?)),
+        Command::Run {
+            file,
+            inputs,
+            named,
+            outputs,
+            backend,
+            print,
+            full,
+        } => run(
+            &file,
+            &inputs,
+            &named,
+            outputs.as_deref(),
+            &backend,
+            print,
+            full,
+        ),
+        Command::Npy { file, full } => emit(&format!("{}\n", describe(&npy::read(&file)?, full))),
+    }
+}
+
+fn list_ops(family: Option<&str>, verbose: bool) -> Result<()> {
+    let mut out = String::new();
+    let all = ops::catalogue();
+    if let Some(f) = family {
+        if !all.values().any(|op| op.schema().family == f) {
+            let mut families: Vec<&str> = all.values().map(|op| op.schema().family).collect();
+            families.dedup();
+            families.sort();
+            families.dedup();
+            return Err(Error::InvalidArgument(format!(
+                "unknown op family '{f}' (known: {})",
+                families.join(", ")
+            )));
+        }
+    }
+    let mut n = 0;
+    for op in all.values() {
+        let s = op.schema();
+        if family.is_some_and(|f| f != s.family) {
+            continue;
+        }
+        writeln!(out, "{}", s.signature()).ok();
+        if verbose {
+            writeln!(out, "    [{}] {}", s.family, s.doc).ok();
+        }
+        n += 1;
+    }
+    writeln!(out, "{n} ops").ok();
+    emit(&out)
+}
+
+fn check(file: &Path) -> Result<()> {
+    let g = text::parse_file(file)?;
+    let inputs: Vec<String> = g
+        .inputs()
+        .iter()
+        .map(|&id| {
+            let n = g.node(id);
+            format!("{} {}", n.name, n.outputs[0])
+        })
+        .collect();
+    let outputs: Vec<String> = g
+        .outputs()
+        .iter()
+        .map(|o| {
+            let ty = g.value_type(o.value).map(|t| t.to_string());
+            format!("{} {}", o.name, ty.unwrap_or_default())
+        })
+        .collect();
+    emit(&format!(
+        "{}: graph \"{}\" is valid: {} nodes; inputs: {}; outputs: {}\n",
+        file.display(),
+        g.name,
+        g.len(),
+        list_or_none(&inputs),
+        list_or_none(&outputs)
+    ))
+}
+
+/// Writes to stdout; a closed pipe (`kiln ops | head`) is not an error.
+fn emit(text: &str) -> Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Error::Io(format!("stdout: {e}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(", ")
+    }
+}
+
+/// The run-time inputs in graph-input order, from positional paths or `name=path` pairs.
+fn read_inputs(g: &Graph, positional: &[PathBuf], named: &[String]) -> Result<Vec<Tensor>> {
+    let params: Vec<String> = g
+        .inputs()
+        .iter()
+        .map(|&id| g.node(id).name.clone())
+        .collect();
+    if !positional.is_empty() && !named.is_empty() {
+        return Err(Error::InvalidArgument(
+            "give inputs either in order (--inputs) or by name (--input), not both".into(),
+        ));
+    }
+    let paths: Vec<PathBuf> = if named.is_empty() {
+        if positional.len() != params.len() {
+            return Err(Error::InvalidArgument(format!(
+                "the graph takes {} inputs ({}), {} given",
+                params.len(),
+                params.join(", "),
+                positional.len()
+            )));
+        }
+        positional.to_vec()
+    } else {
+        let mut by_name: HashMap<&str, PathBuf> = HashMap::new();
+        for pair in named {
+            let (name, path) = pair.split_once('=').ok_or_else(|| {
+                Error::InvalidArgument(format!("--input '{pair}': expected NAME=PATH"))
+            })?;
+            if !params.iter().any(|p| p == name) {
+                return Err(Error::InvalidArgument(format!(
+                    "--input '{name}': the graph has no input of that name (inputs: {})",
+                    list_or_none(&params)
+                )));
+            }
+            if by_name.insert(name, PathBuf::from(path)).is_some() {
+                return Err(Error::InvalidArgument(format!(
+                    "--input '{name}' given twice"
+                )));
+            }
+        }
+        params
+            .iter()
+            .map(|p| {
+                by_name.remove(p.as_str()).ok_or_else(|| {
+                    Error::InvalidArgument(format!("input '{p}' is missing (--input {p}=PATH)"))
+                })
+            })
+            .collect::<Result<_>>()?
+    };
+    paths.iter().map(|p| npy::read(p)).collect()
+}
+
+fn run(
+    file: &Path,
+    positional: &[PathBuf],
+    named: &[String],
+    out_dir: Option<&Path>,
+    backend: &str,
+    print: bool,
+    full: bool,
+) -> Result<()> {
+    let g = text::parse_file(file)?;
+    let device: Device = backend.parse()?;
+    let inputs = read_inputs(&g, positional, named)?;
+    let exe = backend_for(device)?.compile(&g)?;
+    let outputs = exe.run(&inputs)?;
+    if let Some(dir) = out_dir {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    }
+    let mut out = String::new();
+    for (o, t) in g.outputs().iter().zip(&outputs) {
+        if let Some(dir) = out_dir {
+            let path = dir.join(format!("{}.npy", file_safe(&o.name)));
+            npy::write(&path, t)?;
+            writeln!(out, "wrote {}", path.display()).ok();
+        }
+        if print {
+            writeln!(out, "{} = {}", o.name, describe(t, full)).ok();
+        }
+    }
+    emit(&out)
+}
+
+/// An output name as a file name: path separators and other awkward characters become `_`.
+fn file_safe(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// `f32[2, 3] [1, 2, 3, 4, 5, 6]`, eliding the middle of long tensors unless `full`.
+fn describe(t: &Tensor, full: bool) -> String {
+    const EDGE: usize = 8;
+    let values: Vec<String> = if t.dtype() == DType::F64 {
+        t.to_f64_vec().iter().map(|v| format!("{v}")).collect()
+    } else if t.dtype().is_float() {
+        // f32, f16 and bf16 are exact in f32: print the shortest text of the f32.
+        t.to_f64_vec()
+            .iter()
+            .map(|&v| format!("{}", v as f32))
+            .collect()
+    } else if t.dtype() == DType::Bool {
+        t.to_i64_vec()
+            .iter()
+            .map(|&v| (v != 0).to_string())
+            .collect()
+    } else {
+        t.to_i64_vec().iter().map(|v| v.to_string()).collect()
+    };
+    let body = if full || values.len() <= 2 * EDGE {
+        values.join(", ")
+    } else {
+        format!(
+            "{}, ... ({} more), {}",
+            values[..EDGE].join(", "),
+            values.len() - 2 * EDGE,
+            values[values.len() - EDGE..].join(", ")
+        )
+    };
+    format!("{}{:?} [{body}]", t.dtype(), t.shape())
 }

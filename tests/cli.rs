@@ -1,0 +1,332 @@
+//! The `kiln` binary end to end: every subcommand, and every kind of bad input giving a
+//! clear message and exit status 1 (never a panic, which would exit 101).
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use kiln::tensor::npy;
+use kiln::Tensor;
+
+const AXPY: &str = r#"graph "axpy" {
+  %0 "x" = Parameter : f32[N]
+  %1 "y" = Parameter : f32[N]
+  %2 "a" = Constant : f32[] = [2.0]
+  %3 "ax" = Mul(%2, %0) : f32[N]
+  %4 "z" = Add(%3, %1) : f32[N]
+  return "z" = %4, "ax" = %3
+}
+"#;
+
+fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .output()
+        .expect("the kiln binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A fresh scratch directory for one test.
+fn scratch(test: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("cli")
+        .join(test);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+fn write_npy(dir: &Path, name: &str, t: &Tensor) -> String {
+    let path = dir.join(name);
+    npy::write(&path, t).unwrap();
+    path.display().to_string()
+}
+
+fn f32s(shape: &[usize], v: &[f32]) -> Tensor {
+    Tensor::from_vec(shape, v.to_vec()).unwrap()
+}
+
+/// Asserts a clean failure: exit status 1 and `needles` all in stderr.
+#[track_caller]
+fn assert_fails(o: &Output, needles: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "stderr: {err}\nstdout: {}",
+        stdout(o)
+    );
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}: {err}");
+    }
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[track_caller]
+fn assert_ok(o: &Output) {
+    assert!(o.status.success(), "stderr: {}", stderr(o));
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/graphs")
+}
+
+#[test]
+fn ops_lists_the_catalogue_one_op_a_line() {
+    let o = kiln(&["ops"]);
+    assert_ok(&o);
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    let n = kiln::ir::ops::catalogue().len();
+    assert_eq!(lines.last(), Some(&format!("{n} ops").as_str()));
+    assert_eq!(lines.len(), n + 1);
+    assert!(n >= 70, "the catalogue has {n} ops");
+    assert!(out.contains("Clip(input, min?, max?) -> (output)"), "{out}");
+}
+
+#[test]
+fn ops_by_family_and_verbose() {
+    let o = kiln(&["ops", "--family", "elementwise", "-v"]);
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(out.contains("[elementwise]"));
+    assert!(!out.contains("Parameter"));
+    assert_fails(
+        &kiln(&["ops", "--family", "nope"]),
+        &["unknown op family 'nope'"],
+    );
+}
+
+#[test]
+fn check_summarizes_a_valid_graph() {
+    let dir = scratch("check_ok");
+    let f = write(&dir, "axpy.kir", AXPY);
+    let o = kiln(&["check", &f]);
+    assert_ok(&o);
+    assert!(
+        stdout(&o).contains("graph \"axpy\" is valid: 5 nodes; inputs: x f32[N], y f32[N]; outputs: z f32[N], ax f32[N]"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn print_is_canonical() {
+    let dir = scratch("print");
+    let f = write(&dir, "axpy.kir", &AXPY.replace("  %", "    %"));
+    let o = kiln(&["print", &f]);
+    assert_ok(&o);
+    assert_eq!(stdout(&o), AXPY);
+}
+
+#[test]
+fn run_writes_each_output_as_npy() {
+    let dir = scratch("run");
+    let f = write(&dir, "axpy.kir", AXPY);
+    let x = write_npy(&dir, "x.npy", &f32s(&[3], &[1.0, 2.0, 3.0]));
+    let y = write_npy(&dir, "y.npy", &f32s(&[3], &[0.5, 0.5, -1.0]));
+    let out = dir.join("out");
+    let o = kiln(&[
+        "run",
+        &f,
+        "--inputs",
+        &x,
+        &y,
+        "--outputs",
+        out.to_str().unwrap(),
+        "--print",
+    ]);
+    assert_ok(&o);
+    let z = npy::read(&out.join("z.npy")).unwrap();
+    assert_eq!(z, f32s(&[3], &[2.5, 4.5, 5.0]));
+    let ax = npy::read(&out.join("ax.npy")).unwrap();
+    assert_eq!(ax, f32s(&[3], &[2.0, 4.0, 6.0]));
+    assert!(
+        stdout(&o).contains("z = f32[3] [2.5, 4.5, 5]"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn run_takes_inputs_by_name() {
+    let dir = scratch("run_named");
+    let f = write(&dir, "axpy.kir", AXPY);
+    let x = write_npy(&dir, "x.npy", &f32s(&[2], &[1.0, 2.0]));
+    let y = write_npy(&dir, "y.npy", &f32s(&[2], &[10.0, 20.0]));
+    let o = kiln(&[
+        "run",
+        &f,
+        "--input",
+        &format!("y={y}"),
+        "--input",
+        &format!("x={x}"),
+        "--print",
+    ]);
+    assert_ok(&o);
+    assert!(stdout(&o).contains("z = f32[2] [12, 24]"), "{}", stdout(&o));
+    let o = kiln(&["run", &f, "--input", &format!("w={x}")]);
+    assert_fails(&o, &["no input of that name", "x, y"]);
+    let o = kiln(&["run", &f, "--input", &format!("x={x}")]);
+    assert_fails(&o, &["input 'y' is missing"]);
+    let o = kiln(&["run", &f, "--input", "x"]);
+    assert_fails(&o, &["expected NAME=PATH"]);
+}
+
+#[test]
+fn run_the_demo_mlp() {
+    let dir = scratch("mlp");
+    let g = examples().join("mlp.kir");
+    let x = examples().join("mlp_input.npy");
+    let o = kiln(&[
+        "run",
+        g.to_str().unwrap(),
+        "--inputs",
+        x.to_str().unwrap(),
+        "--outputs",
+        dir.to_str().unwrap(),
+    ]);
+    assert_ok(&o);
+    // numpy: relu(x @ w1 + b1) @ w2 + b2, then softmax over the last axis.
+    let logits = f32s(
+        &[2, 3],
+        &[
+            -0.07328575,
+            -0.01069925,
+            0.00598498,
+            -0.19024849,
+            0.17226802,
+            -0.6483835,
+        ],
+    );
+    let probs = f32s(
+        &[2, 3],
+        &[
+            0.31775448, 0.33827716, 0.3439684, 0.32579625, 0.46814996, 0.20605376,
+        ],
+    );
+    let got = npy::read(&dir.join("logits.npy")).unwrap();
+    got.check_close(&logits, 1e-6, 1e-5).unwrap();
+    let got = npy::read(&dir.join("probs.npy")).unwrap();
+    got.check_close(&probs, 1e-6, 1e-5).unwrap();
+}
+
+#[test]
+fn run_rejects_wrong_inputs() {
+    let dir = scratch("run_bad");
+    let f = write(&dir, "axpy.kir", AXPY);
+    let x = write_npy(&dir, "x.npy", &f32s(&[3], &[1.0, 2.0, 3.0]));
+    let y2 = write_npy(&dir, "y2.npy", &f32s(&[2], &[1.0, 2.0]));
+    let xi = write_npy(
+        &dir,
+        "xi.npy",
+        &Tensor::from_vec(&[3], vec![1i64, 2, 3]).unwrap(),
+    );
+    assert_fails(
+        &kiln(&["run", &f, "--inputs", &x]),
+        &["takes 2 inputs (x, y), 1 given"],
+    );
+    assert_fails(
+        &kiln(&["run", &f, "--inputs", &xi, &x]),
+        &["input 'x'", "f32[N]", "i64"],
+    );
+    assert_fails(
+        &kiln(&["run", &f, "--inputs", &x, &y2]),
+        &["input 'y'", "symbol N is 3"],
+    );
+    let missing = dir.join("nope.npy").display().to_string();
+    assert_fails(&kiln(&["run", &f, "--inputs", &x, &missing]), &["nope.npy"]);
+    let junk = write(&dir, "junk.npy", "not an npy file");
+    assert_fails(&kiln(&["run", &f, "--inputs", &x, &junk]), &["junk.npy"]);
+    let o = kiln(&["run", &f, "--inputs", &x, &x, "--backend", "cpu"]);
+    assert_fails(&o, &["CPU backend is not built yet"]);
+    let o = kiln(&["run", &f, "--inputs", &x, &x, "--backend", "tpu"]);
+    assert_fails(&o, &["unknown device 'tpu'"]);
+}
+
+#[test]
+fn check_reports_malformed_text_with_line_and_column() {
+    let dir = scratch("malformed");
+    let f = write(
+        &dir,
+        "bad.kir",
+        "graph \"g\" {\n  %0 \"x\" = Parameter : f32[2]\n  %1 \"y\" Relu(%0) : f32[2]\n}\n",
+    );
+    assert_fails(&kiln(&["check", &f]), &["bad.kir:3:"]);
+    let f = write(
+        &dir,
+        "cut.kir",
+        "graph \"g\" {\n  %0 \"x\" = Parameter : f32[2",
+    );
+    assert_fails(&kiln(&["check", &f]), &["cut.kir:2:"]);
+    let f = write(&dir, "binary.kir", "\u{0}\u{1}\u{2}garbage");
+    assert_fails(&kiln(&["check", &f]), &["binary.kir:1:"]);
+    let missing = dir.join("missing.kir").display().to_string();
+    assert_fails(&kiln(&["check", &missing]), &["missing.kir"]);
+}
+
+#[test]
+fn check_reports_graph_errors_by_node() {
+    let dir = scratch("graph_errors");
+    let head = "graph \"g\" {\n  %0 \"x\" = Parameter : f32[2, 3]\n";
+    let cases: &[(&str, &[&str])] = &[
+        ("  %1 \"f\" = Frobnicate(%0) : f32[2, 3]\n", &["Frobnicate", ":3:"]),
+        (
+            "  %1 \"r\" = Relu(%0) {alpha = 1.0} : f32[2, 3]\n",
+            &["unknown attribute 'alpha'", "\"r\""],
+        ),
+        ("  %1 \"r\" = Relu(%0) : f32[3, 2]\n", &["\"r\"", "f32[2, 3]"]),
+        ("  %1 \"c\" = Constant : f32[3] = [1.0, 2.0, 3.0]\n  %2 \"s\" = Add(%0, %1) : f32[2, 3]\n", &["\"s\""]),
+    ];
+    for (i, (body, needles)) in cases.iter().enumerate() {
+        let text = format!("{head}{body}  return \"y\" = %1\n}}\n");
+        let f = write(&dir, &format!("case{i}.kir"), &text);
+        assert_fails(&kiln(&["check", &f]), needles);
+    }
+}
+
+#[test]
+fn check_reports_mismatched_axis_names() {
+    let dir = scratch("axis_names");
+    let text = "graph \"g\" {\n  %0 \"a\" = Parameter : f32[B:2, C:3]\n  %1 \"b\" = Parameter : f32[B:2, D:3]\n  %2 \"s\" = Add(%0, %1) : f32[B:2, C:3]\n  return \"y\" = %2\n}\n";
+    let f = write(&dir, "names.kir", text);
+    assert_fails(&kiln(&["check", &f]), &["'C'", "'D'", "\"s\""]);
+}
+
+#[test]
+fn npy_prints_a_file_of_every_dtype() {
+    let dir = scratch("npy");
+    for dtype in kiln::DType::ALL {
+        let t = Tensor::from_f64s(dtype, &[2, 2], &[1.0, 0.0, 1.0, 1.0]).unwrap();
+        let f = write_npy(&dir, &format!("{dtype}.npy"), &t);
+        let o = kiln(&["npy", &f]);
+        assert_ok(&o);
+        let want = if dtype == kiln::DType::Bool {
+            format!("{dtype}[2, 2] [true, false, true, true]")
+        } else {
+            format!("{dtype}[2, 2] [1, 0, 1, 1]")
+        };
+        assert_eq!(stdout(&o).trim(), want);
+    }
+    let long = write_npy(&dir, "long.npy", &f32s(&[40], &[0.5; 40]));
+    assert!(stdout(&kiln(&["npy", &long])).contains("(24 more)"));
+    assert!(!stdout(&kiln(&["npy", &long, "--full"])).contains("more"));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_eq!(kiln(&["frob"]).status.code(), Some(2));
+    assert_eq!(kiln(&["run"]).status.code(), Some(2));
+    assert!(kiln(&["--version"]).status.success());
+}
