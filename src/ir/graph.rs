@@ -291,6 +291,7 @@ impl Graph {
         let op = ops::lookup(&node.op)
             .ok_or_else(|| Error::UnknownOp(format!("'{}' is not in the catalogue", node.op)))?;
         let schema = op.schema();
+        schema.validate_attrs(&node.attrs).map_err(Error::Graph)?;
         if schema.family == "source" {
             return Ok(node.outputs.clone());
         }
@@ -332,7 +333,6 @@ impl Graph {
                 }
             }
         }
-        schema.validate_attrs(&node.attrs).map_err(Error::Graph)?;
         let cx = InferCtx {
             node_name: &node.name,
             inputs: &types,
@@ -390,12 +390,10 @@ impl Graph {
 
     /// Appends a node as given, without inference: for the text parser, which verifies
     /// the whole graph afterwards.
-    #[allow(dead_code)] // until the parser lands
     pub(crate) fn push_unchecked(&mut self, node: Node) -> NodeId {
         self.push(node)
     }
 
-    #[allow(dead_code)] // until the parser lands
     pub(crate) fn push_output_unchecked(&mut self, out: GraphOutput) {
         self.outputs.push(out);
     }

@@ -9,7 +9,13 @@ use crate::error::{Error, Result};
 /// every node's recorded output types are what inference gives (which is where shape,
 /// dtype and axis-name mismatches are found).
 pub fn verify(g: &Graph) -> Result<()> {
-    let err = |id: NodeId, msg: String| Error::Graph(format!("{}: {msg}", g.describe(id)));
+    verify_located(g).map_err(|(_, e)| e)
+}
+
+/// `verify`, also saying which node an error is about (for the parser's line numbers).
+pub(crate) fn verify_located(g: &Graph) -> std::result::Result<(), (Option<NodeId>, Error)> {
+    let err =
+        |id: NodeId, msg: String| (Some(id), Error::Graph(format!("{}: {msg}", g.describe(id))));
     let mut names = HashSet::new();
     for id in g.node_ids() {
         let node = g.node(id);
@@ -33,7 +39,7 @@ pub fn verify(g: &Graph) -> Result<()> {
             }
         }
     }
-    g.schedule()?;
+    g.schedule().map_err(|e| (None, e))?;
     for id in g.node_ids() {
         let node = g.node(id);
         match node.op.as_str() {
@@ -79,7 +85,10 @@ pub fn verify(g: &Graph) -> Result<()> {
             }
         }
         let inferred = g.infer_node(node).map_err(|e| match e {
-            Error::UnknownOp(m) => Error::UnknownOp(format!("{}: {m}", g.describe(id))),
+            Error::UnknownOp(m) => (
+                Some(id),
+                Error::UnknownOp(format!("{}: {m}", g.describe(id))),
+            ),
             e => err(id, e.to_string()),
         })?;
         if inferred != node.outputs {
@@ -102,16 +111,15 @@ pub fn verify(g: &Graph) -> Result<()> {
     let mut out_names = HashSet::new();
     for o in g.outputs() {
         g.value_type(o.value).map_err(|_| {
-            Error::Graph(format!(
+            let msg = format!(
                 "graph output '{}' refers to %{}:{}, which does not exist",
                 o.name, o.value.node.0, o.value.output
-            ))
+            );
+            (None, Error::Graph(msg))
         })?;
         if !out_names.insert(o.name.as_str()) {
-            return Err(Error::Graph(format!(
-                "two graph outputs are named '{}'",
-                o.name
-            )));
+            let msg = format!("two graph outputs are named '{}'", o.name);
+            return Err((None, Error::Graph(msg)));
         }
     }
     Ok(())

@@ -23,6 +23,7 @@
 //! `1.0` a float; empty lists are written `ints[]`, `floats[]`, `strings[]`. Inline data
 //! is row-major; floats print as the shortest text that reads back to the same value.
 //! Constants above the inline limit are referenced by byte range in a weights file.
+mod lex;
 mod parse;
 mod print;
 
