@@ -379,9 +379,8 @@ fn parse_equation(eq: &str, n_inputs: usize) -> Result<Equation, String> {
 }
 
 /// Expands each operand's ellipsis into numbered labels (right-aligned across
-/// operands); returns per operand its axis labels, the output labels, and the ellipsis
-/// width. Labels: letters map to their char code, ellipsis axis j to 256 + j.
-fn expand(eq: &Equation, ranks: &[usize]) -> Result<(Vec<Vec<u32>>, Vec<u32>, usize), String> {
+/// operands); returns per operand its axis labels, and the output labels. Labels: letters map to their char code, ellipsis axis j to 256 + j.
+fn expand(eq: &Equation, ranks: &[usize]) -> Result<(Vec<Vec<u32>>, Vec<u32>), String> {
     let mut widths = vec![];
     for (i, (t, &r)) in eq.inputs.iter().zip(ranks).enumerate() {
         let letters = t.iter().filter(|l| l.is_some()).count();
@@ -408,7 +407,7 @@ fn expand(eq: &Equation, ranks: &[usize]) -> Result<(Vec<Vec<u32>>, Vec<u32>, us
         .zip(&widths)
         .map(|(t, &w)| labels_of(t, w))
         .collect();
-    Ok((ins, labels_of(&eq.output, width), width))
+    Ok((ins, labels_of(&eq.output, width)))
 }
 
 impl Op for Einsum {
@@ -426,7 +425,7 @@ impl Op for Einsum {
         let dtype = same_dtype("Einsum", &types)?;
         let eq = parse_equation(cx.attrs.string_or("equation", "")?, n)?;
         let ranks: Vec<usize> = types.iter().map(|t| t.rank()).collect();
-        let (ins, outs, _) = expand(&eq, &ranks)?;
+        let (ins, outs) = expand(&eq, &ranks)?;
         let mut dims: std::collections::BTreeMap<u32, Axis> = Default::default();
         for (i, (labels, t)) in ins.iter().zip(&types).enumerate() {
             for (axis, &l) in t.shape.axes.iter().zip(labels) {
@@ -454,7 +453,7 @@ impl Op for Einsum {
         let ts: Vec<&Tensor> = (0..n).map(|i| cx.input(i)).collect::<Result<_, _>>()?;
         let eq = parse_equation(cx.attrs.string_or("equation", "")?, n)?;
         let ranks: Vec<usize> = ts.iter().map(|t| t.rank()).collect();
-        let (ins, outs, _) = expand(&eq, &ranks)?;
+        let (ins, outs) = expand(&eq, &ranks)?;
         // Dense label numbering for `contract`.
         let mut ids: Vec<u32> = ins.iter().flatten().copied().collect();
         ids.sort_unstable();
