@@ -1,6 +1,349 @@
-//! The `reduce` family of the op catalogue.
-use super::Op;
+//! Reductions (opset 18: `axes` is an optional input) and ArgMax/ArgMin.
+//!
+//! Kiln-only: the attribute `axis_names` selects the reduced axes by name instead.
+//! Floats reduce in f64; integers (Sum, Prod, Max, Min, L1, SumSquare) in i64.
+use ndarray::{ArrayD, Axis, IxDyn};
+
+use super::util::out;
+use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::shape::norm_axis;
+use crate::ir::{AttrKind, Attrs, DType, Dim, Shape, TensorType};
+use crate::tensor::Tensor;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+    L1,
+    L2,
+    LogSum,
+    LogSumExp,
+    SumSquare,
+}
+
+impl Kind {
+    /// Whether the reduction is defined on integers.
+    fn takes_ints(self) -> bool {
+        matches!(
+            self,
+            Kind::Sum | Kind::Max | Kind::Min | Kind::Prod | Kind::L1 | Kind::SumSquare
+        )
+    }
+}
+
+struct Reduce {
+    schema: OpSchema,
+    kind: Kind,
+}
+
+const REDUCE_ATTRS: &[AttrSpec] = &[
+    AttrSpec::opt("keepdims", AttrKind::Int, "1"),
+    AttrSpec::opt("noop_with_empty_axes", AttrKind::Int, "0"),
+    AttrSpec::opt(
+        "axis_names",
+        AttrKind::Strings,
+        "Kiln-only: reduce these named axes",
+    ),
+];
+
+/// Which axes to reduce: `None` when they are not known before run time.
+fn reduce_axes(
+    x: &Shape,
+    axes_input: Option<Option<Vec<i64>>>,
+    attrs: &Attrs,
+) -> Result<Option<Vec<usize>>, String> {
+    let rank = x.rank();
+    let names = attrs.strings("axis_names")?;
+    let listed: Option<Vec<i64>> = match (axes_input, names) {
+        (Some(_), Some(_)) => {
+            return Err("give either the axes input or axis_names, not both".into())
+        }
+        (Some(None), None) => return Ok(None),
+        (Some(Some(v)), None) => Some(v),
+        (None, Some(names)) => {
+            let mut v = vec![];
+            for n in names {
+                let i = x.axis_by_name(n).ok_or_else(|| {
+                    let have: Vec<&str> = (0..rank).filter_map(|i| x.name(i)).collect();
+                    format!("no axis is named '{n}' (named axes: {})", have.join(", "))
+                })?;
+                v.push(i as i64);
+            }
+            Some(v)
+        }
+        (None, None) => None,
+    };
+    let mut axes = match listed {
+        Some(v) if !v.is_empty() => v
+            .iter()
+            .map(|&a| norm_axis(a, rank))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ if attrs.int_or("noop_with_empty_axes", 0)? != 0 => vec![],
+        _ => (0..rank).collect(),
+    };
+    axes.sort_unstable();
+    if axes.windows(2).any(|w| w[0] == w[1]) {
+        return Err(format!("axes {axes:?} repeat an axis"));
+    }
+    Ok(Some(axes))
+}
+
+fn reduced_shape(x: &Shape, axes: &[usize], keepdims: bool) -> Shape {
+    let mut out = Shape::scalar();
+    for (i, a) in x.axes.iter().enumerate() {
+        if !axes.contains(&i) {
+            out.axes.push(a.clone());
+        } else if keepdims {
+            let mut a = a.clone();
+            a.dim = Dim::Fixed(1);
+            out.axes.push(a);
+        }
+    }
+    out
+}
+
+impl Op for Reduce {
+    fn schema(&self) -> &OpSchema {
+        &self.schema
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        if !(x.dtype.is_float() || (x.dtype.is_int() && self.kind.takes_ints())) {
+            let what = if self.kind.takes_ints() {
+                "numeric"
+            } else {
+                "a float type"
+            };
+            return Err(format!("input 0 must be {what}, got {}", x.dtype));
+        }
+        let keepdims = cx.attrs.int_or("keepdims", 1)? != 0;
+        let axes_input = cx.opt_input(1).map(|t| {
+            cx.const_input(1)
+                .map(|c| c.to_i64_vec())
+                .filter(|_| t.rank() == 1)
+        });
+        if let Some(t) = cx.opt_input(1) {
+            if t.dtype != DType::I64 || t.rank() != 1 {
+                return Err(format!("input 1 (axes) must be i64 of rank 1, got {t}"));
+            }
+        }
+        match reduce_axes(&x.shape, axes_input, cx.attrs)? {
+            Some(axes) => Ok(out(x.dtype, reduced_shape(&x.shape, &axes, keepdims))),
+            None => {
+                // Axes computed at run time: with keepdims the rank is known.
+                let rank = match (keepdims, cx.input(1)?.shape.dim(0)) {
+                    (true, _) => x.rank(),
+                    (false, Dim::Fixed(n)) => x.rank().saturating_sub(*n),
+                    (false, Dim::Sym(_)) => {
+                        return Err("with keepdims = 0, the axes input needs a static length".into())
+                    }
+                };
+                let dims = (0..rank).map(|i| cx.fresh_dim(0, i));
+                Ok(out(x.dtype, Shape::new(dims)))
+            }
+        }
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let x = cx.input(0)?;
+        let keepdims = cx.attrs.int_or("keepdims", 1)? != 0;
+        let axes_input = cx.opt_input(1).map(|t| Some(t.to_i64_vec()));
+        let axes = reduce_axes(&cx.input_type(0)?.shape, axes_input, cx.attrs)?
+            .expect("axes are known at run time");
+        let y = if x.dtype().is_float() {
+            Tensor::from_f64_array(x.dtype(), reduce_f64(self.kind, x.to_f64_array(), &axes))
+        } else {
+            Tensor::from_i64_array(x.dtype(), reduce_i64(self.kind, x.to_i64_array(), &axes))
+        };
+        let mut shape: Vec<usize> = vec![];
+        for (i, &d) in x.shape().iter().enumerate() {
+            if !axes.contains(&i) {
+                shape.push(d);
+            } else if keepdims {
+                shape.push(1);
+            }
+        }
+        Ok(vec![reshape(y, &shape)?])
+    }
+}
+
+fn reshape(t: Tensor, shape: &[usize]) -> Result<Tensor, String> {
+    Ok(crate::map_tensor!(t, a => a
+        .as_standard_layout()
+        .into_owned()
+        .into_shape_with_order(IxDyn(shape))
+        .map_err(|e| e.to_string())?))
+}
+
+/// Folds `axes` (sorted) of `a` one at a time, keeping them as size 1.
+fn fold<T: Clone>(mut a: ArrayD<T>, axes: &[usize], init: T, f: impl Fn(&T, &T) -> T) -> ArrayD<T> {
+    for &ax in axes {
+        a = a
+            .fold_axis(Axis(ax), init.clone(), |acc, v| f(acc, v))
+            .insert_axis(Axis(ax));
+    }
+    a
+}
+
+fn reduce_f64(kind: Kind, a: ArrayD<f64>, axes: &[usize]) -> ArrayD<f64> {
+    let count: usize = axes.iter().map(|&ax| a.shape()[ax]).product();
+    let sum = |a: ArrayD<f64>| fold(a, axes, 0.0, |x, y| x + y);
+    match kind {
+        Kind::Sum => sum(a),
+        Kind::Mean => sum(a).mapv(|v| v / count as f64),
+        Kind::Max => fold(a, axes, f64::NEG_INFINITY, |x, y| {
+            if y > x || y.is_nan() {
+                *y
+            } else {
+                *x
+            }
+        }),
+        Kind::Min => fold(a, axes, f64::INFINITY, |x, y| {
+            if y < x || y.is_nan() {
+                *y
+            } else {
+                *x
+            }
+        }),
+        Kind::Prod => fold(a, axes, 1.0, |x, y| x * y),
+        Kind::L1 => sum(a.mapv(f64::abs)),
+        Kind::L2 => sum(a.mapv(|v| v * v)).mapv(f64::sqrt),
+        Kind::LogSum => sum(a).mapv(f64::ln),
+        Kind::SumSquare => sum(a.mapv(|v| v * v)),
+        Kind::LogSumExp => {
+            let m = fold(a.clone(), axes, f64::NEG_INFINITY, |x, y| x.max(*y));
+            let m = m.mapv(|v| if v.is_finite() { v } else { 0.0 });
+            let shifted = &a - &m;
+            sum(shifted.mapv(f64::exp)).mapv(f64::ln) + m
+        }
+    }
+}
+
+fn reduce_i64(kind: Kind, a: ArrayD<i64>, axes: &[usize]) -> ArrayD<i64> {
+    match kind {
+        Kind::Sum => fold(a, axes, 0, |x, y| x.wrapping_add(*y)),
+        Kind::Max => fold(a, axes, i64::MIN, |x, y| *x.max(y)),
+        Kind::Min => fold(a, axes, i64::MAX, |x, y| *x.min(y)),
+        Kind::Prod => fold(a, axes, 1, |x, y| x.wrapping_mul(*y)),
+        Kind::L1 => fold(a.mapv(i64::wrapping_abs), axes, 0, |x, y| {
+            x.wrapping_add(*y)
+        }),
+        Kind::SumSquare => fold(a.mapv(|v| v.wrapping_mul(v)), axes, 0, |x, y| {
+            x.wrapping_add(*y)
+        }),
+        _ => unreachable!("infer admits integers only for the kinds above"),
+    }
+}
+
+fn reduce(name: &'static str, doc: &'static str, kind: Kind) -> &'static dyn Op {
+    leak(Reduce {
+        schema: OpSchema {
+            name,
+            family: "reduce",
+            inputs: &["data", "axes?"],
+            outputs: &["reduced"],
+            attrs: REDUCE_ATTRS,
+            doc,
+        },
+        kind,
+    })
+}
+
+// ---------------------------------------------------------------- ArgMax / ArgMin
+
+struct Arg {
+    schema: OpSchema,
+    max: bool,
+}
+
+const ARG_ATTRS: &[AttrSpec] = &[
+    AttrSpec::opt("axis", AttrKind::Int, "0"),
+    AttrSpec::opt("keepdims", AttrKind::Int, "1"),
+    AttrSpec::opt("select_last_index", AttrKind::Int, "0"),
+];
+
+impl Op for Arg {
+    fn schema(&self) -> &OpSchema {
+        &self.schema
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        if !x.dtype.is_numeric() {
+            return Err(format!("input 0 must be numeric, got {}", x.dtype));
+        }
+        let axis = x.shape.norm_axis(cx.attrs.int_or("axis", 0)?)?;
+        let keepdims = cx.attrs.int_or("keepdims", 1)? != 0;
+        Ok(out(DType::I64, reduced_shape(&x.shape, &[axis], keepdims)))
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let x = cx.input(0)?;
+        let axis = norm_axis(cx.attrs.int_or("axis", 0)?, x.rank())?;
+        let keepdims = cx.attrs.int_or("keepdims", 1)? != 0;
+        let last = cx.attrs.int_or("select_last_index", 0)? != 0;
+        if x.shape()[axis] == 0 {
+            return Err(format!(
+                "cannot take the arg{} of an empty axis",
+                if self.max { "max" } else { "min" }
+            ));
+        }
+        let a = x.to_f64_array();
+        let mut idx = a.map_axis(Axis(axis), |lane| {
+            let mut best = 0;
+            for (i, &v) in lane.iter().enumerate() {
+                let b = lane[best];
+                let better = if self.max { v > b } else { v < b };
+                if better || (last && v == b) {
+                    best = i;
+                }
+            }
+            best as i64
+        });
+        if keepdims {
+            idx = idx.insert_axis(Axis(axis));
+        }
+        Ok(vec![Tensor::I64(idx)])
+    }
+}
 
 pub fn ops() -> Vec<&'static dyn Op> {
-    vec![]
+    vec![
+        reduce("ReduceSum", "Sum over `axes` (all when omitted).", Kind::Sum),
+        reduce("ReduceMean", "Mean over `axes`.", Kind::Mean),
+        reduce("ReduceMax", "Maximum over `axes`; -inf over an empty set.", Kind::Max),
+        reduce("ReduceMin", "Minimum over `axes`; +inf over an empty set.", Kind::Min),
+        reduce("ReduceProd", "Product over `axes`.", Kind::Prod),
+        reduce("ReduceL1", "Sum of absolute values over `axes`.", Kind::L1),
+        reduce("ReduceL2", "Square root of the sum of squares over `axes`.", Kind::L2),
+        reduce("ReduceLogSum", "log of the sum over `axes`.", Kind::LogSum),
+        reduce("ReduceLogSumExp", "log(sum(exp(x))) over `axes`, computed stably.", Kind::LogSumExp),
+        reduce("ReduceSumSquare", "Sum of squares over `axes`.", Kind::SumSquare),
+        leak(Arg {
+            schema: OpSchema {
+                name: "ArgMax",
+                family: "reduce",
+                inputs: &["data"],
+                outputs: &["reduced"],
+                attrs: ARG_ATTRS,
+                doc: "Index (i64) of the maximum along `axis`; the first one unless select_last_index.",
+            },
+            max: true,
+        }),
+        leak(Arg {
+            schema: OpSchema {
+                name: "ArgMin",
+                family: "reduce",
+                inputs: &["data"],
+                outputs: &["reduced"],
+                attrs: ARG_ATTRS,
+                doc: "Index (i64) of the minimum along `axis`; the first one unless select_last_index.",
+            },
+            max: false,
+        }),
+    ]
 }
