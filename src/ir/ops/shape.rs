@@ -1,6 +1,0 @@
-//! The `shape` family of the op catalogue.
-use super::Op;
-
-pub fn ops() -> Vec<&'static dyn Op> {
-    vec![]
-}

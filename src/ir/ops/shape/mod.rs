@@ -1,0 +1,70 @@
+//! Data movement and shape ops: Reshape, Flatten, Squeeze, Unsqueeze, Identity,
+//! Transpose, Expand (`reshape.rs`); Slice, Pad, Tile (`slice.rs`); Concat, Split
+//! (`join.rs`); Shape, Size, ConstantOfShape, Range (`gen.rs`).
+//!
+//! They are generic over the element type (every dtype). Shape operands (Reshape's
+//! shape, Slice's starts, ...) give exact output dims when they are constants; otherwise
+//! the unknown dims are fresh symbols named after the node.
+use ndarray::{ArrayD, Dimension, IxDyn};
+
+use super::{InferCtx, Op};
+use crate::ir::{DType, Dim};
+use crate::tensor::{Elem, Tensor};
+
+mod gen;
+mod join;
+mod reshape;
+mod slice;
+
+/// The integer values of input `i` when it is a constant; errors unless it is an
+/// integer tensor of rank <= 1.
+fn const_ints(cx: &InferCtx<'_>, i: usize, what: &str) -> Result<Option<Vec<i64>>, String> {
+    let Some(t) = cx.opt_input(i) else {
+        return Ok(None);
+    };
+    if !matches!(t.dtype, DType::I64 | DType::I32) || t.rank() > 1 {
+        return Err(format!(
+            "input {i} ({what}) must be a 1-D i64 tensor, got {t}"
+        ));
+    }
+    Ok(cx.const_input(i).map(|c| c.to_i64_vec()))
+}
+
+/// The static length of 1-D input `i`, if known.
+fn static_len(cx: &InferCtx<'_>, i: usize) -> Option<usize> {
+    cx.opt_input(i)
+        .filter(|t| t.rank() == 1)
+        .and_then(|t| t.shape.dim(0).fixed())
+}
+
+/// The product of `dims`, or `None` if any is symbolic.
+fn product(dims: &[Dim]) -> Option<usize> {
+    dims.iter().map(|d| d.fixed()).product()
+}
+
+/// A new array of `shape` whose element at `idx` is `a[src(idx)]`, or `fill` where
+/// `src` gives `None`: the one gather loop behind Slice, Pad, Tile and friends.
+fn remap<T: Elem>(
+    a: &ArrayD<T>,
+    shape: &[usize],
+    fill: T,
+    src: impl Fn(&[usize], &mut Vec<usize>) -> bool,
+) -> Tensor {
+    let mut buf = Vec::with_capacity(a.ndim());
+    T::wrap(ArrayD::from_shape_fn(IxDyn(shape), |idx| {
+        buf.clear();
+        if src(idx.slice(), &mut buf) {
+            a[IxDyn(&buf)]
+        } else {
+            fill
+        }
+    }))
+}
+
+pub fn ops() -> Vec<&'static dyn Op> {
+    let mut v = reshape::ops();
+    v.extend(slice::ops());
+    v.extend(join::ops());
+    v.extend(gen::ops());
+    v
+}
