@@ -55,14 +55,17 @@ fn slice_range(d: usize, start: i64, end: i64, step: i64) -> Result<Range1, Stri
     })
 }
 
-/// Per axis of a rank-`rank` tensor, the (start, end, step) given for it, if any.
+/// (start, end, step) as given for one axis.
+type Bounds = (i64, i64, i64);
+
+/// Per axis of a rank-`rank` tensor, the bounds given for it, if any.
 fn slice_plan(
     rank: usize,
     starts: &[i64],
     ends: &[i64],
     axes: Option<&[i64]>,
     steps: Option<&[i64]>,
-) -> Result<Vec<Option<(i64, i64, i64)>>, String> {
+) -> Result<Vec<Option<Bounds>>, String> {
     let n = starts.len();
     if ends.len() != n || axes.is_some_and(|a| a.len() != n) || steps.is_some_and(|s| s.len() != n)
     {
