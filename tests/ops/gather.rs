@@ -1,1 +1,263 @@
-//! Tests of the `gather` ops.
+//! Indexing ops, on the examples of the ONNX operator docs and hand-worked cases.
+use kiln::ir::{Attr, Attrs};
+
+use crate::harness::*;
+
+fn axis(a: i64) -> Attrs {
+    attrs(&[("axis", Attr::Int(a))])
+}
+
+#[test]
+fn gather_along_any_axis_with_negative_indices() {
+    let data = f32s(&[3, 2], &[1.0, 1.2, 2.3, 3.4, 4.5, 5.7]);
+    let idx = i64s(&[2, 2], &[0, 1, 1, 2]);
+    let y = run1(
+        "Gather",
+        vec![Input(data.clone()), Input(idx)],
+        Attrs::new(),
+    );
+    assert_eq!(
+        y,
+        f32s(&[2, 2, 2], &[1.0, 1.2, 2.3, 3.4, 2.3, 3.4, 4.5, 5.7])
+    );
+    let data = f32s(&[3, 3], &[1.0, 1.2, 1.9, 2.3, 3.4, 3.9, 4.5, 5.7, 5.9]);
+    let y = run1(
+        "Gather",
+        vec![Symbolic(data.clone()), Input(i32s(&[1, 2], &[0, -1]))],
+        axis(1),
+    );
+    assert_eq!(y, f32s(&[3, 1, 2], &[1.0, 1.9, 2.3, 3.9, 4.5, 5.9]));
+    // A scalar index drops the axis; empty indices give an empty result.
+    let y = run1(
+        "Gather",
+        vec![Input(data.clone()), Input(i64s(&[], &[2]))],
+        Attrs::new(),
+    );
+    assert_eq!(y, f32s(&[3], &[4.5, 5.7, 5.9]));
+    let y = run1(
+        "Gather",
+        vec![Input(data.clone()), Input(i64s(&[0], &[]))],
+        Attrs::new(),
+    );
+    assert_eq!(y.shape(), &[0, 3]);
+    let e = run_err(
+        "Gather",
+        vec![Input(data.clone()), Input(i64s(&[1], &[3]))],
+        Attrs::new(),
+    );
+    assert!(
+        e.contains("index 3 is out of range for an axis of size 3"),
+        "{e}"
+    );
+    let e = run_err(
+        "Gather",
+        vec![Input(data), Input(f32s(&[1], &[0.0]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("i32 or i64"), "{e}");
+}
+
+#[test]
+fn gather_elements_follows_onnx_examples() {
+    let data = i64s(&[2, 2], &[1, 2, 3, 4]);
+    let y = run1(
+        "GatherElements",
+        vec![Input(data), Input(i64s(&[2, 2], &[0, 0, 1, 0]))],
+        axis(1),
+    );
+    assert_eq!(y, i64s(&[2, 2], &[1, 1, 4, 3]));
+    let data = i64s(&[3, 3], &[1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    let y = run1(
+        "GatherElements",
+        vec![
+            Input(data.clone()),
+            Input(i64s(&[2, 3], &[1, 2, 0, 2, 0, -3])),
+        ],
+        Attrs::new(),
+    );
+    assert_eq!(y, i64s(&[2, 3], &[4, 8, 3, 7, 2, 3]));
+    let e = run_err(
+        "GatherElements",
+        vec![Input(data), Input(i64s(&[3], &[0, 0, 0]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("data's rank"), "{e}");
+}
+
+#[test]
+fn scatter_elements_with_and_without_reduction() {
+    let data = f32s(&[3, 3], &[0.0; 9]);
+    let idx = i64s(&[2, 3], &[1, 0, 2, 0, 2, 1]);
+    let upd = f32s(&[2, 3], &[1.0, 1.1, 1.2, 2.0, 2.1, 2.2]);
+    let y = run1(
+        "ScatterElements",
+        vec![Input(data), Input(idx), Input(upd)],
+        Attrs::new(),
+    );
+    assert_eq!(
+        y,
+        f32s(&[3, 3], &[2.0, 1.1, 0.0, 1.0, 0.0, 2.2, 0.0, 2.1, 1.2])
+    );
+    let data = f32s(&[1, 5], &[1.0, 2.0, 3.0, 4.0, 5.0]);
+    let y = run1(
+        "ScatterElements",
+        vec![
+            Input(data.clone()),
+            Input(i64s(&[1, 2], &[1, -2])),
+            Input(f32s(&[1, 2], &[1.1, 2.1])),
+        ],
+        axis(1),
+    );
+    assert_eq!(y, f32s(&[1, 5], &[1.0, 1.1, 3.0, 2.1, 5.0]));
+    let add = attrs(&[
+        ("axis", Attr::Int(1)),
+        ("reduction", Attr::String("add".into())),
+    ]);
+    let y = run1(
+        "ScatterElements",
+        vec![
+            Input(data.clone()),
+            Input(i64s(&[1, 2], &[1, 1])),
+            Input(f32s(&[1, 2], &[1.1, 2.1])),
+        ],
+        add,
+    );
+    assert_close(&y, &f32s(&[1, 5], &[1.0, 5.2, 3.0, 4.0, 5.0]), 1e-6, 0.0);
+    let max = attrs(&[
+        ("axis", Attr::Int(1)),
+        ("reduction", Attr::String("max".into())),
+    ]);
+    let y = run1(
+        "ScatterElements",
+        vec![
+            Input(data.clone()),
+            Input(i64s(&[1, 2], &[0, 4])),
+            Input(f32s(&[1, 2], &[0.5, 9.0])),
+        ],
+        max,
+    );
+    assert_eq!(y, f32s(&[1, 5], &[1.0, 2.0, 3.0, 4.0, 9.0]));
+    let e = run_err(
+        "ScatterElements",
+        vec![
+            Input(data),
+            Input(i64s(&[1, 2], &[0, 1])),
+            Input(f32s(&[1, 1], &[0.0])),
+        ],
+        Attrs::new(),
+    );
+    assert!(e.contains("shape of indices"), "{e}");
+}
+
+#[test]
+fn one_hot_with_negative_and_out_of_range_indices() {
+    let idx = i64s(&[3], &[1, -1, 5]);
+    let y = run1(
+        "OneHot",
+        vec![
+            Input(idx.clone()),
+            Const(i64s(&[], &[4])),
+            Input(f32s(&[2], &[0.0, 3.0])),
+        ],
+        Attrs::new(),
+    );
+    assert_eq!(
+        y,
+        f32s(
+            &[3, 4],
+            &[0.0, 3.0, 0.0, 0.0, 0.0, 0.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0]
+        )
+    );
+    let y = run1(
+        "OneHot",
+        vec![
+            Input(idx),
+            Input(i64s(&[1], &[4])),
+            Input(i32s(&[2], &[0, 1])),
+        ],
+        axis(0),
+    );
+    assert_eq!(y, i32s(&[4, 3], &[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0]));
+    let e = run_err(
+        "OneHot",
+        vec![
+            Input(i64s(&[1], &[0])),
+            Const(i64s(&[], &[0])),
+            Input(f32s(&[2], &[0.0, 1.0])),
+        ],
+        Attrs::new(),
+    );
+    assert!(e.contains("depth must be >= 1"), "{e}");
+}
+
+#[test]
+fn top_k_largest_smallest_and_ties() {
+    let x = i64s(&[3, 4], &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+    let out = run(
+        "TopK",
+        vec![Input(x), Const(i64s(&[1], &[3]))],
+        Attrs::new(),
+    )
+    .unwrap();
+    assert_eq!(out[0], i64s(&[3, 3], &[3, 2, 1, 7, 6, 5, 11, 10, 9]));
+    assert_eq!(out[1], i64s(&[3, 3], &[3, 2, 1, 3, 2, 1, 3, 2, 1]));
+    let x = f32s(&[5], &[2.0, 1.0, 2.0, 0.5, 1.0]);
+    let smallest = attrs(&[("largest", Attr::Int(0))]);
+    let out = run(
+        "TopK",
+        vec![Symbolic(x.clone()), Input(i64s(&[1], &[3]))],
+        smallest,
+    )
+    .unwrap();
+    assert_eq!(out[0], f32s(&[3], &[0.5, 1.0, 1.0]));
+    assert_eq!(out[1], i64s(&[3], &[3, 1, 4]));
+    let out = run(
+        "TopK",
+        vec![Input(x.clone()), Const(i64s(&[1], &[2]))],
+        axis(0),
+    )
+    .unwrap();
+    assert_eq!(out[1], i64s(&[2], &[0, 2]), "equal values keep index order");
+    let e = run_err(
+        "TopK",
+        vec![Input(x), Const(i64s(&[1], &[6]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("K = 6 is out of range"), "{e}");
+}
+
+#[test]
+fn cum_sum_exclusive_reverse() {
+    let x = f64s(&[5], &[1.0, 2.0, 3.0, 4.0, 5.0]);
+    let flags = |e: i64, r: i64| attrs(&[("exclusive", Attr::Int(e)), ("reverse", Attr::Int(r))]);
+    let ax = || Const(i64s(&[], &[0]));
+    assert_eq!(
+        run1("CumSum", vec![Input(x.clone()), ax()], Attrs::new()),
+        f64s(&[5], &[1.0, 3.0, 6.0, 10.0, 15.0])
+    );
+    assert_eq!(
+        run1("CumSum", vec![Input(x.clone()), ax()], flags(1, 0)),
+        f64s(&[5], &[0.0, 1.0, 3.0, 6.0, 10.0])
+    );
+    assert_eq!(
+        run1("CumSum", vec![Input(x.clone()), ax()], flags(0, 1)),
+        f64s(&[5], &[15.0, 14.0, 12.0, 9.0, 5.0])
+    );
+    assert_eq!(
+        run1("CumSum", vec![Input(x), ax()], flags(1, 1)),
+        f64s(&[5], &[14.0, 12.0, 9.0, 5.0, 0.0])
+    );
+    let m = i32s(&[2, 3], &[1, 2, 3, 4, 5, 6]);
+    let y = run1(
+        "CumSum",
+        vec![Symbolic(m.clone()), Input(i32s(&[], &[-1]))],
+        Attrs::new(),
+    );
+    assert_eq!(y, i32s(&[2, 3], &[1, 3, 6, 4, 9, 15]));
+    let e = run_err(
+        "CumSum",
+        vec![Input(m), Const(i64s(&[], &[2]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("axis 2 is out of range"), "{e}");
+}

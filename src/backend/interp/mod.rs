@@ -92,7 +92,9 @@ impl Executable for InterpExecutable {
 pub type Updates = HashMap<NodeId, Tensor>;
 
 /// Runs `graph` once (it must be verified) over the variable values `vars`; returns the
-/// outputs and what its `Assign`s stored. Later reads in the same run see the stores.
+/// outputs and what its `Assign`s stored. A Variable node reads before any `Assign` to it
+/// (the `Assign` consumes it), so every read in a run sees the value the run started
+/// with; when several `Assign`s store to one variable, the last in the schedule wins.
 pub fn run_graph(
     graph: &Graph,
     schedule: &[NodeId],
@@ -124,7 +126,7 @@ pub fn run_graph(
                 .expect("every parameter has an input")
                 .clone()],
             "Constant" => vec![node.data.as_deref().expect("verified").clone()],
-            "Variable" => vec![updates.get(&id).unwrap_or(&vars[&id]).clone()],
+            "Variable" => vec![vars[&id].clone()],
             "Assign" => {
                 let target = node.inputs[0].expect("verified").node;
                 let v = node.inputs[1].expect("verified");

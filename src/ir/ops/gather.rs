@@ -1,6 +1,516 @@
-//! The `gather` family of the op catalogue.
-use super::Op;
+//! Indexing: Gather, GatherElements, ScatterElements, OneHot, TopK, CumSum.
+//!
+//! Index operands may be i32 or i64 and negative (counting from the end); an index out
+//! of range is a run-time error naming it.
+use ndarray::{ArrayD, Axis, Dimension, IxDyn};
+
+use super::util::{out, remap, same_dtype};
+use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::shape::norm_axis;
+use crate::ir::{AttrKind, DType, Dim, Shape, TensorType};
+use crate::match_tensor;
+use crate::tensor::{Elem, Tensor};
+
+fn index_type(t: &TensorType, i: usize) -> Result<(), String> {
+    if matches!(t.dtype, DType::I32 | DType::I64) {
+        Ok(())
+    } else {
+        Err(format!(
+            "input {i} (indices) must be i32 or i64, got {}",
+            t.dtype
+        ))
+    }
+}
+
+/// Indices resolved against an axis of size `d`: negatives wrap once, the rest must fit.
+fn resolve(indices: &Tensor, d: usize) -> Result<ArrayD<usize>, String> {
+    let a = indices.to_i64_array();
+    for &k in a.iter() {
+        if k < -(d as i64) || k >= d as i64 {
+            return Err(format!("index {k} is out of range for an axis of size {d}"));
+        }
+    }
+    Ok(a.mapv(|k| if k < 0 { k + d as i64 } else { k } as usize))
+}
+
+const AXIS0: &[AttrSpec] = &[AttrSpec::opt("axis", AttrKind::Int, "0")];
+
+// ---------------------------------------------------------------- Gather
+
+struct Gather;
+
+const GATHER: OpSchema = OpSchema {
+    name: "Gather",
+    family: "gather",
+    inputs: &["data", "indices"],
+    outputs: &["output"],
+    attrs: AXIS0,
+    doc: "Picks slices of `data` along `axis` at `indices`: output shape is \
+          data[:axis] + indices + data[axis+1:].",
+};
+
+impl Op for Gather {
+    fn schema(&self) -> &OpSchema {
+        &GATHER
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (x, idx) = (cx.input(0)?, cx.input(1)?);
+        index_type(idx, 1)?;
+        if x.rank() == 0 {
+            return Err("data must have rank >= 1".into());
+        }
+        let axis = x.shape.norm_axis(cx.attrs.int_or("axis", 0)?)?;
+        let mut axes = x.shape.axes[..axis].to_vec();
+        axes.extend(idx.shape.axes.iter().cloned());
+        axes.extend(x.shape.axes[axis + 1..].iter().cloned());
+        Ok(out(x.dtype, Shape { axes }))
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let (x, idx) = (cx.input(0)?, cx.input(1)?);
+        let axis = norm_axis(cx.attrs.int_or("axis", 0)?, x.rank())?;
+        let k = resolve(idx, x.shape()[axis])?;
+        let q = idx.rank();
+        let mut shape = x.shape()[..axis].to_vec();
+        shape.extend(idx.shape());
+        shape.extend(&x.shape()[axis + 1..]);
+        let y = match_tensor!(x, a => remap(a, &shape, Elem::from_i64(0), |o, src| {
+            src.extend(&o[..axis]);
+            src.push(k[IxDyn(&o[axis..axis + q])]);
+            src.extend(&o[axis + q..]);
+            true
+        }));
+        Ok(vec![y])
+    }
+}
+
+// ---------------------------------------------------------------- GatherElements
+
+struct GatherElements;
+
+const GATHER_ELEMENTS: OpSchema = OpSchema {
+    name: "GatherElements",
+    family: "gather",
+    inputs: &["data", "indices"],
+    outputs: &["output"],
+    attrs: AXIS0,
+    doc: "output[i] = data[i with its `axis` coordinate replaced by indices[i]]; indices \
+          has data's rank.",
+};
+
+fn same_rank(x: &TensorType, idx: &TensorType) -> Result<(), String> {
+    if x.rank() != idx.rank() || x.rank() == 0 {
+        return Err(format!("indices ({idx}) must have data's rank ({x})"));
+    }
+    Ok(())
+}
+
+impl Op for GatherElements {
+    fn schema(&self) -> &OpSchema {
+        &GATHER_ELEMENTS
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (x, idx) = (cx.input(0)?, cx.input(1)?);
+        index_type(idx, 1)?;
+        same_rank(x, idx)?;
+        x.shape.norm_axis(cx.attrs.int_or("axis", 0)?)?;
+        Ok(out(x.dtype, idx.shape.clone()))
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let (x, idx) = (cx.input(0)?, cx.input(1)?);
+        let axis = norm_axis(cx.attrs.int_or("axis", 0)?, x.rank())?;
+        let k = resolve(idx, x.shape()[axis])?;
+        for (a, (&i, &d)) in idx.shape().iter().zip(x.shape()).enumerate() {
+            if a != axis && i > d {
+                return Err(format!(
+                    "indices is {:?}, larger than data {:?} at axis {a}",
+                    idx.shape(),
+                    x.shape()
+                ));
+            }
+        }
+        let y = match_tensor!(x, a => remap(a, idx.shape(), Elem::from_i64(0), |o, src| {
+            src.extend(o);
+            src[axis] = k[IxDyn(o)];
+            true
+        }));
+        Ok(vec![y])
+    }
+}
+
+// ---------------------------------------------------------------- ScatterElements
+
+struct ScatterElements;
+
+const SCATTER_ELEMENTS: OpSchema = OpSchema {
+    name: "ScatterElements",
+    family: "gather",
+    inputs: &["data", "indices", "updates"],
+    outputs: &["output"],
+    attrs: &[
+        AttrSpec::opt("axis", AttrKind::Int, "0"),
+        AttrSpec::opt("reduction", AttrKind::String, "none"),
+    ],
+    doc: "A copy of data where output[i with its `axis` coordinate replaced by \
+          indices[i]] = updates[i], or combined with it by reduction add/mul/max/min \
+          (in index order).",
+};
+
+fn reduction(s: &str) -> Result<Option<fn(f64, f64) -> f64>, String> {
+    Ok(match s {
+        "none" => None,
+        "add" => Some(|a, b| a + b),
+        "mul" => Some(|a, b| a * b),
+        "max" => Some(f64::max),
+        "min" => Some(f64::min),
+        r => {
+            return Err(format!(
+                "reduction '{r}' is not one of none, add, mul, max, min"
+            ))
+        }
+    })
+}
+
+impl Op for ScatterElements {
+    fn schema(&self) -> &OpSchema {
+        &SCATTER_ELEMENTS
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (x, idx, upd) = (cx.input(0)?, cx.input(1)?, cx.input(2)?);
+        index_type(idx, 1)?;
+        same_rank(x, idx)?;
+        same_dtype("ScatterElements", &[x, upd])?;
+        if idx.shape.dims() != upd.shape.dims() {
+            return Err(format!(
+                "updates ({upd}) must have the shape of indices ({idx})"
+            ));
+        }
+        x.shape.norm_axis(cx.attrs.int_or("axis", 0)?)?;
+        if reduction(cx.attrs.string_or("reduction", "none")?)?.is_some() && !x.dtype.is_numeric() {
+            return Err("a reduction needs numeric data".into());
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let (x, idx, upd) = (cx.input(0)?, cx.input(1)?, cx.input(2)?);
+        let axis = norm_axis(cx.attrs.int_or("axis", 0)?, x.rank())?;
+        let k = resolve(idx, x.shape()[axis])?;
+        if idx.shape() != upd.shape() {
+            return Err("updates and indices differ in shape".into());
+        }
+        let target = |o: &[usize]| -> Result<Vec<usize>, String> {
+            let mut p = o.to_vec();
+            p[axis] = k[IxDyn(o)];
+            for (a, (&i, &d)) in p.iter().zip(x.shape()).enumerate() {
+                if i >= d {
+                    return Err(format!("indices reach {i} on axis {a} of size {d}"));
+                }
+            }
+            Ok(p)
+        };
+        let y = match reduction(cx.attrs.string_or("reduction", "none")?)? {
+            None => {
+                fn scatter<T: Elem>(
+                    x: &ArrayD<T>,
+                    u: &Tensor,
+                    mut at: impl FnMut(&[usize]) -> Result<Vec<usize>, String>,
+                ) -> Result<Tensor, String> {
+                    let u = T::view(u).ok_or("updates has another dtype")?;
+                    let mut y = x.clone();
+                    for (o, &v) in u.indexed_iter() {
+                        y[IxDyn(&at(o.slice())?)] = v;
+                    }
+                    Ok(T::wrap(y))
+                }
+                match_tensor!(x, a => scatter(a, upd, target))?
+            }
+            Some(f) => {
+                let mut y = x.to_f64_array();
+                for (o, &v) in upd.to_f64_array().indexed_iter() {
+                    let p = IxDyn(&target(o.slice())?);
+                    let cur = y[&p];
+                    y[&p] = f(cur, v);
+                }
+                Tensor::from_f64_array(x.dtype(), y)
+            }
+        };
+        Ok(vec![y])
+    }
+}
+
+// ---------------------------------------------------------------- OneHot
+
+struct OneHot;
+
+const ONE_HOT: OpSchema = OpSchema {
+    name: "OneHot",
+    family: "gather",
+    inputs: &["indices", "depth", "values"],
+    outputs: &["output"],
+    attrs: &[AttrSpec::opt("axis", AttrKind::Int, "-1")],
+    doc: "values[1] where the new `axis` coordinate equals the index (negative indices \
+          count from depth), values[0] elsewhere; indices out of range give all values[0].",
+};
+
+impl Op for OneHot {
+    fn schema(&self) -> &OpSchema {
+        &ONE_HOT
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (idx, depth, values) = (cx.input(0)?, cx.input(1)?, cx.input(2)?);
+        if !idx.dtype.is_numeric() || !depth.dtype.is_numeric() {
+            return Err("indices and depth must be numeric".into());
+        }
+        if depth.shape.num_elements().is_some_and(|n| n != 1) {
+            return Err(format!("depth must hold one value, got {depth}"));
+        }
+        if values.rank() != 1 || values.shape.dim(0).fixed().is_some_and(|n| n != 2) {
+            return Err(format!("values must be [off, on], got {values}"));
+        }
+        let r = idx.rank() + 1;
+        let axis = norm_axis(cx.attrs.int_or("axis", -1)?, r)?;
+        let d = match cx.const_input(1) {
+            Some(c) => {
+                let v = c.to_f64_vec()[0];
+                if v < 1.0 {
+                    return Err(format!("depth must be >= 1, got {v}"));
+                }
+                Dim::Fixed(v as usize)
+            }
+            None => cx.fresh_dim(0, axis),
+        };
+        let mut shape = idx.shape.clone();
+        shape
+            .axes
+            .insert(axis, crate::ir::Axis { dim: d, name: None });
+        Ok(out(values.dtype, shape))
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let (idx, depth, values) = (cx.input(0)?, cx.input(1)?, cx.input(2)?);
+        let d = depth.to_f64_vec()[0];
+        if d < 1.0 {
+            return Err(format!("depth must be >= 1, got {d}"));
+        }
+        let d = d as usize;
+        let axis = norm_axis(cx.attrs.int_or("axis", -1)?, idx.rank() + 1)?;
+        let k = idx.to_f64_array().mapv(|v| {
+            let v = v.trunc() as i64;
+            if v < 0 {
+                v + d as i64
+            } else {
+                v
+            }
+        });
+        let mut shape = idx.shape().to_vec();
+        shape.insert(axis, d);
+        fn fill<T: Elem>(v: &ArrayD<T>, k: &ArrayD<i64>, shape: &[usize], axis: usize) -> Tensor {
+            let (off, on) = (v[[0].as_ref()], v[[1].as_ref()]);
+            T::wrap(ArrayD::from_shape_fn(IxDyn(shape), |o| {
+                let mut src: Vec<usize> = o.slice().to_vec();
+                let c = src.remove(axis) as i64;
+                if k[IxDyn(&src)] == c {
+                    on
+                } else {
+                    off
+                }
+            }))
+        }
+        if values.len() != 2 {
+            return Err(format!("values must hold 2 values, got {}", values.len()));
+        }
+        let y = match_tensor!(values, v => fill(v, &k, &shape, axis));
+        Ok(vec![y])
+    }
+}
+
+// ---------------------------------------------------------------- TopK
+
+struct TopK;
+
+const TOP_K: OpSchema = OpSchema {
+    name: "TopK",
+    family: "gather",
+    inputs: &["X", "K"],
+    outputs: &["Values", "Indices"],
+    attrs: &[
+        AttrSpec::opt("axis", AttrKind::Int, "-1"),
+        AttrSpec::opt("largest", AttrKind::Int, "1"),
+        AttrSpec::opt("sorted", AttrKind::Int, "1"),
+    ],
+    doc: "The K largest (or smallest) values along `axis` and their i64 indices, best \
+          first; equal values keep index order. Always sorted (sorted = 0 allows any order).",
+};
+
+impl Op for TopK {
+    fn schema(&self) -> &OpSchema {
+        &TOP_K
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (x, k) = (cx.input(0)?, cx.input(1)?);
+        if !x.dtype.is_numeric() {
+            return Err(format!("X must be numeric, got {}", x.dtype));
+        }
+        if k.dtype != DType::I64 || k.shape.num_elements().is_some_and(|n| n != 1) {
+            return Err(format!("K must be a one-element i64 tensor, got {k}"));
+        }
+        let axis = x.shape.norm_axis(cx.attrs.int_or("axis", -1)?)?;
+        let mut shape = x.shape.clone();
+        shape.axes[axis].dim = match cx.const_input(1) {
+            Some(c) => {
+                let k = c.to_i64_vec()[0];
+                if k < 0 || x.shape.dim(axis).fixed().is_some_and(|d| k as usize > d) {
+                    return Err(format!(
+                        "K = {k} is out of range for axis size {}",
+                        x.shape.dim(axis)
+                    ));
+                }
+                Dim::Fixed(k as usize)
+            }
+            None => cx.fresh_dim(0, axis),
+        };
+        Ok(vec![
+            TensorType::new(x.dtype, shape.clone()),
+            TensorType::new(DType::I64, shape),
+        ])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let x = cx.input(0)?;
+        let k = cx.input(1)?.to_i64_vec()[0];
+        let axis = norm_axis(cx.attrs.int_or("axis", -1)?, x.rank())?;
+        let d = x.shape()[axis];
+        if k < 0 || k as usize > d {
+            return Err(format!("K = {k} is out of range for axis size {d}"));
+        }
+        let k = k as usize;
+        let largest = cx.attrs.int_or("largest", 1)? != 0;
+        let a = x.to_f64_array();
+        let mut shape = x.shape().to_vec();
+        shape[axis] = k;
+        let mut vals = ArrayD::zeros(IxDyn(&shape));
+        let mut idxs = ArrayD::<i64>::zeros(IxDyn(&shape));
+        for ((lane, mut vl), mut il) in a
+            .lanes(Axis(axis))
+            .into_iter()
+            .zip(vals.lanes_mut(Axis(axis)))
+            .zip(idxs.lanes_mut(Axis(axis)))
+        {
+            let mut order: Vec<usize> = (0..d).collect();
+            // A stable sort keeps equal values in index order.
+            order.sort_by(|&i, &j| {
+                let (p, q) = (lane[i], lane[j]);
+                let c = p.partial_cmp(&q).unwrap_or(std::cmp::Ordering::Equal);
+                if largest {
+                    c.reverse()
+                } else {
+                    c
+                }
+            });
+            for (slot, &i) in order.iter().take(k).enumerate() {
+                vl[slot] = lane[i];
+                il[slot] = i as i64;
+            }
+        }
+        let values = if x.dtype().is_float() {
+            Tensor::from_f64_array(x.dtype(), vals)
+        } else {
+            Tensor::from_i64_array(x.dtype(), vals.mapv(|v| v as i64))
+        };
+        Ok(vec![values, Tensor::I64(idxs)])
+    }
+}
+
+// ---------------------------------------------------------------- CumSum
+
+struct CumSum;
+
+const CUM_SUM: OpSchema = OpSchema {
+    name: "CumSum",
+    family: "gather",
+    inputs: &["x", "axis"],
+    outputs: &["y"],
+    attrs: &[
+        AttrSpec::opt("exclusive", AttrKind::Int, "0"),
+        AttrSpec::opt("reverse", AttrKind::Int, "0"),
+    ],
+    doc: "Running sum along the scalar `axis` input, optionally exclusive and/or reversed.",
+};
+
+impl Op for CumSum {
+    fn schema(&self) -> &OpSchema {
+        &CUM_SUM
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (x, axis) = (cx.input(0)?, cx.input(1)?);
+        if !x.dtype.is_numeric() {
+            return Err(format!("x must be numeric, got {}", x.dtype));
+        }
+        if !matches!(axis.dtype, DType::I32 | DType::I64) || axis.rank() > 1 {
+            return Err(format!("axis must be an i32/i64 scalar, got {axis}"));
+        }
+        if let Some(c) = cx.const_input(1) {
+            x.shape.norm_axis(c.to_i64_vec()[0])?;
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let x = cx.input(0)?;
+        let axis_v = cx.input(1)?.to_i64_vec();
+        let axis = norm_axis(*axis_v.first().ok_or("axis is empty")?, x.rank())?;
+        let exclusive = cx.attrs.int_or("exclusive", 0)? != 0;
+        let reverse = cx.attrs.int_or("reverse", 0)? != 0;
+        fn scan<T: Copy + std::ops::Add<Output = T> + Default>(
+            mut a: ArrayD<T>,
+            axis: usize,
+            exclusive: bool,
+            reverse: bool,
+        ) -> ArrayD<T> {
+            for mut lane in a.lanes_mut(Axis(axis)) {
+                let n = lane.len();
+                let mut acc = T::default();
+                for s in 0..n {
+                    let i = if reverse { n - 1 - s } else { s };
+                    let v = lane[i];
+                    lane[i] = if exclusive { acc } else { acc + v };
+                    acc = acc + v;
+                }
+            }
+            a
+        }
+        Ok(vec![if x.dtype().is_float() {
+            Tensor::from_f64_array(x.dtype(), scan(x.to_f64_array(), axis, exclusive, reverse))
+        } else {
+            Tensor::from_i64_array(
+                x.dtype(),
+                scan(
+                    x.to_i64_array().mapv(std::num::Wrapping),
+                    axis,
+                    exclusive,
+                    reverse,
+                )
+                .mapv(|w| w.0),
+            )
+        }])
+    }
+}
 
 pub fn ops() -> Vec<&'static dyn Op> {
-    vec![]
+    vec![
+        leak(Gather),
+        leak(GatherElements),
+        leak(ScatterElements),
+        leak(OneHot),
+        leak(TopK),
+        leak(CumSum),
+    ]
 }

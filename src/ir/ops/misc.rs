@@ -1,6 +1,79 @@
-//! The `misc` family of the op catalogue.
-use super::Op;
+//! Conversions: Cast and CastLike.
+//!
+//! Kiln names dtypes by their text spelling (`to = "f32"`); the ONNX importer maps
+//! ONNX's integer type codes onto these names.
+use super::util::out;
+use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::{AttrKind, Attrs, DType, TensorType};
+use crate::tensor::Tensor;
+
+struct Cast;
+
+const CAST: OpSchema = OpSchema {
+    name: "Cast",
+    family: "misc",
+    inputs: &["input"],
+    outputs: &["output"],
+    attrs: &[
+        AttrSpec::req("to", AttrKind::String),
+        AttrSpec::opt("saturate", AttrKind::Int, "1 (float8 only; ignored)"),
+    ],
+    doc: "Converts to dtype `to` (\"f32\", \"i64\", \"bool\", ...): floats to integers \
+          truncate toward zero and saturate (NaN gives 0), integers wrap like a C cast, \
+          anything to bool is != 0.",
+};
+
+fn target(attrs: &Attrs) -> Result<DType, String> {
+    attrs
+        .string_or("to", "")?
+        .parse()
+        .map_err(|e| format!("to: {e}"))
+}
+
+impl Op for Cast {
+    fn schema(&self) -> &OpSchema {
+        &CAST
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        Ok(out(target(cx.attrs)?, x.shape.clone()))
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        Ok(vec![cx.input(0)?.cast(target(cx.attrs)?)])
+    }
+}
+
+struct CastLike;
+
+const CAST_LIKE: OpSchema = OpSchema {
+    name: "CastLike",
+    family: "misc",
+    inputs: &["input", "target_type"],
+    outputs: &["output"],
+    attrs: &[AttrSpec::opt(
+        "saturate",
+        AttrKind::Int,
+        "1 (float8 only; ignored)",
+    )],
+    doc: "Cast to the dtype of `target_type` (whose values are not read).",
+};
+
+impl Op for CastLike {
+    fn schema(&self) -> &OpSchema {
+        &CAST_LIKE
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        Ok(out(cx.input(1)?.dtype, cx.input(0)?.shape.clone()))
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        Ok(vec![cx.input(0)?.cast(cx.input(1)?.dtype())])
+    }
+}
 
 pub fn ops() -> Vec<&'static dyn Op> {
-    vec![]
+    vec![leak(Cast), leak(CastLike)]
 }

@@ -271,7 +271,29 @@ pub fn leak<T: Op>(op: T) -> &'static dyn Op {
 
 /// Helpers shared by the families' infer functions.
 pub mod util {
+    use ndarray::{ArrayD, Dimension, IxDyn};
+
     use crate::ir::{DType, Shape, TensorType};
+    use crate::tensor::{Elem, Tensor};
+
+    /// A new array of `shape` whose element at `idx` is `a[src(idx)]`, or `fill` where
+    /// `src` gives `None`: the one gather loop behind Slice, Pad, Tile and friends.
+    pub fn remap<T: Elem>(
+        a: &ArrayD<T>,
+        shape: &[usize],
+        fill: T,
+        src: impl Fn(&[usize], &mut Vec<usize>) -> bool,
+    ) -> Tensor {
+        let mut buf = Vec::with_capacity(a.ndim());
+        T::wrap(ArrayD::from_shape_fn(IxDyn(shape), |idx| {
+            buf.clear();
+            if src(idx.slice(), &mut buf) {
+                a[IxDyn(&buf)]
+            } else {
+                fill
+            }
+        }))
+    }
 
     /// An error unless every given input has the same dtype; returns it.
     pub fn same_dtype(op: &str, inputs: &[&TensorType]) -> Result<DType, String> {

@@ -163,6 +163,19 @@ impl Parser<'_> {
         Ok(NodeId(k).out(out))
     }
 
+    /// A `%k` naming an earlier node (in `after(...)`), whatever its outputs.
+    fn node_reference(&mut self, g: &Graph) -> PResult<NodeId> {
+        let t = self.peek().clone();
+        match t.tok {
+            Tok::Ref(k, 0) if (k as usize) < g.len() => {
+                self.next();
+                Ok(NodeId(k))
+            }
+            Tok::Ref(k, 0) => self.error(&t, format!("%{k} is not defined before this point")),
+            _ => self.expected("a node reference like %3"),
+        }
+    }
+
     fn graph(&mut self) -> PResult<Graph> {
         self.keyword("graph")?;
         let name = self.string("the graph's name as a quoted string")?;
@@ -256,7 +269,7 @@ impl Parser<'_> {
             self.next();
             self.punct('(')?;
             loop {
-                control_deps.push(self.reference(g)?.node);
+                control_deps.push(self.node_reference(g)?);
                 if !self.is_punct(',') {
                     break;
                 }

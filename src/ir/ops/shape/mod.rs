@@ -5,11 +5,8 @@
 //! They are generic over the element type (every dtype). Shape operands (Reshape's
 //! shape, Slice's starts, ...) give exact output dims when they are constants; otherwise
 //! the unknown dims are fresh symbols named after the node.
-use ndarray::{ArrayD, Dimension, IxDyn};
-
 use super::{InferCtx, Op};
 use crate::ir::{DType, Dim};
-use crate::tensor::{Elem, Tensor};
 
 mod gen;
 mod join;
@@ -40,25 +37,6 @@ fn static_len(cx: &InferCtx<'_>, i: usize) -> Option<usize> {
 /// The product of `dims`, or `None` if any is symbolic.
 fn product(dims: &[Dim]) -> Option<usize> {
     dims.iter().map(|d| d.fixed()).product()
-}
-
-/// A new array of `shape` whose element at `idx` is `a[src(idx)]`, or `fill` where
-/// `src` gives `None`: the one gather loop behind Slice, Pad, Tile and friends.
-fn remap<T: Elem>(
-    a: &ArrayD<T>,
-    shape: &[usize],
-    fill: T,
-    src: impl Fn(&[usize], &mut Vec<usize>) -> bool,
-) -> Tensor {
-    let mut buf = Vec::with_capacity(a.ndim());
-    T::wrap(ArrayD::from_shape_fn(IxDyn(shape), |idx| {
-        buf.clear();
-        if src(idx.slice(), &mut buf) {
-            a[IxDyn(&buf)]
-        } else {
-            fill
-        }
-    }))
 }
 
 pub fn ops() -> Vec<&'static dyn Op> {

@@ -1,6 +1,7 @@
 //! Slice, Pad, Tile: each output element comes from one input element (or a fill).
-use super::{const_ints, remap};
+use super::const_ints;
 use crate::ir::ops::util::out;
+use crate::ir::ops::util::remap;
 use crate::ir::ops::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
 use crate::ir::shape::norm_axis;
 use crate::ir::{AttrKind, Dim, Shape, TensorType};
