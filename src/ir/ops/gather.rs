@@ -159,7 +159,10 @@ const SCATTER_ELEMENTS: OpSchema = OpSchema {
           (in index order).",
 };
 
-fn reduction(s: &str) -> Result<Option<fn(f64, f64) -> f64>, String> {
+/// How ScatterElements combines an update with the value it lands on.
+type Combine = fn(f64, f64) -> f64;
+
+fn reduction(s: &str) -> Result<Option<Combine>, String> {
     Ok(match s {
         "none" => None,
         "add" => Some(|a, b| a + b),
