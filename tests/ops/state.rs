@@ -42,8 +42,14 @@ fn parameters_and_constants_feed_ops() {
 fn variables_persist_across_runs() {
     let exe = InterpExecutable::new(parse(COUNTER, "counter.kir", None).unwrap()).unwrap();
     let step = i64s(&[2], &[1, 2]);
-    assert_eq!(exe.run(std::slice::from_ref(&step)).unwrap()[0], i64s(&[2], &[0, 10]));
-    assert_eq!(exe.run(std::slice::from_ref(&step)).unwrap()[0], i64s(&[2], &[1, 12]));
+    assert_eq!(
+        exe.run(std::slice::from_ref(&step)).unwrap()[0],
+        i64s(&[2], &[0, 10])
+    );
+    assert_eq!(
+        exe.run(std::slice::from_ref(&step)).unwrap()[0],
+        i64s(&[2], &[1, 12])
+    );
     assert_eq!(exe.variable("count"), Some(i64s(&[2], &[2, 14])));
     // A failed run stores nothing.
     assert!(exe.run(&[i64s(&[3], &[1, 1, 1])]).is_err());
