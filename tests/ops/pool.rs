@@ -1,1 +1,152 @@
-//! Tests of the `pool` ops.
+//! Pools against a naive numpy reference (the ONNX formulas as loops) on `ramp` data.
+use kiln::ir::{Attr, Attrs};
+use kiln::Tensor;
+
+use crate::harness::*;
+
+/// numpy's `((np.arange(20) % 9) - 4) * 0.5` as [1, 1, 4, 5].
+fn x() -> Tensor {
+    f64s(
+        &[1, 1, 4, 5],
+        &(0..20)
+            .map(|i| ((i % 9) as f64 - 4.0) * 0.5)
+            .collect::<Vec<_>>(),
+    )
+}
+
+fn pool_attrs(k: &[i64], s: &[i64], pads: Option<&[i64]>, extra: &[(&str, i64)]) -> Attrs {
+    let mut a = attrs(&[
+        ("kernel_shape", Attr::Ints(k.to_vec())),
+        ("strides", Attr::Ints(s.to_vec())),
+    ]);
+    if let Some(p) = pads {
+        a.set("pads", Attr::Ints(p.to_vec()));
+    }
+    for (n, v) in extra {
+        a.set(n, Attr::Int(*v));
+    }
+    a
+}
+
+#[test]
+fn max_pool_values_and_indices() {
+    let out = run(
+        "MaxPool",
+        vec![Input(x())],
+        pool_attrs(&[2, 2], &[2, 2], None, &[]),
+    )
+    .unwrap();
+    assert_eq!(out[0], f64s(&[1, 1, 2, 2], &[1.0, 2.0, 1.5, 2.0]));
+    assert_eq!(out[1], i64s(&[1, 1, 2, 2], &[6, 8, 16, 17]));
+    let out = run(
+        "MaxPool",
+        vec![Symbolic(x())],
+        pool_attrs(&[2, 2], &[2, 2], None, &[("ceil_mode", 1)]),
+    )
+    .unwrap();
+    assert_eq!(out[0], f64s(&[1, 1, 2, 3], &[1.0, 2.0, 0.0, 1.5, 2.0, 0.5]));
+    assert_eq!(out[1], i64s(&[1, 1, 2, 3], &[6, 8, 4, 16, 17, 14]));
+    // Column-major spatial indices: (h, w) -> h + w * H.
+    let out = run(
+        "MaxPool",
+        vec![Input(x())],
+        pool_attrs(&[2, 2], &[2, 2], None, &[("storage_order", 1)]),
+    )
+    .unwrap();
+    assert_eq!(out[1], i64s(&[1, 1, 2, 2], &[5, 13, 7, 11]));
+    // Padding never wins, even against negative values.
+    let neg = f32s(&[1, 1, 1, 2], &[-5.0, -7.0]);
+    let out = run(
+        "MaxPool",
+        vec![Input(neg)],
+        pool_attrs(&[1, 2], &[1, 1], Some(&[0, 1, 0, 1]), &[]),
+    )
+    .unwrap();
+    assert_eq!(out[0], f32s(&[1, 1, 1, 3], &[-5.0, -5.0, -7.0]));
+}
+
+#[test]
+fn average_pool_with_and_without_padding_counted() {
+    let y = run1(
+        "AveragePool",
+        vec![Input(x())],
+        pool_attrs(&[3, 3], &[2, 2], Some(&[1, 1, 1, 1]), &[]),
+    );
+    assert_close(
+        &y,
+        &f64s(&[1, 1, 2, 3], &[-0.5, 0.25, -0.125, 0.25, 0.5, -0.5]),
+        1e-12,
+        0.0,
+    );
+    let y = run1(
+        "AveragePool",
+        vec![Input(x())],
+        pool_attrs(
+            &[3, 3],
+            &[2, 2],
+            Some(&[1, 1, 1, 1]),
+            &[("count_include_pad", 1)],
+        ),
+    );
+    let want = [
+        -0.2222222222222222,
+        0.16666666666666666,
+        -0.05555555555555555,
+        0.16666666666666666,
+        0.5,
+        -0.3333333333333333,
+    ];
+    assert_close(&y, &f64s(&[1, 1, 2, 3], &want), 1e-12, 0.0);
+    let same = attrs(&[
+        ("kernel_shape", Attr::Ints(vec![3])),
+        ("auto_pad", Attr::String("SAME_UPPER".into())),
+    ]);
+    let y = run1(
+        "AveragePool",
+        vec![Input(f32s(&[1, 1, 3], &[1.0, 2.0, 6.0]))],
+        same,
+    );
+    assert_eq!(y, f32s(&[1, 1, 3], &[1.5, 3.0, 4.0]));
+}
+
+#[test]
+fn pool_errors() {
+    let e = run_err(
+        "MaxPool",
+        vec![Input(x())],
+        attrs(&[("strides", Attr::Ints(vec![1, 1]))]),
+    );
+    assert!(
+        e.contains("missing required attribute 'kernel_shape'"),
+        "{e}"
+    );
+    let e = run_err(
+        "AveragePool",
+        vec![Input(x())],
+        pool_attrs(&[2], &[1], None, &[]),
+    );
+    assert!(
+        e.contains("kernel_shape has 1 values, the input has 2 spatial axes"),
+        "{e}"
+    );
+    let e = run_err(
+        "MaxPool",
+        vec![Input(f64s(&[2, 2], &[0.0; 4]))],
+        pool_attrs(&[1], &[1], None, &[]),
+    );
+    assert!(e.contains("[N, C, D1, ...]"), "{e}");
+}
+
+#[test]
+fn global_pools_keep_spatial_axes_as_one() {
+    let y = run1("GlobalAveragePool", vec![Symbolic(x())], Attrs::new());
+    assert_close(&y, &f64s(&[1, 1, 1, 1], &[-0.175]), 1e-12, 0.0);
+    let y = run1("GlobalMaxPool", vec![Input(x())], Attrs::new());
+    assert_eq!(y, f64s(&[1, 1, 1, 1], &[2.0]));
+    let y = run1(
+        "GlobalMaxPool",
+        vec![Input(f32s(&[2, 3, 1], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]))],
+        Attrs::new(),
+    );
+    assert_eq!(y, f32s(&[2, 3, 1], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
+}

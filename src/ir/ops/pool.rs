@@ -1,6 +1,310 @@
-//! The `pool` family of the op catalogue.
-use super::Op;
+//! Pools: MaxPool (with its Indices output), AveragePool, GlobalAveragePool,
+//! GlobalMaxPool, over any number of spatial axes, sharing Conv's window geometry.
+use ndarray::{ArrayD, Dimension, IxDyn};
+
+use super::conv::{windows, Window};
+use super::util::require_dtype;
+use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::{AttrKind, DType, Dim, Shape, TensorType};
+use crate::tensor::Tensor;
+
+fn is_float(d: DType) -> bool {
+    d.is_float()
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Max,
+    Average,
+}
+
+struct Pool {
+    schema: OpSchema,
+    kind: Kind,
+}
+
+const MAX_POOL_ATTRS: &[AttrSpec] = &[
+    AttrSpec::opt("auto_pad", AttrKind::String, "NOTSET"),
+    AttrSpec::opt("ceil_mode", AttrKind::Int, "0"),
+    AttrSpec::opt("dilations", AttrKind::Ints, "1 per axis"),
+    AttrSpec::req("kernel_shape", AttrKind::Ints),
+    AttrSpec::opt("pads", AttrKind::Ints, "0 per side"),
+    AttrSpec::opt("storage_order", AttrKind::Int, "0"),
+    AttrSpec::opt("strides", AttrKind::Ints, "1 per axis"),
+];
+
+const AVERAGE_POOL_ATTRS: &[AttrSpec] = &[
+    AttrSpec::opt("auto_pad", AttrKind::String, "NOTSET"),
+    AttrSpec::opt("ceil_mode", AttrKind::Int, "0"),
+    AttrSpec::opt("count_include_pad", AttrKind::Int, "0"),
+    AttrSpec::opt("dilations", AttrKind::Ints, "1 per axis"),
+    AttrSpec::req("kernel_shape", AttrKind::Ints),
+    AttrSpec::opt("pads", AttrKind::Ints, "0 per side"),
+    AttrSpec::opt("strides", AttrKind::Ints, "1 per axis"),
+];
+
+/// The kernel from `kernel_shape`, one entry per spatial axis of `x`.
+fn kernel(cx_attrs: &crate::ir::Attrs, spatial: usize) -> Result<Vec<usize>, String> {
+    let k = cx_attrs
+        .ints("kernel_shape")?
+        .ok_or("kernel_shape is required")?;
+    if k.len() != spatial {
+        return Err(format!(
+            "kernel_shape has {} values, the input has {spatial} spatial axes",
+            k.len()
+        ));
+    }
+    k.iter()
+        .map(|&v| {
+            usize::try_from(v)
+                .ok()
+                .filter(|&v| v >= 1)
+                .ok_or_else(|| format!("kernel_shape has {v}"))
+        })
+        .collect()
+}
+
+impl Op for Pool {
+    fn schema(&self) -> &OpSchema {
+        &self.schema
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        require_dtype(x, 0, is_float, "a float type")?;
+        if x.rank() < 3 {
+            return Err(format!("X must be [N, C, D1, ...], got {x}"));
+        }
+        let kernel = kernel(cx.attrs, x.rank() - 2)?;
+        let input: Vec<Option<usize>> = x.shape.axes[2..].iter().map(|a| a.dim.fixed()).collect();
+        let wins = windows(cx.attrs, &kernel, &input)?;
+        let ceil = cx.attrs.int_or("ceil_mode", 0)? != 0;
+        let order = cx.attrs.int_or("storage_order", 0)?;
+        if !(0..=1).contains(&order) {
+            return Err(format!("storage_order must be 0 or 1, got {order}"));
+        }
+        let mut shape = x.shape.clone();
+        for (i, a) in shape.axes[2..].iter_mut().enumerate() {
+            a.dim = match input[i] {
+                Some(n) => Dim::Fixed(wins[i].outputs(n, ceil)?),
+                None => cx.fresh_dim(0, i + 2),
+            };
+            a.name = None;
+        }
+        let y = TensorType::new(x.dtype, shape.clone());
+        Ok(match self.kind {
+            Kind::Max => vec![y, TensorType::new(DType::I64, shape)],
+            Kind::Average => vec![y],
+        })
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let xt = cx.input(0)?;
+        let x = xt.to_f64_array();
+        let input: Vec<usize> = x.shape()[2..].to_vec();
+        let kernel = kernel(cx.attrs, input.len())?;
+        let wins = windows(
+            cx.attrs,
+            &kernel,
+            &input.iter().map(|&v| Some(v)).collect::<Vec<_>>(),
+        )?;
+        let ceil = cx.attrs.int_or("ceil_mode", 0)? != 0;
+        let mut shape = x.shape()[..2].to_vec();
+        for (w, &n) in wins.iter().zip(&input) {
+            shape.push(w.outputs(n, ceil)?);
+        }
+        let include_pad = cx.attrs.int_or("count_include_pad", 0)? != 0;
+        let col_major = cx.attrs.int_or("storage_order", 0)? != 0;
+        let mut y = ArrayD::<f64>::zeros(IxDyn(&shape));
+        let mut at = ArrayD::<i64>::zeros(IxDyn(&shape));
+        let mut xi = vec![0; x.ndim()];
+        for (o, v) in y.indexed_iter_mut() {
+            let o = o.slice();
+            xi[0] = o[0];
+            xi[1] = o[1];
+            let (mut best, mut best_at, mut sum, mut count) =
+                (f64::NEG_INFINITY, None, 0.0, 0usize);
+            for tap in ndarray::indices(IxDyn(&kernel)) {
+                let (mut inside, mut in_pad) = (true, true);
+                for d in 0..kernel.len() {
+                    match wins[d].source(o[2 + d], tap[d], input[d]) {
+                        Some(p) => xi[2 + d] = p,
+                        None => {
+                            inside = false;
+                            in_pad &= within_padding(&wins[d], o[2 + d], tap[d], input[d]);
+                        }
+                    }
+                }
+                if inside {
+                    let val = x[IxDyn(&xi)];
+                    count += 1;
+                    sum += val;
+                    if val > best || best_at.is_none() {
+                        best = val;
+                        best_at = Some(xi.clone());
+                    }
+                } else if include_pad && in_pad {
+                    // A tap on explicit padding counts as a zero.
+                    count += 1;
+                }
+            }
+            match self.kind {
+                Kind::Average => {
+                    *v = if count == 0 {
+                        f64::NAN
+                    } else {
+                        sum / count as f64
+                    }
+                }
+                Kind::Max => {
+                    *v = best;
+                    if let Some(p) = best_at {
+                        at[IxDyn(o)] = flat_index(&p, x.shape(), col_major);
+                    }
+                }
+            }
+        }
+        let y = Tensor::from_f64_array(xt.dtype(), y);
+        Ok(match self.kind {
+            Kind::Max => vec![y, Tensor::I64(at)],
+            Kind::Average => vec![y],
+        })
+    }
+}
+
+/// Whether tap `k` at output `o` falls within the input or its explicit padding (not
+/// past it, where a ceil-mode window may reach).
+fn within_padding(w: &Window, o: usize, k: usize, n: usize) -> bool {
+    let p = (o * w.stride + k * w.dilation) as i64 - w.pad_begin as i64;
+    p >= -(w.pad_begin as i64) && p < (n + w.pad_end) as i64
+}
+
+/// ONNX's Indices: the flat index into X, row-major (or with the spatial axes
+/// column-major for storage_order 1).
+fn flat_index(p: &[usize], shape: &[usize], col_major: bool) -> i64 {
+    let spatial: usize = shape[2..].iter().product();
+    let mut idx = (p[0] * shape[1] + p[1]) * spatial;
+    let k = shape.len() - 2;
+    let (mut off, mut stride) = (0, 1);
+    for j in 0..k {
+        let d = if col_major {
+            2 + j
+        } else {
+            shape.len() - 1 - j
+        };
+        off += p[d] * stride;
+        stride *= shape[d];
+    }
+    idx += off;
+    idx as i64
+}
+
+// ---------------------------------------------------------------- Global pools
+
+struct GlobalPool {
+    schema: OpSchema,
+    kind: Kind,
+}
+
+impl Op for GlobalPool {
+    fn schema(&self) -> &OpSchema {
+        &self.schema
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        require_dtype(x, 0, is_float, "a float type")?;
+        if x.rank() < 3 {
+            return Err(format!("X must be [N, C, D1, ...], got {x}"));
+        }
+        let mut shape: Shape = x.shape.clone();
+        for a in &mut shape.axes[2..] {
+            a.dim = Dim::Fixed(1);
+        }
+        Ok(vec![TensorType::new(x.dtype, shape)])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let xt = cx.input(0)?;
+        let x = xt.to_f64_array();
+        let s = x.shape();
+        let spatial: usize = s[2..].iter().product();
+        let std = x.as_standard_layout().into_owned();
+        let flat = std.as_slice().expect("standard layout");
+        let v: Vec<f64> = flat
+            .chunks(spatial.max(1))
+            .take(s[0] * s[1])
+            .map(|plane| match self.kind {
+                Kind::Max => plane.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                Kind::Average => plane.iter().sum::<f64>() / spatial as f64,
+            })
+            .collect();
+        let mut shape = s[..2].to_vec();
+        shape.resize(s.len(), 1);
+        // Zero-sized planes: `chunks` yields nothing, so fill by reduction identity.
+        let v = if v.len() == s[0] * s[1] {
+            v
+        } else {
+            vec![
+                if self.kind == Kind::Max {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::NAN
+                };
+                s[0] * s[1]
+            ]
+        };
+        Ok(vec![Tensor::from_f64s(xt.dtype(), &shape, &v)?])
+    }
+}
 
 pub fn ops() -> Vec<&'static dyn Op> {
-    vec![]
+    vec![
+        leak(Pool {
+            schema: OpSchema {
+                name: "MaxPool",
+                family: "pool",
+                inputs: &["X"],
+                outputs: &["Y", "Indices"],
+                attrs: MAX_POOL_ATTRS,
+                doc: "Maximum over each window; padding never wins. Always has the Indices \
+                      output (i64 flat indices into X, as ONNX defines them).",
+            },
+            kind: Kind::Max,
+        }),
+        leak(Pool {
+            schema: OpSchema {
+                name: "AveragePool",
+                family: "pool",
+                inputs: &["X"],
+                outputs: &["Y"],
+                attrs: AVERAGE_POOL_ATTRS,
+                doc: "Mean over each window: of the input elements only, or with \
+                      count_include_pad of the explicit padding too.",
+            },
+            kind: Kind::Average,
+        }),
+        leak(GlobalPool {
+            schema: OpSchema {
+                name: "GlobalAveragePool",
+                family: "pool",
+                inputs: &["X"],
+                outputs: &["Y"],
+                attrs: &[],
+                doc: "Mean over all spatial axes, kept as size 1.",
+            },
+            kind: Kind::Average,
+        }),
+        leak(GlobalPool {
+            schema: OpSchema {
+                name: "GlobalMaxPool",
+                family: "pool",
+                inputs: &["X"],
+                outputs: &["Y"],
+                attrs: &[],
+                doc: "Maximum over all spatial axes, kept as size 1.",
+            },
+            kind: Kind::Max,
+        }),
+    ]
 }
