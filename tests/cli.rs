@@ -281,13 +281,19 @@ fn check_reports_graph_errors_by_node() {
     let dir = scratch("graph_errors");
     let head = "graph \"g\" {\n  %0 \"x\" = Parameter : f32[2, 3]\n";
     let cases: &[(&str, &[&str])] = &[
-        ("  %1 \"f\" = Frobnicate(%0) : f32[2, 3]\n", &["Frobnicate", ":3:"]),
+        (
+            "  %1 \"f\" = Frobnicate(%0) : f32[2, 3]\n",
+            &["Frobnicate", ":3:"],
+        ),
         (
             "  %1 \"r\" = Relu(%0) {alpha = 1.0} : f32[2, 3]\n",
             &["unknown attribute 'alpha'", "'r'"],
         ),
         ("  %1 \"r\" = Relu(%0) : f32[3, 2]\n", &["'r'", "f32[2, 3]"]),
-        ("  %1 \"c\" = Constant : f32[3] = [1.0, 2.0, 3.0]\n  %2 \"s\" = Add(%0, %1) : f32[2, 3]\n", &["'s'"]),
+        (
+            "  %1 \"c\" = Constant : f32[2] = [1.0, 2.0]\n  %2 \"s\" = Add(%0, %1) : f32[2, 3]\n",
+            &["'s'", "dims 3 and 2"],
+        ),
     ];
     for (i, (body, needles)) in cases.iter().enumerate() {
         let text = format!("{head}{body}  return \"y\" = %1\n}}\n");
