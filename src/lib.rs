@@ -6,6 +6,7 @@
 //! See `ARCHITECTURE.md` for the code map and its invariants.
 
 pub mod backend;
+pub mod capi;
 pub mod error;
 pub mod ir;
 pub mod tensor;

@@ -1,0 +1,392 @@
+//! Compiling and running. A `kiln_executable` is immutable and thread-safe: any number
+//! of threads may call `kiln_executable_run` on one executable at once.
+use std::ffi::{c_char, CString};
+
+use super::graph::{kiln_graph, kiln_value};
+use super::tensor::{dtype_to_c, kiln_dtype, kiln_tensor};
+use super::{arg, arg_mut, arg_slice, arg_str, free_handle, guard, guard_or, into_handle};
+use super::{kiln_status, out_ptr, CResult, Failure};
+use super::{KILN_STATUS_BUFFER_TOO_SMALL, KILN_STATUS_RUN_BAD_INPUT};
+use crate::backend::{backend_for, Device, Executable};
+use crate::error::Error;
+use crate::ir::{Dim, Graph, NodeId, TensorType, Value};
+
+/// How to compile: the backend and the thread budget.
+pub struct kiln_compile_options {
+    device: Device,
+    #[allow(dead_code)] // read once a backend runs kernels on a pool (issue 6)
+    threads: u32,
+}
+
+/// Creates options with the defaults: backend `"cpu"`, all cores. The caller frees them
+/// with `kiln_compile_options_free`.
+///
+/// # Safety
+/// `out` is a valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_compile_options_new(
+    out: *mut *mut kiln_compile_options,
+) -> kiln_status {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        *out = into_handle(kiln_compile_options {
+            device: Device::Cpu,
+            threads: 0,
+        });
+        Ok(())
+    })
+}
+
+/// Frees options. NULL is a no-op.
+///
+/// # Safety
+/// `o` is NULL or a live options handle, not used again.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_compile_options_free(o: *mut kiln_compile_options) {
+    guard_or((), || free_handle(o))
+}
+
+/// Selects the backend by name: `"cpu"` (the best CPU path), `"interp"` (the reference
+/// interpreter) or `"cuda:N"`. An unknown name fails here; a known but unavailable
+/// device fails at `kiln_compile` with `KILN_STATUS_DEVICE_UNAVAILABLE`.
+///
+/// # Safety
+/// `o` is a live options handle; `device` a string.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_compile_options_set_backend(
+    o: *mut kiln_compile_options,
+    device: *const c_char,
+) -> kiln_status {
+    guard(|| {
+        let o = arg_mut(o, "o")?;
+        o.device = arg_str(device, "device")?.parse()?;
+        Ok(())
+    })
+}
+
+/// The number of threads one run may use; 0 means all cores. A hint: the reference
+/// interpreter runs each call on the calling thread.
+///
+/// # Safety
+/// `o` is a live options handle.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_compile_options_set_threads(
+    o: *mut kiln_compile_options,
+    n: u32,
+) -> kiln_status {
+    guard(|| {
+        arg_mut(o, "o")?.threads = n;
+        Ok(())
+    })
+}
+
+/// A graph input or output as discovery reports it.
+struct IoInfo {
+    name: CString,
+    ty: TensorType,
+    /// Fixed sizes, -1 where symbolic.
+    dims: Vec<i64>,
+}
+
+impl IoInfo {
+    fn new(name: &str, ty: &TensorType) -> CResult<IoInfo> {
+        Ok(IoInfo {
+            name: CString::new(name)
+                .map_err(|_| Failure::invalid(format!("name '{name}' contains a NUL")))?,
+            dims: ty
+                .shape
+                .axes
+                .iter()
+                .map(|a| match a.dim {
+                    Dim::Fixed(n) => n as i64,
+                    Dim::Sym(_) => -1,
+                })
+                .collect(),
+            ty: ty.clone(),
+        })
+    }
+}
+
+/// A compiled graph.
+pub struct kiln_executable {
+    exe: Box<dyn Executable>,
+    inputs: Vec<IoInfo>,
+    outputs: Vec<IoInfo>,
+}
+
+fn io_of(g: &Graph) -> CResult<(Vec<IoInfo>, Vec<IoInfo>)> {
+    let inputs = g
+        .inputs()
+        .iter()
+        .map(|&id: &NodeId| {
+            let n = g.node(id);
+            IoInfo::new(&n.name, &n.outputs[0])
+        })
+        .collect::<CResult<_>>()?;
+    let outputs = g
+        .outputs()
+        .iter()
+        .map(|o| IoInfo::new(&o.name, g.value_type(o.value)?))
+        .collect::<CResult<_>>()?;
+    Ok((inputs, outputs))
+}
+
+/// Verifies `g` and compiles it for the options' backend (NULL options: the defaults).
+/// The executable does not refer to the graph, which may be freed or changed after.
+/// On success `*out` is a new handle the caller frees with `kiln_executable_free`.
+///
+/// # Safety
+/// `g` is a live graph not being modified; `o` NULL or live options; `out` valid.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_compile(
+    g: *const kiln_graph,
+    o: *const kiln_compile_options,
+    out: *mut *mut kiln_executable,
+) -> kiln_status {
+    guard(|| {
+        let g = &arg(g, "g")?.graph;
+        let out = out_ptr(out, "out")?;
+        let device = o.as_ref().map_or(Device::Cpu, |o| o.device);
+        if g.outputs().is_empty() {
+            return Err(Failure::from(Error::Graph(
+                "the graph has no outputs (kiln_graph_set_output)".into(),
+            )));
+        }
+        let exe = backend_for(device)?.compile(g)?;
+        let (inputs, outputs) = io_of(g)?;
+        *out = into_handle(kiln_executable {
+            exe,
+            inputs,
+            outputs,
+        });
+        Ok(())
+    })
+}
+
+/// Frees an executable. NULL is a no-op. No run may be in progress on it.
+///
+/// # Safety
+/// `e` is NULL or a live executable, not used again.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_executable_free(e: *mut kiln_executable) {
+    guard_or((), || free_handle(e))
+}
+
+/// The number of inputs `kiln_executable_run` takes; 0 for NULL.
+///
+/// # Safety
+/// `e` is NULL or a live executable.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_executable_input_count(e: *const kiln_executable) -> usize {
+    guard_or(0, || arg(e, "e").map_or(0, |e| e.inputs.len()))
+}
+
+/// The number of outputs `kiln_executable_run` returns; 0 for NULL.
+///
+/// # Safety
+/// `e` is NULL or a live executable.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_executable_output_count(e: *const kiln_executable) -> usize {
+    guard_or(0, || arg(e, "e").map_or(0, |e| e.outputs.len()))
+}
+
+/// # Safety
+/// Out-pointers are NULL or valid.
+unsafe fn write_info(
+    list: &[IoInfo],
+    what: &str,
+    index: usize,
+    name: *mut *const c_char,
+    dtype: *mut kiln_dtype,
+    dims: *mut *const i64,
+    rank: *mut usize,
+) -> CResult<()> {
+    let info = list.get(index).ok_or_else(|| {
+        Failure::invalid(format!(
+            "index {index} is out of range: there are {} {what}s",
+            list.len()
+        ))
+    })?;
+    // Each out-pointer may be NULL: ask only for what you need.
+    if !name.is_null() {
+        *name = info.name.as_ptr();
+    }
+    if !dtype.is_null() {
+        *dtype = dtype_to_c(info.ty.dtype);
+    }
+    if !dims.is_null() {
+        *dims = info.dims.as_ptr();
+    }
+    if !rank.is_null() {
+        *rank = info.dims.len();
+    }
+    Ok(())
+}
+
+/// Describes input `index`: its name, dtype, and `rank` dims (-1 where symbolic). Any
+/// out-pointer may be NULL. The strings and arrays belong to the executable and stay
+/// valid until it is freed.
+///
+/// # Safety
+/// `e` is a live executable; non-NULL out-pointers are valid.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_executable_input_info(
+    e: *const kiln_executable,
+    index: usize,
+    name: *mut *const c_char,
+    dtype: *mut kiln_dtype,
+    dims: *mut *const i64,
+    rank: *mut usize,
+) -> kiln_status {
+    guard(|| {
+        let e = arg(e, "e")?;
+        write_info(&e.inputs, "input", index, name, dtype, dims, rank)
+    })
+}
+
+/// Describes output `index`, as `kiln_executable_input_info`.
+///
+/// # Safety
+/// `e` is a live executable; non-NULL out-pointers are valid.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_executable_output_info(
+    e: *const kiln_executable,
+    index: usize,
+    name: *mut *const c_char,
+    dtype: *mut kiln_dtype,
+    dims: *mut *const i64,
+    rank: *mut usize,
+) -> kiln_status {
+    guard(|| {
+        let e = arg(e, "e")?;
+        write_info(&e.outputs, "output", index, name, dtype, dims, rank)
+    })
+}
+
+/// Runs the executable. `inputs` are in parameter order and must match the graph's
+/// inputs in dtype and shape (symbolic dims bind per run, so one executable serves every
+/// batch size); they are only read. On success each `outputs[i]` receives a new tensor
+/// the caller frees with `kiln_tensor_free`; on failure none is written. Thread-safe:
+/// many threads may run one executable at once (runs that assign variables are
+/// serialized).
+///
+/// # Safety
+/// `e` is a live executable; `inputs` points to `n_inputs` live tensors, `outputs` to
+/// `n_outputs` writable slots.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_executable_run(
+    e: *const kiln_executable,
+    inputs: *const *const kiln_tensor,
+    n_inputs: usize,
+    outputs: *mut *mut kiln_tensor,
+    n_outputs: usize,
+) -> kiln_status {
+    guard(|| {
+        let e = arg(e, "e")?;
+        let ins = arg_slice(inputs, n_inputs, "inputs")?;
+        if outputs.is_null() && n_outputs > 0 {
+            return Err(Failure::null("outputs"));
+        }
+        if n_inputs != e.inputs.len() {
+            return Err(Failure::new(
+                KILN_STATUS_RUN_BAD_INPUT,
+                format!(
+                    "the graph takes {} inputs, {n_inputs} given",
+                    e.inputs.len()
+                ),
+            ));
+        }
+        if n_outputs != e.outputs.len() {
+            return Err(Failure::new(
+                KILN_STATUS_BUFFER_TOO_SMALL,
+                format!(
+                    "the graph has {} outputs, n_outputs is {n_outputs}",
+                    e.outputs.len()
+                ),
+            ));
+        }
+        let mut tensors = Vec::with_capacity(n_inputs);
+        for (i, (&t, info)) in ins.iter().zip(&e.inputs).enumerate() {
+            let name = info.name.to_string_lossy();
+            let t = arg(t, &format!("inputs[{i}] ('{name}')"))?;
+            let t = t
+                .to_tensor(&format!("inputs[{i}] ('{name}')"))
+                .map_err(|f| Failure::new(KILN_STATUS_RUN_BAD_INPUT, f.message))?;
+            tensors.push(t);
+        }
+        let results = e.exe.run(&tensors).map_err(|err| match err {
+            Error::InvalidArgument(m) => Failure::new(KILN_STATUS_RUN_BAD_INPUT, m),
+            other => Failure::from(other),
+        })?;
+        let handles: Vec<kiln_tensor> = results
+            .iter()
+            .map(kiln_tensor::from_tensor)
+            .collect::<CResult<_>>()?;
+        for (i, h) in handles.into_iter().enumerate() {
+            *outputs.add(i) = into_handle(h);
+        }
+        Ok(())
+    })
+}
+
+/// The number of inputs (parameters) of a graph; 0 for NULL.
+///
+/// # Safety
+/// `g` is NULL or a live graph.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_input_count(g: *const kiln_graph) -> usize {
+    guard_or(0, || arg(g, "g").map_or(0, |g| g.graph.inputs().len()))
+}
+
+/// The number of outputs set on a graph; 0 for NULL.
+///
+/// # Safety
+/// `g` is NULL or a live graph.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_output_count(g: *const kiln_graph) -> usize {
+    guard_or(0, || arg(g, "g").map_or(0, |g| g.graph.outputs().len()))
+}
+
+/// The inferred type of value `v`: its dtype, and its dims (-1 where symbolic) written to
+/// `dims[0..*rank]`. If `dims_capacity` is below the rank, `*rank` is set and the status
+/// is `KILN_STATUS_BUFFER_TOO_SMALL`. `dtype` may be NULL.
+///
+/// # Safety
+/// `g` is a live graph; `dims` points to `dims_capacity` slots; `rank` is valid.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_value_type(
+    g: *const kiln_graph,
+    v: kiln_value,
+    dtype: *mut kiln_dtype,
+    dims: *mut i64,
+    dims_capacity: usize,
+    rank: *mut usize,
+) -> kiln_status {
+    guard(|| {
+        let g = arg(g, "g")?;
+        let rank = out_ptr(rank, "rank")?;
+        let ty = g.graph.value_type(Value {
+            node: NodeId(v.node),
+            output: v.output,
+        })?;
+        let info = IoInfo::new("", ty)?;
+        if info.dims.len() > dims_capacity {
+            *rank = info.dims.len();
+            return Err(Failure::new(
+                KILN_STATUS_BUFFER_TOO_SMALL,
+                format!("rank {} > dims_capacity {dims_capacity}", info.dims.len()),
+            ));
+        }
+        if dims.is_null() && !info.dims.is_empty() {
+            return Err(Failure::null("dims"));
+        }
+        for (i, &d) in info.dims.iter().enumerate() {
+            *dims.add(i) = d;
+        }
+        if !dtype.is_null() {
+            *dtype = dtype_to_c(ty.dtype);
+        }
+        *rank = info.dims.len();
+        Ok(())
+    })
+}

@@ -1,0 +1,433 @@
+//! Graph building. A `kiln_graph` is single-writer: calls on one graph must not overlap
+//! (different graphs may be built on different threads at once).
+use std::ffi::{c_char, c_void, CString};
+
+use super::tensor::{dims_from_c, dtype_from_c, kiln_dtype};
+use super::{arg, arg_mut, arg_slice, arg_str, free_handle, guard, guard_or, into_handle};
+use super::{kiln_status, out_ptr, CResult, Failure, KILN_STATUS_BUFFER_TOO_SMALL};
+use crate::ir::{text, Attr, Attrs, Dim, Graph, Node, NodeId, Shape, TensorType, Value};
+use crate::tensor::Tensor;
+
+/// A graph under construction.
+pub struct kiln_graph {
+    pub(crate) graph: Graph,
+}
+
+/// An output of a node: `output` of node `node`. As an op input, `KILN_VALUE_NONE`
+/// (`node == UINT32_MAX`) omits an optional operand.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kiln_value {
+    pub node: u32,
+    pub output: u32,
+}
+
+/// `kiln_value.node` of an omitted optional input.
+pub const KILN_VALUE_NONE_NODE: u32 = u32::MAX;
+
+impl From<Value> for kiln_value {
+    fn from(v: Value) -> kiln_value {
+        kiln_value {
+            node: v.node.0,
+            output: v.output,
+        }
+    }
+}
+
+/// Which field of a `kiln_attr` holds its value.
+pub type kiln_attr_kind = u32;
+
+/// `i`.
+pub const KILN_ATTR_INT: kiln_attr_kind = 0;
+/// `f`.
+pub const KILN_ATTR_FLOAT: kiln_attr_kind = 1;
+/// `s` (NUL-terminated UTF-8).
+pub const KILN_ATTR_STRING: kiln_attr_kind = 2;
+/// `ints[0..len]`.
+pub const KILN_ATTR_INTS: kiln_attr_kind = 3;
+/// `floats[0..len]`.
+pub const KILN_ATTR_FLOATS: kiln_attr_kind = 4;
+/// `strings[0..len]` (e.g. `axis_names`).
+pub const KILN_ATTR_STRINGS: kiln_attr_kind = 5;
+
+/// One attribute of an op: its name, its kind, and the one field the kind selects (the
+/// others are ignored). Kiln copies everything it needs during the call.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct kiln_attr {
+    pub name: *const c_char,
+    pub kind: kiln_attr_kind,
+    pub i: i64,
+    pub f: f64,
+    pub s: *const c_char,
+    pub ints: *const i64,
+    pub floats: *const f64,
+    pub len: usize,
+    pub strings: *const *const c_char,
+}
+
+/// # Safety
+/// The pointers the kind selects are valid as `kiln_attr` documents.
+unsafe fn attr_from_c(a: &kiln_attr, i: usize) -> CResult<(String, Attr)> {
+    let name = arg_str(a.name, &format!("attrs[{i}].name"))?.to_string();
+    let at = |field: &str| format!("attrs[{i}] ('{name}').{field}");
+    let value = match a.kind {
+        KILN_ATTR_INT => Attr::Int(a.i),
+        KILN_ATTR_FLOAT => Attr::Float(a.f),
+        KILN_ATTR_STRING => Attr::String(arg_str(a.s, &at("s"))?.to_string()),
+        KILN_ATTR_INTS => Attr::Ints(arg_slice(a.ints, a.len, &at("ints"))?.to_vec()),
+        KILN_ATTR_FLOATS => Attr::Floats(arg_slice(a.floats, a.len, &at("floats"))?.to_vec()),
+        KILN_ATTR_STRINGS => {
+            let ptrs = arg_slice(a.strings, a.len, &at("strings"))?;
+            let mut v = Vec::with_capacity(ptrs.len());
+            for (k, &p) in ptrs.iter().enumerate() {
+                v.push(arg_str(p, &at(&format!("strings[{k}]")))?.to_string());
+            }
+            Attr::Strings(v)
+        }
+        k => {
+            return Err(Failure::invalid(format!(
+                "{}: {k} is not a kiln_attr_kind (0..=5)",
+                at("kind")
+            )))
+        }
+    };
+    Ok((name, value))
+}
+
+/// # Safety
+/// `p` is NULL or a NUL-terminated string.
+unsafe fn name_arg<'a>(p: *const c_char, arg: &str) -> CResult<&'a str> {
+    if p.is_null() {
+        Ok("")
+    } else {
+        arg_str(p, arg)
+    }
+}
+
+/// Creates an empty graph. On success `*out` is a new handle the caller frees with
+/// `kiln_graph_free`.
+///
+/// # Safety
+/// `out` is a valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_new(out: *mut *mut kiln_graph) -> kiln_status {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        *out = into_handle(kiln_graph {
+            graph: Graph::new("graph"),
+        });
+        Ok(())
+    })
+}
+
+/// Parses a graph from `.kir` text (see `kiln print`); errors give line and column.
+/// On success `*out` is a new handle the caller frees with `kiln_graph_free`.
+///
+/// # Safety
+/// `text` is a NUL-terminated string; `out` is a valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_parse(
+    text: *const c_char,
+    out: *mut *mut kiln_graph,
+) -> kiln_status {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        let graph = text::parse(arg_str(text, "text")?, "<text>", None)?;
+        *out = into_handle(kiln_graph { graph });
+        Ok(())
+    })
+}
+
+/// Frees a graph. NULL is a no-op. Executables compiled from it stay valid.
+///
+/// # Safety
+/// `g` is NULL or a live graph handle, not used again.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_free(g: *mut kiln_graph) {
+    guard_or((), || free_handle(g))
+}
+
+/// Adds a graph input. `dims[i] == -1` makes axis `i` symbolic; `axis_names` may be NULL
+/// (and any entry NULL) for unnamed axes. A named symbolic axis uses its name as the
+/// symbol, so equal names share one size; an unnamed one gets its own symbol. Inputs
+/// are fed to `kiln_executable_run` in the order they were added. Names must be unique
+/// (NULL or "" picks one). On success `*out` is the parameter's value.
+///
+/// # Safety
+/// `g` is a live graph; `name` NULL or a string; `dims` (and `axis_names` unless NULL)
+/// point to `rank` entries; `out` is valid.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_add_parameter(
+    g: *mut kiln_graph,
+    name: *const c_char,
+    dtype: kiln_dtype,
+    dims: *const i64,
+    axis_names: *const *const c_char,
+    rank: usize,
+    out: *mut kiln_value,
+) -> kiln_status {
+    guard(|| {
+        let g = arg_mut(g, "g")?;
+        let out = out_ptr(out, "out")?;
+        let mut name = name_arg(name, "name")?.to_string();
+        if name.is_empty() {
+            name = format!("input{}", g.graph.inputs().len());
+        }
+        let dtype = dtype_from_c(dtype, "dtype")?;
+        let dims = arg_slice(dims, rank, "dims")?;
+        let names: Vec<Option<String>> = if axis_names.is_null() {
+            vec![None; rank]
+        } else {
+            let ptrs = arg_slice(axis_names, rank, "axis_names")?;
+            let mut v = Vec::with_capacity(rank);
+            for (i, &p) in ptrs.iter().enumerate() {
+                let s = name_arg(p, &format!("axis_names[{i}]"))?;
+                v.push((!s.is_empty()).then(|| s.to_string()));
+            }
+            v
+        };
+        let mut shape_dims = Vec::with_capacity(rank);
+        for (i, &d) in dims.iter().enumerate() {
+            shape_dims.push(match (d, &names[i]) {
+                (-1, Some(axis)) => Dim::Sym(axis.clone()),
+                (-1, None) => Dim::Sym(format!("{name}.{i}")),
+                (d, _) if d >= 0 => Dim::Fixed(d as usize),
+                (d, _) => {
+                    return Err(Failure::invalid(format!(
+                        "dims[{i}] is {d}: a dim is >= 0, or -1 for symbolic"
+                    )))
+                }
+            });
+        }
+        let ty = TensorType::new(dtype, Shape::named(shape_dims, names));
+        let id = g.graph.add_parameter(&name, ty)?;
+        *out = Value::from(id).into();
+        Ok(())
+    })
+}
+
+/// # Safety
+/// As `kiln_graph_add_constant`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn add_data_node(
+    g: *mut kiln_graph,
+    name: *const c_char,
+    dtype: kiln_dtype,
+    dims: *const i64,
+    rank: usize,
+    data: *const c_void,
+    nbytes: usize,
+    out: *mut kiln_value,
+    variable: bool,
+) -> CResult<()> {
+    let g = arg_mut(g, "g")?;
+    let out = out_ptr(out, "out")?;
+    let name = name_arg(name, "name")?;
+    let dtype = dtype_from_c(dtype, "dtype")?;
+    let shape = dims_from_c(arg_slice(dims, rank, "dims")?, "dims")?;
+    let bytes = arg_slice(data.cast::<u8>(), nbytes, "data")?;
+    let value = Tensor::from_le_bytes(dtype, &shape, bytes)
+        .map_err(|e| Failure::invalid(format!("data: {e}")))?;
+    let ty = TensorType::new(dtype, Shape::fixed(&shape));
+    let id = if variable {
+        g.graph.add_variable(name, ty, value)?
+    } else {
+        g.graph.add_constant(name, ty, value)?
+    };
+    *out = Value::from(id).into();
+    Ok(())
+}
+
+/// Adds a constant of static shape `dims`, copying `nbytes` of row-major little-endian
+/// `data` (which must be exactly the tensor's size; bools are bytes 0 or 1). NULL or ""
+/// `name` picks one. On success `*out` is its value.
+///
+/// # Safety
+/// `g` is a live graph; `dims` points to `rank` values; `data` to `nbytes` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_add_constant(
+    g: *mut kiln_graph,
+    name: *const c_char,
+    dtype: kiln_dtype,
+    dims: *const i64,
+    rank: usize,
+    data: *const c_void,
+    nbytes: usize,
+    out: *mut kiln_value,
+) -> kiln_status {
+    guard(|| add_data_node(g, name, dtype, dims, rank, data, nbytes, out, false))
+}
+
+/// Adds a variable: state that persists across runs of one executable, starting from a
+/// copy of `initial` (as `kiln_graph_add_constant`'s data) and changed only by `Assign`
+/// ops. Each executable has its own copy of the state.
+///
+/// # Safety
+/// As `kiln_graph_add_constant`.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_add_variable(
+    g: *mut kiln_graph,
+    name: *const c_char,
+    dtype: kiln_dtype,
+    dims: *const i64,
+    rank: usize,
+    initial: *const c_void,
+    nbytes: usize,
+    out: *mut kiln_value,
+) -> kiln_status {
+    guard(|| add_data_node(g, name, dtype, dims, rank, initial, nbytes, out, true))
+}
+
+/// Applies catalogue op `op_type` (see `kiln ops`) to `inputs`, with `attrs`. Output
+/// types are inferred now, so a bad operand, attribute or shape fails here with a message
+/// naming the node. On success the node's outputs are written to
+/// `outputs[0..*n_outputs]`; if `outputs_capacity` is too small nothing is added,
+/// `*n_outputs` says how many are needed and the status is
+/// `KILN_STATUS_BUFFER_TOO_SMALL`. An input with `node == KILN_VALUE_NONE_NODE` omits an
+/// optional operand.
+///
+/// # Safety
+/// `g` is a live graph; `op_type` a string; `inputs`, `attrs` and `outputs` point to
+/// `n_inputs`, `n_attrs` and `outputs_capacity` entries; `n_outputs` is valid.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_add_op(
+    g: *mut kiln_graph,
+    op_type: *const c_char,
+    inputs: *const kiln_value,
+    n_inputs: usize,
+    attrs: *const kiln_attr,
+    n_attrs: usize,
+    outputs: *mut kiln_value,
+    outputs_capacity: usize,
+    n_outputs: *mut usize,
+) -> kiln_status {
+    guard(|| {
+        let g = arg_mut(g, "g")?;
+        let op = arg_str(op_type, "op_type")?;
+        let n_out = out_ptr(n_outputs, "n_outputs")?;
+        if outputs.is_null() && outputs_capacity > 0 {
+            return Err(Failure::null("outputs"));
+        }
+        let ins: Vec<Option<Value>> = arg_slice(inputs, n_inputs, "inputs")?
+            .iter()
+            .map(|v| {
+                (v.node != KILN_VALUE_NONE_NODE).then_some(Value {
+                    node: NodeId(v.node),
+                    output: v.output,
+                })
+            })
+            .collect();
+        let mut attr_map = Attrs::new();
+        for (i, a) in arg_slice(attrs, n_attrs, "attrs")?.iter().enumerate() {
+            let (name, value) = attr_from_c(a, i)?;
+            if attr_map.get(&name).is_some() {
+                return Err(Failure::invalid(format!(
+                    "attrs[{i}]: attribute '{name}' is given twice"
+                )));
+            }
+            attr_map.set(&name, value);
+        }
+        // Infer first, so that a too-small output array adds nothing.
+        let probe = Node {
+            name: String::new(),
+            op: op.to_string(),
+            inputs: ins.clone(),
+            attrs: attr_map.clone(),
+            outputs: vec![],
+            control_deps: vec![],
+            data: None,
+        };
+        let count = match g.graph.infer_node(&probe) {
+            Ok(types) => types.len(),
+            // Let add_op produce the error, which names the node.
+            Err(_) => 0,
+        };
+        if count > outputs_capacity {
+            *n_out = count;
+            return Err(Failure::new(
+                KILN_STATUS_BUFFER_TOO_SMALL,
+                format!("{op} has {count} outputs; outputs_capacity is {outputs_capacity}"),
+            ));
+        }
+        let id = g.graph.add_op(op, &ins, attr_map, "")?;
+        let count = g.graph.node(id).outputs.len();
+        for i in 0..count {
+            *outputs.add(i) = id.out(i as u32).into();
+        }
+        *n_out = count;
+        Ok(())
+    })
+}
+
+/// Orders node `node` after node `after` although no value flows between them (used to
+/// order `Assign`s and the reads around them). `after` must be added before `node`.
+///
+/// # Safety
+/// `g` is a live graph.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_add_control_dependency(
+    g: *mut kiln_graph,
+    node: u32,
+    after: u32,
+) -> kiln_status {
+    guard(|| {
+        let g = arg_mut(g, "g")?;
+        Ok(g.graph.add_control_dep(NodeId(node), NodeId(after))?)
+    })
+}
+
+/// Marks `v` as a graph output called `name` (unique and non-empty). Outputs are returned
+/// by `kiln_executable_run` in the order they were set.
+///
+/// # Safety
+/// `g` is a live graph; `name` a string.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_set_output(
+    g: *mut kiln_graph,
+    name: *const c_char,
+    v: kiln_value,
+) -> kiln_status {
+    guard(|| {
+        let g = arg_mut(g, "g")?;
+        let name = arg_str(name, "name")?;
+        let v = Value {
+            node: NodeId(v.node),
+            output: v.output,
+        };
+        Ok(g.graph.add_output(name, v)?)
+    })
+}
+
+/// The graph as `.kir` text (deterministic; what `kiln print` shows). On success `*out`
+/// is a new string the caller frees with `kiln_string_free`.
+///
+/// # Safety
+/// `g` is a live graph; `out` is valid.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_to_text(
+    g: *const kiln_graph,
+    out: *mut *mut c_char,
+) -> kiln_status {
+    guard(|| {
+        let g = arg(g, "g")?;
+        let out = out_ptr(out, "out")?;
+        let s = CString::new(text::print(&g.graph))
+            .map_err(|_| Failure::invalid("the graph's text contains a NUL byte"))?;
+        *out = s.into_raw();
+        Ok(())
+    })
+}
+
+/// Frees a string returned by Kiln. NULL is a no-op.
+///
+/// # Safety
+/// `s` is NULL or a string Kiln returned as caller-owned, not used again.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_string_free(s: *mut c_char) {
+    guard_or((), || {
+        if !s.is_null() {
+            drop(CString::from_raw(s));
+        }
+    })
+}

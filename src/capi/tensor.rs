@@ -1,0 +1,266 @@
+//! Tensors: dense, row-major buffers that carry run inputs and outputs.
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+use super::{arg, arg_slice, free_handle, guard, guard_or, into_handle, out_ptr, CResult, Failure};
+use super::{kiln_status, KILN_STATUS_INVALID_ARGUMENT};
+use crate::ir::DType;
+use crate::tensor::Tensor;
+
+/// An element type.
+pub type kiln_dtype = u32;
+
+pub const KILN_DTYPE_F32: kiln_dtype = 0;
+pub const KILN_DTYPE_F64: kiln_dtype = 1;
+pub const KILN_DTYPE_F16: kiln_dtype = 2;
+pub const KILN_DTYPE_BF16: kiln_dtype = 3;
+pub const KILN_DTYPE_I8: kiln_dtype = 4;
+pub const KILN_DTYPE_U8: kiln_dtype = 5;
+pub const KILN_DTYPE_I32: kiln_dtype = 6;
+pub const KILN_DTYPE_I64: kiln_dtype = 7;
+/// One byte per element, 0 or 1.
+pub const KILN_DTYPE_BOOL: kiln_dtype = 8;
+/// What the getters return for a NULL handle; never accepted as an argument.
+pub const KILN_DTYPE_INVALID: kiln_dtype = 0xFFFF_FFFF;
+
+/// `DType::ALL` is in `kiln_dtype` order.
+pub(crate) fn dtype_from_c(d: kiln_dtype, arg: &str) -> CResult<DType> {
+    DType::ALL
+        .get(d as usize)
+        .copied()
+        .ok_or_else(|| Failure::invalid(format!("{arg}: {d} is not a kiln_dtype (0..=8)")))
+}
+
+pub(crate) fn dtype_to_c(d: DType) -> kiln_dtype {
+    DType::ALL.iter().position(|&x| x == d).expect("in ALL") as kiln_dtype
+}
+
+/// Dims from C: each must be >= 0 and their product must fit in memory.
+pub(crate) fn dims_from_c(dims: &[i64], arg: &str) -> CResult<Vec<usize>> {
+    let mut n: usize = 1;
+    let mut out = Vec::with_capacity(dims.len());
+    for (i, &d) in dims.iter().enumerate() {
+        let d = usize::try_from(d)
+            .map_err(|_| Failure::invalid(format!("{arg}[{i}] is {d}; dims must be >= 0")))?;
+        n = n
+            .checked_mul(d)
+            .filter(|&n| n <= isize::MAX as usize / 8)
+            .ok_or_else(|| Failure::invalid(format!("{arg}: {dims:?} is too many elements")))?;
+        out.push(d);
+    }
+    Ok(out)
+}
+
+/// 64-byte aligned, zeroed memory that a tensor owns.
+struct AlignedBuf {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+impl AlignedBuf {
+    const ALIGN: usize = 64;
+
+    fn zeroed(len: usize) -> CResult<AlignedBuf> {
+        let layout = Layout::from_size_align(len.max(1), Self::ALIGN)
+            .map_err(|_| Failure::invalid(format!("a tensor of {len} bytes is too large")))?;
+        // SAFETY: the layout's size is non-zero.
+        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })
+            .ok_or_else(|| Failure::invalid(format!("cannot allocate a tensor of {len} bytes")))?;
+        Ok(AlignedBuf { ptr, layout })
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `zeroed` with this layout.
+        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+enum Storage {
+    Owned(AlignedBuf),
+    /// Caller memory (`kiln_tensor_wrap`); may be NULL when empty.
+    Borrowed(*mut u8),
+}
+
+/// A tensor handle: a dtype, dims, and a buffer it owns or borrows.
+pub struct kiln_tensor {
+    dtype: DType,
+    dims: Vec<i64>,
+    nbytes: usize,
+    storage: Storage,
+}
+
+impl kiln_tensor {
+    fn data_ptr(&self) -> *mut u8 {
+        match &self.storage {
+            Storage::Owned(b) => b.ptr.as_ptr(),
+            Storage::Borrowed(p) => *p,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        let p = self.data_ptr();
+        if self.nbytes == 0 || p.is_null() {
+            return &[];
+        }
+        // SAFETY: owned buffers hold `nbytes`; borrowed ones were promised to by the
+        // caller of `kiln_tensor_wrap` for the handle's lifetime.
+        unsafe { std::slice::from_raw_parts(p, self.nbytes) }
+    }
+
+    /// A copy as a `Tensor`; `what` names it in errors.
+    pub(crate) fn to_tensor(&self, what: &str) -> CResult<Tensor> {
+        let dims: Vec<usize> = self.dims.iter().map(|&d| d as usize).collect();
+        Tensor::from_le_bytes(self.dtype, &dims, self.bytes())
+            .map_err(|e| Failure::new(KILN_STATUS_INVALID_ARGUMENT, format!("{what}: {e}")))
+    }
+
+    /// A new owned handle holding a copy of `t`.
+    pub(crate) fn from_tensor(t: &Tensor) -> CResult<kiln_tensor> {
+        let bytes = t.to_le_bytes();
+        let buf = AlignedBuf::zeroed(bytes.len())?;
+        // SAFETY: `buf` holds at least `bytes.len()` bytes and does not overlap `bytes`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.ptr.as_ptr(), bytes.len()) };
+        Ok(kiln_tensor {
+            dtype: t.dtype(),
+            dims: t.shape().iter().map(|&d| d as i64).collect(),
+            nbytes: bytes.len(),
+            storage: Storage::Owned(buf),
+        })
+    }
+}
+
+/// Creates a tensor that owns zeroed, 64-byte aligned memory for `rank` dims
+/// (`dims` may be NULL when `rank` is 0). On success `*out` is a new handle the caller
+/// frees with `kiln_tensor_free`.
+///
+/// # Safety
+/// `dims` points to `rank` values; `out` is a valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_tensor_new(
+    dtype: kiln_dtype,
+    dims: *const i64,
+    rank: usize,
+    out: *mut *mut kiln_tensor,
+) -> kiln_status {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        let dtype = dtype_from_c(dtype, "dtype")?;
+        let dims = arg_slice(dims, rank, "dims")?;
+        let shape = dims_from_c(dims, "dims")?;
+        let nbytes = shape.iter().product::<usize>() * dtype.size_in_bytes();
+        let t = kiln_tensor {
+            dtype,
+            dims: dims.to_vec(),
+            nbytes,
+            storage: Storage::Owned(AlignedBuf::zeroed(nbytes)?),
+        };
+        *out = into_handle(t);
+        Ok(())
+    })
+}
+
+/// Creates a tensor over caller memory, without copying: `data` must hold exactly
+/// `nbytes` = elements × element size bytes, row-major, little-endian, and stay valid
+/// (and not be freed) until the handle is freed. `data` may be NULL only when `nbytes` is
+/// 0. The caller frees the handle with `kiln_tensor_free`, which leaves `data` alone.
+///
+/// # Safety
+/// `dims` points to `rank` values; `data` to `nbytes` bytes as above; `out` is valid.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_tensor_wrap(
+    dtype: kiln_dtype,
+    dims: *const i64,
+    rank: usize,
+    data: *mut c_void,
+    nbytes: usize,
+    out: *mut *mut kiln_tensor,
+) -> kiln_status {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        let dtype = dtype_from_c(dtype, "dtype")?;
+        let dims = arg_slice(dims, rank, "dims")?;
+        let shape = dims_from_c(dims, "dims")?;
+        let want = shape.iter().product::<usize>() * dtype.size_in_bytes();
+        if nbytes != want {
+            return Err(Failure::invalid(format!(
+                "nbytes is {nbytes}, but {dtype}{shape:?} needs {want}"
+            )));
+        }
+        if data.is_null() && nbytes > 0 {
+            return Err(Failure::null("data"));
+        }
+        let t = kiln_tensor {
+            dtype,
+            dims: dims.to_vec(),
+            nbytes,
+            storage: Storage::Borrowed(data.cast()),
+        };
+        *out = into_handle(t);
+        Ok(())
+    })
+}
+
+/// The tensor's data (row-major, little-endian); NULL for a NULL handle. Valid until the
+/// handle is freed. Writing through it is allowed while no run uses the tensor.
+///
+/// # Safety
+/// `t` is NULL or a live tensor handle.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_tensor_data(t: *mut kiln_tensor) -> *mut c_void {
+    guard_or(std::ptr::null_mut(), || {
+        arg(t, "t").map_or(std::ptr::null_mut(), |t| t.data_ptr().cast())
+    })
+}
+
+/// The size of the tensor's data in bytes; 0 for a NULL handle.
+///
+/// # Safety
+/// `t` is NULL or a live tensor handle.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_tensor_nbytes(t: *const kiln_tensor) -> usize {
+    guard_or(0, || arg(t, "t").map_or(0, |t| t.nbytes))
+}
+
+/// The tensor's dtype; `KILN_DTYPE_INVALID` for a NULL handle.
+///
+/// # Safety
+/// `t` is NULL or a live tensor handle.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_tensor_dtype(t: *const kiln_tensor) -> kiln_dtype {
+    guard_or(KILN_DTYPE_INVALID, || {
+        arg(t, "t").map_or(KILN_DTYPE_INVALID, |t| dtype_to_c(t.dtype))
+    })
+}
+
+/// The tensor's rank; 0 for a NULL handle.
+///
+/// # Safety
+/// `t` is NULL or a live tensor handle.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_tensor_rank(t: *const kiln_tensor) -> usize {
+    guard_or(0, || arg(t, "t").map_or(0, |t| t.dims.len()))
+}
+
+/// The tensor's `rank` dims, owned by the handle and valid until it is freed; NULL for
+/// a NULL handle (and possibly for rank 0).
+///
+/// # Safety
+/// `t` is NULL or a live tensor handle.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_tensor_dims(t: *const kiln_tensor) -> *const i64 {
+    guard_or(std::ptr::null(), || {
+        arg(t, "t").map_or(std::ptr::null(), |t| t.dims.as_ptr())
+    })
+}
+
+/// Frees a tensor handle (and its memory, unless wrapped). NULL is a no-op.
+///
+/// # Safety
+/// `t` is NULL or a live tensor handle, not used again.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_tensor_free(t: *mut kiln_tensor) {
+    guard_or((), || free_handle(t))
+}

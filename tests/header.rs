@@ -1,0 +1,114 @@
+//! `include/kiln.h`: generated from `src/capi/` by cbindgen, committed, and kept honest.
+//!
+//! `BLESS=1 cargo test --test header` rewrites it after a change to the C ABI.
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn header_path() -> PathBuf {
+    root().join("include/kiln.h")
+}
+
+/// The version macros, from Cargo.toml's version.
+fn version_macros() -> String {
+    let (major, minor, patch) = (
+        env!("CARGO_PKG_VERSION_MAJOR"),
+        env!("CARGO_PKG_VERSION_MINOR"),
+        env!("CARGO_PKG_VERSION_PATCH"),
+    );
+    let number: u32 = major.parse::<u32>().unwrap() * 10000
+        + minor.parse::<u32>().unwrap() * 100
+        + patch.parse::<u32>().unwrap();
+    format!(
+        "\n#define KILN_VERSION_MAJOR {major}\n#define KILN_VERSION_MINOR {minor}\n\
+         #define KILN_VERSION_PATCH {patch}\n/* major * 10000 + minor * 100 + patch, as kiln_version_number() */\n\
+         #define KILN_VERSION_NUMBER {number}\n#define KILN_VERSION_STRING \"{}\"\n",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+fn generate() -> String {
+    let config = cbindgen::Config::from_file(root().join("cbindgen.toml")).unwrap();
+    let mut out = Vec::new();
+    cbindgen::Builder::new()
+        .with_config(config)
+        .with_crate(root())
+        .with_after_include(version_macros())
+        .generate()
+        .expect("cbindgen generates the header")
+        .write(&mut out);
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn header_is_fresh() {
+    let want = generate();
+    let path = header_path();
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(&path, &want).unwrap();
+        return;
+    }
+    let have = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        have == want,
+        "include/kiln.h is stale: run `BLESS=1 cargo test --test header` and commit it"
+    );
+}
+
+#[test]
+fn version_macros_match_the_library() {
+    let text = std::fs::read_to_string(header_path()).unwrap();
+    let number: u32 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("#define KILN_VERSION_NUMBER "))
+        .expect("KILN_VERSION_NUMBER in the header")
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(number, kiln::capi::kiln_version_number());
+    let s = unsafe { std::ffi::CStr::from_ptr(kiln::capi::kiln_version_string()) };
+    assert_eq!(s.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
+    assert!(text.contains(&format!(
+        "#define KILN_VERSION_STRING \"{}\"",
+        env!("CARGO_PKG_VERSION")
+    )));
+}
+
+/// Compiles a translation unit that includes only the header, with every warning an error.
+fn compile_alone(compiler: &str, args: &[&str], ext: &str) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("header");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join(format!("alone.{ext}"));
+    std::fs::write(&src, "#include \"kiln.h\"\n#include \"kiln.h\"\nint main(void) { return kiln_version_number() == KILN_VERSION_NUMBER ? 0 : 1; }\n").unwrap();
+    let out = Command::new(compiler)
+        .args(args)
+        .args([
+            "-Wall",
+            "-Wextra",
+            "-Wpedantic",
+            "-Werror",
+            "-fsyntax-only",
+            "-I",
+        ])
+        .arg(root().join("include"))
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("{compiler} is needed to check the header (make test installs it): {e}")
+        });
+    assert!(
+        out.status.success(),
+        "{compiler} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn header_compiles_alone_as_c99_c11_and_cpp17() {
+    compile_alone("cc", &["-std=c99"], "c");
+    compile_alone("cc", &["-std=c11"], "c");
+    compile_alone("c++", &["-std=c++17"], "cpp");
+}
