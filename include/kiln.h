@@ -16,11 +16,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
 #define KILN_VERSION_MAJOR 0
 #define KILN_VERSION_MINOR 1
 #define KILN_VERSION_PATCH 0
-/* major * 10000 + minor * 100 + patch, as kiln_version_number() */
+/* major * 10000 + minor * 100 + patch, as kiln_version_number() returns */
 #define KILN_VERSION_NUMBER 100
 #define KILN_VERSION_STRING "0.1.0"
 

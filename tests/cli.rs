@@ -249,8 +249,9 @@ fn run_rejects_wrong_inputs() {
     assert_fails(&kiln(&["run", &f, "--inputs", &x, &missing]), &["nope.npy"]);
     let junk = write(&dir, "junk.npy", "not an npy file");
     assert_fails(&kiln(&["run", &f, "--inputs", &x, &junk]), &["junk.npy"]);
-    let o = kiln(&["run", &f, "--inputs", &x, &x, "--backend", "cpu"]);
-    assert_fails(&o, &["CPU backend is not built yet"]);
+    assert_ok(&kiln(&["run", &f, "--inputs", &x, &x, "--backend", "cpu"]));
+    let o = kiln(&["run", &f, "--inputs", &x, &x, "--backend", "cuda:0"]);
+    assert_fails(&o, &["cuda:0", "without CUDA"]);
     let o = kiln(&["run", &f, "--inputs", &x, &x, "--backend", "tpu"]);
     assert_fails(&o, &["unknown device 'tpu'"]);
 }

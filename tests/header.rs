@@ -12,31 +12,12 @@ fn header_path() -> PathBuf {
     root().join("include/kiln.h")
 }
 
-/// The version macros, from Cargo.toml's version.
-fn version_macros() -> String {
-    let (major, minor, patch) = (
-        env!("CARGO_PKG_VERSION_MAJOR"),
-        env!("CARGO_PKG_VERSION_MINOR"),
-        env!("CARGO_PKG_VERSION_PATCH"),
-    );
-    let number: u32 = major.parse::<u32>().unwrap() * 10000
-        + minor.parse::<u32>().unwrap() * 100
-        + patch.parse::<u32>().unwrap();
-    format!(
-        "\n#define KILN_VERSION_MAJOR {major}\n#define KILN_VERSION_MINOR {minor}\n\
-         #define KILN_VERSION_PATCH {patch}\n/* major * 10000 + minor * 100 + patch, as kiln_version_number() */\n\
-         #define KILN_VERSION_NUMBER {number}\n#define KILN_VERSION_STRING \"{}\"\n",
-        env!("CARGO_PKG_VERSION")
-    )
-}
-
 fn generate() -> String {
     let config = cbindgen::Config::from_file(root().join("cbindgen.toml")).unwrap();
     let mut out = Vec::new();
     cbindgen::Builder::new()
         .with_config(config)
         .with_crate(root())
-        .with_after_include(version_macros())
         .generate()
         .expect("cbindgen generates the header")
         .write(&mut out);
@@ -75,6 +56,17 @@ fn version_macros_match_the_library() {
         "#define KILN_VERSION_STRING \"{}\"",
         env!("CARGO_PKG_VERSION")
     )));
+    for (part, value) in [
+        ("MAJOR", env!("CARGO_PKG_VERSION_MAJOR")),
+        ("MINOR", env!("CARGO_PKG_VERSION_MINOR")),
+        ("PATCH", env!("CARGO_PKG_VERSION_PATCH")),
+    ] {
+        let line = format!("#define KILN_VERSION_{part} {value}\n");
+        assert!(
+            text.contains(&line),
+            "the header lacks {line:?}: update cbindgen.toml"
+        );
+    }
 }
 
 /// Compiles a translation unit that includes only the header, with every warning an error.
