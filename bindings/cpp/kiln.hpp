@@ -1,0 +1,377 @@
+// kiln.hpp: a header-only C++17 wrapper over the Kiln C ABI (kiln.h).
+//
+// Handles are move-only RAII objects; every failing call throws kiln::Error, which
+// carries the status and the library's message. Nothing here has global state, so the
+// header may be included in any number of translation units.
+#ifndef KILN_HPP
+#define KILN_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln.h"
+
+namespace kiln {
+
+/// A failed call: the status and the message of `kiln_last_error_message()`.
+class Error : public std::runtime_error {
+ public:
+  Error(kiln_status status, const std::string &message)
+      : std::runtime_error(std::string(kiln_status_string(status)) + ": " + message), status_(status) {}
+  kiln_status status() const noexcept { return status_; }
+
+ private:
+  kiln_status status_;
+};
+
+/// Throws unless `s` is KILN_STATUS_OK.
+inline void check(kiln_status s) {
+  if (s != KILN_STATUS_OK) throw Error(s, kiln_last_error_message());
+}
+
+/// A read-only view of `size` contiguous `T`s (C++17 has no std::span).
+template <class T>
+class Span {
+ public:
+  Span() = default;
+  Span(const T *data, std::size_t size) : data_(data), size_(size) {}
+  const T *data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  const T &operator[](std::size_t i) const { return data_[i]; }
+  const T *begin() const noexcept { return data_; }
+  const T *end() const noexcept { return data_ + size_; }
+  std::vector<T> to_vector() const { return std::vector<T>(begin(), end()); }
+
+ private:
+  const T *data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// The kiln_dtype of a C++ element type.
+template <class T>
+struct dtype_of;
+template <> struct dtype_of<float> { static constexpr kiln_dtype value = KILN_DTYPE_F32; };
+template <> struct dtype_of<double> { static constexpr kiln_dtype value = KILN_DTYPE_F64; };
+template <> struct dtype_of<std::int8_t> { static constexpr kiln_dtype value = KILN_DTYPE_I8; };
+template <> struct dtype_of<std::uint8_t> { static constexpr kiln_dtype value = KILN_DTYPE_U8; };
+template <> struct dtype_of<std::int32_t> { static constexpr kiln_dtype value = KILN_DTYPE_I32; };
+template <> struct dtype_of<std::int64_t> { static constexpr kiln_dtype value = KILN_DTYPE_I64; };
+template <> struct dtype_of<bool> { static constexpr kiln_dtype value = KILN_DTYPE_BOOL; };
+
+/// Omits an optional operand of `Graph::add_op`.
+inline constexpr kiln_value none{KILN_VALUE_NONE_NODE, 0};
+
+/// A dense tensor that owns its memory (or, from `wrap`, borrows the caller's).
+class Tensor {
+ public:
+  /// Zeros of `dtype` and `dims`.
+  static Tensor zeros(kiln_dtype dtype, const std::vector<std::int64_t> &dims) {
+    kiln_tensor *t = nullptr;
+    check(kiln_tensor_new(dtype, dims.data(), dims.size(), &t));
+    return Tensor(t);
+  }
+
+  /// A tensor of `dims` holding a copy of `values` (row-major).
+  template <class T>
+  static Tensor from(const std::vector<std::int64_t> &dims, const std::vector<T> &values) {
+    Tensor t = zeros(dtype_of<T>::value, dims);
+    if (values.size() * sizeof(T) != t.nbytes())
+      throw Error(KILN_STATUS_INVALID_ARGUMENT, std::to_string(values.size()) + " values do not fill the dims");
+    T *d = t.data<T>();
+    for (std::size_t i = 0; i < values.size(); i++) d[i] = values[i];
+    return t;
+  }
+
+  /// A tensor over caller memory, no copy: `data` must outlive the tensor.
+  template <class T>
+  static Tensor wrap(const std::vector<std::int64_t> &dims, T *data, std::size_t count) {
+    kiln_tensor *t = nullptr;
+    check(kiln_tensor_wrap(dtype_of<T>::value, dims.data(), dims.size(), data, count * sizeof(T), &t));
+    return Tensor(t);
+  }
+
+  /// Takes ownership of a handle from the C ABI.
+  explicit Tensor(kiln_tensor *handle) noexcept : h_(handle) {}
+  Tensor(Tensor &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  Tensor &operator=(Tensor &&o) noexcept {
+    if (this != &o) {
+      kiln_tensor_free(h_);
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  Tensor(const Tensor &) = delete;
+  Tensor &operator=(const Tensor &) = delete;
+  ~Tensor() { kiln_tensor_free(h_); }
+
+  kiln_tensor *get() const noexcept { return h_; }
+  kiln_dtype dtype() const noexcept { return kiln_tensor_dtype(h_); }
+  std::size_t nbytes() const noexcept { return kiln_tensor_nbytes(h_); }
+  Span<std::int64_t> dims() const noexcept { return Span<std::int64_t>(kiln_tensor_dims(h_), kiln_tensor_rank(h_)); }
+  std::size_t size() const noexcept {
+    std::size_t n = 1;
+    for (auto d : dims()) n *= static_cast<std::size_t>(d);
+    return n;
+  }
+
+  /// The elements as `T`; throws if `T` is not the tensor's dtype.
+  template <class T>
+  T *data() {
+    if (dtype_of<T>::value != dtype()) throw Error(KILN_STATUS_INVALID_ARGUMENT, "data<T>(): T is not the tensor's dtype");
+    return static_cast<T *>(kiln_tensor_data(h_));
+  }
+  template <class T>
+  Span<T> values() {
+    return Span<T>(data<T>(), size());
+  }
+
+ private:
+  kiln_tensor *h_ = nullptr;
+};
+
+/// An op attribute: a name and one value of the kinds the C ABI knows.
+class Attr {
+ public:
+  Attr(std::string name, std::int64_t v) : name_(std::move(name)), kind_(KILN_ATTR_INT), i_(v) {}
+  Attr(std::string name, int v) : Attr(std::move(name), static_cast<std::int64_t>(v)) {}
+  Attr(std::string name, double v) : name_(std::move(name)), kind_(KILN_ATTR_FLOAT), f_(v) {}
+  Attr(std::string name, std::string v) : name_(std::move(name)), kind_(KILN_ATTR_STRING), s_(std::move(v)) {}
+  Attr(std::string name, const char *v) : Attr(std::move(name), std::string(v)) {}
+  Attr(std::string name, std::vector<std::int64_t> v) : name_(std::move(name)), kind_(KILN_ATTR_INTS), ints_(std::move(v)) {}
+  Attr(std::string name, std::vector<double> v) : name_(std::move(name)), kind_(KILN_ATTR_FLOATS), floats_(std::move(v)) {}
+  Attr(std::string name, std::vector<std::string> v) : name_(std::move(name)), kind_(KILN_ATTR_STRINGS), strings_(std::move(v)) {}
+
+  /// The C view; valid while this Attr lives and is not modified.
+  kiln_attr to_c(std::vector<const char *> &string_ptrs) const {
+    kiln_attr a{};
+    a.name = name_.c_str();
+    a.kind = kind_;
+    a.i = i_;
+    a.f = f_;
+    a.s = s_.c_str();
+    a.ints = ints_.data();
+    a.floats = floats_.data();
+    switch (kind_) {
+      case KILN_ATTR_INTS: a.len = ints_.size(); break;
+      case KILN_ATTR_FLOATS: a.len = floats_.size(); break;
+      case KILN_ATTR_STRINGS:
+        string_ptrs.clear();
+        for (const auto &s : strings_) string_ptrs.push_back(s.c_str());
+        a.strings = string_ptrs.data();
+        a.len = string_ptrs.size();
+        break;
+      default: break;
+    }
+    return a;
+  }
+
+ private:
+  std::string name_;
+  kiln_attr_kind kind_;
+  std::int64_t i_ = 0;
+  double f_ = 0.0;
+  std::string s_;
+  std::vector<std::int64_t> ints_;
+  std::vector<double> floats_;
+  std::vector<std::string> strings_;
+};
+
+/// A graph under construction. Single-writer.
+class Graph {
+ public:
+  Graph() { check(kiln_graph_new(&h_)); }
+  /// Parses `.kir` text.
+  static Graph parse(const std::string &text) {
+    kiln_graph *g = nullptr;
+    check(kiln_graph_parse(text.c_str(), &g));
+    return Graph(g);
+  }
+  Graph(Graph &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  Graph &operator=(Graph &&o) noexcept {
+    if (this != &o) {
+      kiln_graph_free(h_);
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  Graph(const Graph &) = delete;
+  Graph &operator=(const Graph &) = delete;
+  ~Graph() { kiln_graph_free(h_); }
+
+  kiln_graph *get() const noexcept { return h_; }
+
+  /// A graph input; -1 dims are symbolic, named axes share their symbol.
+  kiln_value add_parameter(const std::string &name, kiln_dtype dtype, const std::vector<std::int64_t> &dims,
+                           const std::vector<std::string> &axis_names = {}) {
+    std::vector<const char *> names;
+    for (const auto &n : axis_names) names.push_back(n.empty() ? nullptr : n.c_str());
+    if (!names.empty() && names.size() != dims.size())
+      throw Error(KILN_STATUS_INVALID_ARGUMENT, "axis_names must name every axis (\"\" for none)");
+    kiln_value v{};
+    check(kiln_graph_add_parameter(h_, name.c_str(), dtype, dims.data(), names.empty() ? nullptr : names.data(),
+                                   dims.size(), &v));
+    return v;
+  }
+
+  template <class T>
+  kiln_value add_constant(const std::string &name, const std::vector<std::int64_t> &dims, const std::vector<T> &values) {
+    kiln_value v{};
+    check(kiln_graph_add_constant(h_, name.c_str(), dtype_of<T>::value, dims.data(), dims.size(), values.data(),
+                                  values.size() * sizeof(T), &v));
+    return v;
+  }
+
+  template <class T>
+  kiln_value add_variable(const std::string &name, const std::vector<std::int64_t> &dims, const std::vector<T> &initial) {
+    kiln_value v{};
+    check(kiln_graph_add_variable(h_, name.c_str(), dtype_of<T>::value, dims.data(), dims.size(), initial.data(),
+                                  initial.size() * sizeof(T), &v));
+    return v;
+  }
+
+  /// Applies `op`; returns all its outputs.
+  std::vector<kiln_value> add_op(const std::string &op, const std::vector<kiln_value> &inputs,
+                                 const std::vector<Attr> &attrs = {}) {
+    std::vector<std::vector<const char *>> string_ptrs(attrs.size());
+    std::vector<kiln_attr> c_attrs;
+    for (std::size_t i = 0; i < attrs.size(); i++) c_attrs.push_back(attrs[i].to_c(string_ptrs[i]));
+    std::vector<kiln_value> outs(4);
+    std::size_t n = 0;
+    kiln_status s = kiln_graph_add_op(h_, op.c_str(), inputs.data(), inputs.size(), c_attrs.data(), c_attrs.size(),
+                                      outs.data(), outs.size(), &n);
+    if (s == KILN_STATUS_BUFFER_TOO_SMALL) {
+      outs.resize(n);
+      s = kiln_graph_add_op(h_, op.c_str(), inputs.data(), inputs.size(), c_attrs.data(), c_attrs.size(),
+                            outs.data(), outs.size(), &n);
+    }
+    check(s);
+    outs.resize(n);
+    return outs;
+  }
+
+  /// Applies a single-output op; returns its output.
+  kiln_value op(const std::string &op, const std::vector<kiln_value> &inputs, const std::vector<Attr> &attrs = {}) {
+    auto outs = add_op(op, inputs, attrs);
+    if (outs.empty()) throw Error(KILN_STATUS_INVALID_ARGUMENT, op + " has no outputs");
+    return outs[0];
+  }
+
+  void set_output(const std::string &name, kiln_value v) { check(kiln_graph_set_output(h_, name.c_str(), v)); }
+
+  void add_control_dependency(std::uint32_t node, std::uint32_t after) {
+    check(kiln_graph_add_control_dependency(h_, node, after));
+  }
+
+  std::string to_text() const {
+    char *s = nullptr;
+    check(kiln_graph_to_text(h_, &s));
+    std::string out(s);
+    kiln_string_free(s);
+    return out;
+  }
+
+ private:
+  explicit Graph(kiln_graph *h) noexcept : h_(h) {}
+  kiln_graph *h_ = nullptr;
+};
+
+/// How to compile.
+class CompileOptions {
+ public:
+  CompileOptions() { check(kiln_compile_options_new(&h_)); }
+  CompileOptions(CompileOptions &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  CompileOptions &operator=(CompileOptions &&o) noexcept {
+    if (this != &o) {
+      kiln_compile_options_free(h_);
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  CompileOptions(const CompileOptions &) = delete;
+  CompileOptions &operator=(const CompileOptions &) = delete;
+  ~CompileOptions() { kiln_compile_options_free(h_); }
+
+  /// "cpu", "interp" or "cuda:N".
+  CompileOptions &backend(const std::string &device) {
+    check(kiln_compile_options_set_backend(h_, device.c_str()));
+    return *this;
+  }
+  CompileOptions &threads(std::uint32_t n) {
+    check(kiln_compile_options_set_threads(h_, n));
+    return *this;
+  }
+  const kiln_compile_options *get() const noexcept { return h_; }
+
+ private:
+  kiln_compile_options *h_ = nullptr;
+};
+
+/// A graph input or output as an executable describes it.
+struct IoInfo {
+  std::string name;
+  kiln_dtype dtype;
+  std::vector<std::int64_t> dims;  // -1 where symbolic
+};
+
+/// A compiled graph; `run` may be called from many threads at once.
+class Executable {
+ public:
+  static Executable compile(const Graph &g, const CompileOptions *options = nullptr) {
+    kiln_executable *e = nullptr;
+    check(kiln_compile(g.get(), options ? options->get() : nullptr, &e));
+    return Executable(e);
+  }
+  Executable(Executable &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  Executable &operator=(Executable &&o) noexcept {
+    if (this != &o) {
+      kiln_executable_free(h_);
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  Executable(const Executable &) = delete;
+  Executable &operator=(const Executable &) = delete;
+  ~Executable() { kiln_executable_free(h_); }
+
+  std::size_t input_count() const noexcept { return kiln_executable_input_count(h_); }
+  std::size_t output_count() const noexcept { return kiln_executable_output_count(h_); }
+  IoInfo input(std::size_t i) const { return info(i, true); }
+  IoInfo output(std::size_t i) const { return info(i, false); }
+
+  /// Runs on `inputs` (in parameter order); returns the outputs.
+  std::vector<Tensor> run(const std::vector<const Tensor *> &inputs) const {
+    std::vector<const kiln_tensor *> ins;
+    for (const Tensor *t : inputs) ins.push_back(t ? t->get() : nullptr);
+    std::vector<kiln_tensor *> outs(output_count(), nullptr);
+    check(kiln_executable_run(h_, ins.data(), ins.size(), outs.data(), outs.size()));
+    std::vector<Tensor> result;
+    for (kiln_tensor *t : outs) result.emplace_back(t);
+    return result;
+  }
+  std::vector<Tensor> run(std::initializer_list<const Tensor *> inputs) const {
+    return run(std::vector<const Tensor *>(inputs));
+  }
+
+ private:
+  explicit Executable(kiln_executable *h) noexcept : h_(h) {}
+  IoInfo info(std::size_t i, bool input) const {
+    const char *name = nullptr;
+    kiln_dtype dtype = KILN_DTYPE_INVALID;
+    const std::int64_t *dims = nullptr;
+    std::size_t rank = 0;
+    check(input ? kiln_executable_input_info(h_, i, &name, &dtype, &dims, &rank)
+                : kiln_executable_output_info(h_, i, &name, &dtype, &dims, &rank));
+    return IoInfo{name, dtype, std::vector<std::int64_t>(dims, dims + rank)};
+  }
+  kiln_executable *h_ = nullptr;
+};
+
+}  // namespace kiln
+
+#endif  // KILN_HPP
