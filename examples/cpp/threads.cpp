@@ -25,7 +25,8 @@ int main() try {
         for (std::size_t i = 0; i < xs.size(); i++) xs[i] = double((t * 13 + r * 3 + int(i)) % 9) * 0.25 - 1.0;
         try {
           auto input = kiln::Tensor::from<double>({batch, 2}, xs);
-          auto y = exe.run({&input}).at(0).values<double>();
+          auto outputs = exe.run({&input});  // keeps the tensors alive for the views
+          auto y = outputs.at(0).values<double>();
           for (std::int64_t b = 0; b < batch; b++) {
             double y0 = std::tanh(xs[b * 2] * 0.5 + xs[b * 2 + 1] * 2.0);
             double y1 = std::tanh(xs[b * 2] * -1.0 + xs[b * 2 + 1] * 1.5);
