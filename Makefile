@@ -19,14 +19,16 @@ lint: deps
 	$(CARGO) clippy --all-targets -- -D warnings
 
 # Every test: format, lints, the Rust suites (snapshots must match: no .snap.new may be
-# left), the C ABI tests under valgrind, and the demo under valgrind so that the CLI path
-# is leak- and error-free.
+# left), the C ABI tests under valgrind, the CMake package (install, find_package from a
+# consumer, shared and static, ctest, pkg-config), and the demo under valgrind so that the
+# CLI path is leak- and error-free.
 test: lint
 	INSTA_UPDATE=no $(CARGO) test --all-targets
 	@if find . -name '*.snap.new' -not -path './target/*' | grep -q .; then \
 	  echo "stale insta snapshots (review with cargo insta review):"; \
 	  find . -name '*.snap.new' -not -path './target/*'; exit 1; fi
 	scripts/test-capi.sh
+	scripts/test-cmake.sh
 	$(CARGO) build --bin kiln
 	valgrind --quiet --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
 	  target/debug/kiln run examples/graphs/mlp.kir --inputs examples/graphs/mlp_input.npy --outputs $(DEMO_OUT)

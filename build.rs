@@ -4,6 +4,8 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    // Consumers link the shared library by name, not by the path it was built at.
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libkiln.so");
     println!("cargo:rerun-if-env-changed=KILN_OPENBLAS_LIB_DIR");
     if let Ok(dir) = std::env::var("KILN_OPENBLAS_LIB_DIR") {
         println!("cargo:rustc-link-search=native={dir}");
