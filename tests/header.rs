@@ -99,6 +99,35 @@ fn compile_alone(compiler: &str, args: &[&str], ext: &str) {
 }
 
 #[test]
+fn cpp_wrapper_compiles_alone() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("header");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("hpp_alone.cpp");
+    std::fs::write(&src, "#include \"kiln.hpp\"\nint main() { return 0; }\n").unwrap();
+    let out = Command::new("c++")
+        .args([
+            "-std=c++17",
+            "-Wall",
+            "-Wextra",
+            "-Wpedantic",
+            "-Werror",
+            "-fsyntax-only",
+            "-I",
+        ])
+        .arg(root().join("include"))
+        .arg("-I")
+        .arg(root().join("bindings/cpp"))
+        .arg(&src)
+        .output()
+        .expect("c++ is needed to check kiln.hpp (make test installs it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn header_compiles_alone_as_c99_c11_and_cpp17() {
     compile_alone("cc", &["-std=c99"], "c");
     compile_alone("cc", &["-std=c11"], "c");

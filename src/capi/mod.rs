@@ -171,3 +171,41 @@ pub(crate) unsafe fn free_handle<T>(p: *mut T) {
         drop(Box::from_raw(p));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CStr;
+
+    use super::*;
+
+    fn last_error() -> String {
+        // SAFETY: the pointer is this thread's NUL-terminated message.
+        unsafe { CStr::from_ptr(last_error_ptr()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_panic_becomes_internal_with_its_message() {
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {})); // keep the test output quiet
+        let status = guard(|| panic!("boom at {}", 42));
+        std::panic::set_hook(hook);
+        assert_eq!(status, KILN_STATUS_INTERNAL);
+        assert!(last_error().contains("boom at 42"), "{}", last_error());
+        assert_eq!(guard_or(7, || panic!("quiet")), 7);
+    }
+
+    #[test]
+    fn errors_map_to_status_ranges_and_messages_survive_nuls() {
+        let status = guard(|| Err(Error::UnknownOp("'X' \0 is unknown".into()).into()));
+        assert_eq!(status, KILN_STATUS_UNKNOWN_OP);
+        assert_eq!(last_error(), "unknown op: 'X' \\0 is unknown");
+        assert_eq!(guard(|| Ok(())), KILN_STATUS_OK);
+        assert_eq!(
+            last_error(),
+            "unknown op: 'X' \\0 is unknown",
+            "success keeps the last error"
+        );
+    }
+}
