@@ -133,3 +133,21 @@ fn header_compiles_alone_as_c99_c11_and_cpp17() {
     compile_alone("cc", &["-std=c11"], "c");
     compile_alone("c++", &["-std=c++17"], "cpp");
 }
+
+#[test]
+fn every_exported_function_is_exercised_by_the_c_tests() {
+    let header = std::fs::read_to_string(header_path()).unwrap();
+    let mut tests = String::new();
+    for entry in std::fs::read_dir(root().join("tests/capi")).unwrap() {
+        tests.push_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap());
+    }
+    let missing: Vec<&str> = header
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '('))
+        .filter_map(|w| w.strip_suffix('('))
+        .filter(|f| f.starts_with("kiln_") && !tests.contains(&format!("{f}(")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not called from tests/capi/*.c: {missing:?}"
+    );
+}
