@@ -4,7 +4,7 @@
 set -euo pipefail
 
 need=()
-for pkg in libopenblas-dev pkg-config valgrind cmake g++ make; do
+for pkg in libopenblas-dev pkg-config valgrind cmake g++ make python3 python3-venv python3-pip; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -8,6 +8,7 @@
 pub mod backend;
 pub mod capi;
 pub mod error;
+pub mod frontend;
 pub mod ir;
 pub mod tensor;
 

@@ -1,0 +1,307 @@
+//! The ONNX importer: an ONNX model (protobuf, decoded by prost from the committed
+//! `proto.rs`) to a Kiln graph. Catalogue ops share ONNX's names, inputs and attributes,
+//! so most nodes map one to one; `ops.rs` rewrites the rest (older opsets' attribute
+//! forms, `Constant`, `Cast`'s type codes, `Dropout`).
+//!
+//! Every error names the ONNX node (index, name, op type, domain, opset).
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use prost::Message;
+
+use crate::error::{Error, Result};
+use crate::ir::{Attr, Attrs, Dim, Graph, NodeId, Shape, TensorType, Value};
+use crate::tensor::Tensor;
+
+mod ops;
+#[allow(clippy::all, missing_docs, rustdoc::all)]
+pub mod proto;
+mod tensor;
+
+use proto::{attribute_proto::AttributeType, type_proto, AttributeProto, ModelProto, NodeProto};
+
+/// Imports the model at `path`; external data files are read next to it.
+pub fn import_file(path: &Path) -> Result<Graph> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    import_bytes(&bytes, path.parent()).map_err(|e| match e {
+        Error::InvalidArgument(m) => Error::InvalidArgument(format!("{}: {m}", path.display())),
+        e => e,
+    })
+}
+
+/// Imports a serialized model; `base_dir` is where external data files live (`None`:
+/// a model with external data is an error).
+pub fn import_bytes(bytes: &[u8], base_dir: Option<&Path>) -> Result<Graph> {
+    let model = ModelProto::decode(bytes)
+        .map_err(|e| Error::InvalidArgument(format!("not a valid ONNX model: {e}")))?;
+    let opset = model
+        .opset_import
+        .iter()
+        .find(|o| matches!(o.domain(), "" | "ai.onnx"))
+        .map(|o| o.version())
+        .ok_or_else(|| Error::InvalidArgument("the model imports no ai.onnx opset".into()))?;
+    if !(7..=28).contains(&opset) {
+        return Err(Error::InvalidArgument(format!(
+            "ai.onnx opset {opset} is not supported (7 to 28 are)"
+        )));
+    }
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| Error::InvalidArgument("the model has no graph".into()))?;
+    let mut imp = Importer {
+        g: Graph::new(if graph.name().is_empty() {
+            "onnx"
+        } else {
+            graph.name()
+        }),
+        values: HashMap::new(),
+        names: HashSet::new(),
+        opset,
+        base_dir,
+    };
+    for init in &graph.initializer {
+        let t = tensor::tensor(init, base_dir)
+            .map_err(|e| Error::InvalidArgument(format!("initializer '{}': {e}", init.name())))?;
+        let v = imp.constant(init.name(), t)?;
+        imp.values.insert(init.name().to_string(), v);
+    }
+    for input in &graph.input {
+        if imp.values.contains_key(input.name()) {
+            continue; // an initializer: a constant with a default, kept constant
+        }
+        let ty = value_type(input)
+            .map_err(|e| Error::InvalidArgument(format!("graph input '{}': {e}", input.name())))?;
+        let name = imp.unique_name(input.name());
+        let id = imp.g.add_parameter(&name, ty)?;
+        imp.values.insert(input.name().to_string(), id.into());
+    }
+    for (i, node) in graph.node.iter().enumerate() {
+        let what = || {
+            format!(
+                "ONNX node #{i} '{}' ({}, domain '{}', opset {opset})",
+                node.name(),
+                node.op_type(),
+                if node.domain().is_empty() {
+                    "ai.onnx"
+                } else {
+                    node.domain()
+                }
+            )
+        };
+        let outs = imp.node(node).map_err(|e| match e {
+            Error::UnknownOp(m) => Error::UnknownOp(format!("{}: {m}", what())),
+            Error::Graph(m) | Error::InvalidArgument(m) => Error::Graph(format!("{}: {m}", what())),
+            e => e,
+        })?;
+        for (k, name) in node.output.iter().enumerate() {
+            if name.is_empty() {
+                continue;
+            }
+            let v = outs.get(k).copied().ok_or_else(|| {
+                Error::Graph(format!(
+                    "{}: Kiln's {} has {} outputs, the node names {}",
+                    what(),
+                    node.op_type(),
+                    outs.len(),
+                    node.output.len()
+                ))
+            })?;
+            imp.values.insert(name.clone(), v);
+        }
+    }
+    for out in &graph.output {
+        let v = imp.values.get(out.name()).copied().ok_or_else(|| {
+            Error::Graph(format!(
+                "graph output '{}' is not produced by any node",
+                out.name()
+            ))
+        })?;
+        imp.g.add_output(out.name(), v)?;
+    }
+    crate::ir::verify(&imp.g)?;
+    Ok(imp.g)
+}
+
+/// A serialized `TensorProto` (the `.pb` files of the ONNX test suites) as a tensor.
+pub fn read_tensor_pb(bytes: &[u8]) -> Result<Tensor> {
+    let t = proto::TensorProto::decode(bytes)
+        .map_err(|e| Error::InvalidArgument(format!("not a TensorProto: {e}")))?;
+    tensor::tensor(&t, None).map_err(Error::InvalidArgument)
+}
+
+/// The ai.onnx opset a serialized model imports, if it decodes.
+pub fn model_opset(bytes: &[u8]) -> Option<i64> {
+    let m = ModelProto::decode(bytes).ok()?;
+    m.opset_import
+        .iter()
+        .find(|o| matches!(o.domain(), "" | "ai.onnx"))
+        .map(|o| o.version())
+}
+
+/// A graph input's type: element type and dims (`dim_param` stays symbolic; a dim with
+/// neither value nor name gets a symbol of its own).
+fn value_type(v: &proto::ValueInfoProto) -> std::result::Result<TensorType, String> {
+    let Some(type_proto::Value::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref())
+    else {
+        return Err("only tensor inputs are supported (not sequences, maps or optionals)".into());
+    };
+    let dtype = tensor::dtype(t.elem_type())?;
+    let shape = t
+        .shape
+        .as_ref()
+        .ok_or("the input has no shape (unknown rank is not supported)")?;
+    let dims = shape
+        .dim
+        .iter()
+        .enumerate()
+        .map(|(i, d)| match &d.value {
+            Some(proto::tensor_shape_proto::dimension::Value::DimValue(n)) if *n >= 0 => {
+                Dim::Fixed(*n as usize)
+            }
+            Some(proto::tensor_shape_proto::dimension::Value::DimParam(p)) if !p.is_empty() => {
+                Dim::Sym(p.clone())
+            }
+            _ => Dim::Sym(format!("{}.{i}", v.name())),
+        })
+        .collect::<Vec<_>>();
+    Ok(TensorType::new(dtype, Shape::new(dims)))
+}
+
+/// The state of one import.
+pub(super) struct Importer<'a> {
+    g: Graph,
+    /// ONNX value names to Kiln values.
+    values: HashMap<String, Value>,
+    names: HashSet<String>,
+    opset: i64,
+    base_dir: Option<&'a Path>,
+}
+
+impl Importer<'_> {
+    /// `base`, or `base_2`, `base_3`... so that node names stay unique.
+    fn unique_name(&mut self, base: &str) -> String {
+        let base = if base.is_empty() { "node" } else { base };
+        let mut name = base.to_string();
+        let mut k = 1;
+        while self.names.contains(&name) {
+            k += 1;
+            name = format!("{base}_{k}");
+        }
+        self.names.insert(name.clone());
+        name
+    }
+
+    fn constant(&mut self, name: &str, t: Tensor) -> Result<Value> {
+        let name = self.unique_name(name);
+        Ok(self.g.add_constant_value(&name, t)?.into())
+    }
+
+    fn ints(&mut self, name: &str, v: &[i64]) -> Result<Value> {
+        let t = Tensor::from_vec(&[v.len()], v.to_vec()).map_err(Error::InvalidArgument)?;
+        self.constant(name, t)
+    }
+
+    /// Adds catalogue op `op`; returns its node.
+    fn add(
+        &mut self,
+        op: &str,
+        inputs: &[Option<Value>],
+        attrs: Attrs,
+        name: &str,
+    ) -> Result<NodeId> {
+        let name = self.unique_name(name);
+        self.g.add_op(op, inputs, attrs, &name)
+    }
+
+    fn input(&self, name: &str) -> Result<Option<Value>> {
+        if name.is_empty() {
+            return Ok(None);
+        }
+        self.values.get(name).copied().map(Some).ok_or_else(|| {
+            Error::Graph(format!(
+                "input '{name}' is not produced by an earlier node, an initializer or a graph input (a dangling name, or a cycle)"
+            ))
+        })
+    }
+
+    fn value_type(&self, v: Value) -> Result<TensorType> {
+        Ok(self.g.value_type(v)?.clone())
+    }
+
+    /// Converts one node; returns its outputs in ONNX order.
+    fn node(&mut self, node: &NodeProto) -> Result<Vec<Value>> {
+        if !matches!(node.domain(), "" | "ai.onnx") {
+            return Err(Error::UnknownOp(format!(
+                "domain '{}' is not supported",
+                node.domain()
+            )));
+        }
+        let inputs: Vec<Option<Value>> = node
+            .input
+            .iter()
+            .map(|n| self.input(n))
+            .collect::<Result<_>>()?;
+        let mut attrs = Attrs::new();
+        let mut tensors = HashMap::new();
+        for a in &node.attribute {
+            match attr(a, self.base_dir)? {
+                AttrValue::Plain(v) => attrs.set(a.name(), v),
+                AttrValue::Tensor(t) => {
+                    tensors.insert(a.name().to_string(), t);
+                }
+            }
+        }
+        let name = if node.name().is_empty() {
+            node.output.first().map_or("", |s| s.as_str())
+        } else {
+            node.name()
+        };
+        ops::convert(
+            self,
+            node.op_type(),
+            name,
+            inputs,
+            attrs,
+            tensors,
+            node.output.len(),
+        )
+    }
+}
+
+enum AttrValue {
+    Plain(Attr),
+    Tensor(Tensor),
+}
+
+fn attr(a: &AttributeProto, base_dir: Option<&Path>) -> Result<AttrValue> {
+    let utf8 = |b: &[u8]| {
+        String::from_utf8(b.to_vec())
+            .map_err(|_| Error::InvalidArgument(format!("attribute '{}' is not UTF-8", a.name())))
+    };
+    Ok(AttrValue::Plain(match a.r#type() {
+        AttributeType::Float => Attr::Float(a.f() as f64),
+        AttributeType::Int => Attr::Int(a.i()),
+        AttributeType::String => Attr::String(utf8(a.s())?),
+        AttributeType::Floats => Attr::Floats(a.floats.iter().map(|&f| f as f64).collect()),
+        AttributeType::Ints => Attr::Ints(a.ints.clone()),
+        AttributeType::Strings => {
+            Attr::Strings(a.strings.iter().map(|s| utf8(s)).collect::<Result<_>>()?)
+        }
+        AttributeType::Tensor => {
+            let t = a.t.as_ref().ok_or_else(|| {
+                Error::InvalidArgument(format!("attribute '{}' has no tensor", a.name()))
+            })?;
+            return tensor::tensor(t, base_dir)
+                .map(AttrValue::Tensor)
+                .map_err(|e| Error::InvalidArgument(format!("attribute '{}': {e}", a.name())));
+        }
+        other => {
+            return Err(Error::UnknownOp(format!(
+                "attribute '{}' of type {} is not supported",
+                a.name(),
+                other.as_str_name()
+            )))
+        }
+    }))
+}

@@ -1,0 +1,137 @@
+//! ONNX `TensorProto` to `Tensor`: element types, raw and typed data, external data
+//! files (which must stay inside the model's folder).
+use std::path::{Component, Path};
+
+use super::proto::{tensor_proto, TensorProto};
+use crate::ir::DType;
+use crate::tensor::Tensor;
+
+/// The Kiln dtype of an ONNX `TensorProto.DataType` code.
+pub fn dtype(code: i32) -> Result<DType, String> {
+    use tensor_proto::DataType as D;
+    Ok(match D::try_from(code) {
+        Ok(D::Float) => DType::F32,
+        Ok(D::Double) => DType::F64,
+        Ok(D::Float16) => DType::F16,
+        Ok(D::Bfloat16) => DType::BF16,
+        Ok(D::Int8) => DType::I8,
+        Ok(D::Uint8) => DType::U8,
+        Ok(D::Int32) => DType::I32,
+        Ok(D::Int64) => DType::I64,
+        Ok(D::Bool) => DType::Bool,
+        Ok(other) => {
+            return Err(format!(
+                "ONNX element type {} is not supported",
+                other.as_str_name()
+            ))
+        }
+        Err(_) => return Err(format!("unknown ONNX element type {code}")),
+    })
+}
+
+/// Kiln's text name of an ONNX element type (for `Cast`'s `to`).
+pub fn dtype_name(code: i64) -> Result<&'static str, String> {
+    let code = i32::try_from(code).map_err(|_| format!("unknown ONNX element type {code}"))?;
+    Ok(dtype(code)?.name())
+}
+
+/// Reads an external data file named by `location`, which must be a relative path that
+/// stays inside `base_dir`.
+fn external(t: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, String> {
+    let get = |key: &str| {
+        t.external_data
+            .iter()
+            .find(|e| e.key() == key)
+            .map(|e| e.value().to_string())
+    };
+    let location = get("location").ok_or("external data without a location")?;
+    let rel = Path::new(&location);
+    if rel.is_absolute()
+        || rel
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+    {
+        return Err(format!(
+            "external data location '{location}' leaves the model's folder"
+        ));
+    }
+    let dir = base_dir.ok_or("external data needs the model's folder (import from a file)")?;
+    let path = dir.join(rel);
+    let bytes =
+        std::fs::read(&path).map_err(|e| format!("external data '{}': {e}", path.display()))?;
+    let offset: usize = get("offset")
+        .map_or(Ok(0), |v| v.parse())
+        .map_err(|_| "bad external data offset")?;
+    let end = match get("length") {
+        Some(v) => offset.checked_add(v.parse::<usize>().map_err(|_| "bad external data length")?),
+        None => Some(bytes.len()),
+    };
+    match end {
+        Some(end) if offset <= end && end <= bytes.len() => Ok(bytes[offset..end].to_vec()),
+        _ => Err(format!(
+            "external data range is outside '{}' ({} bytes)",
+            path.display(),
+            bytes.len()
+        )),
+    }
+}
+
+/// The tensor a `TensorProto` holds; `what` names it in errors.
+pub fn tensor(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, String> {
+    let dtype = dtype(t.data_type())?;
+    let shape: Vec<usize> = t
+        .dims
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("dim {d} is negative")))
+        .collect::<Result<_, _>>()?;
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or("too many elements")?;
+    let external_data = t.data_location() == tensor_proto::DataLocation::External;
+    if external_data || t.raw_data.is_some() {
+        let raw = if external_data {
+            external(t, base_dir)?
+        } else {
+            t.raw_data().to_vec()
+        };
+        return Tensor::from_le_bytes(dtype, &shape, &raw);
+    }
+    // Typed fields: float_data for f32; int32_data for every type of 32 bits or fewer
+    // (f16/bf16 as their bit patterns); int64_data; double_data.
+    let check = |len: usize| {
+        if len == n {
+            Ok(())
+        } else {
+            Err(format!("{len} values for {n} elements of {dtype}{shape:?}"))
+        }
+    };
+    match dtype {
+        DType::F32 => {
+            check(t.float_data.len())?;
+            Tensor::from_vec(&shape, t.float_data.clone())
+        }
+        DType::F64 => {
+            check(t.double_data.len())?;
+            Tensor::from_vec(&shape, t.double_data.clone())
+        }
+        DType::I64 => {
+            check(t.int64_data.len())?;
+            Tensor::from_vec(&shape, t.int64_data.clone())
+        }
+        DType::F16 | DType::BF16 => {
+            check(t.int32_data.len())?;
+            let bytes: Vec<u8> = t
+                .int32_data
+                .iter()
+                .flat_map(|&v| (v as u16).to_le_bytes())
+                .collect();
+            Tensor::from_le_bytes(dtype, &shape, &bytes)
+        }
+        _ => {
+            check(t.int32_data.len())?;
+            let v: Vec<i64> = t.int32_data.iter().map(|&v| v as i64).collect();
+            Tensor::from_i64s(dtype, &shape, &v)
+        }
+    }
+}
