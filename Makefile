@@ -19,11 +19,12 @@ lint: deps
 	$(CARGO) clippy --all-targets -- -D warnings
 
 # Every test: format, lints, the Rust suites (snapshots must match: no .snap.new may be
-# left), the C ABI tests under valgrind, the CMake package (install, find_package from a
+# left; the ONNX node suite is generated first, with a pinned onnx in a virtualenv), the C ABI tests under valgrind, the CMake package (install, find_package from a
 # consumer, shared and static, ctest, pkg-config), and the demo under valgrind so that the
 # CLI path is leak- and error-free.
 test: lint
-	INSTA_UPDATE=no $(CARGO) test --all-targets
+	scripts/onnx-node-tests.sh
+	INSTA_UPDATE=no KILN_REQUIRE_ONNX_SUITE=1 $(CARGO) test --all-targets
 	@if find . -name '*.snap.new' -not -path './target/*' | grep -q .; then \
 	  echo "stale insta snapshots (review with cargo insta review):"; \
 	  find . -name '*.snap.new' -not -path './target/*'; exit 1; fi

@@ -365,6 +365,26 @@ kiln_status kiln_graph_new(struct kiln_graph **out);
 kiln_status kiln_graph_parse(const char *text, struct kiln_graph **out);
 
 /**
+ * Imports the ONNX model at `path` (external data files are read from its folder and
+ * may not leave it). On success `*out` is a new graph the caller frees with
+ * `kiln_graph_free`; an unsupported op, opset or dtype is an error naming the node.
+ *
+ * # Safety
+ * `path` is a NUL-terminated string; `out` is a valid pointer.
+ */
+kiln_status kiln_graph_import_onnx(const char *path, struct kiln_graph **out);
+
+/**
+ * Imports a serialized ONNX model from memory (`len` bytes at `data`, copied as needed).
+ * A model with external data needs `kiln_graph_import_onnx`. On success `*out` is a new
+ * graph the caller frees with `kiln_graph_free`.
+ *
+ * # Safety
+ * `data` points to `len` bytes; `out` is a valid pointer.
+ */
+kiln_status kiln_graph_import_onnx_bytes(const void *data, size_t len, struct kiln_graph **out);
+
+/**
  * Frees a graph. NULL is a no-op. Executables compiled from it stay valid.
  *
  * # Safety

@@ -337,3 +337,34 @@ fn usage_errors_exit_2() {
     assert_eq!(kiln(&["run"]).status.code(), Some(2));
     assert!(kiln(&["--version"]).status.success());
 }
+
+#[test]
+fn onnx_models_check_print_info_and_run() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/scale_relu.onnx");
+    let m = model.to_str().unwrap();
+    let o = kiln(&["info", m]);
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(
+        out.contains("input  x f32[N, 3]")
+            && out.contains("ops    Constant 1, Mul 1, Parameter 1, Relu 1"),
+        "{out}"
+    );
+    assert!(out.contains("parameters 3 "), "{out}");
+    assert_ok(&kiln(&["check", m]));
+    assert!(stdout(&kiln(&["print", m])).contains("%2 \"scale\" = Mul(%1, %0) : f32[N, 3]"));
+    let dir = scratch("onnx_run");
+    let x = write_npy(&dir, "x.npy", &f32s(&[1, 3], &[1.0, 1.0, -1.0]));
+    let o = kiln(&["run", m, "--inputs", &x, "--print"]);
+    assert_ok(&o);
+    assert!(
+        stdout(&o).contains("y = f32[1, 3] [1, 2, 0]"),
+        "{}",
+        stdout(&o)
+    );
+    let bad = write(&dir, "bad.onnx", "this is not protobuf");
+    assert_fails(
+        &kiln(&["info", &bad]),
+        &["bad.onnx", "not a valid ONNX model"],
+    );
+}

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use kiln::backend::{backend_for, Device};
+use kiln::frontend::onnx;
 use kiln::ir::{ops, text};
 use kiln::tensor::npy;
 use kiln::{DType, Error, Graph, Result, Tensor};
@@ -37,11 +38,13 @@ enum Command {
         #[arg(short, long)]
         verbose: bool,
     },
-    /// Parse and verify a .kir graph; print a summary or the errors.
+    /// Parse (or import) and verify a .kir or .onnx graph; print a summary or the errors.
     Check { file: PathBuf },
-    /// Print a .kir graph in canonical form.
+    /// Print a .kir or .onnx graph as canonical .kir text.
     Print { file: PathBuf },
-    /// Run a .kir graph on .npy inputs; write each output as DIR/<output name>.npy.
+    /// Inputs, outputs, op histogram and parameter count of a .kir or .onnx graph.
+    Info { file: PathBuf },
+    /// Run a .kir or .onnx graph on .npy inputs; write each output as DIR/<output name>.npy.
     Run {
         file: PathBuf,
         /// Input files in graph-input order.
@@ -86,7 +89,8 @@ fn dispatch(command: Command) -> Result<()> {
     match command {
         Command::Ops { family, verbose } => list_ops(family.as_deref(), verbose),
         Command::Check { file } => check(&file),
-        Command::Print { file } => emit(&text::print(&text::parse_file(&file)?)),
+        Command::Print { file } => emit(&text::print(&load(&file)?)),
+        Command::Info { file } => info(&file),
         Command::Run {
             file,
             inputs,
@@ -139,8 +143,52 @@ fn list_ops(family: Option<&str>, verbose: bool) -> Result<()> {
     emit(&out)
 }
 
+/// A graph from `.kir` text or, by extension, an `.onnx` model.
+fn load(file: &Path) -> Result<Graph> {
+    if file
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+    {
+        onnx::import_file(file)
+    } else {
+        text::parse_file(file)
+    }
+}
+
+fn info(file: &Path) -> Result<()> {
+    let g = load(file)?;
+    let mut out = String::new();
+    writeln!(out, "graph \"{}\": {} nodes", g.name, g.len()).ok();
+    for &id in &g.inputs() {
+        let n = g.node(id);
+        writeln!(out, "input  {} {}", n.name, n.outputs[0]).ok();
+    }
+    for o in g.outputs() {
+        let ty = g.value_type(o.value)?;
+        writeln!(out, "output {} {ty}", o.name).ok();
+    }
+    let mut ops: std::collections::BTreeMap<&str, usize> = Default::default();
+    let mut params = 0usize;
+    for n in g.nodes() {
+        *ops.entry(n.op.as_str()).or_default() += 1;
+        if let Some(d) = &n.data {
+            params += d.len();
+        }
+    }
+    let mut ops: Vec<_> = ops.into_iter().collect();
+    ops.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let hist: Vec<String> = ops.iter().map(|(op, n)| format!("{op} {n}")).collect();
+    writeln!(out, "ops    {}", hist.join(", ")).ok();
+    writeln!(
+        out,
+        "parameters {params} (elements of constants and variables)"
+    )
+    .ok();
+    emit(&out)
+}
+
 fn check(file: &Path) -> Result<()> {
-    let g = text::parse_file(file)?;
+    let g = load(file)?;
     let inputs: Vec<String> = g
         .inputs()
         .iter()
@@ -250,7 +298,7 @@ fn run(
     print: bool,
     full: bool,
 ) -> Result<()> {
-    let g = text::parse_file(file)?;
+    let g = load(file)?;
     let device: Device = backend.parse()?;
     let inputs = read_inputs(&g, positional, named)?;
     let exe = backend_for(device)?.compile(&g)?;

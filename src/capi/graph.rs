@@ -139,6 +139,47 @@ pub unsafe extern "C" fn kiln_graph_parse(
     })
 }
 
+/// Imports the ONNX model at `path` (external data files are read from its folder and
+/// may not leave it). On success `*out` is a new graph the caller frees with
+/// `kiln_graph_free`; an unsupported op, opset or dtype is an error naming the node.
+///
+/// # Safety
+/// `path` is a NUL-terminated string; `out` is a valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_import_onnx(
+    path: *const c_char,
+    out: *mut *mut kiln_graph,
+) -> kiln_status {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        let path = std::path::Path::new(arg_str(path, "path")?);
+        let graph = crate::frontend::onnx::import_file(path)?;
+        *out = into_handle(kiln_graph { graph });
+        Ok(())
+    })
+}
+
+/// Imports a serialized ONNX model from memory (`len` bytes at `data`, copied as needed).
+/// A model with external data needs `kiln_graph_import_onnx`. On success `*out` is a new
+/// graph the caller frees with `kiln_graph_free`.
+///
+/// # Safety
+/// `data` points to `len` bytes; `out` is a valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_import_onnx_bytes(
+    data: *const c_void,
+    len: usize,
+    out: *mut *mut kiln_graph,
+) -> kiln_status {
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        let bytes = arg_slice(data.cast::<u8>(), len, "data")?;
+        let graph = crate::frontend::onnx::import_bytes(bytes, None)?;
+        *out = into_handle(kiln_graph { graph });
+        Ok(())
+    })
+}
+
 /// Frees a graph. NULL is a no-op. Executables compiled from it stay valid.
 ///
 /// # Safety

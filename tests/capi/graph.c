@@ -145,6 +145,36 @@ static void text_in_and_out(void) {
   EXPECT_STATUS(KILN_STATUS_NULL_ARGUMENT, "g is NULL", kiln_graph_to_text(NULL, &text));
 }
 
+static void onnx_import(void) {
+  kiln_graph *g = NULL;
+  OK(kiln_graph_import_onnx("tests/onnx/scale_relu.onnx", &g));
+  CHECK(kiln_graph_input_count(g) == 1 && kiln_graph_output_count(g) == 1);
+  kiln_executable *e = NULL;
+  OK(kiln_compile(g, NULL, &e));
+  const char *name = NULL;
+  OK(kiln_executable_input_info(e, 0, &name, NULL, NULL, NULL));
+  CHECK(strcmp(name, "x") == 0);
+  kiln_executable_free(e);
+  kiln_graph_free(g);
+
+  /* The same model from memory. */
+  FILE *f = fopen("tests/onnx/scale_relu.onnx", "rb");
+  CHECK(f != NULL);
+  unsigned char buf[4096];
+  size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+  if (f) fclose(f);
+  OK(kiln_graph_import_onnx_bytes(buf, n, &g));
+  kiln_graph_free(g);
+
+  kiln_graph *untouched = (kiln_graph *)0x1;
+  EXPECT_STATUS(KILN_STATUS_INVALID_ARGUMENT, "not a valid ONNX model", kiln_graph_import_onnx_bytes(buf, n / 2, &untouched));
+  EXPECT_STATUS(KILN_STATUS_IO, "nope.onnx", kiln_graph_import_onnx("tests/onnx/nope.onnx", &untouched));
+  EXPECT_STATUS(KILN_STATUS_NULL_ARGUMENT, "path", kiln_graph_import_onnx(NULL, &untouched));
+  EXPECT_STATUS(KILN_STATUS_NULL_ARGUMENT, "data", kiln_graph_import_onnx_bytes(NULL, 10, &untouched));
+  EXPECT_STATUS(KILN_STATUS_NULL_ARGUMENT, "out", kiln_graph_import_onnx_bytes(buf, n, NULL));
+  CHECK(untouched == (kiln_graph *)0x1);
+}
+
 static kiln_tensor *f32_tensor(int64_t rows, int64_t cols, float start) {
   int64_t dims[2] = {rows, cols};
   kiln_tensor *t = NULL;
@@ -338,6 +368,7 @@ static void runs_from_many_threads(void) {
 int main(void) {
   building_errors();
   text_in_and_out();
+  onnx_import();
   compile_and_run();
   variables_persist();
   runs_from_many_threads();
