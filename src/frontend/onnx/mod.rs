@@ -10,7 +10,7 @@ use std::path::Path;
 use prost::Message;
 
 use crate::error::{Error, Result};
-use crate::ir::{Attr, Attrs, Dim, Graph, NodeId, Shape, TensorType, Value};
+use crate::ir::{Attr, Attrs, Dim, Graph, Shape, TensorType, Value};
 use crate::tensor::Tensor;
 
 mod ops;
@@ -202,16 +202,101 @@ impl Importer<'_> {
         self.constant(name, t)
     }
 
-    /// Adds catalogue op `op`; returns its node.
+    /// Adds catalogue op `op`; returns its outputs. When every input is a constant (or,
+    /// for `Shape`, has a static shape) the op is evaluated now and its results become
+    /// constants: exporters compute shapes with small subgraphs, and folding them here
+    /// gives later ops (`Reshape`, `Split`, ...) the exact dims they need.
     fn add(
         &mut self,
         op: &str,
         inputs: &[Option<Value>],
         attrs: Attrs,
         name: &str,
-    ) -> Result<NodeId> {
+    ) -> Result<Vec<Value>> {
+        if let Some(folded) = self.fold(op, inputs, &attrs, name)? {
+            return Ok(folded);
+        }
         let name = self.unique_name(name);
-        self.g.add_op(op, inputs, attrs, &name)
+        let id = self.g.add_op(op, inputs, attrs, &name)?;
+        Ok((0..self.g.node(id).outputs.len())
+            .map(|i| id.out(i as u32))
+            .collect())
+    }
+
+    fn fold(
+        &mut self,
+        op: &str,
+        inputs: &[Option<Value>],
+        attrs: &Attrs,
+        name: &str,
+    ) -> Result<Option<Vec<Value>>> {
+        let data = |v: &Value| {
+            let n = self.g.node(v.node);
+            (n.op == "Constant").then(|| n.data.clone()).flatten()
+        };
+        if op == "Shape" {
+            let Some(Some(x)) = inputs.first() else {
+                return Ok(None);
+            };
+            let Some(dims) = self.g.value_type(*x)?.shape.to_fixed() else {
+                return Ok(None);
+            };
+            let r = dims.len() as i64;
+            let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+            let start = clamp(attrs.int_or("start", 0).map_err(Error::Graph)?);
+            let end = clamp(attrs.int_or("end", r).map_err(Error::Graph)?).max(start);
+            let v: Vec<i64> = dims[start..end].iter().map(|&d| d as i64).collect();
+            return Ok(Some(vec![self.ints(name, &v)?]));
+        }
+        let Some(catalogue_op) = crate::ir::ops::lookup(op) else {
+            return Ok(None);
+        };
+        if matches!(catalogue_op.schema().family, "source" | "state") || inputs.is_empty() {
+            return Ok(None);
+        }
+        let mut values = vec![];
+        for v in inputs {
+            match v {
+                None => values.push(None),
+                Some(v) => match data(v) {
+                    Some(d) => values.push(Some(d)),
+                    None => return Ok(None),
+                },
+            }
+        }
+        // Type-check as the real node would, so that folding never hides an error.
+        let probe = crate::ir::Node {
+            name: name.to_string(),
+            op: op.to_string(),
+            inputs: inputs.to_vec(),
+            attrs: attrs.clone(),
+            outputs: vec![],
+            control_deps: vec![],
+            data: None,
+        };
+        self.g.infer_node(&probe)?;
+        let refs: Vec<Option<&Tensor>> = values.iter().map(|v| v.as_deref()).collect();
+        let in_types: Vec<Option<TensorType>> = inputs
+            .iter()
+            .map(|v| v.map(|v| self.g.value_type(v).cloned()).transpose())
+            .collect::<Result<_>>()?;
+        let in_type_refs: Vec<Option<&TensorType>> = in_types.iter().map(|t| t.as_ref()).collect();
+        let cx = crate::ir::ops::EvalCtx {
+            inputs: &refs,
+            input_types: &in_type_refs,
+            attrs,
+        };
+        let outs = catalogue_op.eval(&cx).map_err(Error::Graph)?;
+        let mut vals = vec![];
+        for (i, t) in outs.into_iter().enumerate() {
+            let n = if i == 0 {
+                name.to_string()
+            } else {
+                format!("{name}.{i}")
+            };
+            vals.push(self.constant(&n, t)?);
+        }
+        Ok(Some(vals))
     }
 
     fn input(&self, name: &str) -> Result<Option<Value>> {

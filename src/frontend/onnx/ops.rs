@@ -38,12 +38,6 @@ fn scalar_like(imp: &mut Importer<'_>, like: Value, v: f64, name: &str) -> Resul
     imp.constant(name, t)
 }
 
-fn outputs_of(imp: &Importer<'_>, id: crate::ir::NodeId) -> Vec<Value> {
-    (0..imp.g.node(id).outputs.len())
-        .map(|i| id.out(i as u32))
-        .collect()
-}
-
 pub(super) fn convert(
     imp: &mut Importer<'_>,
     op: &str,
@@ -94,8 +88,7 @@ pub(super) fn convert(
                 .copied()
                 .flatten()
                 .ok_or_else(|| Error::Graph("Dropout needs an input".into()))?;
-            let id = imp.add("Identity", &[Some(x)], Attrs::new(), name)?;
-            return Ok(outputs_of(imp, id));
+            return imp.add("Identity", &[Some(x)], Attrs::new(), name);
         }
         "ReduceSum" if opset < 13 => attr_to_input(imp, &mut inputs, &mut attrs, "axes", 1, name)?,
         "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"
@@ -164,26 +157,20 @@ pub(super) fn convert(
                 .flatten()
                 .ok_or_else(|| Error::Graph(format!("{op} needs an input")))?;
             let axis = attrs.int_or("axis", 1).map_err(Error::Graph)?;
-            let shape = imp.add("Shape", &[Some(x)], Attrs::new(), &format!("{name}.shape"))?;
+            let shape = imp.add("Shape", &[Some(x)], Attrs::new(), &format!("{name}.shape"))?[0];
             let flat = imp.add(
                 "Flatten",
                 &[Some(x)],
                 Attrs::new().with("axis", Attr::Int(axis)),
                 &format!("{name}.2d"),
-            )?;
+            )?[0];
             let y = imp.add(
                 op,
-                &[Some(flat.into())],
+                &[Some(flat)],
                 Attrs::new().with("axis", Attr::Int(-1)),
                 &format!("{name}.rows"),
-            )?;
-            let back = imp.add(
-                "Reshape",
-                &[Some(y.into()), Some(shape.into())],
-                Attrs::new(),
-                name,
-            )?;
-            return Ok(vec![back.into()]);
+            )?[0];
+            return imp.add("Reshape", &[Some(y), Some(shape)], Attrs::new(), name);
         }
         _ => {}
     }
@@ -194,8 +181,7 @@ pub(super) fn convert(
     while inputs.last().is_some_and(|v| v.is_none()) {
         inputs.pop();
     }
-    let id = imp.add(op, &inputs, attrs, name)?;
-    Ok(outputs_of(imp, id))
+    imp.add(op, &inputs, attrs, name)
 }
 
 /// A `Constant` node's value, from whichever of its attributes is set.
