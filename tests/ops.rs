@@ -11,6 +11,8 @@ mod coverage;
 mod elementwise;
 #[path = "ops/gather.rs"]
 mod gather;
+#[path = "ops/loss.rs"]
+mod loss;
 #[path = "ops/matmul.rs"]
 mod matmul;
 #[path = "ops/misc.rs"]

@@ -261,3 +261,44 @@ fn cum_sum_exclusive_reverse() {
     );
     assert!(e.contains("axis 2 is out of range"), "{e}");
 }
+
+#[test]
+fn trilu_keeps_a_triangle() {
+    let x = i64s(&[3, 3], &[0, 1, 2, 3, 4, 5, 6, 7, 8]);
+    let y = run1("Trilu", vec![Input(x.clone())], Attrs::new());
+    assert_eq!(y, i64s(&[3, 3], &[0, 1, 2, 0, 4, 5, 0, 0, 8]));
+    let lower = attrs(&[("upper", Attr::Int(0))]);
+    let y = run1(
+        "Trilu",
+        vec![Input(x.clone()), Const(i64s(&[], &[-1]))],
+        lower,
+    );
+    assert_eq!(y, i64s(&[3, 3], &[0, 0, 0, 3, 0, 0, 6, 7, 0]));
+    let y = run1(
+        "Trilu",
+        vec![
+            Symbolic(f32s(&[1, 2, 3], &[1.0; 6])),
+            Input(i64s(&[], &[1])),
+        ],
+        Attrs::new(),
+    );
+    assert_eq!(y, f32s(&[1, 2, 3], &[0.0, 1.0, 1.0, 0.0, 0.0, 1.0]));
+    let e = run_err("Trilu", vec![Input(i64s(&[3], &[1, 2, 3]))], Attrs::new());
+    assert!(e.contains("rank >= 2"), "{e}");
+}
+
+#[test]
+fn non_zero_lists_indices_row_major() {
+    let y = run1(
+        "NonZero",
+        vec![Input(f32s(&[2, 2], &[1.0, 0.0, 1.0, 1.0]))],
+        Attrs::new(),
+    );
+    assert_eq!(y, i64s(&[2, 3], &[0, 1, 1, 0, 0, 1]));
+    let y = run1(
+        "NonZero",
+        vec![Input(bools(&[3], &[false, false, false]))],
+        Attrs::new(),
+    );
+    assert_eq!(y.shape(), &[1, 0]);
+}

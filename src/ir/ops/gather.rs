@@ -507,8 +507,107 @@ impl Op for CumSum {
     }
 }
 
+// ---------------------------------------------------------------- Trilu / NonZero
+
+struct Trilu;
+
+const TRILU: OpSchema = OpSchema {
+    name: "Trilu",
+    family: "gather",
+    inputs: &["input", "k?"],
+    outputs: &["output"],
+    attrs: &[AttrSpec::opt("upper", AttrKind::Int, "1")],
+    doc: "Keeps the upper (or lower) triangle of the last two axes, from diagonal k (a \
+          scalar, default 0); zeros elsewhere.",
+};
+
+impl Op for Trilu {
+    fn schema(&self) -> &OpSchema {
+        &TRILU
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        if x.rank() < 2 {
+            return Err(format!("input must have rank >= 2, got {x}"));
+        }
+        if let Some(k) = cx.opt_input(1) {
+            if k.dtype != DType::I64 || k.shape.num_elements().is_some_and(|n| n != 1) {
+                return Err(format!("k must be one i64 value, got {k}"));
+            }
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let x = cx.input(0)?;
+        let k = cx
+            .opt_input(1)
+            .map_or(0, |t| t.to_i64_vec().first().copied().unwrap_or(0));
+        let upper = cx.attrs.int_or("upper", 1)? != 0;
+        let r = x.rank();
+        let shape = x.shape().to_vec();
+        let keep = move |o: &[usize]| {
+            let (i, j) = (o[r - 2] as i64, o[r - 1] as i64);
+            if upper {
+                j - i >= k
+            } else {
+                j - i <= k
+            }
+        };
+        let y = match_tensor!(x, a => remap(a, &shape, Elem::from_i64(0), |o, src| {
+            src.extend(o);
+            keep(o)
+        }));
+        Ok(vec![y])
+    }
+}
+
+struct NonZero;
+
+const NON_ZERO: OpSchema = OpSchema {
+    name: "NonZero",
+    family: "gather",
+    inputs: &["X"],
+    outputs: &["Y"],
+    attrs: &[],
+    doc: "The indices of the non-zero elements, as i64 [rank, count] in row-major order.",
+};
+
+impl Op for NonZero {
+    fn schema(&self) -> &OpSchema {
+        &NON_ZERO
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        let shape = Shape::new([Dim::Fixed(x.rank()), cx.fresh_dim(0, 1)]);
+        Ok(out(DType::I64, shape))
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let x = cx.input(0)?;
+        let a = x.to_f64_array();
+        let hits: Vec<Vec<usize>> = a
+            .indexed_iter()
+            .filter(|(_, &v)| v != 0.0)
+            .map(|(i, _)| i.slice().to_vec())
+            .collect();
+        let (r, n) = (x.rank(), hits.len());
+        let mut v = vec![0i64; r * n];
+        for (col, idx) in hits.iter().enumerate() {
+            for (row, &i) in idx.iter().enumerate() {
+                v[row * n + col] = i as i64;
+            }
+        }
+        Ok(vec![Tensor::from_vec(&[r, n], v)?])
+    }
+}
+
 pub fn ops() -> Vec<&'static dyn Op> {
     vec![
+        leak(Trilu),
+        leak(NonZero),
         leak(Gather),
         leak(GatherElements),
         leak(ScatterElements),

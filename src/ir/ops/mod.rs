@@ -15,6 +15,7 @@ use crate::tensor::Tensor;
 pub mod conv;
 pub mod elementwise;
 pub mod gather;
+pub mod loss;
 pub mod matmul;
 pub mod misc;
 pub mod norm;
@@ -236,7 +237,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 10] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 11] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -247,6 +248,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             shape::ops,
             gather::ops,
             misc::ops,
+            loss::ops,
         ];
         for family in families {
             for op in family() {

@@ -1,0 +1,158 @@
+//! Losses: NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (opset 13 forms).
+use ndarray::{ArrayD, Axis, Dimension, IxDyn};
+
+use super::util::require_dtype;
+use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::{AttrKind, Attrs, DType, Shape, TensorType};
+use crate::tensor::Tensor;
+
+const LOSS_ATTRS: &[AttrSpec] = &[
+    AttrSpec::opt("ignore_index", AttrKind::Int, "none"),
+    AttrSpec::opt("reduction", AttrKind::String, "mean"),
+];
+
+fn is_float(d: DType) -> bool {
+    d.is_float()
+}
+
+fn reduction(attrs: &Attrs) -> Result<&str, String> {
+    match attrs.string_or("reduction", "mean")? {
+        r @ ("none" | "sum" | "mean") => Ok(r),
+        r => Err(format!("reduction '{r}' is not one of none, sum, mean")),
+    }
+}
+
+/// Checks input [N, C, d...], target [N, d...] (integer) and weight [C]; returns the
+/// loss type for the reduction.
+fn check(cx: &InferCtx<'_>) -> Result<TensorType, String> {
+    let (x, t) = (cx.input(0)?, cx.input(1)?);
+    require_dtype(x, 0, is_float, "a float type")?;
+    if !matches!(t.dtype, DType::I32 | DType::I64) {
+        return Err(format!(
+            "input 1 (target) must be i32 or i64, got {}",
+            t.dtype
+        ));
+    }
+    if x.rank() < 2 || t.rank() != x.rank() - 1 {
+        return Err(format!(
+            "input must be [N, C, d...] and target [N, d...], got {x} and {t}"
+        ));
+    }
+    if let Some(w) = cx.opt_input(2) {
+        if w.dtype != x.dtype || w.rank() != 1 {
+            return Err(format!(
+                "weight must be a 1-D {} tensor [C], got {w}",
+                x.dtype
+            ));
+        }
+    }
+    Ok(match reduction(cx.attrs)? {
+        "none" => TensorType::new(x.dtype, t.shape.clone()),
+        _ => TensorType::new(x.dtype, Shape::scalar()),
+    })
+}
+
+/// The NLL of log-probabilities `logp` [N, C, d...] against `target` [N, d...].
+fn nll(
+    logp: &ArrayD<f64>,
+    target: &Tensor,
+    weight: Option<&Tensor>,
+    attrs: &Attrs,
+) -> Result<ArrayD<f64>, String> {
+    let c = logp.shape()[1];
+    let target = target.to_i64_array();
+    let weight = weight.map(|w| w.to_f64_vec());
+    if weight.as_ref().is_some_and(|w| w.len() != c) {
+        return Err(format!("weight must have {c} values"));
+    }
+    let ignore = attrs.int("ignore_index")?;
+    let mut loss = ArrayD::<f64>::zeros(target.raw_dim());
+    let mut weights = ArrayD::<f64>::zeros(target.raw_dim());
+    for (idx, &t) in target.indexed_iter() {
+        if Some(t) == ignore {
+            continue;
+        }
+        if t < 0 || t as usize >= c {
+            return Err(format!("target {t} is out of range for {c} classes"));
+        }
+        let mut at: Vec<usize> = idx.slice().to_vec();
+        at.insert(1, t as usize);
+        let w = weight.as_ref().map_or(1.0, |w| w[t as usize]);
+        loss[&idx] = -logp[IxDyn(&at)] * w;
+        weights[&idx] = w;
+    }
+    Ok(match reduction(attrs)? {
+        "none" => loss,
+        "sum" => ArrayD::from_elem(IxDyn(&[]), loss.sum()),
+        _ => ArrayD::from_elem(IxDyn(&[]), loss.sum() / weights.sum()),
+    })
+}
+
+struct NllLoss;
+
+const NLL: OpSchema = OpSchema {
+    name: "NegativeLogLikelihoodLoss",
+    family: "loss",
+    inputs: &["input", "target", "weight?"],
+    outputs: &["loss"],
+    attrs: LOSS_ATTRS,
+    doc: "-input[n, target[n, d...], d...] * weight[target], reduced by none, sum or the \
+          weighted mean; targets equal to ignore_index count for nothing.",
+};
+
+impl Op for NllLoss {
+    fn schema(&self) -> &OpSchema {
+        &NLL
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        Ok(vec![check(cx)?])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let x = cx.input(0)?;
+        let loss = nll(&x.to_f64_array(), cx.input(1)?, cx.opt_input(2), cx.attrs)?;
+        Ok(vec![Tensor::from_f64_array(x.dtype(), loss)])
+    }
+}
+
+struct SoftmaxCrossEntropy;
+
+const SCE: OpSchema = OpSchema {
+    name: "SoftmaxCrossEntropyLoss",
+    family: "loss",
+    inputs: &["scores", "labels", "weights?"],
+    outputs: &["output", "log_prob"],
+    attrs: LOSS_ATTRS,
+    doc: "NegativeLogLikelihoodLoss of LogSoftmax(scores) over axis 1; always has the \
+          log_prob output.",
+};
+
+impl Op for SoftmaxCrossEntropy {
+    fn schema(&self) -> &OpSchema {
+        &SCE
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        Ok(vec![check(cx)?, cx.input(0)?.clone()])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let x = cx.input(0)?;
+        let mut logp = x.to_f64_array();
+        for mut lane in logp.lanes_mut(Axis(1)) {
+            let max = lane.fold(f64::NEG_INFINITY, |m, &v| m.max(v));
+            let lse = lane.iter().map(|v| (v - max).exp()).sum::<f64>().ln() + max;
+            lane.mapv_inplace(|v| v - lse);
+        }
+        let loss = nll(&logp, cx.input(1)?, cx.opt_input(2), cx.attrs)?;
+        Ok(vec![
+            Tensor::from_f64_array(x.dtype(), loss),
+            Tensor::from_f64_array(x.dtype(), logp),
+        ])
+    }
+}
+
+pub fn ops() -> Vec<&'static dyn Op> {
+    vec![leak(NllLoss), leak(SoftmaxCrossEntropy)]
+}
