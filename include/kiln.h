@@ -207,6 +207,14 @@ typedef struct kiln_attr {
  */
 #define KILN_DTYPE_BOOL 8
 
+#define KILN_DTYPE_I16 9
+
+#define KILN_DTYPE_U16 10
+
+#define KILN_DTYPE_U32 11
+
+#define KILN_DTYPE_U64 12
+
 /**
  * What the getters return for a NULL handle; never accepted as an argument.
  */

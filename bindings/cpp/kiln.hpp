@@ -63,6 +63,10 @@ template <> struct dtype_of<std::uint8_t> { static constexpr kiln_dtype value = 
 template <> struct dtype_of<std::int32_t> { static constexpr kiln_dtype value = KILN_DTYPE_I32; };
 template <> struct dtype_of<std::int64_t> { static constexpr kiln_dtype value = KILN_DTYPE_I64; };
 template <> struct dtype_of<bool> { static constexpr kiln_dtype value = KILN_DTYPE_BOOL; };
+template <> struct dtype_of<std::int16_t> { static constexpr kiln_dtype value = KILN_DTYPE_I16; };
+template <> struct dtype_of<std::uint16_t> { static constexpr kiln_dtype value = KILN_DTYPE_U16; };
+template <> struct dtype_of<std::uint32_t> { static constexpr kiln_dtype value = KILN_DTYPE_U32; };
+template <> struct dtype_of<std::uint64_t> { static constexpr kiln_dtype value = KILN_DTYPE_U64; };
 
 /// Omits an optional operand of `Graph::add_op`.
 inline constexpr kiln_value none{KILN_VALUE_NONE_NODE, 0};

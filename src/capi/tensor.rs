@@ -21,15 +21,21 @@ pub const KILN_DTYPE_I32: kiln_dtype = 6;
 pub const KILN_DTYPE_I64: kiln_dtype = 7;
 /// One byte per element, 0 or 1.
 pub const KILN_DTYPE_BOOL: kiln_dtype = 8;
+pub const KILN_DTYPE_I16: kiln_dtype = 9;
+pub const KILN_DTYPE_U16: kiln_dtype = 10;
+pub const KILN_DTYPE_U32: kiln_dtype = 11;
+pub const KILN_DTYPE_U64: kiln_dtype = 12;
 /// What the getters return for a NULL handle; never accepted as an argument.
 pub const KILN_DTYPE_INVALID: kiln_dtype = 0xFFFF_FFFF;
 
 /// `DType::ALL` is in `kiln_dtype` order.
 pub(crate) fn dtype_from_c(d: kiln_dtype, arg: &str) -> CResult<DType> {
-    DType::ALL
-        .get(d as usize)
-        .copied()
-        .ok_or_else(|| Failure::invalid(format!("{arg}: {d} is not a kiln_dtype (0..=8)")))
+    DType::ALL.get(d as usize).copied().ok_or_else(|| {
+        Failure::invalid(format!(
+            "{arg}: {d} is not a kiln_dtype (0..={})",
+            DType::ALL.len() - 1
+        ))
+    })
 }
 
 pub(crate) fn dtype_to_c(d: DType) -> kiln_dtype {

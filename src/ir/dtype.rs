@@ -14,10 +14,15 @@ pub enum DType {
     I32,
     I64,
     Bool,
+    I16,
+    U16,
+    U32,
+    U64,
 }
 
 impl DType {
-    pub const ALL: [DType; 9] = [
+    /// Every dtype; the position is the C ABI's `kiln_dtype` code, so new ones go last.
+    pub const ALL: [DType; 13] = [
         DType::F32,
         DType::F64,
         DType::F16,
@@ -27,6 +32,10 @@ impl DType {
         DType::I32,
         DType::I64,
         DType::Bool,
+        DType::I16,
+        DType::U16,
+        DType::U32,
+        DType::U64,
     ];
 
     /// The spelling used by the text format and the CLI.
@@ -41,14 +50,18 @@ impl DType {
             DType::I32 => "i32",
             DType::I64 => "i64",
             DType::Bool => "bool",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
         }
     }
 
     pub fn size_in_bytes(self) -> usize {
         match self {
-            DType::F64 | DType::I64 => 8,
-            DType::F32 | DType::I32 => 4,
-            DType::F16 | DType::BF16 => 2,
+            DType::F64 | DType::I64 | DType::U64 => 8,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool => 1,
         }
     }
@@ -58,11 +71,24 @@ impl DType {
     }
 
     pub fn is_int(self) -> bool {
-        matches!(self, DType::I8 | DType::U8 | DType::I32 | DType::I64)
+        matches!(
+            self,
+            DType::I8
+                | DType::U8
+                | DType::I16
+                | DType::U16
+                | DType::I32
+                | DType::U32
+                | DType::I64
+                | DType::U64
+        )
     }
 
     pub fn is_signed(self) -> bool {
-        !matches!(self, DType::U8 | DType::Bool)
+        !matches!(
+            self,
+            DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool
+        )
     }
 
     /// Numeric: float or integer (not bool).
@@ -84,7 +110,7 @@ impl FromStr for DType {
             .into_iter()
             .find(|d| d.name() == s)
             .ok_or_else(|| {
-                format!("unknown dtype '{s}' (expected one of f32, f64, f16, bf16, i8, u8, i32, i64, bool)")
+                format!("unknown dtype '{s}' (expected one of f32, f64, f16, bf16, i8, u8, i16, u16, i32, u32, i64, u64, bool)")
             })
     }
 }

@@ -22,6 +22,10 @@ pub enum Tensor {
     I32(ArrayD<i32>),
     I64(ArrayD<i64>),
     Bool(ArrayD<bool>),
+    I16(ArrayD<i16>),
+    U16(ArrayD<u16>),
+    U32(ArrayD<u32>),
+    U64(ArrayD<u64>),
 }
 
 /// Runs `$body` with `$a` bound to the inner `&ArrayD<T>` whatever the dtype; the arms
@@ -39,6 +43,10 @@ macro_rules! match_tensor {
             $crate::tensor::Tensor::I32($a) => $body,
             $crate::tensor::Tensor::I64($a) => $body,
             $crate::tensor::Tensor::Bool($a) => $body,
+            $crate::tensor::Tensor::I16($a) => $body,
+            $crate::tensor::Tensor::U16($a) => $body,
+            $crate::tensor::Tensor::U32($a) => $body,
+            $crate::tensor::Tensor::U64($a) => $body,
         }
     };
 }
@@ -58,6 +66,10 @@ macro_rules! map_tensor {
             $crate::tensor::Tensor::I32($a) => $crate::tensor::Tensor::I32($body),
             $crate::tensor::Tensor::I64($a) => $crate::tensor::Tensor::I64($body),
             $crate::tensor::Tensor::Bool($a) => $crate::tensor::Tensor::Bool($body),
+            $crate::tensor::Tensor::I16($a) => $crate::tensor::Tensor::I16($body),
+            $crate::tensor::Tensor::U16($a) => $crate::tensor::Tensor::U16($body),
+            $crate::tensor::Tensor::U32($a) => $crate::tensor::Tensor::U32($body),
+            $crate::tensor::Tensor::U64($a) => $crate::tensor::Tensor::U64($body),
         }
     };
 }
@@ -142,6 +154,10 @@ impl_elem_num!(i8, I8, int);
 impl_elem_num!(u8, U8, int);
 impl_elem_num!(i32, I32, int);
 impl_elem_num!(i64, I64, int);
+impl_elem_num!(i16, I16, int);
+impl_elem_num!(u16, U16, int);
+impl_elem_num!(u32, U32, int);
+impl_elem_num!(u64, U64, int);
 
 macro_rules! impl_elem_half {
     ($t:ty, $variant:ident) => {
@@ -223,6 +239,10 @@ macro_rules! with_dtype {
             $crate::ir::DType::I32 => $f::<i32>($($arg),*),
             $crate::ir::DType::I64 => $f::<i64>($($arg),*),
             $crate::ir::DType::Bool => $f::<bool>($($arg),*),
+            $crate::ir::DType::I16 => $f::<i16>($($arg),*),
+            $crate::ir::DType::U16 => $f::<u16>($($arg),*),
+            $crate::ir::DType::U32 => $f::<u32>($($arg),*),
+            $crate::ir::DType::U64 => $f::<u64>($($arg),*),
         }
     };
 }
@@ -288,6 +308,10 @@ impl Tensor {
             Tensor::I32(_) => DType::I32,
             Tensor::I64(_) => DType::I64,
             Tensor::Bool(_) => DType::Bool,
+            Tensor::I16(_) => DType::I16,
+            Tensor::U16(_) => DType::U16,
+            Tensor::U32(_) => DType::U32,
+            Tensor::U64(_) => DType::U64,
         }
     }
 
@@ -348,6 +372,10 @@ impl Tensor {
             Tensor::I32(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
             Tensor::I64(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
             Tensor::Bool(a) => a.iter().for_each(|&v| out.push(v as u8)),
+            Tensor::I16(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
+            Tensor::U16(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
+            Tensor::U32(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
+            Tensor::U64(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
         }
         out
     }
@@ -379,6 +407,10 @@ impl Tensor {
             DType::U8 => Tensor::from_vec(shape, bytes.to_vec()),
             DType::I32 => Tensor::from_vec(shape, decode!(i32, 4)),
             DType::I64 => Tensor::from_vec(shape, decode!(i64, 8)),
+            DType::I16 => Tensor::from_vec(shape, decode!(i16, 2)),
+            DType::U16 => Tensor::from_vec(shape, decode!(u16, 2)),
+            DType::U32 => Tensor::from_vec(shape, decode!(u32, 4)),
+            DType::U64 => Tensor::from_vec(shape, decode!(u64, 8)),
             DType::Bool => {
                 if let Some(b) = bytes.iter().find(|&&b| b > 1) {
                     return Err(format!("byte {b} is not a bool (0 or 1)"));

@@ -21,6 +21,10 @@ fn descr(dtype: DType) -> &'static str {
         DType::I32 => "<i4",
         DType::I64 => "<i8",
         DType::Bool => "|b1",
+        DType::I16 => "<i2",
+        DType::U16 => "<u2",
+        DType::U32 => "<u4",
+        DType::U64 => "<u8",
     }
 }
 
@@ -44,9 +48,13 @@ fn parse_descr(d: &str) -> std::result::Result<(DType, bool), String> {
         "i4" => DType::I32,
         "i8" => DType::I64,
         "b1" => DType::Bool,
+        "i2" => DType::I16,
+        "u2" => DType::U16,
+        "u4" => DType::U32,
+        "u8" => DType::U64,
         _ => {
             return Err(format!(
-                "unsupported dtype descr '{d}' (Kiln reads f2/f4/f8, i1/u1/i4/i8, b1, bfloat16)"
+                "unsupported dtype descr '{d}' (Kiln reads f2/f4/f8, i1/i2/i4/i8, u1/u2/u4/u8, b1, bfloat16)"
             ))
         }
     };

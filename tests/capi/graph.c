@@ -90,7 +90,7 @@ static void building_errors(void) {
   float data[2] = {1, 2};
   int64_t two[1] = {2};
   EXPECT_STATUS(KILN_STATUS_INVALID_ARGUMENT, "bytes given", kiln_graph_add_constant(g, "c", KILN_DTYPE_F32, two, 1, data, 4, &v));
-  EXPECT_STATUS(KILN_STATUS_INVALID_ARGUMENT, "not a kiln_dtype", kiln_graph_add_constant(g, "c", 9, two, 1, data, 8, &v));
+  EXPECT_STATUS(KILN_STATUS_INVALID_ARGUMENT, "not a kiln_dtype", kiln_graph_add_constant(g, "c", 99, two, 1, data, 8, &v));
   CHECK(v.node == 9);
 
   /* The inferred type of a value, and a too-small dims array. */

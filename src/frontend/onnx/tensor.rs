@@ -18,6 +18,10 @@ pub fn dtype(code: i32) -> Result<DType, String> {
         Ok(D::Uint8) => DType::U8,
         Ok(D::Int32) => DType::I32,
         Ok(D::Int64) => DType::I64,
+        Ok(D::Int16) => DType::I16,
+        Ok(D::Uint16) => DType::U16,
+        Ok(D::Uint32) => DType::U32,
+        Ok(D::Uint64) => DType::U64,
         Ok(D::Bool) => DType::Bool,
         Ok(other) => {
             return Err(format!(
@@ -118,6 +122,22 @@ pub fn tensor(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, String
         DType::I64 => {
             check(t.int64_data.len())?;
             Tensor::from_vec(&shape, t.int64_data.clone())
+        }
+        DType::U32 | DType::U64 => {
+            check(t.uint64_data.len())?;
+            let bytes: Vec<u8> = match dtype {
+                DType::U32 => t
+                    .uint64_data
+                    .iter()
+                    .flat_map(|&v| (v as u32).to_le_bytes())
+                    .collect(),
+                _ => t
+                    .uint64_data
+                    .iter()
+                    .flat_map(|&v| v.to_le_bytes())
+                    .collect(),
+            };
+            Tensor::from_le_bytes(dtype, &shape, &bytes)
         }
         DType::F16 | DType::BF16 => {
             check(t.int32_data.len())?;

@@ -543,6 +543,9 @@ fn in_range(v: i64, dtype: DType) -> bool {
         DType::I8 => i8::try_from(v).is_ok(),
         DType::U8 => u8::try_from(v).is_ok(),
         DType::I32 => i32::try_from(v).is_ok(),
+        DType::I16 => i16::try_from(v).is_ok(),
+        DType::U16 => u16::try_from(v).is_ok(),
+        DType::U32 => u32::try_from(v).is_ok(),
         _ => true,
     }
 }
