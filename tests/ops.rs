@@ -3,6 +3,8 @@
 #[path = "ops/harness.rs"]
 mod harness;
 
+#[path = "ops/bitwise.rs"]
+mod bitwise;
 #[path = "ops/conv.rs"]
 mod conv;
 #[path = "ops/coverage.rs"]

@@ -51,3 +51,20 @@ fn cast_like_takes_the_target_dtype() {
     );
     assert_eq!(y, i32s(&[2], &[2, 0]));
 }
+
+#[test]
+fn shrink_and_bit_cast() {
+    let x = f32s(&[5], &[-2.0, -0.5, 0.0, 0.5, 2.0]);
+    let y = run1(
+        "Shrink",
+        vec![Input(x)],
+        attrs(&[("bias", Attr::Float(1.0)), ("lambd", Attr::Float(1.0))]),
+    );
+    assert_eq!(y, f32s(&[5], &[-1.0, 0.0, 0.0, 0.0, 1.0]));
+    let y = run1("BitCast", vec![Input(f32s(&[2], &[1.0, -2.0]))], to("i32"));
+    assert_eq!(y, i32s(&[2], &[0x3f80_0000, 0xc000_0000u32 as i32]));
+    let y = run1("BitCast", vec![Input(y)], to("f32"));
+    assert_eq!(y, f32s(&[2], &[1.0, -2.0]));
+    let e = run_err("BitCast", vec![Input(f32s(&[1], &[1.0]))], to("f64"));
+    assert!(e.contains("sizes differ"), "{e}");
+}

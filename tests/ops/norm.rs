@@ -249,3 +249,39 @@ fn lp_normalization_l1_and_l2() {
     );
     assert!(e.contains("p must be 1 or 2"), "{e}");
 }
+
+#[test]
+fn rms_normalization_over_trailing_axes() {
+    let x = f64s(&[2, 2], &[3.0, 4.0, 1.0, -1.0]);
+    let y = run1(
+        "RMSNormalization",
+        vec![Input(x.clone()), Input(f64s(&[2], &[1.0, 2.0]))],
+        attrs(&[("epsilon", Attr::Float(0.0))]),
+    );
+    // rms of [3, 4] is sqrt(12.5); of [1, -1] is 1.
+    let r = 12.5f64.sqrt();
+    assert_close(
+        &y,
+        &f64s(&[2, 2], &[3.0 / r, 8.0 / r, 1.0, -2.0]),
+        1e-12,
+        0.0,
+    );
+    let y = run1(
+        "RMSNormalization",
+        vec![Input(x.clone()), Input(f64s(&[], &[1.0]))],
+        attrs(&[("axis", Attr::Int(0)), ("epsilon", Attr::Float(0.0))]),
+    );
+    let all = (27.0f64 / 4.0).sqrt();
+    assert_close(
+        &y,
+        &f64s(&[2, 2], &[3.0 / all, 4.0 / all, 1.0 / all, -1.0 / all]),
+        1e-12,
+        0.0,
+    );
+    let e = run_err(
+        "RMSNormalization",
+        vec![Input(x), Input(f64s(&[3], &[1.0; 3]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("scale"), "{e}");
+}

@@ -57,12 +57,18 @@ pub(super) fn convert(
             }
         }
     }
+    // Opset 9-10's Scatter is ScatterElements under its old name.
+    let op = if op == "Scatter" {
+        "ScatterElements"
+    } else {
+        op
+    };
     match op {
         "Constant" => {
             let t = constant_value(attrs, tensors)?;
             return Ok(vec![imp.constant(name, t)?]);
         }
-        "Cast" => {
+        "Cast" | "BitCast" => {
             if let Some(Attr::Int(code)) = attrs.0.remove("to") {
                 let to = super::tensor::dtype_name(code).map_err(Error::UnknownOp)?;
                 attrs.set("to", Attr::String(to.into()));

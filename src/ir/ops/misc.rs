@@ -74,6 +74,91 @@ impl Op for CastLike {
     }
 }
 
+struct BitCast;
+
+const BIT_CAST: OpSchema = OpSchema {
+    name: "BitCast",
+    family: "misc",
+    inputs: &["input"],
+    outputs: &["output"],
+    attrs: &[AttrSpec::req("to", AttrKind::String)],
+    doc: "Reinterprets the bits as dtype `to` of the same size (\"f32\" <-> \"i32\", ...).",
+};
+
+impl Op for BitCast {
+    fn schema(&self) -> &OpSchema {
+        &BIT_CAST
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        let to = target(cx.attrs)?;
+        if to.size_in_bytes() != x.dtype.size_in_bytes() {
+            return Err(format!(
+                "cannot reinterpret {} as {to}: their sizes differ",
+                x.dtype
+            ));
+        }
+        Ok(out(to, x.shape.clone()))
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let x = cx.input(0)?;
+        Ok(vec![Tensor::from_le_bytes(
+            target(cx.attrs)?,
+            x.shape(),
+            &x.to_le_bytes(),
+        )?])
+    }
+}
+
+struct Shrink;
+
+const SHRINK: OpSchema = OpSchema {
+    name: "Shrink",
+    family: "misc",
+    inputs: &["input"],
+    outputs: &["output"],
+    attrs: &[
+        AttrSpec::opt("bias", AttrKind::Float, "0.0"),
+        AttrSpec::opt("lambd", AttrKind::Float, "0.5"),
+    ],
+    doc: "x + bias where x < -lambd, x - bias where x > lambd, 0 elsewhere.",
+};
+
+impl Op for Shrink {
+    fn schema(&self) -> &OpSchema {
+        &SHRINK
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        if !x.dtype.is_numeric() {
+            return Err(format!("input must be numeric, got {}", x.dtype));
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let x = cx.input(0)?;
+        let bias = cx.attrs.float_or("bias", 0.0)?;
+        let lambd = cx.attrs.float_or("lambd", 0.5)?;
+        let f = |v: f64| {
+            if v < -lambd {
+                v + bias
+            } else if v > lambd {
+                v - bias
+            } else {
+                0.0
+            }
+        };
+        Ok(vec![Tensor::from_f64_array(
+            x.dtype(),
+            x.to_f64_array().mapv(f),
+        )])
+    }
+}
+
 pub fn ops() -> Vec<&'static dyn Op> {
-    vec![leak(Cast), leak(CastLike)]
+    vec![leak(Cast), leak(CastLike), leak(BitCast), leak(Shrink)]
 }

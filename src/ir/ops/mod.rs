@@ -12,6 +12,7 @@ use super::attr::{AttrKind, Attrs};
 use super::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
 
+pub mod bitwise;
 pub mod conv;
 pub mod elementwise;
 pub mod gather;
@@ -237,7 +238,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 11] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 12] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -249,6 +250,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             gather::ops,
             misc::ops,
             loss::ops,
+            bitwise::ops,
         ];
         for family in families {
             for op in family() {

@@ -266,6 +266,69 @@ impl Op for LayerNorm {
     }
 }
 
+// ---------------------------------------------------------------- RMSNormalization
+
+struct RmsNorm;
+
+const RMS_NORM: OpSchema = OpSchema {
+    name: "RMSNormalization",
+    family: "norm",
+    inputs: &["X", "scale"],
+    outputs: &["Y"],
+    attrs: &[
+        AttrSpec::opt("axis", AttrKind::Int, "-1"),
+        AttrSpec::opt("epsilon", AttrKind::Float, "1e-5"),
+        AttrSpec::opt("stash_type", AttrKind::Int, "1"),
+    ],
+    doc: "Y = X / sqrt(mean(X^2) + epsilon) * scale over the axes from `axis` to the last; \
+          scale broadcasts to those axes.",
+};
+
+impl Op for RmsNorm {
+    fn schema(&self) -> &OpSchema {
+        &RMS_NORM
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (x, scale) = (cx.input(0)?, cx.input(1)?);
+        require_dtype(x, 0, is_float, "a float type")?;
+        same_dtype("RMSNormalization", &[x, scale])?;
+        let axis = x.shape.norm_axis(cx.attrs.int_or("axis", -1)?)?;
+        let norm = Shape {
+            axes: x.shape.axes[axis..].to_vec(),
+        };
+        let b = crate::ir::shape::broadcast_shapes(&scale.shape, &norm)
+            .map_err(|e| format!("scale: {e}"))?;
+        if b.dims() != norm.dims() {
+            return Err(format!("scale ({scale}) must broadcast to {norm}"));
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let x = cx.input(0)?;
+        let axis = crate::ir::shape::norm_axis(cx.attrs.int_or("axis", -1)?, x.rank())?;
+        let eps = cx.attrs.float_or("epsilon", 1e-5)?;
+        let norm_shape = x.shape()[axis..].to_vec();
+        let scale: Vec<f64> = cx
+            .input(1)?
+            .to_f64_array()
+            .broadcast(IxDyn(&norm_shape))
+            .ok_or("scale does not broadcast")?
+            .iter()
+            .copied()
+            .collect();
+        let (mut a, outer, inner) = split_at(x, axis);
+        let flat = a.as_slice_mut().expect("standard layout");
+        for row in flat.chunks_mut(inner.max(1)).take(outer) {
+            let ms = row.iter().map(|v| v * v).sum::<f64>() / row.len() as f64;
+            let k = 1.0 / (ms + eps).sqrt();
+            row.iter_mut().zip(&scale).for_each(|(v, s)| *v *= k * s);
+        }
+        Ok(vec![Tensor::from_f64_array(x.dtype(), a)])
+    }
+}
+
 // ---------------------------------------------------------------- InstanceNormalization
 
 struct InstanceNorm;
@@ -391,6 +454,7 @@ pub fn ops() -> Vec<&'static dyn Op> {
         ),
         leak(BatchNorm),
         leak(LayerNorm),
+        leak(RmsNorm),
         leak(InstanceNorm),
         leak(LpNorm),
     ]
