@@ -23,6 +23,8 @@ mod misc;
 mod norm;
 #[path = "ops/pool.rs"]
 mod pool;
+#[path = "ops/quant.rs"]
+mod quant;
 #[path = "ops/reduce.rs"]
 mod reduce;
 #[path = "ops/shape.rs"]

@@ -302,3 +302,35 @@ fn non_zero_lists_indices_row_major() {
     );
     assert_eq!(y.shape(), &[1, 0]);
 }
+
+#[test]
+fn gather_nd_with_and_without_batch_dims() {
+    // ONNX examples.
+    let data = i64s(&[2, 2], &[0, 1, 2, 3]);
+    let y = run1(
+        "GatherND",
+        vec![Input(data.clone()), Input(i64s(&[2, 2], &[0, 0, 1, 1]))],
+        Attrs::new(),
+    );
+    assert_eq!(y, i64s(&[2], &[0, 3]));
+    let y = run1(
+        "GatherND",
+        vec![Input(data), Input(i64s(&[2, 1], &[1, 0]))],
+        Attrs::new(),
+    );
+    assert_eq!(y, i64s(&[2, 2], &[2, 3, 0, 1]));
+    let data = i64s(&[2, 2, 2], &[0, 1, 2, 3, 4, 5, 6, 7]);
+    let b1 = attrs(&[("batch_dims", Attr::Int(1))]);
+    let y = run1(
+        "GatherND",
+        vec![Input(data.clone()), Input(i64s(&[2, 1], &[1, 0]))],
+        b1,
+    );
+    assert_eq!(y, i64s(&[2, 2], &[2, 3, 4, 5]));
+    let e = run_err(
+        "GatherND",
+        vec![Input(data), Input(i64s(&[1, 1], &[2]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("index 2 is out of range"), "{e}");
+}

@@ -68,3 +68,40 @@ fn shrink_and_bit_cast() {
     let e = run_err("BitCast", vec![Input(f32s(&[1], &[1.0]))], to("f64"));
     assert!(e.contains("sizes differ"), "{e}");
 }
+
+#[test]
+fn window_functions_periodic_and_symmetric() {
+    let n = || Const(i64s(&[], &[5]));
+    let y = run1("HannWindow", vec![n()], Attrs::new());
+    assert_close(
+        &y,
+        &f32s(
+            &[5],
+            &[0.0, 0.345_491_5, 0.904_508_5, 0.904_508_5, 0.345_491_5],
+        ),
+        1e-6,
+        0.0,
+    );
+    let sym = attrs(&[("periodic", Attr::Int(0))]);
+    let y = run1("HammingWindow", vec![n()], sym);
+    assert_close(
+        &y,
+        &f32s(
+            &[5],
+            &[0.086_956_52, 0.543_478_25, 1.0, 0.543_478_25, 0.086_956_52],
+        ),
+        1e-6,
+        0.0,
+    );
+    let f64_out = attrs(&[("output_datatype", Attr::String("f64".into()))]);
+    let y = run1("BlackmanWindow", vec![Input(i64s(&[], &[5]))], f64_out);
+    assert_close(
+        &y,
+        &f64s(
+            &[5],
+            &[0.0, 0.200_770_14, 0.849_229_87, 0.849_229_87, 0.200_770_14],
+        ),
+        1e-7,
+        0.0,
+    );
+}

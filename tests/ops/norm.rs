@@ -285,3 +285,24 @@ fn rms_normalization_over_trailing_axes() {
     );
     assert!(e.contains("scale"), "{e}");
 }
+
+#[test]
+fn lrn_across_channels() {
+    let x = f64s(
+        &[1, 4, 2, 1],
+        &(0..8).map(|i| i as f64 * 0.5).collect::<Vec<_>>(),
+    );
+    let a = attrs(&[("size", Attr::Int(3)), ("alpha", Attr::Float(0.1))]);
+    let y = run1("LRN", vec![Input(x)], a);
+    let want = [
+        0.0,
+        0.470867184319084,
+        0.8908198951074957,
+        1.238022164413067,
+        1.5006569687168565,
+        1.6854035904506017,
+        2.29013378703247,
+        2.441196178539243,
+    ];
+    assert_close(&y, &f64s(&[1, 4, 2, 1], &want), 1e-12, 0.0);
+}

@@ -68,6 +68,18 @@ pub(super) fn convert(
             let t = constant_value(attrs, tensors)?;
             return Ok(vec![imp.constant(name, t)?]);
         }
+        "QuantizeLinear" | "DequantizeLinear" | "HannWindow" | "HammingWindow"
+        | "BlackmanWindow" => {
+            // ONNX type codes to Kiln dtype names (0: unset).
+            for key in ["output_dtype", "output_datatype"] {
+                if let Some(Attr::Int(code)) = attrs.0.remove(key) {
+                    if code != 0 {
+                        let d = super::tensor::dtype_name(code).map_err(Error::UnknownOp)?;
+                        attrs.set(key, Attr::String(d.into()));
+                    }
+                }
+            }
+        }
         "Cast" | "BitCast" => {
             if let Some(Attr::Int(code)) = attrs.0.remove("to") {
                 let to = super::tensor::dtype_name(code).map_err(Error::UnknownOp)?;

@@ -604,8 +604,80 @@ impl Op for NonZero {
     }
 }
 
+// ---------------------------------------------------------------- GatherND
+
+struct GatherNd;
+
+const GATHER_ND: OpSchema = OpSchema {
+    name: "GatherND",
+    family: "gather",
+    inputs: &["data", "indices"],
+    outputs: &["output"],
+    attrs: &[AttrSpec::opt("batch_dims", AttrKind::Int, "0")],
+    doc: "Slices of `data` at the index tuples in the last axis of `indices`: output is \
+          indices[:-1] + data[batch_dims + indices[-1]:]; the first batch_dims axes are shared.",
+};
+
+impl Op for GatherNd {
+    fn schema(&self) -> &OpSchema {
+        &GATHER_ND
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (x, idx) = (cx.input(0)?, cx.input(1)?);
+        index_type(idx, 1)?;
+        let b = cx.attrs.int_or("batch_dims", 0)?.max(0) as usize;
+        let k = idx
+            .shape
+            .axes
+            .last()
+            .and_then(|a| a.dim.fixed())
+            .ok_or("the last axis of indices must be static")?;
+        if idx.rank() < 1 || b >= idx.rank() || b + k > x.rank() {
+            return Err(format!(
+                "indices {idx} with batch_dims {b} do not fit data {x}"
+            ));
+        }
+        let mut axes = idx.shape.axes[..idx.rank() - 1].to_vec();
+        axes.extend(x.shape.axes[b + k..].iter().cloned());
+        Ok(out(x.dtype, Shape { axes }))
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let (x, idx) = (cx.input(0)?, cx.input(1)?);
+        let b = cx.attrs.int_or("batch_dims", 0)?.max(0) as usize;
+        let q = idx.rank();
+        let k = idx.shape()[q - 1];
+        let ix = idx.to_i64_array();
+        let mut shape = idx.shape()[..q - 1].to_vec();
+        shape.extend(&x.shape()[b + k..]);
+        // Resolve every index tuple first, so that the copy below cannot fail.
+        for (pos, &v) in ix.indexed_iter() {
+            let d = x.shape()[b + pos[q - 1]] as i64;
+            if v < -d || v >= d {
+                return Err(format!("index {v} is out of range for an axis of size {d}"));
+            }
+        }
+        let y = match_tensor!(x, a => remap(a, &shape, Elem::from_i64(0), |o, src| {
+            src.extend(&o[..b]);
+            let mut at: Vec<usize> = o[..q - 1].to_vec();
+            at.push(0);
+            for j in 0..k {
+                at[q - 1] = j;
+                let d = x.shape()[b + j] as i64;
+                let v = ix[IxDyn(&at)];
+                src.push(if v < 0 { v + d } else { v } as usize);
+            }
+            src.extend(&o[q - 1..]);
+            true
+        }));
+        Ok(vec![y])
+    }
+}
+
 pub fn ops() -> Vec<&'static dyn Op> {
     vec![
+        leak(GatherNd),
         leak(Trilu),
         leak(NonZero),
         leak(Gather),

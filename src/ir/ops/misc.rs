@@ -160,5 +160,88 @@ impl Op for Shrink {
 }
 
 pub fn ops() -> Vec<&'static dyn Op> {
-    vec![leak(Cast), leak(CastLike), leak(BitCast), leak(Shrink)]
+    let mut v = vec![leak(Cast), leak(CastLike), leak(BitCast), leak(Shrink)];
+    v.extend(windows());
+    v
+}
+
+// ---------------------------------------------------------------- window functions
+
+/// Which window: the cosine terms of `a0 - a1 cos(2πn/N) + a2 cos(4πn/N)`.
+struct Window {
+    schema: OpSchema,
+    terms: [f64; 3],
+}
+
+const WINDOW_ATTRS: &[AttrSpec] = &[
+    AttrSpec::opt("output_datatype", AttrKind::String, "f32"),
+    AttrSpec::opt("periodic", AttrKind::Int, "1"),
+];
+
+impl Op for Window {
+    fn schema(&self) -> &OpSchema {
+        &self.schema
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let size = cx.input(0)?;
+        if !size.dtype.is_int() || size.rank() != 0 {
+            return Err(format!("size must be an integer scalar, got {size}"));
+        }
+        let dtype: DType = cx.attrs.string_or("output_datatype", "f32")?.parse()?;
+        let dim = match cx.const_input(0) {
+            Some(c) => crate::ir::Dim::Fixed(c.to_i64_vec()[0].max(0) as usize),
+            None => cx.fresh_dim(0, 0),
+        };
+        Ok(out(dtype, crate::ir::Shape::new([dim])))
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let n = cx.input(0)?.to_i64_vec()[0].max(0) as usize;
+        let dtype: DType = cx.attrs.string_or("output_datatype", "f32")?.parse()?;
+        let periodic = cx.attrs.int_or("periodic", 1)? != 0;
+        let denom = if periodic { n as f64 } else { n as f64 - 1.0 };
+        let [a0, a1, a2] = self.terms;
+        let w: Vec<f64> = (0..n)
+            .map(|i| {
+                let x = 2.0 * std::f64::consts::PI * i as f64 / denom;
+                a0 - a1 * x.cos() + a2 * (2.0 * x).cos()
+            })
+            .collect();
+        Ok(vec![Tensor::from_f64s(dtype, &[n], &w)?])
+    }
+}
+
+fn window(name: &'static str, doc: &'static str, terms: [f64; 3]) -> &'static dyn Op {
+    leak(Window {
+        schema: OpSchema {
+            name,
+            family: "misc",
+            inputs: &["size"],
+            outputs: &["output"],
+            attrs: WINDOW_ATTRS,
+            doc,
+        },
+        terms,
+    })
+}
+
+pub fn windows() -> Vec<&'static dyn Op> {
+    vec![
+        window(
+            "HannWindow",
+            "0.5 - 0.5 cos(2πn/N), N = size (periodic) or size - 1.",
+            [0.5, 0.5, 0.0],
+        ),
+        window(
+            "HammingWindow",
+            "25/46 - 21/46 cos(2πn/N).",
+            [25.0 / 46.0, 21.0 / 46.0, 0.0],
+        ),
+        window(
+            "BlackmanWindow",
+            "0.42 - 0.5 cos(2πn/N) + 0.08 cos(4πn/N).",
+            [0.42, 0.5, 0.08],
+        ),
+    ]
 }

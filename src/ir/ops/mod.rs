@@ -21,6 +21,7 @@ pub mod matmul;
 pub mod misc;
 pub mod norm;
 pub mod pool;
+pub mod quant;
 pub mod reduce;
 pub mod shape;
 pub mod source;
@@ -238,7 +239,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 12] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 13] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -251,6 +252,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             misc::ops,
             loss::ops,
             bitwise::ops,
+            quant::ops,
         ];
         for family in families {
             for op in family() {

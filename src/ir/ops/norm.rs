@@ -387,6 +387,67 @@ impl Op for InstanceNorm {
     }
 }
 
+// ---------------------------------------------------------------- LRN
+
+struct Lrn;
+
+const LRN: OpSchema = OpSchema {
+    name: "LRN",
+    family: "norm",
+    inputs: &["X"],
+    outputs: &["Y"],
+    attrs: &[
+        AttrSpec::opt("alpha", AttrKind::Float, "1e-4"),
+        AttrSpec::opt("beta", AttrKind::Float, "0.75"),
+        AttrSpec::opt("bias", AttrKind::Float, "1.0"),
+        AttrSpec::req("size", AttrKind::Int),
+    ],
+    doc: "Local response normalization across channels of [N, C, ...]: x / (bias + alpha / \
+          size * sum of squares over the `size` nearest channels)^beta.",
+};
+
+impl Op for Lrn {
+    fn schema(&self) -> &OpSchema {
+        &LRN
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        require_dtype(x, 0, is_float, "a float type")?;
+        if x.rank() < 3 {
+            return Err(format!("X must be [N, C, D1, ...], got {x}"));
+        }
+        if cx.attrs.req_int("size")? < 1 {
+            return Err("size must be >= 1".into());
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let xt = cx.input(0)?;
+        let x = xt.to_f64_array();
+        let size = cx.attrs.req_int("size")? as usize;
+        let (alpha, beta, bias) = (
+            cx.attrs.float_or("alpha", 1e-4)?,
+            cx.attrs.float_or("beta", 0.75)?,
+            cx.attrs.float_or("bias", 1.0)?,
+        );
+        let c = x.shape()[1];
+        let (lo, hi) = ((size - 1) / 2, (size - 1).div_ceil(2));
+        let y = ArrayD::from_shape_fn(x.raw_dim(), |idx| {
+            let mut at = idx.clone();
+            let ch = idx[1];
+            let mut sum = 0.0;
+            for k in ch.saturating_sub(lo)..=(ch + hi).min(c - 1) {
+                at[1] = k;
+                sum += x[&at] * x[&at];
+            }
+            x[&idx] / (bias + alpha / size as f64 * sum).powf(beta)
+        });
+        Ok(vec![Tensor::from_f64_array(xt.dtype(), y)])
+    }
+}
+
 // ---------------------------------------------------------------- LpNormalization
 
 struct LpNorm;
@@ -455,6 +516,7 @@ pub fn ops() -> Vec<&'static dyn Op> {
         leak(BatchNorm),
         leak(LayerNorm),
         leak(RmsNorm),
+        leak(Lrn),
         leak(InstanceNorm),
         leak(LpNorm),
     ]

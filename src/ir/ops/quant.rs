@@ -1,0 +1,268 @@
+//! Linear quantization: QuantizeLinear and DequantizeLinear, per tensor, per axis or
+//! blocked, as ONNX defines them. Values compute in f64; quantizing rounds half to even
+//! and saturates to the output type.
+use ndarray::{ArrayD, Dimension, IxDyn};
+
+use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::shape::norm_axis;
+use crate::ir::{AttrKind, Attrs, DType, TensorType};
+use crate::tensor::Tensor;
+
+const ATTRS: &[AttrSpec] = &[
+    AttrSpec::opt("axis", AttrKind::Int, "1"),
+    AttrSpec::opt("block_size", AttrKind::Int, "0"),
+    AttrSpec::opt(
+        "output_dtype",
+        AttrKind::String,
+        "the zero point's (or u8 / the scale's)",
+    ),
+    AttrSpec::opt("saturate", AttrKind::Int, "1 (float8 only; ignored)"),
+    AttrSpec::opt("precision", AttrKind::Int, "0 (ignored)"),
+];
+
+/// How an element finds its scale: the same one, one per index along `axis`, or one
+/// per block of `block` along `axis`.
+fn scale_index(idx: &[usize], scale_rank: usize, axis: usize, block: usize) -> Vec<usize> {
+    match (scale_rank, block) {
+        (0, _) => vec![],
+        (1, 0) => vec![idx[axis]],
+        _ => {
+            let mut i = idx.to_vec();
+            i[axis] /= block.max(1);
+            i
+        }
+    }
+}
+
+/// Checks scale (and zero point) against x; returns (axis, block size).
+fn check(
+    x: &TensorType,
+    scale: &TensorType,
+    zp: Option<&TensorType>,
+    attrs: &Attrs,
+) -> Result<(usize, usize), String> {
+    // A per-tensor scale ignores `axis`.
+    let axis = if scale.rank() == 0 {
+        0
+    } else {
+        norm_axis(attrs.int_or("axis", 1)?, x.rank())?
+    };
+    let block = attrs.int_or("block_size", 0)?.max(0) as usize;
+    let ok = scale.rank() == 0
+        || (scale.rank() == 1 && block == 0)
+        || (scale.rank() == x.rank() && block > 0);
+    if !ok {
+        return Err(format!(
+            "scale {scale} must be a scalar, 1-D along axis {axis}, or blocked with x's rank"
+        ));
+    }
+    if let Some(z) = zp {
+        if z.shape.dims() != scale.shape.dims() {
+            return Err(format!(
+                "the zero point ({z}) must have the scale's shape ({scale})"
+            ));
+        }
+    }
+    Ok((axis, block))
+}
+
+fn range(d: DType) -> (f64, f64) {
+    match d {
+        DType::U8 => (0.0, 255.0),
+        DType::I8 => (-128.0, 127.0),
+        DType::U16 => (0.0, 65535.0),
+        DType::I16 => (-32768.0, 32767.0),
+        DType::U32 => (0.0, u32::MAX as f64),
+        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+        _ => (f64::NEG_INFINITY, f64::INFINITY),
+    }
+}
+
+fn elementwise(
+    x: &ArrayD<f64>,
+    scale: &ArrayD<f64>,
+    zp: Option<&ArrayD<f64>>,
+    axis: usize,
+    block: usize,
+    f: impl Fn(f64, f64, f64) -> f64,
+) -> Result<ArrayD<f64>, String> {
+    let mut out = ArrayD::zeros(x.raw_dim());
+    for (idx, v) in out.indexed_iter_mut() {
+        let si = IxDyn(&scale_index(idx.slice(), scale.ndim(), axis, block));
+        let s = *scale
+            .get(&si)
+            .ok_or_else(|| format!("no scale for element {:?}", idx.slice()))?;
+        let z = zp
+            .map_or(Some(0.0), |z| z.get(&si).copied())
+            .ok_or("no zero point")?;
+        *v = f(x[&idx], s, z);
+    }
+    Ok(out)
+}
+
+struct Quantize;
+
+const QUANTIZE: OpSchema = OpSchema {
+    name: "QuantizeLinear",
+    family: "quant",
+    inputs: &["x", "y_scale", "y_zero_point?"],
+    outputs: &["y"],
+    attrs: ATTRS,
+    doc: "y = saturate(round_half_even(x / y_scale) + y_zero_point), of the zero point's \
+          dtype (u8 without one).",
+};
+
+fn quantized_dtype(cx_zp: Option<DType>, attrs: &Attrs) -> Result<DType, String> {
+    match attrs.string("output_dtype")? {
+        Some(d) => d.parse(),
+        None => Ok(cx_zp.unwrap_or(DType::U8)),
+    }
+}
+
+impl Op for Quantize {
+    fn schema(&self) -> &OpSchema {
+        &QUANTIZE
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (x, s) = (cx.input(0)?, cx.input(1)?);
+        if !x.dtype.is_float() && x.dtype != DType::I32 {
+            return Err(format!("x must be float or i32, got {}", x.dtype));
+        }
+        check(x, s, cx.opt_input(2), cx.attrs)?;
+        let d = quantized_dtype(cx.opt_input(2).map(|z| z.dtype), cx.attrs)?;
+        if !d.is_int() {
+            return Err(format!("cannot quantize to {d}"));
+        }
+        Ok(vec![TensorType::new(d, x.shape.clone())])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let (x, s, zp) = (cx.input(0)?, cx.input(1)?, cx.opt_input(2));
+        let (axis, block) = check(cx.input_type(0)?, cx.input_type(1)?, None, cx.attrs)?;
+        let d = quantized_dtype(zp.map(|z| z.dtype()), cx.attrs)?;
+        let (lo, hi) = range(d);
+        let zpa = zp.map(|z| z.to_f64_array());
+        let q = elementwise(
+            &x.to_f64_array(),
+            &s.to_f64_array(),
+            zpa.as_ref(),
+            axis,
+            block,
+            |v, s, z| ((v / s).round_ties_even() + z).clamp(lo, hi),
+        )?;
+        Ok(vec![Tensor::from_i64_array(d, q.mapv(|v| v as i64))])
+    }
+}
+
+struct Dequantize;
+
+const DEQUANTIZE: OpSchema = OpSchema {
+    name: "DequantizeLinear",
+    family: "quant",
+    inputs: &["x", "x_scale", "x_zero_point?"],
+    outputs: &["y"],
+    attrs: ATTRS,
+    doc: "y = (x - x_zero_point) * x_scale, of the scale's dtype (or output_dtype).",
+};
+
+impl Op for Dequantize {
+    fn schema(&self) -> &OpSchema {
+        &DEQUANTIZE
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (x, s) = (cx.input(0)?, cx.input(1)?);
+        if !x.dtype.is_int() {
+            return Err(format!("x must be an integer type, got {}", x.dtype));
+        }
+        if !s.dtype.is_float() {
+            return Err(format!("x_scale must be a float type, got {}", s.dtype));
+        }
+        check(x, s, cx.opt_input(2), cx.attrs)?;
+        let d = match cx.attrs.string("output_dtype")? {
+            Some(d) => d.parse()?,
+            None => s.dtype,
+        };
+        Ok(vec![TensorType::new(d, x.shape.clone())])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let (x, s, zp) = (cx.input(0)?, cx.input(1)?, cx.opt_input(2));
+        let (axis, block) = check(cx.input_type(0)?, cx.input_type(1)?, None, cx.attrs)?;
+        let d = match cx.attrs.string("output_dtype")? {
+            Some(d) => d.parse()?,
+            None => s.dtype(),
+        };
+        let zpa = zp.map(|z| z.to_f64_array());
+        let y = elementwise(
+            &x.to_f64_array(),
+            &s.to_f64_array(),
+            zpa.as_ref(),
+            axis,
+            block,
+            |v, s, z| (v - z) * s,
+        )?;
+        Ok(vec![Tensor::from_f64_array(d, y)])
+    }
+}
+
+struct DynamicQuantize;
+
+const DYNAMIC_QUANTIZE: OpSchema = OpSchema {
+    name: "DynamicQuantizeLinear",
+    family: "quant",
+    inputs: &["x"],
+    outputs: &["y", "y_scale", "y_zero_point"],
+    attrs: &[],
+    doc: "u8 quantization with the scale and zero point computed from x's range (which \
+          always includes 0).",
+};
+
+impl Op for DynamicQuantize {
+    fn schema(&self) -> &OpSchema {
+        &DYNAMIC_QUANTIZE
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        if x.dtype != DType::F32 {
+            return Err(format!("x must be f32, got {}", x.dtype));
+        }
+        let scalar = crate::ir::Shape::scalar();
+        Ok(vec![
+            TensorType::new(DType::U8, x.shape.clone()),
+            TensorType::new(DType::F32, scalar.clone()),
+            TensorType::new(DType::U8, scalar),
+        ])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let x = cx.input(0)?.to_f64_array();
+        let hi = x.iter().copied().fold(0.0f64, f64::max);
+        let lo = x.iter().copied().fold(0.0f64, f64::min);
+        // The scale is an f32 in ONNX: round it first, as the reference does.
+        let scale = ((hi - lo) / 255.0) as f32 as f64;
+        let zp = if scale == 0.0 {
+            0.0
+        } else {
+            (-lo / scale).round_ties_even().clamp(0.0, 255.0)
+        };
+        let y = x.mapv(|v| {
+            if scale == 0.0 {
+                zp
+            } else {
+                ((v / scale).round_ties_even() + zp).clamp(0.0, 255.0)
+            }
+        });
+        Ok(vec![
+            Tensor::from_i64_array(DType::U8, y.mapv(|v| v as i64)),
+            Tensor::scalar(scale as f32),
+            Tensor::scalar(zp as u8),
+        ])
+    }
+}
+
+pub fn ops() -> Vec<&'static dyn Op> {
+    vec![leak(Quantize), leak(Dequantize), leak(DynamicQuantize)]
+}
