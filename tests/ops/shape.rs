@@ -323,6 +323,21 @@ fn concat_and_split() {
     assert!(e.contains("does not add up"), "{e}");
     let e = run_err("Split", vec![Input(x)], Attrs::new());
     assert!(e.contains("num_outputs"), "{e}");
+    // A split known only at run time: num_outputs gives the count.
+    let two = attrs(&[("num_outputs", Attr::Int(2))]);
+    let parts = run(
+        "Split",
+        vec![Input(iota(&[5])), Input(i64s(&[2], &[4, 1]))],
+        two,
+    )
+    .unwrap();
+    assert_eq!(parts, vec![i64s(&[4], &[0, 1, 2, 3]), i64s(&[1], &[4])]);
+    let e = run_err(
+        "Split",
+        vec![Input(iota(&[5])), Input(i64s(&[2], &[4, 1]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("run time needs num_outputs"), "{e}");
 }
 
 #[test]

@@ -122,7 +122,13 @@ pub(super) fn convert(
             if opset < 13 {
                 attr_to_input(imp, &mut inputs, &mut attrs, "split", 1, name)?;
             }
-            if inputs.get(1).copied().flatten().is_none() && attrs.get("num_outputs").is_none() {
+            // The node's output count says how many parts a run-time split makes.
+            let constant_split = inputs
+                .get(1)
+                .copied()
+                .flatten()
+                .is_some_and(|v| imp.g.node(v.node).op == "Constant");
+            if !constant_split && attrs.get("num_outputs").is_none() {
                 attrs.set("num_outputs", Attr::Int(n_outputs as i64));
             }
         }

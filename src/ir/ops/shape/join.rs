@@ -148,17 +148,18 @@ impl Op for Split {
         let axis = x.shape.norm_axis(cx.attrs.int_or("axis", 0)?)?;
         let split = const_ints(cx, 1, "split")?;
         let num = cx.attrs.int("num_outputs")?;
-        if cx.opt_input(1).is_some() && split.is_none() {
-            return Err(
-                "the split input must be a constant (it sets the number of outputs)".into(),
-            );
-        }
+        // A split computed at run time needs num_outputs for the number of outputs.
+        let dynamic = cx.opt_input(1).is_some() && split.is_none();
         let count = match (&split, num) {
             (Some(s), _) => s.len(),
             (None, Some(n)) => n.max(0) as usize,
+            (None, None) if dynamic => {
+                return Err("a split computed at run time needs num_outputs".into())
+            }
             (None, None) => return Err("give split or num_outputs".into()),
         };
         let sizes = match x.shape.dim(axis) {
+            _ if dynamic => None,
             Dim::Fixed(d) => Some(parts(*d, split.as_deref(), num)?),
             Dim::Sym(_) => {
                 parts(0, None, num.or(Some(1))).ok();
@@ -184,11 +185,20 @@ impl Op for Split {
         let x = cx.input(0)?;
         let axis = norm_axis(cx.attrs.int_or("axis", 0)?, x.rank())?;
         let split = cx.opt_input(1).map(|t| t.to_i64_vec());
+        // With a split, num_outputs only fixed the output count (checked here).
+        let num = cx.attrs.int("num_outputs")?;
         let sizes = parts(
             x.shape()[axis],
             split.as_deref(),
-            cx.attrs.int("num_outputs")?,
+            if split.is_some() { None } else { num },
         )?;
+        if num.is_some_and(|n| n as usize != sizes.len()) {
+            return Err(format!(
+                "split has {} parts, num_outputs is {}",
+                sizes.len(),
+                num.unwrap_or(0)
+            ));
+        }
         let mut start = 0;
         let mut outs = vec![];
         for s in sizes {
