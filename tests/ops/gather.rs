@@ -334,3 +334,38 @@ fn gather_nd_with_and_without_batch_dims() {
     );
     assert!(e.contains("index 2 is out of range"), "{e}");
 }
+
+#[test]
+fn non_max_suppression_keeps_the_best_of_overlapping_boxes() {
+    // Boxes 0 and 1 overlap almost entirely (IoU 0.81); box 2 is apart.
+    let boxes = f32s(
+        &[1, 3, 4],
+        &[0.0, 0.0, 1.0, 1.0, 0.0, 0.1, 1.0, 1.0, 0.0, 5.0, 1.0, 6.0],
+    );
+    let scores = f32s(&[1, 1, 3], &[0.8, 0.9, 0.7]);
+    let args = |max: i64, score: f32| {
+        vec![
+            Input(boxes.clone()),
+            Input(scores.clone()),
+            Input(i64s(&[1], &[max])),
+            Input(f32s(&[1], &[0.5])),
+            Input(f32s(&[1], &[score])),
+        ]
+    };
+    let y = run1("NonMaxSuppression", args(10, 0.0), Attrs::new());
+    assert_eq!(y, i64s(&[2, 3], &[0, 0, 1, 0, 0, 2]));
+    assert_eq!(
+        run1("NonMaxSuppression", args(1, 0.0), Attrs::new()),
+        i64s(&[1, 3], &[0, 0, 1])
+    );
+    assert_eq!(
+        run1("NonMaxSuppression", args(10, 0.95), Attrs::new()).shape(),
+        &[0, 3]
+    );
+    let e = run_err(
+        "NonMaxSuppression",
+        vec![Input(f32s(&[3, 4], &[0.0; 12])), Input(scores)],
+        Attrs::new(),
+    );
+    assert!(e.contains("[B, N, 4]"), "{e}");
+}

@@ -677,6 +677,7 @@ impl Op for GatherNd {
 
 pub fn ops() -> Vec<&'static dyn Op> {
     vec![
+        leak(Nms),
         leak(GatherNd),
         leak(Trilu),
         leak(NonZero),
@@ -687,4 +688,133 @@ pub fn ops() -> Vec<&'static dyn Op> {
         leak(TopK),
         leak(CumSum),
     ]
+}
+
+// ---------------------------------------------------------------- NonMaxSuppression
+
+struct Nms;
+
+const NMS: OpSchema = OpSchema {
+    name: "NonMaxSuppression",
+    family: "gather",
+    inputs: &[
+        "boxes",
+        "scores",
+        "max_output_boxes_per_class?",
+        "iou_threshold?",
+        "score_threshold?",
+    ],
+    outputs: &["selected_indices"],
+    attrs: &[AttrSpec::opt("center_point_box", AttrKind::Int, "0")],
+    doc: "Greedy non-maximum suppression per batch and class: boxes [B, N, 4], scores \\
+          [B, C, N]; returns i64 [selected, 3] rows (batch, class, box), best score first.",
+};
+
+/// A box as (y1, x1, y2, x2) with y1 <= y2 and x1 <= x2.
+fn corners(b: &[f64], center: bool) -> [f64; 4] {
+    if center {
+        let (xc, yc, w, h) = (b[0], b[1], b[2], b[3]);
+        [yc - h / 2.0, xc - w / 2.0, yc + h / 2.0, xc + w / 2.0]
+    } else {
+        [
+            b[0].min(b[2]),
+            b[1].min(b[3]),
+            b[0].max(b[2]),
+            b[1].max(b[3]),
+        ]
+    }
+}
+
+fn iou(a: [f64; 4], b: [f64; 4]) -> f64 {
+    let h = (a[2].min(b[2]) - a[0].max(b[0])).max(0.0);
+    let w = (a[3].min(b[3]) - a[1].max(b[1])).max(0.0);
+    let inter = h * w;
+    let union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter;
+    if union <= 0.0 {
+        0.0
+    } else {
+        inter / union
+    }
+}
+
+impl Op for Nms {
+    fn schema(&self) -> &OpSchema {
+        &NMS
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (boxes, scores) = (cx.input(0)?, cx.input(1)?);
+        if boxes.rank() != 3 || scores.rank() != 3 || !boxes.dtype.is_float() {
+            return Err(format!(
+                "boxes must be float [B, N, 4] and scores [B, C, N], got {boxes} and {scores}"
+            ));
+        }
+        Ok(out(
+            DType::I64,
+            Shape::new([cx.fresh_dim(0, 0), Dim::Fixed(3)]),
+        ))
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let boxes = cx.input(0)?.to_f64_array();
+        let scores = cx.input(1)?.to_f64_array();
+        let scalar = |i: usize, default: f64| {
+            cx.opt_input(i)
+                .and_then(|t| t.to_f64_vec().first().copied())
+                .unwrap_or(default)
+        };
+        let max_out = scalar(2, 0.0).max(0.0) as usize;
+        let iou_threshold = scalar(3, 0.0);
+        let score_threshold = cx
+            .opt_input(4)
+            .and_then(|t| t.to_f64_vec().first().copied());
+        let center = cx.attrs.int_or("center_point_box", 0)? == 1;
+        let (nb, n) = (boxes.shape()[0], boxes.shape()[1]);
+        let (sb, nc, sn) = (scores.shape()[0], scores.shape()[1], scores.shape()[2]);
+        if boxes.shape()[2] != 4 || sb != nb || sn != n {
+            return Err(format!(
+                "boxes {:?} and scores {:?} do not match",
+                boxes.shape(),
+                scores.shape()
+            ));
+        }
+        let mut rows: Vec<i64> = vec![];
+        for b in 0..nb {
+            let bx: Vec<[f64; 4]> = (0..n)
+                .map(|i| {
+                    corners(
+                        &[
+                            boxes[[b, i, 0]],
+                            boxes[[b, i, 1]],
+                            boxes[[b, i, 2]],
+                            boxes[[b, i, 3]],
+                        ],
+                        center,
+                    )
+                })
+                .collect();
+            for c in 0..nc {
+                let mut cand: Vec<usize> = (0..n)
+                    .filter(|&i| score_threshold.is_none_or(|t| scores[[b, c, i]] > t))
+                    .collect();
+                // Stable: equal scores keep box order.
+                cand.sort_by(|&i, &j| {
+                    scores[[b, c, j]]
+                        .partial_cmp(&scores[[b, c, i]])
+                        .unwrap_or(std::cmp::Ordering::Equal)
+                });
+                let mut kept: Vec<usize> = vec![];
+                for i in cand {
+                    if kept.len() >= max_out {
+                        break;
+                    }
+                    if kept.iter().all(|&k| iou(bx[k], bx[i]) <= iou_threshold) {
+                        kept.push(i);
+                        rows.extend([b as i64, c as i64, i as i64]);
+                    }
+                }
+            }
+        }
+        Ok(vec![Tensor::from_vec(&[rows.len() / 3, 3], rows)?])
+    }
 }
