@@ -15,6 +15,7 @@ use crate::tensor::Tensor;
 
 mod ops;
 #[allow(clippy::all, missing_docs, rustdoc::all)]
+#[rustfmt::skip] // generated; tests/onnx_proto.rs compares it byte for byte
 pub mod proto;
 mod tensor;
 

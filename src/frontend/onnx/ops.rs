@@ -101,6 +101,20 @@ pub(super) fn convert(
                     "Dropout's mask output is not supported".into(),
                 ));
             }
+            // Inference only: a training_mode that is not a constant false would be random.
+            if let Some(Some(t)) = inputs.get(2) {
+                let node = imp.g.node(t.node);
+                let off = node.op == "Constant"
+                    && node
+                        .data
+                        .as_ref()
+                        .is_some_and(|d| d.to_f64_vec().iter().all(|&v| v == 0.0));
+                if !off {
+                    return Err(Error::UnknownOp(
+                        "Dropout in training mode is not supported".into(),
+                    ));
+                }
+            }
             let x = inputs
                 .first()
                 .copied()

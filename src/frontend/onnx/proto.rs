@@ -84,7 +84,17 @@ pub struct AttributeProto {
 pub mod attribute_proto {
     /// Note: this enum is structurally identical to the OpSchema::AttrType
     /// enum defined in schema.h.  If you rev one, you likely need to rev the other.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+    #[derive(
+        Clone,
+        Copy,
+        Debug,
+        PartialEq,
+        Eq,
+        Hash,
+        PartialOrd,
+        Ord,
+        ::prost::Enumeration
+    )]
     #[repr(i32)]
     pub enum AttributeType {
         Undefined = 0,
@@ -729,7 +739,17 @@ pub mod tensor_proto {
         #[prost(int64, optional, tag = "2")]
         pub end: ::core::option::Option<i64>,
     }
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+    #[derive(
+        Clone,
+        Copy,
+        Debug,
+        PartialEq,
+        Eq,
+        Hash,
+        PartialOrd,
+        Ord,
+        ::prost::Enumeration
+    )]
     #[repr(i32)]
     pub enum DataType {
         Undefined = 0,
@@ -882,7 +902,17 @@ pub mod tensor_proto {
     /// Location of the data for this tensor. MUST be one of:
     /// - DEFAULT - data stored inside the protobuf message. Data is stored in raw_data (if set) otherwise in type-specified field.
     /// - EXTERNAL - data stored in an external location as described by external_data field.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+    #[derive(
+        Clone,
+        Copy,
+        Debug,
+        PartialEq,
+        Eq,
+        Hash,
+        PartialOrd,
+        Ord,
+        ::prost::Enumeration
+    )]
     #[repr(i32)]
     pub enum DataLocation {
         Default = 0,
@@ -1000,7 +1030,9 @@ pub mod type_proto {
         /// The type and optional shape of each element of the sequence.
         /// This field MUST be present for this version of the IR.
         #[prost(message, optional, boxed, tag = "1")]
-        pub elem_type: ::core::option::Option<::prost::alloc::boxed::Box<super::TypeProto>>,
+        pub elem_type: ::core::option::Option<
+            ::prost::alloc::boxed::Box<super::TypeProto>,
+        >,
     }
     /// map<K,V>
     #[derive(Clone, PartialEq, ::prost::Message)]
@@ -1012,7 +1044,9 @@ pub mod type_proto {
         pub key_type: ::core::option::Option<i32>,
         /// This field MUST be present for this version of the IR.
         #[prost(message, optional, boxed, tag = "2")]
-        pub value_type: ::core::option::Option<::prost::alloc::boxed::Box<super::TypeProto>>,
+        pub value_type: ::core::option::Option<
+            ::prost::alloc::boxed::Box<super::TypeProto>,
+        >,
     }
     /// wrapper for Tensor, Sequence, or Map
     #[derive(Clone, PartialEq, ::prost::Message)]
@@ -1021,7 +1055,9 @@ pub mod type_proto {
         /// This field MUST be present for this version of the IR.
         /// Possible values correspond to OptionalProto.DataType enum
         #[prost(message, optional, boxed, tag = "1")]
-        pub elem_type: ::core::option::Option<::prost::alloc::boxed::Box<super::TypeProto>>,
+        pub elem_type: ::core::option::Option<
+            ::prost::alloc::boxed::Box<super::TypeProto>,
+        >,
     }
     #[derive(Clone, PartialEq, ::prost::Message)]
     pub struct SparseTensor {

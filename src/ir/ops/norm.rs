@@ -490,7 +490,8 @@ impl Op for LpNorm {
             } else {
                 lane.iter().map(|v| v * v).sum::<f64>().sqrt()
             };
-            lane.mapv_inplace(|v| v / norm);
+            // A zero lane stays zero (as the ONNX reference has it), not 0/0.
+            lane.mapv_inplace(|v| if norm == 0.0 { 0.0 } else { v / norm });
         }
         Ok(vec![Tensor::from_f64_array(x.dtype(), a)])
     }

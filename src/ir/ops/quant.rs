@@ -252,7 +252,8 @@ impl Op for DynamicQuantize {
             if scale == 0.0 {
                 zp
             } else {
-                ((v / scale).round_ties_even() + zp).clamp(0.0, 255.0)
+                // x / scale in f32, as ONNX computes it: which way a tie rounds depends on it.
+                (((v as f32) / (scale as f32)).round_ties_even() as f64 + zp).clamp(0.0, 255.0)
             }
         });
         Ok(vec![
