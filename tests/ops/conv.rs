@@ -1,20 +1,8 @@
 //! Conv and ConvTranspose against a naive numpy reference (nested loops over
 //! `itertools.product`, the ONNX formulas written out) on `ramp` data.
 use kiln::ir::{Attr, Attrs};
-use kiln::Tensor;
 
 use crate::harness::*;
-
-/// numpy's `((np.arange(n) % k) - off) * 0.5` over `shape`.
-fn ramp(shape: &[usize], k: usize, off: f64) -> Tensor {
-    let n: usize = shape.iter().product();
-    f64s(
-        shape,
-        &(0..n)
-            .map(|i| ((i % k) as f64 - off) * 0.5)
-            .collect::<Vec<_>>(),
-    )
-}
 
 fn ints(name: &str, v: &[i64]) -> (String, Attr) {
     (name.into(), Attr::Ints(v.to_vec()))

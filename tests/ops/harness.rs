@@ -21,6 +21,18 @@ pub fn bools(shape: &[usize], v: &[bool]) -> Tensor {
     Tensor::from_vec(shape, v.to_vec()).unwrap()
 }
 
+/// numpy's `((np.arange(n) % k) - off) * 0.5` over `shape`: deterministic test data
+/// whose expected results are computed with numpy.
+pub fn ramp(shape: &[usize], k: usize, off: f64) -> Tensor {
+    let n: usize = shape.iter().product();
+    f64s(
+        shape,
+        &(0..n)
+            .map(|i| ((i % k) as f64 - off) * 0.5)
+            .collect::<Vec<_>>(),
+    )
+}
+
 /// Attributes from `(name, value)` pairs.
 pub fn attrs(pairs: &[(&str, Attr)]) -> Attrs {
     let mut a = Attrs::new();

@@ -1,19 +1,7 @@
 //! Normalizations and softmaxes, against numpy on `ramp` data.
 use kiln::ir::{Attr, Attrs};
-use kiln::Tensor;
 
 use crate::harness::*;
-
-/// numpy's `((np.arange(n) % k) - off) * 0.5` over `shape`.
-fn ramp(shape: &[usize], k: usize, off: f64) -> Tensor {
-    let n: usize = shape.iter().product();
-    f64s(
-        shape,
-        &(0..n)
-            .map(|i| ((i % k) as f64 - off) * 0.5)
-            .collect::<Vec<_>>(),
-    )
-}
 
 fn axis(a: i64) -> Attrs {
     attrs(&[("axis", Attr::Int(a))])
