@@ -414,3 +414,31 @@ fn shape_size_constant_of_shape_range() {
     );
     assert!(e.contains("delta must not be 0"), "{e}");
 }
+
+#[test]
+fn absurd_shape_operands_are_errors_not_aborts() {
+    let e = run_err(
+        "ConstantOfShape",
+        vec![ints(&[1 << 20, 1 << 20])],
+        Attrs::new(),
+    );
+    assert!(
+        e.contains("larger than the reference interpreter's limit"),
+        "{e}"
+    );
+    let e = run_err(
+        "Tile",
+        vec![Input(iota(&[2])), Input(i64s(&[1], &[i64::MAX]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("overflow") || e.contains("limit"), "{e}");
+    let e = run_err(
+        "Expand",
+        vec![Input(iota(&[1])), Input(i64s(&[2], &[1 << 20, 1 << 20]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("limit"), "{e}");
+    let big = |v: f64| Input(f64s(&[], &[v]));
+    let e = run_err("Range", vec![big(0.0), big(1e15), big(1.0)], Attrs::new());
+    assert!(e.contains("limit"), "{e}");
+}

@@ -313,6 +313,7 @@ impl Op for OneHot {
         });
         let mut shape = idx.shape().to_vec();
         shape.insert(axis, d);
+        crate::ir::ops::util::check_size(&shape)?;
         fn fill<T: Elem>(v: &ArrayD<T>, k: &ArrayD<i64>, shape: &[usize], axis: usize) -> Tensor {
             let (off, on) = (v[[0].as_ref()], v[[1].as_ref()]);
             T::wrap(ArrayD::from_shape_fn(IxDyn(shape), |o| {

@@ -198,6 +198,7 @@ impl Op for Window {
 
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
         let n = cx.input(0)?.to_i64_vec()[0].max(0) as usize;
+        super::util::check_size(&[n])?;
         let dtype: DType = cx.attrs.string_or("output_datatype", "f32")?.parse()?;
         let periodic = cx.attrs.int_or("periodic", 1)? != 0;
         let denom = if periodic { n as f64 } else { n as f64 - 1.0 };

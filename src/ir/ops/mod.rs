@@ -332,6 +332,20 @@ pub mod util {
         }
     }
 
+    /// The most elements a reference evaluation creates from a shape operand (2^30):
+    /// beyond it an absurd shape in a model is an error, not an allocation that aborts.
+    pub const MAX_ELEMENTS: usize = 1 << 30;
+
+    /// An error unless a tensor of `shape` stays within [`MAX_ELEMENTS`].
+    pub fn check_size(shape: &[usize]) -> Result<(), String> {
+        match shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) {
+            Some(n) if n <= MAX_ELEMENTS => Ok(()),
+            _ => Err(format!(
+                "a tensor of shape {shape:?} is larger than the reference interpreter's limit of {MAX_ELEMENTS} elements"
+            )),
+        }
+    }
+
     pub fn out(dtype: DType, shape: Shape) -> Vec<TensorType> {
         vec![TensorType::new(dtype, shape)]
     }

@@ -124,6 +124,7 @@ impl Op for ConstantOfShape {
             .iter()
             .map(|&d| usize::try_from(d).map_err(|_| format!("dims must be >= 0, got {d}")))
             .collect::<Result<_, _>>()?;
+        crate::ir::ops::util::check_size(&shape)?;
         let n: usize = shape.iter().product();
         let v = cx.attrs.float_or("value", 0.0)?;
         Ok(vec![Tensor::from_f64s(
@@ -188,6 +189,7 @@ impl Op for Range {
         let get = |i: usize| cx.input(i).map(|t| t.to_f64_vec()[0]);
         let (s, l, d) = (get(0)?, get(1)?, get(2)?);
         let n = range_len(s, l, d)?;
+        crate::ir::ops::util::check_size(&[n])?;
         if dtype.is_float() {
             let v: Vec<f64> = (0..n).map(|k| s + k as f64 * d).collect();
             Ok(vec![Tensor::from_f64s(dtype, &[n], &v)?])

@@ -442,6 +442,7 @@ impl Op for Expand {
         let target = Shape::fixed(&spec.iter().map(|&d| d.max(0) as usize).collect::<Vec<_>>());
         let shape = broadcast_shapes(&Shape::fixed(x.shape()), &target)?;
         let shape = shape.to_fixed().expect("fixed");
+        crate::ir::ops::util::check_size(&shape)?;
         match_tensor!(x, a => expand_to(a, &shape)).map(|t| vec![t])
     }
 }

@@ -297,6 +297,7 @@ impl Op for Pad {
             }
             shape.push(n as usize);
         }
+        crate::ir::ops::util::check_size(&shape)?;
         let fill = cx
             .opt_input(2)
             .map(|c| c.to_f64_vec())
@@ -375,8 +376,9 @@ impl Op for Tile {
             .shape()
             .iter()
             .zip(&r)
-            .map(|(&d, &n)| d * n as usize)
-            .collect();
+            .map(|(&d, &n)| d.checked_mul(n as usize).ok_or("repeats overflow"))
+            .collect::<Result<_, _>>()?;
+        crate::ir::ops::util::check_size(&shape)?;
         let y = match_tensor!(x, a => remap(a, &shape, Elem::from_i64(0), |idx, src| {
             src.extend(idx.iter().zip(x.shape()).map(|(&o, &d)| o % d));
             true
