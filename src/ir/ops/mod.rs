@@ -334,7 +334,7 @@ pub mod util {
 
     /// The most elements a reference evaluation creates from a shape operand (2^30):
     /// beyond it an absurd shape in a model is an error, not an allocation that aborts.
-    pub const MAX_ELEMENTS: usize = 1 << 30;
+    pub(crate) const MAX_ELEMENTS: usize = 1 << 30;
 
     /// An error unless a tensor of `shape` stays within [`MAX_ELEMENTS`].
     pub fn check_size(shape: &[usize]) -> Result<(), String> {
