@@ -224,6 +224,12 @@ impl Graph {
         attrs: Attrs,
         name: &str,
     ) -> Result<NodeId> {
+        if matches!(op, "Parameter" | "Constant" | "Variable") {
+            return Err(Error::InvalidArgument(format!(
+                "{op} is a source: add it with add_{} (it needs a declared type)",
+                op.to_ascii_lowercase()
+            )));
+        }
         let name = self.name_or_default(name, op);
         self.check_name(&name)?;
         let mut node = Node {

@@ -129,7 +129,9 @@ impl Shape {
 
     /// The number of elements, if static.
     pub fn num_elements(&self) -> Option<usize> {
-        self.to_fixed().map(|d| d.iter().product())
+        // A product too large for usize is no count at all.
+        self.to_fixed()
+            .and_then(|d| d.iter().try_fold(1usize, |n, &x| n.checked_mul(x)))
     }
 
     /// Resolves a possibly negative `axis` against this rank (ONNX convention).

@@ -244,3 +244,27 @@ fn api_errors_name_the_node() {
     assert!(e.contains("'y' already exists"), "{e}");
     verify(&g).unwrap();
 }
+
+/// Inputs found by fuzzing that overflowed size arithmetic: each must be an error.
+#[test]
+fn absurd_sizes_are_errors_not_overflows() {
+    let cases = [
+        "  %1 \"p\" = Constant : i64[2] = [9223372036854775807, 9223372036854775807]\n  %2 \"y\" = Pad(%0, %1) : f32[2, 3]\n",
+        "  %1 \"s\" = Constant : i64[2] = [4294967296, 4294967296]\n  %2 \"y\" = Reshape(%0, %1) : f32[2, 3]\n",
+        "  %1 \"c\" = Constant : f32[4294967296, 4294967296] = [1.0]\n",
+    ];
+    for body in cases {
+        let text = format!("{HEAD}{body}}}\n");
+        assert!(parse(&text, "t.kir", None).is_err(), "{body}");
+    }
+    let mut g = Graph::new("g");
+    let x = param(&mut g, "x", &[1, 1, 5, 5], &["N", "C", "H", "W"]);
+    let w = param(&mut g, "w", &[1, 1, 3, 3], &["M", "K", "KH", "KW"]);
+    let big = Attrs::new().with("strides", Attr::Ints(vec![i64::MAX, i64::MAX]));
+    assert!(g.op("ConvTranspose", &[x, w], big, "ct").is_err());
+    let e = g
+        .op("Parameter", &[], Attrs::new(), "p")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("add_parameter"), "{e}");
+}

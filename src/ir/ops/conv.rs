@@ -20,13 +20,18 @@ pub(super) struct Window {
 
 impl Window {
     fn extent(&self) -> usize {
-        (self.kernel - 1) * self.dilation + 1
+        // Saturating: absurd attributes make a window no input can hold, not an overflow.
+        (self.kernel - 1)
+            .saturating_mul(self.dilation)
+            .saturating_add(1)
     }
 
     /// The number of window positions over an input of size `n`; with `ceil`, a last
     /// partial window counts if it starts inside the input or its left padding.
     pub fn outputs(&self, n: usize, ceil: bool) -> Result<usize, String> {
-        let padded = n + self.pad_begin + self.pad_end;
+        let padded = n
+            .saturating_add(self.pad_begin)
+            .saturating_add(self.pad_end);
         if padded < self.extent() {
             return Err(format!(
                 "the window ({} with dilation {}) is larger than the padded input ({padded})",
@@ -39,7 +44,7 @@ impl Window {
         } else {
             span / self.stride
         } + 1;
-        if ceil && (o - 1) * self.stride >= n + self.pad_begin {
+        if ceil && (o - 1).saturating_mul(self.stride) >= n.saturating_add(self.pad_begin) {
             o -= 1;
         }
         Ok(o)
@@ -47,7 +52,10 @@ impl Window {
 
     /// The input coordinate of kernel tap `k` at output position `o`, if inside.
     pub fn source(&self, o: usize, k: usize, n: usize) -> Option<usize> {
-        let p = (o * self.stride + k * self.dilation) as i64 - self.pad_begin as i64;
+        let p = o
+            .saturating_mul(self.stride)
+            .saturating_add(k.saturating_mul(self.dilation)) as i64
+            - self.pad_begin as i64;
         (0..n as i64).contains(&p).then_some(p as usize)
     }
 }
@@ -354,7 +362,12 @@ fn transpose_geometry(
     let pads = per_axis(attrs, "pads", 2 * k, 0, 0)?;
     let mut geo = vec![];
     for i in 0..k {
-        let full = strides[i] * (input[i].max(1) - 1) + opad[i] + (kernel[i] - 1) * dil[i] + 1;
+        let full = strides[i]
+            .checked_mul(input[i].max(1) - 1)
+            .and_then(|v| v.checked_add(opad[i]))
+            .and_then(|v| v.checked_add(kernel[i].checked_sub(1)?.checked_mul(dil[i])?))
+            .and_then(|v| v.checked_add(1))
+            .ok_or("the output size overflows: strides, dilations or kernel are too large")?;
         if opad[i] >= strides[i].max(dil[i]) {
             return Err(format!(
                 "output_padding {} must be below the stride or dilation",
@@ -473,7 +486,11 @@ impl Op for ConvTranspose {
             for mi in 0..mg {
                 'taps: for tap in ndarray::indices(IxDyn(&kernel)) {
                     for d in 0..k {
-                        let p = (xi[2 + d] * strides[d] + tap[d] * dil[d]) as i64 - geo[d].1 as i64;
+                        let p = xi[2 + d]
+                            .saturating_mul(strides[d])
+                            .saturating_add(tap[d].saturating_mul(dil[d]))
+                            as i64
+                            - geo[d].1 as i64;
                         if p < 0 || p >= geo[d].0 as i64 {
                             continue 'taps;
                         }

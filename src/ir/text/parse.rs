@@ -498,7 +498,9 @@ impl Parser<'_> {
             self.next();
         }
         self.punct(']')?;
-        let n: usize = dims.iter().product();
+        let Some(n) = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) else {
+            return self.error(&t, format!("{ty} has too many elements"));
+        };
         if items.len() != n {
             return self.error(&t, format!("{} values given, {ty} holds {n}", items.len()));
         }

@@ -36,7 +36,9 @@ fn static_len(cx: &InferCtx<'_>, i: usize) -> Option<usize> {
 
 /// The product of `dims`, or `None` if any is symbolic.
 fn product(dims: &[Dim]) -> Option<usize> {
-    dims.iter().map(|d| d.fixed()).product()
+    // Symbolic or too large to count: unknown either way.
+    dims.iter()
+        .try_fold(1usize, |n, d| n.checked_mul(d.fixed()?))
 }
 
 pub fn ops() -> Vec<&'static dyn Op> {

@@ -76,8 +76,13 @@ fn reshape_dims(
                 None => ok = false,
             }
         }
-        let fixed_in: usize = x.iter().filter_map(|d| d.fixed()).product();
-        let fixed_out: usize = known.iter().filter_map(|d| d.fixed()).product();
+        let fixed = |ds: &[Dim]| {
+            ds.iter()
+                .filter_map(|d| d.fixed())
+                .try_fold(1usize, |n, d| n.checked_mul(d))
+                .ok_or_else(|| format!("{ds:?} has too many elements"))
+        };
+        let (fixed_in, fixed_out) = (fixed(x)?, fixed(&known)?);
         dims[at] = Some(match (ok, syms_in.as_slice()) {
             (true, []) if fixed_out == 0 => return Err("cannot infer -1 next to a 0 dim".into()),
             (true, []) if fixed_in % fixed_out != 0 => {

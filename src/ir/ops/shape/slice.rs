@@ -259,7 +259,10 @@ impl Op for Pad {
                     }
                     shape.axes[i].dim = match shape.dim(i) {
                         Dim::Fixed(d) => {
-                            let n = *d as i64 + b + e;
+                            let n = (*d as i64)
+                                .checked_add(b)
+                                .and_then(|n| n.checked_add(e))
+                                .unwrap_or(-1);
                             Dim::Fixed(
                                 usize::try_from(n)
                                     .map_err(|_| format!("axis {i} would have size {n}"))?,
@@ -285,7 +288,10 @@ impl Op for Pad {
         let plan = pad_plan(x.rank(), &cx.input(1)?.to_i64_vec(), axes.as_deref())?;
         let mut shape = vec![];
         for (i, (&d, &(b, e))) in x.shape().iter().zip(&plan).enumerate() {
-            let n = d as i64 + b + e;
+            let n = (d as i64)
+                .checked_add(b)
+                .and_then(|n| n.checked_add(e))
+                .unwrap_or(-1);
             if n < 0 {
                 return Err(format!("axis {i} would have size {n}"));
             }
