@@ -34,6 +34,14 @@ fn static_len(cx: &InferCtx<'_>, i: usize) -> Option<usize> {
         .and_then(|t| t.shape.dim(0).fixed())
 }
 
+/// Every dim of `shape` a fresh symbol: what inference knows when a shape operand is not
+/// a constant.
+fn fresh_all(shape: &mut crate::ir::Shape, cx: &InferCtx<'_>) {
+    for (i, a) in shape.axes.iter_mut().enumerate() {
+        a.dim = cx.fresh_dim(0, i);
+    }
+}
+
 /// The product of `dims`, or `None` if any is symbolic.
 fn product(dims: &[Dim]) -> Option<usize> {
     // Symbolic or too large to count: unknown either way.

@@ -1,5 +1,5 @@
 //! Slice, Pad, Tile: each output element comes from one input element (or a fill).
-use super::const_ints;
+use super::{const_ints, fresh_all};
 use crate::ir::ops::util::out;
 use crate::ir::ops::util::remap;
 use crate::ir::ops::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
@@ -114,9 +114,7 @@ impl Op for Slice {
                 }
             }
             _ => {
-                for (i, a) in shape.axes.iter_mut().enumerate() {
-                    a.dim = cx.fresh_dim(0, i);
-                }
+                fresh_all(&mut shape, cx);
             }
         }
         Ok(out(x.dtype, shape))
@@ -273,9 +271,7 @@ impl Op for Pad {
                 }
             }
             _ => {
-                for (i, a) in shape.axes.iter_mut().enumerate() {
-                    a.dim = cx.fresh_dim(0, i);
-                }
+                fresh_all(&mut shape, cx);
             }
         }
         Ok(out(x.dtype, shape))
@@ -366,9 +362,7 @@ impl Op for Tile {
                 }
             }
             None => {
-                for (i, a) in shape.axes.iter_mut().enumerate() {
-                    a.dim = cx.fresh_dim(0, i);
-                }
+                fresh_all(&mut shape, cx);
             }
         }
         Ok(out(x.dtype, shape))
