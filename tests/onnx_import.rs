@@ -224,8 +224,24 @@ fn malformed_models_are_clear_errors() {
     custom.domain = Some("com.example".into());
     let e = err(&model(vec![custom], vec![], 17));
     assert!(e.contains("domain 'com.example' is not supported"), "{e}");
+    let e = err(&model(vec![node("Relu", &["x"], &["y"])], vec![], 29));
+    assert!(
+        e.contains("ai.onnx opset 29 is not supported (1 to 28 are)"),
+        "{e}"
+    );
+    // Opsets 1-6 import only for ops unchanged since: Relu's definition dates from 6.
     let e = err(&model(vec![node("Relu", &["x"], &["y"])], vec![], 5));
-    assert!(e.contains("opset 5 is not supported"), "{e}");
+    assert!(e.contains("op 'Relu' at opset 5 is not supported"), "{e}");
+    let relu6 = model(vec![node("Relu", &["x"], &["y"])], vec![], 6);
+    assert!(import_bytes(&relu6.encode_to_vec(), None).is_ok());
+    // A node of a domain the model does not import.
+    let mut m = model(vec![node("Relu", &["x"], &["y"])], vec![], 17);
+    m.opset_import[0].domain = Some("ai.onnx.ml".into());
+    let e = err(&m);
+    assert!(
+        e.contains("the model imports no opset of domain 'ai.onnx'"),
+        "{e}"
+    );
     let mut m = model(vec![node("Relu", &["x"], &["y"])], vec![], 17);
     m.graph.as_mut().unwrap().input[0] = input("x", 8, &[Ok(3)]);
     let e = err(&m);

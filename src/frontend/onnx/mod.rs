@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::ir::{Attr, Attrs, Dim, Graph, Shape, TensorType, Value};
 use crate::tensor::Tensor;
 
+mod expand;
 mod ops;
 #[allow(clippy::all, missing_docs, rustdoc::all)]
 #[rustfmt::skip] // generated; tests/onnx_proto.rs compares it byte for byte
@@ -39,13 +40,18 @@ pub fn import_bytes(bytes: &[u8], base_dir: Option<&Path>) -> Result<Graph> {
         .opset_import
         .iter()
         .find(|o| matches!(o.domain(), "" | "ai.onnx"))
-        .map(|o| o.version())
-        .ok_or_else(|| Error::InvalidArgument("the model imports no ai.onnx opset".into()))?;
-    if !(7..=28).contains(&opset) {
+        .map(|o| o.version());
+    if let Some(v) = opset.filter(|v| !(1..=28).contains(v)) {
         return Err(Error::InvalidArgument(format!(
-            "ai.onnx opset {opset} is not supported (7 to 28 are)"
+            "ai.onnx opset {v} is not supported (1 to 28 are)"
         )));
     }
+    let opset = opset.unwrap_or(0);
+    let domain_opsets: HashMap<String, i64> = model
+        .opset_import
+        .iter()
+        .map(|o| (o.domain().to_string(), o.version()))
+        .collect();
     let graph = model
         .graph
         .as_ref()
@@ -59,6 +65,7 @@ pub fn import_bytes(bytes: &[u8], base_dir: Option<&Path>) -> Result<Graph> {
         values: HashMap::new(),
         names: HashSet::new(),
         opset,
+        domain_opsets,
         base_dir,
     };
     for init in &graph.initializer {
@@ -78,16 +85,16 @@ pub fn import_bytes(bytes: &[u8], base_dir: Option<&Path>) -> Result<Graph> {
         imp.values.insert(input.name().to_string(), id.into());
     }
     for (i, node) in graph.node.iter().enumerate() {
+        let domain = match node.domain() {
+            "" => "ai.onnx",
+            d => d,
+        };
+        let domain_opset = imp.domain_opset(domain).unwrap_or(0);
         let what = || {
             format!(
-                "ONNX node #{i} '{}' ({}, domain '{}', opset {opset})",
+                "ONNX node #{i} '{}' ({}, domain '{domain}', opset {domain_opset})",
                 node.name(),
                 node.op_type(),
-                if node.domain().is_empty() {
-                    "ai.onnx"
-                } else {
-                    node.domain()
-                }
             )
         };
         let outs = imp.node(node).map_err(|e| match e {
@@ -175,11 +182,22 @@ pub(super) struct Importer<'a> {
     /// ONNX value names to Kiln values.
     values: HashMap<String, Value>,
     names: HashSet<String>,
+    /// The ai.onnx opset (0: the model imports none).
     opset: i64,
+    /// Every imported domain's opset (ai.onnx as "" or "ai.onnx").
+    domain_opsets: HashMap<String, i64>,
     base_dir: Option<&'a Path>,
 }
 
 impl Importer<'_> {
+    fn domain_opset(&self, domain: &str) -> Option<i64> {
+        let alias = if domain == "ai.onnx" { "" } else { domain };
+        self.domain_opsets
+            .get(domain)
+            .or_else(|| self.domain_opsets.get(alias))
+            .copied()
+    }
+
     /// `base`, or `base_2`, `base_3`... so that node names stay unique.
     fn unique_name(&mut self, base: &str) -> String {
         let base = if base.is_empty() { "node" } else { base };
@@ -317,10 +335,21 @@ impl Importer<'_> {
 
     /// Converts one node; returns its outputs in ONNX order.
     fn node(&mut self, node: &NodeProto) -> Result<Vec<Value>> {
-        if !matches!(node.domain(), "" | "ai.onnx") {
+        let domain = match node.domain() {
+            "" => "ai.onnx",
+            d => d,
+        };
+        if !matches!(
+            domain,
+            "ai.onnx" | "ai.onnx.ml" | "ai.onnx.preview.training"
+        ) {
             return Err(Error::UnknownOp(format!(
-                "domain '{}' is not supported",
-                node.domain()
+                "domain '{domain}' is not supported"
+            )));
+        }
+        if self.domain_opset(domain).is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "the model imports no opset of domain '{domain}'"
             )));
         }
         let inputs: Vec<Option<Value>> = node
@@ -343,15 +372,13 @@ impl Importer<'_> {
         } else {
             node.name()
         };
-        ops::convert(
-            self,
-            node.op_type(),
+        let kind = ops::NodeKind {
+            domain,
+            op: node.op_type(),
             name,
-            inputs,
-            attrs,
-            tensors,
-            node.output.len(),
-        )
+            n_outputs: node.output.len(),
+        };
+        ops::convert(self, kind, inputs, attrs, tensors)
     }
 }
 

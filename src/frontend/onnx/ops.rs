@@ -4,6 +4,7 @@
 //! `ConstantOfShape`'s tensor attribute, inference-mode `Dropout`.
 use std::collections::HashMap;
 
+use super::expand::{self, Builder};
 use super::Importer;
 use crate::error::{Error, Result};
 use crate::ir::{ops, Attr, Attrs, Value};
@@ -38,16 +39,71 @@ fn scalar_like(imp: &mut Importer<'_>, like: Value, v: f64, name: &str) -> Resul
     imp.constant(name, t)
 }
 
+/// For each op whose definition in force at opset 7 is older than 7: the opset that
+/// introduced that definition. A model of opset k < 7 imports as opset 7 when all its
+/// ops are here with a version <= k (their meaning did not change from k to 7).
+/// Generated from `onnx.defs.get_schema(op, 7).since_version` (onnx 1.23.2).
+#[rustfmt::skip]
+const DEFINED_BEFORE_OPSET_7: &[(&str, i64)] = &[
+    ("Abs", 6), ("ArgMax", 1), ("ArgMin", 1), ("Cast", 6), ("Ceil", 6), ("Clip", 6),
+    ("Concat", 4), ("Constant", 1), ("Conv", 1), ("ConvTranspose", 1), ("DepthToSpace", 1),
+    ("Elu", 6), ("Exp", 6), ("Flatten", 1), ("Floor", 6), ("Gather", 1),
+    ("GlobalAveragePool", 1), ("GlobalLpPool", 2), ("GlobalMaxPool", 1), ("HardSigmoid", 6),
+    ("Hardmax", 1), ("Identity", 1), ("If", 1), ("InstanceNormalization", 6), ("LRN", 1),
+    ("LeakyRelu", 6), ("Log", 6), ("LogSoftmax", 1), ("Loop", 1), ("LpNormalization", 1),
+    ("LpPool", 2), ("MatMul", 1), ("Max", 6), ("MaxPool", 1), ("MaxRoiPool", 1),
+    ("Mean", 6), ("Min", 6), ("Neg", 6), ("Not", 1), ("Pad", 2), ("RandomNormal", 1),
+    ("RandomNormalLike", 1), ("RandomUniform", 1), ("RandomUniformLike", 1),
+    ("Reciprocal", 6), ("ReduceL1", 1), ("ReduceL2", 1), ("ReduceLogSum", 1),
+    ("ReduceLogSumExp", 1), ("ReduceMax", 1), ("ReduceMean", 1), ("ReduceMin", 1),
+    ("ReduceProd", 1), ("ReduceSum", 1), ("ReduceSumSquare", 1), ("Relu", 6),
+    ("Reshape", 5), ("Selu", 6), ("Shape", 1), ("Sigmoid", 6), ("Size", 1), ("Slice", 1),
+    ("Softmax", 1), ("Softplus", 1), ("Softsign", 1), ("SpaceToDepth", 1), ("Split", 2),
+    ("Sqrt", 6), ("Squeeze", 1), ("Sum", 6), ("Tanh", 6), ("Tile", 6), ("TopK", 1),
+    ("Transpose", 1), ("Unsqueeze", 1),
+];
+
+/// What `convert` needs to know of the ONNX node besides its operands.
+pub(super) struct NodeKind<'s> {
+    pub domain: &'s str,
+    pub op: &'s str,
+    /// The name Kiln's nodes for it are named after.
+    pub name: &'s str,
+    /// How many outputs the ONNX node names.
+    pub n_outputs: usize,
+}
+
 pub(super) fn convert(
     imp: &mut Importer<'_>,
-    op: &str,
-    name: &str,
+    kind: NodeKind<'_>,
     mut inputs: Inputs,
     mut attrs: Attrs,
     tensors: HashMap<String, Tensor>,
-    n_outputs: usize,
 ) -> Result<Vec<Value>> {
-    let opset = imp.opset;
+    let NodeKind {
+        domain,
+        op,
+        name,
+        n_outputs,
+    } = kind;
+    match domain {
+        "ai.onnx.ml" => return expand::ml(&mut Builder::new(imp, name), op, &inputs, &attrs),
+        "ai.onnx.preview.training" => {
+            return expand::training(&mut Builder::new(imp, name), op, &inputs, &attrs)
+        }
+        _ => {} // ai.onnx: the importer admits no other domain
+    }
+    let mut opset = imp.opset;
+    if opset < 7 {
+        match DEFINED_BEFORE_OPSET_7.iter().find(|(o, _)| *o == op) {
+            Some(&(_, since)) if since <= opset => opset = 7,
+            _ => {
+                return Err(Error::UnknownOp(format!(
+                    "op '{op}' at opset {opset} is not supported (Kiln reads opsets 1-6 only for ops unchanged since; this one changed by opset 7)"
+                )))
+            }
+        }
+    }
     // Legacy attributes with no meaning any more.
     attrs.0.remove("consumed_inputs");
     if op == "BatchNormalization" {
@@ -64,6 +120,24 @@ pub(super) fn convert(
         op
     };
     match op {
+        "MeanVarianceNormalization" => {
+            return expand::mean_variance_normalization(
+                &mut Builder::new(imp, name),
+                &inputs,
+                &attrs,
+            )
+        }
+        "BatchNormalization" if attrs.int_or("training_mode", 0).map_err(Error::Graph)? != 0 => {
+            let b = &mut Builder::new(imp, name);
+            return expand::batch_normalization_training(b, &inputs, &attrs, n_outputs);
+        }
+        "ConvInteger" => {
+            return expand::integer_op(&mut Builder::new(imp, name), "Conv", &inputs, attrs)
+        }
+        "MatMulInteger" => {
+            return expand::integer_op(&mut Builder::new(imp, name), "MatMul", &inputs, attrs)
+        }
+        "QLinearConv" => return expand::qlinear_conv(&mut Builder::new(imp, name), &inputs, attrs),
         "Constant" => {
             let t = constant_value(attrs, tensors)?;
             return Ok(vec![imp.constant(name, t)?]);

@@ -143,13 +143,21 @@ impl Op for Quantize {
         let d = quantized_dtype(zp.map(|z| z.dtype()), cx.attrs)?;
         let (lo, hi) = range(d);
         let zpa = zp.map(|z| z.to_f64_array());
+        // x / y_scale is a value of x's type, as ONNX computes it: round it to that type
+        // first, since which way a tie goes to an integer depends on it.
+        let narrow: fn(f64) -> f64 = match x.dtype() {
+            DType::F32 => |v| v as f32 as f64,
+            DType::F16 => |v| half::f16::from_f64(v).to_f64(),
+            DType::BF16 => |v| half::bf16::from_f64(v).to_f64(),
+            _ => |v| v,
+        };
         let q = elementwise(
             &x.to_f64_array(),
             &s.to_f64_array(),
             zpa.as_ref(),
             axis,
             block,
-            |v, s, z| ((v / s).round_ties_even() + z).clamp(lo, hi),
+            |v, s, z| (narrow(v / s).round_ties_even() + z).clamp(lo, hi),
         )?;
         Ok(vec![Tensor::from_i64_array(d, q.mapv(|v| v as i64))])
     }
