@@ -124,6 +124,12 @@ fn imports_and_runs_with_symbolic_dims() {
         y[0],
         Tensor::from_vec(&[2, 3], vec![1.0f32, 0.0, 3.0, 0.0, 0.0, 1.5]).unwrap()
     );
+    // IR 3 lists every initializer among the graph inputs too: it stays a constant.
+    let mut m = good();
+    let graph = m.graph.as_mut().unwrap();
+    graph.input.push(input("w", FLOAT, &[Ok(3)]));
+    let g = import_bytes(&m.encode_to_vec(), None).unwrap();
+    assert_eq!(g.inputs().len(), 1);
     let g = import_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/scale_relu.onnx"))
         .unwrap();
     assert_eq!(g.inputs().len(), 1);

@@ -150,3 +150,33 @@ fn global_pools_keep_spatial_axes_as_one() {
     );
     assert_eq!(y, f32s(&[2, 3, 1], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]));
 }
+
+#[test]
+fn lp_pools_take_the_p_norm_of_each_window() {
+    let y = run1(
+        "LpPool",
+        vec![Input(x())],
+        pool_attrs(&[3, 3], &[2, 2], Some(&[1, 1, 1, 1]), &[]),
+    );
+    let want = [
+        2.7386127875258306,
+        3.278719262151,
+        2.8722813232690143,
+        2.7838821814150108,
+        4.330127018922194,
+        3.8078865529319543,
+    ];
+    assert_close(&y, &f64s(&[1, 1, 2, 3], &want), 1e-12, 0.0);
+    let y = run1(
+        "GlobalLpPool",
+        vec![Symbolic(x())],
+        attrs(&[("p", Attr::Int(3))]),
+    );
+    assert_close(&y, &f64s(&[1, 1, 1, 1], &[3.9445473020119053]), 1e-12, 0.0);
+    let e = run_err(
+        "LpPool",
+        vec![Input(x())],
+        pool_attrs(&[3, 3], &[2, 2], None, &[("p", 0)]),
+    );
+    assert!(e.contains("p must be 1 or more, got 0"), "{e}");
+}

@@ -444,3 +444,217 @@ pub(super) fn training(
     updated.extend(new_states.into_iter().flatten());
     Ok(updated)
 }
+
+impl Builder<'_, '_> {
+    /// Dim `axis` of `x` as a one-element i64 vector (a constant when it is static).
+    fn dim(&mut self, x: Value, axis: usize) -> Result<Value> {
+        let range = Attrs::new()
+            .with("start", Attr::Int(axis as i64))
+            .with("end", Attr::Int(axis as i64 + 1));
+        self.op("Shape", &[x], range)
+    }
+
+    /// Concatenates one-element i64 vectors into a shape operand.
+    fn shape_of(&mut self, parts: &[Value]) -> Result<Value> {
+        self.op("Concat", parts, Attrs::new().with("axis", Attr::Int(0)))
+    }
+
+    fn rank(&self, x: Value) -> Result<usize> {
+        Ok(self.imp.value_type(x)?.shape.rank())
+    }
+}
+
+fn int_attr(attrs: &Attrs, name: &str, default: i64) -> Result<i64> {
+    attrs.int_or(name, default).map_err(Error::Graph)
+}
+
+/// `GroupNormalization`: each group of `C / num_groups` channels is normalized by its
+/// own mean and variance, then scaled and shifted per channel (opset 21; opsets 18-20
+/// give scale and bias per group, which are repeated over the group's channels).
+pub(super) fn group_normalization(
+    b: &mut Builder,
+    inputs: &[Option<Value>],
+    attrs: &Attrs,
+    opset: i64,
+) -> Result<Vec<Value>> {
+    let x = need(inputs, 0, "X")?;
+    let (scale, bias) = (need(inputs, 1, "scale")?, need(inputs, 2, "bias")?);
+    let rank = b.rank(x)?;
+    if rank < 3 {
+        return Err(Error::Graph(format!(
+            "X must be [N, C, D1, ...], got rank {rank}"
+        )));
+    }
+    let groups = attrs
+        .int("num_groups")
+        .map_err(Error::Graph)?
+        .ok_or_else(|| Error::Graph("attribute 'num_groups' is required".into()))?;
+    if groups < 1 {
+        return Err(Error::Graph(format!(
+            "num_groups must be positive, got {groups}"
+        )));
+    }
+    let epsilon = float_attr(attrs, "epsilon", 1e-5)?;
+    let dtype = b.dtype(x)?;
+    let shape = b.op("Shape", &[x], Attrs::new())?;
+    let grouped_shape = b.ints(&[0, groups, -1])?;
+    let grouped = b.op("Reshape", &[x, grouped_shape], Attrs::new())?;
+    let mean = b.reduce_mean(grouped, &[2], true)?;
+    let centred = b.binary("Sub", grouped, mean)?;
+    let squares = b.binary("Mul", centred, centred)?;
+    let variance = b.reduce_mean(squares, &[2], true)?;
+    let eps = b.scalar(dtype, epsilon)?;
+    let variance = b.binary("Add", variance, eps)?;
+    let std = b.unary("Sqrt", variance)?;
+    let normalized = b.binary("Div", centred, std)?;
+    let normalized = b.op("Reshape", &[normalized, shape], Attrs::new())?;
+    let (mut scale, mut bias) = (scale, bias);
+    if opset < 21 {
+        // Per group: repeat each value over the group's C / num_groups channels.
+        let channels = b.dim(x, 1)?;
+        let per_group = b.ints(&[groups])?;
+        let per_group = b.binary("Div", channels, per_group)?;
+        let one = b.ints(&[1])?;
+        let tiles = b.shape_of(&[one, per_group])?;
+        let column = b.ints(&[groups, 1])?;
+        let flat = b.ints(&[-1])?;
+        for v in [&mut scale, &mut bias] {
+            let c = b.op("Reshape", &[*v, column], Attrs::new())?;
+            let c = b.op("Tile", &[c, tiles], Attrs::new())?;
+            *v = b.op("Reshape", &[c, flat], Attrs::new())?;
+        }
+    }
+    let scale = b.along_axis(scale, 1, rank)?;
+    let bias = b.along_axis(bias, 1, rank)?;
+    let scaled = b.binary("Mul", normalized, scale)?;
+    Ok(vec![b.binary("Add", scaled, bias)?])
+}
+
+/// `DepthToSpace` and `SpaceToDepth` (modes DCR and CRD): a reshape to six axes, a
+/// transpose and a reshape back, as ONNX defines them.
+pub(super) fn depth_space(
+    b: &mut Builder,
+    op: &str,
+    inputs: &[Option<Value>],
+    attrs: &Attrs,
+) -> Result<Vec<Value>> {
+    let x = need(inputs, 0, "input")?;
+    if b.rank(x)? != 4 {
+        return Err(Error::Graph(format!(
+            "input must be [N, C, H, W], got rank {}",
+            b.rank(x)?
+        )));
+    }
+    let block = attrs
+        .int("blocksize")
+        .map_err(Error::Graph)?
+        .filter(|&v| v >= 1)
+        .ok_or_else(|| Error::Graph("attribute 'blocksize' (>= 1) is required".into()))?;
+    let crd = match attrs.string_or("mode", "DCR").map_err(Error::Graph)? {
+        "DCR" => false,
+        "CRD" => true,
+        m => return Err(Error::Graph(format!("mode must be DCR or CRD, got '{m}'"))),
+    };
+    let [n, c, h, w] = [0, 1, 2, 3].map(|a| b.dim(x, a));
+    let (n, c, h, w) = (n?, c?, h?, w?);
+    let bs = b.ints(&[block])?;
+    let bb = b.ints(&[block * block])?;
+    let (split, perm, joined) = if op == "DepthToSpace" {
+        let c_out = b.binary("Div", c, bb)?;
+        let split = if crd {
+            [n, c_out, bs, bs, h, w]
+        } else {
+            [n, bs, bs, c_out, h, w]
+        };
+        let perm = if crd {
+            [0, 1, 4, 2, 5, 3]
+        } else {
+            [0, 3, 4, 1, 5, 2]
+        };
+        let (hb, wb) = (b.binary("Mul", h, bs)?, b.binary("Mul", w, bs)?);
+        (split, perm, [n, c_out, hb, wb])
+    } else {
+        let (h_out, w_out) = (b.binary("Div", h, bs)?, b.binary("Div", w, bs)?);
+        let perm = if crd {
+            [0, 1, 3, 5, 2, 4]
+        } else {
+            [0, 3, 5, 1, 2, 4]
+        };
+        let c_out = b.binary("Mul", c, bb)?;
+        ([n, c, h_out, bs, w_out, bs], perm, [n, c_out, h_out, w_out])
+    };
+    let split = b.shape_of(&split)?;
+    let y = b.op("Reshape", &[x, split], Attrs::new())?;
+    let y = b.op(
+        "Transpose",
+        &[y],
+        Attrs::new().with("perm", Attr::Ints(perm.to_vec())),
+    )?;
+    let joined = b.shape_of(&joined)?;
+    Ok(vec![b.op("Reshape", &[y, joined], Attrs::new())?])
+}
+
+/// `Compress`: the slices along `axis` (of the flattened input without one) where the
+/// condition is true; a condition shorter than the axis drops the rest.
+pub(super) fn compress(
+    b: &mut Builder,
+    inputs: &[Option<Value>],
+    attrs: &Attrs,
+) -> Result<Vec<Value>> {
+    let (mut x, condition) = (need(inputs, 0, "input")?, need(inputs, 1, "condition")?);
+    let axis = match attrs.int("axis").map_err(Error::Graph)? {
+        Some(a) => a,
+        None => {
+            let flat = b.ints(&[-1])?;
+            x = b.op("Reshape", &[x, flat], Attrs::new())?;
+            0
+        }
+    };
+    let picked = b.unary("NonZero", condition)?;
+    let flat = b.ints(&[-1])?;
+    let picked = b.op("Reshape", &[picked, flat], Attrs::new())?;
+    Ok(vec![b.op(
+        "Gather",
+        &[x, picked],
+        Attrs::new().with("axis", Attr::Int(axis)),
+    )?])
+}
+
+/// `EyeLike`: ones where `column - row == k`, of the input's 2-D shape, in `dtype`
+/// (default: the input's). A constant when the input's shape is static.
+pub(super) fn eye_like(
+    b: &mut Builder,
+    inputs: &[Option<Value>],
+    attrs: &Attrs,
+) -> Result<Vec<Value>> {
+    let x = need(inputs, 0, "input")?;
+    if b.rank(x)? != 2 {
+        return Err(Error::Graph(format!(
+            "input must be 2-D, got rank {}",
+            b.rank(x)?
+        )));
+    }
+    let dtype = match attrs.int("dtype").map_err(Error::Graph)? {
+        Some(code) => {
+            let name = super::tensor::dtype_name(code).map_err(Error::UnknownOp)?;
+            name.parse::<DType>().map_err(Error::UnknownOp)?
+        }
+        None => b.dtype(x)?,
+    };
+    let k = b.ints(&[int_attr(attrs, "k", 0)?])?;
+    let scalar = b.ints(&[])?;
+    let (zero, one) = (b.ints(&[0])?, b.ints(&[1])?);
+    let zero = b.op("Reshape", &[zero, scalar], Attrs::new())?;
+    let one = b.op("Reshape", &[one, scalar], Attrs::new())?;
+    let mut ranges = vec![];
+    for axis in 0..2 {
+        let n = b.dim(x, axis)?;
+        let n = b.op("Reshape", &[n, scalar], Attrs::new())?;
+        ranges.push(b.op("Range", &[zero, n, one], Attrs::new())?);
+    }
+    let column = b.ints(&[-1, 1])?;
+    let rows = b.op("Reshape", &[ranges[0], column], Attrs::new())?;
+    let offset = b.binary("Sub", ranges[1], rows)?;
+    let on_diagonal = b.binary("Equal", offset, k)?;
+    Ok(vec![b.cast(on_diagonal, dtype)?])
+}

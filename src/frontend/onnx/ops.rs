@@ -131,6 +131,15 @@ pub(super) fn convert(
             let b = &mut Builder::new(imp, name);
             return expand::batch_normalization_training(b, &inputs, &attrs, n_outputs);
         }
+        "GroupNormalization" => {
+            let b = &mut Builder::new(imp, name);
+            return expand::group_normalization(b, &inputs, &attrs, opset);
+        }
+        "DepthToSpace" | "SpaceToDepth" => {
+            return expand::depth_space(&mut Builder::new(imp, name), op, &inputs, &attrs)
+        }
+        "Compress" => return expand::compress(&mut Builder::new(imp, name), &inputs, &attrs),
+        "EyeLike" => return expand::eye_like(&mut Builder::new(imp, name), &inputs, &attrs),
         "ConvInteger" => {
             return expand::integer_op(&mut Builder::new(imp, name), "Conv", &inputs, attrs)
         }

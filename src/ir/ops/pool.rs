@@ -1,5 +1,5 @@
-//! Pools: MaxPool (with its Indices output), AveragePool, GlobalAveragePool,
-//! GlobalMaxPool, over any number of spatial axes, sharing Conv's window geometry.
+//! Pools: MaxPool (with its Indices output), AveragePool, LpPool and their Global
+//! forms, over any number of spatial axes, sharing Conv's window geometry.
 use ndarray::{ArrayD, Dimension, IxDyn};
 
 use super::conv::{windows, Window};
@@ -16,6 +16,17 @@ fn is_float(d: DType) -> bool {
 enum Kind {
     Max,
     Average,
+    /// The p-norm of the window, `(sum |x|^p)^(1/p)`; padding adds nothing.
+    Lp,
+}
+
+/// LpPool's `p` (default 2).
+fn norm_order(attrs: &crate::ir::Attrs) -> Result<f64, String> {
+    let p = attrs.int_or("p", 2)?;
+    if p < 1 {
+        return Err(format!("p must be 1 or more, got {p}"));
+    }
+    Ok(p as f64)
 }
 
 struct Pool {
@@ -42,6 +53,18 @@ const AVERAGE_POOL_ATTRS: &[AttrSpec] = &[
     AttrSpec::opt("pads", AttrKind::Ints, "0 per side"),
     AttrSpec::opt("strides", AttrKind::Ints, "1 per axis"),
 ];
+
+const LP_POOL_ATTRS: &[AttrSpec] = &[
+    AttrSpec::opt("auto_pad", AttrKind::String, "NOTSET"),
+    AttrSpec::opt("ceil_mode", AttrKind::Int, "0"),
+    AttrSpec::opt("dilations", AttrKind::Ints, "1 per axis"),
+    AttrSpec::req("kernel_shape", AttrKind::Ints),
+    AttrSpec::opt("p", AttrKind::Int, "2"),
+    AttrSpec::opt("pads", AttrKind::Ints, "0 per side"),
+    AttrSpec::opt("strides", AttrKind::Ints, "1 per axis"),
+];
+
+const GLOBAL_LP_POOL_ATTRS: &[AttrSpec] = &[AttrSpec::opt("p", AttrKind::Int, "2")];
 
 /// The kernel from `kernel_shape`, one entry per spatial axis of `x`.
 fn kernel(cx_attrs: &crate::ir::Attrs, spatial: usize) -> Result<Vec<usize>, String> {
@@ -76,6 +99,9 @@ impl Op for Pool {
             return Err(format!("X must be [N, C, D1, ...], got {x}"));
         }
         let kernel = kernel(cx.attrs, x.rank() - 2)?;
+        if self.kind == Kind::Lp {
+            norm_order(cx.attrs)?;
+        }
         let input: Vec<Option<usize>> = x.shape.axes[2..].iter().map(|a| a.dim.fixed()).collect();
         let wins = windows(cx.attrs, &kernel, &input)?;
         let ceil = cx.attrs.int_or("ceil_mode", 0)? != 0;
@@ -94,7 +120,7 @@ impl Op for Pool {
         let y = TensorType::new(x.dtype, shape.clone());
         Ok(match self.kind {
             Kind::Max => vec![y, TensorType::new(DType::I64, shape)],
-            Kind::Average => vec![y],
+            Kind::Average | Kind::Lp => vec![y],
         })
     }
 
@@ -115,6 +141,11 @@ impl Op for Pool {
         }
         let include_pad = cx.attrs.int_or("count_include_pad", 0)? != 0;
         let col_major = cx.attrs.int_or("storage_order", 0)? != 0;
+        let p = if self.kind == Kind::Lp {
+            norm_order(cx.attrs)?
+        } else {
+            1.0
+        };
         let mut y = ArrayD::<f64>::zeros(IxDyn(&shape));
         let mut at = ArrayD::<i64>::zeros(IxDyn(&shape));
         let mut xi = vec![0; x.ndim()];
@@ -138,7 +169,11 @@ impl Op for Pool {
                 if inside {
                     let val = x[IxDyn(&xi)];
                     count += 1;
-                    sum += val;
+                    sum += if self.kind == Kind::Lp {
+                        val.abs().powf(p)
+                    } else {
+                        val
+                    };
                     if val > best || best_at.is_none() {
                         best = val;
                         best_at = Some(xi.clone());
@@ -156,6 +191,7 @@ impl Op for Pool {
                         sum / count as f64
                     }
                 }
+                Kind::Lp => *v = sum.powf(1.0 / p),
                 Kind::Max => {
                     *v = best;
                     if let Some(p) = best_at {
@@ -167,7 +203,7 @@ impl Op for Pool {
         let y = Tensor::from_f64_array(xt.dtype(), y);
         Ok(match self.kind {
             Kind::Max => vec![y, Tensor::I64(at)],
-            Kind::Average => vec![y],
+            Kind::Average | Kind::Lp => vec![y],
         })
     }
 }
@@ -217,6 +253,9 @@ impl Op for GlobalPool {
         if x.rank() < 3 {
             return Err(format!("X must be [N, C, D1, ...], got {x}"));
         }
+        if self.kind == Kind::Lp {
+            norm_order(cx.attrs)?;
+        }
         let mut shape: Shape = x.shape.clone();
         for a in &mut shape.axes[2..] {
             a.dim = Dim::Fixed(1);
@@ -231,12 +270,22 @@ impl Op for GlobalPool {
         let spatial: usize = s[2..].iter().product();
         let std = x.as_standard_layout().into_owned();
         let flat = std.as_slice().expect("standard layout");
+        let p = if self.kind == Kind::Lp {
+            norm_order(cx.attrs)?
+        } else {
+            1.0
+        };
         let v: Vec<f64> = flat
             .chunks(spatial.max(1))
             .take(s[0] * s[1])
             .map(|plane| match self.kind {
                 Kind::Max => plane.iter().copied().fold(f64::NEG_INFINITY, f64::max),
                 Kind::Average => plane.iter().sum::<f64>() / spatial as f64,
+                Kind::Lp => plane
+                    .iter()
+                    .map(|v| v.abs().powf(p))
+                    .sum::<f64>()
+                    .powf(1.0 / p),
             })
             .collect();
         let mut shape = s[..2].to_vec();
@@ -246,10 +295,10 @@ impl Op for GlobalPool {
             v
         } else {
             vec![
-                if self.kind == Kind::Max {
-                    f64::NEG_INFINITY
-                } else {
-                    f64::NAN
+                match self.kind {
+                    Kind::Max => f64::NEG_INFINITY,
+                    Kind::Average => f64::NAN,
+                    Kind::Lp => 0.0,
                 };
                 s[0] * s[1]
             ]
@@ -283,6 +332,28 @@ pub fn ops() -> Vec<&'static dyn Op> {
                       count_include_pad of the explicit padding too.",
             },
             kind: Kind::Average,
+        }),
+        leak(Pool {
+            schema: OpSchema {
+                name: "LpPool",
+                family: "pool",
+                inputs: &["X"],
+                outputs: &["Y"],
+                attrs: LP_POOL_ATTRS,
+                doc: "The p-norm of each window, (sum |x|^p)^(1/p); padding adds nothing.",
+            },
+            kind: Kind::Lp,
+        }),
+        leak(GlobalPool {
+            schema: OpSchema {
+                name: "GlobalLpPool",
+                family: "pool",
+                inputs: &["X"],
+                outputs: &["Y"],
+                attrs: GLOBAL_LP_POOL_ATTRS,
+                doc: "The p-norm over all spatial axes, kept as size 1.",
+            },
+            kind: Kind::Lp,
         }),
         leak(GlobalPool {
             schema: OpSchema {
