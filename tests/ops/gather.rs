@@ -263,6 +263,28 @@ fn cum_sum_exclusive_reverse() {
 }
 
 #[test]
+fn cum_prod_exclusive_reverse() {
+    let x = f64s(&[4], &[1.0, 2.0, 3.0, 4.0]);
+    let flags = |e: i64, r: i64| attrs(&[("exclusive", Attr::Int(e)), ("reverse", Attr::Int(r))]);
+    let ax = || Const(i64s(&[], &[0]));
+    assert_eq!(
+        run1("CumProd", vec![Input(x.clone()), ax()], Attrs::new()),
+        f64s(&[4], &[1.0, 2.0, 6.0, 24.0])
+    );
+    assert_eq!(
+        run1("CumProd", vec![Input(x), ax()], flags(1, 1)),
+        f64s(&[4], &[24.0, 12.0, 4.0, 1.0])
+    );
+    let m = i32s(&[2, 2], &[2, 3, 4, 5]);
+    let y = run1(
+        "CumProd",
+        vec![Input(m), Input(i32s(&[], &[0]))],
+        flags(1, 0),
+    );
+    assert_eq!(y, i32s(&[2, 2], &[1, 1, 2, 3]));
+}
+
+#[test]
 fn trilu_keeps_a_triangle() {
     let x = i64s(&[3, 3], &[0, 1, 2, 3, 4, 5, 6, 7, 8]);
     let y = run1("Trilu", vec![Input(x.clone())], Attrs::new());

@@ -232,11 +232,12 @@ fn integer_accumulate(
     b.op(op, &widened, attrs)
 }
 
-/// `QLinearConv`: the integer convolution plus the int32 bias, times
-/// `x_scale * w_scale / y_scale` (computed in the scales' f32 as the reference does),
-/// plus `y_zero_point`, saturated and rounded half to even into y's type.
-pub(super) fn qlinear_conv(
+/// `QLinearConv` and `QLinearMatMul`: the integer op (plus QLinearConv's int32 bias),
+/// times `x_scale * w_scale / y_scale` (in the scales' type, as the reference computes
+/// it), plus `y_zero_point`, saturated and rounded half to even into y's type.
+pub(super) fn qlinear(
     b: &mut Builder,
+    op: &str,
     inputs: &[Option<Value>],
     attrs: Attrs,
 ) -> Result<Vec<Value>> {
@@ -254,15 +255,19 @@ pub(super) fn qlinear_conv(
         need(inputs, 6, "y_scale")?,
         need(inputs, 7, "y_zero_point")?,
     );
-    let rank = b.imp.value_type(x)?.shape.rank();
-    let conv_inputs = [Some(x), Some(w), Some(x_zero), Some(w_zero)];
-    let mut acc = integer_accumulate(b, "Conv", &conv_inputs, attrs)?;
-    if let Some(bias) = inputs.get(8).copied().flatten() {
-        let bias = b.cast(bias, DType::F64)?;
-        let bias = b.along_axis(bias, 1, rank)?;
-        acc = b.binary("Add", acc, bias)?;
+    let conv = op == "Conv";
+    let rank = b.rank(x)?;
+    let operands = [Some(x), Some(w), Some(x_zero), Some(w_zero)];
+    let mut acc = integer_accumulate(b, op, &operands, attrs)?;
+    let mut w_scale = w_scale;
+    if conv {
+        if let Some(bias) = inputs.get(8).copied().flatten() {
+            let bias = b.cast(bias, DType::F64)?;
+            let bias = b.along_axis(bias, 1, rank)?;
+            acc = b.binary("Add", acc, bias)?;
+        }
+        w_scale = b.along_axis(w_scale, 1, rank)?;
     }
-    let w_scale = b.along_axis(w_scale, 1, rank)?;
     let factor = b.binary("Mul", x_scale, w_scale)?;
     let factor = b.binary("Div", factor, y_scale)?;
     let factor = b.cast(factor, DType::F64)?;
@@ -284,6 +289,19 @@ pub(super) fn qlinear_conv(
     let clipped = b.op("Clip", &[real, lo, hi], Attrs::new())?;
     let rounded = b.unary("Round", clipped)?;
     Ok(vec![b.cast(rounded, out_dtype)?])
+}
+
+/// `Swish`: `x * sigmoid(alpha * x)`.
+pub(super) fn swish(
+    b: &mut Builder,
+    inputs: &[Option<Value>],
+    attrs: &Attrs,
+) -> Result<Vec<Value>> {
+    let x = need(inputs, 0, "X")?;
+    let alpha = b.scalar(b.dtype(x)?, float_attr(attrs, "alpha", 1.0)?)?;
+    let ax = b.binary("Mul", alpha, x)?;
+    let gate = b.unary("Sigmoid", ax)?;
+    Ok(vec![b.binary("Mul", x, gate)?])
 }
 
 /// The `ai.onnx.ml` ops Kiln expands: `Binarizer` and `ArrayFeatureExtractor`.

@@ -146,7 +146,13 @@ pub(super) fn convert(
         "MatMulInteger" => {
             return expand::integer_op(&mut Builder::new(imp, name), "MatMul", &inputs, attrs)
         }
-        "QLinearConv" => return expand::qlinear_conv(&mut Builder::new(imp, name), &inputs, attrs),
+        "QLinearConv" => {
+            return expand::qlinear(&mut Builder::new(imp, name), "Conv", &inputs, attrs)
+        }
+        "QLinearMatMul" => {
+            return expand::qlinear(&mut Builder::new(imp, name), "MatMul", &inputs, attrs)
+        }
+        "Swish" => return expand::swish(&mut Builder::new(imp, name), &inputs, &attrs),
         "Constant" => {
             let t = constant_value(attrs, tensors)?;
             return Ok(vec![imp.constant(name, t)?]);

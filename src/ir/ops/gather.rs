@@ -1,4 +1,4 @@
-//! Indexing: Gather, GatherElements, ScatterElements, OneHot, TopK, CumSum.
+//! Indexing: Gather, GatherElements, ScatterElements, OneHot, TopK, CumSum, CumProd.
 //!
 //! Index operands may be i32 or i64 and negative (counting from the end); an index out
 //! of range is a run-time error naming it.
@@ -432,25 +432,22 @@ impl Op for TopK {
     }
 }
 
-// ---------------------------------------------------------------- CumSum
+// ---------------------------------------------------------------- CumSum / CumProd
 
-struct CumSum;
+/// CumSum, or CumProd when `product`.
+struct Cumulative {
+    schema: OpSchema,
+    product: bool,
+}
 
-const CUM_SUM: OpSchema = OpSchema {
-    name: "CumSum",
-    family: "gather",
-    inputs: &["x", "axis"],
-    outputs: &["y"],
-    attrs: &[
-        AttrSpec::opt("exclusive", AttrKind::Int, "0"),
-        AttrSpec::opt("reverse", AttrKind::Int, "0"),
-    ],
-    doc: "Running sum along the scalar `axis` input, optionally exclusive and/or reversed.",
-};
+const CUMULATIVE_ATTRS: &[AttrSpec] = &[
+    AttrSpec::opt("exclusive", AttrKind::Int, "0"),
+    AttrSpec::opt("reverse", AttrKind::Int, "0"),
+];
 
-impl Op for CumSum {
+impl Op for Cumulative {
     fn schema(&self) -> &OpSchema {
-        &CUM_SUM
+        &self.schema
     }
 
     fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
@@ -473,37 +470,43 @@ impl Op for CumSum {
         let axis = norm_axis(*axis_v.first().ok_or("axis is empty")?, x.rank())?;
         let exclusive = cx.attrs.int_or("exclusive", 0)? != 0;
         let reverse = cx.attrs.int_or("reverse", 0)? != 0;
-        fn scan<T: Copy + std::ops::Add<Output = T> + Default>(
-            mut a: ArrayD<T>,
-            axis: usize,
-            exclusive: bool,
-            reverse: bool,
-        ) -> ArrayD<T> {
+        // The running total starts at the identity; an exclusive scan shifts by one.
+        let scan = |mut a: ArrayD<f64>| {
             for mut lane in a.lanes_mut(Axis(axis)) {
                 let n = lane.len();
-                let mut acc = T::default();
+                let mut acc = if self.product { 1.0 } else { 0.0 };
                 for s in 0..n {
                     let i = if reverse { n - 1 - s } else { s };
                     let v = lane[i];
-                    lane[i] = if exclusive { acc } else { acc + v };
-                    acc = acc + v;
+                    let next = if self.product { acc * v } else { acc + v };
+                    lane[i] = if exclusive { acc } else { next };
+                    acc = next;
                 }
             }
             a
-        }
+        };
+        let scan_ints = |mut a: ArrayD<i64>| {
+            for mut lane in a.lanes_mut(Axis(axis)) {
+                let n = lane.len();
+                let mut acc: i64 = if self.product { 1 } else { 0 };
+                for s in 0..n {
+                    let i = if reverse { n - 1 - s } else { s };
+                    let v = lane[i];
+                    let next = if self.product {
+                        acc.wrapping_mul(v)
+                    } else {
+                        acc.wrapping_add(v)
+                    };
+                    lane[i] = if exclusive { acc } else { next };
+                    acc = next;
+                }
+            }
+            a
+        };
         Ok(vec![if x.dtype().is_float() {
-            Tensor::from_f64_array(x.dtype(), scan(x.to_f64_array(), axis, exclusive, reverse))
+            Tensor::from_f64_array(x.dtype(), scan(x.to_f64_array()))
         } else {
-            Tensor::from_i64_array(
-                x.dtype(),
-                scan(
-                    x.to_i64_array().mapv(std::num::Wrapping),
-                    axis,
-                    exclusive,
-                    reverse,
-                )
-                .mapv(|w| w.0),
-            )
+            Tensor::from_i64_array(x.dtype(), scan_ints(x.to_i64_array()))
         }])
     }
 }
@@ -687,7 +690,30 @@ pub fn ops() -> Vec<&'static dyn Op> {
         leak(ScatterElements),
         leak(OneHot),
         leak(TopK),
-        leak(CumSum),
+        leak(Cumulative {
+            schema: OpSchema {
+                name: "CumSum",
+                family: "gather",
+                inputs: &["x", "axis"],
+                outputs: &["y"],
+                attrs: CUMULATIVE_ATTRS,
+                doc: "Running sum along the scalar `axis` input, optionally exclusive and/or \
+                      reversed.",
+            },
+            product: false,
+        }),
+        leak(Cumulative {
+            schema: OpSchema {
+                name: "CumProd",
+                family: "gather",
+                inputs: &["x", "axis"],
+                outputs: &["y"],
+                attrs: CUMULATIVE_ATTRS,
+                doc: "Running product along the scalar `axis` input, optionally exclusive \
+                      and/or reversed.",
+            },
+            product: true,
+        }),
     ]
 }
 
