@@ -3,6 +3,8 @@
 #[path = "ops/harness.rs"]
 mod harness;
 
+#[path = "ops/attention.rs"]
+mod attention;
 #[path = "ops/bitwise.rs"]
 mod bitwise;
 #[path = "ops/conv.rs"]

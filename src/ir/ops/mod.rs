@@ -12,6 +12,7 @@ use super::attr::{AttrKind, Attrs};
 use super::shape::{Dim, TensorType};
 use crate::tensor::Tensor;
 
+pub mod attention;
 pub mod bitwise;
 pub mod conv;
 pub mod elementwise;
@@ -239,7 +240,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 13] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 14] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -253,6 +254,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             loss::ops,
             bitwise::ops,
             quant::ops,
+            attention::ops,
         ];
         for family in families {
             for op in family() {
