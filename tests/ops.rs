@@ -29,6 +29,8 @@ mod pool;
 mod quant;
 #[path = "ops/reduce.rs"]
 mod reduce;
+#[path = "ops/resize.rs"]
+mod resize;
 #[path = "ops/shape.rs"]
 mod shape;
 #[path = "ops/state.rs"]

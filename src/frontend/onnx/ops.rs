@@ -153,6 +153,28 @@ pub(super) fn convert(
             return expand::qlinear(&mut Builder::new(imp, name), "MatMul", &inputs, attrs)
         }
         "Swish" => return expand::swish(&mut Builder::new(imp, name), &inputs, &attrs),
+        "Upsample" | "Resize" if opset < 11 => {
+            // Upsample (7-9) and Resize-10: scales only, asymmetric coordinates, nearest
+            // rounding down (what the ONNX version converter spells out for Resize-11).
+            if let Some(Attr::Floats(s)) = attrs.0.remove("scales") {
+                let t = Tensor::from_vec(&[s.len()], s.iter().map(|&v| v as f32).collect())
+                    .map_err(Error::InvalidArgument)?;
+                inputs.push(Some(imp.constant(&format!("{name}.scales"), t)?));
+            }
+            let (x, scales) = (
+                inputs.first().copied().flatten(),
+                inputs.last().copied().flatten(),
+            );
+            inputs = vec![x, None, scales];
+            attrs.set(
+                "coordinate_transformation_mode",
+                Attr::String("asymmetric".into()),
+            );
+            if attrs.string_or("mode", "nearest").map_err(Error::Graph)? == "nearest" {
+                attrs.set("nearest_mode", Attr::String("floor".into()));
+            }
+            return imp.add("Resize", &inputs, attrs, name);
+        }
         "Constant" => {
             let t = constant_value(attrs, tensors)?;
             return Ok(vec![imp.constant(name, t)?]);

@@ -24,6 +24,7 @@ pub mod norm;
 pub mod pool;
 pub mod quant;
 pub mod reduce;
+pub mod resize;
 pub mod shape;
 pub mod source;
 
@@ -240,7 +241,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 14] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 15] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -255,6 +256,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             bitwise::ops,
             quant::ops,
             attention::ops,
+            resize::ops,
         ];
         for family in families {
             for op in family() {
