@@ -31,6 +31,8 @@ mod quant;
 mod reduce;
 #[path = "ops/resize.rs"]
 mod resize;
+#[path = "ops/rnn.rs"]
+mod rnn;
 #[path = "ops/shape.rs"]
 mod shape;
 #[path = "ops/state.rs"]

@@ -25,6 +25,7 @@ pub mod pool;
 pub mod quant;
 pub mod reduce;
 pub mod resize;
+pub mod rnn;
 pub mod shape;
 pub mod source;
 
@@ -241,7 +242,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 15] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 16] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -257,6 +258,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             quant::ops,
             attention::ops,
             resize::ops,
+            rnn::ops,
         ];
         for family in families {
             for op in family() {
