@@ -391,3 +391,78 @@ fn non_max_suppression_keeps_the_best_of_overlapping_boxes() {
     );
     assert!(e.contains("[B, N, 4]"), "{e}");
 }
+
+#[test]
+fn scatter_nd_slices_and_reductions() {
+    let data = || {
+        Input(f64s(
+            &[2, 3, 4],
+            &(0..24).map(|v| v as f64).collect::<Vec<_>>(),
+        ))
+    };
+    // Two updates land on [1, -1] = [1, 2]: added in index order.
+    let idx = i64s(&[3, 2], &[1, -1, 0, 0, 1, -1]);
+    let upd = f64s(
+        &[3, 4],
+        &(0..12).map(|v| v as f64 * 10.0).collect::<Vec<_>>(),
+    );
+    let y = run1(
+        "ScatterND",
+        vec![data(), Input(idx), Input(upd)],
+        attrs(&[("reduction", Attr::String("add".into()))]),
+    );
+    let mut want: Vec<f64> = (0..24).map(|v| v as f64).collect();
+    want[..4].copy_from_slice(&[40.0, 51.0, 62.0, 73.0]);
+    want[20..].copy_from_slice(&[100.0, 121.0, 142.0, 163.0]);
+    assert_eq!(y, f64s(&[2, 3, 4], &want));
+    // One coordinate: a whole [3, 4] block is replaced.
+    let y = run1(
+        "ScatterND",
+        vec![
+            data(),
+            Input(i64s(&[1, 1], &[1])),
+            Symbolic(f64s(&[1, 3, 4], &[1.0; 12])),
+        ],
+        Attrs::new(),
+    );
+    let mut want: Vec<f64> = (0..24).map(|v| v as f64).collect();
+    want[12..].fill(1.0);
+    assert_eq!(y, f64s(&[2, 3, 4], &want));
+    let e = run_err(
+        "ScatterND",
+        vec![
+            data(),
+            Input(i64s(&[1, 1], &[2])),
+            Input(f64s(&[1, 3, 4], &[0.0; 12])),
+        ],
+        Attrs::new(),
+    );
+    assert!(
+        e.contains("index 2 is out of range for axis 0 of size 2"),
+        "{e}"
+    );
+}
+
+#[test]
+fn reverse_sequence_reverses_each_prefix() {
+    // time_axis 0, batch_axis 1: column b reverses its first lens[b] rows.
+    let x = i64s(&[3, 3], &[0, 1, 2, 3, 4, 5, 6, 7, 8]);
+    let y = run1(
+        "ReverseSequence",
+        vec![Input(x.clone()), Input(i64s(&[3], &[3, 2, 0]))],
+        Attrs::new(),
+    );
+    assert_eq!(y, i64s(&[3, 3], &[6, 4, 2, 3, 1, 5, 0, 7, 8]));
+    let y = run1(
+        "ReverseSequence",
+        vec![Symbolic(x.clone()), Input(i64s(&[3], &[1, 2, 3]))],
+        attrs(&[("batch_axis", Attr::Int(0)), ("time_axis", Attr::Int(1))]),
+    );
+    assert_eq!(y, i64s(&[3, 3], &[0, 1, 2, 4, 3, 5, 8, 7, 6]));
+    let e = run_err(
+        "ReverseSequence",
+        vec![Input(x), Input(i64s(&[3], &[4, 0, 0]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("a length <= 3"), "{e}");
+}

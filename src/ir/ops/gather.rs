@@ -1,4 +1,4 @@
-//! Indexing: Gather, GatherElements, ScatterElements, OneHot, TopK, CumSum, CumProd.
+//! Indexing: Gather, GatherElements, ScatterElements, ScatterND, ReverseSequence, OneHot, TopK, CumSum, CumProd.
 //!
 //! Index operands may be i32 or i64 and negative (counting from the end); an index out
 //! of range is a run-time error naming it.
@@ -243,6 +243,199 @@ impl Op for ScatterElements {
             }
         };
         Ok(vec![y])
+    }
+}
+
+// ---------------------------------------------------------------- ScatterND
+
+struct ScatterNd;
+
+const SCATTER_ND: OpSchema = OpSchema {
+    name: "ScatterND",
+    family: "gather",
+    inputs: &["data", "indices", "updates"],
+    outputs: &["output"],
+    attrs: &[AttrSpec::opt("reduction", AttrKind::String, "none")],
+    doc: "A copy of data where each index tuple indices[p, :] (k coordinates) receives \
+          the slice updates[p] of data's trailing axes, or is combined with it by \
+          reduction add/mul/max/min (in index order). updates is \
+          indices.shape[:-1] + data.shape[k:].",
+};
+
+impl Op for ScatterNd {
+    fn schema(&self) -> &OpSchema {
+        &SCATTER_ND
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (x, idx, upd) = (cx.input(0)?, cx.input(1)?, cx.input(2)?);
+        if idx.dtype != DType::I64 {
+            return Err(format!("input 1 (indices) must be i64, got {}", idx.dtype));
+        }
+        same_dtype("ScatterND", &[x, upd])?;
+        if idx.rank() == 0 {
+            return Err("indices must have rank 1 or more".into());
+        }
+        if let Some(k) = idx.shape.dim(idx.rank() - 1).fixed() {
+            if k > x.rank() {
+                return Err(format!("indices address {k} axes of data {x}"));
+            }
+            let mut want = idx.shape.dims()[..idx.rank() - 1].to_vec();
+            want.extend_from_slice(&x.shape.dims()[k..]);
+            if upd.rank() != want.len() {
+                return Err(format!(
+                    "updates ({upd}) must have shape indices.shape[:-1] + data.shape[{k}:]"
+                ));
+            }
+        }
+        if reduction(cx.attrs.string_or("reduction", "none")?)?.is_some() && !x.dtype.is_numeric() {
+            return Err("a reduction needs numeric data".into());
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let (x, idx, upd) = (cx.input(0)?, cx.input(1)?, cx.input(2)?);
+        let combine = reduction(cx.attrs.string_or("reduction", "none")?)?;
+        let ishape = idx.shape();
+        let k = ishape[ishape.len() - 1];
+        let (outer, tail) = (&ishape[..ishape.len() - 1], &x.shape()[k.min(x.rank())..]);
+        let mut want = outer.to_vec();
+        want.extend_from_slice(tail);
+        if k > x.rank() || upd.shape() != want.as_slice() {
+            return Err(format!(
+                "updates {:?} must be {want:?} for indices {ishape:?} into data {:?}",
+                upd.shape(),
+                x.shape()
+            ));
+        }
+        let idx = idx.to_i64_array();
+        let idx = idx.as_standard_layout();
+        let flat = idx.as_slice().ok_or("indices are not contiguous")?;
+        let tail_len: usize = tail.iter().product();
+        // Each update slice's flat offset into data.
+        let count: usize = outer.iter().product();
+        let mut offsets = vec![0; if k == 0 { count } else { 0 }];
+        for tuple in flat.chunks(k.max(1)).take(if k == 0 { 0 } else { count }) {
+            let mut off = 0usize;
+            for (a, &i) in tuple.iter().enumerate().take(k) {
+                let d = x.shape()[a] as i64;
+                if i < -d || i >= d {
+                    return Err(format!(
+                        "index {i} is out of range for axis {a} of size {d}"
+                    ));
+                }
+                off = off * d as usize + (if i < 0 { i + d } else { i }) as usize;
+            }
+            offsets.push(off * tail_len);
+        }
+        let y = match combine {
+            None => {
+                fn scatter<T: Elem>(
+                    x: &ArrayD<T>,
+                    u: &Tensor,
+                    offsets: &[usize],
+                    n: usize,
+                ) -> Result<Tensor, String> {
+                    let u = T::view(u).ok_or("updates has another dtype")?;
+                    let u = u.as_standard_layout();
+                    let u = u.as_slice().ok_or("updates are not contiguous")?;
+                    let mut y = x.as_standard_layout().into_owned();
+                    let ys = y.as_slice_mut().ok_or("data is not contiguous")?;
+                    for (p, &off) in offsets.iter().enumerate() {
+                        ys[off..off + n].copy_from_slice(&u[p * n..(p + 1) * n]);
+                    }
+                    Ok(T::wrap(y))
+                }
+                match_tensor!(x, a => scatter(a, upd, &offsets, tail_len))?
+            }
+            Some(f) => {
+                let mut y = x.to_f64_array().as_standard_layout().into_owned();
+                let u = upd.to_f64_array();
+                let u = u.as_standard_layout();
+                let (ys, us) = (
+                    y.as_slice_mut().ok_or("data is not contiguous")?,
+                    u.as_slice().ok_or("updates are not contiguous")?,
+                );
+                for (p, &off) in offsets.iter().enumerate() {
+                    for e in 0..tail_len {
+                        ys[off + e] = f(ys[off + e], us[p * tail_len + e]);
+                    }
+                }
+                Tensor::from_f64_array(x.dtype(), y)
+            }
+        };
+        Ok(vec![y])
+    }
+}
+
+// ---------------------------------------------------------------- ReverseSequence
+
+struct ReverseSequence;
+
+const REVERSE_SEQUENCE: OpSchema = OpSchema {
+    name: "ReverseSequence",
+    family: "gather",
+    inputs: &["input", "sequence_lens"],
+    outputs: &["Y"],
+    attrs: &[
+        AttrSpec::opt("batch_axis", AttrKind::Int, "1"),
+        AttrSpec::opt("time_axis", AttrKind::Int, "0"),
+    ],
+    doc: "For each batch entry b, the first sequence_lens[b] steps along time_axis in \
+          reverse order; the rest unchanged.",
+};
+
+fn batch_time_axes(attrs: &crate::ir::Attrs, rank: usize) -> Result<(usize, usize), String> {
+    let b = norm_axis(attrs.int_or("batch_axis", 1)?, rank)?;
+    let t = norm_axis(attrs.int_or("time_axis", 0)?, rank)?;
+    if b > 1 || t > 1 || b == t {
+        return Err(format!(
+            "batch_axis and time_axis must be 0 and 1 in some order, got {b} and {t}"
+        ));
+    }
+    Ok((b, t))
+}
+
+impl Op for ReverseSequence {
+    fn schema(&self) -> &OpSchema {
+        &REVERSE_SEQUENCE
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (x, lens) = (cx.input(0)?, cx.input(1)?);
+        if x.rank() < 2 {
+            return Err(format!("input must have rank 2 or more, got {x}"));
+        }
+        batch_time_axes(cx.attrs, x.rank())?;
+        if lens.dtype != DType::I64 || lens.rank() != 1 {
+            return Err(format!("sequence_lens must be i64[batch], got {lens}"));
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let (x, lens) = (cx.input(0)?, cx.input(1)?.to_i64_vec());
+        let (b, t) = batch_time_axes(cx.attrs, x.rank())?;
+        let steps = x.shape()[t] as i64;
+        if lens.len() != x.shape()[b] || lens.iter().any(|&l| l < 0 || l > steps) {
+            return Err(format!(
+                "sequence_lens {lens:?} must give each of {} batch entries a length <= {steps}",
+                x.shape()[b]
+            ));
+        }
+        let shape = x.shape().to_vec();
+        let src = |o: &[usize], p: &mut Vec<usize>| {
+            p.extend_from_slice(o);
+            let len = lens[o[b]] as usize;
+            if o[t] < len {
+                p[t] = len - 1 - o[t];
+            }
+            true
+        };
+        Ok(vec![
+            match_tensor!(x, a => remap(a, &shape, Default::default(), src)),
+        ])
     }
 }
 
@@ -688,6 +881,8 @@ pub fn ops() -> Vec<&'static dyn Op> {
         leak(Gather),
         leak(GatherElements),
         leak(ScatterElements),
+        leak(ScatterNd),
+        leak(ReverseSequence),
         leak(OneHot),
         leak(TopK),
         leak(Cumulative {
