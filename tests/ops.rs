@@ -35,5 +35,7 @@ mod resize;
 mod rnn;
 #[path = "ops/shape.rs"]
 mod shape;
+#[path = "ops/signal.rs"]
+mod signal;
 #[path = "ops/state.rs"]
 mod state;

@@ -180,7 +180,7 @@ pub(super) fn convert(
             return Ok(vec![imp.constant(name, t)?]);
         }
         "QuantizeLinear" | "DequantizeLinear" | "HannWindow" | "HammingWindow"
-        | "BlackmanWindow" => {
+        | "BlackmanWindow" | "MelWeightMatrix" => {
             // ONNX type codes to Kiln dtype names (0: unset).
             for key in ["output_dtype", "output_datatype"] {
                 if let Some(Attr::Int(code)) = attrs.0.remove(key) {
@@ -291,6 +291,14 @@ pub(super) fn convert(
                 .map(|v| scalar_like(imp, x, v, &format!("{name}.max")))
                 .transpose()?;
             inputs = vec![Some(x), lo, hi];
+        }
+        "DFT" if opset < 20 => {
+            // The axis was an attribute (default 1) before it became an input.
+            let axis = attrs.int_or("axis", 1).map_err(Error::Graph)?;
+            attrs.0.remove("axis");
+            let axis = imp.constant(&format!("{name}.axis"), Tensor::scalar(axis))?;
+            inputs.resize(2, None);
+            inputs.push(Some(axis));
         }
         "TopK" if opset < 10 => {
             if let Some(Attr::Int(k)) = attrs.0.remove("k") {

@@ -27,6 +27,7 @@ pub mod reduce;
 pub mod resize;
 pub mod rnn;
 pub mod shape;
+pub mod signal;
 pub mod source;
 
 /// One attribute an op accepts.
@@ -242,7 +243,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 16] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 17] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -259,6 +260,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             attention::ops,
             resize::ops,
             rnn::ops,
+            signal::ops,
         ];
         for family in families {
             for op in family() {
