@@ -39,3 +39,5 @@ mod shape;
 mod signal;
 #[path = "ops/state.rs"]
 mod state;
+#[path = "ops/text.rs"]
+mod text;

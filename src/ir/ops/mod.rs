@@ -29,6 +29,7 @@ pub mod rnn;
 pub mod shape;
 pub mod signal;
 pub mod source;
+pub mod text;
 
 /// One attribute an op accepts.
 #[derive(Debug, Clone, Copy)]
@@ -243,7 +244,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 17] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 18] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -261,6 +262,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             resize::ops,
             rnn::ops,
             signal::ops,
+            text::ops,
         ];
         for family in families {
             for op in family() {
