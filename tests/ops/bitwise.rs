@@ -9,7 +9,7 @@ fn u8s(shape: &[usize], v: &[u8]) -> Tensor {
 }
 
 #[test]
-fn shifts_are_logical_and_drop_bits() {
+fn shifts_drop_bits_and_sign_extend() {
     let dir = |d: &str| attrs(&[("direction", Attr::String(d.into()))]);
     let x = u8s(&[3], &[16, 4, 1]);
     let y = run1(
@@ -34,12 +34,20 @@ fn shifts_are_logical_and_drop_bits() {
         dir("RIGHT"),
     );
     assert_eq!(y, Tensor::from_vec(&[1], vec![15u64]).unwrap());
-    let e = run_err(
+    // Signed: left wraps, right is arithmetic, shifts out of 0..8 clear (or give -1).
+    let i8s = |v: &[i8]| Tensor::from_vec(&[v.len()], v.to_vec()).unwrap();
+    let y = run1(
         "BitShift",
-        vec![Input(i32s(&[1], &[1])), Input(i32s(&[1], &[1]))],
+        vec![Input(i8s(&[64, -3, 5, 1])), Input(i8s(&[1, 1, -1, 8]))],
         dir("LEFT"),
     );
-    assert!(e.contains("unsigned"), "{e}");
+    assert_eq!(y, i8s(&[-128, -6, 0, 0]));
+    let y = run1(
+        "BitShift",
+        vec![Input(i8s(&[-7, -7, 7, -1])), Input(i8s(&[1, 9, 9, -2]))],
+        dir("RIGHT"),
+    );
+    assert_eq!(y, i8s(&[-4, -1, 0, -1]));
     let e = run_err("BitShift", vec![Input(x.clone()), Input(x)], dir("UP"));
     assert!(e.contains("LEFT or RIGHT"), "{e}");
 }

@@ -344,8 +344,16 @@ fn integer_and_bool_unary_forms() {
         bools(&[4], &[true, false, false, false])
     );
     assert_eq!(
-        run1("IsInf", vec![Input(f)], Attrs::new()),
+        run1("IsInf", vec![Input(f.clone())], Attrs::new()),
         bools(&[4], &[false, true, true, false])
+    );
+    assert_eq!(
+        run1(
+            "IsInf",
+            vec![Input(f)],
+            attrs(&[("detect_positive", Attr::Int(0))])
+        ),
+        bools(&[4], &[false, false, true, false])
     );
     // Round is half to even, as ONNX says.
     let r = run1(
@@ -508,12 +516,19 @@ fn integer_arithmetic_wraps_and_truncates() {
         fmod,
     );
     assert_eq!(fm, f32s(&[2], &[-1.5, 1.5]));
-    assert!(run_err(
+    let m = run1(
         "Mod",
-        vec![Input(f32s(&[1], &[1.0])), Input(f32s(&[1], &[1.0]))],
-        Attrs::new()
-    )
-    .contains("fmod = 1"));
+        vec![
+            Input(f32s(&[3], &[-7.5, 7.5, 4.0])),
+            Input(f32s(&[3], &[2.0, -2.0, 2.0])),
+        ],
+        Attrs::new(),
+    );
+    assert_eq!(
+        m,
+        f32s(&[3], &[0.5, -0.5, 0.0]),
+        "fmod = 0 follows the divisor"
+    );
     assert!(run_err(
         "Div",
         vec![Input(a), Input(i32s(&[4], &[1, 0, 1, 1]))],

@@ -180,3 +180,13 @@ fn lp_pools_take_the_p_norm_of_each_window() {
     );
     assert!(e.contains("p must be 1 or more, got 0"), "{e}");
 }
+
+#[test]
+fn max_pool_takes_bytes() {
+    let x = kiln::Tensor::from_vec(&[1, 1, 4], vec![3u8, 250, 7, 9]).unwrap();
+    let y = run("MaxPool", vec![Input(x)], pool_attrs(&[2], &[2], None, &[])).unwrap();
+    assert_eq!(
+        y[0],
+        kiln::Tensor::from_vec(&[1, 1, 2], vec![250u8, 9]).unwrap()
+    );
+}

@@ -230,3 +230,32 @@ fn arg_max_and_min() {
     let e = run_err("ArgMax", vec![Input(f32s(&[0], &[]))], Attrs::new());
     assert!(e.contains("empty axis"), "{e}");
 }
+
+#[test]
+fn reduce_max_and_min_of_bools_are_any_and_all() {
+    let b = bools(&[2, 2], &[true, false, false, false]);
+    let axes = || Const(i64s(&[1], &[1]));
+    let keep0 = attrs(&[("keepdims", kiln::ir::Attr::Int(0))]);
+    assert_eq!(
+        run1("ReduceMax", vec![Input(b.clone()), axes()], keep0.clone()),
+        bools(&[2], &[true, false])
+    );
+    assert_eq!(
+        run1("ReduceMin", vec![Input(b), axes()], keep0.clone()),
+        bools(&[2], &[false, false])
+    );
+    // Over an empty set: any is false, all is true.
+    let empty = bools(&[2, 0], &[]);
+    assert_eq!(
+        run1(
+            "ReduceMax",
+            vec![Input(empty.clone()), axes()],
+            keep0.clone()
+        ),
+        bools(&[2], &[false, false])
+    );
+    assert_eq!(
+        run1("ReduceMin", vec![Input(empty), axes()], keep0),
+        bools(&[2], &[true, true])
+    );
+}

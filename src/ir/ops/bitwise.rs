@@ -46,9 +46,6 @@ impl Op for Binary {
         integer(a, 0)?;
         let dtype = same_dtype(self.schema.name, &[a, b])?;
         if let Kind::Shift = self.kind {
-            if a.dtype.is_signed() {
-                return Err(format!("BitShift takes unsigned integers, got {}", a.dtype));
-            }
             match cx.attrs.string("direction")? {
                 Some("LEFT" | "RIGHT") => {}
                 Some(d) => return Err(format!("direction must be LEFT or RIGHT, got '{d}'")),
@@ -69,11 +66,21 @@ impl Op for Binary {
         } else {
             (1u64 << bits) - 1
         };
+        let signed = dtype.is_signed();
         let y = zip_broadcast(&a.to_i64_array(), &b.to_i64_array(), |x, y| {
             match self.kind {
                 Kind::And => x & y,
                 Kind::Or => x | y,
                 Kind::Xor => x ^ y,
+                // Shifts of `bits` or more (or negative ones) shift everything out: 0,
+                // or -1 for a negative value shifted right. Signed values shift their
+                // bits left (wrapping) and arithmetically right.
+                Kind::Shift if signed => match u32::try_from(y) {
+                    Ok(s) if s < bits && left => (((x as u64) << s) & mask) as i64,
+                    Ok(s) if s < bits => x >> s,
+                    _ if !left && x < 0 => -1,
+                    _ => 0,
+                },
                 Kind::Shift => {
                     let (x, s) = ((x as u64) & mask, y as u64);
                     let r = if s >= bits as u64 {
@@ -144,7 +151,9 @@ pub fn ops() -> Vec<&'static dyn Op> {
     vec![
         binary(
             "BitShift",
-            "Shifts unsigned X left or right by Y bits (`direction`).",
+            "Shifts X left or right by Y bits (`direction`): signed values wrap left and \
+             shift arithmetically right; shifts out of 0..bits give 0 (or -1 for a \
+             negative value shifted right).",
             SHIFT,
             Kind::Shift,
         ),

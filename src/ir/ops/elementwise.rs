@@ -329,19 +329,37 @@ fn unary_ops() -> Vec<&'static dyn Op> {
             int: Some(|x| (x == 0) as i64),
             out_dtype: None,
         }),
-        predicate("IsNaN", "Whether x is NaN.", |x| x.is_nan()),
-        predicate("IsInf", "Whether x is ±infinity.", |x| x.is_infinite()),
+        predicate("IsNaN", "Whether x is NaN.", &[], |x, _| x.is_nan()),
+        predicate(
+            "IsInf",
+            "Whether x is +infinity (if detect_positive) or -infinity (if detect_negative).",
+            IS_INF_ATTRS,
+            |x, [pos, neg]| (pos && x == f64::INFINITY) || (neg && x == f64::NEG_INFINITY),
+        ),
     ]
 }
 
-fn predicate(name: &'static str, doc: &'static str, f: fn(f64) -> bool) -> &'static dyn Op {
+const IS_INF_ATTRS: &[AttrSpec] = &[
+    AttrSpec::opt("detect_negative", AttrKind::Int, "1"),
+    AttrSpec::opt("detect_positive", AttrKind::Int, "1"),
+];
+
+/// A float predicate; `f` gets the value and IsInf's [detect_positive, detect_negative].
+type PredicateFn = fn(f64, [bool; 2]) -> bool;
+
+fn predicate(
+    name: &'static str,
+    doc: &'static str,
+    attrs: &'static [AttrSpec],
+    f: PredicateFn,
+) -> &'static dyn Op {
     leak(Predicate {
         schema: OpSchema {
             name,
             family: "elementwise",
             inputs: &["X"],
             outputs: &["Y"],
-            attrs: &[],
+            attrs,
             doc,
         },
         f,
@@ -350,7 +368,7 @@ fn predicate(name: &'static str, doc: &'static str, f: fn(f64) -> bool) -> &'sta
 
 struct Predicate {
     schema: OpSchema,
-    f: fn(f64) -> bool,
+    f: PredicateFn,
 }
 
 impl Op for Predicate {
@@ -364,7 +382,11 @@ impl Op for Predicate {
     }
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
         let x = cx.input(0)?.to_f64_array();
-        Ok(vec![Tensor::Bool(x.mapv(self.f))])
+        let flags = [
+            cx.attrs.int_or("detect_positive", 1)? != 0,
+            cx.attrs.int_or("detect_negative", 1)? != 0,
+        ];
+        Ok(vec![Tensor::Bool(x.mapv(|v| (self.f)(v, flags)))])
     }
 }
 
@@ -729,8 +751,8 @@ impl Op for Pow {
     }
 }
 
-/// `Mod(A, B)`: with `fmod = 0` (integers only) the result takes the divisor's sign, as
-/// Python's `%`; with `fmod = 1` the dividend's, as C's `fmod`.
+/// `Mod(A, B)`: with `fmod = 0` the result takes the divisor's sign, as Python's `%`;
+/// with `fmod = 1` the dividend's, as C's `fmod`.
 struct Mod;
 
 const MOD: OpSchema = OpSchema {
@@ -739,7 +761,7 @@ const MOD: OpSchema = OpSchema {
     inputs: &["A", "B"],
     outputs: &["C"],
     attrs: &[AttrSpec::opt("fmod", AttrKind::Int, "0")],
-    doc: "Remainder. fmod = 0: sign of the divisor (integers only); fmod = 1: sign of the dividend (required for floats).",
+    doc: "Remainder. fmod = 0: sign of the divisor (Python's %); fmod = 1: sign of the dividend (C's fmod).",
 };
 
 impl Op for Mod {
@@ -756,9 +778,6 @@ impl Op for Mod {
         if fmod != 0 && fmod != 1 {
             return Err(format!("attribute 'fmod' must be 0 or 1, got {fmod}"));
         }
-        if dtype.is_float() && fmod == 0 {
-            return Err("Mod on floats requires fmod = 1".into());
-        }
         Ok(out(dtype, broadcast_shapes(&a.shape, &b.shape)?))
     }
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
@@ -767,7 +786,15 @@ impl Op for Mod {
         let c = if a.dtype().is_float() {
             Tensor::from_f64_array(
                 a.dtype(),
-                zip_broadcast(&a.to_f64_array(), &b.to_f64_array(), |x, y| x % y)?,
+                zip_broadcast(&a.to_f64_array(), &b.to_f64_array(), |x, y| {
+                    let r = x % y;
+                    // numpy's mod: a nonzero remainder takes the divisor's sign.
+                    if !fmod && r != 0.0 && (r < 0.0) != (y < 0.0) {
+                        r + y
+                    } else {
+                        r
+                    }
+                })?,
             )
         } else {
             let r = zip_broadcast(&a.to_i64_array(), &b.to_i64_array(), |x, y| {

@@ -94,7 +94,17 @@ impl Op for Pool {
 
     fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
         let x = cx.input(0)?;
-        require_dtype(x, 0, is_float, "a float type")?;
+        if self.kind == Kind::Max {
+            // MaxPool also takes 8-bit integers, as ONNX does.
+            require_dtype(
+                x,
+                0,
+                |d| d.is_float() || matches!(d, DType::I8 | DType::U8),
+                "a float type, i8 or u8",
+            )?;
+        } else {
+            require_dtype(x, 0, is_float, "a float type")?;
+        }
         if x.rank() < 3 {
             return Err(format!("X must be [N, C, D1, ...], got {x}"));
         }

@@ -112,7 +112,8 @@ impl Op for Reduce {
 
     fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
         let x = cx.input(0)?;
-        if !(x.dtype.is_float() || (x.dtype.is_int() && self.kind.takes_ints())) {
+        let bool_ok = x.dtype == DType::Bool && matches!(self.kind, Kind::Max | Kind::Min);
+        if !(bool_ok || x.dtype.is_float() || (x.dtype.is_int() && self.kind.takes_ints())) {
             let what = if self.kind.takes_ints() {
                 "numeric"
             } else {
@@ -156,6 +157,10 @@ impl Op for Reduce {
             .expect("axes are known at run time");
         let y = if x.dtype().is_float() {
             Tensor::from_f64_array(x.dtype(), reduce_f64(self.kind, x.to_f64_array(), &axes))
+        } else if x.dtype() == DType::Bool {
+            // Max is any, min is all: the identities clamp to false and true.
+            let r = reduce_i64(self.kind, x.to_i64_array(), &axes).mapv(|v| v.clamp(0, 1));
+            Tensor::from_i64_array(DType::Bool, r)
         } else {
             Tensor::from_i64_array(x.dtype(), reduce_i64(self.kind, x.to_i64_array(), &axes))
         };
