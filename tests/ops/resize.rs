@@ -136,3 +136,58 @@ fn resize_errors() {
     );
     assert!(e.contains("scales has 3 values for 4 axes"), "{e}");
 }
+
+#[test]
+fn grid_sample_modes_and_paddings() {
+    // The reference denormalizes in f32, hence the 1e-6 tolerance.
+    let grid = || {
+        Input(f64s(
+            &[1, 2, 2, 2],
+            &[-1.2, -0.3, 0.25, 0.9, 1.3, 1.1, 0.0, -0.7],
+        ))
+    };
+    let x = || Input(ramp(&[1, 1, 3, 4], 7, 3.0));
+    let cases: [(&str, &str, i64, [f64; 4]); 3] = [
+        (
+            "cubic",
+            "reflection",
+            0,
+            [
+                -0.26823420344011417,
+                -0.2559370994567871,
+                0.7546556516815404,
+                -0.8329402059316635,
+            ],
+        ),
+        ("nearest", "border", 0, [0.5, 0.0, 0.5, -0.5]),
+        (
+            "linear",
+            "zeros",
+            1,
+            [
+                -0.07000001549720736,
+                0.08750003576278687,
+                0.2475000047683693,
+                -0.1499999761581421,
+            ],
+        ),
+    ];
+    for (mode, padding, align, want) in cases {
+        let y = run1(
+            "GridSample",
+            vec![x(), grid()],
+            attrs(&[
+                ("mode", s(mode)),
+                ("padding_mode", s(padding)),
+                ("align_corners", Attr::Int(align)),
+            ]),
+        );
+        assert_close(&y, &f64s(&[1, 1, 2, 2], &want), 1e-6, 0.0);
+    }
+    let e = run_err(
+        "GridSample",
+        vec![x(), Input(f64s(&[1, 2, 2, 3], &[0.0; 12]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("3 coordinates for 2 spatial axes"), "{e}");
+}

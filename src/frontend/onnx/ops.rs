@@ -300,6 +300,15 @@ pub(super) fn convert(
             inputs.resize(2, None);
             inputs.push(Some(axis));
         }
+        "GridSample" if opset < 20 => {
+            // Opset 16 named the modes bilinear and bicubic.
+            let mode = match attrs.string_or("mode", "bilinear").map_err(Error::Graph)? {
+                "bilinear" => "linear",
+                "bicubic" => "cubic",
+                m => m,
+            };
+            attrs.set("mode", Attr::String(mode.to_string()));
+        }
         "TopK" if opset < 10 => {
             if let Some(Attr::Int(k)) = attrs.0.remove("k") {
                 let c = imp.ints(&format!("{name}.k"), &[k])?;

@@ -17,6 +17,7 @@ pub mod bitwise;
 pub mod conv;
 pub mod elementwise;
 pub mod gather;
+pub mod grid_sample;
 pub mod loss;
 pub mod matmul;
 pub mod misc;
@@ -244,7 +245,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 18] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 19] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -263,6 +264,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             rnn::ops,
             signal::ops,
             text::ops,
+            grid_sample::ops,
         ];
         for family in families {
             for op in family() {
