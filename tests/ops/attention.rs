@@ -201,3 +201,74 @@ fn attention_errors() {
     );
     assert!(e.contains("does not broadcast"), "{e}");
 }
+
+#[test]
+fn rotary_embedding_by_positions_and_by_cache_rows() {
+    let (c, s) = (0.8775825618903728, 0.479425538604203);
+    // 3-D X (2 heads of 4), interleaved, only the first 2 features rotated, caches
+    // picked by position_ids.
+    let y = run1(
+        "RotaryEmbedding",
+        vec![
+            Input(ramp(&[1, 2, 8], 7, 3.0)),
+            Input(f64s(&[3, 1], &[c, 1.0, c])),
+            Input(f64s(&[3, 1], &[-s, 0.0, s])),
+            Input(i64s(&[1, 2], &[2, 0])),
+        ],
+        attrs(&[
+            ("interleaved", Attr::Int(1)),
+            ("rotary_embedding_dim", Attr::Int(2)),
+            ("num_heads", Attr::Int(2)),
+        ]),
+    );
+    let want = [
+        -0.8369483042313561,
+        -1.5967208697966773,
+        -0.5,
+        0.0,
+        -0.040634257659016626,
+        1.1172953311924743,
+        1.5,
+        -1.5,
+        -1.1172953311924743,
+        0.040634257659016626,
+        0.0,
+        0.5,
+        1.5967208697966773,
+        0.8369483042313561,
+        -1.5,
+        -1.0,
+    ];
+    assert_close(&y, &f64s(&[1, 2, 8], &want), 1e-12, 1e-12);
+    // 4-D X, halves rotated, caches [B, S, D/2].
+    let y = run1(
+        "RotaryEmbedding",
+        vec![
+            Symbolic(ramp(&[1, 1, 2, 4], 5, 2.0)),
+            Input(f64s(&[1, 2, 2], &[c, 1.0, c, c])),
+            Input(f64s(&[1, 2, 2], &[-s, 0.0, s, -s])),
+        ],
+        Attrs::new(),
+    );
+    let want = [
+        -0.8775825618903728,
+        -0.5,
+        0.479425538604203,
+        0.5,
+        1.1172953311924743,
+        -0.8775825618903728,
+        0.040634257659016626,
+        0.479425538604203,
+    ];
+    assert_close(&y, &f64s(&[1, 1, 2, 4], &want), 1e-12, 1e-12);
+    let e = run_err(
+        "RotaryEmbedding",
+        vec![
+            Input(ramp(&[1, 1, 2, 4], 5, 2.0)),
+            Input(f64s(&[1, 2, 1], &[c, 1.0])),
+            Input(f64s(&[1, 2, 1], &[-s, 0.0])),
+        ],
+        Attrs::new(),
+    );
+    assert!(e.contains("not rotary_embedding_dim / 2 = 2"), "{e}");
+}

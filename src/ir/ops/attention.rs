@@ -1,6 +1,7 @@
 //! Attention (ONNX opsets 23-25): scaled dot-product attention over heads, with
 //! grouped key/value heads, a past key/value cache, boolean or additive masks, causal
-//! and sliding-window masking, per-batch key padding and soft-capping.
+//! and sliding-window masking, per-batch key padding and soft-capping. And
+//! RotaryEmbedding, the position encoding applied to its queries and keys.
 //!
 //! One op rather than a decomposition: a backend lowers it to a fused kernel, and the
 //! reference below is the ONNX reference's arithmetic in f64, rounded once.
@@ -422,6 +423,156 @@ impl Op for Attention {
     }
 }
 
+// ---------------------------------------------------------------- RotaryEmbedding
+
+struct RotaryEmbedding;
+
+const ROTARY_EMBEDDING: OpSchema = OpSchema {
+    name: "RotaryEmbedding",
+    family: "attention",
+    inputs: &["X", "cos_cache", "sin_cache", "position_ids?"],
+    outputs: &["Y"],
+    attrs: &[
+        AttrSpec::opt("interleaved", AttrKind::Int, "0"),
+        AttrSpec::opt("num_heads", AttrKind::Int, "3-D input only"),
+        AttrSpec::opt("rotary_embedding_dim", AttrKind::Int, "the head size"),
+    ],
+    doc: "Rotates the first rotary_embedding_dim features of each head of X ([B, H, S, D], \
+          or [B, S, H*D] with num_heads) by the angles whose cosines and sines are the \
+          caches ([B, S, dim/2], or rows picked by position_ids [B, S]): pairs are the two \
+          halves, or neighbours when interleaved.",
+};
+
+impl Op for RotaryEmbedding {
+    fn schema(&self) -> &OpSchema {
+        &ROTARY_EMBEDDING
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (x, cos, sin) = (cx.input(0)?, cx.input(1)?, cx.input(2)?);
+        let dtype = same_dtype("RotaryEmbedding", &[x, cos, sin])?;
+        if !dtype.is_float() {
+            return Err(format!("X and the caches must be float, got {dtype}"));
+        }
+        match x.rank() {
+            4 => {}
+            3 if heads_attr(cx.attrs, "num_heads")?.is_some() => {}
+            3 => return Err("a 3-D X needs num_heads".into()),
+            r => return Err(format!("X must be 3-D or 4-D, got rank {r}")),
+        }
+        if let Some(p) = cx.opt_input(3) {
+            if p.dtype != DType::I64 || p.rank() != 2 {
+                return Err(format!("position_ids must be i64 [B, S], got {p}"));
+            }
+        }
+        Ok(vec![x.clone()])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let xt = cx.input(0)?;
+        let x = xt.to_f64_array();
+        let (cos, sin) = (cx.input(1)?.to_f64_array(), cx.input(2)?.to_f64_array());
+        let positions = cx.opt_input(3).map(|p| p.to_i64_array());
+        let s = x.shape().to_vec();
+        // (batch, seq, heads, head size) and where element (b, t, h, e) lives in X.
+        let (b_n, s_n, h_n, d) = if s.len() == 4 {
+            (s[0], s[2], s[1], s[3])
+        } else {
+            let h = heads_attr(cx.attrs, "num_heads")?.ok_or("a 3-D X needs num_heads")?;
+            if s[2] % h != 0 {
+                return Err(format!(
+                    "hidden size {} is not a multiple of {h} heads",
+                    s[2]
+                ));
+            }
+            (s[0], s[1], h, s[2] / h)
+        };
+        let at = |b: usize, t: usize, h: usize, e: usize| -> Vec<usize> {
+            if s.len() == 4 {
+                vec![b, h, t, e]
+            } else {
+                vec![b, t, h * d + e]
+            }
+        };
+        let dim = match rotary_dim(cx.attrs)? {
+            Some(r) if r <= d && r % 2 == 0 => r,
+            Some(r) => {
+                return Err(format!(
+                    "rotary_embedding_dim {r} must be even and at most {d}"
+                ))
+            }
+            None => d,
+        };
+        let half = dim / 2;
+        let interleaved = cx.attrs.int_or("interleaved", 0)? != 0;
+        // The cache row of (b, t): picked by position_ids, or the cache's own [b, t].
+        let row = |cache: &ArrayD<f64>, b: usize, t: usize| -> Result<Vec<f64>, String> {
+            let idx: Vec<usize> = match &positions {
+                Some(p) => {
+                    let pos = *p.get(IxDyn(&[b, t])).ok_or("position_ids do not cover X")?;
+                    let n = cache.shape()[0] as i64;
+                    if pos < 0 || pos >= n || cache.ndim() != 2 {
+                        return Err(format!("position {pos} is outside a cache of {n} rows"));
+                    }
+                    vec![pos as usize]
+                }
+                None if cache.ndim() == 3 => vec![b, t],
+                None => {
+                    return Err(format!(
+                        "without position_ids the caches must be [B, S, {half}]"
+                    ))
+                }
+            };
+            let last = *cache.shape().last().unwrap_or(&0);
+            if last != half {
+                return Err(format!(
+                    "the caches' last axis is {last}, not rotary_embedding_dim / 2 = {half}"
+                ));
+            }
+            (0..half)
+                .map(|k| {
+                    let mut i = idx.clone();
+                    i.push(k);
+                    cache
+                        .get(IxDyn(&i))
+                        .copied()
+                        .ok_or_else(|| "the caches do not cover X".to_string())
+                })
+                .collect()
+        };
+        let mut y = x.clone();
+        for b in 0..b_n {
+            for t in 0..s_n {
+                let (c, sn) = (row(&cos, b, t)?, row(&sin, b, t)?);
+                for h in 0..h_n {
+                    for k in 0..half {
+                        let (i, j) = if interleaved {
+                            (2 * k, 2 * k + 1)
+                        } else {
+                            (k, k + half)
+                        };
+                        let (x1, x2) = (x[IxDyn(&at(b, t, h, i))], x[IxDyn(&at(b, t, h, j))]);
+                        y[IxDyn(&at(b, t, h, i))] = c[k] * x1 - sn[k] * x2;
+                        y[IxDyn(&at(b, t, h, j))] = sn[k] * x1 + c[k] * x2;
+                    }
+                }
+            }
+        }
+        Ok(vec![Tensor::from_f64_array(xt.dtype(), y)])
+    }
+}
+
+/// `rotary_embedding_dim`; 0 means the whole head.
+fn rotary_dim(attrs: &Attrs) -> Result<Option<usize>, String> {
+    match attrs.int("rotary_embedding_dim")? {
+        None | Some(0) => Ok(None),
+        Some(r) if r > 0 => Ok(Some(r as usize)),
+        Some(r) => Err(format!(
+            "rotary_embedding_dim must not be negative, got {r}"
+        )),
+    }
+}
+
 pub fn ops() -> Vec<&'static dyn Op> {
-    vec![leak(Attention)]
+    vec![leak(Attention), leak(RotaryEmbedding)]
 }
