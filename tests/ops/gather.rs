@@ -466,3 +466,28 @@ fn reverse_sequence_reverses_each_prefix() {
     );
     assert!(e.contains("a length <= 3"), "{e}");
 }
+
+#[test]
+fn unique_elements_and_slices() {
+    let x = i64s(&[3, 3], &[1, 0, 0, 1, 0, 0, 2, 3, 4]);
+    let out = run("Unique", vec![Input(x.clone())], Attrs::new()).unwrap();
+    assert_eq!(out[0], i64s(&[5], &[0, 1, 2, 3, 4]));
+    assert_eq!(out[1], i64s(&[5], &[1, 0, 6, 7, 8]));
+    assert_eq!(out[2], i64s(&[9], &[1, 0, 0, 1, 0, 0, 2, 3, 4]));
+    assert_eq!(out[3], i64s(&[5], &[4, 2, 1, 1, 1]));
+    let out = run(
+        "Unique",
+        vec![Symbolic(x.clone())],
+        attrs(&[("axis", Attr::Int(0))]),
+    )
+    .unwrap();
+    assert_eq!(out[0], i64s(&[2, 3], &[1, 0, 0, 2, 3, 4]));
+    assert_eq!(out[1], i64s(&[2], &[0, 2]));
+    assert_eq!(out[2], i64s(&[3], &[0, 0, 1]));
+    assert_eq!(out[3], i64s(&[2], &[2, 1]));
+    // Unsorted keeps first-occurrence order; -0 equals 0.
+    let f = f32s(&[4], &[2.0, -0.0, 2.0, 0.0]);
+    let out = run("Unique", vec![Input(f)], attrs(&[("sorted", Attr::Int(0))])).unwrap();
+    assert_eq!(out[0], f32s(&[2], &[2.0, -0.0]));
+    assert_eq!(out[3], i64s(&[2], &[2, 2]));
+}

@@ -1,4 +1,4 @@
-//! Indexing: Gather, GatherElements, ScatterElements, ScatterND, ReverseSequence, OneHot, TopK, CumSum, CumProd.
+//! Indexing: Gather, GatherElements, ScatterElements, ScatterND, ReverseSequence, Unique, OneHot, TopK, CumSum, CumProd.
 //!
 //! Index operands may be i32 or i64 and negative (counting from the end); an index out
 //! of range is a run-time error naming it.
@@ -435,6 +435,162 @@ impl Op for ReverseSequence {
         };
         Ok(vec![
             match_tensor!(x, a => remap(a, &shape, Default::default(), src)),
+        ])
+    }
+}
+
+// ---------------------------------------------------------------- Unique
+
+struct Unique;
+
+const UNIQUE: OpSchema = OpSchema {
+    name: "Unique",
+    family: "gather",
+    inputs: &["X"],
+    outputs: &["Y", "indices", "inverse_indices", "counts"],
+    attrs: &[
+        AttrSpec::opt("axis", AttrKind::Int, "none: the flattened input"),
+        AttrSpec::opt("sorted", AttrKind::Int, "1"),
+    ],
+    doc: "The distinct elements of X (or its distinct slices along `axis`), ascending \
+          when sorted, else in order of first occurrence; indices (i64) of each one's \
+          first occurrence, inverse_indices mapping every element (slice) of X to its \
+          entry of Y, and counts. Always has all four outputs.",
+};
+
+/// X's elements (or slices along `axis`), each as a list of exact, totally ordered
+/// integer keys: floats by their bits (with -0 as 0), 64-bit integers unwrapped.
+fn unique_keys(x: &Tensor, axis: Option<usize>) -> Vec<Vec<i128>> {
+    let keys: ArrayD<i128> = if x.dtype().is_float() {
+        x.to_f64_array().mapv(|v| {
+            let b = (if v == 0.0 { 0.0 } else { v }).to_bits() as i64;
+            (if b < 0 { b ^ i64::MAX } else { b }) as i128
+        })
+    } else if x.dtype() == DType::U64 {
+        x.to_i64_array().mapv(|v| v as u64 as i128)
+    } else {
+        x.to_i64_array().mapv(|v| v as i128)
+    };
+    match axis {
+        None => keys.iter().map(|&v| vec![v]).collect(),
+        Some(ax) => keys
+            .axis_iter(Axis(ax))
+            .map(|s| s.iter().copied().collect())
+            .collect(),
+    }
+}
+
+impl Op for Unique {
+    fn schema(&self) -> &OpSchema {
+        &UNIQUE
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        if !x.dtype.is_numeric() {
+            return Err(format!("X must be numeric, got {}", x.dtype));
+        }
+        let u = cx.fresh_dim(0, 0);
+        let (y, inverse) = match cx.attrs.int("axis")? {
+            None => (
+                Shape::new([u.clone()]),
+                Shape::new([x
+                    .shape
+                    .num_elements()
+                    .map_or(cx.fresh_dim(2, 0), Dim::Fixed)]),
+            ),
+            Some(a) => {
+                let ax = x.shape.norm_axis(a)?;
+                let mut y = x.shape.clone();
+                y.axes[ax].dim = cx.fresh_dim(0, ax);
+                y.axes[ax].name = None;
+                let u = y.axes[ax].dim.clone();
+                return Ok(vec![
+                    TensorType::new(x.dtype, y),
+                    TensorType::new(DType::I64, Shape::new([u.clone()])),
+                    TensorType::new(DType::I64, Shape::new([x.shape.dim(ax).clone()])),
+                    TensorType::new(DType::I64, Shape::new([u])),
+                ]);
+            }
+        };
+        Ok(vec![
+            TensorType::new(x.dtype, y),
+            TensorType::new(DType::I64, Shape::new([u.clone()])),
+            TensorType::new(DType::I64, inverse),
+            TensorType::new(DType::I64, Shape::new([u])),
+        ])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let x = cx.input(0)?;
+        let axis = cx
+            .attrs
+            .int("axis")?
+            .map(|a| norm_axis(a, x.rank()))
+            .transpose()?;
+        let sorted = cx.attrs.int_or("sorted", 1)? != 0;
+        let keys = unique_keys(x, axis);
+        // First occurrences, in order of appearance.
+        let mut first: Vec<usize> = vec![];
+        let mut slot: Vec<usize> = Vec::with_capacity(keys.len());
+        for (i, k) in keys.iter().enumerate() {
+            match first.iter().position(|&f| keys[f] == *k) {
+                Some(j) => slot.push(j),
+                None => {
+                    slot.push(first.len());
+                    first.push(i);
+                }
+            }
+        }
+        // Output order of the distinct entries.
+        let mut order: Vec<usize> = (0..first.len()).collect();
+        if sorted {
+            order.sort_by(|&a, &b| keys[first[a]].cmp(&keys[first[b]]));
+        }
+        let mut rank_of = vec![0; order.len()];
+        for (r, &j) in order.iter().enumerate() {
+            rank_of[j] = r;
+        }
+        let picks: Vec<usize> = order.iter().map(|&j| first[j]).collect();
+        let mut counts = vec![0i64; order.len()];
+        for &j in &slot {
+            counts[rank_of[j]] += 1;
+        }
+        let inverse: Vec<i64> = slot.iter().map(|&j| rank_of[j] as i64).collect();
+        let n = picks.len();
+        let mut shape = x.shape().to_vec();
+        let ax = match axis {
+            Some(ax) => ax,
+            None => {
+                shape = vec![x.len()];
+                0
+            }
+        };
+        shape[ax] = n;
+        let flat;
+        let x = match axis {
+            Some(_) => x,
+            None => {
+                flat = crate::map_tensor!(x.clone(), a => a
+                    .as_standard_layout()
+                    .into_owned()
+                    .into_shape_with_order(IxDyn(&[x.len()]))
+                    .map_err(|e| e.to_string())?);
+                &flat
+            }
+        };
+        let src = |o: &[usize], p: &mut Vec<usize>| {
+            p.extend_from_slice(o);
+            p[ax] = picks[o[ax]];
+            true
+        };
+        let y = match_tensor!(x, a => remap(a, &shape, Default::default(), src));
+        let ints = |v: Vec<i64>| Tensor::from_vec(&[v.len()], v);
+        Ok(vec![
+            y,
+            ints(picks.iter().map(|&i| i as i64).collect())?,
+            ints(inverse)?,
+            ints(counts)?,
         ])
     }
 }
@@ -883,6 +1039,7 @@ pub fn ops() -> Vec<&'static dyn Op> {
         leak(ScatterElements),
         leak(ScatterNd),
         leak(ReverseSequence),
+        leak(Unique),
         leak(OneHot),
         leak(TopK),
         leak(Cumulative {
