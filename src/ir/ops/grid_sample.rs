@@ -4,6 +4,7 @@
 //! ONNX reference implementation point by point, in f64.
 use ndarray::{ArrayD, Dimension, IxDyn};
 
+use super::resize::{cubic_weights, interpolation_mode, Mode};
 use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
 use crate::ir::{AttrKind, Attrs, Dim, Shape, TensorType};
 use crate::tensor::Tensor;
@@ -27,13 +28,6 @@ const GRID_SAMPLE: OpSchema = OpSchema {
 };
 
 #[derive(Clone, Copy, PartialEq)]
-enum Mode {
-    Nearest,
-    Linear,
-    Cubic,
-}
-
-#[derive(Clone, Copy, PartialEq)]
 enum Padding {
     Zeros,
     Border,
@@ -41,12 +35,7 @@ enum Padding {
 }
 
 fn settings(attrs: &Attrs) -> Result<(Mode, Padding, bool), String> {
-    let mode = match attrs.string_or("mode", "linear")? {
-        "nearest" => Mode::Nearest,
-        "linear" => Mode::Linear,
-        "cubic" => Mode::Cubic,
-        m => return Err(format!("mode must be nearest, linear or cubic, got '{m}'")),
-    };
+    let mode = interpolation_mode(attrs, "linear")?;
     let padding = match attrs.string_or("padding_mode", "zeros")? {
         "zeros" => Padding::Zeros,
         "border" => Padding::Border,
@@ -84,14 +73,6 @@ fn reflect(x: f64, lo: f64, hi: f64) -> f64 {
     } else {
         x
     }
-}
-
-/// Keys' cubic convolution weights of the four taps around a point `t` past a pixel.
-fn cubic(t: f64) -> [f64; 4] {
-    let a = -0.75;
-    let far = |x: f64| ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a;
-    let near = |x: f64| ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
-    [far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)]
 }
 
 impl Op for GridSample {
@@ -193,7 +174,7 @@ impl Op for GridSample {
                             Mode::Nearest => vec![(v as i64, 1.0)],
                             Mode::Linear => vec![(b, 1.0 - t), (b + 1, t)],
                             Mode::Cubic => {
-                                let w = cubic(t);
+                                let w = cubic_weights(t, -0.75);
                                 (0..4).map(|k| (b - 1 + k as i64, w[k as usize])).collect()
                             }
                         }

@@ -249,11 +249,30 @@ fn int_range(d: DType) -> (f64, f64) {
     }
 }
 
+/// How Resize and GridSample interpolate.
 #[derive(Clone, Copy, PartialEq)]
-enum Mode {
+pub(super) enum Mode {
     Nearest,
     Linear,
     Cubic,
+}
+
+/// The `mode` attribute (`default` when absent).
+pub(super) fn interpolation_mode(attrs: &Attrs, default: &str) -> Result<Mode, String> {
+    Ok(match attrs.string_or("mode", default)? {
+        "nearest" => Mode::Nearest,
+        "linear" => Mode::Linear,
+        "cubic" => Mode::Cubic,
+        m => return Err(format!("mode must be nearest, linear or cubic, got '{m}'")),
+    })
+}
+
+/// Keys' cubic convolution weights (coefficient `a`) of the four taps around a point
+/// `t` past a pixel (t = 1 on a pixel).
+pub(super) fn cubic_weights(t: f64, a: f64) -> [f64; 4] {
+    let far = |x: f64| ((a * x - 5.0 * a) * x + 8.0 * a) * x - 4.0 * a;
+    let near = |x: f64| ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+    [far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)]
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -275,12 +294,7 @@ struct Settings<'a> {
 }
 
 fn mode_settings(attrs: &Attrs) -> Result<Settings<'_>, String> {
-    let mode = match attrs.string_or("mode", "nearest")? {
-        "nearest" => Mode::Nearest,
-        "linear" => Mode::Linear,
-        "cubic" => Mode::Cubic,
-        m => return Err(format!("mode must be nearest, linear or cubic, got '{m}'")),
-    };
+    let mode = interpolation_mode(attrs, "nearest")?;
     let nearest = match attrs.string_or("nearest_mode", "round_prefer_floor")? {
         "round_prefer_floor" => Nearest::RoundPreferFloor,
         "round_prefer_ceil" => Nearest::RoundPreferCeil,
@@ -345,15 +359,7 @@ fn coefficients(s: &Settings, ratio: f64, scale: f64) -> Vec<f64> {
                 .collect();
             normalized(c)
         }
-        Mode::Cubic if !s.antialias => {
-            let (r, q) = (ratio, 1.0 - ratio);
-            vec![
-                ((a * (r + 1.0) - 5.0 * a) * (r + 1.0) + 8.0 * a) * (r + 1.0) - 4.0 * a,
-                ((a + 2.0) * r - (a + 3.0)) * r * r + 1.0,
-                ((a + 2.0) * q - (a + 3.0)) * q * q + 1.0,
-                ((a * (q + 1.0) - 5.0 * a) * (q + 1.0) + 8.0 * a) * (q + 1.0) - 4.0 * a,
-            ]
-        }
+        Mode::Cubic if !s.antialias => cubic_weights(ratio, a).to_vec(),
         Mode::Cubic => {
             let scale = scale.min(1.0);
             let kernel = |x: f64| {
