@@ -442,3 +442,28 @@ fn absurd_shape_operands_are_errors_not_aborts() {
     let e = run_err("Range", vec![big(0.0), big(1e15), big(1.0)], Attrs::new());
     assert!(e.contains("limit"), "{e}");
 }
+
+#[test]
+fn center_crop_pad_crops_and_pads_around_the_centre() {
+    let x = i64s(&[3, 4], &(0..12).collect::<Vec<_>>());
+    // Axis 0: 3 -> 5 (one zero row before, one after); axis 1: 4 -> 1 (the second
+    // column: the extra cropped element goes at the end).
+    let y = run1(
+        "CenterCropPad",
+        vec![Symbolic(x.clone()), Const(i64s(&[2], &[5, 1]))],
+        Attrs::new(),
+    );
+    assert_eq!(y, i64s(&[5, 1], &[0, 1, 5, 9, 0]));
+    let y = run1(
+        "CenterCropPad",
+        vec![Input(x.clone()), Input(i64s(&[1], &[2]))],
+        attrs(&[("axes", Attr::Ints(vec![-1]))]),
+    );
+    assert_eq!(y, i64s(&[3, 2], &[1, 2, 5, 6, 9, 10]));
+    let e = run_err(
+        "CenterCropPad",
+        vec![Input(x), Const(i64s(&[1], &[2]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("shape has 1 values for 2 axes"), "{e}");
+}

@@ -1,5 +1,5 @@
 //! Data movement and shape ops: Reshape, Flatten, Squeeze, Unsqueeze, Identity,
-//! Transpose, Expand (`reshape.rs`); Slice, Pad, Tile (`slice.rs`); Concat, Split
+//! Transpose, Expand (`reshape.rs`); Slice, Pad, Tile, CenterCropPad (`slice.rs`); Concat, Split
 //! (`join.rs`); Shape, Size, ConstantOfShape, Range (`gen.rs`).
 //!
 //! They are generic over the element type (every dtype). Shape operands (Reshape's

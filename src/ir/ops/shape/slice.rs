@@ -1,4 +1,5 @@
-//! Slice, Pad, Tile: each output element comes from one input element (or a fill).
+//! Slice, Pad, Tile, CenterCropPad: each output element comes from one input element
+//! (or a fill).
 use super::{const_ints, fresh_all};
 use crate::ir::ops::util::out;
 use crate::ir::ops::util::remap;
@@ -387,6 +388,94 @@ impl Op for Tile {
     }
 }
 
+// ---------------------------------------------------------------- CenterCropPad
+
+struct CenterCropPad;
+
+const CENTER_CROP_PAD: OpSchema = OpSchema {
+    name: "CenterCropPad",
+    family: "shape",
+    inputs: &["input_data", "shape"],
+    outputs: &["output_data"],
+    attrs: &[AttrSpec::opt("axes", AttrKind::Ints, "all axes")],
+    doc: "Crops or zero-pads each of `axes` to `shape`, centred (an odd difference puts \
+          the extra element at the end).",
+};
+
+/// The axes CenterCropPad resizes.
+fn crop_axes(cx_attrs: &crate::ir::Attrs, rank: usize) -> Result<Vec<usize>, String> {
+    match cx_attrs.ints("axes")? {
+        None => Ok((0..rank).collect()),
+        Some(a) => a.iter().map(|&x| norm_axis(x, rank)).collect(),
+    }
+}
+
+impl Op for CenterCropPad {
+    fn schema(&self) -> &OpSchema {
+        &CENTER_CROP_PAD
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        let axes = crop_axes(cx.attrs, x.rank())?;
+        let mut shape: Shape = x.shape.clone();
+        match const_ints(cx, 1, "shape")? {
+            Some(t) if t.len() != axes.len() => {
+                return Err(format!(
+                    "shape has {} values for {} axes",
+                    t.len(),
+                    axes.len()
+                ))
+            }
+            Some(t) => {
+                for (&a, &n) in axes.iter().zip(&t) {
+                    let n = usize::try_from(n).map_err(|_| format!("shape has {n}"))?;
+                    shape.axes[a].dim = Dim::Fixed(n);
+                    shape.axes[a].name = None;
+                }
+            }
+            None => {
+                for &a in &axes {
+                    shape.axes[a].dim = cx.fresh_dim(0, a);
+                    shape.axes[a].name = None;
+                }
+            }
+        }
+        Ok(out(x.dtype, shape))
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let x = cx.input(0)?;
+        let target = cx.input(1)?.to_i64_vec();
+        let axes = crop_axes(cx.attrs, x.rank())?;
+        if target.len() != axes.len() || target.iter().any(|&n| n < 0) {
+            return Err(format!("shape {target:?} must give {} sizes", axes.len()));
+        }
+        let mut shape = x.shape().to_vec();
+        // Where output index 0 of each axis reads the input: past the cropped margin,
+        // or before the input by the padded one.
+        let mut offset = vec![0i64; x.rank()];
+        for (&a, &n) in axes.iter().zip(&target) {
+            let d = shape[a] as i64;
+            offset[a] = if n <= d { (d - n) / 2 } else { -((n - d) / 2) };
+            shape[a] = n as usize;
+        }
+        crate::ir::ops::util::check_size(&shape)?;
+        let dims = x.shape().to_vec();
+        let y = match_tensor!(x, a => remap(a, &shape, Elem::from_i64(0), |idx, src| {
+            for (k, &o) in idx.iter().enumerate() {
+                let p = o as i64 + offset[k];
+                if p < 0 || p >= dims[k] as i64 {
+                    return false;
+                }
+                src.push(p as usize);
+            }
+            true
+        }));
+        Ok(vec![y])
+    }
+}
+
 pub fn ops() -> Vec<&'static dyn Op> {
-    vec![leak(Slice), leak(Pad), leak(Tile)]
+    vec![leak(Slice), leak(Pad), leak(Tile), leak(CenterCropPad)]
 }
