@@ -264,3 +264,25 @@ fn dot_errors_name_both_axes() {
     );
     assert!(e.contains("named axes"), "{e}");
 }
+
+#[test]
+fn det_of_each_matrix() {
+    // numpy.linalg.det: 2x2 -> -2; a permutation-needing 3x3 -> 3; batched.
+    let x = f64s(
+        &[2, 3, 3],
+        &[
+            1.0, 2.0, 0.0, 3.0, 4.0, 0.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0,
+            -3.0,
+        ],
+    );
+    let y = run1("Det", vec![Symbolic(x)], Attrs::new());
+    assert_close(&y, &f64s(&[2], &[-2.0, 3.0]), 1e-12, 0.0);
+    let y = run1(
+        "Det",
+        vec![Input(f32s(&[2, 2], &[4.0, 2.0, 2.0, 1.0]))],
+        Attrs::new(),
+    );
+    assert_eq!(y, f32s(&[], &[0.0]));
+    let e = run_err("Det", vec![Input(f64s(&[2, 3], &[0.0; 6]))], Attrs::new());
+    assert!(e.contains("square"), "{e}");
+}

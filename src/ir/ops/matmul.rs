@@ -1,5 +1,5 @@
 //! Contractions: MatMul (numpy semantics), Gemm, Einsum, and the Kiln-only Dot, which
-//! contracts the axes its operands share by name.
+//! contracts the axes its operands share by name; and Det.
 //!
 //! Reference semantics: floats compute in f64 and round once; integers in i64.
 use ndarray::{ArrayD, IxDyn};
@@ -603,6 +603,92 @@ impl Op for Dot {
     }
 }
 
+// ---------------------------------------------------------------- Det
+
+struct Det;
+
+const DET: OpSchema = OpSchema {
+    name: "Det",
+    family: "matmul",
+    inputs: &["X"],
+    outputs: &["Y"],
+    attrs: &[],
+    doc: "Determinant of each square matrix X[..., M, M] (by LU with partial pivoting).",
+};
+
+/// The determinant of the row-major `m` x `m` matrix `a` (consumed).
+fn determinant(mut a: Vec<f64>, m: usize) -> f64 {
+    let mut det = 1.0;
+    for col in 0..m {
+        let pivot = (col..m)
+            .max_by(|&i, &j| a[i * m + col].abs().total_cmp(&a[j * m + col].abs()))
+            .unwrap_or(col);
+        if a[pivot * m + col] == 0.0 {
+            return 0.0;
+        }
+        if pivot != col {
+            for k in 0..m {
+                a.swap(col * m + k, pivot * m + k);
+            }
+            det = -det;
+        }
+        let p = a[col * m + col];
+        det *= p;
+        for row in col + 1..m {
+            let f = a[row * m + col] / p;
+            for k in col..m {
+                a[row * m + k] -= f * a[col * m + k];
+            }
+        }
+    }
+    det
+}
+
+impl Op for Det {
+    fn schema(&self) -> &OpSchema {
+        &DET
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        if !x.dtype.is_float() {
+            return Err(format!("X must be float, got {}", x.dtype));
+        }
+        let r = x.rank();
+        if r < 2 {
+            return Err(format!("X must be [..., M, M], got {x}"));
+        }
+        if let (Some(a), Some(b)) = (x.shape.dim(r - 2).fixed(), x.shape.dim(r - 1).fixed()) {
+            if a != b {
+                return Err(format!("X's matrices must be square, got {a} x {b}"));
+            }
+        }
+        Ok(out(x.dtype, Shape::new(x.shape.dims()[..r - 2].to_vec())))
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let xt = cx.input(0)?;
+        let x = xt.to_f64_array();
+        let s = x.shape();
+        let (m, r) = (s[s.len() - 1], s.len());
+        if s[r - 2] != m {
+            return Err(format!(
+                "X's matrices must be square, got {} x {m}",
+                s[r - 2]
+            ));
+        }
+        let flat: Vec<f64> = x.as_standard_layout().iter().copied().collect();
+        let dets: Vec<f64> = if m == 0 {
+            vec![1.0; s[..r - 2].iter().product()]
+        } else {
+            flat.chunks(m * m)
+                .map(|c| determinant(c.to_vec(), m))
+                .collect()
+        };
+        Ok(vec![Tensor::from_f64s(xt.dtype(), &s[..r - 2], &dets)?])
+    }
+}
+
 pub fn ops() -> Vec<&'static dyn Op> {
-    vec![leak(MatMul), leak(Gemm), leak(Einsum), leak(Dot)]
+    vec![leak(MatMul), leak(Gemm), leak(Einsum), leak(Dot), leak(Det)]
 }
