@@ -191,3 +191,41 @@ fn grid_sample_modes_and_paddings() {
     );
     assert!(e.contains("3 coordinates for 2 spatial axes"), "{e}");
 }
+
+#[test]
+fn affine_grid_maps_each_pixel() {
+    // The reference returns f32; hence the 1e-6 tolerance.
+    let theta = || Input(f64s(&[1, 2, 3], &[1.0, 0.5, 0.1, -0.2, 1.0, 0.3]));
+    let size = || Const(i64s(&[4], &[1, 1, 2, 3]));
+    let y = run1("AffineGrid", vec![theta(), size()], Attrs::new());
+    let want = [
+        -0.8166666626930237,
+        -0.06666667014360428,
+        -0.15000000596046448,
+        -0.20000000298023224,
+        0.5166666507720947,
+        -0.3333333432674408,
+        -0.3166666626930237,
+        0.9333333373069763,
+        0.3499999940395355,
+        0.800000011920929,
+        1.0166666507720947,
+        0.6666666865348816,
+    ];
+    assert_close(&y, &f64s(&[1, 2, 3, 2], &want), 1e-6, 0.0);
+    let y = run1(
+        "AffineGrid",
+        vec![theta(), size()],
+        attrs(&[("align_corners", Attr::Int(1))]),
+    );
+    let want = [
+        -1.4, -0.5, -0.4, -0.7, 0.6, -0.9, -0.4, 1.5, 0.6, 1.3, 1.6, 1.1,
+    ];
+    assert_close(&y, &f64s(&[1, 2, 3, 2], &want), 1e-6, 0.0);
+    let e = run_err(
+        "AffineGrid",
+        vec![theta(), Const(i64s(&[5], &[1, 1, 2, 3, 4]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("does not fit size"), "{e}");
+}

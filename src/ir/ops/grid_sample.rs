@@ -1,4 +1,4 @@
-//! GridSample (ONNX 20): samples X [N, C, D1, ...] at the normalized coordinates of
+//! AffineGrid (ONNX 20), the sampling grid of an affine transform, and GridSample: samples X [N, C, D1, ...] at the normalized coordinates of
 //! grid [N, O1, ..., r] (x first, the last spatial axis), by nearest, linear or cubic
 //! interpolation, with zeros, border or reflection padding. The reference follows the
 //! ONNX reference implementation point by point, in f64.
@@ -214,6 +214,105 @@ impl Op for GridSample {
     }
 }
 
+// ---------------------------------------------------------------- AffineGrid
+
+struct AffineGrid;
+
+const AFFINE_GRID: OpSchema = OpSchema {
+    name: "AffineGrid",
+    family: "resize",
+    inputs: &["theta", "size"],
+    outputs: &["grid"],
+    attrs: &[AttrSpec::opt("align_corners", AttrKind::Int, "0")],
+    doc: "The normalized coordinates, theta [N, 2, 3] (or [N, 3, 4]) times (x, y[, z], 1), \
+          of every pixel of an output of size [N, C, H, W] (or [N, C, D, H, W]): grid \
+          [N, H, W, 2] (or [N, D, H, W, 3]) for GridSample.",
+};
+
+impl Op for AffineGrid {
+    fn schema(&self) -> &OpSchema {
+        &AFFINE_GRID
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (theta, size) = (cx.input(0)?, cx.input(1)?);
+        if !theta.dtype.is_float() || theta.rank() != 3 {
+            return Err(format!(
+                "theta must be float [N, 2, 3] or [N, 3, 4], got {theta}"
+            ));
+        }
+        let spatial = match size.shape.dim(0).fixed() {
+            Some(n @ (4 | 5)) if size.rank() == 1 => n - 2,
+            _ => return Err(format!("size must be an i64 vector of 4 or 5, got {size}")),
+        };
+        let mut dims = vec![theta.shape.dim(0).clone()];
+        match cx.const_input(1).map(|t| t.to_i64_vec()) {
+            Some(v) => {
+                for &d in &v[2..] {
+                    dims.push(Dim::Fixed(
+                        usize::try_from(d).map_err(|_| format!("size has {d}"))?,
+                    ));
+                }
+            }
+            None => dims.extend((0..spatial).map(|a| cx.fresh_dim(0, a + 1))),
+        }
+        dims.push(Dim::Fixed(spatial));
+        Ok(vec![TensorType::new(theta.dtype, Shape::new(dims))])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let tt = cx.input(0)?;
+        let theta = tt.to_f64_array();
+        let size = cx.input(1)?.to_i64_vec();
+        let r = size.len() - 2;
+        let n = theta.shape()[0];
+        if theta.shape()[1..] != [r, r + 1] || size[0] as usize != n || size.iter().any(|&d| d < 0)
+        {
+            return Err(format!(
+                "theta {:?} does not fit size {size:?}",
+                theta.shape()
+            ));
+        }
+        let align = cx.attrs.int_or("align_corners", 0)? != 0;
+        let dims: Vec<usize> = size[2..].iter().map(|&d| d as usize).collect();
+        // The normalized coordinate of index i along an axis of length len.
+        let coord = |i: usize, len: usize| -> f64 {
+            if align {
+                if len == 1 {
+                    -1.0
+                } else {
+                    -1.0 + 2.0 * i as f64 / (len - 1) as f64
+                }
+            } else {
+                -1.0 + (2 * i + 1) as f64 / len as f64
+            }
+        };
+        let mut shape = vec![n];
+        shape.extend_from_slice(&dims);
+        shape.push(r);
+        super::util::check_size(&shape)?;
+        let mut grid = ArrayD::<f64>::zeros(IxDyn(&shape));
+        for b in 0..n {
+            for p in ndarray::indices(IxDyn(&dims)) {
+                let p = p.slice();
+                // (x, y[, z], 1): x runs along the last axis.
+                let mut h: Vec<f64> = (0..r)
+                    .map(|k| coord(p[r - 1 - k], dims[r - 1 - k]))
+                    .collect();
+                h.push(1.0);
+                for row in 0..r {
+                    let v: f64 = (0..=r).map(|c| theta[[b, row, c]] * h[c]).sum();
+                    let mut at = vec![b];
+                    at.extend_from_slice(p);
+                    at.push(row);
+                    grid[IxDyn(&at)] = v;
+                }
+            }
+        }
+        Ok(vec![Tensor::from_f64_array(tt.dtype(), grid)])
+    }
+}
+
 pub fn ops() -> Vec<&'static dyn Op> {
-    vec![leak(GridSample)]
+    vec![leak(GridSample), leak(AffineGrid)]
 }
