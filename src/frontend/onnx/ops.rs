@@ -1,6 +1,7 @@
 //! ONNX nodes to catalogue ops. Most map one to one (same name, inputs, attributes);
-//! here are the exceptions: attribute forms of older opsets that later became inputs,
-//! the pre-13 softmaxes' 2-D coercion, `Constant`, `Cast`'s type codes,
+//! here are the exceptions: the other domains and the ops `expand.rs` builds, opsets
+//! 1-6, attribute forms of older opsets that later became inputs (and Upsample, DFT-17,
+//! GridSample-16), the pre-13 softmaxes' 2-D coercion, `Constant`, type codes,
 //! `ConstantOfShape`'s tensor attribute, inference-mode `Dropout`.
 use std::collections::HashMap;
 
