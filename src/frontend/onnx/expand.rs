@@ -84,13 +84,30 @@ impl<'i, 'a> Builder<'i, 'a> {
     /// `x` reshaped to rank `rank` with its elements along `axis` (a vector's, or a
     /// scalar's broadcast): per-channel parameters lined up with a tensor's channel axis.
     fn along_axis(&mut self, x: Value, axis: usize, rank: usize) -> Result<Value> {
-        if self.imp.value_type(x)?.shape.rank() == 0 {
+        if self.rank(x)? == 0 {
             return Ok(x);
         }
         let mut shape = vec![1i64; rank];
         shape[axis] = -1;
         let shape = self.ints(&shape)?;
         self.op("Reshape", &[x, shape], Attrs::new())
+    }
+
+    /// Dim `axis` of `x` as a one-element i64 vector (a constant when it is static).
+    fn dim(&mut self, x: Value, axis: usize) -> Result<Value> {
+        let range = Attrs::new()
+            .with("start", Attr::Int(axis as i64))
+            .with("end", Attr::Int(axis as i64 + 1));
+        self.op("Shape", &[x], range)
+    }
+
+    /// Concatenates one-element i64 vectors into a shape operand.
+    fn shape_of(&mut self, parts: &[Value]) -> Result<Value> {
+        self.op("Concat", parts, Attrs::new().with("axis", Attr::Int(0)))
+    }
+
+    fn rank(&self, x: Value) -> Result<usize> {
+        Ok(self.imp.value_type(x)?.shape.rank())
     }
 }
 
@@ -100,6 +117,10 @@ fn need(inputs: &[Option<Value>], i: usize, what: &str) -> Result<Value> {
         .copied()
         .flatten()
         .ok_or_else(|| Error::Graph(format!("input {i} ({what}) is required")))
+}
+
+fn int_attr(attrs: &Attrs, name: &str, default: i64) -> Result<i64> {
+    attrs.int_or(name, default).map_err(Error::Graph)
 }
 
 fn float_attr(attrs: &Attrs, name: &str, default: f64) -> Result<f64> {
@@ -114,11 +135,10 @@ pub(super) fn mean_variance_normalization(
     attrs: &Attrs,
 ) -> Result<Vec<Value>> {
     let x = need(inputs, 0, "X")?;
-    let axes = match attrs.get("axes") {
-        Some(Attr::Ints(a)) => a.clone(),
-        Some(_) => return Err(Error::Graph("attribute 'axes' must be ints".into())),
-        None => vec![0, 2, 3],
-    };
+    let axes = attrs
+        .ints("axes")
+        .map_err(Error::Graph)?
+        .map_or(vec![0, 2, 3], |a| a.to_vec());
     let dtype = b.dtype(x)?;
     let mean = b.reduce_mean(x, &axes, true)?;
     let centred = b.binary("Sub", x, mean)?;
@@ -145,7 +165,7 @@ pub(super) fn batch_normalization_training(
         need(inputs, 3, "input_mean")?,
         need(inputs, 4, "input_var")?,
     );
-    let rank = b.imp.value_type(x)?.shape.rank();
+    let rank = b.rank(x)?;
     if rank < 2 {
         return Err(Error::Graph(format!(
             "X must have rank 2 or more, got {rank}"
@@ -202,7 +222,7 @@ fn integer_accumulate(
 ) -> Result<Value> {
     let conv = op == "Conv";
     let (x, w) = (need(inputs, 0, "A")?, need(inputs, 1, "B")?);
-    let rank = b.imp.value_type(x)?.shape.rank();
+    let rank = b.rank(x)?;
     let mut widened = vec![];
     for (i, v) in [x, w].into_iter().enumerate() {
         let zero = inputs.get(2 + i).copied().flatten();
@@ -329,7 +349,7 @@ pub(super) fn ml(
                 &[x, indices],
                 Attrs::new().with("axis", Attr::Int(-1)),
             )?;
-            if b.imp.value_type(x)?.shape.rank() == 1 {
+            if b.rank(x)? == 1 {
                 let row = b.ints(&[1, -1])?;
                 return Ok(vec![b.op("Reshape", &[y, row], Attrs::new())?]);
             }
@@ -461,29 +481,6 @@ pub(super) fn training(
     }
     updated.extend(new_states.into_iter().flatten());
     Ok(updated)
-}
-
-impl Builder<'_, '_> {
-    /// Dim `axis` of `x` as a one-element i64 vector (a constant when it is static).
-    fn dim(&mut self, x: Value, axis: usize) -> Result<Value> {
-        let range = Attrs::new()
-            .with("start", Attr::Int(axis as i64))
-            .with("end", Attr::Int(axis as i64 + 1));
-        self.op("Shape", &[x], range)
-    }
-
-    /// Concatenates one-element i64 vectors into a shape operand.
-    fn shape_of(&mut self, parts: &[Value]) -> Result<Value> {
-        self.op("Concat", parts, Attrs::new().with("axis", Attr::Int(0)))
-    }
-
-    fn rank(&self, x: Value) -> Result<usize> {
-        Ok(self.imp.value_type(x)?.shape.rank())
-    }
-}
-
-fn int_attr(attrs: &Attrs, name: &str, default: i64) -> Result<i64> {
-    attrs.int_or(name, default).map_err(Error::Graph)
 }
 
 /// `GroupNormalization`: each group of `C / num_groups` channels is normalized by its
