@@ -66,7 +66,8 @@ fn check(
     Ok((axis, block))
 }
 
-fn range(d: DType) -> (f64, f64) {
+/// The values integer dtype `d` holds, for saturating casts (floats: unbounded).
+pub(super) fn range(d: DType) -> (f64, f64) {
     match d {
         DType::U8 => (0.0, 255.0),
         DType::I8 => (-128.0, 127.0),
@@ -74,6 +75,8 @@ fn range(d: DType) -> (f64, f64) {
         DType::I16 => (-32768.0, 32767.0),
         DType::U32 => (0.0, u32::MAX as f64),
         DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+        DType::U64 => (0.0, u64::MAX as f64),
+        DType::I64 => (i64::MIN as f64, i64::MAX as f64),
         _ => (f64::NEG_INFINITY, f64::INFINITY),
     }
 }

@@ -230,22 +230,9 @@ impl Op for Resize {
         if d.is_float() {
             return Ok(vec![Tensor::from_f64_array(d, y)]);
         }
-        let (lo, hi) = int_range(d);
+        let (lo, hi) = super::quant::range(d);
         let y = y.mapv(|v| v.round_ties_even().clamp(lo, hi) as i64);
         Ok(vec![Tensor::from_i64_array(d, y)])
-    }
-}
-
-fn int_range(d: DType) -> (f64, f64) {
-    match d {
-        DType::I8 => (i8::MIN as f64, i8::MAX as f64),
-        DType::U8 => (0.0, u8::MAX as f64),
-        DType::I16 => (i16::MIN as f64, i16::MAX as f64),
-        DType::U16 => (0.0, u16::MAX as f64),
-        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
-        DType::U32 => (0.0, u32::MAX as f64),
-        DType::U64 => (0.0, u64::MAX as f64),
-        _ => (i64::MIN as f64, i64::MAX as f64),
     }
 }
 
