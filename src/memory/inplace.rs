@@ -1,0 +1,146 @@
+//! In-place reuse: an output may take over the buffer of an input that dies at its node,
+//! so a chain of values shares one buffer. The arena planner then places buffers, not
+//! values.
+use super::liveness::Liveness;
+use crate::ir::{Graph, NodeId};
+
+/// Which inputs of an op an output may overwrite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InPlace {
+    /// None: the op reads its inputs while writing in an order that forbids it.
+    No,
+    /// Any input of exactly the output's shape: elementwise ops and `Fused` elementwise
+    /// chains (a broadcast input is read many times per written element, so it cannot
+    /// be overwritten).
+    AnySameShape,
+    /// Only the given input, of exactly the output's shape (`FusedConv`'s residual, 3).
+    InputSameShape(usize),
+    /// Input 0 whatever its shape: the output is a view of it (`Reshape`, `Flatten`,
+    /// `Squeeze`, `Unsqueeze`, `Identity`).
+    View,
+}
+
+/// The in-place rule of the op called `op`.
+pub fn rule(op: &str) -> InPlace {
+    match op {
+        "Fused" => InPlace::AnySameShape,
+        "FusedConv" => InPlace::InputSameShape(3),
+        "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity" => InPlace::View,
+        _ if crate::ir::ops::lookup(op).map(|o| o.schema().family) == Some("elementwise") => {
+            InPlace::AnySameShape
+        }
+        _ => InPlace::No,
+    }
+}
+
+/// A chain of values that share one buffer, live from the first one's def to the last
+/// one's last use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    /// Indices into [`Liveness::values`], in schedule order.
+    pub values: Vec<usize>,
+    /// The tensor bytes (equal for every value of the chain).
+    pub bytes: usize,
+    /// `bytes` aligned.
+    pub size: usize,
+    pub first: usize,
+    pub last: usize,
+}
+
+/// The values grouped into buffers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Buffers {
+    pub chains: Vec<Chain>,
+    /// Per value (index into [`Liveness::values`]): its chain.
+    pub chain_of: Vec<usize>,
+    /// Per value: the input value whose buffer it took over, if any.
+    pub took: Vec<Option<usize>>,
+}
+
+impl Buffers {
+    /// How many outputs took over an input's buffer.
+    pub fn reuses(&self) -> usize {
+        self.took.iter().flatten().count()
+    }
+}
+
+/// Groups the values into buffers. With `inplace` false every value is its own buffer.
+pub fn group(g: &Graph, schedule: &[NodeId], lv: &Liveness, inplace: bool) -> Buffers {
+    let n = lv.values.len();
+    let mut b = Buffers {
+        chains: Vec::with_capacity(n),
+        chain_of: vec![usize::MAX; n],
+        took: vec![None; n],
+    };
+    let mut taken: Vec<usize> = vec![];
+    for (s, &id) in schedule.iter().enumerate() {
+        let node = g.node(id);
+        let rule = if inplace { rule(&node.op) } else { InPlace::No };
+        taken.clear();
+        for k in 0..node.outputs.len() {
+            let Some(vo) = lv.index_of(id.out(k as u32)) else {
+                continue;
+            };
+            let out = &lv.values[vo];
+            let positions = match rule {
+                InPlace::No => 0..0,
+                InPlace::AnySameShape => 0..node.inputs.len(),
+                InPlace::InputSameShape(i) => i..i + 1,
+                InPlace::View => 0..1,
+            };
+            let same_shape = rule != InPlace::View;
+            let donor = positions
+                .filter_map(|p| node.inputs.get(p).copied().flatten())
+                .filter_map(|v| lv.index_of(v))
+                .find(|&vi| {
+                    let inp = &lv.values[vi];
+                    inp.last == s
+                        && !inp.graph_output
+                        && inp.bytes == out.bytes
+                        && (!same_shape || inp.dims == out.dims)
+                        && !taken.contains(&vi)
+                });
+            match donor {
+                Some(vi) => {
+                    taken.push(vi);
+                    let c = b.chain_of[vi];
+                    b.chain_of[vo] = c;
+                    b.took[vo] = Some(vi);
+                    let chain = &mut b.chains[c];
+                    chain.values.push(vo);
+                    chain.last = chain.last.max(out.last);
+                }
+                None => {
+                    b.chain_of[vo] = b.chains.len();
+                    b.chains.push(Chain {
+                        values: vec![vo],
+                        bytes: out.bytes,
+                        size: out.size,
+                        first: out.def,
+                        last: out.last,
+                    });
+                }
+            }
+        }
+    }
+    debug_assert!(b.chain_of.iter().all(|&c| c != usize::MAX));
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules() {
+        assert_eq!(rule("Relu"), InPlace::AnySameShape);
+        assert_eq!(rule("Add"), InPlace::AnySameShape);
+        assert_eq!(rule("Fused"), InPlace::AnySameShape);
+        assert_eq!(rule("FusedConv"), InPlace::InputSameShape(3));
+        assert_eq!(rule("Reshape"), InPlace::View);
+        assert_eq!(rule("Identity"), InPlace::View);
+        assert_eq!(rule("Conv"), InPlace::No);
+        assert_eq!(rule("MatMul"), InPlace::No);
+        assert_eq!(rule("NoSuchOp"), InPlace::No);
+    }
+}
