@@ -10,6 +10,8 @@ pub mod capi;
 pub mod error;
 pub mod frontend;
 pub mod ir;
+pub mod memory;
+pub mod passes;
 pub mod tensor;
 
 pub use error::{Error, Result};

@@ -8,6 +8,7 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 use crate::ir::Graph;
+use crate::passes::PassOptions;
 use crate::tensor::Tensor;
 
 pub mod interp;
@@ -66,13 +67,22 @@ pub trait Backend {
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>>;
 }
 
-/// The backend for `device`, or why there is none.
+/// The backend for `device` with the pass options of the environment (`KILN_*`), or
+/// why there is none.
 pub fn backend_for(device: Device) -> Result<Box<dyn Backend>> {
+    backend_with(device, PassOptions::from_env()?)
+}
+
+/// The backend for `device`, optimizing with `passes` (the interpreter runs the graph
+/// as given: it is the oracle the optimized paths are checked against).
+pub fn backend_with(device: Device, passes: PassOptions) -> Result<Box<dyn Backend>> {
     match device {
-        Device::Interp => Ok(Box::new(interp::Interpreter)),
+        Device::Interp => Ok(Box::new(interp::Interpreter::default())),
         // The name means "the best CPU path"; until the optimizing backend lands
-        // (issue 6) that is the reference interpreter.
-        Device::Cpu => Ok(Box::new(interp::Interpreter)),
+        // (issue 6) that is the pass pipeline, then the reference interpreter.
+        Device::Cpu => Ok(Box::new(interp::Interpreter {
+            passes: Some(passes),
+        })),
         Device::Cuda(n) if cfg!(feature = "cuda") => Err(Error::Device(format!(
             "cuda:{n}: the CUDA backend is not built yet"
         ))),

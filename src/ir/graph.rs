@@ -1,11 +1,11 @@
 //! The dataflow graph: an arena of nodes; a value is one output of one node.
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
 use super::attr::Attrs;
 use super::ops::{self, InferCtx};
-use super::shape::TensorType;
+use super::shape::{Dim, TensorType};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -392,6 +392,159 @@ impl Graph {
             )));
         }
         Ok(order)
+    }
+
+    /// The node `id`, for passes that edit it in place. The caller keeps its outputs
+    /// true (`refresh_types`), which `verify` checks.
+    pub fn node_mut(&mut self, id: NodeId) -> &mut Node {
+        &mut self.nodes[id.index()]
+    }
+
+    /// A name no node has yet: `base`, else `base.1`, `base.2`, ...
+    pub fn fresh_name(&self, base: &str) -> String {
+        let taken: HashSet<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();
+        if !taken.contains(base) {
+            return base.to_string();
+        }
+        (1..)
+            .map(|i| format!("{base}.{i}"))
+            .find(|n| !taken.contains(n.as_str()))
+            .expect("some suffix is free")
+    }
+
+    /// Makes every reader of `old` (node inputs and graph outputs) read `new` instead;
+    /// returns how many uses moved. `new` must have `old`'s dtype and rank.
+    pub fn replace_uses(&mut self, old: Value, new: Value) -> Result<usize> {
+        let (a, b) = (self.value_type(old)?, self.value_type(new)?);
+        if a.dtype != b.dtype || a.rank() != b.rank() {
+            return Err(Error::Graph(format!(
+                "cannot replace %{}:{} ({a}) by %{}:{} ({b})",
+                old.node.0, old.output, new.node.0, new.output
+            )));
+        }
+        let mut moved = 0;
+        for node in &mut self.nodes {
+            for v in node.inputs.iter_mut().flatten() {
+                if *v == old {
+                    *v = new;
+                    moved += 1;
+                }
+            }
+        }
+        for o in &mut self.outputs {
+            if o.value == old {
+                o.value = new;
+                moved += 1;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Re-infers every node's output types in schedule order, so that types refined by
+    /// an edit (a shape operand that became a constant, a fixed input dim) flow down.
+    pub fn refresh_types(&mut self) -> Result<()> {
+        for id in self.schedule()? {
+            if ops::lookup(&self.node(id).op).is_some_and(|o| o.schema().family == "source") {
+                continue;
+            }
+            let outputs = self
+                .infer_node(self.node(id))
+                .map_err(|e| Error::Graph(format!("{}: {}", self.describe(id), strip_kind(e))))?;
+            self.nodes[id.index()].outputs = outputs;
+        }
+        Ok(())
+    }
+
+    /// Gives the inputs' symbolic dims sizes (`bindings`, by symbol) and re-infers the
+    /// graph. Returns the symbols of input types that `bindings` did not give.
+    pub fn specialize(&mut self, bindings: &HashMap<String, usize>) -> Result<Vec<String>> {
+        let mut unbound = BTreeSet::new();
+        for id in self.inputs() {
+            for axis in &mut self.nodes[id.index()].outputs[0].shape.axes {
+                if let Dim::Sym(s) = &axis.dim {
+                    match bindings.get(s) {
+                        Some(&n) => axis.dim = Dim::Fixed(n),
+                        None => {
+                            unbound.insert(s.clone());
+                        }
+                    }
+                }
+            }
+        }
+        self.refresh_types()?;
+        Ok(unbound.into_iter().collect())
+    }
+
+    /// Removes the nodes nothing needs and renumbers the rest in a depth-first order
+    /// from the outputs (so that the schedule, and the printed text, is that order).
+    /// Needed: the graph outputs, every `Assign`, what they read or wait for, and every
+    /// `Parameter` (the graph's signature; they keep their relative order, first).
+    /// Returns how many nodes went.
+    pub fn compact(&mut self) -> usize {
+        let n = self.nodes.len();
+        let params: Vec<NodeId> = self.inputs();
+        let mut roots: Vec<NodeId> = self.outputs.iter().map(|o| o.value.node).collect();
+        // State is part of the signature too: variables stay even when nothing reads them.
+        roots.extend(
+            self.node_ids()
+                .filter(|&id| matches!(self.node(id).op.as_str(), "Assign" | "Variable")),
+        );
+        let mut order: Vec<NodeId> = params.clone();
+        let mut placed = vec![false; n];
+        for p in &params {
+            placed[p.index()] = true;
+        }
+        // Iterative post-order: a node is placed once all it depends on is placed.
+        for root in roots {
+            let mut stack = vec![(root, false)];
+            while let Some((id, expanded)) = stack.pop() {
+                if placed[id.index()] {
+                    continue;
+                }
+                if expanded {
+                    placed[id.index()] = true;
+                    order.push(id);
+                    continue;
+                }
+                stack.push((id, true));
+                let node = &self.nodes[id.index()];
+                let deps = node.control_deps.iter().copied();
+                let ins = node.inputs.iter().flatten().map(|v| v.node);
+                let mut deps: Vec<NodeId> = deps.chain(ins).collect();
+                deps.reverse();
+                stack.extend(
+                    deps.into_iter()
+                        .filter(|d| !placed[d.index()])
+                        .map(|d| (d, false)),
+                );
+            }
+        }
+        let mut new_index = vec![u32::MAX; n];
+        for (i, id) in order.iter().enumerate() {
+            new_index[id.index()] = i as u32;
+        }
+        let map = |v: Value| Value {
+            node: NodeId(new_index[v.node.index()]),
+            output: v.output,
+        };
+        let mut old: Vec<Option<Node>> = std::mem::take(&mut self.nodes)
+            .into_iter()
+            .map(Some)
+            .collect();
+        for id in &order {
+            let mut node = old[id.index()].take().expect("each node placed once");
+            for v in node.inputs.iter_mut().flatten() {
+                *v = map(*v);
+            }
+            for d in &mut node.control_deps {
+                *d = NodeId(new_index[d.index()]);
+            }
+            self.nodes.push(node);
+        }
+        for o in &mut self.outputs {
+            o.value = map(o.value);
+        }
+        n - order.len()
     }
 
     /// Appends a node as given, without inference: for the text parser, which verifies

@@ -222,7 +222,10 @@ mod tests {
         let x = g.add_parameter("x", ty).unwrap();
         let r = g.op("Relu", &[x.into()], Attrs::new(), "r").unwrap();
         let e = analyze(&g, &[x, r]).unwrap_err().to_string();
-        assert!(e.contains("output 0 of node #1 'r' (Relu)") && e.contains("f32[N, 4]"), "{e}");
+        assert!(
+            e.contains("output 0 of node #1 'r' (Relu)") && e.contains("f32[N, 4]"),
+            "{e}"
+        );
 
         let mut g = Graph::new("t");
         let x = g.add_parameter("x", f32s(&[4])).unwrap();
@@ -231,7 +234,10 @@ mod tests {
         let e = analyze(&g, &[x, b, a]).unwrap_err().to_string();
         assert!(e.contains("'b'") && e.contains("before its input 0"), "{e}");
         let e = analyze(&g, &[x, b]).unwrap_err().to_string();
-        assert!(e.contains("not in the schedule") && e.contains("'a'"), "{e}");
+        assert!(
+            e.contains("not in the schedule") && e.contains("'a'"),
+            "{e}"
+        );
         let e = analyze(&g, &[x, a, a]).unwrap_err().to_string();
         assert!(e.contains("scheduled twice"), "{e}");
         // A node left out that nobody needs is fine.

@@ -142,7 +142,11 @@ pub fn plan(g: &Graph, schedule: &[NodeId]) -> Result<MemoryPlan> {
             reuses: merged.took[i].map(|j| lv.values[j].value),
         })
         .collect();
-    let index = values.iter().enumerate().map(|(i, v)| (v.value, i)).collect();
+    let index = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v.value, i))
+        .collect();
 
     let live = live_per_step(&lv, &merged);
     let mut own = vec![0usize; schedule.len()];
@@ -167,10 +171,8 @@ pub fn plan(g: &Graph, schedule: &[NodeId]) -> Result<MemoryPlan> {
 
     let lower_bound_bytes = live.iter().copied().max().unwrap_or(0);
     debug_assert_eq!(lower_bound_bytes, planner::lower_bound(&intervals));
-    let lower_bound_without_inplace_bytes = live_per_step(&lv, &separate)
-        .into_iter()
-        .max()
-        .unwrap_or(0);
+    let lower_bound_without_inplace_bytes =
+        live_per_step(&lv, &separate).into_iter().max().unwrap_or(0);
     let naive_bytes = lv.values.iter().map(|l| l.size).sum();
     debug_assert!(placement.arena_bytes >= lower_bound_bytes);
     Ok(MemoryPlan {
@@ -269,7 +271,9 @@ pub(crate) mod tests {
         let x = g.add_parameter("x", f32s(&[4, 16])).unwrap();
         let mut v = x;
         for i in 0..5 {
-            v = g.op("Relu", &[v.into()], Attrs::new(), &format!("r{i}")).unwrap();
+            v = g
+                .op("Relu", &[v.into()], Attrs::new(), &format!("r{i}"))
+                .unwrap();
         }
         g.add_output("y", v.into()).unwrap();
         let p = planned(&g);
@@ -287,7 +291,10 @@ pub(crate) mod tests {
         assert_eq!(p.offset_of(v.into()), Some(0));
         assert_eq!(p.offset_of(x.into()), None);
         let r1 = g.find("r1").unwrap();
-        assert_eq!(p.value(r1.into()).unwrap().reuses, Some(g.find("r0").unwrap().into()));
+        assert_eq!(
+            p.value(r1.into()).unwrap().reuses,
+            Some(g.find("r0").unwrap().into())
+        );
     }
 
     #[test]
@@ -297,7 +304,9 @@ pub(crate) mod tests {
         let a = g.op("Relu", &[x.into()], Attrs::new(), "a").unwrap();
         let b = g.op("Sigmoid", &[a.into()], Attrs::new(), "b").unwrap();
         let c = g.op("Tanh", &[a.into()], Attrs::new(), "c").unwrap();
-        let d = g.op("Add", &[b.into(), c.into()], Attrs::new(), "d").unwrap();
+        let d = g
+            .op("Add", &[b.into(), c.into()], Attrs::new(), "d")
+            .unwrap();
         g.add_output("d", d.into()).unwrap();
         let p = planned(&g);
         // b cannot take a (c still reads it); c takes a; d takes b.
@@ -360,9 +369,13 @@ pub(crate) mod tests {
         let px = g.add_parameter("px", f32s(&[4, 64])).unwrap();
         let b = g.op("Relu", &[pb.into()], Attrs::new(), "b").unwrap();
         // Same bytes as b, but b's shape [64] is not the output's [1, 64].
-        let d = g.op("Add", &[b.into(), pc.into()], Attrs::new(), "d").unwrap();
+        let d = g
+            .op("Add", &[b.into(), pc.into()], Attrs::new(), "d")
+            .unwrap();
         // A true broadcast: d is read 4 times per element of e.
-        let e = g.op("Mul", &[d.into(), px.into()], Attrs::new(), "e").unwrap();
+        let e = g
+            .op("Mul", &[d.into(), px.into()], Attrs::new(), "e")
+            .unwrap();
         g.add_output("e", e.into()).unwrap();
         let p = planned(&g);
         assert_eq!(p.inplace_reuses, 0);
@@ -379,9 +392,14 @@ pub(crate) mod tests {
         let x = g.add_parameter("x", f32s(&[4, 16])).unwrap();
         let r = g.op("Relu", &[x.into()], Attrs::new(), "r").unwrap();
         let shape = g
-            .add_constant_value("shape", Tensor::from_i64s(DType::I64, &[2], &[16, 4]).unwrap())
+            .add_constant_value(
+                "shape",
+                Tensor::from_i64s(DType::I64, &[2], &[16, 4]).unwrap(),
+            )
             .unwrap();
-        let y = g.op("Reshape", &[r.into(), shape.into()], Attrs::new(), "y").unwrap();
+        let y = g
+            .op("Reshape", &[r.into(), shape.into()], Attrs::new(), "y")
+            .unwrap();
         let z = g.op("Sigmoid", &[y.into()], Attrs::new(), "z").unwrap();
         g.add_output("z", z.into()).unwrap();
         let p = planned(&g);
@@ -397,7 +415,9 @@ pub(crate) mod tests {
         let shape = g
             .add_constant_value("shape", Tensor::from_i64s(DType::I64, &[1], &[64]).unwrap())
             .unwrap();
-        let y = g.op("Reshape", &[r.into(), shape.into()], Attrs::new(), "y").unwrap();
+        let y = g
+            .op("Reshape", &[r.into(), shape.into()], Attrs::new(), "y")
+            .unwrap();
         g.add_output("y", y.into()).unwrap();
         g.add_output("r", r.into()).unwrap();
         let p = planned(&g);
@@ -410,7 +430,9 @@ pub(crate) mod tests {
         let mut g = Graph::new("twice");
         let x = g.add_parameter("x", f32s(&[16])).unwrap();
         let a = g.op("Relu", &[x.into()], Attrs::new(), "a").unwrap();
-        let s = g.op("Add", &[a.into(), a.into()], Attrs::new(), "s").unwrap();
+        let s = g
+            .op("Add", &[a.into(), a.into()], Attrs::new(), "s")
+            .unwrap();
         g.add_output("s", s.into()).unwrap();
         let p = planned(&g);
         assert_eq!(p.inplace_reuses, 1);
@@ -421,12 +443,195 @@ pub(crate) mod tests {
     fn empty_and_source_only_graphs() {
         let g = Graph::new("empty");
         let p = planned(&g);
-        assert_eq!((p.naive_bytes, p.planned_bytes, p.lower_bound_bytes), (0, 0, 0));
+        assert_eq!(
+            (p.naive_bytes, p.planned_bytes, p.lower_bound_bytes),
+            (0, 0, 0)
+        );
         let mut g = Graph::new("src");
         let x = g.add_parameter("x", f32s(&[16])).unwrap();
         g.add_output("x", x.into()).unwrap();
         let p = planned(&g);
         assert_eq!(p.planned_bytes, 0);
         assert_eq!(p.steps.len(), 1);
+    }
+}
+
+/// Real models, when the CI's model cache is present: prints each plan's numbers and
+/// writes its SVG and JSON under `$TMPDIR/kiln-memory-report/` (`cargo test --lib memory --
+/// --ignored --nocapture`).
+#[cfg(test)]
+mod real_models {
+    use super::*;
+    use crate::ir::{Dim, Shape, TensorType};
+    use crate::tensor::Tensor;
+
+    /// Rebuilds `g` with every symbolic dim of its parameters set (`S` = 128, others 1)
+    /// and small shape computations folded to constants, so inference finds static
+    /// types again. Test-only: the real specializer is a pass.
+    fn specialize(g: &Graph) -> crate::Result<Graph> {
+        let fix = |ty: &TensorType| {
+            let dims = ty.shape.dims().into_iter().map(|d| match d {
+                Dim::Sym(s) if s == "S" => Dim::Fixed(128),
+                Dim::Sym(_) => Dim::Fixed(1),
+                d => d,
+            });
+            let names = ty.shape.axes.iter().map(|a| a.name.clone()).collect();
+            TensorType::new(ty.dtype, Shape::named(dims.collect(), names))
+        };
+        let mut out = Graph::new(&g.name);
+        let mut map: Vec<NodeId> = Vec::with_capacity(g.len());
+        for id in g.node_ids() {
+            let n = g.node(id);
+            let new = match n.op.as_str() {
+                "Parameter" => out.add_parameter(&n.name, fix(&n.outputs[0]))?,
+                "Constant" => out.add_constant(
+                    &n.name,
+                    n.outputs[0].clone(),
+                    (**n.data.as_ref().unwrap()).clone(),
+                )?,
+                "Variable" => out.add_variable(
+                    &n.name,
+                    n.outputs[0].clone(),
+                    (**n.data.as_ref().unwrap()).clone(),
+                )?,
+                _ => {
+                    let inputs: Vec<Option<Value>> = n
+                        .inputs
+                        .iter()
+                        .map(|v| v.map(|v| map[v.node.index()].out(v.output)))
+                        .collect();
+                    let new = out.add_op(&n.op, &inputs, n.attrs.clone(), &n.name)?;
+                    match fold(&out, new) {
+                        Some(t) if n.outputs.len() == 1 => {
+                            out.add_constant_value(&format!("{}.folded", n.name), t)?
+                        }
+                        _ => new,
+                    }
+                }
+            };
+            map.push(new);
+        }
+        for o in g.outputs() {
+            out.add_output(&o.name, map[o.value.node.index()].out(o.value.output))?;
+        }
+        Ok(out)
+    }
+
+    /// The value of a small node whose inputs are constants (or a `Shape` of a static
+    /// value), by the reference eval.
+    fn fold(g: &Graph, id: NodeId) -> Option<Tensor> {
+        let n = g.node(id);
+        let small = n
+            .outputs
+            .iter()
+            .all(|t| t.shape.num_elements().is_some_and(|e| e <= 4096));
+        if !small || n.op == "RandomNormal" || n.op.starts_with("Random") {
+            return None;
+        }
+        let mut values = vec![];
+        let mut types = vec![];
+        for v in &n.inputs {
+            let Some(v) = v else {
+                values.push(None);
+                types.push(None);
+                continue;
+            };
+            let src = g.node(v.node);
+            let ty = &src.outputs[v.output as usize];
+            let t = if src.op == "Constant" {
+                (**src.data.as_ref().unwrap()).clone()
+            } else if n.op == "Shape" {
+                Tensor::zeros(ty.dtype, &ty.shape.to_fixed()?)
+            } else {
+                return None;
+            };
+            values.push(Some(t));
+            types.push(Some(ty));
+        }
+        let inputs: Vec<Option<&Tensor>> = values.iter().map(|t| t.as_ref()).collect();
+        let cx = crate::ir::ops::EvalCtx {
+            inputs: &inputs,
+            input_types: &types,
+            attrs: &n.attrs,
+        };
+        let mut outs = crate::ir::ops::lookup(&n.op)?.eval(&cx).ok()?;
+        (outs.len() == 1).then(|| outs.pop().unwrap())
+    }
+
+    #[test]
+    #[ignore]
+    fn real_models_plan_near_the_lower_bound() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = vec![];
+        for dir in ["target/real-models", "/work/main/target/real-models"] {
+            if let Ok(rd) = std::fs::read_dir(root.join(dir)) {
+                for e in rd.flatten() {
+                    files.push(e.path().join("model.onnx"));
+                }
+            }
+        }
+        let light = "target/py/lib/python3.11/site-packages/onnx/backend/test/data/light";
+        for dir in [
+            root.join(light),
+            std::path::Path::new("/work/main").join(light),
+        ] {
+            if let Ok(rd) = std::fs::read_dir(dir) {
+                for e in rd.flatten() {
+                    if e.path().extension().is_some_and(|x| x == "onnx") {
+                        files.push(e.path());
+                    }
+                }
+            }
+        }
+        files.sort();
+        files.dedup();
+        for f in files.iter().filter(|f| f.exists()) {
+            let g = match crate::frontend::onnx::import_file(f) {
+                Ok(g) => g,
+                Err(e) => {
+                    eprintln!("{}: import failed: {e}", f.display());
+                    continue;
+                }
+            };
+            let g = match specialize(&g) {
+                Ok(g) => g,
+                Err(e) => {
+                    eprintln!("{}: specialize failed: {e}", f.display());
+                    continue;
+                }
+            };
+            let t = std::time::Instant::now();
+            match plan(&g, &g.schedule().unwrap()) {
+                Ok(p) => {
+                    eprintln!(
+                        "{}: {} steps, {} buffers, naive {} planned {} lb {} lb-no-inplace {} ratio {:.4} ({}), {} reuses, {:?}",
+                        f.display(),
+                        p.steps.len(),
+                        p.buffers.len(),
+                        p.naive_bytes,
+                        p.planned_bytes,
+                        p.lower_bound_bytes,
+                        p.lower_bound_without_inplace_bytes,
+                        p.ratio_to_lower_bound(),
+                        p.strategy,
+                        p.inplace_reuses,
+                        t.elapsed()
+                    );
+                    tests::check_plan(&p);
+                    let dir = std::env::temp_dir().join("kiln-memory-report");
+                    std::fs::create_dir_all(&dir).unwrap();
+                    let stem = f.parent().unwrap().file_name().unwrap().to_string_lossy();
+                    let stem = match f.file_stem().unwrap().to_string_lossy() {
+                        s if s == "model" => stem.to_string(),
+                        s => s.to_string(),
+                    };
+                    let svg = crate::memory::to_svg(&p, &g, &stem);
+                    std::fs::write(dir.join(format!("{stem}.svg")), svg).unwrap();
+                    let json = crate::memory::to_json(&p, &g, &[]);
+                    std::fs::write(dir.join(format!("{stem}.json")), json).unwrap();
+                }
+                Err(e) => eprintln!("{}: {e}", f.display()),
+            }
+        }
     }
 }

@@ -123,7 +123,10 @@ pub fn place_with(intervals: &[Interval], strategy: Strategy) -> Placement {
 /// smaller.
 pub fn lower_bound(intervals: &[Interval]) -> usize {
     let sizes = aligned_sizes(intervals);
-    peak_profile(intervals, &sizes).into_iter().max().unwrap_or(0)
+    peak_profile(intervals, &sizes)
+        .into_iter()
+        .max()
+        .unwrap_or(0)
 }
 
 fn aligned_sizes(intervals: &[Interval]) -> Vec<usize> {
@@ -176,19 +179,33 @@ fn order(intervals: &[Interval], sizes: &[usize], strategy: Strategy) -> Vec<usi
     let mut idx: Vec<usize> = (0..intervals.len()).collect();
     let span = |i: usize| intervals[i].last - intervals[i].first + 1;
     match strategy {
-        Strategy::GreedyBySize | Strategy::BestFitBySize => {
-            idx.sort_by_key(|&i| (std::cmp::Reverse((sizes[i], span(i))), intervals[i].first, i))
-        }
-        Strategy::GreedyByLifetime => {
-            idx.sort_by_key(|&i| (std::cmp::Reverse((span(i), sizes[i])), intervals[i].first, i))
-        }
+        Strategy::GreedyBySize | Strategy::BestFitBySize => idx.sort_by_key(|&i| {
+            (
+                std::cmp::Reverse((sizes[i], span(i))),
+                intervals[i].first,
+                i,
+            )
+        }),
+        Strategy::GreedyByLifetime => idx.sort_by_key(|&i| {
+            (
+                std::cmp::Reverse((span(i), sizes[i])),
+                intervals[i].first,
+                i,
+            )
+        }),
         Strategy::GreedyByArea => idx.sort_by_key(|&i| {
             let area = (sizes[i] as u128) * (span(i) as u128);
             (std::cmp::Reverse((area, sizes[i])), intervals[i].first, i)
         }),
         Strategy::GreedyByBreadth => {
             let peak = peak_profile(intervals, sizes);
-            idx.sort_by_key(|&i| (std::cmp::Reverse((peak[i], sizes[i], span(i))), intervals[i].first, i))
+            idx.sort_by_key(|&i| {
+                (
+                    std::cmp::Reverse((peak[i], sizes[i], span(i))),
+                    intervals[i].first,
+                    i,
+                )
+            })
         }
     }
     idx
@@ -281,7 +298,11 @@ pub(crate) mod tests {
         }
         assert_eq!(top, p.arena_bytes);
         let lb = lower_bound(ivs);
-        assert!(p.arena_bytes >= lb, "arena {} < lower bound {lb}", p.arena_bytes);
+        assert!(
+            p.arena_bytes >= lb,
+            "arena {} < lower bound {lb}",
+            p.arena_bytes
+        );
         lb
     }
 

@@ -76,7 +76,11 @@ pub fn to_json(plan: &MemoryPlan, g: &Graph, notes: &[String]) -> String {
             s.live_bytes
         );
     }
-    o.push_str(if plan.steps.is_empty() { "],\n" } else { "\n  ],\n" });
+    o.push_str(if plan.steps.is_empty() {
+        "],\n"
+    } else {
+        "\n  ],\n"
+    });
     o.push_str("  \"buffers\": [");
     for (i, b) in plan.buffers.iter().enumerate() {
         let values: Vec<String> = b
@@ -96,7 +100,11 @@ pub fn to_json(plan: &MemoryPlan, g: &Graph, notes: &[String]) -> String {
             b.last
         );
     }
-    o.push_str(if plan.buffers.is_empty() { "]\n" } else { "\n  ]\n" });
+    o.push_str(if plan.buffers.is_empty() {
+        "]\n"
+    } else {
+        "\n  ]\n"
+    });
     o.push_str("}\n");
     o
 }
@@ -260,7 +268,11 @@ pub fn to_svg(plan: &MemoryPlan, g: &Graph, title: &str) -> String {
                 num(ly - 9.0)
             );
         } else {
-            let dash = if kind == 2 { r#" stroke-dasharray="6 4""# } else { "" };
+            let dash = if kind == 2 {
+                r#" stroke-dasharray="6 4""#
+            } else {
+                ""
+            };
             let _ = writeln!(
                 o,
                 r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{color}" stroke-width="2"{dash}/>"#,
@@ -329,7 +341,11 @@ pub fn to_svg(plan: &MemoryPlan, g: &Graph, title: &str) -> String {
                 OWN_COLOR,
             ),
         ] {
-            let _ = writeln!(o, r#"<path fill="{color}" d="{}"/>"#, step_area(&values, &x, &y, base));
+            let _ = writeln!(
+                o,
+                r#"<path fill="{color}" d="{}"/>"#,
+                step_area(&values, &x, &y, base)
+            );
         }
         o.push_str("<g fill=\"transparent\">\n");
         for s in &plan.steps {
@@ -574,7 +590,10 @@ mod tests {
         let empty = Graph::new("e");
         let pe = plan::plan(&empty, &[]).unwrap();
         let je = to_json(&pe, &empty, &[]);
-        assert!(je.contains("\"steps\": [],") && je.contains("\"buffers\": []"), "{je}");
+        assert!(
+            je.contains("\"steps\": [],") && je.contains("\"buffers\": []"),
+            "{je}"
+        );
     }
 
     #[test]
@@ -590,7 +609,11 @@ mod tests {
     fn check_svg(svg: &str, n: usize) {
         assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
         assert!(svg.trim_end().ends_with("</svg>"));
-        assert_eq!(svg.matches("<title>").count(), n + 1, "one tooltip per step");
+        assert_eq!(
+            svg.matches("<title>").count(),
+            n + 1,
+            "one tooltip per step"
+        );
         assert!(svg.contains("planned arena") && svg.contains("lower bound"));
         assert!(!svg.contains("NaN") && !svg.contains("inf"));
         let width: f64 = svg

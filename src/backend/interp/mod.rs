@@ -11,10 +11,15 @@ use crate::backend::{Backend, Executable};
 use crate::error::{Error, Result};
 use crate::ir::ops::{self, EvalCtx};
 use crate::ir::{verify, Dim, Graph, NodeId, TensorType};
+use crate::passes::{run_pipeline, PassOptions};
 use crate::tensor::Tensor;
 
-/// The interpreter backend.
-pub struct Interpreter;
+/// The interpreter backend: the graph as given, or (`passes`) after a pass pipeline,
+/// which is how the pipeline is tested against the unoptimized graph.
+#[derive(Default)]
+pub struct Interpreter {
+    pub passes: Option<PassOptions>,
+}
 
 impl Backend for Interpreter {
     fn name(&self) -> &'static str {
@@ -22,7 +27,12 @@ impl Backend for Interpreter {
     }
 
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {
-        Ok(Box::new(InterpExecutable::new(graph.clone())?))
+        let mut graph = graph.clone();
+        if let Some(options) = &self.passes {
+            verify(&graph)?;
+            run_pipeline(&mut graph, options)?;
+        }
+        Ok(Box::new(InterpExecutable::new(graph)?))
     }
 }
 

@@ -16,6 +16,7 @@ pub mod attention;
 pub mod bitwise;
 pub mod conv;
 pub mod elementwise;
+pub mod fused;
 pub mod gather;
 pub mod grid_sample;
 pub mod loss;
@@ -245,7 +246,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 19] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 20] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -265,6 +266,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             signal::ops,
             text::ops,
             grid_sample::ops,
+            fused::ops,
         ];
         for family in families {
             for op in family() {

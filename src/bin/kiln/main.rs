@@ -13,7 +13,10 @@ use clap::{Parser, Subcommand};
 use kiln::backend::{backend_for, Device};
 use kiln::frontend::onnx;
 use kiln::ir::{ops, text};
+use kiln::passes::{self, PassOptions};
 use kiln::tensor::npy;
+
+mod compile;
 use kiln::{DType, Error, Graph, Result, Tensor};
 
 #[derive(Parser)]
@@ -66,6 +69,45 @@ enum Command {
         #[arg(long)]
         full: bool,
     },
+    /// Optimize a .kir or .onnx graph through the pass pipeline and plan its memory.
+    Compile {
+        file: PathBuf,
+        /// The pipeline: comma-separated pass names (see `kiln passes`).
+        #[arg(long)]
+        passes: Option<String>,
+        /// Print the IR: before-all, after-all, after=p1,p2 or changed.
+        #[arg(long, value_name = "SPEC")]
+        dump_ir: Option<String>,
+        /// Write each dump to DIR/NNN-<when>-<pass>.kir instead of stderr.
+        #[arg(long, value_name = "DIR")]
+        dump_ir_dir: Option<PathBuf>,
+        /// Print each pass's time and rewrites.
+        #[arg(long)]
+        pass_timing: bool,
+        /// Passes to skip: a,b.
+        #[arg(long, value_name = "LIST")]
+        disable_passes: Option<String>,
+        /// Apply only the first N rewrites (to bisect a miscompile).
+        #[arg(long, value_name = "N")]
+        rewrite_limit: Option<usize>,
+        /// Give a symbolic input dim a size: `--shape N=1` (repeatable; others default to 1).
+        #[arg(long = "shape", value_name = "SYM=SIZE")]
+        shapes: Vec<String>,
+        /// Write the memory plan's report (JSON) here.
+        #[arg(long, value_name = "FILE.json")]
+        memory_report: Option<PathBuf>,
+        /// Write a chart of live memory per step (SVG) here.
+        #[arg(long, value_name = "FILE.svg")]
+        memory_chart: Option<PathBuf>,
+        /// Write the optimized graph as .kir text here.
+        #[arg(short, long, value_name = "FILE.kir")]
+        output: Option<PathBuf>,
+        /// Compile this many times and report the median time of each phase.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
+    },
+    /// List the passes, one a line, and the default pipeline.
+    Passes,
     /// Print a .npy file's dtype, shape and values.
     Npy {
         file: PathBuf,
@@ -108,6 +150,52 @@ fn dispatch(command: Command) -> Result<()> {
             print,
             full,
         ),
+        Command::Compile {
+            file,
+            passes,
+            dump_ir,
+            dump_ir_dir,
+            pass_timing,
+            disable_passes,
+            rewrite_limit,
+            shapes,
+            memory_report,
+            memory_chart,
+            output,
+            repeat,
+        } => {
+            let mut options = PassOptions::from_env()?;
+            let settings = [
+                ("passes", passes),
+                ("dump-ir", dump_ir),
+                ("dump-ir-dir", dump_ir_dir.map(|d| d.display().to_string())),
+                ("pass-timing", pass_timing.then(|| "1".to_string())),
+                ("disable-passes", disable_passes),
+                ("rewrite-limit", rewrite_limit.map(|n| n.to_string())),
+            ];
+            for (key, value) in settings {
+                if let Some(v) = value {
+                    options.set(key, &v)?;
+                }
+            }
+            compile::run(&compile::Request {
+                file: &file,
+                options,
+                shapes: &shapes,
+                memory_report: memory_report.as_deref(),
+                memory_chart: memory_chart.as_deref(),
+                output: output.as_deref(),
+                repeat: repeat.max(1),
+            })
+        }
+        Command::Passes => {
+            let mut out = String::new();
+            for p in passes::PASSES {
+                writeln!(out, "{:<18} {}", p.name(), p.summary()).ok();
+            }
+            writeln!(out, "default pipeline: {}", passes::DEFAULT_PIPELINE).ok();
+            emit(&out)
+        }
         Command::Npy { file, full } => emit(&format!("{}\n", describe(&npy::read(&file)?, full))),
     }
 }
@@ -144,7 +232,7 @@ fn list_ops(family: Option<&str>, verbose: bool) -> Result<()> {
 }
 
 /// A graph from `.kir` text or, by extension, an `.onnx` model.
-fn load(file: &Path) -> Result<Graph> {
+pub(crate) fn load(file: &Path) -> Result<Graph> {
     if file
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
@@ -216,7 +304,7 @@ fn check(file: &Path) -> Result<()> {
 }
 
 /// Writes to stdout; a closed pipe (`kiln ops | head`) is not an error.
-fn emit(text: &str) -> Result<()> {
+pub(crate) fn emit(text: &str) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())

@@ -1,0 +1,544 @@
+//! Kiln-only ops that only passes create: a convolution or matmul with its epilogue
+//! (bias, residual, activation) and a chain of elementwise ops as one `Fused` op.
+//!
+//! Their reference evaluation applies the catalogue's own ops step by step (Conv, then
+//! Add, then the activation), rounding where the unfused graph rounds, so a fused graph
+//! computes what the graph it came from computes; a backend compiles them into one
+//! kernel or loop.
+use super::{leak, lookup, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::{Attr, AttrKind, Attrs, DType, TensorType};
+use crate::tensor::Tensor;
+
+/// The activations an epilogue may apply, as catalogue ops.
+pub const ACTIVATIONS: &[&str] = &[
+    "Relu",
+    "LeakyRelu",
+    "Sigmoid",
+    "Tanh",
+    "HardSigmoid",
+    "Elu",
+    "Gelu",
+    "Clip",
+];
+
+/// `activation` and `activation_attrs` as an op to apply: its name, attributes and the
+/// constant inputs after X (Clip's bounds).
+struct Activation {
+    op: &'static dyn Op,
+    attrs: Attrs,
+    extra: Vec<Tensor>,
+}
+
+fn activation(attrs: &Attrs, dtype: DType) -> Result<Option<Activation>, String> {
+    let name = attrs.string_or("activation", "none")?;
+    if name == "none" {
+        return Ok(None);
+    }
+    if !ACTIVATIONS.contains(&name) {
+        return Err(format!(
+            "unknown activation '{name}' (known: none, {})",
+            ACTIVATIONS.join(", ")
+        ));
+    }
+    let op = lookup(name).expect("activations are catalogue ops");
+    let mut act_attrs = Attrs::new();
+    let mut bounds = [None, None];
+    for kv in attrs.strings("activation_attrs")?.unwrap_or(&[]) {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("activation_attrs: '{kv}' is not NAME=VALUE"))?;
+        if name == "Clip" && (k == "min" || k == "max") {
+            let x: f64 = v
+                .parse()
+                .map_err(|_| format!("activation_attrs: bad {k} '{v}'"))?;
+            bounds[(k == "max") as usize] = Some(x);
+            continue;
+        }
+        let spec = op.schema().attrs.iter().find(|s| s.name == k);
+        act_attrs.set(k, parse_scalar(k, v, spec.map(|s| s.kind))?);
+    }
+    op.schema().validate_attrs(&act_attrs)?;
+    let extra = if name == "Clip" {
+        let lo = bounds[0].unwrap_or(f64::NEG_INFINITY);
+        let hi = bounds[1].unwrap_or(f64::INFINITY);
+        vec![scalar(dtype, lo)?, scalar(dtype, hi)?]
+    } else {
+        vec![]
+    };
+    Ok(Some(Activation {
+        op,
+        attrs: act_attrs,
+        extra,
+    }))
+}
+
+fn scalar(dtype: DType, v: f64) -> Result<Tensor, String> {
+    Tensor::from_f64s(dtype, &[], &[v])
+}
+
+/// An attribute value from its text, by the kind the op's schema gives it.
+fn parse_scalar(name: &str, v: &str, kind: Option<AttrKind>) -> Result<Attr, String> {
+    let bad = || format!("attribute {name}: cannot read '{v}'");
+    Ok(match kind {
+        Some(AttrKind::Int) => Attr::Int(v.parse().map_err(|_| bad())?),
+        Some(AttrKind::Float) => Attr::Float(v.parse().map_err(|_| bad())?),
+        Some(AttrKind::String) => Attr::String(v.to_string()),
+        Some(k) => return Err(format!("attribute {name}: {k} values cannot be fused")),
+        None => return Err(format!("unknown attribute '{name}'")),
+    })
+}
+
+/// The text of an attribute for `activation_attrs` and `Fused` bodies.
+pub fn scalar_text(a: &Attr) -> Option<String> {
+    match a {
+        Attr::Int(i) => Some(i.to_string()),
+        Attr::Float(f) => Some(format!("{f:?}")),
+        Attr::String(s) if !s.contains([' ', ',', ')', '=']) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// Applies `op` through its reference evaluation.
+fn eval_op(
+    op: &dyn Op,
+    inputs: &[Option<&Tensor>],
+    types: &[Option<&TensorType>],
+    attrs: &Attrs,
+) -> Result<Tensor, String> {
+    let cx = EvalCtx {
+        inputs,
+        input_types: types,
+        attrs,
+    };
+    op.eval(&cx)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("{} gave no output", op.schema().name))
+}
+
+fn infer_op(
+    op: &dyn Op,
+    cx: &InferCtx<'_>,
+    inputs: &[Option<TensorType>],
+    consts: &[Option<&Tensor>],
+    attrs: &Attrs,
+) -> Result<TensorType, String> {
+    let sub = InferCtx {
+        node_name: cx.node_name,
+        inputs,
+        consts,
+        attrs,
+    };
+    op.infer(&sub)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("{} infers no output", op.schema().name))
+}
+
+/// The epilogue after the main op's output `y`: `+ Z` (input `z`), then the activation.
+struct Epilogue;
+
+impl Epilogue {
+    fn infer(cx: &InferCtx<'_>, y: TensorType, z: usize) -> Result<TensorType, String> {
+        let add = lookup("Add").expect("Add");
+        let mut y = y;
+        if let Some(zt) = cx.opt_input(z) {
+            let t = infer_op(
+                add,
+                cx,
+                &[Some(y.clone()), Some(zt.clone())],
+                &[],
+                &Attrs::new(),
+            )
+            .map_err(|e| format!("residual Z: {e}"))?;
+            if t.shape != y.shape {
+                return Err(format!(
+                    "residual Z ({zt}) must not broadcast the output ({y})"
+                ));
+            }
+            y = t;
+        }
+        if let Some(act) = activation(cx.attrs, y.dtype)? {
+            let mut ins = vec![Some(y.clone())];
+            ins.extend(
+                act.extra
+                    .iter()
+                    .map(|t| Some(TensorType::new(t.dtype(), crate::ir::Shape::scalar()))),
+            );
+            y = infer_op(act.op, cx, &ins, &[], &act.attrs)?;
+        }
+        Ok(y)
+    }
+
+    fn eval(cx: &EvalCtx<'_>, y: Tensor, z: usize) -> Result<Tensor, String> {
+        let mut y = y;
+        if let Some(zt) = cx.opt_input(z) {
+            let add = lookup("Add").expect("Add");
+            y = eval_op(add, &[Some(&y), Some(zt)], &[None, None], &Attrs::new())?;
+        }
+        if let Some(act) = activation(cx.attrs, y.dtype())? {
+            let mut ins = vec![Some(&y)];
+            ins.extend(act.extra.iter().map(Some));
+            let types = vec![None; ins.len()];
+            y = eval_op(act.op, &ins, &types, &act.attrs)?;
+        }
+        Ok(y)
+    }
+}
+
+const EPILOGUE_ATTRS: [AttrSpec; 2] = [
+    AttrSpec::opt(
+        "activation",
+        AttrKind::String,
+        "none (or Relu, LeakyRelu, Sigmoid, Tanh, HardSigmoid, Elu, Gelu, Clip)",
+    ),
+    AttrSpec::opt(
+        "activation_attrs",
+        AttrKind::Strings,
+        "the activation's attributes as NAME=VALUE; Clip's bounds as min=, max=",
+    ),
+];
+
+/// The attributes of `schema` minus the epilogue's: what the main op sees.
+fn main_attrs(attrs: &Attrs) -> Attrs {
+    let mut a = attrs.clone();
+    a.0.remove("activation");
+    a.0.remove("activation_attrs");
+    a
+}
+
+// ---------------------------------------------------------------- FusedConv
+
+struct FusedConv;
+
+const FUSED_CONV: OpSchema = OpSchema {
+    name: "FusedConv",
+    family: "fused",
+    inputs: &["X", "W", "B?", "Z?"],
+    outputs: &["Y"],
+    attrs: &[
+        AttrSpec::opt("auto_pad", AttrKind::String, "NOTSET"),
+        AttrSpec::opt("dilations", AttrKind::Ints, "1 per axis"),
+        AttrSpec::opt("group", AttrKind::Int, "1"),
+        AttrSpec::opt("kernel_shape", AttrKind::Ints, "W's spatial dims"),
+        AttrSpec::opt("pads", AttrKind::Ints, "0"),
+        AttrSpec::opt("strides", AttrKind::Ints, "1 per axis"),
+        EPILOGUE_ATTRS[0],
+        EPILOGUE_ATTRS[1],
+    ],
+    doc: "Kiln-only, made by the fuse-epilogue pass: Y = activation(Conv(X, W, B) + Z). \
+          Conv's attributes; Z (the residual) has Y's shape.",
+};
+
+impl Op for FusedConv {
+    fn schema(&self) -> &OpSchema {
+        &FUSED_CONV
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let conv = lookup("Conv").expect("Conv");
+        let ins = &cx.inputs[..cx.inputs.len().min(3)];
+        let consts = &cx.consts[..cx.consts.len().min(3)];
+        let y = infer_op(conv, cx, ins, consts, &main_attrs(cx.attrs))?;
+        Ok(vec![Epilogue::infer(cx, y, 3)?])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let conv = lookup("Conv").expect("Conv");
+        let n = cx.inputs.len().min(3);
+        let y = eval_op(
+            conv,
+            &cx.inputs[..n],
+            &cx.input_types[..n],
+            &main_attrs(cx.attrs),
+        )?;
+        Ok(vec![Epilogue::eval(cx, y, 3)?])
+    }
+}
+
+// ---------------------------------------------------------------- FusedMatMul
+
+struct FusedMatMul;
+
+const FUSED_MATMUL: OpSchema = OpSchema {
+    name: "FusedMatMul",
+    family: "fused",
+    inputs: &["A", "B", "bias?", "Z?"],
+    outputs: &["Y"],
+    attrs: &[
+        AttrSpec::opt("transA", AttrKind::Int, "0"),
+        AttrSpec::opt("transB", AttrKind::Int, "0"),
+        EPILOGUE_ATTRS[0],
+        EPILOGUE_ATTRS[1],
+    ],
+    doc: "Kiln-only, made by the simplify and fuse-epilogue passes: Y = activation(\
+          MatMul(A', B') + bias + Z), where A' and B' are A and B with their last two \
+          axes swapped if transA / transB. bias broadcasts to the product; Z has Y's shape.",
+};
+
+/// `t` with its last two axes swapped.
+fn swap_last_type(t: &TensorType) -> Result<TensorType, String> {
+    let r = t.rank();
+    if r < 2 {
+        return Err(format!("a transposed operand needs rank >= 2, got {t}"));
+    }
+    let mut t = t.clone();
+    t.shape.axes.swap(r - 2, r - 1);
+    Ok(t)
+}
+
+fn swap_last(t: &Tensor) -> Result<Tensor, String> {
+    let r = t.rank();
+    if r < 2 {
+        return Err(format!("a transposed operand needs rank >= 2, got {r}"));
+    }
+    let mut perm: Vec<i64> = (0..r as i64).collect();
+    perm.swap(r - 2, r - 1);
+    let transpose = lookup("Transpose").expect("Transpose");
+    eval_op(
+        transpose,
+        &[Some(t)],
+        &[None],
+        &Attrs::new().with("perm", Attr::Ints(perm)),
+    )
+}
+
+impl Op for FusedMatMul {
+    fn schema(&self) -> &OpSchema {
+        &FUSED_MATMUL
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let mut ab = [cx.input(0)?.clone(), cx.input(1)?.clone()];
+        for (i, flag) in ["transA", "transB"].iter().enumerate() {
+            if cx.attrs.int_or(flag, 0)? != 0 {
+                ab[i] = swap_last_type(&ab[i])?;
+            }
+        }
+        let matmul = lookup("MatMul").expect("MatMul");
+        let [a, b] = ab;
+        let mut y = infer_op(matmul, cx, &[Some(a), Some(b)], &[], &Attrs::new())?;
+        if let Some(bias) = cx.opt_input(2) {
+            let add = lookup("Add").expect("Add");
+            let t = infer_op(
+                add,
+                cx,
+                &[Some(y.clone()), Some(bias.clone())],
+                &[],
+                &Attrs::new(),
+            )
+            .map_err(|e| format!("bias: {e}"))?;
+            if t.shape != y.shape {
+                return Err(format!(
+                    "bias ({bias}) must not broadcast the product ({y})"
+                ));
+            }
+            y = t;
+        }
+        Ok(vec![Epilogue::infer(cx, y, 3)?])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let mut ab = [cx.input(0)?.clone(), cx.input(1)?.clone()];
+        for (i, flag) in ["transA", "transB"].iter().enumerate() {
+            if cx.attrs.int_or(flag, 0)? != 0 {
+                ab[i] = swap_last(&ab[i])?;
+            }
+        }
+        let matmul = lookup("MatMul").expect("MatMul");
+        let mut y = eval_op(
+            matmul,
+            &[Some(&ab[0]), Some(&ab[1])],
+            &[None, None],
+            &Attrs::new(),
+        )?;
+        if let Some(bias) = cx.opt_input(2) {
+            let add = lookup("Add").expect("Add");
+            y = eval_op(add, &[Some(&y), Some(bias)], &[None, None], &Attrs::new())?;
+        }
+        Ok(vec![Epilogue::eval(cx, y, 3)?])
+    }
+}
+
+// ---------------------------------------------------------------- Fused
+
+/// One step of a `Fused` body: `Op(i0, t1, _) name=value ...`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub op: String,
+    pub args: Vec<Option<Arg>>,
+    pub attrs: Attrs,
+}
+
+/// A step's operand: an input of the fused node or an earlier step's result.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Arg {
+    Input(usize),
+    Step(usize),
+}
+
+impl Step {
+    /// The body text of this step.
+    pub fn text(&self) -> Result<String, String> {
+        let args: Vec<String> = self
+            .args
+            .iter()
+            .map(|a| match a {
+                None => "_".to_string(),
+                Some(Arg::Input(i)) => format!("i{i}"),
+                Some(Arg::Step(i)) => format!("t{i}"),
+            })
+            .collect();
+        let mut s = format!("{}({})", self.op, args.join(", "));
+        for (k, v) in self.attrs.iter() {
+            let v = scalar_text(v).ok_or_else(|| format!("attribute {k} cannot be fused"))?;
+            s.push_str(&format!(" {k}={v}"));
+        }
+        Ok(s)
+    }
+
+    fn parse(text: &str, index: usize, n_inputs: usize) -> Result<Step, String> {
+        let bad = |why: &str| format!("body step {index} '{text}': {why}");
+        let open = text.find('(').ok_or_else(|| bad("expected Op(args)"))?;
+        let close = text.find(')').ok_or_else(|| bad("expected ')'"))?;
+        let op = text[..open].trim();
+        let schema = lookup(op)
+            .ok_or_else(|| bad("not a catalogue op"))?
+            .schema();
+        if schema.family != "elementwise" {
+            return Err(bad("only elementwise ops can be fused"));
+        }
+        let mut args = vec![];
+        for a in text[open + 1..close]
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+        {
+            let parsed = if a == "_" {
+                None
+            } else {
+                let k: usize = a[1..]
+                    .parse()
+                    .map_err(|_| bad("operands are iN, tN or _"))?;
+                Some(match &a[..1] {
+                    "i" if k < n_inputs => Arg::Input(k),
+                    "t" if k < index => Arg::Step(k),
+                    _ => return Err(bad(&format!("operand {a} does not exist here"))),
+                })
+            };
+            args.push(parsed);
+        }
+        let mut attrs = Attrs::new();
+        for kv in text[close + 1..].split_whitespace() {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| bad("attributes are NAME=VALUE"))?;
+            let kind = schema.attrs.iter().find(|s| s.name == k).map(|s| s.kind);
+            attrs.set(k, parse_scalar(k, v, kind).map_err(|e| bad(&e))?);
+        }
+        schema.validate_attrs(&attrs).map_err(|e| bad(&e))?;
+        Ok(Step {
+            op: op.to_string(),
+            args,
+            attrs,
+        })
+    }
+}
+
+/// The steps of a `Fused` node's `body`.
+pub fn body(attrs: &Attrs, n_inputs: usize) -> Result<Vec<Step>, String> {
+    let lines = attrs
+        .strings("body")?
+        .ok_or("missing required attribute 'body'")?;
+    if lines.is_empty() {
+        return Err("the body has no steps".into());
+    }
+    lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| Step::parse(l, i, n_inputs))
+        .collect()
+}
+
+struct Fused;
+
+const FUSED: OpSchema = OpSchema {
+    name: "Fused",
+    family: "fused",
+    inputs: &["inputs..."],
+    outputs: &["output"],
+    attrs: &[AttrSpec::req("body", AttrKind::Strings)],
+    doc: "Kiln-only, made by the fuse-elementwise pass: a chain of elementwise ops as one \
+          op. body lists the steps, each `Op(args) name=value ...` with operands iN (input \
+          N), tN (step N's result) or _ (omitted); the last step is the output. A backend \
+          compiles it into one loop over the output.",
+};
+
+impl Op for Fused {
+    fn schema(&self) -> &OpSchema {
+        &FUSED
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let steps = body(cx.attrs, cx.inputs.len())?;
+        let mut results: Vec<TensorType> = vec![];
+        for (i, step) in steps.iter().enumerate() {
+            let mut types = vec![];
+            let mut consts = vec![];
+            for a in &step.args {
+                match a {
+                    None => {
+                        types.push(None);
+                        consts.push(None);
+                    }
+                    Some(Arg::Input(k)) => {
+                        types.push(Some(cx.input(*k)?.clone()));
+                        consts.push(cx.const_input(*k));
+                    }
+                    Some(Arg::Step(k)) => {
+                        types.push(Some(results[*k].clone()));
+                        consts.push(None);
+                    }
+                }
+            }
+            let op = lookup(&step.op).expect("parsed");
+            let t = infer_op(op, cx, &types, &consts, &step.attrs)
+                .map_err(|e| format!("body step {i} ({}): {e}", step.op))?;
+            results.push(t);
+        }
+        Ok(vec![results.pop().expect("non-empty body")])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let steps = body(cx.attrs, cx.inputs.len())?;
+        let mut results: Vec<Tensor> = vec![];
+        for step in &steps {
+            let mut ins: Vec<Option<&Tensor>> = vec![];
+            let mut types: Vec<Option<&TensorType>> = vec![];
+            for a in &step.args {
+                match a {
+                    None => {
+                        ins.push(None);
+                        types.push(None);
+                    }
+                    Some(Arg::Input(k)) => {
+                        ins.push(Some(cx.input(*k)?));
+                        types.push(cx.input_types.get(*k).copied().flatten());
+                    }
+                    Some(Arg::Step(k)) => {
+                        ins.push(Some(&results[*k]));
+                        types.push(None);
+                    }
+                }
+            }
+            let op = lookup(&step.op).expect("parsed");
+            let t = eval_op(op, &ins, &types, &step.attrs)?;
+            results.push(t);
+        }
+        Ok(vec![results.pop().expect("non-empty body")])
+    }
+}
+
+pub fn ops() -> Vec<&'static dyn Op> {
+    vec![leak(FusedConv), leak(FusedMatMul), leak(Fused)]
+}

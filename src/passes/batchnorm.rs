@@ -1,0 +1,221 @@
+//! Inference-mode BatchNormalization folded away. After a Conv, a 2-D Gemm or a 2-D
+//! MatMul with constant weights that nothing else reads, `s = scale / sqrt(var + eps)`
+//! scales the weights per output channel and `B - mean * s` joins the bias. A
+//! BatchNormalization after anything else becomes `x * s + t` with per-channel
+//! constants, which elementwise fusion then absorbs. Arithmetic in f64, rounded once.
+use super::pattern::{alt, any, constant, op, Pat, Uses};
+use super::{add_const, sweep, try_add, Changed, Pass, PassContext};
+use crate::error::Result;
+use crate::ir::{Attr, Attrs, Graph, NodeId, Value};
+use crate::tensor::Tensor;
+
+pub struct FoldBatchNorm;
+
+impl Pass for FoldBatchNorm {
+    fn name(&self) -> &'static str {
+        "fold-batchnorm"
+    }
+    fn summary(&self) -> &'static str {
+        "fold inference BatchNormalization into the Conv/Gemm/MatMul before it, else into x*s+t"
+    }
+    fn run(&self, g: &mut Graph, cx: &mut PassContext) -> Result<Changed> {
+        let bn = batchnorm_pattern();
+        sweep(g, cx, false, |g, uses, id, cx| fold(g, uses, id, cx, &bn))
+    }
+}
+
+fn batchnorm_pattern() -> Pat {
+    let producer = alt(vec![
+        op("Conv")
+            .single_use()
+            .args(vec![any(), constant(), alt(vec![constant(), Pat::Absent])])
+            .pat(),
+        op("Gemm")
+            .single_use()
+            .args(vec![any(), constant(), alt(vec![constant(), Pat::Absent])])
+            .pat(),
+        op("MatMul")
+            .single_use()
+            .args(vec![any(), constant()])
+            .pat(),
+    ])
+    .capture("producer");
+    op("BatchNormalization")
+        .args(vec![
+            alt(vec![producer, any().capture("x")]),
+            constant().capture("scale"),
+            constant().capture("bias"),
+            constant().capture("mean"),
+            constant().capture("var"),
+        ])
+        .pat()
+}
+
+fn data(g: &Graph, v: Value) -> Vec<f64> {
+    g.node(v.node)
+        .data
+        .as_ref()
+        .expect("a constant")
+        .to_f64_vec()
+}
+
+fn fold(g: &mut Graph, uses: &Uses, id: NodeId, cx: &mut PassContext, pat: &Pat) -> Result<bool> {
+    let Some(m) = pat.matches(g, uses, id.into()) else {
+        return Ok(false);
+    };
+    let y = g.node(id).outputs[0].clone();
+    if !y.dtype.is_float() || y.rank() < 2 {
+        return Ok(false);
+    }
+    let eps = g.node(id).attrs.float_or("epsilon", 1e-5).unwrap_or(1e-5);
+    let (scale, bias, mean, var) = (
+        data(g, m.value("scale")),
+        data(g, m.value("bias")),
+        data(g, m.value("mean")),
+        data(g, m.value("var")),
+    );
+    let c = scale.len();
+    if [bias.len(), mean.len(), var.len()].iter().any(|&k| k != c) {
+        return Ok(false);
+    }
+    let s: Vec<f64> = (0..c).map(|i| scale[i] / (var[i] + eps).sqrt()).collect();
+    let t: Vec<f64> = (0..c).map(|i| bias[i] - mean[i] * s[i]).collect();
+    let name = g.node(id).name.clone();
+    let new = match m.get("producer") {
+        Some(p) => fold_into(g, p.node, &s, &t, &name)?,
+        None => Some(scale_shift(g, m.value("x"), &s, &t, &name)?),
+    };
+    let Some(new) = new else { return Ok(false) };
+    if g.value_type(new)? != &y || !cx.allow_rewrite() {
+        return Ok(false);
+    }
+    g.replace_uses(id.into(), new)?;
+    Ok(true)
+}
+
+/// `x * s + t` with s and t shaped to broadcast over channel axis 1.
+fn scale_shift(g: &mut Graph, x: Value, s: &[f64], t: &[f64], name: &str) -> Result<Value> {
+    let ty = g.value_type(x)?.clone();
+    let mut dims = vec![s.len()];
+    dims.extend(std::iter::repeat_n(1, ty.rank() - 2));
+    let sc = add_const(
+        g,
+        &format!("{name}.scale"),
+        Tensor::from_f64s(ty.dtype, &dims, s).map_err(crate::Error::Graph)?,
+    )?;
+    let sh = add_const(
+        g,
+        &format!("{name}.shift"),
+        Tensor::from_f64s(ty.dtype, &dims, t).map_err(crate::Error::Graph)?,
+    )?;
+    let mul = g.op(
+        "Mul",
+        &[x, sc.into()],
+        Attrs::new(),
+        &g.fresh_name(&format!("{name}.mul")),
+    )?;
+    let add = g.op(
+        "Add",
+        &[mul.into(), sh.into()],
+        Attrs::new(),
+        &g.fresh_name(&format!("{name}.add")),
+    )?;
+    Ok(add.into())
+}
+
+/// The producer with scaled weights and shifted bias, or None when its shapes do not
+/// line up with the channels.
+fn fold_into(g: &mut Graph, p: NodeId, s: &[f64], t: &[f64], name: &str) -> Result<Option<Value>> {
+    let node = g.node(p).clone();
+    let w_val = node.inputs[1].expect("matched");
+    let w_t = g.node(w_val.node).data.clone().expect("constant");
+    let w = w_t.to_f64_vec();
+    let dims = w_t.shape().to_vec();
+    let c = s.len();
+    let dtype = w_t.dtype();
+    // Which weight element belongs to which output channel.
+    let channel_of: Box<dyn Fn(usize) -> usize> = match node.op.as_str() {
+        "Conv" if dims.first() == Some(&c) => {
+            let per = w.len() / c.max(1);
+            Box::new(move |i| i / per)
+        }
+        "Gemm" if dims.len() == 2 => {
+            let trans_b = node.attrs.int_or("transB", 0).unwrap_or(0) != 0;
+            let (rows, cols) = (dims[0], dims[1]);
+            match (trans_b, rows == c, cols == c) {
+                (true, true, _) => Box::new(move |i| i / cols),
+                (false, _, true) => Box::new(move |i| i % cols),
+                _ => return Ok(None),
+            }
+        }
+        "MatMul" if dims.len() == 2 && dims[1] == c && g.node(p).outputs[0].rank() == 2 => {
+            Box::new(move |i| i % c)
+        }
+        _ => return Ok(None),
+    };
+    let scaled: Vec<f64> = w
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| x * s[channel_of(i)])
+        .collect();
+    let new_w = add_const(
+        g,
+        &format!("{}.w", node.name),
+        Tensor::from_f64s(dtype, &dims, &scaled).map_err(crate::Error::Graph)?,
+    )?;
+    // The old bias, per channel (absent = 0).
+    let old_bias: Vec<f64> = match node.inputs.get(2).copied().flatten() {
+        None => vec![0.0; c],
+        Some(b) => {
+            let v = data(g, b);
+            match v.len() {
+                1 => vec![v[0]; c],
+                k if k == c => v,
+                _ => return Ok(None),
+            }
+        }
+    };
+    let beta = node.attrs.float_or("beta", 1.0).unwrap_or(1.0);
+    let new_bias: Vec<f64> = (0..c)
+        .map(|i| match node.op.as_str() {
+            // Gemm adds beta * C: C' = C * s + t / beta.
+            "Gemm" => old_bias[i] * s[i] + t[i] / beta,
+            _ => old_bias[i] * s[i] + t[i],
+        })
+        .collect();
+    if node.op == "Gemm" && beta == 0.0 {
+        return Ok(None);
+    }
+    let b = add_const(
+        g,
+        &format!("{name}.bias"),
+        Tensor::from_f64s(dtype, &[c], &new_bias).map_err(crate::Error::Graph)?,
+    )?;
+    let mut inputs = node.inputs.clone();
+    inputs[1] = Some(new_w.into());
+    let out = if node.op == "MatMul" {
+        let Some(mm) = try_add(g, "MatMul", &inputs, node.attrs.clone(), &node.name) else {
+            return Ok(None);
+        };
+        g.op(
+            "Add",
+            &[mm.into(), b.into()],
+            Attrs::new(),
+            &g.fresh_name(&format!("{name}.add")),
+        )?
+    } else {
+        if inputs.len() < 3 {
+            inputs.push(None);
+        }
+        inputs[2] = Some(b.into());
+        let mut attrs = node.attrs.clone();
+        if node.op == "Gemm" && attrs.get("beta").is_none() {
+            attrs.set("beta", Attr::Float(1.0));
+        }
+        let Some(n) = try_add(g, &node.op, &inputs, attrs, &node.name) else {
+            return Ok(None);
+        };
+        n
+    };
+    Ok(Some(out.into()))
+}

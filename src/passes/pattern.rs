@@ -1,0 +1,428 @@
+//! The pattern matcher: "regular expressions for graphs".
+//!
+//! A [`Pat`] describes the values that flow into a root value: op-type nodes (one op or
+//! alternatives), wildcards, constants, predicates on a node (attributes, shapes,
+//! dtypes), captures (a name bound twice must bind the same value, so `x * sigmoid(x)`
+//! is expressible), alternatives, optional nodes and repeated chains, and the
+//! single-consumer constraint that a fusion needs before it may swallow a node.
+//! Matching walks operand edges upward from the root, backtracking over alternatives,
+//! commutative operand orders and chain lengths.
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::ir::{Graph, Node, NodeId, Value};
+use crate::tensor::Tensor;
+
+/// Who reads each value, counting only nodes the graph still needs (dead nodes that a
+/// rewrite left for `dce` do not count).
+pub struct Uses {
+    users: HashMap<Value, Vec<NodeId>>,
+    live: Vec<bool>,
+    outputs: HashSet<Value>,
+}
+
+impl Uses {
+    pub fn new(g: &Graph) -> Uses {
+        let mut live = vec![false; g.len()];
+        let mut stack: Vec<NodeId> = g.outputs().iter().map(|o| o.value.node).collect();
+        stack.extend(
+            g.node_ids().filter(|&id| {
+                matches!(g.node(id).op.as_str(), "Assign" | "Variable" | "Parameter")
+            }),
+        );
+        while let Some(id) = stack.pop() {
+            if std::mem::replace(&mut live[id.index()], true) {
+                continue;
+            }
+            let n = g.node(id);
+            stack.extend(n.inputs.iter().flatten().map(|v| v.node));
+            stack.extend(n.control_deps.iter().copied());
+        }
+        let mut users: HashMap<Value, Vec<NodeId>> = HashMap::new();
+        for id in g.node_ids().filter(|id| live[id.index()]) {
+            for v in g.node(id).inputs.iter().flatten() {
+                users.entry(*v).or_default().push(id);
+            }
+        }
+        let outputs = g.outputs().iter().map(|o| o.value).collect();
+        Uses {
+            users,
+            live,
+            outputs,
+        }
+    }
+
+    /// The live nodes reading `v`, once per operand slot.
+    pub fn users(&self, v: Value) -> &[NodeId] {
+        self.users.get(&v).map_or(&[], |u| u.as_slice())
+    }
+
+    pub fn is_live(&self, id: NodeId) -> bool {
+        self.live.get(id.index()).copied().unwrap_or(false)
+    }
+
+    pub fn is_graph_output(&self, v: Value) -> bool {
+        self.outputs.contains(&v)
+    }
+
+    /// Whether `id`'s outputs are read by exactly one operand slot in all, and none is a
+    /// graph output: a fusion may then absorb the node.
+    pub fn single_use(&self, g: &Graph, id: NodeId) -> bool {
+        let n = g.node(id).outputs.len() as u32;
+        let reads: usize = (0..n).map(|i| self.users(id.out(i)).len()).sum();
+        reads == 1 && (0..n).all(|i| !self.is_graph_output(id.out(i)))
+    }
+}
+
+/// A predicate on a matched node.
+pub type NodePred = Arc<dyn Fn(&Graph, &Node) -> bool + Send + Sync>;
+/// A predicate on a matched constant's value.
+pub type ConstPred = Arc<dyn Fn(&Tensor) -> bool + Send + Sync>;
+
+/// A pattern over the value flowing into an operand.
+#[derive(Clone)]
+pub enum Pat {
+    /// Any present value.
+    Any,
+    /// An omitted optional operand.
+    Absent,
+    /// The output of a `Constant` whose value satisfies the predicate.
+    Const(Option<ConstPred>),
+    /// Output 0 of a node matching the node pattern.
+    Node(Box<NodePat>),
+    /// The first alternative that matches.
+    Alt(Vec<Pat>),
+    /// Binds the matched value to a name.
+    Capture(String, Box<Pat>),
+    /// `min..=max` nodes matching `step`, each feeding the next through operand
+    /// `through`, above a value matching `below`; longest first. Each step's value is
+    /// bound to `name` (root first). `min 0, max 1` is an optional node.
+    Chain {
+        step: Box<NodePat>,
+        through: usize,
+        min: usize,
+        max: usize,
+        below: Box<Pat>,
+        name: Option<String>,
+    },
+}
+
+/// A node: its op (one of `ops`), its operands (a prefix; unlisted operands are free),
+/// and constraints.
+#[derive(Clone)]
+pub struct NodePat {
+    ops: Vec<String>,
+    args: Vec<Pat>,
+    commutative: bool,
+    single_use: bool,
+    preds: Vec<NodePred>,
+}
+
+/// A node of op `name`.
+pub fn op(name: &str) -> NodePat {
+    ops(&[name])
+}
+
+/// A node of any of the ops `names`.
+pub fn ops(names: &[&str]) -> NodePat {
+    NodePat {
+        ops: names.iter().map(|s| s.to_string()).collect(),
+        args: vec![],
+        commutative: false,
+        single_use: false,
+        preds: vec![],
+    }
+}
+
+/// Any present value.
+pub fn any() -> Pat {
+    Pat::Any
+}
+
+/// Any constant.
+pub fn constant() -> Pat {
+    Pat::Const(None)
+}
+
+/// A constant every element of which satisfies `f` (read as f64).
+pub fn const_where(f: impl Fn(f64) -> bool + Send + Sync + 'static) -> Pat {
+    Pat::Const(Some(Arc::new(move |t: &Tensor| {
+        t.len() > 0 && t.to_f64_vec().into_iter().all(&f)
+    })))
+}
+
+/// A constant whose every element is `x`.
+pub fn splat(x: f64) -> Pat {
+    const_where(move |v| v == x)
+}
+
+/// The first of `alternatives` that matches.
+pub fn alt(alternatives: Vec<Pat>) -> Pat {
+    Pat::Alt(alternatives)
+}
+
+/// `step` above `below` (through operand `through`), or just `below`.
+pub fn optional(step: NodePat, through: usize, below: Pat) -> Pat {
+    chain(step, through, 0, 1, below)
+}
+
+/// Between `min` and `max` `step` nodes in a row above `below`.
+pub fn chain(step: NodePat, through: usize, min: usize, max: usize, below: Pat) -> Pat {
+    Pat::Chain {
+        step: Box::new(step),
+        through,
+        min,
+        max,
+        below: Box::new(below),
+        name: None,
+    }
+}
+
+impl NodePat {
+    /// The first operands' patterns, in order.
+    pub fn args(mut self, args: Vec<Pat>) -> NodePat {
+        self.args = args;
+        self
+    }
+
+    /// The two operands may match in either order.
+    pub fn commutative(mut self) -> NodePat {
+        self.commutative = true;
+        self
+    }
+
+    /// The node's outputs have exactly one reader and are not graph outputs.
+    pub fn single_use(mut self) -> NodePat {
+        self.single_use = true;
+        self
+    }
+
+    /// A predicate on the node (its attributes, input and output types).
+    pub fn when(mut self, f: impl Fn(&Graph, &Node) -> bool + Send + Sync + 'static) -> NodePat {
+        self.preds.push(Arc::new(f));
+        self
+    }
+
+    pub fn pat(self) -> Pat {
+        Pat::Node(Box::new(self))
+    }
+
+    pub fn capture(self, name: &str) -> Pat {
+        self.pat().capture(name)
+    }
+}
+
+impl From<NodePat> for Pat {
+    fn from(p: NodePat) -> Pat {
+        p.pat()
+    }
+}
+
+impl Pat {
+    pub fn capture(self, name: &str) -> Pat {
+        Pat::Capture(name.to_string(), Box::new(self))
+    }
+
+    /// For a chain: binds each step's value to `name`.
+    pub fn each(self, name: &str) -> Pat {
+        match self {
+            Pat::Chain {
+                step,
+                through,
+                min,
+                max,
+                below,
+                ..
+            } => Pat::Chain {
+                step,
+                through,
+                min,
+                max,
+                below,
+                name: Some(name.to_string()),
+            },
+            other => other.capture(name),
+        }
+    }
+
+    /// Matches at `root`.
+    pub fn matches(&self, g: &Graph, uses: &Uses, root: Value) -> Option<Match> {
+        let mut m = Matcher {
+            g,
+            uses,
+            caps: vec![],
+        };
+        m.pat(self, Some(root)).then(|| Match { caps: m.caps })
+    }
+}
+
+/// What a match bound.
+#[derive(Debug, Clone)]
+pub struct Match {
+    caps: Vec<(String, Value)>,
+}
+
+impl Match {
+    /// The value bound to `name` (the first, for a chain).
+    pub fn get(&self, name: &str) -> Option<Value> {
+        self.caps.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+
+    /// The value bound to `name`; the pattern guarantees it.
+    pub fn value(&self, name: &str) -> Value {
+        self.get(name)
+            .unwrap_or_else(|| panic!("pattern has no capture '{name}'"))
+    }
+
+    /// The node of the value bound to `name`.
+    pub fn node(&self, name: &str) -> NodeId {
+        self.value(name).node
+    }
+
+    /// Every value bound to `name`, in binding order.
+    pub fn all(&self, name: &str) -> Vec<Value> {
+        self.caps
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| *v)
+            .collect()
+    }
+}
+
+struct Matcher<'a> {
+    g: &'a Graph,
+    uses: &'a Uses,
+    caps: Vec<(String, Value)>,
+}
+
+impl Matcher<'_> {
+    /// Tries `p` at `v`; on failure the captures are as before.
+    fn pat(&mut self, p: &Pat, v: Option<Value>) -> bool {
+        let mark = self.caps.len();
+        let ok = self.pat_inner(p, v);
+        if !ok {
+            self.caps.truncate(mark);
+        }
+        ok
+    }
+
+    fn pat_inner(&mut self, p: &Pat, v: Option<Value>) -> bool {
+        let Some(v) = v else {
+            // An omitted operand: only Absent matches it, perhaps inside Alt or Capture.
+            return match p {
+                Pat::Absent => true,
+                Pat::Alt(alts) => alts.iter().any(|a| self.pat(a, None)),
+                Pat::Capture(_, inner) => self.pat(inner, None),
+                _ => false,
+            };
+        };
+        match p {
+            Pat::Any => true,
+            Pat::Absent => false,
+            Pat::Const(pred) => {
+                let n = self.g.node(v.node);
+                n.op == "Constant"
+                    && match (pred, &n.data) {
+                        (None, _) => true,
+                        (Some(f), Some(t)) => f(t),
+                        (Some(_), None) => false,
+                    }
+            }
+            Pat::Node(np) => v.output == 0 && self.node(np, v.node),
+            Pat::Alt(alts) => alts.iter().any(|a| self.pat(a, Some(v))),
+            Pat::Capture(name, inner) => {
+                if let Some((_, bound)) = self.caps.iter().find(|(n, _)| n == name) {
+                    if *bound != v {
+                        return false;
+                    }
+                }
+                if !self.pat(inner, Some(v)) {
+                    return false;
+                }
+                self.caps.push((name.clone(), v));
+                true
+            }
+            Pat::Chain {
+                step,
+                through,
+                min,
+                max,
+                below,
+                name,
+            } => {
+                // The longest run of step nodes first, then shorter ones.
+                let mut run = vec![];
+                let mut cur = Some(v);
+                while run.len() < *max {
+                    let Some(c) = cur else { break };
+                    let mark = self.caps.len();
+                    if c.output != 0 || !self.node(step, c.node) {
+                        self.caps.truncate(mark);
+                        break;
+                    }
+                    self.caps.truncate(mark);
+                    run.push(c);
+                    cur = self.g.node(c.node).inputs.get(*through).copied().flatten();
+                }
+                for k in (*min..=run.len()).rev() {
+                    let mark = self.caps.len();
+                    let start = if k == 0 {
+                        Some(v)
+                    } else {
+                        self.g
+                            .node(run[k - 1].node)
+                            .inputs
+                            .get(*through)
+                            .copied()
+                            .flatten()
+                    };
+                    // Re-match the steps for their captures, then what lies below.
+                    let steps_ok = run[..k].iter().all(|s| self.node(step, s.node));
+                    if steps_ok && self.pat(below, start) {
+                        if let Some(name) = name {
+                            for s in &run[..k] {
+                                self.caps.push((name.clone(), *s));
+                            }
+                        }
+                        return true;
+                    }
+                    self.caps.truncate(mark);
+                }
+                false
+            }
+        }
+    }
+
+    fn node(&mut self, p: &NodePat, id: NodeId) -> bool {
+        let n = self.g.node(id);
+        if !p.ops.iter().any(|o| *o == n.op) {
+            return false;
+        }
+        if p.single_use && !self.uses.single_use(self.g, id) {
+            return false;
+        }
+        if !p.preds.iter().all(|f| f(self.g, n)) {
+            return false;
+        }
+        // Operands past the node's last are omitted ones.
+        let operand = |i: usize| n.inputs.get(i).copied().flatten();
+        let mark = self.caps.len();
+        let in_order = p
+            .args
+            .iter()
+            .enumerate()
+            .all(|(i, a)| self.pat(a, operand(i)));
+        if in_order {
+            return true;
+        }
+        self.caps.truncate(mark);
+        if p.commutative && p.args.len() == 2 && n.inputs.len() == 2 {
+            let swapped = self.pat(&p.args[0], operand(1)) && self.pat(&p.args[1], operand(0));
+            if swapped {
+                return true;
+            }
+            self.caps.truncate(mark);
+        }
+        false
+    }
+}

@@ -1,0 +1,223 @@
+//! Algebraic simplification: identities (`x * 1`, `x + 0`, `x - 0`, `x / 1`,
+//! `x ^ 1`, integer `x - x`), no-op data movement (Identity, a Cast, Reshape, Expand,
+//! Squeeze, Unsqueeze or Flatten to the operand's own type, a one-operand Concat),
+//! Transpose∘Transpose composed, Reshape of a reshape collapsed, and transposes of the
+//! last two axes folded into Gemm's and FusedMatMul's `trans` flags.
+//!
+//! `x - x` is not folded for floats: it is NaN, not 0, where x is infinite or NaN.
+use super::pattern::{any, op, ops, splat, Pat, Uses};
+use super::{add_const, sweep, try_add, Changed, Pass, PassContext};
+use crate::error::Result;
+use crate::ir::{Attr, Attrs, Graph, NodeId, Value};
+use crate::tensor::Tensor;
+
+pub struct Simplify;
+
+impl Pass for Simplify {
+    fn name(&self) -> &'static str {
+        "simplify"
+    }
+    fn summary(&self) -> &'static str {
+        "algebraic identities, no-op data movement, transpose/reshape chains, transposes into matmul flags"
+    }
+    fn run(&self, g: &mut Graph, cx: &mut PassContext) -> Result<Changed> {
+        let rules = Rules::new();
+        let changed = sweep(g, cx, false, |g, uses, id, cx| rules.apply(g, uses, id, cx))?;
+        if changed {
+            g.refresh_types()?;
+        }
+        Ok(changed)
+    }
+}
+
+struct Rules {
+    identity: Pat,
+    transpose2: Pat,
+    reshape2: Pat,
+    sub_self: Pat,
+}
+
+/// The perm of a Transpose node (reversed axes when absent).
+fn perm(g: &Graph, id: NodeId) -> Option<Vec<usize>> {
+    let n = g.node(id);
+    let rank = g.value_type(n.inputs[0]?).ok()?.rank();
+    match n.attrs.ints("perm").ok()? {
+        None => Some((0..rank).rev().collect()),
+        Some(p) => p
+            .iter()
+            .map(|&a| usize::try_from(if a < 0 { a + rank as i64 } else { a }).ok())
+            .collect(),
+    }
+}
+
+/// Whether `id` is a Transpose swapping exactly its last two axes.
+fn swaps_last_two(g: &Graph, id: NodeId) -> bool {
+    let n = g.node(id);
+    if n.op != "Transpose" {
+        return false;
+    }
+    let Some(p) = perm(g, id) else { return false };
+    let r = p.len();
+    r >= 2
+        && p[..r - 2].iter().enumerate().all(|(i, &a)| a == i)
+        && p[r - 2] == r - 1
+        && p[r - 1] == r - 2
+}
+
+impl Rules {
+    fn new() -> Rules {
+        let x = || any().capture("x");
+        Rules {
+            // Ops whose output is their first operand when the rest are neutral.
+            identity: crate::passes::pattern::alt(vec![
+                op("Identity").args(vec![x()]).pat(),
+                op("Add").commutative().args(vec![x(), splat(0.0)]).pat(),
+                op("Mul").commutative().args(vec![x(), splat(1.0)]).pat(),
+                ops(&["Sub"]).args(vec![x(), splat(0.0)]).pat(),
+                ops(&["Div", "Pow"]).args(vec![x(), splat(1.0)]).pat(),
+                ops(&[
+                    "Cast",
+                    "Reshape",
+                    "Expand",
+                    "Squeeze",
+                    "Unsqueeze",
+                    "Flatten",
+                ])
+                .args(vec![x()])
+                .pat(),
+                op("Concat")
+                    .args(vec![x()])
+                    .when(|_, n| n.inputs.len() == 1)
+                    .pat(),
+            ]),
+            transpose2: op("Transpose")
+                .args(vec![op("Transpose").args(vec![x()]).capture("inner")])
+                .pat(),
+            reshape2: op("Reshape")
+                .args(vec![
+                    ops(&["Reshape", "Flatten", "Squeeze", "Unsqueeze"])
+                        .args(vec![x()])
+                        .pat(),
+                    crate::passes::pattern::const_where(|d| d != 0.0).capture("shape"),
+                ])
+                .when(|_, n| n.attrs.int_or("allowzero", 0) == Ok(0))
+                .pat(),
+            sub_self: op("Sub").args(vec![x(), x()]).pat(),
+        }
+    }
+
+    fn apply(&self, g: &mut Graph, uses: &Uses, id: NodeId, cx: &mut PassContext) -> Result<bool> {
+        let root: Value = id.into();
+        if g.node(id).outputs.len() != 1 {
+            return Ok(false);
+        }
+        let out_ty = g.node(id).outputs[0].clone();
+        // x op neutral -> x, when that changes neither dtype nor shape.
+        if let Some(m) = self.identity.matches(g, uses, root) {
+            let x = m.value("x");
+            if *g.value_type(x)? == out_ty && cx.allow_rewrite() {
+                g.replace_uses(root, x)?;
+                return Ok(true);
+            }
+        }
+        if let Some(m) = self.transpose2.matches(g, uses, root) {
+            let (Some(outer), Some(inner)) = (perm(g, id), perm(g, m.node("inner"))) else {
+                return Ok(false);
+            };
+            let x = m.value("x");
+            let composed: Vec<usize> = outer.iter().map(|&i| inner[i]).collect();
+            if !cx.allow_rewrite() {
+                return Ok(false);
+            }
+            if composed.iter().enumerate().all(|(i, &a)| a == i) {
+                g.replace_uses(root, x)?;
+            } else {
+                let perm = Attr::Ints(composed.iter().map(|&a| a as i64).collect());
+                let name = g.node(id).name.clone();
+                let t = g.op(
+                    "Transpose",
+                    &[x],
+                    Attrs::new().with("perm", perm),
+                    &g.fresh_name(&name),
+                )?;
+                g.replace_uses(root, t.into())?;
+            }
+            return Ok(true);
+        }
+        if let Some(m) = self.reshape2.matches(g, uses, root) {
+            let name = g.node(id).name.clone();
+            let attrs = g.node(id).attrs.clone();
+            if let Some(r) = try_add(
+                g,
+                "Reshape",
+                &[Some(m.value("x")), Some(m.value("shape"))],
+                attrs,
+                &name,
+            ) {
+                if g.node(r).outputs[0] == out_ty && cx.allow_rewrite() {
+                    g.replace_uses(root, r.into())?;
+                    return Ok(true);
+                }
+            }
+        }
+        if let Some(m) = self.sub_self.matches(g, uses, root) {
+            let dims = out_ty.shape.to_fixed();
+            if let (true, Some(dims)) = (out_ty.dtype.is_int(), dims) {
+                if cx.allow_rewrite() {
+                    let _ = m;
+                    let base = format!("{}.zero", g.node(id).name);
+                    let c = add_const(g, &base, Tensor::zeros(out_ty.dtype, &dims))?;
+                    g.replace_uses(root, c.into())?;
+                    return Ok(true);
+                }
+            }
+        }
+        self.transpose_into_flags(g, id, cx)
+    }
+
+    /// Gemm / MatMul / FusedMatMul of a last-two-axes transpose: the flag instead.
+    fn transpose_into_flags(
+        &self,
+        g: &mut Graph,
+        id: NodeId,
+        cx: &mut PassContext,
+    ) -> Result<bool> {
+        let n = g.node(id).clone();
+        let (flags_op, rank_ok) = match n.op.as_str() {
+            "Gemm" => ("Gemm", true),
+            "MatMul" | "FusedMatMul" => ("FusedMatMul", true),
+            _ => ("", false),
+        };
+        if !rank_ok {
+            return Ok(false);
+        }
+        let mut inputs = n.inputs.clone();
+        let mut attrs = n.attrs.clone();
+        let mut any_folded = false;
+        for (i, flag) in [(0usize, "transA"), (1, "transB")] {
+            let Some(v) = inputs[i] else { continue };
+            if v.output != 0 || !swaps_last_two(g, v.node) {
+                continue;
+            }
+            // Gemm's operands are matrices: its transpose is the 2-D swap.
+            if n.op == "Gemm" && g.value_type(v)?.rank() != 2 {
+                continue;
+            }
+            let flipped = 1 - attrs.int_or(flag, 0).unwrap_or(0).clamp(0, 1);
+            attrs.set(flag, Attr::Int(flipped));
+            inputs[i] = g.node(v.node).inputs[0];
+            any_folded = true;
+        }
+        if !any_folded {
+            return Ok(false);
+        }
+        let Some(new) = try_add(g, flags_op, &inputs, attrs, &n.name) else {
+            return Ok(false);
+        };
+        if g.node(new).outputs[0] != n.outputs[0] || !cx.allow_rewrite() {
+            return Ok(false);
+        }
+        g.replace_uses(id.into(), new.into())?;
+        Ok(true)
+    }
+}
