@@ -3,9 +3,11 @@
 through Kiln (the `kiln` CLI, every backend given) and through onnxruntime; outputs must
 agree within rtol 1e-4, atol 1e-5. Usage: onnx-real-models.py KILN_BINARY OUT_DIR [BACKEND...]
 
-Models: an MLP, a small CNN, ResNet-18 (un-fused BatchNormalization; 64x64 input so that
-the reference interpreter stays quick) and a 2-layer BERT-base-shaped encoder (hidden 768,
-12 heads, Erf-GELU, LayerNormalization, symbolic batch and sequence).
+Models: an MLP, a small CNN, ResNet-18 and ResNet-50 (un-fused BatchNormalization; run at
+64x64 so that the reference interpreter stays quick; ResNet-50's spatial dims are
+symbolic) and a 2-layer BERT-base-shaped encoder (hidden 768, 12 heads, Erf-GELU,
+symbolic batch and sequence; layer 0 writes softmax and LayerNorm decomposed, as older
+exporters do, layer 1 uses the ops).
 """
 import os
 import subprocess
@@ -107,6 +109,45 @@ def resnet18():
     return b.model("resnet18", [x], [out_info(y)]), {"x": rng.standard_normal((1, 3, 64, 64)).astype(np.float32)}
 
 
+def resnet50():
+    b = Builder()
+    h = conv_bn_relu(b, "x", 3, 64, 7, 2)
+    h = b.op("MaxPool", [h], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, (width, blocks) in enumerate([(64, 3), (128, 4), (256, 6), (512, 3)]):
+        cout = width * 4
+        for block in range(blocks):
+            stride = 2 if stage > 0 and block == 0 else 1
+            y = conv_bn_relu(b, h, cin, width, 1, 1)
+            y = conv_bn_relu(b, y, width, width, 3, stride)
+            y = conv_bn_relu(b, y, width, cout, 1, 1, relu=False)
+            skip = h if block > 0 else conv_bn_relu(b, h, cin, cout, 1, stride, relu=False)
+            h = b.op("Relu", [b.op("Add", [y, skip])])
+            cin = cout
+    h = b.op("Flatten", [b.op("GlobalAveragePool", [h])], axis=1)
+    y = b.op("Gemm", [h, b.weight([1000, 2048]), b.weight([1000], 0.1)], transB=1)
+    # Symbolic spatial dims: the tests run it at 64x64, the memory report at 224x224.
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
+    return b.model("resnet50", [x], [out_info(y)]), {"x": rng.standard_normal((1, 3, 64, 64)).astype(np.float32)}
+
+
+def layer_norm_decomposed(b, x, hidden):
+    """LayerNormalization as exporters at opsets below 17 write it."""
+    mean = b.op("ReduceMean", [x], axes=[-1])
+    d = b.op("Sub", [x, mean])
+    var = b.op("ReduceMean", [b.op("Pow", [d, b.const(np.float32(2.0))])], axes=[-1])
+    normed = b.op("Div", [d, b.op("Sqrt", [b.op("Add", [var, b.const(np.float32(1e-12))])])])
+    gamma = b.const((1.0 + 0.1 * rng.standard_normal(hidden)).astype(np.float32))
+    beta = b.const((0.1 * rng.standard_normal(hidden)).astype(np.float32))
+    return b.op("Add", [b.op("Mul", [normed, gamma]), beta])
+
+
+def softmax_decomposed(b, x):
+    """Softmax over the last axis as a graph of primitive ops."""
+    e = b.op("Exp", [b.op("Sub", [x, b.op("ReduceMax", [x], axes=[-1])])])
+    return b.op("Div", [e, b.op("ReduceSum", [e, b.const(np.array([-1], dtype=np.int64))])])
+
+
 def bert_encoder():
     b = Builder()
     hidden, heads, ffn = 768, 12, 3072
@@ -114,7 +155,9 @@ def bert_encoder():
     h = b.op("Gather", [b.weight([1000, hidden], 0.02), "ids"], axis=0)
     split_heads = b.const(np.array([0, 0, heads, head], dtype=np.int64))
     merge_heads = b.const(np.array([0, 0, hidden], dtype=np.int64))
-    for _ in range(2):
+    # Layer 0 writes softmax and LayerNorm decomposed, as older exporters do; layer 1
+    # uses the ops. The recognize pass turns the first into the second.
+    for layer in range(2):
         def dense(x, n_in, n_out):
             return b.op("Add", [b.op("MatMul", [x, b.weight([n_in, n_out])]), b.weight([n_out], 0.02)])
 
@@ -123,10 +166,15 @@ def bert_encoder():
 
         q, k, v = (heads_of(dense(h, hidden, hidden)) for _ in range(3))
         scores = b.op("Div", [b.op("MatMul", [q, b.op("Transpose", [k], perm=[0, 1, 3, 2])]), b.const(np.float32(np.sqrt(head)))])
-        ctx = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v])
+        probs = softmax_decomposed(b, scores) if layer == 0 else b.op("Softmax", [scores], axis=-1)
+        ctx = b.op("MatMul", [probs, v])
         ctx = b.op("Reshape", [b.op("Transpose", [ctx], perm=[0, 2, 1, 3]), merge_heads])
-        ln1 = [b.const(np.ones(hidden, np.float32)), b.const(np.zeros(hidden, np.float32))]
-        h = b.op("LayerNormalization", [b.op("Add", [dense(ctx, hidden, hidden), h])] + ln1, axis=-1, epsilon=1e-12)
+        attn_out = b.op("Add", [dense(ctx, hidden, hidden), h])
+        if layer == 0:
+            h = layer_norm_decomposed(b, attn_out, hidden)
+        else:
+            ln1 = [b.const(np.ones(hidden, np.float32)), b.const(np.zeros(hidden, np.float32))]
+            h = b.op("LayerNormalization", [attn_out] + ln1, axis=-1, epsilon=1e-12)
         u = dense(h, hidden, ffn)
         gelu = b.op("Mul", [b.op("Mul", [u, b.const(np.float32(0.5))]),
                             b.op("Add", [b.op("Erf", [b.op("Div", [u, b.const(np.float32(np.sqrt(2.0)))])]), b.const(np.float32(1.0))])])
@@ -138,7 +186,7 @@ def bert_encoder():
 
 def main(kiln, out, backends):
     failures = 0
-    for make in (mlp, small_cnn, resnet18, bert_encoder):
+    for make in (mlp, small_cnn, resnet18, resnet50, bert_encoder):
         model, feeds = make()
         d = os.path.join(out, model.graph.name)
         os.makedirs(d, exist_ok=True)

@@ -52,7 +52,7 @@ fn f32_tensor(name: &str, dims: &[i64], raw: Vec<u8>) -> proto::TensorProto {
         name: Some(name.into()),
         dims: dims.to_vec(),
         data_type: Some(FLOAT),
-        raw_data: Some(raw),
+        raw_data: Some(raw.into()),
         ..Default::default()
     }
 }

@@ -87,10 +87,16 @@ fn onnx_node_suite() {
         eprintln!("skipped: target/onnx-node is missing (scripts/onnx-node-tests.sh generates it; make test does)");
         return;
     }
+    // KILN_NODE_CASES=substring runs only the matching cases (no manifest check).
+    let only = std::env::var("KILN_NODE_CASES").ok();
     let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.join("model.onnx").exists())
+        .filter(|p| {
+            only.as_ref()
+                .is_none_or(|o| p.to_string_lossy().contains(o.as_str()))
+        })
         .collect();
     cases.sort();
     // Two workers; a panic in one case is caught and recorded, never fatal.
@@ -162,14 +168,21 @@ fn onnx_node_suite() {
     if std::env::var_os("BLESS").is_some() {
         std::fs::write(manifest_path(), &record).unwrap();
     }
+    if only.is_some() {
+        for r in &results {
+            println!("{}: interp {:?}; cpu {:?}", r.0, r.2, r.3);
+        }
+        return;
+    }
     let expected = std::fs::read_to_string(manifest_path()).unwrap_or_default();
-    let regressions: Vec<&str> = expected
+    // A recorded pass that fails on either backend, with both outcomes.
+    let regressions: Vec<String> = expected
         .lines()
         .filter_map(|l| l.strip_suffix(" pass"))
-        .filter(|name| {
-            !results
-                .iter()
-                .any(|r| r.0 == *name && r.2.is_ok() && r.3.is_ok())
+        .filter_map(|name| match results.iter().find(|r| r.0 == name) {
+            Some(r) if r.2.is_ok() && r.3.is_ok() => None,
+            Some(r) => Some(format!("{name} (interp: {:?}; cpu: {:?})", r.2, r.3)),
+            None => Some(format!("{name} (missing)")),
         })
         .collect();
     assert!(
@@ -178,6 +191,7 @@ fn onnx_node_suite() {
     );
     assert!(
         regressions.is_empty(),
-        "cases that used to pass fail now: {regressions:?}"
+        "cases that used to pass fail now:\n{}",
+        regressions.join("\n")
     );
 }

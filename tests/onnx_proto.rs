@@ -11,6 +11,8 @@ fn generated_onnx_protobuf_code_is_fresh() {
     std::fs::create_dir_all(&out).unwrap();
     prost_build::Config::new()
         .out_dir(&out)
+        // Weights decode as slices of the model's buffer, not copies of it.
+        .bytes([".onnx.TensorProto.raw_data"])
         .compile_fds(fds)
         .expect("prost generates the code");
     let header =

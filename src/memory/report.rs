@@ -184,6 +184,7 @@ const LIVE_COLOR: &str = "#9ecae1";
 const OWN_COLOR: &str = "#2166ac";
 const PLANNED_COLOR: &str = "#d62728";
 const BOUND_COLOR: &str = "#2ca02c";
+const DASH: &str = r#" stroke-dasharray="6 4""#;
 
 /// A self-contained SVG chart of memory over the schedule: per step a bar of all live
 /// bytes with, overlaid, a darker bar of the step's own output bytes; horizontal lines
@@ -192,12 +193,21 @@ const BOUND_COLOR: &str = "#2ca02c";
 pub fn to_svg(plan: &MemoryPlan, g: &Graph, title: &str) -> String {
     let title = if title.is_empty() { &g.name } else { title };
     let n = plan.steps.len();
-    let plot_w = (n as f64 * 8.0).clamp(480.0, 1400.0);
+    // Leading steps with nothing live (the sources, which a schedule puts first) are
+    // left out: x starts at the first step holding arena memory.
+    let start = plan
+        .steps
+        .iter()
+        .position(|s| s.live_bytes > 0)
+        .unwrap_or(0);
+    let shown = &plan.steps[start..];
+    let m = shown.len();
+    let plot_w = (m as f64 * 8.0).clamp(560.0, 1400.0);
     let plot_h = 360.0;
-    let (left, right, top, bottom) = (78.0, 24.0, 96.0, 52.0);
+    let (left, right, top, bottom) = (78.0, 150.0, 104.0, 56.0);
     let width = left + plot_w + right;
     let height = top + plot_h + bottom;
-    let step_w = plot_w / n.max(1) as f64;
+    let step_w = plot_w / m.max(1) as f64;
     let thin = step_w < 3.0;
 
     let peak_live = plan.steps.iter().map(|s| s.live_bytes).max().unwrap_or(0);
@@ -206,7 +216,8 @@ pub fn to_svg(plan: &MemoryPlan, g: &Graph, title: &str) -> String {
     let tick = nice_step(y_data * 1.05, unit, 6.0);
     let y_max = ((y_data * 1.05) / tick).ceil() * tick;
     let y = |b: f64| top + plot_h - b / y_max * plot_h;
-    let x = |s: f64| left + s * step_w;
+    // The left edge of absolute step `s`.
+    let x = |s: f64| left + (s - start as f64) * step_w;
     let base = top + plot_h;
 
     let mut o = String::new();
@@ -223,11 +234,11 @@ pub fn to_svg(plan: &MemoryPlan, g: &Graph, title: &str) -> String {
         num(width),
         num(height)
     );
-    // Title and summary.
+
+    // Title, a two-line summary and the legend.
     let _ = writeln!(
         o,
-        r#"<text x="{}" y="24" font-size="16" font-weight="bold">{}</text>"#,
-        num(left),
+        r#"<text x="16" y="24" font-size="16" font-weight="bold">{}</text>"#,
         xml(title)
     );
     let saved = if plan.naive_bytes > 0 {
@@ -235,28 +246,35 @@ pub fn to_svg(plan: &MemoryPlan, g: &Graph, title: &str) -> String {
     } else {
         0.0
     };
-    let summary = format!(
-        "{n} steps · {} buffers · naive {} · planned {} ({saved:.1}% saved) · lower bound {} ({} without in-place) · {} in-place reuses · {}",
-        plan.buffers.len(),
-        human_bytes(plan.naive_bytes, 2),
-        human_bytes(plan.planned_bytes, 2),
-        human_bytes(plan.lower_bound_bytes, 2),
-        human_bytes(plan.lower_bound_without_inplace_bytes, 2),
-        plan.inplace_reuses,
-        plan.strategy
-    );
-    let _ = writeln!(
-        o,
-        r##"<text x="{}" y="44" fill="#444">{}</text>"##,
-        num(left),
-        xml(&summary)
-    );
-    // Legend.
-    let mut lx = left;
-    let ly = 66.0;
+    let ratio = plan.ratio_to_lower_bound();
+    let lines = [
+        format!(
+            "planned arena {} · lower bound {} (×{ratio:.3}) · naive {} ({saved:.1}% saved)",
+            human_bytes(plan.planned_bytes, 2),
+            human_bytes(plan.lower_bound_bytes, 2),
+            human_bytes(plan.naive_bytes, 2),
+        ),
+        format!(
+            "{n} steps · {} buffers · {} in-place reuses (lower bound without them {}) · {}",
+            plan.buffers.len(),
+            plan.inplace_reuses,
+            human_bytes(plan.lower_bound_without_inplace_bytes, 2),
+            plan.strategy
+        ),
+    ];
+    for (i, line) in lines.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            r##"<text x="16" y="{}" fill="#444">{}</text>"##,
+            44 + 16 * i,
+            xml(line)
+        );
+    }
+    let mut lx = 16.0;
+    let ly = 86.0;
     for (label, kind, color) in [
         ("live bytes", 0, LIVE_COLOR),
-        ("the step's own outputs", 0, OWN_COLOR),
+        ("own output bytes", 0, OWN_COLOR),
         ("planned arena", 1, PLANNED_COLOR),
         ("lower bound", 2, BOUND_COLOR),
     ] {
@@ -268,11 +286,7 @@ pub fn to_svg(plan: &MemoryPlan, g: &Graph, title: &str) -> String {
                 num(ly - 9.0)
             );
         } else {
-            let dash = if kind == 2 {
-                r#" stroke-dasharray="6 4""#
-            } else {
-                ""
-            };
+            let dash = if kind == 2 { DASH } else { "" };
             let _ = writeln!(
                 o,
                 r#"<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{color}" stroke-width="2"{dash}/>"#,
@@ -331,24 +345,17 @@ pub fn to_svg(plan: &MemoryPlan, g: &Graph, title: &str) -> String {
         ))
     };
     if thin {
-        for (values, color) in [
-            (
-                plan.steps.iter().map(|s| s.live_bytes).collect::<Vec<_>>(),
-                LIVE_COLOR,
-            ),
-            (
-                plan.steps.iter().map(|s| s.own_bytes).collect::<Vec<_>>(),
-                OWN_COLOR,
-            ),
-        ] {
+        let live: Vec<usize> = shown.iter().map(|s| s.live_bytes).collect();
+        let own: Vec<usize> = shown.iter().map(|s| s.own_bytes).collect();
+        for (values, color) in [(live, LIVE_COLOR), (own, OWN_COLOR)] {
             let _ = writeln!(
                 o,
                 r#"<path fill="{color}" d="{}"/>"#,
-                step_area(&values, &x, &y, base)
+                step_area(&values, left, step_w, &y, base)
             );
         }
         o.push_str("<g fill=\"transparent\">\n");
-        for s in &plan.steps {
+        for s in shown {
             let _ = writeln!(
                 o,
                 r#"<rect x="{}" y="{}" width="{}" height="{}"><title>{}</title></rect>"#,
@@ -363,7 +370,7 @@ pub fn to_svg(plan: &MemoryPlan, g: &Graph, title: &str) -> String {
     } else {
         let gap = if step_w >= 6.0 { step_w * 0.15 } else { 0.0 };
         let bw = step_w - gap;
-        for s in &plan.steps {
+        for s in shown {
             let bx = x(s.step as f64) + gap / 2.0;
             let _ = write!(o, "<g><title>{}</title>", tip(s));
             let _ = write!(
@@ -390,7 +397,7 @@ pub fn to_svg(plan: &MemoryPlan, g: &Graph, title: &str) -> String {
         }
     }
 
-    // Axes and x ticks.
+    // Axes and x ticks (at multiples of a nice step, labelled with true step numbers).
     let _ = writeln!(
         o,
         r##"<path d="M{} {}V{}H{}" fill="none" stroke="#333"/>"##,
@@ -399,10 +406,10 @@ pub fn to_svg(plan: &MemoryPlan, g: &Graph, title: &str) -> String {
         num(base),
         num(left + plot_w)
     );
-    let xt = nice_step(n.max(1) as f64, 1.0, (plot_w / 70.0).max(1.0)).max(1.0);
-    let mut s = 0.0;
-    while s < n as f64 {
-        let xx = x(s) + step_w / 2.0;
+    let xt = (nice_step(m.max(1) as f64, 1.0, (plot_w / 70.0).max(1.0)) as usize).max(1);
+    let mut s = start.div_ceil(xt) * xt;
+    while s < n {
+        let xx = x(s as f64) + step_w / 2.0;
         let _ = writeln!(
             o,
             r##"<line x1="{0}" y1="{1}" x2="{0}" y2="{2}" stroke="#333"/><text x="{0}" y="{3}" text-anchor="middle">{4}</text>"##,
@@ -410,38 +417,47 @@ pub fn to_svg(plan: &MemoryPlan, g: &Graph, title: &str) -> String {
             num(base),
             num(base + 5.0),
             num(base + 18.0),
-            s as usize
+            s
         );
         s += xt;
     }
+    let x_title = match start {
+        0 => "schedule step".to_string(),
+        1 => "schedule step (step 0 holds no arena memory and is not shown)".to_string(),
+        _ => format!(
+            "schedule step (steps 0–{} hold no arena memory and are not shown)",
+            start - 1
+        ),
+    };
     let _ = writeln!(
         o,
-        r#"<text x="{}" y="{}" text-anchor="middle">schedule step</text>"#,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
         num(left + plot_w / 2.0),
-        num(base + 40.0)
+        num(base + 40.0),
+        xml(&x_title)
     );
 
-    // Planned arena and lower bound lines, labelled at the right end; when the two are
-    // close the planned label goes above its line and the bound's below.
+    // The planned arena and the lower bound across the plot, labelled in the right
+    // margin; when the two are close, the planned label goes above and the bound's below.
     let yp = y(plan.planned_bytes as f64);
     let yl = y(plan.lower_bound_bytes as f64);
-    let close = (yl - yp).abs() < 16.0;
-    for (bytes, yy, color, dash, label, below) in [
+    let close = (yl - yp).abs() < 28.0;
+    for (bytes, yy, color, dash, label, shift) in [
         (
             plan.planned_bytes,
             yp,
             PLANNED_COLOR,
             "",
             "planned arena",
-            false,
+            if close { -9.0 } else { 0.0 },
         ),
         (
             plan.lower_bound_bytes,
             yl,
             BOUND_COLOR,
-            r#" stroke-dasharray="6 4""#,
+            DASH,
             "lower bound",
-            close,
+            if close { 19.0 } else { 0.0 },
         ),
     ] {
         let _ = writeln!(
@@ -452,17 +468,18 @@ pub fn to_svg(plan: &MemoryPlan, g: &Graph, title: &str) -> String {
             num(left + plot_w),
             num(yy)
         );
-        let ty = if below { yy + 14.0 } else { yy - 5.0 };
+        let lx = left + plot_w + 8.0;
+        let ty = yy + shift;
         let _ = writeln!(
             o,
-            r#"<text x="{}" y="{}" text-anchor="end" fill="{color}" stroke="white" stroke-width="3" paint-order="stroke">{} {}</text>"#,
-            num(left + plot_w - 4.0),
-            num(ty),
+            r#"<text x="{0}" y="{1}" fill="{color}">{2}<tspan x="{0}" dy="13">{3}</tspan></text>"#,
+            num(lx),
+            num(ty - 3.0),
             label,
             xml(&human_bytes(bytes, 2))
         );
     }
-    if n == 0 {
+    if m == 0 {
         let _ = writeln!(
             o,
             r##"<text x="{}" y="{}" text-anchor="middle" fill="#888">empty schedule</text>"##,
@@ -495,21 +512,17 @@ fn tick_label(t: f64, unit: f64, tick: f64) -> String {
     format!("{:.decimals$} {name}", t / unit)
 }
 
-/// A step-shaped closed path under `values` (one column per step).
-fn step_area(
-    values: &[usize],
-    x: &impl Fn(f64) -> f64,
-    y: &impl Fn(f64) -> f64,
-    base: f64,
-) -> String {
-    let mut d = format!("M{} {}", num(x(0.0)), num(base));
+/// A step-shaped closed path under `values`, one column of width `step_w` per value
+/// from `x0`.
+fn step_area(values: &[usize], x0: f64, step_w: f64, y: &impl Fn(f64) -> f64, base: f64) -> String {
+    let mut d = format!("M{} {}", num(x0), num(base));
     let mut prev: Option<String> = None;
     for (s, &v) in values.iter().enumerate() {
         let yy = num(y(v as f64));
         if prev.as_deref() != Some(&yy) {
             let _ = write!(d, "V{yy}");
         }
-        let _ = write!(d, "H{}", num(x(s as f64 + 1.0)));
+        let _ = write!(d, "H{}", num(x0 + (s + 1) as f64 * step_w));
         prev = Some(yy);
     }
     let _ = write!(d, "V{}Z", num(base));
@@ -623,7 +636,7 @@ mod tests {
             .unwrap()
             .parse()
             .unwrap();
-        assert!((500.0..=1600.0).contains(&width), "width {width}");
+        assert!((700.0..=1700.0).contains(&width), "width {width}");
         // Tags balance (a cheap well-formedness check).
         assert_eq!(svg.matches("<g").count(), svg.matches("</g>").count());
         assert_eq!(svg.matches("<text").count(), svg.matches("</text>").count());
@@ -633,7 +646,11 @@ mod tests {
     fn svg_small_and_large() {
         let (g, p) = chain(10);
         let svg = to_svg(&p, &g, "chain <10> & co");
-        check_svg(&svg, p.steps.len());
+        check_svg(&svg, p.steps.len() - 1);
+        assert!(
+            svg.contains("step 0 holds no arena memory"),
+            "the parameter's step is cut"
+        );
         assert!(svg.contains("chain &lt;10&gt; &amp; co"));
         assert!(svg.contains("KiB"), "tick labels in KiB");
         assert!(svg.contains("step 1: n&lt;0&gt; (Add)"));
@@ -641,7 +658,7 @@ mod tests {
 
         let (g, p) = chain(3000);
         let svg = to_svg(&p, &g, "long");
-        check_svg(&svg, p.steps.len());
+        check_svg(&svg, p.steps.len() - 1);
         assert!(svg.contains("<path fill="), "areas for thin bars");
 
         let empty = Graph::new("e");

@@ -123,46 +123,74 @@ fn scale_shift(g: &mut Graph, x: Value, s: &[f64], t: &[f64], name: &str) -> Res
     Ok(add.into())
 }
 
+/// Which weight elements belong to which output channel, in row-major order.
+#[derive(Clone, Copy)]
+enum Channels {
+    /// Element i belongs to channel i / k (Conv's W, Gemm's transposed B).
+    Rows(usize),
+    /// Element i belongs to channel i % k (MatMul's and Gemm's B).
+    Cols(usize),
+}
+
+/// `w` with each element multiplied by its channel's `s`, in f64, rounded once. The
+/// f32 case (every real model; ResNet-50's weights are 25 M elements) works on slices,
+/// without converting the whole tensor through f64 vectors.
+fn scale_weights(w: &Tensor, channels: Channels, s: &[f64]) -> Result<Tensor> {
+    let err = crate::Error::Graph;
+    fn apply<T: Copy>(w: &[T], channels: Channels, s: &[f64], f: impl Fn(T, f64) -> T) -> Vec<T> {
+        let mut out = Vec::with_capacity(w.len());
+        match channels {
+            Channels::Rows(k) => {
+                for (row, &sc) in w.chunks(k.max(1)).zip(s) {
+                    out.extend(row.iter().map(|&x| f(x, sc)));
+                }
+            }
+            Channels::Cols(k) => {
+                for row in w.chunks(k.max(1)) {
+                    out.extend(row.iter().zip(s).map(|(&x, &sc)| f(x, sc)));
+                }
+            }
+        }
+        out
+    }
+    if let Some(a) = w.view::<f32>() {
+        let a = a.as_standard_layout();
+        let data = a.as_slice().expect("standard layout");
+        let v = apply(data, channels, s, |x, sc| (x as f64 * sc) as f32);
+        return Tensor::from_vec(w.shape(), v).map_err(err);
+    }
+    let v = apply(&w.to_f64_vec(), channels, s, |x, sc| x * sc);
+    Tensor::from_f64s(w.dtype(), w.shape(), &v).map_err(err)
+}
+
 /// The producer with scaled weights and shifted bias, or None when its shapes do not
 /// line up with the channels.
 fn fold_into(g: &mut Graph, p: NodeId, s: &[f64], t: &[f64], name: &str) -> Result<Option<Value>> {
     let node = g.node(p).clone();
     let w_val = node.inputs[1].expect("matched");
     let w_t = g.node(w_val.node).data.clone().expect("constant");
-    let w = w_t.to_f64_vec();
+    let len = w_t.len();
     let dims = w_t.shape().to_vec();
     let c = s.len();
     let dtype = w_t.dtype();
-    // Which weight element belongs to which output channel.
-    let channel_of: Box<dyn Fn(usize) -> usize> = match node.op.as_str() {
-        "Conv" if dims.first() == Some(&c) => {
-            let per = w.len() / c.max(1);
-            Box::new(move |i| i / per)
-        }
+    let channels = match node.op.as_str() {
+        "Conv" if dims.first() == Some(&c) => Channels::Rows(len / c.max(1)),
         "Gemm" if dims.len() == 2 => {
             let trans_b = node.attrs.int_or("transB", 0).unwrap_or(0) != 0;
             let (rows, cols) = (dims[0], dims[1]);
             match (trans_b, rows == c, cols == c) {
-                (true, true, _) => Box::new(move |i| i / cols),
-                (false, _, true) => Box::new(move |i| i % cols),
+                (true, true, _) => Channels::Rows(cols),
+                (false, _, true) => Channels::Cols(cols),
                 _ => return Ok(None),
             }
         }
         "MatMul" if dims.len() == 2 && dims[1] == c && g.node(p).outputs[0].rank() == 2 => {
-            Box::new(move |i| i % c)
+            Channels::Cols(c)
         }
         _ => return Ok(None),
     };
-    let scaled: Vec<f64> = w
-        .iter()
-        .enumerate()
-        .map(|(i, &x)| x * s[channel_of(i)])
-        .collect();
-    let new_w = add_const(
-        g,
-        &format!("{}.w", node.name),
-        Tensor::from_f64s(dtype, &dims, &scaled).map_err(crate::Error::Graph)?,
-    )?;
+    let scaled = scale_weights(&w_t, channels, s)?;
+    let new_w = add_const(g, &format!("{}.w", node.name), scaled)?;
     // The old bias, per channel (absent = 0).
     let old_bias: Vec<f64> = match node.inputs.get(2).copied().flatten() {
         None => vec![0.0; c],

@@ -60,7 +60,7 @@ fn fold(g: &Graph, id: NodeId, limit: usize) -> Result<Option<Vec<Tensor>>> {
             None => Some(None),
             Some(v) => {
                 let src = g.node(v.node);
-                (src.op == "Constant").then(|| src.data.as_deref())
+                (src.op == "Constant").then_some(src.data.as_deref())
             }
         })
         .collect();

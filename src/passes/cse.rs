@@ -2,6 +2,7 @@
 //! and control dependencies, the first in the schedule serves every reader; small
 //! constants with equal values merge too.
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 
 use super::{Changed, Pass, PassContext};
 use crate::error::Result;
@@ -30,9 +31,12 @@ impl Pass for Cse {
             let n = g.node(id);
             let key = match n.op.as_str() {
                 "Parameter" | "Variable" | "Assign" => continue,
+                // Keyed by a hash of the bytes; equal keys are compared in full below.
                 "Constant" => match &n.data {
                     Some(t) if t.len() <= MAX_CONST_ELEMENTS => {
-                        format!("Constant|{}|{:?}", n.outputs[0], t.to_le_bytes())
+                        let mut h = std::collections::hash_map::DefaultHasher::new();
+                        t.to_le_bytes().hash(&mut h);
+                        format!("Constant|{}|{:x}", n.outputs[0], h.finish())
                     }
                     _ => continue,
                 },
@@ -43,6 +47,9 @@ impl Pass for Cse {
                     seen.insert(key, id);
                 }
                 Some(&first) => {
+                    if n.op == "Constant" && g.node(first).data != n.data {
+                        continue; // a hash collision
+                    }
                     let outputs = n.outputs.len() as u32;
                     if !cx.allow_rewrite() {
                         continue;

@@ -147,7 +147,7 @@ pub fn constant() -> Pat {
 /// A constant every element of which satisfies `f` (read as f64).
 pub fn const_where(f: impl Fn(f64) -> bool + Send + Sync + 'static) -> Pat {
     Pat::Const(Some(Arc::new(move |t: &Tensor| {
-        t.len() > 0 && t.to_f64_vec().into_iter().all(&f)
+        !t.is_empty() && t.to_f64_vec().into_iter().all(&f)
     })))
 }
 
@@ -252,7 +252,8 @@ impl Pat {
             uses,
             caps: vec![],
         };
-        m.pat(self, Some(root)).then(|| Match { caps: m.caps })
+        let ok = m.pat(self, Some(root));
+        ok.then_some(Match { caps: m.caps })
     }
 }
 
@@ -395,7 +396,7 @@ impl Matcher<'_> {
 
     fn node(&mut self, p: &NodePat, id: NodeId) -> bool {
         let n = self.g.node(id);
-        if !p.ops.iter().any(|o| *o == n.op) {
+        if !p.ops.contains(&n.op) {
             return false;
         }
         if p.single_use && !self.uses.single_use(self.g, id) {

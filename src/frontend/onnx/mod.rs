@@ -26,17 +26,28 @@ use proto::{attribute_proto::AttributeType, type_proto, AttributeProto, ModelPro
 /// Imports the model at `path`; external data files are read next to it.
 pub fn import_file(path: &Path) -> Result<Graph> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    import_bytes(&bytes, path.parent()).map_err(|e| match e {
-        Error::InvalidArgument(m) => Error::InvalidArgument(format!("{}: {m}", path.display())),
-        e => e,
-    })
+    // Decoding from `Bytes` makes each tensor's raw_data a slice of this one buffer.
+    let model = decode(bytes::Bytes::from(bytes));
+    model
+        .and_then(|m| import_model(&m, path.parent()))
+        .map_err(|e| match e {
+            Error::InvalidArgument(m) => Error::InvalidArgument(format!("{}: {m}", path.display())),
+            e => e,
+        })
 }
 
 /// Imports a serialized model; `base_dir` is where external data files live (`None`:
 /// a model with external data is an error).
 pub fn import_bytes(bytes: &[u8], base_dir: Option<&Path>) -> Result<Graph> {
-    let model = ModelProto::decode(bytes)
-        .map_err(|e| Error::InvalidArgument(format!("not a valid ONNX model: {e}")))?;
+    import_model(&decode(bytes)?, base_dir)
+}
+
+fn decode(buf: impl bytes::Buf) -> Result<ModelProto> {
+    ModelProto::decode(buf)
+        .map_err(|e| Error::InvalidArgument(format!("not a valid ONNX model: {e}")))
+}
+
+fn import_model(model: &ModelProto, base_dir: Option<&Path>) -> Result<Graph> {
     let opset = model
         .opset_import
         .iter()

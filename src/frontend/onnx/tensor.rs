@@ -94,12 +94,11 @@ pub fn tensor(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, String
         .ok_or("too many elements")?;
     let external_data = t.data_location() == tensor_proto::DataLocation::External;
     if external_data || t.raw_data.is_some() {
-        let raw = if external_data {
-            external(t, base_dir)?
+        return if external_data {
+            Tensor::from_le_bytes(dtype, &shape, &external(t, base_dir)?)
         } else {
-            t.raw_data().to_vec()
+            Tensor::from_le_bytes(dtype, &shape, t.raw_data())
         };
-        return Tensor::from_le_bytes(dtype, &shape, &raw);
     }
     // Typed fields: float_data for f32; int32_data for every type of 32 bits or fewer
     // (f16/bf16 as their bit patterns); int64_data; double_data.

@@ -186,12 +186,17 @@ impl Op for MatMul {
         sizes[m] = sa[ra - 2];
         sizes[n] = sb[rb - 1];
         sizes[k] = sa[ra - 1];
+        // Operands may be views in any memory order (a Concat's output is not C-ordered).
         let fa = a
             .to_f64_array()
+            .as_standard_layout()
+            .into_owned()
             .into_shape_with_order(IxDyn(&sa))
             .map_err(|e| e.to_string())?;
         let fb = b
             .to_f64_array()
+            .as_standard_layout()
+            .into_owned()
             .into_shape_with_order(IxDyn(&sb))
             .map_err(|e| e.to_string())?;
         let mut out_labels: Vec<usize> = (0..nb).collect();
