@@ -259,6 +259,19 @@ pub(crate) mod tests {
         for v in &p.values {
             assert!(p.buffers[v.buffer].values.contains(&v.value));
         }
+        // Within a buffer the values live one after another: each is made at the step
+        // that last reads its predecessor, whose memory it took over.
+        for b in &p.buffers {
+            let vs: Vec<&ValuePlan> = b.values.iter().map(|&v| p.value(v).unwrap()).collect();
+            assert_eq!(vs[0].def, b.first);
+            assert_eq!(vs[0].reuses, None);
+            assert_eq!(vs.last().unwrap().last, b.last);
+            for w in vs.windows(2) {
+                assert_eq!(w[1].def, w[0].last, "{:?} overlaps {:?}", w[1], w[0]);
+                assert_eq!(w[1].reuses, Some(w[0].value));
+                assert_eq!(w[1].bytes, w[0].bytes);
+            }
+        }
         assert_eq!(
             p.inplace_reuses,
             p.values.iter().filter(|v| v.reuses.is_some()).count()
@@ -437,6 +450,66 @@ pub(crate) mod tests {
         let p = planned(&g);
         assert_eq!(p.inplace_reuses, 1);
         assert_eq!(p.buffers.len(), 1);
+    }
+
+    /// Random graphs of elementwise ops over a few shapes (some broadcasting), views
+    /// and matmuls: every plan keeps the invariants.
+    #[test]
+    fn property_random_graphs() {
+        use crate::memory::planner::tests::Rng;
+        let mut rng = Rng::new(42);
+        let mut worst = 1.0f64;
+        let (mut reuses, mut views) = (0, 0);
+        for case in 0..60 {
+            let mut g = Graph::new("random");
+            let mut pool: Vec<NodeId> = vec![];
+            for (i, dims) in [[8usize, 16], [16, 8], [1, 16], [8, 8]].iter().enumerate() {
+                pool.push(g.add_parameter(&format!("p{i}"), f32s(dims)).unwrap());
+            }
+            let flat = g
+                .add_constant_value(
+                    "flat",
+                    Tensor::from_i64s(DType::I64, &[2], &[16, 8]).unwrap(),
+                )
+                .unwrap();
+            let nodes = rng.range(5, 60);
+            for i in 0..nodes {
+                let a = pool[rng.range(0, pool.len() - 1)];
+                let b = pool[rng.range(0, pool.len() - 1)];
+                let name = format!("n{i}");
+                let unary = ["Relu", "Neg", "Exp", "Sigmoid"][rng.range(0, 3)];
+                let made = match rng.range(0, 9) {
+                    0..=3 => g.op(unary, &[a.into()], Attrs::new(), &name),
+                    4..=6 => g.op(
+                        ["Add", "Mul"][rng.range(0, 1)],
+                        &[a.into(), b.into()],
+                        Attrs::new(),
+                        &name,
+                    ),
+                    7 => g.op("Reshape", &[a.into(), flat.into()], Attrs::new(), &name),
+                    _ => g.op("MatMul", &[a.into(), b.into()], Attrs::new(), &name),
+                };
+                // Shape mismatches are simply not added.
+                if let Ok(id) = made {
+                    pool.push(id);
+                }
+            }
+            for k in 0..rng.range(1, 3) {
+                let v = pool[rng.range(4, pool.len() - 1).min(pool.len() - 1)];
+                let _ = g.add_output(&format!("out{k}"), v.into());
+            }
+            let p = plan(&g, &g.schedule().unwrap()).unwrap_or_else(|e| panic!("case {case}: {e}"));
+            check_plan(&p);
+            worst = worst.max(p.ratio_to_lower_bound());
+            reuses += p.inplace_reuses;
+            views += p
+                .values
+                .iter()
+                .filter(|v| v.reuses.is_some() && g.node(v.value.node).op == "Reshape")
+                .count();
+        }
+        assert!(reuses > 50 && views > 0, "{reuses} reuses, {views} views");
+        eprintln!("random graphs: worst planned/lower-bound {worst:.4}, {reuses} reuses");
     }
 
     #[test]

@@ -27,7 +27,8 @@ pub fn align_up(n: usize) -> Option<usize> {
     n.checked_next_multiple_of(ALIGN)
 }
 
-/// A buffer to place: its size in bytes and the steps it is live, `first..=last`.
+/// A buffer to place: its size in bytes and the steps it is live, `first..=last`
+/// (`first <= last`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Interval {
     pub size: usize,
@@ -177,7 +178,7 @@ fn peak_profile(intervals: &[Interval], sizes: &[usize]) -> Vec<usize> {
 
 fn order(intervals: &[Interval], sizes: &[usize], strategy: Strategy) -> Vec<usize> {
     let mut idx: Vec<usize> = (0..intervals.len()).collect();
-    let span = |i: usize| intervals[i].last - intervals[i].first + 1;
+    let span = |i: usize| intervals[i].last.saturating_sub(intervals[i].first) + 1;
     match strategy {
         Strategy::GreedyBySize | Strategy::BestFitBySize => idx.sort_by_key(|&i| {
             (
