@@ -3,7 +3,7 @@
 //! computing `activation(op(...) + bias + Z)`, so that a backend applies the epilogue
 //! while the output is still in registers. Matched root-first (reverse schedule), so
 //! the longest epilogue wins.
-use super::pattern::{alt, any, constant, op, ops, Match, NodePat, Pat};
+use super::pattern::{alt, any, constant, non_constant, op, ops, Match, NodePat, Pat};
 use super::{add_const, sweep, try_add, Changed, Pass, PassContext};
 use crate::error::Result;
 use crate::ir::ops::fused::{scalar_text, ACTIVATIONS};
@@ -79,7 +79,8 @@ fn epilogue_pattern(core: Core) -> Pat {
             maybe_single(
                 op("Add")
                     .commutative()
-                    .args(vec![biased(true), any().capture("z")]),
+                    // A constant is a bias, not a residual.
+                    .args(vec![biased(true), non_constant().capture("z")]),
                 single,
             )
             .capture("residual_add"),

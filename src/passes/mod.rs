@@ -348,7 +348,16 @@ impl Dumper<'_> {
 
 /// Runs `options.pipeline` over `g`.
 pub fn run_pipeline(g: &mut Graph, options: &PassOptions) -> Result<PassReport> {
-    let passes = parse_pipeline(&options.pipeline)?;
+    run_passes(g, &parse_pipeline(&options.pipeline)?, options)
+}
+
+/// Runs `passes` in order over `g` with `options`' debugging switches (its `pipeline`
+/// is not read): for passes outside the registry, such as tests' own.
+pub fn run_passes(
+    g: &mut Graph,
+    passes: &[&dyn Pass],
+    options: &PassOptions,
+) -> Result<PassReport> {
     let mut cx = PassContext {
         options,
         rewrites: 0,
@@ -356,7 +365,7 @@ pub fn run_pipeline(g: &mut Graph, options: &PassOptions) -> Result<PassReport> 
     };
     let mut dumper = Dumper { options, seq: 0 };
     let mut report = PassReport::default();
-    for pass in passes {
+    for &pass in passes {
         let name = pass.name();
         if options.disabled.iter().any(|d| d == name) {
             report.records.push(PassRecord {

@@ -76,6 +76,8 @@ impl Uses {
 
 /// A predicate on a matched node.
 pub type NodePred = Arc<dyn Fn(&Graph, &Node) -> bool + Send + Sync>;
+/// A predicate on a matched value.
+pub type ValuePred = Arc<dyn Fn(&Graph, Value) -> bool + Send + Sync>;
 /// A predicate on a matched constant's value.
 pub type ConstPred = Arc<dyn Fn(&Tensor) -> bool + Send + Sync>;
 
@@ -88,6 +90,8 @@ pub enum Pat {
     Absent,
     /// The output of a `Constant` whose value satisfies the predicate.
     Const(Option<ConstPred>),
+    /// A present value satisfying the predicate.
+    Where(ValuePred),
     /// Output 0 of a node matching the node pattern.
     Node(Box<NodePat>),
     /// The first alternative that matches.
@@ -137,6 +141,16 @@ pub fn ops(names: &[&str]) -> NodePat {
 /// Any present value.
 pub fn any() -> Pat {
     Pat::Any
+}
+
+/// A present value satisfying `f`.
+pub fn value_where(f: impl Fn(&Graph, Value) -> bool + Send + Sync + 'static) -> Pat {
+    Pat::Where(Arc::new(f))
+}
+
+/// Any value that is not a constant's.
+pub fn non_constant() -> Pat {
+    value_where(|g, v| g.node(v.node).op != "Constant")
 }
 
 /// Any constant.
@@ -320,6 +334,7 @@ impl Matcher<'_> {
         match p {
             Pat::Any => true,
             Pat::Absent => false,
+            Pat::Where(f) => f(self.g, v),
             Pat::Const(pred) => {
                 let n = self.g.node(v.node);
                 n.op == "Constant"
@@ -425,5 +440,166 @@ impl Matcher<'_> {
             self.caps.truncate(mark);
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::text;
+
+    fn graph(body: &str) -> Graph {
+        let src = format!("graph \"t\" {{\n{body}\n}}\n");
+        text::parse(&src, "t.kir", None).unwrap()
+    }
+
+    /// The first output of the node called `name`.
+    fn v(g: &Graph, name: &str) -> Value {
+        g.find(name).expect("node exists").into()
+    }
+
+    const CHAIN: &str = r#"
+  %0 "x" = Parameter : f32[2, 3]
+  %1 "c" = Constant : f32[3] = [1, 2, 3]
+  %2 "a" = Add(%0, %1) : f32[2, 3]
+  %3 "r1" = Relu(%2) : f32[2, 3]
+  %4 "r2" = Relu(%3) : f32[2, 3]
+  %5 "s" = Sigmoid(%4) : f32[2, 3]
+  %6 "m" = Mul(%5, %0) : f32[2, 3]
+  return "y" = %6, "a" = %2"#;
+
+    #[test]
+    fn op_types_wildcards_and_captures() {
+        let g = graph(CHAIN);
+        let uses = Uses::new(&g);
+        let p = op("Add")
+            .args(vec![any().capture("x"), constant().capture("c")])
+            .pat();
+        let m = p.matches(&g, &uses, v(&g, "a")).expect("Add(x, const)");
+        assert_eq!(m.value("x"), v(&g, "x"));
+        assert_eq!(m.value("c"), v(&g, "c"));
+        assert!(
+            p.matches(&g, &uses, v(&g, "r1")).is_none(),
+            "a Relu is not an Add"
+        );
+        // Alternatives of op types, and predicates on the node.
+        let p = ops(&["Sigmoid", "Tanh"])
+            .when(|_, n| n.outputs[0].rank() == 2)
+            .pat();
+        assert!(p.matches(&g, &uses, v(&g, "s")).is_some());
+        let p = ops(&["Sigmoid"])
+            .when(|_, n| n.outputs[0].rank() == 3)
+            .pat();
+        assert!(p.matches(&g, &uses, v(&g, "s")).is_none());
+    }
+
+    #[test]
+    fn a_name_bound_twice_binds_one_value() {
+        let g = graph(CHAIN);
+        let uses = Uses::new(&g);
+        // m = sigmoid(...) * x: x must be the same value on both sides.
+        let x = || any().capture("x");
+        let same = op("Mul")
+            .args(vec![op("Sigmoid").args(vec![x()]).pat(), x()])
+            .pat();
+        assert!(
+            same.matches(&g, &uses, v(&g, "m")).is_none(),
+            "Sigmoid reads r2, not x"
+        );
+        let deep = op("Mul").args(vec![any(), any().capture("x")]).pat();
+        assert_eq!(
+            deep.matches(&g, &uses, v(&g, "m")).unwrap().value("x"),
+            v(&g, "x")
+        );
+    }
+
+    #[test]
+    fn commutative_operands_match_either_way() {
+        let g = graph(CHAIN);
+        let uses = Uses::new(&g);
+        let p = |comm: bool| {
+            let n = op("Mul").args(vec![any().capture("x"), op("Sigmoid").pat()]);
+            if comm { n.commutative() } else { n }.pat()
+        };
+        assert!(p(false).matches(&g, &uses, v(&g, "m")).is_none());
+        let m = p(true).matches(&g, &uses, v(&g, "m")).unwrap();
+        assert_eq!(m.value("x"), v(&g, "x"));
+    }
+
+    #[test]
+    fn single_use_sees_graph_outputs_and_readers() {
+        let g = graph(CHAIN);
+        let uses = Uses::new(&g);
+        // "a" is a graph output as well as Relu's operand: not single-use.
+        let p = op("Relu").args(vec![op("Add").single_use().pat()]).pat();
+        assert!(p.matches(&g, &uses, v(&g, "r1")).is_none());
+        let p = op("Relu").args(vec![op("Relu").single_use().pat()]).pat();
+        assert!(p.matches(&g, &uses, v(&g, "r2")).is_some());
+        // x is read by the Add and the Mul.
+        assert_eq!(uses.users(v(&g, "x")).len(), 2);
+        assert!(!uses.single_use(&g, v(&g, "x").node));
+    }
+
+    #[test]
+    fn chains_take_the_longest_run_that_lets_the_rest_match() {
+        let g = graph(CHAIN);
+        let uses = Uses::new(&g);
+        let relus = chain(op("Relu"), 0, 1, 5, op("Add").pat().capture("base")).each("relu");
+        let m = relus.matches(&g, &uses, v(&g, "r2")).unwrap();
+        assert_eq!(m.all("relu"), vec![v(&g, "r2"), v(&g, "r1")]);
+        assert_eq!(m.value("base"), v(&g, "a"));
+        // At most one Relu: r2 then r1 is not an Add, so no match.
+        let one = chain(op("Relu"), 0, 1, 1, op("Add").pat());
+        assert!(one.matches(&g, &uses, v(&g, "r2")).is_none());
+        // Backtracking: below must match Relu, so the chain stops one short.
+        let short = chain(op("Relu"), 0, 1, 5, op("Relu").pat().capture("last")).each("relu");
+        let m = short.matches(&g, &uses, v(&g, "r2")).unwrap();
+        assert_eq!(m.all("relu"), vec![v(&g, "r2")]);
+        assert_eq!(m.value("last"), v(&g, "r1"));
+    }
+
+    #[test]
+    fn optional_nodes_and_omitted_operands() {
+        let g = graph(
+            r#"
+  %0 "x" = Parameter : f32[1, 1, 4, 4]
+  %1 "w" = Constant : f32[1, 1, 1, 1] = [2]
+  %2 "conv" = Conv(%0, %1) : f32[1, 1, 4, 4]
+  %3 "relu" = Relu(%2) : f32[1, 1, 4, 4]
+  return "y" = %3, "z" = %2"#,
+        );
+        let uses = Uses::new(&g);
+        let conv = || {
+            op("Conv")
+                .args(vec![any(), constant(), Pat::Absent])
+                .capture("conv")
+        };
+        let p = optional(op("Relu"), 0, conv()).each("act");
+        let at_relu = p.matches(&g, &uses, v(&g, "relu")).unwrap();
+        assert_eq!(at_relu.all("act").len(), 1);
+        let at_conv = p.matches(&g, &uses, v(&g, "conv")).unwrap();
+        assert!(at_conv.all("act").is_empty());
+        assert_eq!(at_conv.value("conv"), v(&g, "conv"));
+        // Conv has no bias: a pattern that wants one fails; Alt takes either.
+        let biased = op("Conv").args(vec![any(), constant(), constant()]).pat();
+        assert!(biased.matches(&g, &uses, v(&g, "conv")).is_none());
+        let either = op("Conv")
+            .args(vec![any(), constant(), alt(vec![constant(), Pat::Absent])])
+            .pat();
+        assert!(either.matches(&g, &uses, v(&g, "conv")).is_some());
+    }
+
+    #[test]
+    fn constant_predicates_read_values() {
+        let g = graph(CHAIN);
+        let uses = Uses::new(&g);
+        let add = |c: Pat| op("Add").args(vec![any(), c]).pat();
+        assert!(add(splat(1.0)).matches(&g, &uses, v(&g, "a")).is_none());
+        assert!(add(const_where(|x| x > 0.0))
+            .matches(&g, &uses, v(&g, "a"))
+            .is_some());
+        assert!(add(const_where(|x| x > 1.0))
+            .matches(&g, &uses, v(&g, "a"))
+            .is_none());
     }
 }

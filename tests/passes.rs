@@ -1,0 +1,705 @@
+//! The pass pipeline: snapshots of the IR after each pass on small graphs, every one
+//! checked by differential testing (the reference interpreter gives the same outputs
+//! before and after), random valid graphs through the whole pipeline (a seeded
+//! property test), and the pass manager's switches and errors.
+use kiln::backend::interp::InterpExecutable;
+use kiln::backend::Executable;
+use kiln::ir::{text, Attr, Attrs, DType, Graph, NodeId, Shape, TensorType, Value};
+use kiln::passes::{
+    self, run_passes, run_pipeline, Changed, DumpIr, Pass, PassContext, PassOptions,
+};
+use kiln::{Dim, Result, Tensor};
+
+/// splitmix64: a tiny seeded generator, so every run tests the same graphs.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn float(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
+    }
+    fn tensor(&mut self, dims: &[usize]) -> Tensor {
+        let n = dims.iter().product();
+        Tensor::from_vec(dims, (0..n).map(|_| self.float()).collect::<Vec<f32>>()).unwrap()
+    }
+}
+
+fn f32_type(dims: &[usize]) -> TensorType {
+    TensorType::new(DType::F32, Shape::fixed(dims))
+}
+
+/// Inputs for `g`'s parameters (symbolic dims are 2).
+fn inputs_for(g: &Graph, rng: &mut Rng) -> Vec<Tensor> {
+    g.inputs()
+        .iter()
+        .map(|&id| {
+            let dims: Vec<usize> = g.node(id).outputs[0]
+                .shape
+                .axes
+                .iter()
+                .map(|a| match a.dim {
+                    Dim::Fixed(n) => n,
+                    Dim::Sym(_) => 2,
+                })
+                .collect();
+            rng.tensor(&dims)
+        })
+        .collect()
+}
+
+fn run(g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
+    InterpExecutable::new(g.clone())
+        .unwrap_or_else(|e| panic!("{e}\n{}", text::print(g)))
+        .run(inputs)
+        .unwrap_or_else(|e| panic!("{e}\n{}", text::print(g)))
+}
+
+/// Both graphs give the same outputs on the same random inputs.
+fn assert_same(before: &Graph, after: &Graph, seed: u64) {
+    let mut rng = Rng(seed);
+    let inputs = inputs_for(before, &mut rng);
+    let (want, got) = (run(before, &inputs), run(after, &inputs));
+    assert_eq!(want.len(), got.len());
+    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+        g.check_close(w, 1e-5, 1e-5).unwrap_or_else(|e| {
+            panic!(
+                "output {i} differs after the passes: {e}\nbefore:\n{}\nafter:\n{}",
+                text::print(before),
+                text::print(after)
+            )
+        });
+    }
+}
+
+fn options(pipeline: &str) -> PassOptions {
+    let mut o = PassOptions::default();
+    o.set("passes", pipeline).unwrap();
+    o.verify = true;
+    o
+}
+
+/// `g` after `pipeline` then dce, checked against `g` by the interpreter.
+fn optimized(g: &Graph, pipeline: &str) -> Graph {
+    let mut after = g.clone();
+    run_pipeline(&mut after, &options(&format!("{pipeline},dce"))).unwrap();
+    assert_same(g, &after, 7);
+    after
+}
+
+fn c(g: &mut Graph, name: &str, dims: &[usize], values: &[f32]) -> Value {
+    let t = Tensor::from_vec(dims, values.to_vec()).unwrap();
+    g.add_constant_value(name, t).unwrap().into()
+}
+
+fn op(g: &mut Graph, op: &str, inputs: &[Value], attrs: Attrs, name: &str) -> Value {
+    g.op(op, inputs, attrs, name).unwrap().into()
+}
+
+fn none() -> Attrs {
+    Attrs::new()
+}
+
+fn ints(name: &str, v: &[i64]) -> Attrs {
+    Attrs::new().with(name, Attr::Ints(v.to_vec()))
+}
+
+fn param(g: &mut Graph, name: &str, dims: &[usize]) -> Value {
+    g.add_parameter(name, f32_type(dims)).unwrap().into()
+}
+
+#[test]
+fn constant_fold_evaluates_constants_and_static_shapes() {
+    let mut g = Graph::new("fold");
+    let x = param(&mut g, "x", &[2, 3]);
+    let a = c(&mut g, "a", &[3], &[1.0, 2.0, 3.0]);
+    let b = c(&mut g, "b", &[3], &[0.5, 0.5, 0.5]);
+    let ab = op(&mut g, "Mul", &[a, b], none(), "ab");
+    let y = op(&mut g, "Add", &[x, ab], none(), "y");
+    // Shape of a static shape folds; the Reshape then reads a constant.
+    let s = op(&mut g, "Shape", &[x], none(), "s");
+    let r = op(&mut g, "Reshape", &[y, s], none(), "r");
+    g.add_output("r", r).unwrap();
+    insta::assert_snapshot!(text::print(&optimized(&g, "constant-fold")));
+}
+
+#[test]
+fn simplify_removes_identities_and_folds_transposes() {
+    let mut g = Graph::new("simplify");
+    let x = param(&mut g, "x", &[2, 3]);
+    let w = param(&mut g, "w", &[4, 3]);
+    let one = c(&mut g, "one", &[], &[1.0]);
+    let zero = c(&mut g, "zero", &[1], &[0.0]);
+    let a = op(&mut g, "Mul", &[x, one], none(), "times_one");
+    let b = op(&mut g, "Add", &[zero, a], none(), "plus_zero");
+    let i = op(&mut g, "Identity", &[b], none(), "identity");
+    let t1 = op(&mut g, "Transpose", &[i], ints("perm", &[1, 0]), "t1");
+    let t2 = op(&mut g, "Transpose", &[t1], ints("perm", &[1, 0]), "t2");
+    // MatMul(x, w^T): the transpose becomes FusedMatMul's transB.
+    let wt = op(&mut g, "Transpose", &[w], ints("perm", &[1, 0]), "wt");
+    let mm = op(&mut g, "MatMul", &[t2, wt], none(), "mm");
+    let shape = g
+        .add_constant_value("shape", Tensor::from_vec(&[1], vec![8i64]).unwrap())
+        .unwrap();
+    let shape2 = g
+        .add_constant_value("shape2", Tensor::from_vec(&[2], vec![4i64, 2]).unwrap())
+        .unwrap();
+    let r1 = op(&mut g, "Reshape", &[mm, shape.into()], none(), "r1");
+    let r2 = op(&mut g, "Reshape", &[r1, shape2.into()], none(), "r2");
+    g.add_output("y", r2).unwrap();
+    insta::assert_snapshot!(text::print(&optimized(&g, "simplify")));
+}
+
+#[test]
+fn simplify_folds_integer_self_subtraction_only() {
+    let mut g = Graph::new("sub");
+    let i = g
+        .add_parameter("i", TensorType::new(DType::I32, Shape::fixed(&[3])))
+        .unwrap();
+    let x = param(&mut g, "x", &[3]);
+    let zi = op(&mut g, "Sub", &[i.into(), i.into()], none(), "zi");
+    let zx = op(&mut g, "Sub", &[x, x], none(), "zx");
+    g.add_output("zi", zi).unwrap();
+    g.add_output("zx", zx).unwrap();
+    let mut after = g.clone();
+    run_pipeline(&mut after, &options("simplify,dce")).unwrap();
+    let ops: Vec<&str> = after.nodes().iter().map(|n| n.op.as_str()).collect();
+    // x - x is NaN for infinite x: it stays.
+    assert_eq!(ops.iter().filter(|o| **o == "Sub").count(), 1, "{ops:?}");
+    assert!(ops.contains(&"Constant"));
+}
+
+#[test]
+fn cse_and_canonicalize_merge_equal_work() {
+    let mut g = Graph::new("cse");
+    let x = param(&mut g, "x", &[2, 3]);
+    let c1 = c(&mut g, "c1", &[3], &[1.0, 2.0, 3.0]);
+    let c2 = c(&mut g, "c2", &[3], &[1.0, 2.0, 3.0]);
+    // c1 + x and x + c2 are the same once the constant goes second and c1 == c2.
+    let a = op(&mut g, "Add", &[c1, x], none(), "a");
+    let b = op(&mut g, "Add", &[x, c2], none(), "b");
+    let ra = op(&mut g, "Relu", &[a], none(), "ra");
+    let rb = op(&mut g, "Relu", &[b], none(), "rb");
+    let y = op(&mut g, "Mul", &[ra, rb], none(), "y");
+    g.add_output("y", y).unwrap();
+    insta::assert_snapshot!(text::print(&optimized(&g, "canonicalize,cse")));
+}
+
+fn conv_bn(g: &mut Graph, rng: &mut Rng, x: Value, cin: usize, cout: usize, name: &str) -> Value {
+    let w = g
+        .add_constant_value(&format!("{name}.w"), rng.tensor(&[cout, cin, 3, 3]))
+        .unwrap();
+    let conv = op(
+        g,
+        "Conv",
+        &[x, w.into()],
+        ints("pads", &[1, 1, 1, 1]),
+        &format!("{name}.conv"),
+    );
+    let params: Vec<Value> = ["scale", "bias", "mean", "var"]
+        .iter()
+        .map(|p| {
+            let mut t = rng.tensor(&[cout]);
+            if *p == "var" {
+                t = Tensor::from_vec(
+                    &[cout],
+                    t.to_f64_vec()
+                        .iter()
+                        .map(|v| v.abs() as f32 + 0.5)
+                        .collect(),
+                )
+                .unwrap();
+            }
+            g.add_constant_value(&format!("{name}.{p}"), t)
+                .unwrap()
+                .into()
+        })
+        .collect();
+    op(
+        g,
+        "BatchNormalization",
+        &[conv, params[0], params[1], params[2], params[3]],
+        none(),
+        &format!("{name}.bn"),
+    )
+}
+
+/// A residual block: conv-bn-relu, conv-bn, + x, relu.
+fn residual_block() -> Graph {
+    let mut rng = Rng(3);
+    let mut g = Graph::new("residual");
+    let x = param(&mut g, "x", &[1, 4, 5, 5]);
+    let h = conv_bn(&mut g, &mut rng, x, 4, 4, "c1");
+    let h = op(&mut g, "Relu", &[h], none(), "relu1");
+    let h = conv_bn(&mut g, &mut rng, h, 4, 4, "c2");
+    let h = op(&mut g, "Add", &[h, x], none(), "add");
+    let y = op(&mut g, "Relu", &[h], none(), "relu2");
+    g.add_output("y", y).unwrap();
+    g
+}
+
+#[test]
+fn batchnorm_folds_into_conv_and_epilogues_fuse() {
+    let g = residual_block();
+    let folded = optimized(&g, "fold-batchnorm");
+    assert!(folded.nodes().iter().all(|n| n.op != "BatchNormalization"));
+    let fused = optimized(&folded, "fuse-epilogue");
+    let ops: Vec<String> = fused
+        .nodes()
+        .iter()
+        .filter(|n| !matches!(n.op.as_str(), "Constant" | "Parameter"))
+        .map(|n| {
+            let act = n.attrs.get("activation").map(|a| format!("{a:?}"));
+            format!("{} {}in {}", n.op, n.inputs.len(), act.unwrap_or_default())
+        })
+        .collect();
+    insta::assert_snapshot!(ops.join("\n"));
+    // The whole pipeline from the original graph agrees as well.
+    optimized(&g, passes::DEFAULT_PIPELINE);
+}
+
+#[test]
+fn batchnorm_without_a_conv_becomes_scale_and_shift() {
+    let mut rng = Rng(5);
+    let mut g = Graph::new("bn");
+    let x = param(&mut g, "x", &[2, 3, 2]);
+    let p: Vec<Value> = (0..4)
+        .map(|i| {
+            let t = rng.tensor(&[3]);
+            let t = if i == 3 {
+                Tensor::from_vec(
+                    &[3],
+                    t.to_f64_vec()
+                        .iter()
+                        .map(|v| v.abs() as f32 + 0.5)
+                        .collect(),
+                )
+                .unwrap()
+            } else {
+                t
+            };
+            g.add_constant_value(&format!("p{i}"), t).unwrap().into()
+        })
+        .collect();
+    let y = op(
+        &mut g,
+        "BatchNormalization",
+        &[x, p[0], p[1], p[2], p[3]],
+        none(),
+        "bn",
+    );
+    g.add_output("y", y).unwrap();
+    let after = optimized(&g, "fold-batchnorm,fuse-elementwise");
+    let ops: Vec<&str> = after.nodes().iter().map(|n| n.op.as_str()).collect();
+    assert!(
+        ops.contains(&"Fused") && !ops.contains(&"BatchNormalization"),
+        "{ops:?}"
+    );
+}
+
+#[test]
+fn matmul_bias_gelu_and_residual_fuse() {
+    let mut rng = Rng(9);
+    let mut g = Graph::new("dense");
+    let x = param(&mut g, "x", &[2, 3, 4]);
+    let w = g.add_constant_value("w", rng.tensor(&[4, 4])).unwrap();
+    let b = g.add_constant_value("b", rng.tensor(&[4])).unwrap();
+    let mm = op(&mut g, "MatMul", &[x, w.into()], none(), "mm");
+    let biased = op(&mut g, "Add", &[mm, b.into()], none(), "biased");
+    let act = op(&mut g, "Gelu", &[biased], none(), "gelu");
+    let w2 = g.add_constant_value("w2", rng.tensor(&[4, 4])).unwrap();
+    let mm2 = op(&mut g, "MatMul", &[act, w2.into()], none(), "mm2");
+    let res = op(&mut g, "Add", &[x, mm2], none(), "residual");
+    g.add_output("y", res).unwrap();
+    insta::assert_snapshot!(text::print(&optimized(&g, "fuse-epilogue")));
+}
+
+#[test]
+fn elementwise_chains_fuse_into_one_loop() {
+    let mut g = Graph::new("chain");
+    let x = param(&mut g, "x", &[2, 3]);
+    let y = param(&mut g, "y", &[3]);
+    let a = op(&mut g, "Mul", &[x, y], none(), "a");
+    let b = op(&mut g, "Sigmoid", &[a], none(), "b");
+    let alpha = Attrs::new().with("alpha", Attr::Float(0.1));
+    let d = op(&mut g, "LeakyRelu", &[b], alpha, "d");
+    let e = op(&mut g, "Sub", &[d, x], none(), "e");
+    // `a` has a second reader: it stays a separate node, the rest fuses.
+    let f = op(&mut g, "Add", &[e, a], none(), "f");
+    g.add_output("f", f).unwrap();
+    insta::assert_snapshot!(text::print(&optimized(&g, "fuse-elementwise")));
+}
+
+#[test]
+fn recognize_finds_gelu_softmax_and_layernorm() {
+    let mut g = Graph::new("decomposed");
+    let x = param(&mut g, "x", &[2, 4]);
+    // GELU: x * 0.5 * (1 + erf(x / sqrt 2))
+    let half = c(&mut g, "half", &[], &[0.5]);
+    let sqrt2 = c(&mut g, "sqrt2", &[], &[std::f32::consts::SQRT_2]);
+    let one = c(&mut g, "one", &[], &[1.0]);
+    let xh = op(&mut g, "Mul", &[x, half], none(), "xh");
+    let xd = op(&mut g, "Div", &[x, sqrt2], none(), "xd");
+    let erf = op(&mut g, "Erf", &[xd], none(), "erf");
+    let e1 = op(&mut g, "Add", &[erf, one], none(), "e1");
+    let gelu = op(&mut g, "Mul", &[xh, e1], none(), "gelu");
+    // Softmax over the last axis.
+    let axes = g
+        .add_constant_value("axes", Tensor::from_vec(&[1], vec![-1i64]).unwrap())
+        .unwrap();
+    let mx = op(&mut g, "ReduceMax", &[gelu, axes.into()], none(), "max");
+    let sh = op(&mut g, "Sub", &[gelu, mx], none(), "shifted");
+    let ex = op(&mut g, "Exp", &[sh], none(), "exp");
+    let sm = op(&mut g, "ReduceSum", &[ex, axes.into()], none(), "sum");
+    let soft = op(&mut g, "Div", &[ex, sm], none(), "softmax");
+    // LayerNorm over the last axis.
+    let mean = op(&mut g, "ReduceMean", &[soft, axes.into()], none(), "mean");
+    let d = op(&mut g, "Sub", &[soft, mean], none(), "d");
+    let two = c(&mut g, "two", &[], &[2.0]);
+    let sq = op(&mut g, "Pow", &[d, two], none(), "sq");
+    let var = op(&mut g, "ReduceMean", &[sq, axes.into()], none(), "var");
+    let eps = c(&mut g, "eps", &[], &[1e-5]);
+    let ve = op(&mut g, "Add", &[var, eps], none(), "ve");
+    let sd = op(&mut g, "Sqrt", &[ve], none(), "sd");
+    let n = op(&mut g, "Div", &[d, sd], none(), "normed");
+    let gamma = c(&mut g, "gamma", &[4], &[1.0, 2.0, 0.5, 1.5]);
+    let beta = c(&mut g, "beta", &[4], &[0.1, 0.0, -0.1, 0.2]);
+    let gm = op(&mut g, "Mul", &[n, gamma], none(), "gm");
+    let ln = op(&mut g, "Add", &[gm, beta], none(), "ln");
+    g.add_output("y", ln).unwrap();
+    let after = optimized(&g, "recognize");
+    let ops: Vec<&str> = after
+        .nodes()
+        .iter()
+        .map(|n| n.op.as_str())
+        .filter(|o| !matches!(*o, "Constant" | "Parameter"))
+        .collect();
+    assert_eq!(ops, ["Gelu", "Softmax", "LayerNormalization"]);
+    insta::assert_snapshot!(text::print(&after));
+}
+
+#[test]
+fn dce_drops_dead_nodes_and_renumbers_from_the_outputs() {
+    let mut g = Graph::new("dce");
+    let x = param(&mut g, "x", &[2]);
+    let unused = param(&mut g, "unused", &[2]);
+    op(&mut g, "Neg", &[x], none(), "dead");
+    let y = op(&mut g, "Relu", &[x], none(), "y");
+    let _ = unused;
+    g.add_output("y", y).unwrap();
+    insta::assert_snapshot!(text::print(&optimized(&g, "dce")));
+}
+
+// ---------------------------------------------------------------- property test
+
+/// A random valid graph: float values of shapes that broadcast into [2, 3, 4], built
+/// from ops every pass has rules for, with neutral constants and decomposed forms
+/// mixed in so that the rules fire.
+fn random_graph(rng: &mut Rng) -> Graph {
+    let mut g = Graph::new("random");
+    let shapes: [&[usize]; 4] = [&[2, 3, 4], &[3, 4], &[4], &[1]];
+    let mut vals: Vec<Value> = vec![];
+    for i in 0..1 + rng.below(3) {
+        let dims = if i == 0 {
+            shapes[0]
+        } else {
+            shapes[rng.below(4)]
+        };
+        vals.push(param(&mut g, &format!("x{i}"), dims));
+    }
+    let n_ops = 3 + rng.below(12);
+    for k in 0..n_ops {
+        let name = format!("n{k}");
+        let pick = vals[vals.len() - 1 - rng.below(vals.len().min(3))];
+        let other = vals[rng.below(vals.len())];
+        let full = g.value_type(pick).unwrap().shape == Shape::fixed(&[2, 3, 4]);
+        let v = match rng.below(13) {
+            0 => ["Relu", "Sigmoid", "Tanh", "Neg", "Abs", "Identity"].map(|o| o.to_string())
+                [rng.below(6)]
+            .clone(),
+            1 => "Add".into(),
+            2 => "Mul".into(),
+            3 => "Sub".into(),
+            4 => "neutral".into(),
+            5 => "const".into(),
+            6 => "transpose2".into(),
+            7 => "reshape2".into(),
+            8 if full => "matmul".into(),
+            9 if full => "softmax".into(),
+            10 => "gelu".into(),
+            11 => "cse".into(),
+            _ => "Max".into(),
+        };
+        let out: Option<Value> = match v.as_str() {
+            "Add" | "Mul" | "Sub" | "Max" => {
+                g.op(&v, &[pick, other], none(), &name).ok().map(Into::into)
+            }
+            "neutral" => {
+                let (o, x) = [("Mul", 1.0), ("Add", 0.0), ("Div", 1.0), ("Sub", 0.0)][rng.below(4)];
+                let k = c(&mut g, &format!("{name}.k"), &[1], &[x]);
+                Some(op(&mut g, o, &[pick, k], none(), &name))
+            }
+            "const" => {
+                let dims = shapes[1 + rng.below(3)];
+                let a = g
+                    .add_constant_value(&format!("{name}.a"), rng.tensor(dims))
+                    .unwrap();
+                let b = g
+                    .add_constant_value(&format!("{name}.b"), rng.tensor(dims))
+                    .unwrap();
+                let ab = op(
+                    &mut g,
+                    "Mul",
+                    &[a.into(), b.into()],
+                    none(),
+                    &format!("{name}.ab"),
+                );
+                g.op("Add", &[ab, pick], none(), &name).ok().map(Into::into)
+            }
+            "transpose2" => {
+                let r = g.value_type(pick).unwrap().rank() as i64;
+                let p: Vec<i64> = (0..r).rev().collect();
+                let t = op(
+                    &mut g,
+                    "Transpose",
+                    &[pick],
+                    ints("perm", &p),
+                    &format!("{name}.t"),
+                );
+                let back = if rng.below(2) == 0 {
+                    p.clone()
+                } else {
+                    (0..r).collect()
+                };
+                Some(op(&mut g, "Transpose", &[t], ints("perm", &back), &name))
+            }
+            "reshape2" => {
+                let n: usize = g.value_type(pick).unwrap().shape.num_elements().unwrap();
+                let s1 = g
+                    .add_constant_value(
+                        &format!("{name}.s1"),
+                        Tensor::from_vec(&[1], vec![n as i64]).unwrap(),
+                    )
+                    .unwrap();
+                let dims: Vec<i64> = g
+                    .value_type(pick)
+                    .unwrap()
+                    .shape
+                    .to_fixed()
+                    .unwrap()
+                    .iter()
+                    .map(|&d| d as i64)
+                    .collect();
+                let s2 = g
+                    .add_constant_value(
+                        &format!("{name}.s2"),
+                        Tensor::from_vec(&[dims.len()], dims).unwrap(),
+                    )
+                    .unwrap();
+                let r1 = op(
+                    &mut g,
+                    "Reshape",
+                    &[pick, s1.into()],
+                    none(),
+                    &format!("{name}.r"),
+                );
+                Some(op(&mut g, "Reshape", &[r1, s2.into()], none(), &name))
+            }
+            "matmul" => {
+                let w = g
+                    .add_constant_value(&format!("{name}.w"), rng.tensor(&[4, 4]))
+                    .unwrap();
+                let b = g
+                    .add_constant_value(&format!("{name}.b"), rng.tensor(&[4]))
+                    .unwrap();
+                let mm = op(
+                    &mut g,
+                    "MatMul",
+                    &[pick, w.into()],
+                    none(),
+                    &format!("{name}.mm"),
+                );
+                let ab = op(
+                    &mut g,
+                    "Add",
+                    &[mm, b.into()],
+                    none(),
+                    &format!("{name}.bias"),
+                );
+                Some(op(&mut g, "Relu", &[ab], none(), &name))
+            }
+            "softmax" => Some(op(&mut g, "Softmax", &[pick], none(), &name)),
+            "gelu" => {
+                let half = c(&mut g, &format!("{name}.half"), &[], &[0.5]);
+                let s2 = c(
+                    &mut g,
+                    &format!("{name}.s2"),
+                    &[],
+                    &[std::f32::consts::SQRT_2],
+                );
+                let one = c(&mut g, &format!("{name}.one"), &[], &[1.0]);
+                let xh = op(&mut g, "Mul", &[pick, half], none(), &format!("{name}.xh"));
+                let xd = op(&mut g, "Div", &[pick, s2], none(), &format!("{name}.xd"));
+                let e = op(&mut g, "Erf", &[xd], none(), &format!("{name}.erf"));
+                let e1 = op(&mut g, "Add", &[e, one], none(), &format!("{name}.e1"));
+                Some(op(&mut g, "Mul", &[xh, e1], none(), &name))
+            }
+            "cse" => {
+                let a = op(&mut g, "Tanh", &[pick], none(), &format!("{name}.a"));
+                let b = op(&mut g, "Tanh", &[pick], none(), &format!("{name}.b"));
+                Some(op(&mut g, "Add", &[a, b], none(), &name))
+            }
+            unary => Some(op(&mut g, unary, &[pick], none(), &name)),
+        };
+        if let Some(o) = out {
+            vals.push(o);
+        }
+    }
+    // One or two outputs, sometimes an intermediate one (fusion must keep it).
+    g.add_output("out", *vals.last().unwrap()).unwrap();
+    if vals.len() > 3 && rng.below(2) == 0 {
+        let mid = vals[vals.len() / 2];
+        if mid.node != vals.last().unwrap().node {
+            g.add_output("mid", mid).unwrap();
+        }
+    }
+    g
+}
+
+#[test]
+fn random_graphs_compute_the_same_after_the_pipeline() {
+    let mut rng = Rng(2026);
+    let mut rewrites = 0;
+    for case in 0..150 {
+        let g = random_graph(&mut rng);
+        let mut after = g.clone();
+        let report = run_pipeline(&mut after, &options(passes::DEFAULT_PIPELINE))
+            .unwrap_or_else(|e| panic!("case {case}: {e}\n{}", text::print(&g)));
+        rewrites += report.records.iter().map(|r| r.rewrites).sum::<usize>();
+        assert_same(&g, &after, case);
+    }
+    // The generator is only useful if the passes fire on what it makes.
+    assert!(rewrites > 300, "only {rewrites} rewrites in 150 graphs");
+}
+
+// ---------------------------------------------------------------- the manager
+
+#[test]
+fn pipelines_and_options_are_checked() {
+    let e = passes::parse_pipeline("cse,no-such-pass")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("unknown pass 'no-such-pass'") && e.contains("constant-fold"),
+        "{e}"
+    );
+    assert_eq!(passes::parse_pipeline("fuse").unwrap().len(), 3);
+    let mut o = PassOptions::default();
+    for (key, value, want) in [
+        ("dump-ir", "sometimes", "dump-ir: expected"),
+        ("dump-ir", "after=cse,nope", "unknown pass 'nope'"),
+        ("pass-timing", "maybe", "expected 1 or 0"),
+        ("rewrite-limit", "-3", "expected a count"),
+        ("colour", "1", "unknown option 'colour'"),
+    ] {
+        let e = o.set(key, value).unwrap_err().to_string();
+        assert!(e.contains(want), "{key}={value}: {e}");
+    }
+    o.set("dump-ir", "after=cse,dce").unwrap();
+    assert_eq!(o.dump_ir, DumpIr::After(vec!["cse".into(), "dce".into()]));
+}
+
+#[test]
+fn disabled_passes_and_the_rewrite_limit_bisect() {
+    let g = residual_block();
+    let mut o = options(passes::DEFAULT_PIPELINE);
+    o.set("disable-passes", "fold-batchnorm").unwrap();
+    let mut after = g.clone();
+    let report = run_pipeline(&mut after, &o).unwrap();
+    assert!(report
+        .records
+        .iter()
+        .any(|r| r.pass == "fold-batchnorm" && r.skipped));
+    assert!(after.nodes().iter().any(|n| n.op == "BatchNormalization"));
+    // Every prefix of the rewrites gives a valid graph that computes the same: the
+    // property that makes bisecting a miscompile to one rewrite work.
+    let total = {
+        let mut a = g.clone();
+        let r = run_pipeline(&mut a, &options(passes::DEFAULT_PIPELINE)).unwrap();
+        r.records.iter().map(|r| r.rewrites).sum::<usize>()
+    };
+    assert!(total >= 4, "{total}");
+    for limit in 0..=total {
+        let mut o = options(passes::DEFAULT_PIPELINE);
+        o.set("rewrite-limit", &limit.to_string()).unwrap();
+        let mut a = g.clone();
+        let r = run_pipeline(&mut a, &o).unwrap();
+        assert_eq!(r.records.iter().map(|r| r.rewrites).sum::<usize>(), limit);
+        assert_same(&g, &a, limit as u64);
+    }
+}
+
+#[test]
+fn dumps_go_one_file_per_step() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("dump-ir");
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut o = options("fold-batchnorm,fuse-epilogue,dce");
+    o.set("dump-ir", "after-all").unwrap();
+    o.set("dump-ir-dir", dir.to_str().unwrap()).unwrap();
+    let mut g = residual_block();
+    run_pipeline(&mut g, &o).unwrap();
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "001-after-fold-batchnorm.kir",
+            "002-after-fuse-epilogue.kir",
+            "003-after-dce.kir"
+        ]
+    );
+    // Each dump is valid .kir text.
+    for f in files {
+        text::parse_file(&dir.join(f)).unwrap();
+    }
+}
+
+/// A pass that breaks the graph: it changes a node's recorded type.
+struct Breaker;
+
+impl Pass for Breaker {
+    fn name(&self) -> &'static str {
+        "breaker"
+    }
+    fn summary(&self) -> &'static str {
+        "corrupts a type, for the test"
+    }
+    fn run(&self, g: &mut Graph, _: &mut PassContext) -> Result<Changed> {
+        let id = NodeId(g.len() as u32 - 1);
+        g.node_mut(id).outputs[0] = f32_type(&[7]);
+        Ok(true)
+    }
+}
+
+#[test]
+fn the_verifier_names_the_pass_that_broke_the_graph() {
+    let mut g = residual_block();
+    let o = options("");
+    let e = run_passes(&mut g, &[&Breaker], &o).unwrap_err().to_string();
+    assert!(
+        e.contains("pass 'breaker' left an invalid graph") && e.contains("relu2"),
+        "{e}"
+    );
+}
