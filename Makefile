@@ -18,20 +18,21 @@ lint: deps
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
 
-# Every test: format, lints, the Rust suites (snapshots must match: no .snap.new may be
-# left; the ONNX node suite is generated first, by a pinned onnx in target/py), the C ABI
-# tests under valgrind, the CMake package (install, find_package from a consumer, shared
-# and static, ctest, pkg-config), exporter-style ONNX models against onnxruntime, and the
-# demo under valgrind so that the CLI path is leak- and error-free.
+# Every test: format, lints, exporter-style ONNX models against onnxruntime (before and
+# after the pass pipeline; they stay in target/real-models for the compiler's tests),
+# the Rust suites (snapshots must match: no .snap.new may be left; the ONNX node suite
+# is generated first, by a pinned onnx in target/py), the C ABI tests under valgrind,
+# the CMake package (install, find_package from a consumer, shared and static, ctest,
+# pkg-config), and the demo under valgrind so that the CLI path is leak- and error-free.
 test: lint
 	scripts/onnx-node-tests.sh
+	scripts/test-onnx-models.sh
 	INSTA_UPDATE=no KILN_REQUIRE_ONNX_SUITE=1 $(CARGO) test --all-targets
 	@if find . -name '*.snap.new' -not -path './target/*' | grep -q .; then \
 	  echo "stale insta snapshots (review with cargo insta review):"; \
 	  find . -name '*.snap.new' -not -path './target/*'; exit 1; fi
 	scripts/test-capi.sh
 	scripts/test-cmake.sh
-	scripts/test-onnx-models.sh
 	$(CARGO) build --bin kiln
 	valgrind --quiet --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
 	  target/debug/kiln run examples/graphs/mlp.kir --inputs examples/graphs/mlp_input.npy --outputs $(DEMO_OUT)
