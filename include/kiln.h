@@ -30,7 +30,22 @@
 #define KILN_VALUE_NONE_NODE UINT32_MAX
 
 /**
- * How to compile: the backend and the thread budget.
+ * Every offset is a multiple of this, and every size is rounded up to it.
+ */
+#define ALIGN 64
+
+/**
+ * The most rounds a fixpoint pass runs.
+ */
+#define MAX_ITERATIONS 10
+
+/**
+ * A placement heuristic (see the module docs).
+ */
+typedef struct Strategy Strategy;
+
+/**
+ * How to compile: the backend, the thread budget and the pass pipeline's options.
  */
 typedef struct kiln_compile_options kiln_compile_options;
 
@@ -222,13 +237,17 @@ typedef struct kiln_attr {
 
 
 
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
 
 /**
- * Creates options with the defaults: backend `"cpu"`, all cores. The caller frees them
- * with `kiln_compile_options_free`.
+ * Creates options with the defaults: backend `"cpu"`, all cores, the default pass
+ * pipeline with the `KILN_*` debugging variables of the environment applied (an
+ * invalid one fails here, naming it). The caller frees them with
+ * `kiln_compile_options_free`.
  *
  * # Safety
  * `out` is a valid pointer.
@@ -261,6 +280,21 @@ kiln_status kiln_compile_options_set_backend(struct kiln_compile_options *o, con
  * `o` is a live options handle.
  */
 kiln_status kiln_compile_options_set_threads(struct kiln_compile_options *o, uint32_t n);
+
+/**
+ * Sets a pass-pipeline option by name, the same text as the CLI and the `KILN_<NAME>`
+ * environment variables take: `"passes"` (a comma-separated pipeline, e.g.
+ * `"canonicalize,constant-fold,simplify,cse,dce"`; `""` runs none), `"dump-ir"`
+ * (`before-all`, `after-all`, `after=p1,p2`, `changed`), `"dump-ir-dir"`,
+ * `"pass-timing"` (`1`/`0`), `"disable-passes"` (`a,b`), `"rewrite-limit"` (N: apply
+ * only the first N rewrites, to bisect a miscompile), `"fold-limit"`, `"verify"`
+ * (`1`: verify after every pass). An unknown name or a bad value fails here, naming
+ * it. The `"interp"` backend runs the graph as given and ignores these.
+ *
+ * # Safety
+ * `o` is a live options handle; `name` and `value` are strings.
+ */
+kiln_status kiln_compile_options_set_option(struct kiln_compile_options *o, const char *name, const char *value);
 
 /**
  * Verifies `g` and compiles it for the options' backend (NULL options: the defaults).

@@ -2,6 +2,8 @@
 """Exporter-style ONNX models, built with onnx.helper and seeded random weights, run
 through Kiln (the `kiln` CLI, every backend given) and through onnxruntime; outputs must
 agree within rtol 1e-4, atol 1e-5. Usage: onnx-real-models.py KILN_BINARY OUT_DIR [BACKEND...]
+(`cpu` runs the pass pipeline before the interpreter), or onnx-real-models.py --write-only
+OUT_DIR to write the models alone (the benchmarks do).
 
 Models: an MLP, a small CNN, ResNet-18 and ResNet-50 (un-fused BatchNormalization; run at
 64x64 so that the reference interpreter stays quick; ResNet-50's spatial dims are
@@ -214,5 +216,16 @@ def main(kiln, out, backends):
     return failures
 
 
+def write_only(out):
+    for make in (mlp, small_cnn, resnet18, resnet50, bert_encoder):
+        model, _ = make()
+        d = os.path.join(out, model.graph.name)
+        os.makedirs(d, exist_ok=True)
+        onnx.save(model, os.path.join(d, "model.onnx"))
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--write-only":
+        write_only(sys.argv[2])
+        sys.exit(0)
     sys.exit(1 if main(sys.argv[1], sys.argv[2], sys.argv[3:] or ["interp"]) else 0)

@@ -25,7 +25,10 @@ fn model(name: &str) -> Option<PathBuf> {
         "{} is missing: run scripts/test-onnx-models.sh",
         p.display()
     );
-    eprintln!("skipped: {} is missing (scripts/test-onnx-models.sh writes it)", p.display());
+    eprintln!(
+        "skipped: {} is missing (scripts/test-onnx-models.sh writes it)",
+        p.display()
+    );
     None
 }
 
@@ -60,7 +63,9 @@ fn count(g: &Graph, op: &str) -> usize {
 
 #[test]
 fn resnet50_fuses_every_conv_epilogue_and_plans_near_the_bound() {
-    let Some(path) = model("resnet50") else { return };
+    let Some(path) = model("resnet50") else {
+        return;
+    };
     let (g, plan) = compile(&path, &[("N", 1), ("H", 224), ("W", 224)]);
     assert_eq!(count(&g, "BatchNormalization"), 0);
     let convs: Vec<_> = g
@@ -71,14 +76,20 @@ fn resnet50_fuses_every_conv_epilogue_and_plans_near_the_bound() {
     assert_eq!(convs.len(), 53);
     // Every conv has its bias (BatchNormalization's shift), and nothing that could have
     // joined an epilogue still reads a conv's output.
-    assert!(convs.iter().all(|n| n.inputs.get(2).copied().flatten().is_some()));
+    assert!(convs
+        .iter()
+        .all(|n| n.inputs.get(2).copied().flatten().is_some()));
     for n in g.nodes() {
         let epilogue_op = n.op == "Add" || ACTIVATIONS.contains(&n.op.as_str());
         let reads_conv = n.inputs.iter().flatten().any(|v| {
             let src = &g.node(v.node).op;
             src == "Conv" || src == "FusedConv"
         });
-        assert!(!(epilogue_op && reads_conv), "{} reads a conv's output", n.name);
+        assert!(
+            !(epilogue_op && reads_conv),
+            "{} reads a conv's output",
+            n.name
+        );
     }
     assert_eq!(count(&g, "FusedConv"), 49);
     assert!(plan.naive_bytes as f64 / plan.planned_bytes as f64 >= 5.0);
@@ -87,7 +98,9 @@ fn resnet50_fuses_every_conv_epilogue_and_plans_near_the_bound() {
 
 #[test]
 fn bert_encoder_recognizes_its_decomposed_layer_and_plans_near_the_bound() {
-    let Some(path) = model("bert_encoder") else { return };
+    let Some(path) = model("bert_encoder") else {
+        return;
+    };
     let (g, plan) = compile(&path, &[("B", 1), ("S", 128)]);
     // Layer 0 was written decomposed; both layers end up with the ops.
     assert_eq!(count(&g, "LayerNormalization"), 4);
@@ -106,6 +119,9 @@ fn small_models_plan_near_the_bound() {
     ] {
         let Some(path) = model(name) else { return };
         let (_, plan) = compile(&path, &dims);
-        assert!(plan.planned_bytes as f64 <= 1.05 * plan.lower_bound_bytes as f64, "{name}");
+        assert!(
+            plan.planned_bytes as f64 <= 1.05 * plan.lower_bound_bytes as f64,
+            "{name}"
+        );
     }
 }

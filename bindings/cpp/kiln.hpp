@@ -310,6 +310,11 @@ class CompileOptions {
     check(kiln_compile_options_set_threads(h_, n));
     return *this;
   }
+  /// A pass-pipeline option: option("passes", "cse,dce"), option("dump-ir", "after-all").
+  CompileOptions &option(const std::string &name, const std::string &value) {
+    check(kiln_compile_options_set_option(h_, name.c_str(), value.c_str()));
+    return *this;
+  }
   const kiln_compile_options *get() const noexcept { return h_; }
 
  private:

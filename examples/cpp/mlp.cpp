@@ -22,7 +22,8 @@ int main() try {
   g.set_output("probs", g.op("Softmax", {h}, {kiln::Attr("axis", -1)}));
 
   kiln::CompileOptions options;
-  options.backend("cpu");
+  // The cpu backend optimizes first: MatMul + bias + Relu become one FusedMatMul.
+  options.backend("cpu").option("passes", "canonicalize,constant-fold,simplify,cse,fuse,dce");
   auto exe = kiln::Executable::compile(g, &options);
   std::cout << "inputs: " << exe.input(0).name << ", outputs: " << exe.output(0).name << "\n";
 

@@ -7,19 +7,23 @@ use super::tensor::{dtype_to_c, kiln_dtype, kiln_tensor};
 use super::{arg, arg_mut, arg_slice, arg_str, free_handle, guard, guard_or, into_handle};
 use super::{kiln_status, out_ptr, CResult, Failure};
 use super::{KILN_STATUS_BUFFER_TOO_SMALL, KILN_STATUS_RUN_BAD_INPUT};
-use crate::backend::{backend_for, Device, Executable};
+use crate::backend::{backend_with, Device, Executable};
 use crate::error::Error;
 use crate::ir::{Dim, Graph, NodeId, TensorType, Value};
+use crate::passes::PassOptions;
 
-/// How to compile: the backend and the thread budget.
+/// How to compile: the backend, the thread budget and the pass pipeline's options.
 pub struct kiln_compile_options {
     device: Device,
     #[allow(dead_code)] // read once a backend runs kernels on a pool (issue 6)
     threads: u32,
+    passes: PassOptions,
 }
 
-/// Creates options with the defaults: backend `"cpu"`, all cores. The caller frees them
-/// with `kiln_compile_options_free`.
+/// Creates options with the defaults: backend `"cpu"`, all cores, the default pass
+/// pipeline with the `KILN_*` debugging variables of the environment applied (an
+/// invalid one fails here, naming it). The caller frees them with
+/// `kiln_compile_options_free`.
 ///
 /// # Safety
 /// `out` is a valid pointer.
@@ -32,6 +36,7 @@ pub unsafe extern "C" fn kiln_compile_options_new(
         *out = into_handle(kiln_compile_options {
             device: Device::Cpu,
             threads: 0,
+            passes: PassOptions::from_env()?,
         });
         Ok(())
     })
@@ -76,6 +81,32 @@ pub unsafe extern "C" fn kiln_compile_options_set_threads(
 ) -> kiln_status {
     guard(|| {
         arg_mut(o, "o")?.threads = n;
+        Ok(())
+    })
+}
+
+/// Sets a pass-pipeline option by name, the same text as the CLI and the `KILN_<NAME>`
+/// environment variables take: `"passes"` (a comma-separated pipeline, e.g.
+/// `"canonicalize,constant-fold,simplify,cse,dce"`; `""` runs none), `"dump-ir"`
+/// (`before-all`, `after-all`, `after=p1,p2`, `changed`), `"dump-ir-dir"`,
+/// `"pass-timing"` (`1`/`0`), `"disable-passes"` (`a,b`), `"rewrite-limit"` (N: apply
+/// only the first N rewrites, to bisect a miscompile), `"fold-limit"`, `"verify"`
+/// (`1`: verify after every pass). An unknown name or a bad value fails here, naming
+/// it. The `"interp"` backend runs the graph as given and ignores these.
+///
+/// # Safety
+/// `o` is a live options handle; `name` and `value` are strings.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_compile_options_set_option(
+    o: *mut kiln_compile_options,
+    name: *const c_char,
+    value: *const c_char,
+) -> kiln_status {
+    guard(|| {
+        let o = arg_mut(o, "o")?;
+        let name = arg_str(name, "name")?;
+        let value = arg_str(value, "value")?;
+        o.passes.set(name, value)?;
         Ok(())
     })
 }
@@ -146,13 +177,16 @@ pub unsafe extern "C" fn kiln_compile(
     guard(|| {
         let g = &arg(g, "g")?.graph;
         let out = out_ptr(out, "out")?;
-        let device = o.as_ref().map_or(Device::Cpu, |o| o.device);
+        let (device, passes) = match o.as_ref() {
+            Some(o) => (o.device, o.passes.clone()),
+            None => (Device::Cpu, PassOptions::from_env()?),
+        };
         if g.outputs().is_empty() {
             return Err(Failure::from(Error::Graph(
                 "the graph has no outputs (kiln_graph_set_output)".into(),
             )));
         }
-        let exe = backend_for(device)?.compile(g)?;
+        let exe = backend_with(device, passes)?.compile(g)?;
         let (inputs, outputs) = io_of(g)?;
         *out = into_handle(kiln_executable {
             exe,

@@ -195,9 +195,22 @@ static void compile_and_run(void) {
   CHECK(e == (kiln_executable *)0x1);
   OK(kiln_compile_options_set_backend(o, "interp"));
   OK(kiln_compile_options_set_threads(o, 2));
+  /* Pass options: the CLI's and KILN_*'s spelling; bad names and values fail here. */
+  EXPECT_STATUS(KILN_STATUS_INVALID_ARGUMENT, "unknown pass 'nope'", kiln_compile_options_set_option(o, "passes", "cse,nope"));
+  EXPECT_STATUS(KILN_STATUS_INVALID_ARGUMENT, "unknown option 'colour'", kiln_compile_options_set_option(o, "colour", "1"));
+  EXPECT_STATUS(KILN_STATUS_INVALID_ARGUMENT, "expected a count", kiln_compile_options_set_option(o, "rewrite-limit", "x"));
+  EXPECT_STATUS(KILN_STATUS_NULL_ARGUMENT, "value", kiln_compile_options_set_option(o, "passes", NULL));
+  EXPECT_STATUS(KILN_STATUS_NULL_ARGUMENT, "o is NULL", kiln_compile_options_set_option(NULL, "passes", ""));
+  OK(kiln_compile_options_set_option(o, "passes", "canonicalize,constant-fold,simplify,cse,fuse,dce"));
+  OK(kiln_compile_options_set_option(o, "verify", "1"));
+  OK(kiln_compile_options_set_option(o, "rewrite-limit", "100"));
   OK(kiln_compile(g, o, &e));
   kiln_executable *e2 = NULL;
-  OK(kiln_compile(g, NULL, &e2)); /* defaults: "cpu" */
+  OK(kiln_compile(g, NULL, &e2)); /* defaults: "cpu", the default pipeline */
+  /* "cpu" with the options' pipeline: fuses the axpy's epilogue, same results. */
+  kiln_executable *e3 = NULL;
+  OK(kiln_compile_options_set_backend(o, "cpu"));
+  OK(kiln_compile(g, o, &e3));
   kiln_compile_options_free(o);
   kiln_graph_free(g); /* executables do not need the graph */
 
@@ -221,7 +234,7 @@ static void compile_and_run(void) {
     kiln_tensor *x = f32_tensor(batches[b], 3, -2.0f);
     kiln_tensor *y = NULL;
     const kiln_tensor *ins[1] = {x};
-    OK(kiln_executable_run(b == 1 ? e2 : e, ins, 1, &y, 1));
+    OK(kiln_executable_run(b == 0 ? e3 : b == 1 ? e2 : e, ins, 1, &y, 1));
     CHECK(kiln_tensor_rank(y) == 2 && kiln_tensor_dims(y)[0] == batches[b]);
     const float *xd = kiln_tensor_data(x);
     const float *yd = kiln_tensor_data(y);
@@ -274,6 +287,7 @@ static void compile_and_run(void) {
   kiln_compile_options_free(NULL);
   kiln_executable_free(NULL);
   kiln_executable_free(e2);
+  kiln_executable_free(e3);
   kiln_executable_free(e);
 }
 
