@@ -368,3 +368,103 @@ fn onnx_models_check_print_info_and_run() {
         &["bad.onnx", "not a valid ONNX model"],
     );
 }
+
+#[test]
+fn passes_lists_the_registry_and_the_default_pipeline() {
+    let o = kiln(&["passes"]);
+    assert_ok(&o);
+    let out = stdout(&o);
+    for p in ["constant-fold", "fuse-epilogue", "fuse-elementwise", "dce"] {
+        assert!(out.contains(p), "{out}");
+    }
+    assert!(out.contains("default pipeline: canonicalize,"), "{out}");
+}
+
+#[test]
+fn compile_optimizes_dumps_and_reports_memory() {
+    let dir = scratch("compile");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/graphs/convnet.kir");
+    let model = model.to_str().unwrap();
+    let (json, svg, kir, dumps) = (
+        dir.join("mem.json"),
+        dir.join("mem.svg"),
+        dir.join("out.kir"),
+        dir.join("dumps"),
+    );
+    let o = kiln(&[
+        "compile",
+        model,
+        "--shape",
+        "N=2",
+        "--dump-ir",
+        "after-all",
+        "--dump-ir-dir",
+        dumps.to_str().unwrap(),
+        "--pass-timing",
+        "--memory-report",
+        json.to_str().unwrap(),
+        "--memory-chart",
+        svg.to_str().unwrap(),
+        "-o",
+        kir.to_str().unwrap(),
+    ]);
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(
+        out.contains("FusedConv 1") && out.contains("memory naive"),
+        "{out}"
+    );
+    // The timing table goes to stderr, one line per pass.
+    assert!(stderr(&o).contains("fuse-epilogue"), "{}", stderr(&o));
+    let report = std::fs::read_to_string(&json).unwrap();
+    for key in [
+        "\"naive_bytes\"",
+        "\"planned_bytes\"",
+        "\"lower_bound_bytes\"",
+        "\"steps\"",
+    ] {
+        assert!(report.contains(key), "{report}");
+    }
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    let dumped = std::fs::read_dir(&dumps).unwrap().count();
+    assert_eq!(
+        dumped,
+        kiln::passes::parse_pipeline(kiln::passes::DEFAULT_PIPELINE)
+            .unwrap()
+            .len()
+    );
+    // The optimized graph is valid .kir text.
+    assert_ok(&kiln(&["check", kir.to_str().unwrap()]));
+}
+
+#[test]
+fn compile_rejects_bad_options() {
+    let dir = scratch("compile_bad");
+    let g = write(&dir, "axpy.kir", AXPY);
+    assert_fails(
+        &kiln(&["compile", &g, "--passes", "cse,nope"]),
+        &["unknown pass 'nope'"],
+    );
+    assert_fails(
+        &kiln(&["compile", &g, "--shape", "N"]),
+        &["--shape 'N'", "SYMBOL=SIZE"],
+    );
+    assert_fails(
+        &kiln(&["compile", &g, "--dump-ir", "always"]),
+        &["dump-ir: expected"],
+    );
+    // Symbols not given default to 1 and the output says so.
+    let o = kiln(&["compile", &g]);
+    assert_ok(&o);
+    assert!(
+        stdout(&o).contains("symbolic dim N was not given"),
+        "{}",
+        stdout(&o)
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(["compile", &g])
+        .env("KILN_DISABLE_PASSES", "nope")
+        .output()
+        .unwrap();
+    assert_fails(&o, &["KILN_DISABLE_PASSES", "unknown pass 'nope'"]);
+}
