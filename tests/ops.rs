@@ -13,6 +13,8 @@ mod conv;
 mod coverage;
 #[path = "ops/elementwise.rs"]
 mod elementwise;
+#[path = "ops/fused.rs"]
+mod fused;
 #[path = "ops/gather.rs"]
 mod gather;
 #[path = "ops/loss.rs"]

@@ -703,3 +703,72 @@ fn the_verifier_names_the_pass_that_broke_the_graph() {
         "{e}"
     );
 }
+
+#[test]
+fn layout_blocks_convolutions_and_cancels_reorders() {
+    // Channels 4: blocks of 4 (NCHW4c) keep the test small; the CPU backend asks for 16.
+    let g = residual_block();
+    let mut o = options(passes::DEFAULT_PIPELINE);
+    o.set("layout", "nchw4c").unwrap();
+    let mut after = g.clone();
+    run_pipeline(&mut after, &o).unwrap();
+    assert_same(&g, &after, 11);
+    insta::assert_snapshot!(text::print(&after)
+        .lines()
+        .filter(|l| !l.contains("= Constant"))
+        .collect::<Vec<_>>()
+        .join("\n"));
+    // Channel counts that are not multiples of the block stay plain; `plain` turns the
+    // pass off.
+    for layout in ["nchw3c", "plain"] {
+        let mut o = options(passes::DEFAULT_PIPELINE);
+        o.set("layout", layout).unwrap();
+        let mut a = g.clone();
+        run_pipeline(&mut a, &o).unwrap();
+        assert!(a.nodes().iter().all(|n| n.op != "Reorder"), "{layout}");
+    }
+    let e = PassOptions::default()
+        .set("layout", "nhwc")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("layout: expected plain or nchw<block>c"), "{e}");
+}
+
+#[test]
+fn reorder_round_trips_and_pads_channels() {
+    // 5 channels in blocks of 4: the second block has 3 pad lanes.
+    let mut rng = Rng(13);
+    let x = rng.tensor(&[2, 5, 3]);
+    let mut g = Graph::new("reorder");
+    let p = g.add_parameter("x", f32_type(&[2, 5, 3])).unwrap();
+    let blocked = Attrs::new()
+        .with("to", Attr::String("blocked".into()))
+        .with("block", Attr::Int(4));
+    let b = op(&mut g, "Reorder", &[p.into()], blocked, "b");
+    assert_eq!(g.value_type(b).unwrap().to_string(), "f32[2, 2, 3, 4]");
+    let plain = Attrs::new()
+        .with("to", Attr::String("plain".into()))
+        .with("block", Attr::Int(4))
+        .with("channels", Attr::Int(5));
+    let back = op(&mut g, "Reorder", &[b], plain, "back");
+    g.add_output("b", b).unwrap();
+    g.add_output("back", back).unwrap();
+    let out = run(&g, &[x.clone()]);
+    assert_eq!(out[1], x);
+    // Element (n=1, c=4, p=2) lives in block 1, lane 0.
+    let xv = x.to_f64_vec();
+    let bv = out[0].to_f64_vec();
+    assert_eq!(bv[((1 * 2 + 1) * 3 + 2) * 4], xv[(1 * 5 + 4) * 3 + 2]);
+    // A plain Reorder needs its channel count, and the counts must agree.
+    let mut bad = Graph::new("bad");
+    let q = bad.add_parameter("q", f32_type(&[2, 2, 3, 4])).unwrap();
+    let wrong = Attrs::new()
+        .with("to", Attr::String("plain".into()))
+        .with("block", Attr::Int(4))
+        .with("channels", Attr::Int(9));
+    let e = bad
+        .op("Reorder", &[q.into()], wrong, "r")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("holding 9 channels"), "{e}");
+}

@@ -67,6 +67,13 @@ pub trait Backend {
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>>;
 }
 
+/// What the CPU backend asks of the pass pipeline unless told otherwise: convolutions
+/// in blocks of 16 channels (NCHW16c), one AVX-512 vector of f32 per pixel.
+pub fn cpu_pass_options(mut passes: PassOptions) -> PassOptions {
+    passes.layout_block.get_or_insert(16);
+    passes
+}
+
 /// The backend for `device` with the pass options of the environment (`KILN_*`), or
 /// why there is none.
 pub fn backend_for(device: Device) -> Result<Box<dyn Backend>> {
@@ -81,7 +88,7 @@ pub fn backend_with(device: Device, passes: PassOptions) -> Result<Box<dyn Backe
         // The name means "the best CPU path"; until the optimizing backend lands
         // (issue 6) that is the pass pipeline, then the reference interpreter.
         Device::Cpu => Ok(Box::new(interp::Interpreter {
-            passes: Some(passes),
+            passes: Some(cpu_pass_options(passes)),
         })),
         Device::Cuda(n) if cfg!(feature = "cuda") => Err(Error::Device(format!(
             "cuda:{n}: the CUDA backend is not built yet"

@@ -4,7 +4,7 @@
 //! BatchNormalization after anything else becomes `x * s + t` with per-channel
 //! constants, which elementwise fusion then absorbs. Arithmetic in f64, rounded once.
 use super::pattern::{alt, any, constant, op, Pat, Uses};
-use super::{add_const, sweep, try_add, Changed, Pass, PassContext};
+use super::{add_const, sweep, take_name, try_add, Changed, Pass, PassContext};
 use crate::error::Result;
 use crate::ir::{Attr, Attrs, Graph, NodeId, Value};
 use crate::tensor::Tensor;
@@ -90,6 +90,14 @@ fn fold(g: &mut Graph, uses: &Uses, id: NodeId, cx: &mut PassContext, pat: &Pat)
         return Ok(false);
     }
     g.replace_uses(id.into(), new)?;
+    if let Some(p) = m.get("producer") {
+        // The folded producer keeps its name; the MatMul form's new MatMul is the Add's operand.
+        let folded = match g.node(new.node).op.as_str() {
+            "Add" => g.node(new.node).inputs[0].expect("MatMul").node,
+            _ => new.node,
+        };
+        take_name(g, p.node, folded);
+    }
     Ok(true)
 }
 

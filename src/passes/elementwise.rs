@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::pattern::{ops, Pat, Uses};
-use super::{sweep, try_add, Changed, Pass, PassContext};
+use super::{sweep, take_name, try_add, Changed, Pass, PassContext};
 use crate::error::Result;
 use crate::ir::ops::fused::{scalar_text, Arg, Step};
 use crate::ir::{Attr, Attrs, Graph, Node, NodeId, Value};
@@ -89,6 +89,7 @@ fn fuse(
     }
     let out_ty = g.node(id).outputs[0].clone();
     let name = format!("{}.fused", g.node(id).name);
+
     let ins: Vec<Option<Value>> = inputs.into_iter().map(Some).collect();
     let attrs = Attrs::new().with("body", Attr::Strings(body));
     let Some(new) = try_add(g, "Fused", &ins, attrs, &name) else {
@@ -98,6 +99,7 @@ fn fuse(
         return Ok(false);
     }
     g.replace_uses(id.into(), new.into())?;
+    take_name(g, id, new);
     Ok(true)
 }
 

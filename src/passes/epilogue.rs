@@ -4,7 +4,7 @@
 //! while the output is still in registers. Matched root-first (reverse schedule), so
 //! the longest epilogue wins.
 use super::pattern::{alt, any, constant, non_constant, op, ops, Match, NodePat, Pat};
-use super::{add_const, sweep, try_add, Changed, Pass, PassContext};
+use super::{add_const, sweep, take_name, try_add, Changed, Pass, PassContext};
 use crate::error::Result;
 use crate::ir::ops::fused::{scalar_text, ACTIVATIONS};
 use crate::ir::{Attr, Attrs, Graph, Node, NodeId, Value};
@@ -205,7 +205,8 @@ fn fuse(
     if !has_epilogue {
         return Ok(false);
     }
-    let core = g.node(m.node("core")).clone();
+    let core_id = m.node("core");
+    let core = g.node(core_id).clone();
     let out_ty = g.node(root).outputs[0].clone();
     if !out_ty.dtype.is_float() {
         return Ok(false);
@@ -262,5 +263,6 @@ fn fuse(
         return Ok(false);
     }
     g.replace_uses(root.into(), new.into())?;
+    take_name(g, core_id, new);
     Ok(true)
 }

@@ -13,7 +13,8 @@
 //! `KILN_<KEY>`, e.g. `KILN_DUMP_IR=after-all`): `dump-ir`
 //! (`before-all|after-all|after=p1,p2|changed`), `dump-ir-dir` (one `.kir` file per
 //! step instead of stderr), `pass-timing`, `disable-passes`, `rewrite-limit` (apply only
-//! the first N rewrites: bisect a miscompile to one rewrite), `fold-limit`.
+//! the first N rewrites: bisect a miscompile to one rewrite), `fold-limit`, and
+//! `layout` (`plain` or `nchw16c`; unset, the backend chooses).
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -28,6 +29,7 @@ mod cse;
 mod dce;
 mod elementwise;
 mod epilogue;
+mod layout;
 pub mod pattern;
 mod recognize;
 mod simplify;
@@ -58,12 +60,13 @@ pub static PASSES: &[&dyn Pass] = &[
     &batchnorm::FoldBatchNorm,
     &epilogue::FuseEpilogue,
     &elementwise::FuseElementwise,
+    &layout::Layout,
     &dce::Dce,
 ];
 
 /// The pipeline `kiln_compile` and `kiln compile` run unless told otherwise.
 pub const DEFAULT_PIPELINE: &str = "canonicalize,constant-fold,simplify,cse,recognize,\
-fold-batchnorm,fuse-epilogue,fuse-elementwise,simplify,cse,dce";
+fold-batchnorm,fuse-epilogue,fuse-elementwise,layout,simplify,cse,dce";
 
 /// Names that stand for several passes in a pipeline.
 const ALIASES: &[(&str, &str)] = &[("fuse", "fold-batchnorm,fuse-epilogue,fuse-elementwise")];
@@ -124,6 +127,9 @@ pub struct PassOptions {
     pub fold_limit: usize,
     /// Run the verifier after every pass (on in debug builds).
     pub verify: bool,
+    /// The channel block the `layout` pass gives convolutions (`layout = nchw16c`: 16);
+    /// `Some(0)` keeps everything plain; `None` lets the backend choose.
+    pub layout_block: Option<usize>,
 }
 
 impl Default for PassOptions {
@@ -137,6 +143,7 @@ impl Default for PassOptions {
             rewrite_limit: None,
             fold_limit: 1 << 20,
             verify: cfg!(debug_assertions),
+            layout_block: None,
         }
     }
 }
@@ -152,6 +159,7 @@ impl PassOptions {
         "rewrite-limit",
         "fold-limit",
         "verify",
+        "layout",
     ];
 
     /// The defaults, then every `KILN_<KEY>` variable that is set.
@@ -218,6 +226,23 @@ impl PassOptions {
             }
             "fold-limit" => self.fold_limit = count(value)?,
             "verify" => self.verify = flag(value)?,
+            "layout" => {
+                self.layout_block = match value {
+                    "" => None,
+                    "plain" | "nchw" => Some(0),
+                    v => Some(
+                        v.strip_prefix("nchw")
+                            .and_then(|r| r.strip_suffix('c'))
+                            .and_then(|n| n.parse::<usize>().ok())
+                            .filter(|n| (1..=1024).contains(n))
+                            .ok_or_else(|| {
+                                Error::InvalidArgument(format!(
+                                    "layout: expected plain or nchw<block>c (nchw16c), got '{v}'"
+                                ))
+                            })?,
+                    ),
+                }
+            }
             _ => {
                 return Err(Error::InvalidArgument(format!(
                     "unknown option '{key}' (known: {})",
@@ -471,6 +496,15 @@ fn try_add(
 ) -> Option<crate::ir::NodeId> {
     let name = g.fresh_name(base);
     g.add_op(op, inputs, attrs, &name).ok()
+}
+
+/// Gives `to` the name of `from`, which a rewrite replaced (and `dce` will remove);
+/// `from` gets `<name>.old`. Dumps then keep the names of the model's nodes.
+fn take_name(g: &mut Graph, from: crate::ir::NodeId, to: crate::ir::NodeId) {
+    let name = g.node(from).name.clone();
+    let old = g.fresh_name(&format!("{name}.old"));
+    g.node_mut(from).name = old;
+    g.node_mut(to).name = name;
 }
 
 /// A new constant named after `base`.

@@ -9,7 +9,7 @@
 //! The composite op computes in f64 and rounds once, so its result is as close to exact
 //! as the decomposed graph's or closer.
 use super::pattern::{alt, any, const_where, constant, op, splat, Match, NodePat, Pat, Uses};
-use super::{sweep, try_add, Changed, Pass, PassContext};
+use super::{sweep, take_name, try_add, Changed, Pass, PassContext};
 use crate::error::Result;
 use crate::ir::{Attr, Attrs, Graph, Node, NodeId, Value};
 
@@ -188,5 +188,6 @@ fn replace(
         return Ok(false);
     }
     g.replace_uses(id.into(), new.into())?;
+    take_name(g, id, new);
     Ok(true)
 }

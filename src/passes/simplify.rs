@@ -6,7 +6,7 @@
 //!
 //! `x - x` is not folded for floats: it is NaN, not 0, where x is infinite or NaN.
 use super::pattern::{any, op, ops, splat, Pat, Uses};
-use super::{add_const, sweep, try_add, Changed, Pass, PassContext};
+use super::{add_const, sweep, take_name, try_add, Changed, Pass, PassContext};
 use crate::error::Result;
 use crate::ir::{Attr, Attrs, Graph, NodeId, Value};
 use crate::tensor::Tensor;
@@ -141,6 +141,7 @@ impl Rules {
                     &g.fresh_name(&name),
                 )?;
                 g.replace_uses(root, t.into())?;
+                take_name(g, id, t);
             }
             return Ok(true);
         }
@@ -156,6 +157,7 @@ impl Rules {
             ) {
                 if g.node(r).outputs[0] == out_ty && cx.allow_rewrite() {
                     g.replace_uses(root, r.into())?;
+                    take_name(g, id, r);
                     return Ok(true);
                 }
             }
@@ -218,6 +220,7 @@ impl Rules {
             return Ok(false);
         }
         g.replace_uses(id.into(), new.into())?;
+        take_name(g, id, new);
         Ok(true)
     }
 }

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use kiln::backend::cpu_pass_options;
 use kiln::ir::text;
 use kiln::memory;
 use kiln::passes::{run_pipeline, PassOptions, PassReport};
@@ -85,10 +86,12 @@ fn ms(d: Duration) -> f64 {
 }
 
 pub fn run(req: &Request) -> Result<()> {
-    let first = compile_once(req, &req.options)?;
+    // The pipeline as the cpu backend runs it (its layout, unless --layout says).
+    let options = cpu_pass_options(req.options.clone());
+    let first = compile_once(req, &options)?;
     let mut times: Vec<[Duration; 3]> = vec![first.times];
     // Repeats measure only: no dumps, no timing tables.
-    let mut quiet = req.options.clone();
+    let mut quiet = options.clone();
     quiet.dump_ir = Default::default();
     quiet.pass_timing = false;
     for _ in 1..req.repeat {

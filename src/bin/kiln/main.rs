@@ -90,6 +90,9 @@ enum Command {
         /// Apply only the first N rewrites (to bisect a miscompile).
         #[arg(long, value_name = "N")]
         rewrite_limit: Option<usize>,
+        /// plain or nchw<block>c; the cpu backend's choice (nchw16c) by default.
+        #[arg(long)]
+        layout: Option<String>,
         /// Give a symbolic input dim a size: `--shape N=1` (repeatable; others default to 1).
         #[arg(long = "shape", value_name = "SYM=SIZE")]
         shapes: Vec<String>,
@@ -158,6 +161,7 @@ fn dispatch(command: Command) -> Result<()> {
             pass_timing,
             disable_passes,
             rewrite_limit,
+            layout,
             shapes,
             memory_report,
             memory_chart,
@@ -172,6 +176,7 @@ fn dispatch(command: Command) -> Result<()> {
                 ("pass-timing", pass_timing.then(|| "1".to_string())),
                 ("disable-passes", disable_passes),
                 ("rewrite-limit", rewrite_limit.map(|n| n.to_string())),
+                ("layout", layout),
             ];
             for (key, value) in settings {
                 if let Some(v) = value {

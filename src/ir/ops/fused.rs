@@ -5,7 +5,7 @@
 //! Add, then the activation), rounding where the unfused graph rounds, so a fused graph
 //! computes what the graph it came from computes; a backend compiles them into one
 //! kernel or loop.
-use super::{leak, lookup, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use super::{layout, leak, lookup, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
 use crate::ir::{Attr, AttrKind, Attrs, DType, TensorType};
 use crate::tensor::Tensor;
 
@@ -204,6 +204,7 @@ fn main_attrs(attrs: &Attrs) -> Attrs {
     let mut a = attrs.clone();
     a.0.remove("activation");
     a.0.remove("activation_attrs");
+    a.0.remove("block");
     a
 }
 
@@ -223,11 +224,17 @@ const FUSED_CONV: OpSchema = OpSchema {
         AttrSpec::opt("kernel_shape", AttrKind::Ints, "W's spatial dims"),
         AttrSpec::opt("pads", AttrKind::Ints, "0"),
         AttrSpec::opt("strides", AttrKind::Ints, "1 per axis"),
+        AttrSpec::opt(
+            "block",
+            AttrKind::Int,
+            "0: plain NCHW; b > 0: X, Z and Y blocked by b channels (see Reorder)",
+        ),
         EPILOGUE_ATTRS[0],
         EPILOGUE_ATTRS[1],
     ],
     doc: "Kiln-only, made by the fuse-epilogue pass: Y = activation(Conv(X, W, B) + Z). \
-          Conv's attributes; Z (the residual) has Y's shape.",
+          Conv's attributes; Z (the residual) has Y's shape. With block > 0 (the layout \
+          pass) X, Z and Y are in the blocked layout, W and B stay plain.",
 };
 
 impl Op for FusedConv {
@@ -237,23 +244,59 @@ impl Op for FusedConv {
 
     fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
         let conv = lookup("Conv").expect("Conv");
-        let ins = &cx.inputs[..cx.inputs.len().min(3)];
+        let b = conv_block(cx.attrs)?;
+        let mut ins: Vec<Option<TensorType>> = cx.inputs[..cx.inputs.len().min(3)].to_vec();
+        if b > 0 {
+            let c_in = blocked_conv_channels(cx.input(1)?, cx.attrs)?;
+            ins[0] =
+                Some(layout::plain_type(cx.input(0)?, b, c_in).map_err(|e| format!("X: {e}"))?);
+        }
         let consts = &cx.consts[..cx.consts.len().min(3)];
-        let y = infer_op(conv, cx, ins, consts, &main_attrs(cx.attrs))?;
+        let mut y = infer_op(conv, cx, &ins, consts, &main_attrs(cx.attrs))?;
+        if b > 0 {
+            y = layout::blocked_type(&y, b)?;
+        }
         Ok(vec![Epilogue::infer(cx, y, 3)?])
     }
 
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
         let conv = lookup("Conv").expect("Conv");
+        let b = conv_block(cx.attrs)?;
         let n = cx.inputs.len().min(3);
-        let y = eval_op(
-            conv,
-            &cx.inputs[..n],
-            &cx.input_types[..n],
-            &main_attrs(cx.attrs),
-        )?;
-        Ok(vec![Epilogue::eval(cx, y, 3)?])
+        let attrs = main_attrs(cx.attrs);
+        if b == 0 {
+            let y = eval_op(conv, &cx.inputs[..n], &cx.input_types[..n], &attrs)?;
+            return Ok(vec![Epilogue::eval(cx, y, 3)?]);
+        }
+        // The reference for the blocked form: plain X, plain conv, blocked Y.
+        let w = cx.input(1)?;
+        let c_in = w.shape().get(1).copied().ok_or("W needs rank >= 3")?;
+        let x = layout::unblock(cx.input(0)?, b, c_in)?;
+        let mut ins: Vec<Option<&Tensor>> = cx.inputs[..n].to_vec();
+        ins[0] = Some(&x);
+        let y = eval_op(conv, &ins, &vec![None; n], &attrs)?;
+        Ok(vec![Epilogue::eval(cx, layout::block(&y, b)?, 3)?])
     }
+}
+
+/// FusedConv's `block` (0 = plain).
+fn conv_block(attrs: &Attrs) -> Result<usize, String> {
+    match attrs.int_or("block", 0)? {
+        b if (0..=1024).contains(&b) => Ok(b as usize),
+        b => Err(format!("block must be 0 to 1024, got {b}")),
+    }
+}
+
+/// X's channel count for a blocked conv (which supports group 1 only): W's axis 1.
+fn blocked_conv_channels(w: &TensorType, attrs: &Attrs) -> Result<usize, String> {
+    if attrs.int_or("group", 1)? != 1 {
+        return Err("a blocked FusedConv needs group = 1".into());
+    }
+    w.shape
+        .dim(1)
+        .fixed()
+        .filter(|_| w.rank() >= 3)
+        .ok_or_else(|| format!("W ({w}) needs a static channel axis"))
 }
 
 // ---------------------------------------------------------------- FusedMatMul

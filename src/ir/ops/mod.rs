@@ -19,6 +19,7 @@ pub mod elementwise;
 pub mod fused;
 pub mod gather;
 pub mod grid_sample;
+pub mod layout;
 pub mod loss;
 pub mod matmul;
 pub mod misc;
@@ -246,7 +247,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 20] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 21] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -267,6 +268,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             text::ops,
             grid_sample::ops,
             fused::ops,
+            layout::ops,
         ];
         for family in families {
             for op in family() {

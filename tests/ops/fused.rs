@@ -1,0 +1,206 @@
+//! The ops passes create — FusedConv, FusedMatMul, Fused, Reorder — against the
+//! catalogue ops they stand for: the same result, exactly, since the reference of a
+//! fused op applies the same ops in the same order.
+use kiln::ir::{Attr, Attrs};
+use kiln::Tensor;
+
+use crate::harness::*;
+
+fn strings(v: &[&str]) -> Attr {
+    Attr::Strings(v.iter().map(|s| s.to_string()).collect())
+}
+
+fn act(name: &str, extra: &[&str]) -> Vec<(&'static str, Attr)> {
+    let mut a = vec![("activation", Attr::String(name.into()))];
+    if !extra.is_empty() {
+        a.push(("activation_attrs", strings(extra)));
+    }
+    a
+}
+
+#[test]
+fn fused_conv_is_conv_plus_residual_then_activation() {
+    let x = ramp(&[1, 2, 4, 4], 7, 3.0);
+    let w = ramp(&[3, 2, 3, 3], 5, 2.0);
+    let b = f64s(&[3], &[0.5, -1.0, 0.25]);
+    let z = ramp(&[1, 3, 4, 4], 11, 5.0);
+    let pads = ("pads", Attr::Ints(vec![1, 1, 1, 1]));
+    let conv = run1(
+        "Conv",
+        vec![Input(x.clone()), Const(w.clone()), Const(b.clone())],
+        attrs(&[pads.clone()]),
+    );
+    let sum = run1("Add", vec![Input(conv), Input(z.clone())], Attrs::new());
+    for (name, extra) in [
+        ("Relu", vec![]),
+        ("LeakyRelu", vec!["alpha=0.2"]),
+        ("Sigmoid", vec![]),
+        ("Clip", vec!["min=-0.5", "max=1.5"]),
+        ("Gelu", vec!["approximate=tanh"]),
+    ] {
+        let want = match name {
+            "Clip" => run1(
+                "Clip",
+                vec![
+                    Input(sum.clone()),
+                    Const(f64s(&[], &[-0.5])),
+                    Const(f64s(&[], &[1.5])),
+                ],
+                Attrs::new(),
+            ),
+            _ => {
+                let mut a = Attrs::new();
+                for kv in &extra {
+                    let (k, v) = kv.split_once('=').unwrap();
+                    a.set(
+                        k,
+                        v.parse::<f64>().map_or(Attr::String(v.into()), Attr::Float),
+                    );
+                }
+                run1(name, vec![Input(sum.clone())], a)
+            }
+        };
+        let mut a = act(name, &extra);
+        a.push(pads.clone());
+        let got = run1(
+            "FusedConv",
+            vec![
+                Input(x.clone()),
+                Const(w.clone()),
+                Const(b.clone()),
+                Input(z.clone()),
+            ],
+            attrs(&a),
+        );
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+#[test]
+fn blocked_fused_conv_reads_and_writes_blocks() {
+    let x = ramp(&[1, 4, 3, 3], 7, 3.0);
+    let w = ramp(&[8, 4, 1, 1], 5, 2.0);
+    let plain = run1(
+        "FusedConv",
+        vec![Input(x.clone()), Const(w.clone())],
+        attrs(&act("Relu", &[])),
+    );
+    let to = |to: &str, c: Option<i64>| {
+        let mut a = vec![("to", Attr::String(to.into())), ("block", Attr::Int(4))];
+        if let Some(c) = c {
+            a.push(("channels", Attr::Int(c)));
+        }
+        attrs(&a)
+    };
+    let xb = run1("Reorder", vec![Input(x)], to("blocked", None));
+    assert_eq!(xb.shape(), &[1, 1, 3, 3, 4]);
+    let mut a = act("Relu", &[]);
+    a.push(("block", Attr::Int(4)));
+    let yb = run1(
+        "FusedConv",
+        vec![Input(xb.clone()), Const(w.clone())],
+        attrs(&a),
+    );
+    assert_eq!(yb.shape(), &[1, 2, 3, 3, 4]);
+    assert_eq!(
+        run1("Reorder", vec![Input(yb)], to("plain", Some(8))),
+        plain
+    );
+    // Blocked convs are group-1 only, and X must hold W's channel count.
+    let mut g2 = a.clone();
+    g2.push(("group", Attr::Int(2)));
+    let e = run_err(
+        "FusedConv",
+        vec![Input(xb.clone()), Const(w.clone())],
+        attrs(&g2),
+    );
+    assert!(e.contains("group = 1"), "{e}");
+    let w6 = ramp(&[8, 6, 1, 1], 5, 2.0);
+    let e = run_err("FusedConv", vec![Input(xb), Const(w6)], attrs(&a));
+    assert!(e.contains("holding 6 channels"), "{e}");
+}
+
+#[test]
+fn fused_matmul_transposes_adds_bias_and_residual() {
+    let a = ramp(&[2, 3, 4], 7, 3.0);
+    let b = ramp(&[5, 4], 5, 2.0); // used transposed
+    let bias = f64s(&[5], &[0.5, -1.0, 0.25, 0.0, 2.0]);
+    let z = ramp(&[2, 3, 5], 11, 5.0);
+    let bt = run1(
+        "Transpose",
+        vec![Input(b.clone())],
+        attrs(&[("perm", Attr::Ints(vec![1, 0]))]),
+    );
+    let mm = run1("MatMul", vec![Input(a.clone()), Input(bt)], Attrs::new());
+    let mm = run1("Add", vec![Input(mm), Input(bias.clone())], Attrs::new());
+    let mm = run1("Add", vec![Input(mm), Input(z.clone())], Attrs::new());
+    let want = run1("Tanh", vec![Input(mm)], Attrs::new());
+    let mut at = act("Tanh", &[]);
+    at.push(("transB", Attr::Int(1)));
+    let got = run1(
+        "FusedMatMul",
+        vec![Input(a.clone()), Input(b.clone()), Input(bias), Input(z)],
+        attrs(&at),
+    );
+    assert_eq!(got, want);
+    // A bias that would broadcast the product up is refused, as is an unknown activation.
+    let big = ramp(&[4, 2, 3, 5], 3, 1.0);
+    let e = run_err(
+        "FusedMatMul",
+        vec![Input(a.clone()), Input(b.clone()), Input(big)],
+        attrs(&[("transB", Attr::Int(1))]),
+    );
+    assert!(e.contains("must not broadcast"), "{e}");
+    let mut swish = act("Swish", &[]);
+    swish.push(("transB", Attr::Int(1)));
+    let e = run_err("FusedMatMul", vec![Input(a), Input(b)], attrs(&swish));
+    assert!(e.contains("unknown activation 'Swish'"), "{e}");
+}
+
+#[test]
+fn fused_body_runs_its_steps_in_order() {
+    let x = ramp(&[2, 3], 5, 2.0);
+    let y = f64s(&[3], &[0.5, -1.0, 2.0]);
+    let body = strings(&[
+        "Mul(i0, i1)",
+        "LeakyRelu(t0) alpha=0.1",
+        "Where(i2, t1, i0)",
+    ]);
+    let cond = Tensor::from_vec(&[3], vec![true, false, true]).unwrap();
+    let got = run1(
+        "Fused",
+        vec![Input(x.clone()), Input(y.clone()), Input(cond.clone())],
+        attrs(&[("body", body)]),
+    );
+    let t0 = run1(
+        "Mul",
+        vec![Input(x.clone()), Input(y.clone())],
+        Attrs::new(),
+    );
+    let t1 = run1(
+        "LeakyRelu",
+        vec![Input(t0)],
+        attrs(&[("alpha", Attr::Float(0.1))]),
+    );
+    let want = run1(
+        "Where",
+        vec![Input(cond), Input(t1), Input(x.clone())],
+        Attrs::new(),
+    );
+    assert_eq!(got, want);
+    for (body, needle) in [
+        (vec!["Conv(i0, i1)"], "only elementwise ops can be fused"),
+        (vec!["Relu(t0)"], "operand t0 does not exist here"),
+        (vec!["Relu(i5)"], "operand i5 does not exist here"),
+        (vec!["Nope(i0)"], "not a catalogue op"),
+        (vec!["LeakyRelu(i0) beta=2"], "unknown attribute 'beta'"),
+        (vec![], "the body has no steps"),
+    ] {
+        let e = run_err(
+            "Fused",
+            vec![Input(x.clone()), Input(y.clone())],
+            attrs(&[("body", strings(&body))]),
+        );
+        assert!(e.contains(needle), "{body:?}: {e}");
+    }
+}
