@@ -28,7 +28,7 @@ fn fused_conv_is_conv_plus_residual_then_activation() {
     let conv = run1(
         "Conv",
         vec![Input(x.clone()), Const(w.clone()), Const(b.clone())],
-        attrs(&[pads.clone()]),
+        attrs(std::slice::from_ref(&pads)),
     );
     let sum = run1("Add", vec![Input(conv), Input(z.clone())], Attrs::new());
     for (name, extra) in [
