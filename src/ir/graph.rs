@@ -479,8 +479,8 @@ impl Graph {
     /// from the outputs (so that the schedule, and the printed text, is that order).
     /// Needed: the graph outputs, every `Assign`, what they read or wait for, and every
     /// `Parameter` (the graph's signature; they keep their relative order, first).
-    /// Returns how many nodes went.
-    pub fn compact(&mut self) -> usize {
+    /// Returns whether anything changed (a node went or moved).
+    pub fn compact(&mut self) -> bool {
         let n = self.nodes.len();
         let params: Vec<NodeId> = self.inputs();
         let mut roots: Vec<NodeId> = self.outputs.iter().map(|o| o.value.node).collect();
@@ -544,7 +544,7 @@ impl Graph {
         for o in &mut self.outputs {
             o.value = map(o.value);
         }
-        n - order.len()
+        n != order.len() || order.iter().enumerate().any(|(i, id)| id.index() != i)
     }
 
     /// Appends a node as given, without inference: for the text parser, which verifies

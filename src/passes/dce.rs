@@ -17,8 +17,6 @@ impl Pass for Dce {
         false
     }
     fn run(&self, g: &mut Graph, _: &mut PassContext) -> Result<Changed> {
-        let before = g.clone();
-        let removed = g.compact();
-        Ok(removed > 0 || *g != before)
+        Ok(g.compact())
     }
 }
