@@ -758,7 +758,10 @@ fn reorder_round_trips_and_pads_channels() {
     // Element (n=1, c=4, p=2) lives in block 1, lane 0: flat ((n*2 + 1)*3 + p)*4.
     let (xv, bv) = (x.to_f64_vec(), out[0].to_f64_vec());
     let (n, c, p) = (1, 4, 2);
-    assert_eq!(bv[((n * 2 + c / 4) * 3 + p) * 4 + c % 4], xv[(n * 5 + c) * 3 + p]);
+    assert_eq!(
+        bv[((n * 2 + c / 4) * 3 + p) * 4 + c % 4],
+        xv[(n * 5 + c) * 3 + p]
+    );
     // A plain Reorder needs its channel count, and the counts must agree.
     let mut bad = Graph::new("bad");
     let q = bad.add_parameter("q", f32_type(&[2, 2, 3, 4])).unwrap();

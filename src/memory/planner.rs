@@ -407,7 +407,7 @@ pub(crate) mod tests {
     /// Timing for 1,000 and 3,000 buffers (run in release: `cargo test --release --lib
     /// memory -- --ignored --nocapture`).
     #[test]
-    #[ignore]
+    #[ignore = "a timing, not a check: meaningful only in release builds"]
     fn timing_thousands_of_buffers() {
         for n in [1000usize, 3000] {
             let mut rng = Rng::new(n as u64);

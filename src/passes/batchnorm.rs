@@ -4,7 +4,7 @@
 //! BatchNormalization after anything else becomes `x * s + t` with per-channel
 //! constants, which elementwise fusion then absorbs. Arithmetic in f64, rounded once.
 use super::pattern::{alt, any, constant, op, Pat, Uses};
-use super::{add_const, sweep, take_name, try_add, Changed, Pass, PassContext};
+use super::{add_const, sweep, take_name, Changed, Pass, PassContext};
 use crate::error::Result;
 use crate::ir::{Attr, Attrs, Graph, NodeId, Value};
 use crate::tensor::Tensor;
@@ -82,12 +82,17 @@ fn fold(g: &mut Graph, uses: &Uses, id: NodeId, cx: &mut PassContext, pat: &Pat)
     let t: Vec<f64> = (0..c).map(|i| bias[i] - mean[i] * s[i]).collect();
     let name = g.node(id).name.clone();
     let new = match m.get("producer") {
-        Some(p) => fold_into(g, p.node, &s, &t, &name)?,
-        None => Some(scale_shift(g, m.value("x"), &s, &t, &name)?),
+        Some(p) => fold_into(g, uses, p.node, &s, &t, &name, cx)?,
+        None if cx.allow_rewrite() => Some(scale_shift(g, m.value("x"), &s, &t, &name)?),
+        None => None,
     };
     let Some(new) = new else { return Ok(false) };
-    if g.value_type(new)? != &y || !cx.allow_rewrite() {
-        return Ok(false);
+    if g.value_type(new)? != &y {
+        return Err(crate::Error::Graph(format!(
+            "folding {} changed its type to {}",
+            g.describe(id),
+            g.value_type(new)?
+        )));
     }
     g.replace_uses(id.into(), new)?;
     if let Some(p) = m.get("producer") {
@@ -173,7 +178,18 @@ fn scale_weights(w: &Tensor, channels: Channels, s: &[f64]) -> Result<Tensor> {
 
 /// The producer with scaled weights and shifted bias, or None when its shapes do not
 /// line up with the channels.
-fn fold_into(g: &mut Graph, p: NodeId, s: &[f64], t: &[f64], name: &str) -> Result<Option<Value>> {
+/// The producer with scaled weights and shifted bias, or None when its shapes do not
+/// line up with the channels (or the rewrite budget is spent). Every check comes before
+/// the first change: the weights may be scaled in place.
+fn fold_into(
+    g: &mut Graph,
+    uses: &Uses,
+    p: NodeId,
+    s: &[f64],
+    t: &[f64],
+    name: &str,
+    cx: &mut PassContext,
+) -> Result<Option<Value>> {
     let node = g.node(p).clone();
     let w_val = node.inputs[1].expect("matched");
     let w_t = g.node(w_val.node).data.clone().expect("constant");
@@ -181,6 +197,7 @@ fn fold_into(g: &mut Graph, p: NodeId, s: &[f64], t: &[f64], name: &str) -> Resu
     let dims = w_t.shape().to_vec();
     let c = s.len();
     let dtype = w_t.dtype();
+    drop(w_t);
     let channels = match node.op.as_str() {
         "Conv" if dims.first() == Some(&c) => Channels::Rows(len / c.max(1)),
         "Gemm" if dims.len() == 2 => {
@@ -197,8 +214,6 @@ fn fold_into(g: &mut Graph, p: NodeId, s: &[f64], t: &[f64], name: &str) -> Resu
         }
         _ => return Ok(None),
     };
-    let scaled = scale_weights(&w_t, channels, s)?;
-    let new_w = add_const(g, &format!("{}.w", node.name), scaled)?;
     // The old bias, per channel (absent = 0).
     let old_bias: Vec<f64> = match node.inputs.get(2).copied().flatten() {
         None => vec![0.0; c],
@@ -212,6 +227,12 @@ fn fold_into(g: &mut Graph, p: NodeId, s: &[f64], t: &[f64], name: &str) -> Resu
         }
     };
     let beta = node.attrs.float_or("beta", 1.0).unwrap_or(1.0);
+    if node.op == "Gemm" && beta == 0.0 {
+        return Ok(None);
+    }
+    if !cx.allow_rewrite() {
+        return Ok(None);
+    }
     let new_bias: Vec<f64> = (0..c)
         .map(|i| match node.op.as_str() {
             // Gemm adds beta * C: C' = C * s + t / beta.
@@ -219,20 +240,32 @@ fn fold_into(g: &mut Graph, p: NodeId, s: &[f64], t: &[f64], name: &str) -> Resu
             _ => old_bias[i] * s[i] + t[i],
         })
         .collect();
-    if node.op == "Gemm" && beta == 0.0 {
-        return Ok(None);
-    }
     let b = add_const(
         g,
         &format!("{name}.bias"),
         Tensor::from_f64s(dtype, &[c], &new_bias).map_err(crate::Error::Graph)?,
     )?;
+    // Weights only this producer reads are scaled where they are (no second copy of
+    // ResNet-50's 100 MB); shared ones get a scaled copy.
+    let new_w = if uses.users(w_val).len() == 1 {
+        let data = g.node_mut(w_val.node).data.as_mut().expect("constant");
+        let scaled = scale_weights(data, channels, s)?;
+        *std::sync::Arc::make_mut(data) = scaled;
+        w_val
+    } else {
+        let w_t = g.node(w_val.node).data.clone().expect("constant");
+        let scaled = scale_weights(&w_t, channels, s)?;
+        add_const(g, &format!("{}.w", node.name), scaled)?.into()
+    };
     let mut inputs = node.inputs.clone();
-    inputs[1] = Some(new_w.into());
+    inputs[1] = Some(new_w);
     let out = if node.op == "MatMul" {
-        let Some(mm) = try_add(g, "MatMul", &inputs, node.attrs.clone(), &node.name) else {
-            return Ok(None);
-        };
+        let mm = g.op(
+            "MatMul",
+            &[inputs[0].expect("A"), new_w],
+            node.attrs.clone(),
+            &g.fresh_name(&node.name),
+        )?;
         g.op(
             "Add",
             &[mm.into(), b.into()],
@@ -248,10 +281,7 @@ fn fold_into(g: &mut Graph, p: NodeId, s: &[f64], t: &[f64], name: &str) -> Resu
         if node.op == "Gemm" && attrs.get("beta").is_none() {
             attrs.set("beta", Attr::Float(1.0));
         }
-        let Some(n) = try_add(g, &node.op, &inputs, attrs, &node.name) else {
-            return Ok(None);
-        };
-        n
+        g.add_op(&node.op, &inputs, attrs, &g.fresh_name(&node.name))?
     };
     Ok(Some(out.into()))
 }
