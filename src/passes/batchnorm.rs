@@ -4,7 +4,7 @@
 //! BatchNormalization after anything else becomes `x * s + t` with per-channel
 //! constants, which elementwise fusion then absorbs. Arithmetic in f64, rounded once.
 use super::pattern::{alt, any, constant, op, Pat, Uses};
-use super::{add_const, sweep, take_name, Changed, Pass, PassContext};
+use super::{add_const, add_in_place_of, sweep, Changed, Pass, PassContext};
 use crate::error::Result;
 use crate::ir::{Attr, Attrs, Graph, NodeId, Value};
 use crate::tensor::Tensor;
@@ -80,10 +80,9 @@ fn fold(g: &mut Graph, uses: &Uses, id: NodeId, cx: &mut PassContext, pat: &Pat)
     }
     let s: Vec<f64> = (0..c).map(|i| scale[i] / (var[i] + eps).sqrt()).collect();
     let t: Vec<f64> = (0..c).map(|i| bias[i] - mean[i] * s[i]).collect();
-    let name = g.node(id).name.clone();
     let new = match m.get("producer") {
-        Some(p) => fold_into(g, uses, p.node, &s, &t, &name, cx)?,
-        None if cx.allow_rewrite() => Some(scale_shift(g, m.value("x"), &s, &t, &name)?),
+        Some(p) => fold_into(g, uses, id, p.node, &s, &t, cx)?,
+        None if cx.allow_rewrite() => Some(scale_shift(g, id, m.value("x"), &s, &t)?),
         None => None,
     };
     let Some(new) = new else { return Ok(false) };
@@ -95,44 +94,34 @@ fn fold(g: &mut Graph, uses: &Uses, id: NodeId, cx: &mut PassContext, pat: &Pat)
         )));
     }
     g.replace_uses(id.into(), new)?;
-    if let Some(p) = m.get("producer") {
-        // The folded producer keeps its name; the MatMul form's new MatMul is the Add's operand.
-        let folded = match g.node(new.node).op.as_str() {
-            "Add" => g.node(new.node).inputs[0].expect("MatMul").node,
-            _ => new.node,
-        };
-        take_name(g, p.node, folded);
-    }
     Ok(true)
 }
 
-/// `x * s + t` with s and t shaped to broadcast over channel axis 1.
-fn scale_shift(g: &mut Graph, x: Value, s: &[f64], t: &[f64], name: &str) -> Result<Value> {
+/// `x * s + t` with s and t shaped to broadcast over channel axis 1; the Add stands in
+/// for the BatchNormalization `bn`.
+fn scale_shift(g: &mut Graph, bn: NodeId, x: Value, s: &[f64], t: &[f64]) -> Result<Value> {
     let ty = g.value_type(x)?.clone();
+    let name = g.node(bn).name.clone();
     let mut dims = vec![s.len()];
     dims.extend(std::iter::repeat_n(1, ty.rank() - 2));
-    let sc = add_const(
-        g,
-        &format!("{name}.scale"),
-        Tensor::from_f64s(ty.dtype, &dims, s).map_err(crate::Error::Graph)?,
-    )?;
-    let sh = add_const(
-        g,
-        &format!("{name}.shift"),
-        Tensor::from_f64s(ty.dtype, &dims, t).map_err(crate::Error::Graph)?,
-    )?;
+    let per_channel =
+        |v: &[f64]| Tensor::from_f64s(ty.dtype, &dims, v).map_err(crate::Error::Graph);
+    let sc = add_const(g, &format!("{name}.scale"), per_channel(s)?)?;
+    let sh = add_const(g, &format!("{name}.shift"), per_channel(t)?)?;
     let mul = g.op(
         "Mul",
         &[x, sc.into()],
         Attrs::new(),
         &g.fresh_name(&format!("{name}.mul")),
     )?;
-    let add = g.op(
+    let add = add_in_place_of(
+        g,
+        bn,
         "Add",
-        &[mul.into(), sh.into()],
+        &[Some(mul.into()), Some(sh.into())],
         Attrs::new(),
-        &g.fresh_name(&format!("{name}.add")),
-    )?;
+    )
+    .ok_or_else(|| crate::Error::Graph(format!("{}: x * s + t does not infer", g.describe(bn))))?;
     Ok(add.into())
 }
 
@@ -184,12 +173,13 @@ fn scale_weights(w: &Tensor, channels: Channels, s: &[f64]) -> Result<Tensor> {
 fn fold_into(
     g: &mut Graph,
     uses: &Uses,
+    bn: NodeId,
     p: NodeId,
     s: &[f64],
     t: &[f64],
-    name: &str,
     cx: &mut PassContext,
 ) -> Result<Option<Value>> {
+    let name = g.node(bn).name.clone();
     let node = g.node(p).clone();
     let w_val = node.inputs[1].expect("matched");
     let w_t = g.node(w_val.node).data.clone().expect("constant");
@@ -259,19 +249,25 @@ fn fold_into(
     };
     let mut inputs = node.inputs.clone();
     inputs[1] = Some(new_w);
+    let what = g.describe(p);
+    let rejected = || crate::Error::Graph(format!("{what}: the folded form does not infer"));
     let out = if node.op == "MatMul" {
-        let mm = g.op(
+        let mm = add_in_place_of(
+            g,
+            p,
             "MatMul",
-            &[inputs[0].expect("A"), new_w],
+            &[inputs[0], Some(new_w)],
             node.attrs.clone(),
-            &g.fresh_name(&node.name),
-        )?;
-        g.op(
+        )
+        .ok_or_else(rejected)?;
+        add_in_place_of(
+            g,
+            bn,
             "Add",
-            &[mm.into(), b.into()],
+            &[Some(mm.into()), Some(b.into())],
             Attrs::new(),
-            &g.fresh_name(&format!("{name}.add")),
-        )?
+        )
+        .ok_or_else(rejected)?
     } else {
         if inputs.len() < 3 {
             inputs.push(None);
@@ -281,7 +277,7 @@ fn fold_into(
         if node.op == "Gemm" && attrs.get("beta").is_none() {
             attrs.set("beta", Attr::Float(1.0));
         }
-        g.add_op(&node.op, &inputs, attrs, &g.fresh_name(&node.name))?
+        add_in_place_of(g, p, &node.op, &inputs, attrs).ok_or_else(rejected)?
     };
     Ok(Some(out.into()))
 }

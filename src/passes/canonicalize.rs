@@ -30,7 +30,7 @@ impl Pass for Canonicalize {
         "put the constant operand of commutative binary ops second"
     }
     fn run(&self, g: &mut Graph, cx: &mut PassContext) -> Result<Changed> {
-        let changed = sweep(g, cx, false, |g, _, id, cx| {
+        sweep(g, cx, false, |g, _, id, cx| {
             let n = g.node(id);
             let is_const = |i: usize| n.inputs[i].is_some_and(|v| g.node(v.node).op == "Constant");
             if !COMMUTATIVE.contains(&n.op.as_str())
@@ -42,13 +42,10 @@ impl Pass for Canonicalize {
             {
                 return Ok(false);
             }
+            // Broadcasting is symmetric but for which operand's axis names win: the
+            // manager re-infers the types after the pass.
             g.node_mut(id).inputs.swap(0, 1);
             Ok(true)
-        })?;
-        if changed {
-            // Broadcasting is symmetric but for which operand's axis names win.
-            g.refresh_types()?;
-        }
-        Ok(changed)
+        })
     }
 }

@@ -1,7 +1,8 @@
 //! Constant folding: a node whose operands are all constants becomes constants (its
 //! reference evaluation, at most `fold-limit` elements per output), and `Shape` / `Size`
 //! of a static shape become constants whatever their operand. Folding refines types
-//! downstream (a `Reshape` whose shape became constant gets exact dims).
+//! downstream (a `Reshape` whose shape became constant gets exact dims: the manager
+//! re-infers after every pass that changed something).
 use super::{add_const, sweep, Changed, Pass, PassContext};
 use crate::error::{Error, Result};
 use crate::ir::ops::{self, EvalCtx};
@@ -19,7 +20,7 @@ impl Pass for ConstantFold {
     }
     fn run(&self, g: &mut Graph, cx: &mut PassContext) -> Result<Changed> {
         let limit = cx.options.fold_limit;
-        let changed = sweep(g, cx, false, |g, _, id, cx| {
+        sweep(g, cx, false, |g, _, id, cx| {
             let Some(values) = fold(g, id, limit)? else {
                 return Ok(false);
             };
@@ -32,11 +33,7 @@ impl Pass for ConstantFold {
                 g.replace_uses(id.out(i as u32), c.into())?;
             }
             Ok(true)
-        })?;
-        if changed {
-            g.refresh_types()?;
-        }
-        Ok(changed)
+        })
     }
 }
 

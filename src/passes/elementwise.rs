@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::pattern::{ops, Pat, Uses};
-use super::{sweep, take_name, try_add, Changed, Pass, PassContext};
+use super::{replace_node, sweep, Changed, Pass, PassContext};
 use crate::error::Result;
 use crate::ir::ops::fused::{scalar_text, Arg, Step};
 use crate::ir::{Attr, Attrs, Graph, Node, NodeId, Value};
@@ -87,20 +87,9 @@ fn fuse(
             Err(_) => return Ok(false),
         }
     }
-    let out_ty = g.node(id).outputs[0].clone();
-    let name = format!("{}.fused", g.node(id).name);
-
     let ins: Vec<Option<Value>> = inputs.into_iter().map(Some).collect();
     let attrs = Attrs::new().with("body", Attr::Strings(body));
-    let Some(new) = try_add(g, "Fused", &ins, attrs, &name) else {
-        return Ok(false);
-    };
-    if g.node(new).outputs[0] != out_ty || !cx.allow_rewrite() {
-        return Ok(false);
-    }
-    g.replace_uses(id.into(), new.into())?;
-    take_name(g, id, new);
-    Ok(true)
+    replace_node(g, id, id, "Fused", &ins, attrs, cx)
 }
 
 fn collect(g: &Graph, uses: &Uses, id: NodeId, member: &Pat, group: &mut Vec<NodeId>) {

@@ -4,10 +4,10 @@
 //! while the output is still in registers. Matched root-first (reverse schedule), so
 //! the longest epilogue wins.
 use super::pattern::{alt, any, constant, non_constant, op, ops, Match, NodePat, Pat};
-use super::{add_const, sweep, take_name, try_add, Changed, Pass, PassContext};
+use super::{add_const, replace_node, sweep, Changed, Pass, PassContext};
 use crate::error::Result;
 use crate::ir::ops::fused::{scalar_text, ACTIVATIONS};
-use crate::ir::{Attr, Attrs, Graph, Node, NodeId, Value};
+use crate::ir::{Attr, Attrs, Graph, NodeId, Value};
 use crate::tensor::Tensor;
 
 pub struct FuseEpilogue;
@@ -38,12 +38,6 @@ impl Pass for FuseEpilogue {
 enum Core {
     Conv,
     MatMul,
-}
-
-/// An activation the epilogue can take: a catalogue activation whose extra operands
-/// (Clip's bounds) are constant scalars.
-fn activation_node(_: &Graph, n: &Node) -> bool {
-    ACTIVATIONS.contains(&n.op.as_str())
 }
 
 /// The core op, then an optional bias Add, residual Add and activation. Every node
@@ -89,9 +83,8 @@ fn epilogue_pattern(core: Core) -> Pat {
     };
     alt(vec![
         NodePat::pat(
-            ops(ACTIVATIONS)
-                .when(activation_node)
-                .args(vec![residual(true)]),
+            // Clip's bounds must be constant scalars: `activation_attrs` checks.
+            ops(ACTIVATIONS).args(vec![residual(true)]),
         )
         .capture("act"),
         residual(false),
@@ -123,7 +116,8 @@ fn bias_for(
     }
     let vals = t.to_f64_vec();
     let per_channel = match core {
-        // [C], [C,1,1] or [1,C,1,1]: aligned to the output's axis 1.
+        // [C, 1, 1] or [1, C, 1, 1]: aligned to the output's channel axis (a plain [C]
+        // would broadcast over the last spatial axis instead).
         Core::Conv => {
             let axis = out_rank - dims.len();
             let ok =
@@ -256,13 +250,5 @@ fn fuse(
     while inputs.last() == Some(&None) {
         inputs.pop();
     }
-    let Some(new) = try_add(g, fused_op, &inputs, attrs, &core.name) else {
-        return Ok(false);
-    };
-    if g.node(new).outputs[0] != out_ty || !cx.allow_rewrite() {
-        return Ok(false);
-    }
-    g.replace_uses(root.into(), new.into())?;
-    take_name(g, core_id, new);
-    Ok(true)
+    replace_node(g, root, core_id, fused_op, &inputs, attrs, cx)
 }

@@ -5,7 +5,7 @@
 //! to plain followed by one back to blocked cancels, so a chain of convolutions stays
 //! blocked and reorders remain only where a plain op (a pool, a reshape) meets it.
 use super::pattern::{any, op, ops, Pat, Uses};
-use super::{sweep, take_name, try_add, Changed, Pass, PassContext};
+use super::{add_in_place_of, give_back_name, sweep, try_add, Changed, Pass, PassContext};
 use crate::error::Result;
 use crate::ir::{Attr, Attrs, Graph, Node, NodeId, Value};
 
@@ -83,36 +83,29 @@ fn reorder(
 fn block_conv(g: &mut Graph, id: NodeId, b: usize, cx: &mut PassContext) -> Result<bool> {
     let n = g.node(id).clone();
     let (c, m) = blocked_channels(g, &n, b).expect("matched");
-    if !cx.allow_rewrite() {
-        return Ok(false);
-    }
     let mut inputs = n.inputs.clone();
     let name = &n.name;
-    inputs[0] = reorder(
-        g,
-        inputs[0].expect("X"),
-        "blocked",
-        b,
-        c,
-        &format!("{name}.x_blocked"),
-    );
+    let x = inputs[0].expect("X");
+    inputs[0] = reorder(g, x, "blocked", b, c, &format!("{name}.x_blocked"));
     if let Some(z) = inputs.get(3).copied().flatten() {
         inputs[3] = reorder(g, z, "blocked", b, m, &format!("{name}.z_blocked"));
     }
     let mut attrs = n.attrs.clone();
     attrs.set("block", Attr::Int(b as i64));
-    let Some(conv) = try_add(g, "FusedConv", &inputs, attrs, name) else {
+    let Some(conv) = add_in_place_of(g, id, "FusedConv", &inputs, attrs) else {
         return Ok(false);
     };
-    let Some(plain) = reorder(g, conv.into(), "plain", b, m, &format!("{name}.y_plain")) else {
-        return Ok(false);
-    };
-    if g.value_type(plain)? != &n.outputs[0] {
-        return Ok(false);
+    let plain = reorder(g, conv.into(), "plain", b, m, &format!("{name}.y_plain"));
+    match plain {
+        Some(p) if g.value_type(p)? == &n.outputs[0] && cx.allow_rewrite() => {
+            g.replace_uses(id.into(), p)?;
+            Ok(true)
+        }
+        _ => {
+            give_back_name(g, conv, id);
+            Ok(false)
+        }
     }
-    g.replace_uses(id.into(), plain)?;
-    take_name(g, id, conv);
-    Ok(true)
 }
 
 /// `Reorder(blocked, Reorder(plain, x))` is `x` (up to its pad lanes, which are

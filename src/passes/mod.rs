@@ -416,6 +416,14 @@ pub fn run_passes(
             let round = pass
                 .run(g, &mut cx)
                 .map_err(|e| Error::Graph(format!("pass '{name}': {e}")))?;
+            if round {
+                // What the rewrites left dead goes, and types refined by them (a shape
+                // operand that became a constant) flow down to the readers.
+                g.compact();
+                g.refresh_types().map_err(|e| {
+                    Error::Graph(format!("pass '{name}' left an invalid graph: {e}"))
+                })?;
+            }
             if options.verify {
                 verify(g).map_err(|e| {
                     Error::Graph(format!("pass '{name}' left an invalid graph: {e}"))
@@ -498,13 +506,62 @@ fn try_add(
     g.add_op(op, inputs, attrs, &name).ok()
 }
 
-/// Gives `to` the name of `from`, which a rewrite replaced (and `dce` will remove);
-/// `from` gets `<name>.old`. Dumps then keep the names of the model's nodes.
-fn take_name(g: &mut Graph, from: crate::ir::NodeId, to: crate::ir::NodeId) {
-    let name = g.node(from).name.clone();
+/// Adds `op` to stand in for `like`: it takes `like`'s name (`like`, about to be
+/// replaced, becomes `<name>.old` until the manager drops it), so dumps keep the
+/// model's names and the symbols inference invents for unknown dims, which are named
+/// after the node, come out the same as `like`'s. `None`, with `like`'s name back,
+/// when the catalogue rejects the operands.
+fn add_in_place_of(
+    g: &mut Graph,
+    like: crate::ir::NodeId,
+    op: &str,
+    inputs: &[Option<crate::ir::Value>],
+    attrs: crate::ir::Attrs,
+) -> Option<crate::ir::NodeId> {
+    let name = g.node(like).name.clone();
     let old = g.fresh_name(&format!("{name}.old"));
-    g.node_mut(from).name = old;
-    g.node_mut(to).name = name;
+    g.node_mut(like).name = old;
+    match g.add_op(op, inputs, attrs, &name) {
+        Ok(id) => Some(id),
+        Err(_) => {
+            g.node_mut(like).name = name;
+            None
+        }
+    }
+}
+
+/// Replaces `root`'s output by a new `op(inputs) {attrs}` of the same type standing in
+/// for `like` (`add_in_place_of`): the last step of most rewrites. False, and nothing
+/// replaced, when the catalogue rejects the new node, its type differs, or the rewrite
+/// budget is spent.
+fn replace_node(
+    g: &mut Graph,
+    root: crate::ir::NodeId,
+    like: crate::ir::NodeId,
+    op: &str,
+    inputs: &[Option<crate::ir::Value>],
+    attrs: crate::ir::Attrs,
+    cx: &mut PassContext,
+) -> Result<Changed> {
+    let out_ty = g.node(root).outputs[0].clone();
+    let Some(new) = add_in_place_of(g, like, op, inputs, attrs) else {
+        return Ok(false);
+    };
+    if g.node(new).outputs[0] != out_ty || !cx.allow_rewrite() {
+        give_back_name(g, new, like);
+        return Ok(false);
+    }
+    g.replace_uses(root.into(), new.into())?;
+    Ok(true)
+}
+
+/// Undoes `add_in_place_of` for a rewrite that does not apply: `like` gets its name
+/// back and `new` stays dead until the manager drops it.
+fn give_back_name(g: &mut Graph, new: crate::ir::NodeId, like: crate::ir::NodeId) {
+    let name = g.node(new).name.clone();
+    let dead = g.fresh_name(&format!("{name}.rejected"));
+    g.node_mut(new).name = dead;
+    g.node_mut(like).name = name;
 }
 
 /// A new constant named after `base`.

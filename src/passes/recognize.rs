@@ -9,7 +9,7 @@
 //! The composite op computes in f64 and rounds once, so its result is as close to exact
 //! as the decomposed graph's or closer.
 use super::pattern::{alt, any, const_where, constant, op, splat, Match, NodePat, Pat, Uses};
-use super::{sweep, take_name, try_add, Changed, Pass, PassContext};
+use super::{replace_node, sweep, Changed, Pass, PassContext};
 use crate::error::Result;
 use crate::ir::{Attr, Attrs, Graph, Node, NodeId, Value};
 
@@ -125,14 +125,14 @@ impl Patterns {
     fn apply(&self, g: &mut Graph, uses: &Uses, id: NodeId, cx: &mut PassContext) -> Result<bool> {
         let root: Value = id.into();
         if let Some(m) = self.gelu.matches(g, uses, root) {
-            return replace(g, id, cx, "Gelu", &[Some(m.value("x"))], Attrs::new());
+            return replace_node(g, id, id, "Gelu", &[Some(m.value("x"))], Attrs::new(), cx);
         }
         if let Some(m) = self.softmax.matches(g, uses, root) {
             let Some(axis) = one_axis(g, &m, &["sum_axes", "max_axes"]) else {
                 return Ok(false);
             };
             let attrs = Attrs::new().with("axis", Attr::Int(axis));
-            return replace(g, id, cx, "Softmax", &[Some(m.value("x"))], attrs);
+            return replace_node(g, id, id, "Softmax", &[Some(m.value("x"))], attrs, cx);
         }
         if let Some(m) = self.layernorm.matches(g, uses, root) {
             let rank = g.value_type(m.value("x"))?.rank() as i64;
@@ -148,7 +148,7 @@ impl Patterns {
                 .with("axis", Attr::Int(-1))
                 .with("epsilon", Attr::Float(*eps));
             let inputs = [Some(m.value("x")), Some(m.value("gamma")), m.get("beta")];
-            return replace(g, id, cx, "LayerNormalization", &inputs, attrs);
+            return replace_node(g, id, id, "LayerNormalization", &inputs, attrs, cx);
         }
         Ok(false)
     }
@@ -169,25 +169,4 @@ fn one_axis(g: &Graph, m: &Match, names: &[&str]) -> Option<i64> {
         axis = Some(a);
     }
     axis
-}
-
-fn replace(
-    g: &mut Graph,
-    id: NodeId,
-    cx: &mut PassContext,
-    op: &str,
-    inputs: &[Option<Value>],
-    attrs: Attrs,
-) -> Result<bool> {
-    let out_ty = g.node(id).outputs[0].clone();
-    let name = g.node(id).name.clone();
-    let Some(new) = try_add(g, op, inputs, attrs, &name) else {
-        return Ok(false);
-    };
-    if g.node(new).outputs[0] != out_ty || !cx.allow_rewrite() {
-        return Ok(false);
-    }
-    g.replace_uses(id.into(), new.into())?;
-    take_name(g, id, new);
-    Ok(true)
 }

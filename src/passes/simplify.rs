@@ -6,7 +6,7 @@
 //!
 //! `x - x` is not folded for floats: it is NaN, not 0, where x is infinite or NaN.
 use super::pattern::{any, op, ops, splat, Pat, Uses};
-use super::{add_const, sweep, take_name, try_add, Changed, Pass, PassContext};
+use super::{add_const, add_in_place_of, replace_node, sweep, Changed, Pass, PassContext};
 use crate::error::Result;
 use crate::ir::{Attr, Attrs, Graph, NodeId, Value};
 use crate::tensor::Tensor;
@@ -22,11 +22,7 @@ impl Pass for Simplify {
     }
     fn run(&self, g: &mut Graph, cx: &mut PassContext) -> Result<Changed> {
         let rules = Rules::new();
-        let changed = sweep(g, cx, false, |g, uses, id, cx| rules.apply(g, uses, id, cx))?;
-        if changed {
-            g.refresh_types()?;
-        }
-        Ok(changed)
+        sweep(g, cx, false, |g, uses, id, cx| rules.apply(g, uses, id, cx))
     }
 }
 
@@ -133,40 +129,24 @@ impl Rules {
                 g.replace_uses(root, x)?;
             } else {
                 let perm = Attr::Ints(composed.iter().map(|&a| a as i64).collect());
-                let name = g.node(id).name.clone();
-                let t = g.op(
-                    "Transpose",
-                    &[x],
-                    Attrs::new().with("perm", perm),
-                    &g.fresh_name(&name),
-                )?;
+                let attrs = Attrs::new().with("perm", perm);
+                let t = add_in_place_of(g, id, "Transpose", &[Some(x)], attrs)
+                    .expect("a permutation of x's axes");
                 g.replace_uses(root, t.into())?;
-                take_name(g, id, t);
             }
             return Ok(true);
         }
         if let Some(m) = self.reshape2.matches(g, uses, root) {
-            let name = g.node(id).name.clone();
             let attrs = g.node(id).attrs.clone();
-            if let Some(r) = try_add(
-                g,
-                "Reshape",
-                &[Some(m.value("x")), Some(m.value("shape"))],
-                attrs,
-                &name,
-            ) {
-                if g.node(r).outputs[0] == out_ty && cx.allow_rewrite() {
-                    g.replace_uses(root, r.into())?;
-                    take_name(g, id, r);
-                    return Ok(true);
-                }
+            let inputs = [Some(m.value("x")), Some(m.value("shape"))];
+            if replace_node(g, id, id, "Reshape", &inputs, attrs, cx)? {
+                return Ok(true);
             }
         }
-        if let Some(m) = self.sub_self.matches(g, uses, root) {
+        if self.sub_self.matches(g, uses, root).is_some() {
             let dims = out_ty.shape.to_fixed();
             if let (true, Some(dims)) = (out_ty.dtype.is_int(), dims) {
                 if cx.allow_rewrite() {
-                    let _ = m;
                     let base = format!("{}.zero", g.node(id).name);
                     let c = add_const(g, &base, Tensor::zeros(out_ty.dtype, &dims))?;
                     g.replace_uses(root, c.into())?;
@@ -213,14 +193,6 @@ impl Rules {
         if !any_folded {
             return Ok(false);
         }
-        let Some(new) = try_add(g, flags_op, &inputs, attrs, &n.name) else {
-            return Ok(false);
-        };
-        if g.node(new).outputs[0] != n.outputs[0] || !cx.allow_rewrite() {
-            return Ok(false);
-        }
-        g.replace_uses(id.into(), new.into())?;
-        take_name(g, id, new);
-        Ok(true)
+        replace_node(g, id, id, flags_op, &inputs, attrs, cx)
     }
 }
