@@ -257,3 +257,29 @@ fn mutated_text_never_panics() {
     // Some mutations (inside a comment or a number) still parse; most must not.
     assert!(ok < 600 * graph_files().len() / 2, "{ok} mutants parsed");
 }
+
+#[test]
+fn elided_constants_print_small_and_refuse_to_parse() {
+    let mut g = Graph::new("big");
+    let x = g
+        .add_parameter("x", TensorType::new(DType::F32, Shape::fixed(&[300])))
+        .unwrap();
+    let w = g
+        .add_constant_value("w", Tensor::from_vec(&[300], vec![1.5f32; 300]).unwrap())
+        .unwrap();
+    let y = g
+        .op("Mul", &[x.into(), w.into()], Attrs::new(), "y")
+        .unwrap();
+    g.add_output("y", y.into()).unwrap();
+    let opts = kiln::ir::text::PrintOptions {
+        elide_limit: Some(256),
+        ..Default::default()
+    };
+    let text = kiln::ir::text::print_with(&g, &opts).0;
+    assert!(
+        text.contains(r#""w" = Constant : f32[300] = elided(300)"#),
+        "{text}"
+    );
+    let e = parse(&text, "dump.kir", None).unwrap_err().to_string();
+    assert!(e.contains("dump.kir:3:") && e.contains("elided"), "{e}");
+}

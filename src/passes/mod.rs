@@ -347,6 +347,9 @@ impl PassReport {
     }
 }
 
+/// Dumps print constants of up to this many elements; larger ones are `elided(n)`.
+pub const DUMP_ELIDE_LIMIT: usize = 256;
+
 /// Where IR dumps go: numbered files in a folder, or stderr.
 struct Dumper<'a> {
     options: &'a PassOptions,
@@ -356,7 +359,12 @@ struct Dumper<'a> {
 impl Dumper<'_> {
     fn dump(&mut self, g: &Graph, when: &str, pass: &str) -> Result<()> {
         self.seq += 1;
-        let text = text::print(g);
+        // A model's weights would make a dump gigabytes of digits: large ones are elided.
+        let opts = text::PrintOptions {
+            elide_limit: Some(DUMP_ELIDE_LIMIT),
+            ..Default::default()
+        };
+        let text = text::print_with(g, &opts).0;
         match &self.options.dump_ir_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;

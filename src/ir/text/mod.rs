@@ -23,6 +23,8 @@
 //! `1.0` a float; empty lists are written `ints[]`, `floats[]`, `strings[]`. Inline data
 //! is row-major; floats print as the shortest text that reads back to the same value.
 //! Constants above the inline limit are referenced by byte range in a weights file.
+//! IR dumps (`KILN_DUMP_IR`) write large constants as `elided(<elements>)`, which reads
+//! well and does not parse back.
 mod lex;
 mod parse;
 mod print;

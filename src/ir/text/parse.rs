@@ -449,6 +449,12 @@ impl Parser<'_> {
                 format!("a source with data must have a static type, not {ty}"),
             );
         };
+        if self.is_ident("elided") {
+            return self.error(
+                &t,
+                "this constant's data was elided (an IR dump); print the graph without eliding to parse it",
+            );
+        }
         if self.is_ident("external") {
             self.next();
             self.punct('(')?;

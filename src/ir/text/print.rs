@@ -16,6 +16,9 @@ pub struct PrintOptions {
     pub inline_limit: Option<usize>,
     /// The weights file's name as the text refers to it (relative to the `.kir` file).
     pub weights_name: String,
+    /// Constants with more elements than this print as `elided(<elements>)`, for dumps
+    /// a person reads (such text does not parse back); applies before `inline_limit`.
+    pub elide_limit: Option<usize>,
 }
 
 /// The graph as text, every constant inline.
@@ -75,7 +78,9 @@ pub fn print_with(g: &Graph, opts: &PrintOptions) -> (String, Vec<u8>) {
             write!(s, " after({})", deps.join(", ")).unwrap();
         }
         if let Some(data) = &n.data {
-            if opts.inline_limit.is_some_and(|lim| data.len() > lim) {
+            if opts.elide_limit.is_some_and(|lim| data.len() > lim) {
+                write!(s, " = elided({})", data.len()).unwrap();
+            } else if opts.inline_limit.is_some_and(|lim| data.len() > lim) {
                 let offset = weights.len().div_ceil(64) * 64;
                 weights.resize(offset, 0);
                 let bytes = data.to_le_bytes();
@@ -123,6 +128,7 @@ pub fn save(g: &Graph, path: &Path, inline_limit: Option<usize>) -> Result<()> {
         &PrintOptions {
             inline_limit,
             weights_name,
+            elide_limit: None,
         },
     );
     std::fs::write(path, text).map_err(|e| Error::io(path, e))?;
