@@ -589,7 +589,10 @@ fn random_graphs_compute_the_same_after_the_pipeline() {
     }
     // The generator is only useful if the passes fire on what it makes.
     println!("{CASES} random graphs: {rewrites} rewrites, outputs unchanged");
-    assert!(rewrites > 2 * CASES as usize, "only {rewrites} rewrites in {CASES} graphs");
+    assert!(
+        rewrites > 2 * CASES as usize,
+        "only {rewrites} rewrites in {CASES} graphs"
+    );
 }
 
 // ---------------------------------------------------------------- the manager

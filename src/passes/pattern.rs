@@ -4,7 +4,8 @@
 //! alternatives), wildcards, constants, predicates on a node (attributes, shapes,
 //! dtypes), captures (a name bound twice must bind the same value, so `x * sigmoid(x)`
 //! is expressible), alternatives, optional nodes and repeated chains, and the
-//! single-consumer constraint that a fusion needs before it may swallow a node.
+//! single-consumer constraint that a fusion needs before it may swallow a node. Nodes
+//! with control dependencies never match: rewriting them would lose the order.
 //! Matching walks operand edges upward from the root, backtracking over alternatives,
 //! commutative operand orders and chain lengths.
 use std::collections::{HashMap, HashSet};
@@ -411,7 +412,9 @@ impl Matcher<'_> {
 
     fn node(&mut self, p: &NodePat, id: NodeId) -> bool {
         let n = self.g.node(id);
-        if !p.ops.contains(&n.op) {
+        // A node ordered by control dependencies keeps its place: a rewrite would drop
+        // the order along with the node.
+        if !p.ops.contains(&n.op) || !n.control_deps.is_empty() {
             return false;
         }
         if p.single_use && !self.uses.single_use(self.g, id) {
@@ -601,5 +604,16 @@ mod tests {
         assert!(add(const_where(|x| x > 1.0))
             .matches(&g, &uses, v(&g, "a"))
             .is_none());
+    }
+
+    #[test]
+    fn nodes_ordered_by_control_dependencies_do_not_match() {
+        let mut g = graph(CHAIN);
+        let (r1, r2) = (g.find("r1").unwrap(), g.find("r2").unwrap());
+        let uses = Uses::new(&g);
+        let p = op("Relu").args(vec![op("Relu").pat()]).pat();
+        assert!(p.matches(&g, &uses, r2.into()).is_some());
+        g.add_control_dep(r2, r1).unwrap();
+        assert!(p.matches(&g, &uses, r2.into()).is_none());
     }
 }

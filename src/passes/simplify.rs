@@ -165,6 +165,9 @@ impl Rules {
         cx: &mut PassContext,
     ) -> Result<bool> {
         let n = g.node(id).clone();
+        if !n.control_deps.is_empty() {
+            return Ok(false);
+        }
         let (flags_op, rank_ok) = match n.op.as_str() {
             "Gemm" => ("Gemm", true),
             "MatMul" | "FusedMatMul" => ("FusedMatMul", true),
