@@ -30,21 +30,6 @@
 #define KILN_VALUE_NONE_NODE UINT32_MAX
 
 /**
- * Every offset is a multiple of this, and every size is rounded up to it.
- */
-#define ALIGN 64
-
-/**
- * The most rounds a fixpoint pass runs.
- */
-#define MAX_ITERATIONS 10
-
-/**
- * A placement heuristic (see the module docs).
- */
-typedef struct Strategy Strategy;
-
-/**
  * How to compile: the backend, the thread budget and the pass pipeline's options.
  */
 typedef struct kiln_compile_options kiln_compile_options;

@@ -151,3 +151,32 @@ fn every_exported_function_is_exercised_by_the_c_tests() {
         "not called from tests/capi/*.c: {missing:?}"
     );
 }
+
+/// Only the C ABI's own names reach the header: a public Rust item elsewhere in the
+/// crate (a pass constant, a planner enum) would otherwise leak in through cbindgen.
+#[test]
+fn every_exported_name_is_kilns() {
+    let text = generate();
+    let mut leaks = vec![];
+    for line in text.lines() {
+        let name = if let Some(rest) = line.strip_prefix("#define ") {
+            rest.split_whitespace().next()
+        } else if let Some(rest) = line.strip_prefix("typedef struct ") {
+            rest.split_whitespace().next()
+        } else if let Some(rest) = line.strip_prefix("typedef ") {
+            rest.trim_end_matches(';').split_whitespace().last()
+        } else {
+            None
+        };
+        if let Some(n) = name {
+            let lower = n.to_ascii_lowercase();
+            if !lower.starts_with("kiln") {
+                leaks.push(n.to_string());
+            }
+        }
+    }
+    assert!(
+        leaks.is_empty(),
+        "names without the kiln prefix in kiln.h: {leaks:?} (exclude them in cbindgen.toml)"
+    );
+}
