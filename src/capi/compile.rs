@@ -91,8 +91,10 @@ pub unsafe extern "C" fn kiln_compile_options_set_threads(
 /// (`before-all`, `after-all`, `after=p1,p2`, `changed`), `"dump-ir-dir"`,
 /// `"pass-timing"` (`1`/`0`), `"disable-passes"` (`a,b`), `"rewrite-limit"` (N: apply
 /// only the first N rewrites, to bisect a miscompile), `"fold-limit"`, `"verify"`
-/// (`1`: verify after every pass). An unknown name or a bad value fails here, naming
-/// it. The `"interp"` backend runs the graph as given and ignores these.
+/// (`1`: verify after every pass), `"layout"` (`plain` or `nchw16c`; unset, the backend
+/// chooses: `"cpu"` blocks convolutions by 16 channels). An unknown name or a bad value
+/// fails here, naming it. The `"interp"` backend runs the graph as given and ignores
+/// these.
 ///
 /// # Safety
 /// `o` is a live options handle; `name` and `value` are strings.
