@@ -138,25 +138,47 @@ fn infer_op(
 /// The epilogue after the main op's output `y`: `+ Z` (input `z`), then the activation.
 struct Epilogue;
 
+/// `y + operand`'s type, which must be `y`'s: the operand (a bias, a residual) may
+/// broadcast into the output but not widen it. `what` names it in errors.
+fn add_into(
+    cx: &InferCtx<'_>,
+    y: TensorType,
+    operand: &TensorType,
+    what: &str,
+) -> Result<TensorType, String> {
+    let add = lookup("Add").expect("Add");
+    let t = infer_op(
+        add,
+        cx,
+        &[Some(y.clone()), Some(operand.clone())],
+        &[],
+        &Attrs::new(),
+    )
+    .map_err(|e| format!("{what}: {e}"))?;
+    if t.shape != y.shape {
+        return Err(format!(
+            "{what} ({operand}) must not broadcast the output ({y})"
+        ));
+    }
+    Ok(t)
+}
+
+/// `y + operand` by the catalogue's Add (`y` when the operand is omitted).
+fn add_eval(y: Tensor, operand: Option<&Tensor>) -> Result<Tensor, String> {
+    match operand {
+        None => Ok(y),
+        Some(t) => {
+            let add = lookup("Add").expect("Add");
+            eval_op(add, &[Some(&y), Some(t)], &[None, None], &Attrs::new())
+        }
+    }
+}
+
 impl Epilogue {
     fn infer(cx: &InferCtx<'_>, y: TensorType, z: usize) -> Result<TensorType, String> {
-        let add = lookup("Add").expect("Add");
         let mut y = y;
         if let Some(zt) = cx.opt_input(z) {
-            let t = infer_op(
-                add,
-                cx,
-                &[Some(y.clone()), Some(zt.clone())],
-                &[],
-                &Attrs::new(),
-            )
-            .map_err(|e| format!("residual Z: {e}"))?;
-            if t.shape != y.shape {
-                return Err(format!(
-                    "residual Z ({zt}) must not broadcast the output ({y})"
-                ));
-            }
-            y = t;
+            y = add_into(cx, y, zt, "residual Z")?;
         }
         if let Some(act) = activation(cx.attrs, y.dtype)? {
             let mut ins = vec![Some(y.clone())];
@@ -171,11 +193,7 @@ impl Epilogue {
     }
 
     fn eval(cx: &EvalCtx<'_>, y: Tensor, z: usize) -> Result<Tensor, String> {
-        let mut y = y;
-        if let Some(zt) = cx.opt_input(z) {
-            let add = lookup("Add").expect("Add");
-            y = eval_op(add, &[Some(&y), Some(zt)], &[None, None], &Attrs::new())?;
-        }
+        let mut y = add_eval(y, cx.opt_input(z))?;
         if let Some(act) = activation(cx.attrs, y.dtype())? {
             let mut ins = vec![Some(&y)];
             ins.extend(act.extra.iter().map(Some));
@@ -362,21 +380,7 @@ impl Op for FusedMatMul {
         let [a, b] = ab;
         let mut y = infer_op(matmul, cx, &[Some(a), Some(b)], &[], &Attrs::new())?;
         if let Some(bias) = cx.opt_input(2) {
-            let add = lookup("Add").expect("Add");
-            let t = infer_op(
-                add,
-                cx,
-                &[Some(y.clone()), Some(bias.clone())],
-                &[],
-                &Attrs::new(),
-            )
-            .map_err(|e| format!("bias: {e}"))?;
-            if t.shape != y.shape {
-                return Err(format!(
-                    "bias ({bias}) must not broadcast the product ({y})"
-                ));
-            }
-            y = t;
+            y = add_into(cx, y, bias, "bias")?;
         }
         Ok(vec![Epilogue::infer(cx, y, 3)?])
     }
@@ -389,16 +393,13 @@ impl Op for FusedMatMul {
             }
         }
         let matmul = lookup("MatMul").expect("MatMul");
-        let mut y = eval_op(
+        let y = eval_op(
             matmul,
             &[Some(&ab[0]), Some(&ab[1])],
             &[None, None],
             &Attrs::new(),
         )?;
-        if let Some(bias) = cx.opt_input(2) {
-            let add = lookup("Add").expect("Add");
-            y = eval_op(add, &[Some(&y), Some(bias)], &[None, None], &Attrs::new())?;
-        }
+        let y = add_eval(y, cx.opt_input(2))?;
         Ok(vec![Epilogue::eval(cx, y, 3)?])
     }
 }
