@@ -11,6 +11,7 @@ use crate::ir::Graph;
 use crate::passes::PassOptions;
 use crate::tensor::Tensor;
 
+pub mod cpu;
 pub mod interp;
 
 /// Where a graph runs: `"interp"`, `"cpu"` or `"cuda:N"`.

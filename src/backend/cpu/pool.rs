@@ -1,0 +1,230 @@
+//! The intra-op thread pool: `run(n, f)` calls `f(0..n)` across the pool's threads and
+//! the caller's, and returns when all calls have.
+//!
+//! Idle workers sleep on a condition variable (they never spin). One run at a time owns
+//! the workers; a second thread calling `run` while they are busy (several threads
+//! running one executable) does its tasks itself instead of waiting.
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, TryLockError};
+use std::thread::JoinHandle;
+
+type Task<'a> = dyn Fn(usize) + Sync + 'a;
+
+/// A parallel loop being run: its tasks are claimed by index.
+struct Job {
+    /// Valid while the caller of `run` waits; dereferenced only for claimed indices
+    /// below `n`, all of which complete before `run` returns.
+    f: *const Task<'static>,
+    n: usize,
+    next: AtomicUsize,
+    pending: AtomicUsize,
+    panicked: AtomicBool,
+}
+
+// SAFETY: `f` is `Sync` and outlives every use (see `Job::f`).
+unsafe impl Send for Job {}
+unsafe impl Sync for Job {}
+
+impl Job {
+    /// Claims and runs tasks until none are left; true when this call finished the last.
+    fn work(&self) -> bool {
+        let mut finished_last = false;
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= self.n {
+                return finished_last;
+            }
+            // SAFETY: index i < n is unfinished, so the caller is still waiting.
+            let f = unsafe { &*self.f };
+            if catch_unwind(AssertUnwindSafe(|| f(i))).is_err() {
+                self.panicked.store(true, Ordering::Relaxed);
+            }
+            finished_last = self.pending.fetch_sub(1, Ordering::AcqRel) == 1;
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    epoch: u64,
+    job: Option<Arc<Job>>,
+    shutdown: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+    done: Condvar,
+}
+
+/// A fixed set of worker threads (the caller counts as one).
+pub struct Pool {
+    shared: Arc<Shared>,
+    /// Held for the length of a parallel `run`.
+    busy: Mutex<()>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+impl Pool {
+    /// A pool of `threads` (0 = one per core) including the calling thread.
+    pub fn new(threads: usize) -> Pool {
+        let threads = if threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            threads
+        };
+        let shared = Arc::new(Shared::default());
+        let workers = (1..threads)
+            .map(|k| {
+                let shared = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("kiln-worker-{k}"))
+                    .spawn(move || worker(&shared))
+                    .expect("spawning a worker thread")
+            })
+            .collect();
+        Pool {
+            shared,
+            busy: Mutex::new(()),
+            workers,
+        }
+    }
+
+    /// How many threads a `run` may use.
+    pub fn threads(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Calls `f(i)` for every `i` in `0..n`, in parallel, and returns when all are done.
+    /// A panic in a task is re-raised here after the others finish.
+    pub fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        if n == 0 {
+            return;
+        }
+        let _guard = match self.busy.try_lock() {
+            Ok(g) if n > 1 && !self.workers.is_empty() => g,
+            // One task, no workers, or another run owns them: do it here.
+            Ok(_) | Err(TryLockError::WouldBlock) | Err(TryLockError::Poisoned(_)) => {
+                return (0..n).for_each(f);
+            }
+        };
+        // SAFETY: only the lifetime is erased; `run` does not return before every
+        // claimed task has finished, and unclaimed indices are never called.
+        let f: *const Task<'static> = unsafe { std::mem::transmute(f as *const Task<'_>) };
+        let job = Arc::new(Job {
+            f,
+            n,
+            next: AtomicUsize::new(0),
+            pending: AtomicUsize::new(n),
+            panicked: AtomicBool::new(false),
+        });
+        {
+            let mut st = lock(&self.shared.state);
+            st.epoch += 1;
+            st.job = Some(job.clone());
+        }
+        self.shared.wake.notify_all();
+        job.work();
+        let mut st = lock(&self.shared.state);
+        while job.pending.load(Ordering::Acquire) != 0 {
+            st = self.shared.done.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        st.job = None;
+        drop(st);
+        if job.panicked.load(Ordering::Relaxed) {
+            resume_unwind(Box::new("a kernel task panicked"));
+        }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        lock(&self.shared.state).shutdown = true;
+        self.shared.wake.notify_all();
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn worker(shared: &Shared) {
+    let mut seen = 0;
+    loop {
+        let job = {
+            let mut st = lock(&shared.state);
+            while st.epoch == seen && !st.shutdown {
+                st = shared.wake.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+            if st.shutdown {
+                return;
+            }
+            seen = st.epoch;
+            st.job.clone()
+        };
+        if let Some(job) = job {
+            if job.work() {
+                // Take the lock so the notification cannot slip between the caller's
+                // check of `pending` and its wait.
+                let _st = lock(&shared.state);
+                shared.done.notify_all();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_index_runs_once() {
+        for threads in [1, 2, 4] {
+            let pool = Pool::new(threads);
+            for n in [0, 1, 2, 7, 1000] {
+                let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                pool.run(n, &|i| {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                });
+                assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+            }
+        }
+    }
+
+    #[test]
+    fn concurrent_callers_all_finish() {
+        let pool = Pool::new(2);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..200 {
+                        let sum = AtomicUsize::new(0);
+                        pool.run(16, &|i| {
+                            sum.fetch_add(i, Ordering::Relaxed);
+                        });
+                        assert_eq!(sum.load(Ordering::Relaxed), 120);
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn a_panicking_task_is_reported_not_hung() {
+        let pool = Pool::new(2);
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            pool.run(8, &|i| assert_ne!(i, 5));
+        }));
+        assert!(r.is_err());
+        let sum = AtomicUsize::new(0);
+        pool.run(4, &|i| {
+            sum.fetch_add(i, Ordering::Relaxed);
+        });
+        assert_eq!(sum.load(Ordering::Relaxed), 6);
+    }
+}
