@@ -1,8 +1,8 @@
 //! Backends: what turns a verified graph into something that runs.
 //!
-//! Today there is one, the reference interpreter (`interp`). The optimizing CPU backend
-//! and the CUDA backend (issues 6 and 9) plug in behind the same [`Backend`] trait and
-//! are chosen by [`Device`].
+//! The reference interpreter (`interp`) is the oracle; the optimizing CPU backend
+//! (`cpu`) lowers the optimized graph to kernels; the CUDA backend (issue 9) will plug in
+//! behind the same [`Backend`] trait. [`Device`] chooses.
 use std::fmt;
 use std::str::FromStr;
 
@@ -75,21 +75,25 @@ pub fn cpu_pass_options(mut passes: PassOptions) -> PassOptions {
     passes
 }
 
-/// The backend for `device` with the pass options of the environment (`KILN_*`), or
-/// why there is none.
+/// The backend for `device` with the pass options of the environment (`KILN_*`) and a
+/// thread per core, or why there is none.
 pub fn backend_for(device: Device) -> Result<Box<dyn Backend>> {
-    backend_with(device, PassOptions::from_env()?)
+    backend_with(device, PassOptions::from_env()?, 0)
 }
 
-/// The backend for `device`, optimizing with `passes` (the interpreter runs the graph
-/// as given: it is the oracle the optimized paths are checked against).
-pub fn backend_with(device: Device, passes: PassOptions) -> Result<Box<dyn Backend>> {
+/// The backend for `device`, optimizing with `passes` and running on `threads` threads
+/// (0 = one per core). The interpreter runs the graph as given, on one thread: it is the
+/// oracle the optimized paths are checked against.
+pub fn backend_with(
+    device: Device,
+    passes: PassOptions,
+    threads: usize,
+) -> Result<Box<dyn Backend>> {
     match device {
         Device::Interp => Ok(Box::new(interp::Interpreter::default())),
-        // The name means "the best CPU path"; until the optimizing backend lands
-        // (issue 6) that is the pass pipeline, then the reference interpreter.
-        Device::Cpu => Ok(Box::new(interp::Interpreter {
-            passes: Some(cpu_pass_options(passes)),
+        Device::Cpu => Ok(Box::new(cpu::CpuBackend {
+            passes: cpu_pass_options(passes),
+            threads,
         })),
         Device::Cuda(n) if cfg!(feature = "cuda") => Err(Error::Device(format!(
             "cuda:{n}: the CUDA backend is not built yet"

@@ -179,16 +179,16 @@ pub unsafe extern "C" fn kiln_compile(
     guard(|| {
         let g = &arg(g, "g")?.graph;
         let out = out_ptr(out, "out")?;
-        let (device, passes) = match o.as_ref() {
-            Some(o) => (o.device, o.passes.clone()),
-            None => (Device::Cpu, PassOptions::from_env()?),
+        let (device, passes, threads) = match o.as_ref() {
+            Some(o) => (o.device, o.passes.clone(), o.threads as usize),
+            None => (Device::Cpu, PassOptions::from_env()?, 0),
         };
         if g.outputs().is_empty() {
             return Err(Failure::from(Error::Graph(
                 "the graph has no outputs (kiln_graph_set_output)".into(),
             )));
         }
-        let exe = backend_with(device, passes)?.compile(g)?;
+        let exe = backend_with(device, passes, threads)?.compile(g)?;
         let (inputs, outputs) = io_of(g)?;
         *out = into_handle(kiln_executable {
             exe,

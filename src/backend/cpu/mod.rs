@@ -1,5 +1,201 @@
 //! The optimizing CPU backend: the pass pipeline, then lowering of the optimized IR to a
 //! flat list of kernel calls over one arena laid out by the memory planner.
+//!
+//! A graph with symbolic input dims is specialized per input-shape signature: the first
+//! run with new shapes binds the symbols, runs the pipeline on the now-static graph,
+//! plans its memory and lowers it; later runs with those shapes reuse that program.
+//! Graphs with state (`Variable`/`Assign`) run the optimized graph on the interpreter
+//! until training lands on this backend (issue 7).
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use crate::backend::interp::{self, InterpExecutable};
+use crate::backend::{Backend, Executable};
+use crate::error::{Error, Result};
+use crate::ir::{verify, Dim, Graph};
+use crate::passes::{run_pipeline, PassOptions};
+use crate::tensor::Tensor;
+
 pub mod isa;
 pub mod kernels;
+pub mod lower;
 pub mod pool;
+pub mod program;
+pub mod steps;
+
+use lower::Program;
+use pool::Pool;
+use program::{AlignedBuf, Cx};
+
+/// The CPU backend: `passes` then lowering; runs use `threads` (0 = one per core).
+pub struct CpuBackend {
+    pub passes: PassOptions,
+    pub threads: usize,
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {
+        verify(graph)?;
+        if graph
+            .nodes()
+            .iter()
+            .any(|n| matches!(n.op.as_str(), "Variable" | "Assign"))
+        {
+            let mut g = graph.clone();
+            run_pipeline(&mut g, &self.passes)?;
+            return Ok(Box::new(InterpExecutable::new(g)?));
+        }
+        kernels::blas::single_threaded();
+        let exe = CpuExecutable {
+            graph: graph.clone(),
+            passes: self.passes.clone(),
+            pool: Pool::new(self.threads),
+            programs: RwLock::new(HashMap::new()),
+            arenas: Mutex::new(vec![]),
+        };
+        // Static inputs: build the one program now, so errors show at compile time.
+        if let Some(shapes) = static_input_shapes(graph) {
+            exe.program(&shapes)?;
+        }
+        Ok(Box::new(exe))
+    }
+}
+
+fn static_input_shapes(g: &Graph) -> Option<Vec<Vec<usize>>> {
+    g.inputs()
+        .iter()
+        .map(|&id| g.node(id).outputs[0].shape.to_fixed())
+        .collect()
+}
+
+/// How one input-shape signature runs: lowered, or (when some type stays dynamic after
+/// specialization, e.g. data-dependent shapes) on the interpreter.
+pub enum Compiled {
+    Program(Program),
+    Interp(InterpExecutable),
+}
+
+pub struct CpuExecutable {
+    /// The verified, unoptimized graph (specialized per signature, then optimized).
+    graph: Graph,
+    passes: PassOptions,
+    pool: Pool,
+    programs: RwLock<HashMap<Vec<Vec<usize>>, Arc<Compiled>>>,
+    /// Arenas of finished runs, reused by the next ones (one per concurrent run).
+    arenas: Mutex<Vec<AlignedBuf>>,
+}
+
+impl CpuExecutable {
+    /// The program for these input shapes, built on first sight.
+    pub fn program(&self, shapes: &[Vec<usize>]) -> Result<Arc<Compiled>> {
+        if let Some(p) = self
+            .programs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(shapes)
+        {
+            return Ok(p.clone());
+        }
+        let compiled = Arc::new(self.specialize(shapes)?);
+        let mut map = self.programs.write().unwrap_or_else(|e| e.into_inner());
+        Ok(map.entry(shapes.to_vec()).or_insert(compiled).clone())
+    }
+
+    fn specialize(&self, shapes: &[Vec<usize>]) -> Result<Compiled> {
+        let mut g = self.graph.clone();
+        let mut bindings = HashMap::new();
+        for (&id, shape) in g.inputs().iter().zip(shapes) {
+            for (axis, &size) in g.node(id).outputs[0].shape.axes.iter().zip(shape) {
+                if let Dim::Sym(s) = &axis.dim {
+                    bindings.insert(s.clone(), size);
+                }
+            }
+        }
+        g.specialize(&bindings)?;
+        run_pipeline(&mut g, &self.passes)?;
+        let dynamic = g
+            .nodes()
+            .iter()
+            .any(|n| n.outputs.iter().any(|t| !t.shape.is_static()));
+        Ok(if dynamic {
+            Compiled::Interp(InterpExecutable::new(g)?)
+        } else {
+            Compiled::Program(lower::lower(&g)?)
+        })
+    }
+
+    fn run_program(&self, p: &Program, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        // The inputs' bytes where they are (a copy only for a non-contiguous tensor).
+        let mut copies = vec![];
+        let ptrs: Vec<*const u8> = inputs
+            .iter()
+            .map(|t| match contiguous_bytes(t) {
+                Some(p) => p,
+                None => {
+                    copies.push(t.to_le_bytes());
+                    copies.last().expect("just pushed").as_ptr()
+                }
+            })
+            .collect();
+        let mut arena = {
+            let mut free = self.arenas.lock().unwrap_or_else(|e| e.into_inner());
+            match free.iter().position(|a| a.bytes() >= p.arena_bytes) {
+                Some(i) => free.swap_remove(i),
+                None => AlignedBuf::zeroed(p.arena_bytes),
+            }
+        };
+        let cx = Cx {
+            arena: arena.as_mut_ptr(),
+            inputs: &ptrs,
+            pool: Some(&self.pool),
+        };
+        let mut result = Ok(());
+        for step in &p.steps {
+            // SAFETY: the arena has the program's size and the inputs its types (checked).
+            if let Err(e) = unsafe { step.kernel.run(&cx) } {
+                result = Err(Error::Runtime(format!("{}: {e}", step.node)));
+                break;
+            }
+        }
+        let outputs = result.and_then(|()| {
+            p.outputs
+                .iter()
+                // SAFETY: output slots lie in the arena, the inputs or the constants.
+                .map(|s| unsafe { read_output(&cx, s) })
+                .collect()
+        });
+        self.arenas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(arena);
+        outputs
+    }
+}
+
+/// The address of `t`'s elements when they are contiguous in row-major order.
+fn contiguous_bytes(t: &Tensor) -> Option<*const u8> {
+    crate::match_tensor!(t, a => a.as_slice().map(|s| s.as_ptr().cast::<u8>()))
+}
+
+unsafe fn read_output(cx: &Cx, s: &program::Slot) -> Result<Tensor> {
+    if s.dtype == crate::ir::DType::F32 {
+        let v = std::slice::from_raw_parts(cx.ptr(s.loc) as *const f32, s.elements()).to_vec();
+        return Tensor::from_vec(&s.shape, v).map_err(Error::Runtime);
+    }
+    steps::fallback::read(cx, s).map_err(Error::Runtime)
+}
+
+impl Executable for CpuExecutable {
+    fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        interp::check_inputs(&self.graph, inputs)?;
+        let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+        match &*self.program(&shapes)? {
+            Compiled::Program(p) => self.run_program(p, inputs),
+            Compiled::Interp(e) => e.run(inputs),
+        }
+    }
+}

@@ -111,20 +111,8 @@ pub fn run_graph(
     inputs: &[Tensor],
     vars: &HashMap<NodeId, Tensor>,
 ) -> Result<(Vec<Tensor>, Updates)> {
+    let mut symbols = check_inputs(graph, inputs)?;
     let params = graph.inputs();
-    if inputs.len() != params.len() {
-        return Err(Error::InvalidArgument(format!(
-            "the graph takes {} inputs, {} given",
-            params.len(),
-            inputs.len()
-        )));
-    }
-    let mut symbols: HashMap<String, usize> = HashMap::new();
-    for (&id, t) in params.iter().zip(inputs) {
-        let node = graph.node(id);
-        bind(&node.outputs[0], t, &mut symbols)
-            .map_err(|e| Error::InvalidArgument(format!("input '{}': {e}", node.name)))?;
-    }
     let mut inputs_by_node: HashMap<NodeId, &Tensor> = params.iter().copied().zip(inputs).collect();
     let mut values: HashMap<NodeId, Vec<Tensor>> = HashMap::new();
     let mut updates = Updates::new();
@@ -187,6 +175,26 @@ pub fn run_graph(
         .map(|o| values[&o.value.node][o.value.output as usize].clone())
         .collect();
     Ok((outs, updates))
+}
+
+/// Checks `inputs` against the graph's parameters (count, dtype, rank, fixed sizes, one
+/// size per symbol); returns the symbols' sizes.
+pub fn check_inputs(graph: &Graph, inputs: &[Tensor]) -> Result<HashMap<String, usize>> {
+    let params = graph.inputs();
+    if inputs.len() != params.len() {
+        return Err(Error::InvalidArgument(format!(
+            "the graph takes {} inputs, {} given",
+            params.len(),
+            inputs.len()
+        )));
+    }
+    let mut symbols: HashMap<String, usize> = HashMap::new();
+    for (&id, t) in params.iter().zip(inputs) {
+        let node = graph.node(id);
+        bind(&node.outputs[0], t, &mut symbols)
+            .map_err(|e| Error::InvalidArgument(format!("input '{}': {e}", node.name)))?;
+    }
+    Ok(symbols)
 }
 
 /// Checks `t` against `ty`, binding `ty`'s symbols to sizes on first sight.

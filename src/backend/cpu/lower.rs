@@ -1,0 +1,145 @@
+//! Lowering: a specialized, optimized graph (every type static) to a [`Program`].
+//!
+//! The memory planner places every intermediate value in one arena; graph inputs are
+//! read where the caller's tensors are, constants are copied once into aligned buffers
+//! (and weights repacked by the kernels that want them so). Each node becomes one step:
+//! the kernel its op and attributes call for (`steps::build`), or the generic fallback
+//! that runs the interpreter's op on copies.
+use std::collections::HashMap;
+
+use super::program::{AlignedBuf, Loc, Slot, Step};
+use super::steps::{self, Build};
+use crate::error::{Error, Result};
+use crate::ir::{Graph, Value};
+use crate::memory::{self, MemoryPlan};
+
+/// A lowered graph for one set of input shapes.
+pub struct Program {
+    pub steps: Vec<Step>,
+    pub arena_bytes: usize,
+    /// The graph inputs' static types, in order.
+    pub inputs: Vec<Slot>,
+    pub outputs: Vec<Slot>,
+    pub memory: MemoryPlan,
+    /// Floating-point operations of one run (matrix products and convolutions).
+    pub flops: f64,
+    /// Keeps the constants that `Loc::Const` points into alive.
+    _consts: Vec<AlignedBuf>,
+}
+
+/// Lowers `g`, whose types must all be static.
+pub fn lower(g: &Graph) -> Result<Program> {
+    let schedule = g.schedule()?;
+    let plan = memory::plan(g, &schedule)?;
+    let params = g.inputs();
+    let mut slots: HashMap<Value, Slot> = HashMap::new();
+    let mut consts = vec![];
+    let mut steps = vec![];
+    let mut flops = 0.0;
+    let static_shape = |id, k: usize| {
+        let ty = &g.node(id).outputs[k];
+        ty.shape
+            .to_fixed()
+            .map(|shape| (ty.dtype, shape))
+            .ok_or_else(|| {
+                Error::Graph(format!(
+                    "{}: output {k} has type {ty}, not static",
+                    g.describe(id)
+                ))
+            })
+    };
+    for &id in &schedule {
+        let node = g.node(id);
+        match node.op.as_str() {
+            "Parameter" => {
+                let (dtype, shape) = static_shape(id, 0)?;
+                let k = params.iter().position(|&p| p == id).expect("a graph input");
+                slots.insert(
+                    id.out(0),
+                    Slot {
+                        loc: Loc::Input(k),
+                        dtype,
+                        shape,
+                    },
+                );
+            }
+            "Constant" => {
+                let (dtype, shape) = static_shape(id, 0)?;
+                let t = node.data.as_deref().expect("verified");
+                let buf = AlignedBuf::from_bytes(&t.to_le_bytes());
+                slots.insert(
+                    id.out(0),
+                    Slot {
+                        loc: Loc::Const(buf.as_ptr()),
+                        dtype,
+                        shape,
+                    },
+                );
+                consts.push(buf);
+            }
+            "Variable" | "Assign" => {
+                return Err(Error::Graph(format!(
+                    "{}: the CPU backend does not run graphs with state yet",
+                    g.describe(id)
+                )))
+            }
+            _ => {
+                let ins: Vec<Option<Slot>> = node
+                    .inputs
+                    .iter()
+                    .map(|v| v.map(|v| slots[&v].clone()))
+                    .collect();
+                let in_data = node
+                    .inputs
+                    .iter()
+                    .map(|v| v.and_then(|v| g.node(v.node).data.as_deref()))
+                    .collect::<Vec<_>>();
+                let mut outs = vec![];
+                for k in 0..node.outputs.len() {
+                    let (dtype, shape) = static_shape(id, k)?;
+                    let off = plan
+                        .offset_of(id.out(k as u32))
+                        .expect("every op output is an arena value");
+                    outs.push(Slot {
+                        loc: Loc::Arena(off),
+                        dtype,
+                        shape,
+                    });
+                }
+                let b = Build {
+                    g,
+                    id,
+                    node,
+                    ins: &ins,
+                    in_data: &in_data,
+                    outs: &outs,
+                };
+                flops += steps::flops(&b);
+                let kernel = steps::build(&b)
+                    .map_err(|e| Error::Graph(format!("{}: {e}", g.describe(id))))?;
+                steps.push(Step {
+                    node: g.describe(id),
+                    kernel,
+                });
+                for (k, s) in outs.into_iter().enumerate() {
+                    slots.insert(id.out(k as u32), s);
+                }
+            }
+        }
+    }
+    let inputs = params.iter().map(|&p| slots[&p.out(0)].clone()).collect();
+    let outputs = g
+        .outputs()
+        .iter()
+        .map(|o| slots[&o.value].clone())
+        .collect();
+    Ok(Program {
+        steps,
+        arena_bytes: plan.planned_bytes,
+        inputs,
+        outputs,
+        memory: plan,
+        flops,
+        _consts: consts,
+    })
+}

@@ -1,0 +1,122 @@
+//! What lowering produces: a flat list of kernel steps over one arena. Running it walks
+//! the list; nothing is looked up, allocated or locked per step (except by the generic
+//! fallback step, see `steps::fallback`).
+use crate::ir::DType;
+
+use super::pool::Pool;
+
+/// Where a value's bytes are while a program runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loc {
+    /// At this byte offset of the run's arena (the memory plan's placement).
+    Arena(usize),
+    /// In a constant the program owns (weights), at a stable address.
+    Const(*const u8),
+    /// The graph input with this index, read in place from the caller's tensor.
+    Input(usize),
+}
+
+// SAFETY: `Const` points into buffers the program owns and never mutates after lowering.
+unsafe impl Send for Loc {}
+unsafe impl Sync for Loc {}
+
+/// A value as kernels see it: where, what dtype, what (static) shape.
+#[derive(Debug, Clone)]
+pub struct Slot {
+    pub loc: Loc,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl Slot {
+    /// Elements.
+    pub fn elements(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn bytes(&self) -> usize {
+        self.elements() * self.dtype.size_in_bytes()
+    }
+}
+
+/// One run's view of memory.
+pub struct Cx<'a> {
+    pub arena: *mut u8,
+    pub inputs: &'a [*const u8],
+    pub pool: Option<&'a Pool>,
+}
+
+// SAFETY: a run's tasks share the context read-only; which bytes each writes is the
+// kernels' business (disjoint per task).
+unsafe impl Sync for Cx<'_> {}
+
+impl Cx<'_> {
+    /// The address of `slot`'s first byte.
+    pub fn ptr(&self, loc: Loc) -> *mut u8 {
+        match loc {
+            // SAFETY: offsets come from the plan and lie inside the arena.
+            Loc::Arena(off) => unsafe { self.arena.add(off) },
+            Loc::Const(p) => p as *mut u8,
+            Loc::Input(i) => self.inputs[i] as *mut u8,
+        }
+    }
+    pub fn f32(&self, s: &Slot) -> *const f32 {
+        self.ptr(s.loc) as *const f32
+    }
+    pub fn f32_mut(&self, s: &Slot) -> *mut f32 {
+        self.ptr(s.loc) as *mut f32
+    }
+}
+
+/// A lowered node.
+pub trait Kernel: Send + Sync {
+    /// Runs the step.
+    ///
+    /// # Safety
+    /// `cx` must hold an arena of the program's size and its inputs, of the types the
+    /// program was lowered for.
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String>;
+    /// A short name for profiles and dumps (`gemm`, `conv-blocked`, `fallback`…).
+    fn kind(&self) -> &'static str;
+}
+
+/// A step: the node it came from (for errors and profiles) and its kernel.
+pub struct Step {
+    pub node: String,
+    pub kernel: Box<dyn Kernel>,
+}
+
+/// 64-byte aligned, zero-initialised storage: arenas and packed constants.
+pub struct AlignedBuf {
+    blocks: Vec<Align64>,
+}
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Align64([u8; 64]);
+
+impl AlignedBuf {
+    pub fn zeroed(bytes: usize) -> AlignedBuf {
+        AlignedBuf {
+            blocks: vec![Align64([0; 64]); bytes.div_ceil(64)],
+        }
+    }
+    pub fn from_bytes(b: &[u8]) -> AlignedBuf {
+        let mut buf = AlignedBuf::zeroed(b.len());
+        buf.as_mut_bytes()[..b.len()].copy_from_slice(b);
+        buf
+    }
+    pub fn bytes(&self) -> usize {
+        self.blocks.len() * 64
+    }
+    pub fn as_ptr(&self) -> *const u8 {
+        self.blocks.as_ptr() as *const u8
+    }
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.blocks.as_mut_ptr() as *mut u8
+    }
+    pub fn as_mut_bytes(&mut self) -> &mut [u8] {
+        let n = self.bytes();
+        // SAFETY: the blocks are `n` initialised bytes.
+        unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), n) }
+    }
+}

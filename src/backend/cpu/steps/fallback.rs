@@ -1,0 +1,94 @@
+//! The generic step: copies the inputs out of the arena into tensors, runs the
+//! interpreter's op (the reference `eval`), checks what it returns against the lowered
+//! types and copies it back. It allocates per run; it is what keeps every op of the
+//! catalogue runnable on the CPU backend while the hot ones have kernels.
+use crate::backend::cpu::program::{Cx, Kernel, Slot};
+use crate::ir::ops::{self, EvalCtx, Op};
+use crate::ir::{Attrs, TensorType};
+use crate::tensor::Tensor;
+
+use super::Build;
+
+pub struct Fallback {
+    op: &'static dyn Op,
+    attrs: Attrs,
+    ins: Vec<Option<Slot>>,
+    in_types: Vec<Option<TensorType>>,
+    outs: Vec<Slot>,
+}
+
+pub fn build(b: &Build) -> Result<Box<dyn Kernel>, String> {
+    let op = ops::lookup(&b.node.op).ok_or_else(|| format!("unknown op {}", b.node.op))?;
+    let in_types = b
+        .node
+        .inputs
+        .iter()
+        .map(|v| v.map(|v| b.g.node(v.node).outputs[v.output as usize].clone()))
+        .collect();
+    Ok(Box::new(Fallback {
+        op,
+        attrs: b.node.attrs.clone(),
+        ins: b.ins.to_vec(),
+        in_types,
+        outs: b.outs.to_vec(),
+    }))
+}
+
+/// The tensor in `s`, copied out of memory.
+///
+/// # Safety
+/// `s` must address `s.bytes()` readable bytes under `cx`.
+pub unsafe fn read(cx: &Cx, s: &Slot) -> Result<Tensor, String> {
+    let bytes = std::slice::from_raw_parts(cx.ptr(s.loc), s.bytes());
+    Tensor::from_le_bytes(s.dtype, &s.shape, bytes)
+}
+
+/// Copies `t` into `s`, checking that it is what `s` was lowered for.
+///
+/// # Safety
+/// `s` must address `s.bytes()` writable bytes under `cx`.
+pub unsafe fn write(cx: &Cx, s: &Slot, t: &Tensor) -> Result<(), String> {
+    if t.dtype() != s.dtype || t.shape() != s.shape.as_slice() {
+        return Err(format!(
+            "produced {}{:?}, lowered for {}{:?}",
+            t.dtype(),
+            t.shape(),
+            s.dtype,
+            s.shape
+        ));
+    }
+    let bytes = t.to_le_bytes();
+    std::ptr::copy_nonoverlapping(bytes.as_ptr(), cx.ptr(s.loc), bytes.len());
+    Ok(())
+}
+
+impl Kernel for Fallback {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        let ins = self
+            .ins
+            .iter()
+            .map(|s| s.as_ref().map(|s| read(cx, s)).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        let args: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
+        let types: Vec<Option<&TensorType>> = self.in_types.iter().map(Option::as_ref).collect();
+        let outs = self.op.eval(&EvalCtx {
+            inputs: &args,
+            input_types: &types,
+            attrs: &self.attrs,
+        })?;
+        if outs.len() != self.outs.len() {
+            return Err(format!(
+                "produced {} outputs, expected {}",
+                outs.len(),
+                self.outs.len()
+            ));
+        }
+        for (k, (t, s)) in outs.iter().zip(&self.outs).enumerate() {
+            write(cx, s, t).map_err(|e| format!("output {k}: {e}"))?;
+        }
+        Ok(())
+    }
+    fn kind(&self) -> &'static str {
+        "fallback"
+    }
+}

@@ -1,0 +1,43 @@
+//! Ops that only relabel the shape (`Reshape`, `Flatten`, `Squeeze`, `Unsqueeze`,
+//! `Identity`): the memory planner usually gives the output the input's buffer, and then
+//! the step does nothing; otherwise it copies the bytes.
+use crate::backend::cpu::program::{Cx, Kernel, Slot};
+
+use super::Build;
+
+pub struct Copy {
+    from: Slot,
+    to: Slot,
+}
+
+pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+    if !matches!(
+        b.node.op.as_str(),
+        "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity"
+    ) {
+        return Ok(None);
+    }
+    let from = b.input(0).ok_or("missing input 0")?.clone();
+    let to = b.outs[0].clone();
+    if from.bytes() != to.bytes() {
+        return Err(format!(
+            "a view of {} bytes as {} bytes",
+            from.bytes(),
+            to.bytes()
+        ));
+    }
+    Ok(Some(Box::new(Copy { from, to })))
+}
+
+impl Kernel for Copy {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        let (src, dst) = (cx.ptr(self.from.loc), cx.ptr(self.to.loc));
+        if src != dst {
+            std::ptr::copy_nonoverlapping(src, dst, self.to.bytes());
+        }
+        Ok(())
+    }
+    fn kind(&self) -> &'static str {
+        "copy"
+    }
+}
