@@ -107,7 +107,7 @@ def resnet18():
             cin = cout
     h = b.op("Flatten", [b.op("GlobalAveragePool", [h])], axis=1)
     y = b.op("Gemm", [h, b.weight([1000, 512]), b.weight([1000], 0.1)], transB=1)
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 64, 64])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])
     return b.model("resnet18", [x], [out_info(y)]), {"x": rng.standard_normal((1, 3, 64, 64)).astype(np.float32)}
 
 

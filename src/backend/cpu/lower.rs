@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use super::program::{AlignedBuf, Loc, Slot, Step};
 use super::steps::{self, Build};
 use crate::error::{Error, Result};
-use crate::ir::{Graph, Value};
+use crate::ir::{Graph, NodeId, Value};
 use crate::memory::{self, MemoryPlan};
 
 /// A lowered graph for one set of input shapes.
@@ -35,7 +35,6 @@ pub fn lower(g: &Graph) -> Result<Program> {
     let mut slots: HashMap<Value, Slot> = HashMap::new();
     let mut consts = vec![];
     let mut steps = vec![];
-    let mut flops = 0.0;
     let static_shape = |id, k: usize| {
         let ty = &g.node(id).outputs[k];
         ty.shape
@@ -114,7 +113,6 @@ pub fn lower(g: &Graph) -> Result<Program> {
                     in_data: &in_data,
                     outs: &outs,
                 };
-                flops += steps::flops(&b);
                 let kernel = steps::build(&b)
                     .map_err(|e| Error::Graph(format!("{}: {e}", g.describe(id))))?;
                 steps.push(Step {
@@ -139,7 +137,43 @@ pub fn lower(g: &Graph) -> Result<Program> {
         inputs,
         outputs,
         memory: plan,
-        flops,
+        flops: graph_flops(g),
         _consts: consts,
     })
+}
+
+/// Floating-point operations of one run of `g` (static types): its matrix products and
+/// convolutions, two per multiply-add; the rest is memory-bound and not counted.
+pub fn graph_flops(g: &Graph) -> f64 {
+    g.node_ids().map(|id| node_flops(g, id)).sum()
+}
+
+fn node_flops(g: &Graph, id: NodeId) -> f64 {
+    let node = g.node(id);
+    let shape = |k: usize| -> Option<Vec<usize>> {
+        let v = node.inputs.get(k).copied().flatten()?;
+        g.node(v.node).outputs[v.output as usize].shape.to_fixed()
+    };
+    let outputs = node
+        .outputs
+        .first()
+        .and_then(|t| t.shape.num_elements())
+        .unwrap_or(0) as f64;
+    match node.op.as_str() {
+        // Each output: a dot product over (input channels per group × kernel size).
+        "Conv" | "FusedConv" => shape(1).map_or(0.0, |w| {
+            2.0 * outputs * w[1..].iter().product::<usize>() as f64
+        }),
+        "MatMul" | "FusedMatMul" | "Gemm" => shape(0).map_or(0.0, |a| {
+            let trans_a = node.attrs.int_or("transA", 0).unwrap_or(0) != 0;
+            let k = match a.len() {
+                0 => 1,
+                1 => a[0],
+                r if trans_a => a[r - 2],
+                r => a[r - 1],
+            };
+            2.0 * outputs * k as f64
+        }),
+        _ => 0.0,
+    }
 }

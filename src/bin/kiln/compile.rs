@@ -33,7 +33,7 @@ struct Compiled {
     times: [Duration; 3],
 }
 
-fn bindings(shapes: &[String]) -> Result<HashMap<String, usize>> {
+pub(crate) fn bindings(shapes: &[String]) -> Result<HashMap<String, usize>> {
     shapes
         .iter()
         .map(|s| {

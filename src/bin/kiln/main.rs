@@ -16,6 +16,7 @@ use kiln::ir::{ops, text};
 use kiln::passes::{self, PassOptions};
 use kiln::tensor::npy;
 
+mod bench;
 mod compile;
 use kiln::{DType, Error, Graph, Result, Tensor};
 
@@ -109,6 +110,33 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         repeat: usize,
     },
+    /// Time a .kir or .onnx graph: median/p10/p90 latency and GFLOP/s, warm-up excluded.
+    Bench {
+        file: PathBuf,
+        /// Give a symbolic input dim a size: `--shape N=1` (repeatable; others default to 1).
+        #[arg(long = "shape", value_name = "SYM=SIZE")]
+        shapes: Vec<String>,
+        /// Input .npy files in graph-input order (default: random inputs of the shapes).
+        #[arg(long, num_args = 1..)]
+        inputs: Vec<PathBuf>,
+        /// interp, cpu or cuda:N.
+        #[arg(long, default_value = "cpu")]
+        backend: String,
+        /// Threads per run (0 = one per core).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// Untimed runs after the first.
+        #[arg(long, default_value_t = 3)]
+        warmup: usize,
+        /// Timed runs (0: as many as fit in --seconds, at least 10).
+        #[arg(long, default_value_t = 0)]
+        iterations: usize,
+        #[arg(long, default_value_t = 2.0)]
+        seconds: f64,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// List the passes, one a line, and the default pipeline.
     Passes,
     /// Print a .npy file's dtype, shape and values.
@@ -193,6 +221,27 @@ fn dispatch(command: Command) -> Result<()> {
                 repeat: repeat.max(1),
             })
         }
+        Command::Bench {
+            file,
+            shapes,
+            inputs,
+            backend,
+            threads,
+            warmup,
+            iterations,
+            seconds,
+            json,
+        } => bench::run(&bench::Request {
+            file: &file,
+            shapes: &shapes,
+            inputs: &inputs,
+            backend: &backend,
+            threads,
+            warmup,
+            iterations,
+            seconds,
+            json,
+        }),
         Command::Passes => {
             let mut out = String::new();
             for p in passes::PASSES {
@@ -331,7 +380,7 @@ fn list_or_none(items: &[String]) -> String {
 }
 
 /// The run-time inputs in graph-input order, from positional paths or `name=path` pairs.
-fn read_inputs(g: &Graph, positional: &[PathBuf], named: &[String]) -> Result<Vec<Tensor>> {
+pub(crate) fn read_inputs(g: &Graph, positional: &[PathBuf], named: &[String]) -> Result<Vec<Tensor>> {
     let params: Vec<String> = g
         .inputs()
         .iter()

@@ -52,34 +52,3 @@ pub fn build(b: &Build) -> Result<Box<dyn Kernel>, String> {
     }
     fallback::build(b)
 }
-
-/// Floating-point operations of `b`'s node (products and convolutions; the rest is
-/// memory-bound and not counted).
-pub fn flops(b: &Build) -> f64 {
-    let out = |k: usize| b.outs.get(k).map_or(0.0, |s| s.elements() as f64);
-    match b.node.op.as_str() {
-        "Conv" | "FusedConv" => {
-            // 2 · outputs · (input channels per group · kernel size)
-            let w = match b.input(1) {
-                Some(w) => w,
-                None => return 0.0,
-            };
-            let per_out: usize = w.shape[1..].iter().product();
-            2.0 * out(0) * per_out as f64
-        }
-        "MatMul" | "FusedMatMul" | "Gemm" => {
-            let a = match b.input(0) {
-                Some(a) => a,
-                None => return 0.0,
-            };
-            let trans_a = b.node.attrs.int_or("transA", 0).unwrap_or(0) != 0;
-            let k = if trans_a && a.shape.len() >= 2 {
-                a.shape[a.shape.len() - 2]
-            } else {
-                *a.shape.last().unwrap_or(&1)
-            };
-            2.0 * out(0) * k as f64
-        }
-        _ => 0.0,
-    }
-}
