@@ -70,8 +70,8 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     if k != k2 {
         return Err(format!("inner sizes {k} and {k2} differ"));
     }
-    // The batch: Y's leading axes, with A's and B's broadcast against them.
-    let batch_shape: Vec<usize> = y.shape[..y.shape.len().saturating_sub(2)].to_vec();
+    // The batch: A's and B's leading axes broadcast (Y's, unless a vector dropped one).
+    let batch_shape = broadcast(&a_mat[..ra - 2], &b_mat[..rb - 2])?;
     let (mut m, mut batches) = (
         m,
         batch_offsets(
@@ -146,6 +146,18 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         residual,
         act,
     })))
+}
+
+fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+    let r = a.len().max(b.len());
+    let at = |s: &[usize], i: usize| if i + s.len() >= r { s[i + s.len() - r] } else { 1 };
+    (0..r)
+        .map(|i| match (at(a, i), at(b, i)) {
+            (x, y) if x == y || y == 1 => Ok(x),
+            (1, y) => Ok(y),
+            (x, y) => Err(format!("batch sizes {x} and {y} do not broadcast")),
+        })
+        .collect()
 }
 
 /// How a bias of `s`'s shape adds to an m×n product: along rows or columns.
