@@ -99,7 +99,11 @@ pub fn run(req: &Request) -> Result<()> {
             "{}: {} thread(s) on {}\n  median {:.3} ms  p10 {:.3} ms  p90 {:.3} ms  \
              ({} iterations, {} warm-up)\n  {:.1} GFLOP/s  (compile + first run {:.1} ms)",
             req.file.display(),
-            if req.threads == 0 { "all".to_string() } else { req.threads.to_string() },
+            if req.threads == 0 {
+                "all".to_string()
+            } else {
+                req.threads.to_string()
+            },
             req.backend,
             median,
             pct(0.1),

@@ -380,7 +380,11 @@ fn list_or_none(items: &[String]) -> String {
 }
 
 /// The run-time inputs in graph-input order, from positional paths or `name=path` pairs.
-pub(crate) fn read_inputs(g: &Graph, positional: &[PathBuf], named: &[String]) -> Result<Vec<Tensor>> {
+pub(crate) fn read_inputs(
+    g: &Graph,
+    positional: &[PathBuf],
+    named: &[String],
+) -> Result<Vec<Tensor>> {
     let params: Vec<String> = g
         .inputs()
         .iter()

@@ -150,7 +150,13 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
     let r = a.len().max(b.len());
-    let at = |s: &[usize], i: usize| if i + s.len() >= r { s[i + s.len() - r] } else { 1 };
+    let at = |s: &[usize], i: usize| {
+        if i + s.len() >= r {
+            s[i + s.len() - r]
+        } else {
+            1
+        }
+    };
     (0..r)
         .map(|i| match (at(a, i), at(b, i)) {
             (x, y) if x == y || y == 1 => Ok(x),

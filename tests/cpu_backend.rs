@@ -1,0 +1,428 @@
+//! The CPU backend against the reference interpreter: every kernel family on random
+//! shapes with ragged edges (sizes that are not multiples of the vector width, padding,
+//! strides, dilation, groups), at 1 and 2 threads, plus per-shape specialization,
+//! concurrent runs and bad inputs. `KILN_CPU_ISA=portable` reruns it all on the plain
+//! Rust paths (`make test` does).
+use kiln::backend::{backend_with, Device, Executable};
+use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
+use kiln::passes::PassOptions;
+use kiln::{Dim, Tensor};
+
+/// splitmix64: every run tests the same cases.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn float(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+    fn tensor(&mut self, dims: &[usize]) -> Tensor {
+        let n = dims.iter().product();
+        Tensor::from_vec(dims, (0..n).map(|_| self.float()).collect::<Vec<f32>>()).unwrap()
+    }
+}
+
+fn f32_type(dims: &[usize]) -> TensorType {
+    TensorType::new(DType::F32, Shape::fixed(dims))
+}
+
+fn param(g: &mut Graph, name: &str, dims: &[usize]) -> Value {
+    g.add_parameter(name, f32_type(dims)).unwrap().into()
+}
+
+fn weight(g: &mut Graph, rng: &mut Rng, name: &str, dims: &[usize]) -> Value {
+    g.add_constant_value(name, rng.tensor(dims)).unwrap().into()
+}
+
+fn op(g: &mut Graph, op: &str, inputs: &[Value], attrs: Attrs) -> Value {
+    g.op(op, inputs, attrs, "")
+        .unwrap_or_else(|e| panic!("{e}\n{}", text::print(g)))
+        .into()
+}
+
+fn ints(pairs: &[(&str, &[i64])]) -> Attrs {
+    pairs
+        .iter()
+        .fold(Attrs::new(), |a, (k, v)| a.with(k, Attr::Ints(v.to_vec())))
+}
+
+fn cpu(threads: usize) -> Box<dyn kiln::backend::Backend> {
+    backend_with(Device::Cpu, PassOptions::default(), threads).unwrap()
+}
+
+/// Random inputs for `g`'s parameters (symbolic dims are `sym`).
+fn inputs_for(g: &Graph, rng: &mut Rng, sym: usize) -> Vec<Tensor> {
+    g.inputs()
+        .iter()
+        .map(|&id| {
+            let dims: Vec<usize> = g.node(id).outputs[0]
+                .shape
+                .axes
+                .iter()
+                .map(|a| match a.dim {
+                    Dim::Fixed(n) => n,
+                    Dim::Sym(_) => sym,
+                })
+                .collect();
+            rng.tensor(&dims)
+        })
+        .collect()
+}
+
+/// `g` on cpu at 1 and 2 threads gives the interpreter's outputs.
+fn check(g: &Graph, seed: u64) {
+    let mut rng = Rng(seed);
+    let inputs = inputs_for(g, &mut rng, 3);
+    let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
+    let want = interp.compile(g).unwrap().run(&inputs).unwrap();
+    for threads in [1, 2] {
+        let got = cpu(threads)
+            .compile(g)
+            .unwrap_or_else(|e| panic!("{e}\n{}", text::print(g)))
+            .run(&inputs)
+            .unwrap_or_else(|e| panic!("{e}\n{}", text::print(g)));
+        for (i, (w, o)) in want.iter().zip(&got).enumerate() {
+            o.check_close(w, 1e-4, 1e-4).unwrap_or_else(|e| {
+                panic!("output {i}, {threads} thread(s): {e}\n{}", text::print(g))
+            });
+        }
+    }
+}
+
+#[test]
+fn matmuls_of_every_shape() {
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[1, 1], &[1, 1]),
+        (&[5, 7], &[7, 9]),
+        (&[17, 33], &[33, 6]),
+        (&[64, 100], &[100, 40]),
+        (&[7], &[7, 5]),
+        (&[4, 7], &[7]),
+        (&[2, 3, 5, 7], &[7, 4]),
+        (&[3, 1, 5, 7], &[1, 4, 7, 6]),
+        (&[2, 5, 8], &[2, 8, 3]),
+    ];
+    for (i, (a, b)) in cases.iter().enumerate() {
+        let mut g = Graph::new("matmul");
+        let mut rng = Rng(i as u64);
+        let x = param(&mut g, "a", a);
+        let w = weight(&mut g, &mut rng, "b", b);
+        let y = op(&mut g, "MatMul", &[x, w], Attrs::new());
+        g.add_output("y", y).unwrap();
+        check(&g, i as u64);
+        // Both operands computed: nothing constant to pack.
+        let mut g = Graph::new("matmul2");
+        let x = param(&mut g, "a", a);
+        let w = param(&mut g, "b", b);
+        let y = op(&mut g, "MatMul", &[x, w], Attrs::new());
+        g.add_output("y", y).unwrap();
+        check(&g, 100 + i as u64);
+    }
+}
+
+#[test]
+fn gemms_with_transposes_and_every_bias() {
+    let (m, k, n) = (13, 19, 11);
+    let biases: &[&[usize]] = &[&[n], &[1, n], &[m, n], &[m, 1], &[1]];
+    for (ta, tb) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+        for (j, bias) in biases.iter().enumerate() {
+            let mut g = Graph::new("gemm");
+            let mut rng = Rng(j as u64);
+            let a_dims = if ta == 1 { [k, m] } else { [m, k] };
+            let b_dims = if tb == 1 { [n, k] } else { [k, n] };
+            let a = param(&mut g, "a", &a_dims);
+            let b = weight(&mut g, &mut rng, "b", &b_dims);
+            let c = weight(&mut g, &mut rng, "c", bias);
+            let attrs = Attrs::new()
+                .with("transA", Attr::Int(ta))
+                .with("transB", Attr::Int(tb));
+            let y = op(&mut g, "Gemm", &[a, b, c], attrs);
+            g.add_output("y", y).unwrap();
+            check(&g, j as u64);
+        }
+    }
+}
+
+#[test]
+fn dense_layers_fuse_bias_activation_and_residual() {
+    for act in ["Relu", "Sigmoid", "Tanh", "Gelu", "LeakyRelu"] {
+        let mut g = Graph::new("dense");
+        let mut rng = Rng(3);
+        let x = param(&mut g, "x", &[2, 9, 24]);
+        let w = weight(&mut g, &mut rng, "w", &[24, 24]);
+        let bias = weight(&mut g, &mut rng, "bias", &[24]);
+        let h = op(&mut g, "MatMul", &[x, w], Attrs::new());
+        let h = op(&mut g, "Add", &[h, bias], Attrs::new());
+        let h = op(&mut g, act, &[h], Attrs::new());
+        let y = op(&mut g, "Add", &[h, x], Attrs::new());
+        g.add_output("y", y).unwrap();
+        check(&g, 5);
+    }
+}
+
+/// Conv → (+bias) → (+residual) → Relu, as the pipeline fuses it: blocked (channels a
+/// multiple of 16) or plain.
+fn conv_graph(
+    rng: &mut Rng,
+    n: usize,
+    (cin, cout): (usize, usize),
+    (h, w): (usize, usize),
+    attrs: &[(&str, &[i64])],
+    residual: bool,
+) -> Graph {
+    let k = attrs
+        .iter()
+        .find(|(name, _)| *name == "kernel_shape")
+        .map(|(_, v)| v.to_vec())
+        .unwrap_or(vec![3, 3]);
+    let group = attrs
+        .iter()
+        .find(|(name, _)| *name == "group_")
+        .map_or(1, |(_, v)| v[0]);
+    let attrs: Vec<(&str, &[i64])> = attrs
+        .iter()
+        .filter(|(a, _)| *a != "group_")
+        .copied()
+        .collect();
+    let mut g = Graph::new("conv");
+    let x = param(&mut g, "x", &[n, cin, h, w]);
+    let wt = weight(
+        &mut g,
+        rng,
+        "w",
+        &[cout, cin / group as usize, k[0] as usize, k[1] as usize],
+    );
+    let b = weight(&mut g, rng, "b", &[cout]);
+    let mut a = ints(&attrs).with("kernel_shape", Attr::Ints(k));
+    if group != 1 {
+        a = a.with("group", Attr::Int(group));
+    }
+    let y = op(&mut g, "Conv", &[x, wt, b], a);
+    let y = if residual {
+        let shape = g.node(y.node).outputs[0].shape.to_fixed().unwrap();
+        let z = param(&mut g, "z", &shape);
+        op(&mut g, "Add", &[y, z], Attrs::new())
+    } else {
+        y
+    };
+    let y = op(&mut g, "Relu", &[y], Attrs::new());
+    g.add_output("y", y).unwrap();
+    g
+}
+
+#[test]
+fn convolutions_blocked_and_plain() {
+    let mut rng = Rng(11);
+    let cases: Vec<(
+        usize,
+        (usize, usize),
+        (usize, usize),
+        Vec<(&str, &[i64])>,
+        bool,
+    )> = vec![
+        (1, (16, 16), (7, 7), vec![("pads", &[1, 1, 1, 1])], true),
+        (2, (32, 16), (13, 5), vec![("pads", &[1, 0, 2, 1])], false),
+        (
+            1,
+            (16, 32),
+            (14, 14),
+            vec![("strides", &[2, 2]), ("pads", &[1, 1, 1, 1])],
+            false,
+        ),
+        (1, (32, 32), (9, 11), vec![("kernel_shape", &[1, 1])], true),
+        (
+            1,
+            (16, 48),
+            (8, 8),
+            vec![("kernel_shape", &[1, 1]), ("strides", &[2, 2])],
+            false,
+        ),
+        (
+            1,
+            (16, 16),
+            (12, 12),
+            vec![("dilations", &[2, 2]), ("pads", &[2, 2, 2, 2])],
+            false,
+        ),
+        (
+            1,
+            (16, 16),
+            (15, 15),
+            vec![("kernel_shape", &[5, 5]), ("pads", &[2, 2, 2, 2])],
+            true,
+        ),
+        (
+            1,
+            (3, 16),
+            (23, 23),
+            vec![
+                ("kernel_shape", &[7, 7]),
+                ("strides", &[2, 2]),
+                ("pads", &[3, 3, 3, 3]),
+            ],
+            false,
+        ),
+        (2, (5, 7), (9, 6), vec![("pads", &[1, 1, 1, 1])], true),
+        (
+            1,
+            (8, 8),
+            (10, 10),
+            vec![("pads", &[1, 1, 1, 1]), ("group_", &[8])],
+            false,
+        ),
+        (1, (6, 4), (7, 9), vec![("group_", &[2])], false),
+    ];
+    for (i, (n, c, hw, attrs, residual)) in cases.into_iter().enumerate() {
+        let g = conv_graph(&mut rng, n, c, hw, &attrs, residual);
+        check(&g, i as u64);
+    }
+}
+
+#[test]
+fn pools_softmax_and_layernorm() {
+    let mut rng = Rng(21);
+    // Pools after a blocked conv (the pipeline decides the layout) and on plain inputs.
+    for (kernel, strides, pads, ceil) in [
+        ([2, 2], [2, 2], [0, 0, 0, 0], 0),
+        ([3, 3], [2, 2], [1, 1, 1, 1], 0),
+        ([3, 3], [2, 2], [0, 0, 1, 1], 1),
+    ] {
+        for pool in ["MaxPool", "AveragePool"] {
+            for cin in [16, 5] {
+                let mut g = Graph::new("pool");
+                let x = param(&mut g, "x", &[2, cin, 11, 9]);
+                let w = weight(&mut g, &mut rng, "w", &[16, cin, 3, 3]);
+                let h = op(&mut g, "Conv", &[x, w], ints(&[("pads", &[1, 1, 1, 1])]));
+                let attrs = ints(&[
+                    ("kernel_shape", &kernel),
+                    ("strides", &strides),
+                    ("pads", &pads),
+                ])
+                .with("ceil_mode", Attr::Int(ceil));
+                let y = op(&mut g, pool, &[h], attrs);
+                let y = op(&mut g, "GlobalAveragePool", &[y], Attrs::new());
+                g.add_output("y", y).unwrap();
+                check(&g, 2);
+            }
+        }
+    }
+    for width in [1, 7, 9, 33, 100, 768] {
+        let mut g = Graph::new("rows");
+        let x = param(&mut g, "x", &[3, 5, width]);
+        let gamma = weight(&mut g, &mut rng, "gamma", &[width]);
+        let beta = weight(&mut g, &mut rng, "beta", &[width]);
+        let s = op(
+            &mut g,
+            "Softmax",
+            &[x],
+            Attrs::new().with("axis", Attr::Int(-1)),
+        );
+        let ln = op(
+            &mut g,
+            "LayerNormalization",
+            &[x, gamma, beta],
+            Attrs::new().with("axis", Attr::Int(-1)),
+        );
+        g.add_output("softmax", s).unwrap();
+        g.add_output("layernorm", ln).unwrap();
+        check(&g, width as u64);
+    }
+}
+
+#[test]
+fn elementwise_chains_transposes_and_concats() {
+    let mut rng = Rng(31);
+    let mut g = Graph::new("misc");
+    let x = param(&mut g, "x", &[2, 3, 17]);
+    let b = weight(&mut g, &mut rng, "b", &[17]);
+    let h = op(&mut g, "Add", &[x, b], Attrs::new());
+    let h = op(&mut g, "Tanh", &[h], Attrs::new());
+    let h = op(&mut g, "Mul", &[h, x], Attrs::new());
+    let t = op(&mut g, "Transpose", &[h], ints(&[("perm", &[2, 0, 1])]));
+    let c = op(
+        &mut g,
+        "Concat",
+        &[h, x],
+        Attrs::new().with("axis", Attr::Int(1)),
+    );
+    g.add_output("t", t).unwrap();
+    g.add_output("c", c).unwrap();
+    check(&g, 3);
+}
+
+/// One executable, symbolic batch: each new batch size gets its own program, and
+/// several threads may run it at once.
+#[test]
+fn symbolic_batches_and_concurrent_runs() {
+    let mut rng = Rng(41);
+    let mut g = Graph::new("batch");
+    let ty = TensorType::new(
+        DType::F32,
+        Shape::new([
+            Dim::Sym("N".into()),
+            Dim::Fixed(16),
+            Dim::Fixed(6),
+            Dim::Fixed(6),
+        ]),
+    );
+    let x: Value = g.add_parameter("x", ty).unwrap().into();
+    let w = weight(&mut g, &mut rng, "w", &[16, 16, 3, 3]);
+    let h = op(&mut g, "Conv", &[x, w], ints(&[("pads", &[1, 1, 1, 1])]));
+    let h = op(&mut g, "Relu", &[h], Attrs::new());
+    let h = op(&mut g, "Flatten", &[h], Attrs::new());
+    let w2 = weight(&mut g, &mut rng, "w2", &[576, 10]);
+    let y = op(&mut g, "MatMul", &[h, w2], Attrs::new());
+    g.add_output("y", y).unwrap();
+    let exe = cpu(2).compile(&g).unwrap();
+    let oracle = backend_with(Device::Interp, PassOptions::default(), 1)
+        .unwrap()
+        .compile(&g)
+        .unwrap();
+    let cases: Vec<(Vec<Tensor>, Vec<Tensor>)> = [1, 3, 1, 4]
+        .iter()
+        .map(|&n| {
+            let inputs = vec![rng.tensor(&[n, 16, 6, 6])];
+            let want = oracle.run(&inputs).unwrap();
+            (inputs, want)
+        })
+        .collect();
+    let exe: &dyn Executable = exe.as_ref();
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let cases = &cases;
+            s.spawn(move || {
+                for round in 0..10 {
+                    let (inputs, want) = &cases[(t + round) % cases.len()];
+                    let got = exe.run(inputs).unwrap();
+                    got[0].check_close(&want[0], 1e-4, 1e-4).unwrap();
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn bad_inputs_are_errors_naming_the_input() {
+    let mut rng = Rng(51);
+    let mut g = Graph::new("bad");
+    let x = param(&mut g, "x", &[2, 8]);
+    let w = weight(&mut g, &mut rng, "w", &[8, 4]);
+    let y = op(&mut g, "MatMul", &[x, w], Attrs::new());
+    g.add_output("y", y).unwrap();
+    let exe = cpu(2).compile(&g).unwrap();
+    let e = exe.run(&[rng.tensor(&[3, 8])]).unwrap_err().to_string();
+    assert!(e.contains("input 'x'"), "{e}");
+    let e = exe
+        .run(&[Tensor::from_vec(&[2, 8], vec![0i64; 16]).unwrap()])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("input 'x'") && e.contains("i64"), "{e}");
+    let e = exe.run(&[]).unwrap_err().to_string();
+    assert!(e.contains("takes 1 inputs"), "{e}");
+}
