@@ -216,16 +216,19 @@ fn conv_graph(
     g
 }
 
+/// Batch, (in, out) channels, (height, width), attributes, whether a residual is added.
+type ConvCase = (
+    usize,
+    (usize, usize),
+    (usize, usize),
+    Vec<(&'static str, &'static [i64])>,
+    bool,
+);
+
 #[test]
 fn convolutions_blocked_and_plain() {
     let mut rng = Rng(11);
-    let cases: Vec<(
-        usize,
-        (usize, usize),
-        (usize, usize),
-        Vec<(&str, &[i64])>,
-        bool,
-    )> = vec![
+    let cases: Vec<ConvCase> = vec![
         (1, (16, 16), (7, 7), vec![("pads", &[1, 1, 1, 1])], true),
         (2, (32, 16), (13, 5), vec![("pads", &[1, 0, 2, 1])], false),
         (
