@@ -1,11 +1,11 @@
-"""Kiln vs onnxruntime, side by side in one run: the same model file and the same inputs,
+"""Kiln vs onnxruntime (and OpenVINO when installed), side by side in one run: the same model file and the same inputs,
 the two timed alternately in rounds so that drift on a noisy machine hits both.
 
 Usage: compare.py KILN MODELS_DIR [--threads 1,2] [--rounds 5] [--iterations N] [--cases a,b]
 
 Each round times N runs of onnxruntime (after a warm-up) and then `kiln bench` with N
 iterations; a case's latency is the median over its rounds' medians. Prints a Markdown
-table with the ratio kiln/onnxruntime (below 1: Kiln is faster).
+table with the ratios kiln/onnxruntime and kiln/OpenVINO (below 1: Kiln is faster).
 """
 import argparse
 import json
@@ -31,6 +31,22 @@ def ort_round(sess, feeds, n):
         sess.run(None, feeds)
         times.append((time.perf_counter() - t) * 1e3)
     return statistics.median(times)
+
+
+def openvino_session(model, threads):
+    try:
+        import openvino as ov
+    except ImportError:
+        return None
+    config = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+              "INFERENCE_PRECISION_HINT": "f32"}
+    req = ov.Core().compile_model(model, "CPU", config).create_infer_request()
+
+    class Session:
+        def run(self, _, feeds):
+            return req.infer(feeds)
+
+    return Session()
 
 
 def kiln_round(kiln, model, inputs, threads, n):
@@ -68,20 +84,26 @@ def main():
             # Feed names in the model's order (the .npy files are named after them).
             feeds = {i.name: feeds[i.name] for i in sess.get_inputs()}
             ordered = [os.path.join(d, f"{i.name}.npy") for i in sess.get_inputs()]
-            k_times, o_times, gflops = [], [], []
+            ov_sess = openvino_session(model, threads)
+            k_times, o_times, v_times, gflops = [], [], [], []
             for _ in range(args.rounds):
                 o_times.append(ort_round(sess, feeds, n))
+                if ov_sess:
+                    v_times.append(ort_round(ov_sess, feeds, n))
                 r = kiln_round(args.kiln, model, ordered, threads, n)
                 k_times.append(r["median_ms"])
                 gflops.append(r["gflops"])
             k, o = statistics.median(k_times), statistics.median(o_times)
-            row = (case, threads, k, o, k / o, statistics.median(gflops))
-            rows.append(row)
-            print(f"{case:9} {threads} thr  kiln {k:9.3f} ms  ort {o:9.3f} ms  ratio {k / o:5.2f}", file=sys.stderr)
-    print("| case | threads | Kiln median ms | onnxruntime median ms | Kiln / onnxruntime | Kiln GFLOP/s |")
-    print("|---|---|---|---|---|---|")
-    for case, threads, k, o, ratio, g in rows:
-        print(f"| {case} | {threads} | {k:.3f} | {o:.3f} | {ratio:.2f} | {g:.1f} |")
+            v = statistics.median(v_times) if v_times else None
+            rows.append((case, threads, k, o, v, statistics.median(gflops)))
+            vs = f"  openvino {v:9.3f} ms  ratio {k / v:5.2f}" if v else ""
+            print(f"{case:9} {threads} thr  kiln {k:9.3f} ms  ort {o:9.3f} ms  ratio {k / o:5.2f}{vs}", file=sys.stderr)
+    print("| case | threads | Kiln ms | onnxruntime ms | OpenVINO ms | Kiln / onnxruntime | Kiln / OpenVINO | Kiln GFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for case, threads, k, o, v, g in rows:
+        vcols = f"{v:.3f} | {k / v:.2f}" if v else "- | -"
+        vms, vratio = vcols.split(" | ")
+        print(f"| {case} | {threads} | {k:.3f} | {o:.3f} | {vms} | {k / o:.2f} | {vratio} | {g:.1f} |")
 
 
 if __name__ == "__main__":

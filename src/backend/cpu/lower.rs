@@ -35,6 +35,8 @@ pub fn lower(g: &Graph) -> Result<Program> {
     let mut slots: HashMap<Value, Slot> = HashMap::new();
     let mut consts = vec![];
     let mut steps = vec![];
+    let scratch_at = plan.planned_bytes.next_multiple_of(memory::ALIGN);
+    let scratch_bytes = std::cell::Cell::new(0);
     let static_shape = |id, k: usize| {
         let ty = &g.node(id).outputs[k];
         ty.shape
@@ -112,6 +114,8 @@ pub fn lower(g: &Graph) -> Result<Program> {
                     ins: &ins,
                     in_data: &in_data,
                     outs: &outs,
+                    scratch_at,
+                    scratch_bytes: &scratch_bytes,
                 };
                 let kernel = steps::build(&b)
                     .map_err(|e| Error::Graph(format!("{}: {e}", g.describe(id))))?;
@@ -133,7 +137,7 @@ pub fn lower(g: &Graph) -> Result<Program> {
         .collect();
     Ok(Program {
         steps,
-        arena_bytes: plan.planned_bytes,
+        arena_bytes: scratch_at + scratch_bytes.get(),
         inputs,
         outputs,
         memory: plan,

@@ -1,7 +1,7 @@
 //! Kernel selection: which step a node lowers to. Each family module turns a node whose
 //! op, dtypes and attributes it covers into a kernel and says `None` otherwise; what no
 //! family covers runs through [`fallback`].
-use super::program::{Kernel, Slot};
+use super::program::{Kernel, Loc, Slot};
 use crate::ir::{Graph, Node, NodeId};
 use crate::tensor::Tensor;
 
@@ -19,11 +19,20 @@ pub struct Build<'a> {
     /// The inputs' values when they are constants (weights to pack at compile time).
     pub in_data: &'a [Option<&'a Tensor>],
     pub outs: &'a [Slot],
+    /// Where the step scratch region starts in the arena: after every planned buffer.
+    /// Steps run one at a time, so all share it; lowering sizes it by the largest ask.
+    pub scratch_at: usize,
+    pub scratch_bytes: &'a std::cell::Cell<usize>,
 }
 
 impl Build<'_> {
     pub fn input(&self, k: usize) -> Option<&Slot> {
         self.ins.get(k).and_then(Option::as_ref)
+    }
+    /// A scratch buffer of `bytes` for this step (valid only while it runs).
+    pub fn scratch(&self, bytes: usize) -> Loc {
+        self.scratch_bytes.set(self.scratch_bytes.get().max(bytes));
+        Loc::Arena(self.scratch_at)
     }
     pub fn constant(&self, k: usize) -> Option<&Tensor> {
         self.in_data.get(k).copied().flatten()
