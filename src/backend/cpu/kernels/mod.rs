@@ -2,6 +2,7 @@
 //! against the reference interpreter; the vector paths are chosen by [`super::isa`].
 pub mod activation;
 pub mod blas;
+pub mod conv;
 pub mod gemm;
 
 pub use activation::Act;

@@ -1,0 +1,528 @@
+//! Direct convolution on NCHW16c tensors (group 1).
+//!
+//! Weights are packed once into [OCB][ICB][KH][KW][16 ic][16 oc] with zeros for pad
+//! channels, so the pad lanes of the output come out finite (zero weights, zero-extended
+//! bias, masked residual). The kernel stops at the last real input channel, so the
+//! unspecified (possibly non-finite) pad lanes of the input are never read into a sum.
+//!
+//! The micro-kernel computes R ≤ [`UR`] consecutive output pixels of one row × the 16
+//! output channels of one block: 2·R ymm accumulators; per input channel it loads two
+//! weight vectors, broadcasts R input values and issues 2·R FMAs. Padding needs no
+//! padded copy: each output row visits only its valid kernel rows, the interior columns
+//! run in groups of R, and each border pixel runs alone with its own valid kernel
+//! columns. When one output block's weights outgrow [`CHUNK_BYTES`], input blocks are
+//! processed in chunks that accumulate into y (bias at the first, residual and
+//! activation at the last).
+use super::ConvShape;
+use crate::backend::cpu::isa::{self, Isa};
+use crate::backend::cpu::kernels::Act;
+use crate::backend::cpu::pool::Pool;
+
+/// Channels per block of the NCHW16c layout.
+pub const BLOCK: usize = 16;
+/// Output pixels per micro-kernel call (2·UR accumulators + 2 weights + 1 broadcast ≤ 16
+/// ymm registers).
+const UR: usize = 6;
+/// The weights of one output block × one input-channel chunk kept under this (L2 is
+/// 512 KiB; the input rows and the output share it).
+const CHUNK_BYTES: usize = 160 * 1024;
+/// Floats of packed weights per (input block, kernel tap): 16 ic × 16 oc.
+const TAP: usize = BLOCK * BLOCK;
+
+/// Convolution weights and bias packed for [`conv_blocked`].
+#[derive(Debug, Clone)]
+pub struct PackedConv {
+    shape: ConvShape,
+    icb: usize,
+    ocb: usize,
+    w: Vec<f32>,
+    /// OCB·16 values, zero past OC.
+    bias: Vec<f32>,
+    /// Input blocks per cache chunk.
+    chunk: usize,
+    /// Lanes of the last output block that hold channels (the others ignore the
+    /// residual's unspecified pad lanes).
+    last_mask: [u32; BLOCK],
+}
+
+const FULL_MASK: [u32; BLOCK] = [u32::MAX; BLOCK];
+
+impl PackedConv {
+    /// Packs plain [OC, IC, KH, KW] weights and an optional [OC] bias.
+    pub fn new(shape: ConvShape, w: &[f32], bias: Option<&[f32]>) -> Result<PackedConv, String> {
+        let s = shape;
+        if s.groups != 1 {
+            return Err(format!("a blocked conv has one group, not {}", s.groups));
+        }
+        let taps = s.kh * s.kw;
+        if w.len() != s.oc * s.ic * taps {
+            return Err(format!(
+                "conv weights hold {} values, expected {}×{}×{}×{}",
+                w.len(),
+                s.oc,
+                s.ic,
+                s.kh,
+                s.kw
+            ));
+        }
+        if let Some(b) = bias {
+            if b.len() != s.oc {
+                return Err(format!(
+                    "conv bias holds {} values, expected {}",
+                    b.len(),
+                    s.oc
+                ));
+            }
+        }
+        let (icb, ocb) = (s.ic.div_ceil(BLOCK), s.oc.div_ceil(BLOCK));
+        let mut pw = vec![0.0f32; ocb * icb * taps * TAP];
+        for o in 0..s.oc {
+            let (ob, co) = (o / BLOCK, o % BLOCK);
+            for i in 0..s.ic {
+                let (ib, ci) = (i / BLOCK, i % BLOCK);
+                for t in 0..taps {
+                    let dst = ((ob * icb + ib) * taps + t) * TAP + ci * BLOCK + co;
+                    pw[dst] = w[(o * s.ic + i) * taps + t];
+                }
+            }
+        }
+        let mut pb = vec![0.0f32; ocb * BLOCK];
+        if let Some(b) = bias {
+            pb[..s.oc].copy_from_slice(b);
+        }
+        let per_block = taps * TAP * std::mem::size_of::<f32>();
+        let chunk = (CHUNK_BYTES / per_block).clamp(1, icb);
+        let chunks = icb.div_ceil(chunk);
+        let chunk = icb.div_ceil(chunks);
+        let mut last_mask = [0u32; BLOCK];
+        let valid = s.oc - (ocb - 1) * BLOCK;
+        last_mask[..valid].fill(u32::MAX);
+        Ok(PackedConv {
+            shape,
+            icb,
+            ocb,
+            w: pw,
+            bias: pb,
+            chunk,
+            last_mask,
+        })
+    }
+
+    pub fn shape(&self) -> &ConvShape {
+        &self.shape
+    }
+
+    /// f32 count of the NCHW16c input.
+    pub fn x_len(&self) -> usize {
+        let s = &self.shape;
+        s.n * self.icb * s.ih * s.iw * BLOCK
+    }
+
+    /// f32 count of the NCHW16c output (and residual).
+    pub fn y_len(&self) -> usize {
+        let s = &self.shape;
+        s.n * self.ocb * s.oh * s.ow * BLOCK
+    }
+}
+
+/// `y = act(conv(x) + bias + z)` with x, y, z in NCHW16c, using [`isa::isa`]'s path.
+///
+/// # Safety
+/// `x` must hold [`PackedConv::x_len`] floats, `y` and `z` [`PackedConv::y_len`]; `y`
+/// must not overlap `x` or `z`.
+pub unsafe fn conv_blocked(
+    pool: Option<&Pool>,
+    p: &PackedConv,
+    x: *const f32,
+    z: Option<*const f32>,
+    y: *mut f32,
+    act: Act,
+) {
+    // SAFETY: the caller's contract is this function's.
+    unsafe { conv_blocked_isa(isa::isa(), pool, p, x, z, y, act) }
+}
+
+/// Raw pointers shared by the tasks of one call.
+struct Ctx<'a> {
+    p: &'a PackedConv,
+    x: *const f32,
+    /// Null without a residual.
+    z: *const f32,
+    y: *mut f32,
+    relu: bool,
+    /// Applied to finished rows when not done in registers.
+    act: Act,
+    avx2: bool,
+}
+
+// SAFETY: tasks write disjoint output rows and only read x, z and the weights.
+unsafe impl Sync for Ctx<'_> {}
+
+/// [`conv_blocked`] with an explicit instruction set (capped by what the CPU has).
+///
+/// # Safety
+/// As [`conv_blocked`].
+pub unsafe fn conv_blocked_isa(
+    isa: Isa,
+    pool: Option<&Pool>,
+    p: &PackedConv,
+    x: *const f32,
+    z: Option<*const f32>,
+    y: *mut f32,
+    act: Act,
+) {
+    let s = &p.shape;
+    let rows = s.n * p.ocb * s.oh;
+    if rows == 0 || s.ow == 0 {
+        return;
+    }
+    let ctx = Ctx {
+        p,
+        x,
+        z: z.unwrap_or(std::ptr::null()),
+        y,
+        relu: act == Act::Relu,
+        act: if act == Act::Relu { Act::None } else { act },
+        avx2: isa >= Isa::Avx2 && isa::detected() >= Isa::Avx2,
+    };
+    let threads = pool.map_or(1, Pool::threads);
+    let tasks = if threads <= 1 {
+        1
+    } else {
+        (threads * 4).min(rows)
+    };
+    let body = |t: usize| {
+        let (r0, r1) = (t * rows / tasks, (t + 1) * rows / tasks);
+        // SAFETY: tasks cover disjoint row ranges of y; the caller vouches for buffers.
+        unsafe { run_rows(&ctx, r0, r1) }
+    };
+    match pool {
+        Some(pool) if tasks > 1 => pool.run(tasks, &body),
+        _ => body(0),
+    }
+}
+
+/// Computes flattened output rows [r0, r1) of (n, output block, oy).
+unsafe fn run_rows(c: &Ctx, r0: usize, r1: usize) {
+    let p = c.p;
+    let s = &p.shape;
+    let mut r = r0;
+    while r < r1 {
+        let seg = r / s.oh;
+        let (n, ob) = (seg / p.ocb, seg % p.ocb);
+        let oy0 = r % s.oh;
+        let oy1 = s.oh.min(oy0 + (r1 - r));
+        let mut ib0 = 0;
+        while ib0 < p.icb {
+            let ib1 = p.icb.min(ib0 + p.chunk);
+            for oy in oy0..oy1 {
+                // SAFETY: indices are in range; buffers per the caller's contract.
+                unsafe { row(c, n, ob, oy, ib0, ib1) };
+            }
+            ib0 = ib1;
+        }
+        r += oy1 - oy0;
+    }
+}
+
+/// Strides and flags of one micro-kernel call (floats).
+struct Tile {
+    nicb: usize,
+    /// Channels of the last input block of this range (16 unless it ends IC).
+    ic_tail: usize,
+    nkh: usize,
+    xs_icb: usize,
+    xs_kh: usize,
+    xs_kw: usize,
+    xs_px: usize,
+    ws_icb: usize,
+    ws_kh: usize,
+    first: bool,
+    last: bool,
+    relu: bool,
+    bias: *const f32,
+    mask: *const u32,
+}
+
+/// One output row of block `ob` over input blocks [ib0, ib1).
+unsafe fn row(c: &Ctx, n: usize, ob: usize, oy: usize, ib0: usize, ib1: usize) {
+    let p = c.p;
+    let s = &p.shape;
+    let (kh0, kh1, iy0) = s.kh_range(oy);
+    let first = ib0 == 0;
+    let last = ib1 == p.icb;
+    let t = Tile {
+        nicb: ib1 - ib0,
+        ic_tail: if last {
+            s.ic - (p.icb - 1) * BLOCK
+        } else {
+            BLOCK
+        },
+        nkh: kh1 - kh0,
+        xs_icb: s.ih * s.iw * BLOCK,
+        xs_kh: s.dilations[0] * s.iw * BLOCK,
+        xs_kw: s.dilations[1] * BLOCK,
+        xs_px: s.strides[1] * BLOCK,
+        ws_icb: s.kh * s.kw * TAP,
+        ws_kh: s.kw * TAP,
+        first,
+        last,
+        relu: c.relu,
+        bias: p.bias[ob * BLOCK..].as_ptr(),
+        mask: if ob + 1 == p.ocb {
+            p.last_mask.as_ptr()
+        } else {
+            FULL_MASK.as_ptr()
+        },
+    };
+    let xrow =
+        c.x.wrapping_add(((n * p.icb + ib0) * s.ih + iy0) * s.iw * BLOCK);
+    let wrow =
+        p.w.as_ptr()
+            .wrapping_add(((ob * p.icb + ib0) * s.kh + kh0) * s.kw * TAP);
+    let yoff = ((n * p.ocb + ob) * s.oh + oy) * s.ow * BLOCK;
+    let yrow = c.y.wrapping_add(yoff);
+    let zrow = if c.z.is_null() || !last {
+        std::ptr::null()
+    } else {
+        c.z.wrapping_add(yoff)
+    };
+    let zpx = |ox: usize| {
+        if zrow.is_null() {
+            zrow
+        } else {
+            zrow.wrapping_add(ox * BLOCK)
+        }
+    };
+    // Border pixels alone, with their own valid kernel columns.
+    let border = |ox: usize| {
+        let (kw0, kw1, ix0) = s.kw_range(ox);
+        // SAFETY: taps kw0..kw1 of pixel ox read inside the input row.
+        unsafe {
+            tile(
+                c.avx2,
+                1,
+                &t,
+                kw1 - kw0,
+                xrow.wrapping_add(ix0 * BLOCK),
+                wrow.wrapping_add(kw0 * TAP),
+                yrow.wrapping_add(ox * BLOCK),
+                zpx(ox),
+            )
+        }
+    };
+    let (lo, hi) = s.interior_cols();
+    (0..lo).for_each(border);
+    let mut ox = lo;
+    while ox < hi {
+        let r = UR.min(hi - ox);
+        let ix0 = ox * s.strides[1] - s.pad_left;
+        // SAFETY: interior pixels read all kernel columns inside the input row.
+        unsafe {
+            tile(
+                c.avx2,
+                r,
+                &t,
+                s.kw,
+                xrow.wrapping_add(ix0 * BLOCK),
+                wrow,
+                yrow.wrapping_add(ox * BLOCK),
+                zpx(ox),
+            )
+        };
+        ox += r;
+    }
+    (hi..s.ow).for_each(border);
+    if last && c.act != Act::None {
+        // SAFETY: this task owns the row, which holds ow·16 finished floats.
+        c.act
+            .apply(unsafe { std::slice::from_raw_parts_mut(yrow, s.ow * BLOCK) });
+    }
+}
+
+/// Runs the micro-kernel for `r` (1..=UR) pixels.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(
+    avx2: bool,
+    r: usize,
+    t: &Tile,
+    nkw: usize,
+    x: *const f32,
+    w: *const f32,
+    y: *mut f32,
+    z: *const f32,
+) {
+    macro_rules! go {
+        ($($n:literal)*) => {
+            match r {
+                $($n => {
+                    #[cfg(target_arch = "x86_64")]
+                    if avx2 {
+                        // SAFETY: `avx2` is set only when the CPU has AVX2 and FMA.
+                        return unsafe { tile_avx2::<$n>(t, nkw, x, w, y, z) };
+                    }
+                    // SAFETY: forwarded contract.
+                    unsafe { tile_portable::<$n>(t, nkw, x, w, y, z) }
+                })*
+                _ => {
+                    for i in 0..r {
+                        // SAFETY: pixel i of the group, forwarded contract.
+                        unsafe {
+                            tile(avx2, 1, t, nkw, x.wrapping_add(i * t.xs_px), w,
+                                y.wrapping_add(i * BLOCK),
+                                if z.is_null() { z } else { z.wrapping_add(i * BLOCK) })
+                        }
+                    }
+                }
+            }
+        };
+    }
+    let _ = avx2;
+    go!(1 2 3 4 5 6)
+}
+
+/// The micro-kernel in plain Rust (the compiler vectorizes the 16 output lanes).
+unsafe fn tile_portable<const R: usize>(
+    t: &Tile,
+    nkw: usize,
+    x: *const f32,
+    w: *const f32,
+    y: *mut f32,
+    z: *const f32,
+) {
+    let mut acc = [[0.0f32; BLOCK]; R];
+    // SAFETY (whole body): the pointers address R output pixels, their taps and the
+    // weights of the caller's ranges.
+    unsafe {
+        for (r, a) in acc.iter_mut().enumerate() {
+            let src = if t.first { t.bias } else { y.add(r * BLOCK) };
+            a.copy_from_slice(std::slice::from_raw_parts(src, BLOCK));
+        }
+        for ib in 0..t.nicb {
+            // Only the channels of a partial last block: its pad lanes may hold anything.
+            let nc = if ib + 1 == t.nicb { t.ic_tail } else { BLOCK };
+            for kh in 0..t.nkh {
+                let xr = x.add(ib * t.xs_icb + kh * t.xs_kh);
+                let wr = w.add(ib * t.ws_icb + kh * t.ws_kh);
+                for kw in 0..nkw {
+                    let xp = xr.add(kw * t.xs_kw);
+                    let wp = std::slice::from_raw_parts(wr.add(kw * TAP), TAP);
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        let xs = std::slice::from_raw_parts(xp.add(r * t.xs_px), nc);
+                        for (ci, &xv) in xs.iter().enumerate() {
+                            let wv = &wp[ci * BLOCK..ci * BLOCK + BLOCK];
+                            for (o, av) in a.iter_mut().enumerate() {
+                                *av += xv * wv[o];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if t.last {
+            let mask = std::slice::from_raw_parts(t.mask, BLOCK);
+            for (r, a) in acc.iter_mut().enumerate() {
+                if !z.is_null() {
+                    let zs = std::slice::from_raw_parts(z.add(r * BLOCK), BLOCK);
+                    for o in 0..BLOCK {
+                        if mask[o] != 0 {
+                            a[o] += zs[o];
+                        }
+                    }
+                }
+                if t.relu {
+                    a.iter_mut().for_each(|v| *v = v.max(0.0));
+                }
+            }
+        }
+        for (r, a) in acc.iter().enumerate() {
+            std::slice::from_raw_parts_mut(y.add(r * BLOCK), BLOCK).copy_from_slice(a);
+        }
+    }
+}
+
+/// The AVX2+FMA micro-kernel: 2·R accumulators.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2<const R: usize>(
+    t: &Tile,
+    nkw: usize,
+    x: *const f32,
+    w: *const f32,
+    y: *mut f32,
+    z: *const f32,
+) {
+    use std::arch::x86_64::*;
+    // SAFETY (whole body): the pointers address R output pixels, their taps and the
+    // weights of the caller's ranges; unaligned loads and stores throughout.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        if t.first {
+            let b0 = _mm256_loadu_ps(t.bias);
+            let b1 = _mm256_loadu_ps(t.bias.add(8));
+            for a in acc.iter_mut() {
+                *a = [b0, b1];
+            }
+        } else {
+            for (r, a) in acc.iter_mut().enumerate() {
+                *a = [
+                    _mm256_loadu_ps(y.add(r * BLOCK)),
+                    _mm256_loadu_ps(y.add(r * BLOCK + 8)),
+                ];
+            }
+        }
+        // Input block ib over its first nc channels.
+        macro_rules! block {
+            ($ib:expr, $nc:expr) => {
+                for kh in 0..t.nkh {
+                    let xr = x.add($ib * t.xs_icb + kh * t.xs_kh);
+                    let wr = w.add($ib * t.ws_icb + kh * t.ws_kh);
+                    for kw in 0..nkw {
+                        let xp = xr.add(kw * t.xs_kw);
+                        let wp = wr.add(kw * TAP);
+                        for ci in 0..$nc {
+                            let w0 = _mm256_loadu_ps(wp.add(ci * BLOCK));
+                            let w1 = _mm256_loadu_ps(wp.add(ci * BLOCK + 8));
+                            for (r, a) in acc.iter_mut().enumerate() {
+                                let b = _mm256_broadcast_ss(&*xp.add(r * t.xs_px + ci));
+                                a[0] = _mm256_fmadd_ps(b, w0, a[0]);
+                                a[1] = _mm256_fmadd_ps(b, w1, a[1]);
+                            }
+                        }
+                    }
+                }
+            };
+        }
+        let full = t.nicb - usize::from(t.ic_tail < BLOCK && t.nicb > 0);
+        for ib in 0..full {
+            block!(ib, BLOCK);
+        }
+        if full < t.nicb {
+            block!(full, t.ic_tail);
+        }
+        if t.last {
+            if !z.is_null() {
+                let m0 = _mm256_loadu_si256(t.mask as *const __m256i);
+                let m1 = _mm256_loadu_si256(t.mask.add(8) as *const __m256i);
+                let (m0, m1) = (_mm256_castsi256_ps(m0), _mm256_castsi256_ps(m1));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let z0 = _mm256_and_ps(_mm256_loadu_ps(z.add(r * BLOCK)), m0);
+                    let z1 = _mm256_and_ps(_mm256_loadu_ps(z.add(r * BLOCK + 8)), m1);
+                    a[0] = _mm256_add_ps(a[0], z0);
+                    a[1] = _mm256_add_ps(a[1], z1);
+                }
+            }
+            if t.relu {
+                let zero = _mm256_setzero_ps();
+                for a in acc.iter_mut() {
+                    a[0] = _mm256_max_ps(a[0], zero);
+                    a[1] = _mm256_max_ps(a[1], zero);
+                }
+            }
+        }
+        for (r, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(y.add(r * BLOCK), a[0]);
+            _mm256_storeu_ps(y.add(r * BLOCK + 8), a[1]);
+        }
+    }
+}

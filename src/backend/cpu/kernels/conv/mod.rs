@@ -1,0 +1,166 @@
+//! 2-D convolutions.
+//!
+//! Two paths, both fusing bias, a residual and an activation:
+//! - [`blocked`]: direct convolution on NCHW16c tensors (group 1) with weights packed at
+//!   compile time ([`PackedConv`]) and an AVX2+FMA register-blocked micro-kernel;
+//! - [`plain`]: NCHW tensors with any groups by im2col + [`super::gemm::gemm`] (1×1,
+//!   stride-1, unpadded convolutions read the input directly).
+pub mod blocked;
+pub mod plain;
+
+#[cfg(test)]
+mod tests;
+
+pub use blocked::{conv_blocked, conv_blocked_isa, PackedConv, BLOCK};
+pub use plain::{conv_plain, conv_plain_scratch_len};
+
+/// The geometry of a 2-D convolution of an [N, IC, IH, IW] input with [OC, IC/groups,
+/// KH, KW] weights into [N, OC, OH, OW]. The bottom/right pads are implied by `oh`/`ow`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvShape {
+    pub n: usize,
+    pub ic: usize,
+    pub ih: usize,
+    pub iw: usize,
+    pub oc: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub oh: usize,
+    pub ow: usize,
+    /// [vertical, horizontal]
+    pub strides: [usize; 2],
+    /// Top and left pads.
+    pub pad_top: usize,
+    pub pad_left: usize,
+    /// [vertical, horizontal]
+    pub dilations: [usize; 2],
+    pub groups: usize,
+}
+
+impl ConvShape {
+    /// Validates a convolution and computes its output size like ONNX `Conv`:
+    /// `o = (i + pad_begin + pad_end - dilation·(k-1) - 1) / stride + 1`.
+    /// `pads` is [top, left, bottom, right].
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        n: usize,
+        ic: usize,
+        [ih, iw]: [usize; 2],
+        oc: usize,
+        [kh, kw]: [usize; 2],
+        strides: [usize; 2],
+        pads: [usize; 4],
+        dilations: [usize; 2],
+        groups: usize,
+    ) -> Result<ConvShape, String> {
+        if groups == 0 || ic == 0 || oc == 0 || ic % groups != 0 || oc % groups != 0 {
+            return Err(format!(
+                "conv: {ic} input and {oc} output channels do not split into {groups} groups"
+            ));
+        }
+        if kh == 0 || kw == 0 {
+            return Err(format!("conv: empty kernel {kh}×{kw}"));
+        }
+        if strides.contains(&0) || dilations.contains(&0) {
+            return Err("conv: strides and dilations must be positive".into());
+        }
+        let out = |i: usize, p0: usize, p1: usize, k: usize, s: usize, d: usize| {
+            let span = d
+                .checked_mul(k - 1)
+                .and_then(|v| v.checked_add(1))
+                .ok_or("conv: kernel extent overflows")?;
+            let padded = i
+                .checked_add(p0)
+                .and_then(|v| v.checked_add(p1))
+                .ok_or("conv: padded extent overflows")?;
+            if padded < span {
+                return Err(format!(
+                    "conv: the kernel extent {span} exceeds the padded input {padded}"
+                ));
+            }
+            Ok((padded - span) / s + 1)
+        };
+        let oh = out(ih, pads[0], pads[2], kh, strides[0], dilations[0])?;
+        let ow = out(iw, pads[1], pads[3], kw, strides[1], dilations[1])?;
+        Ok(ConvShape {
+            n,
+            ic,
+            ih,
+            iw,
+            oc,
+            kh,
+            kw,
+            oh,
+            ow,
+            strides,
+            pad_top: pads[0],
+            pad_left: pads[1],
+            dilations,
+            groups,
+        })
+    }
+
+    /// Multiply-adds times two: the conventional FLOP count.
+    pub fn flops(&self) -> f64 {
+        2.0 * (self.n * self.oc * self.oh * self.ow) as f64
+            * (self.ic / self.groups * self.kh * self.kw) as f64
+    }
+
+    /// The contiguous range of kernel rows (and the first input row) whose input row is
+    /// inside the image for output row `oy`: (kh0, kh1, iy of kh0).
+    pub(crate) fn kh_range(&self, oy: usize) -> (usize, usize, usize) {
+        valid_taps(
+            oy * self.strides[0],
+            self.pad_top,
+            self.kh,
+            self.dilations[0],
+            self.ih,
+        )
+    }
+
+    /// Like [`Self::kh_range`] for output column `ox`.
+    pub(crate) fn kw_range(&self, ox: usize) -> (usize, usize, usize) {
+        valid_taps(
+            ox * self.strides[1],
+            self.pad_left,
+            self.kw,
+            self.dilations[1],
+            self.iw,
+        )
+    }
+
+    /// The output columns [lo, hi) whose every kernel column is inside the image.
+    pub(crate) fn interior_cols(&self) -> (usize, usize) {
+        let (s, p, d) = (self.strides[1], self.pad_left, self.dilations[1]);
+        let lo = p.div_ceil(s).min(self.ow);
+        let reach = (self.kw - 1) * d; // ox·s - p + reach <= iw - 1
+        let hi = if self.iw + p > reach {
+            ((self.iw - 1 + p - reach) / s + 1).min(self.ow)
+        } else {
+            0
+        };
+        (lo, hi.max(lo))
+    }
+}
+
+/// Taps t in [t0, t1) with `0 <= base + t·d - pad < extent`, and the input index of t0.
+fn valid_taps(base: usize, pad: usize, k: usize, d: usize, extent: usize) -> (usize, usize, usize) {
+    // t0: the first t with base + t·d >= pad.
+    let t0 = if base >= pad {
+        0
+    } else {
+        (pad - base).div_ceil(d)
+    };
+    // t1: one past the last t with base + t·d < pad + extent.
+    let lim = pad + extent; // base + t·d < lim
+    let t1 = if base >= lim {
+        0
+    } else {
+        (lim - base).div_ceil(d)
+    };
+    let (t0, t1) = (t0.min(k), t1.min(k));
+    if t1 <= t0 {
+        return (0, 0, 0);
+    }
+    (t0, t1, base + t0 * d - pad)
+}

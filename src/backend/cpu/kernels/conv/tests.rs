@@ -1,0 +1,434 @@
+//! Both convolution paths against a naive f64 reference on random data.
+//!
+//! Tolerance: |got − want| ≤ 1e-5·(1 + Σ|x·w| + |bias| + |z|) per output, i.e. relative
+//! to the magnitude of the terms summed (f32 accumulation of up to ~2,400 products).
+use super::*;
+use crate::backend::cpu::isa::{detected, Isa};
+use crate::backend::cpu::kernels::Act;
+use crate::backend::cpu::pool::Pool;
+
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.next()).collect()
+    }
+}
+
+/// Pre-activation outputs and their error scales, NCHW.
+fn reference(
+    s: &ConvShape,
+    x: &[f32],
+    w: &[f32],
+    b: Option<&[f32]>,
+    z: Option<&[f32]>,
+) -> (Vec<f64>, Vec<f64>) {
+    let (icg, ocg) = (s.ic / s.groups, s.oc / s.groups);
+    let mut out = vec![0.0; s.n * s.oc * s.oh * s.ow];
+    let mut scale = vec![0.0; out.len()];
+    for n in 0..s.n {
+        for o in 0..s.oc {
+            let g = o / ocg;
+            for oy in 0..s.oh {
+                for ox in 0..s.ow {
+                    let i = ((n * s.oc + o) * s.oh + oy) * s.ow + ox;
+                    let mut acc = b.map_or(0.0, |b| b[o] as f64);
+                    let mut mag = acc.abs();
+                    for c in 0..icg {
+                        for ky in 0..s.kh {
+                            for kx in 0..s.kw {
+                                let iy = (oy * s.strides[0] + ky * s.dilations[0]) as isize
+                                    - s.pad_top as isize;
+                                let ix = (ox * s.strides[1] + kx * s.dilations[1]) as isize
+                                    - s.pad_left as isize;
+                                if iy < 0 || ix < 0 || iy >= s.ih as isize || ix >= s.iw as isize {
+                                    continue;
+                                }
+                                let xv = x[((n * s.ic + g * icg + c) * s.ih + iy as usize) * s.iw
+                                    + ix as usize] as f64;
+                                let wv = w[((o * icg + c) * s.kh + ky) * s.kw + kx] as f64;
+                                acc += xv * wv;
+                                mag += (xv * wv).abs();
+                            }
+                        }
+                    }
+                    if let Some(z) = z {
+                        acc += z[i] as f64;
+                        mag += (z[i] as f64).abs();
+                    }
+                    out[i] = acc;
+                    scale[i] = 1.0 + mag;
+                }
+            }
+        }
+    }
+    (out, scale)
+}
+
+fn check(s: &ConvShape, got: &[f32], want: &[f64], scale: &[f64], act: Act, what: &str) {
+    assert_eq!(got.len(), want.len());
+    for i in 0..got.len() {
+        let mut a = [want[i] as f32];
+        act.apply(&mut a);
+        let err = (got[i] as f64 - a[0] as f64).abs();
+        assert!(
+            err <= 1e-5 * scale[i],
+            "{what} {s:?} at {i}: got {} want {} (err {err:e})",
+            got[i],
+            a[0]
+        );
+    }
+}
+
+/// NCHW → NCHW16c with NaN in the pad lanes (they must be ignored).
+fn block(x: &[f32], n: usize, c: usize, hw: usize) -> Vec<f32> {
+    let cb = c.div_ceil(BLOCK);
+    let mut out = vec![f32::NAN; n * cb * hw * BLOCK];
+    for ni in 0..n {
+        for ci in 0..c {
+            for p in 0..hw {
+                out[((ni * cb + ci / BLOCK) * hw + p) * BLOCK + ci % BLOCK] =
+                    x[(ni * c + ci) * hw + p];
+            }
+        }
+    }
+    out
+}
+
+/// NCHW16c → NCHW; asserts the pad lanes are finite.
+fn unblock(y: &[f32], n: usize, c: usize, hw: usize) -> Vec<f32> {
+    let cb = c.div_ceil(BLOCK);
+    assert!(y.iter().all(|v| v.is_finite()), "non-finite output lanes");
+    let mut out = vec![0.0; n * c * hw];
+    for ni in 0..n {
+        for ci in 0..c {
+            for p in 0..hw {
+                out[(ni * c + ci) * hw + p] =
+                    y[((ni * cb + ci / BLOCK) * hw + p) * BLOCK + ci % BLOCK];
+            }
+        }
+    }
+    out
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    n: usize,
+    ic: usize,
+    oc: usize,
+    hw: [usize; 2],
+    k: [usize; 2],
+    s: [usize; 2],
+    p: [usize; 4],
+    d: [usize; 2],
+    g: usize,
+    bias: bool,
+    res: bool,
+    act: Act,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn case(
+    n: usize,
+    ic: usize,
+    oc: usize,
+    hw: [usize; 2],
+    k: usize,
+    s: usize,
+    p: [usize; 4],
+    d: usize,
+    g: usize,
+    bias: bool,
+    res: bool,
+    act: Act,
+) -> Case {
+    Case {
+        n,
+        ic,
+        oc,
+        hw,
+        k: [k, k],
+        s: [s, s],
+        p,
+        d: [d, d],
+        g,
+        bias,
+        res,
+        act,
+    }
+}
+
+struct Data {
+    s: ConvShape,
+    x: Vec<f32>,
+    w: Vec<f32>,
+    b: Option<Vec<f32>>,
+    z: Option<Vec<f32>>,
+    want: Vec<f64>,
+    scale: Vec<f64>,
+}
+
+fn data(c: &Case, seed: u64) -> Data {
+    let s = ConvShape::new(c.n, c.ic, c.hw, c.oc, c.k, c.s, c.p, c.d, c.g).unwrap();
+    let mut r = Lcg(seed);
+    let x = r.vec(s.n * s.ic * s.ih * s.iw);
+    let w = r.vec(s.oc * s.ic / s.groups * s.kh * s.kw);
+    let b = c.bias.then(|| r.vec(s.oc));
+    let z = c.res.then(|| r.vec(s.n * s.oc * s.oh * s.ow));
+    let (want, scale) = reference(&s, &x, &w, b.as_deref(), z.as_deref());
+    Data {
+        s,
+        x,
+        w,
+        b,
+        z,
+        want,
+        scale,
+    }
+}
+
+fn isas() -> Vec<Isa> {
+    let mut v = vec![Isa::Portable];
+    if detected() >= Isa::Avx2 {
+        v.push(Isa::Avx2);
+    }
+    v
+}
+
+fn run_blocked(c: &Case, seed: u64) {
+    let d = data(c, seed);
+    let s = d.s;
+    let p = PackedConv::new(s, &d.w, d.b.as_deref()).unwrap();
+    let xb = block(&d.x, s.n, s.ic, s.ih * s.iw);
+    let zb = d.z.as_ref().map(|z| block(z, s.n, s.oc, s.oh * s.ow));
+    assert_eq!(xb.len(), p.x_len());
+    let pool2 = Pool::new(2);
+    for isa in isas() {
+        for pool in [None, Some(&pool2)] {
+            let mut y = vec![f32::NAN; p.y_len()];
+            // SAFETY: buffers sized by the packed conv's own lengths.
+            unsafe {
+                conv_blocked_isa(
+                    isa,
+                    pool,
+                    &p,
+                    xb.as_ptr(),
+                    zb.as_ref().map(|z| z.as_ptr()),
+                    y.as_mut_ptr(),
+                    c.act,
+                )
+            };
+            let got = unblock(&y, s.n, s.oc, s.oh * s.ow);
+            let what = format!("blocked {} pool={}", isa.name(), pool.is_some());
+            check(&s, &got, &d.want, &d.scale, c.act, &what);
+        }
+    }
+}
+
+fn run_plain(c: &Case, seed: u64) {
+    let d = data(c, seed);
+    let s = d.s;
+    let pool2 = Pool::new(2);
+    for pool in [None, Some(&pool2)] {
+        let mut y = vec![f32::NAN; s.n * s.oc * s.oh * s.ow];
+        let mut scratch = vec![0.0; conv_plain_scratch_len(&s)];
+        // SAFETY: buffers sized per conv_plain's contract.
+        unsafe {
+            conv_plain(
+                pool,
+                &s,
+                d.w.as_ptr(),
+                d.b.as_ref().map(|b| b.as_ptr()),
+                d.x.as_ptr(),
+                d.z.as_ref().map(|z| z.as_ptr()),
+                y.as_mut_ptr(),
+                c.act,
+                scratch.as_mut_ptr(),
+            )
+        };
+        let what = format!("plain pool={}", pool.is_some());
+        check(&s, &y, &d.want, &d.scale, c.act, &what);
+    }
+}
+
+const P0: [usize; 4] = [0; 4];
+const P1: [usize; 4] = [1; 4];
+const P3: [usize; 4] = [3; 4];
+
+#[test]
+fn shapes_follow_onnx() {
+    let s = ConvShape::new(1, 3, [224, 224], 64, [7, 7], [2, 2], P3, [1, 1], 1).unwrap();
+    assert_eq!((s.oh, s.ow), (112, 112));
+    let s = ConvShape::new(1, 8, [5, 7], 8, [3, 3], [2, 1], [1, 0, 0, 2], [2, 1], 8).unwrap();
+    assert_eq!((s.oh, s.ow), (1, 7));
+    assert!(ConvShape::new(1, 3, [2, 2], 4, [3, 3], [1, 1], P0, [1, 1], 1).is_err());
+    assert!(ConvShape::new(1, 3, [8, 8], 4, [3, 3], [1, 1], P0, [1, 1], 2).is_err());
+    assert!(ConvShape::new(1, 4, [8, 8], 4, [3, 3], [0, 1], P0, [1, 1], 1).is_err());
+    let s = ConvShape::new(1, 32, [8, 8], 16, [3, 3], [1, 1], P0, [1, 1], 2).unwrap();
+    assert!(PackedConv::new(s, &[0.0; 16 * 16 * 9], None).is_err());
+    let s = ConvShape::new(1, 32, [8, 8], 16, [3, 3], [1, 1], P0, [1, 1], 1).unwrap();
+    assert!(PackedConv::new(s, &[0.0; 10], None).is_err());
+}
+
+#[test]
+fn blocked_matches_reference() {
+    use Act::{Relu, Sigmoid};
+    let none = Act::None;
+    let cases = [
+        case(1, 16, 16, [5, 7], 1, 1, P0, 1, 1, false, false, none),
+        case(2, 16, 32, [13, 14], 3, 1, P1, 1, 1, true, true, Relu),
+        case(1, 32, 16, [14, 13], 3, 2, P1, 1, 1, true, false, Sigmoid),
+        case(
+            1,
+            48,
+            48,
+            [7, 7],
+            5,
+            1,
+            [1, 2, 0, 1],
+            1,
+            1,
+            true,
+            true,
+            Relu,
+        ),
+        case(2, 16, 48, [14, 14], 7, 2, P3, 1, 1, true, true, none),
+        case(
+            1,
+            32,
+            32,
+            [13, 13],
+            3,
+            1,
+            [2, 2, 2, 2],
+            2,
+            1,
+            true,
+            true,
+            Sigmoid,
+        ),
+        case(2, 48, 16, [1, 1], 3, 1, P1, 1, 1, true, true, Relu),
+        case(1, 16, 16, [5, 5], 3, 2, P0, 1, 1, false, true, none),
+        case(1, 32, 48, [7, 13], 1, 2, P0, 1, 1, true, false, Relu),
+        case(1, 16, 32, [1, 7], 1, 1, P0, 1, 1, true, true, Sigmoid),
+        case(2, 48, 32, [5, 14], 7, 1, P3, 1, 1, false, false, Relu),
+        case(
+            1,
+            16,
+            16,
+            [13, 7],
+            5,
+            2,
+            [3, 0, 1, 2],
+            2,
+            1,
+            true,
+            true,
+            Sigmoid,
+        ),
+        case(
+            1,
+            32,
+            16,
+            [14, 14],
+            3,
+            1,
+            [0, 1, 2, 0],
+            1,
+            1,
+            true,
+            false,
+            none,
+        ),
+        // Channel counts that leave pad lanes.
+        case(2, 20, 35, [5, 7], 3, 1, P1, 1, 1, true, true, Relu),
+        case(1, 3, 5, [13, 13], 7, 2, P3, 1, 1, true, true, Sigmoid),
+        // Enough input blocks for several cache chunks.
+        case(1, 96, 16, [5, 13], 3, 1, P1, 1, 1, true, true, Sigmoid),
+        case(
+            1,
+            160,
+            32,
+            [7, 7],
+            5,
+            1,
+            [2, 1, 2, 3],
+            1,
+            1,
+            true,
+            true,
+            Relu,
+        ),
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        run_blocked(c, 1000 + i as u64);
+    }
+}
+
+#[test]
+fn plain_matches_reference() {
+    use Act::{Relu, Sigmoid};
+    let none = Act::None;
+    let cases = [
+        case(2, 3, 8, [7, 7], 3, 1, P1, 1, 1, true, true, Relu),
+        case(
+            1,
+            8,
+            8,
+            [13, 5],
+            5,
+            2,
+            [1, 2, 3, 0],
+            1,
+            2,
+            true,
+            false,
+            Sigmoid,
+        ),
+        case(1, 5, 5, [14, 14], 3, 1, P1, 1, 5, false, true, Relu),
+        case(2, 8, 8, [7, 7], 3, 2, P1, 2, 8, true, true, none),
+        case(1, 1, 3, [5, 7], 1, 1, P0, 1, 1, true, true, none),
+        case(2, 8, 4, [13, 14], 1, 1, P0, 1, 2, true, false, Sigmoid),
+        case(1, 3, 8, [13, 14], 7, 2, P3, 1, 1, true, false, Relu),
+        case(1, 5, 5, [7, 13], 1, 2, P0, 1, 1, false, true, Relu),
+        case(1, 8, 8, [1, 1], 3, 1, P1, 1, 4, true, true, Sigmoid),
+        case(1, 3, 5, [5, 5], 1, 1, [0, 1, 1, 0], 1, 1, true, true, none),
+        case(
+            2,
+            8,
+            16,
+            [14, 13],
+            5,
+            1,
+            [3, 1, 0, 2],
+            2,
+            8,
+            true,
+            true,
+            Relu,
+        ),
+        case(
+            1,
+            1,
+            1,
+            [5, 14],
+            3,
+            2,
+            [0, 0, 2, 1],
+            1,
+            1,
+            false,
+            false,
+            none,
+        ),
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        run_plain(c, 2000 + i as u64);
+    }
+}
