@@ -287,6 +287,35 @@ fn convolutions_blocked_and_plain() {
     }
 }
 
+/// ResNet-style blocks: the planner gives each fused conv its residual's buffer (the
+/// residual dies there), also when the kernel accumulates over input-channel chunks.
+#[test]
+fn residual_blocks_write_over_their_residual() {
+    for (c, k) in [(16, 3), (64, 3), (256, 3)] {
+        let mut rng = Rng(c as u64);
+        let mut g = Graph::new("residual");
+        let x = param(&mut g, "x", &[1, c, 6, 5]);
+        let w0 = weight(&mut g, &mut rng, "w0", &[c, c, 1, 1]);
+        let mut h = op(&mut g, "Conv", &[x, w0], Attrs::new());
+        for i in 0..2 {
+            // Scaled like a trained net's (1/sqrt(fan-in)), so values stay O(1) and the
+            // comparison measures the kernels, not f32 cancellation.
+            let t = rng.tensor(&[c, c, k, k]).to_f64_array() / ((c * k * k) as f64).sqrt();
+            let t = Tensor::from_f64_array(DType::F32, t);
+            let w: Value = g
+                .add_constant_value(&format!("w{}", i + 1), t)
+                .unwrap()
+                .into();
+            let pads: &[i64] = &[1, 1, 1, 1];
+            let y = op(&mut g, "Conv", &[h, w], ints(&[("pads", pads)]));
+            let y = op(&mut g, "Add", &[y, h], Attrs::new());
+            h = op(&mut g, "Relu", &[y], Attrs::new());
+        }
+        g.add_output("y", h).unwrap();
+        check(&g, 9);
+    }
+}
+
 #[test]
 fn pools_softmax_and_layernorm() {
     let mut rng = Rng(21);

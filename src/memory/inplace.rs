@@ -13,7 +13,8 @@ pub enum InPlace {
     /// chains (a broadcast input is read many times per written element, so it cannot
     /// be overwritten).
     AnySameShape,
-    /// Only the given input, of exactly the output's shape (`FusedConv`'s residual, 3).
+    /// Only the given input, of exactly the output's shape (`FusedConv`'s residual, 3),
+    /// and only when that value is not also another operand of the node.
     InputSameShape(usize),
     /// Input 0 whatever its shape: the output is a view of it (`Reshape`, `Flatten`,
     /// `Squeeze`, `Unsqueeze`, `Identity`).
@@ -90,8 +91,17 @@ pub fn group(g: &Graph, schedule: &[NodeId], lv: &Liveness, inplace: bool) -> Bu
             };
             let same_shape = rule != InPlace::View;
             let donor = positions
-                .filter_map(|p| node.inputs.get(p).copied().flatten())
-                .filter_map(|v| lv.index_of(v))
+                .filter_map(|p| node.inputs.get(p).copied().flatten().map(|v| (p, v)))
+                // A residual that is also the convolution's input is read all along.
+                .filter(|&(p, v)| {
+                    !matches!(rule, InPlace::InputSameShape(_))
+                        || !node
+                            .inputs
+                            .iter()
+                            .enumerate()
+                            .any(|(q, &u)| q != p && u == Some(v))
+                })
+                .filter_map(|(_, v)| lv.index_of(v))
                 .find(|&vi| {
                     let inp = &lv.values[vi];
                     inp.last == s

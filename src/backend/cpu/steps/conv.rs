@@ -23,6 +23,9 @@ struct Plain {
     y: Slot,
     act: Act,
     scratch: Loc,
+    /// Where the residual is copied first when the planner gave Y the residual's buffer
+    /// (the GEMM writes Y before its epilogue reads the residual).
+    z_copy: Option<Loc>,
 }
 
 pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
@@ -35,8 +38,16 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         return Ok(None);
     }
     let block = attrs.int_or("block", 0)? as usize;
-    let (x, w, y) = (b.input(0).ok_or("missing X")?, b.input(1).ok_or("missing W")?, &b.outs[0]);
-    let spatial = if block > 0 { x.shape.len().saturating_sub(3) } else { x.shape.len().saturating_sub(2) };
+    let (x, w, y) = (
+        b.input(0).ok_or("missing X")?,
+        b.input(1).ok_or("missing W")?,
+        &b.outs[0],
+    );
+    let spatial = if block > 0 {
+        x.shape.len().saturating_sub(3)
+    } else {
+        x.shape.len().saturating_sub(2)
+    };
     if spatial != 2 || w.shape.len() != 4 || (block != 0 && block != conv::BLOCK) {
         return Ok(None);
     }
@@ -67,13 +78,26 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         group,
     )?;
     if y.shape[2..4] != [shape.oh, shape.ow] {
-        return Err(format!("output {:?} is not {}×{}", y.shape, shape.oh, shape.ow));
+        return Err(format!(
+            "output {:?} is not {}×{}",
+            y.shape, shape.oh, shape.ow
+        ));
     }
-    let act = if op == "FusedConv" { Act::from_attrs(attrs)? } else { Act::None };
+    let act = if op == "FusedConv" {
+        Act::from_attrs(attrs)?
+    } else {
+        Act::None
+    };
     let bias = b.input(2).cloned();
-    let z = if op == "FusedConv" { b.input(3).cloned() } else { None };
+    let z = if op == "FusedConv" {
+        b.input(3).cloned()
+    } else {
+        None
+    };
     if block > 0 {
-        let Some(wt) = b.constant(1) else { return Ok(None) };
+        let Some(wt) = b.constant(1) else {
+            return Ok(None);
+        };
         let wv = wt.expect::<f32>()?.as_standard_layout().into_owned();
         let bv = match b.constant(2) {
             Some(t) => Some(t.expect::<f32>()?.as_standard_layout().into_owned()),
@@ -85,9 +109,24 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             wv.as_slice().expect("standard layout"),
             bv.as_ref().map(|v| v.as_slice().expect("standard layout")),
         )?;
-        return Ok(Some(Box::new(Blocked { packed, x: x.clone(), z, y: y.clone(), act })));
+        return Ok(Some(Box::new(Blocked {
+            packed,
+            x: x.clone(),
+            z,
+            y: y.clone(),
+            act,
+        })));
     }
-    let scratch = b.scratch(conv::conv_plain_scratch_len(&shape) * 4);
+    let im2col = conv::conv_plain_scratch_len(&shape) * 4;
+    let aliased = z.as_ref().is_some_and(|z| z.loc == y.loc);
+    let scratch = b.scratch(im2col + if aliased { y.bytes() } else { 0 });
+    let z_copy = match scratch {
+        Loc::Arena(at) if aliased => Some(Loc::Arena(at + im2col.next_multiple_of(64))),
+        _ => None,
+    };
+    if aliased {
+        b.scratch(im2col.next_multiple_of(64) + y.bytes());
+    }
     Ok(Some(Box::new(Plain {
         shape,
         w: w.clone(),
@@ -97,13 +136,21 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         y: y.clone(),
         act,
         scratch,
+        z_copy,
     })))
 }
 
 impl Kernel for Blocked {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
         let z = self.z.as_ref().map(|z| cx.f32(z));
-        conv::conv_blocked(cx.pool, &self.packed, cx.f32(&self.x), z, cx.f32_mut(&self.y), self.act);
+        conv::conv_blocked(
+            cx.pool,
+            &self.packed,
+            cx.f32(&self.x),
+            z,
+            cx.f32_mut(&self.y),
+            self.act,
+        );
         Ok(())
     }
     fn kind(&self) -> &'static str {
@@ -113,13 +160,19 @@ impl Kernel for Blocked {
 
 impl Kernel for Plain {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        let mut z = self.z.as_ref().map(|z| cx.f32(z));
+        if let (Some(at), Some(src)) = (self.z_copy, z) {
+            let copy = cx.ptr(at) as *mut f32;
+            std::ptr::copy_nonoverlapping(src, copy, self.y.elements());
+            z = Some(copy);
+        }
         conv::conv_plain(
             cx.pool,
             &self.shape,
             cx.f32(&self.w),
             self.bias.as_ref().map(|b| cx.f32(b)),
             cx.f32(&self.x),
-            self.z.as_ref().map(|z| cx.f32(z)),
+            z,
             cx.f32_mut(&self.y),
             self.act,
             cx.ptr(self.scratch) as *mut f32,

@@ -5,6 +5,7 @@ use super::program::{Kernel, Loc, Slot};
 use crate::ir::{Graph, Node, NodeId};
 use crate::tensor::Tensor;
 
+pub mod conv;
 pub mod fallback;
 pub mod matmul;
 pub mod view;
@@ -50,7 +51,7 @@ impl Build<'_> {
 type Builder = fn(&Build) -> Result<Option<Box<dyn Kernel>>, String>;
 
 /// The family builders, tried in order.
-const FAMILIES: &[Builder] = &[matmul::build, view::build];
+const FAMILIES: &[Builder] = &[matmul::build, conv::build, view::build];
 
 /// The kernel for `b`'s node: the first family that covers it, else the fallback.
 pub fn build(b: &Build) -> Result<Box<dyn Kernel>, String> {

@@ -11,7 +11,7 @@
 //! padded copy: each output row visits only its valid kernel rows, the interior columns
 //! run in groups of R, and each border pixel runs alone with its own valid kernel
 //! columns. When one output block's weights outgrow [`CHUNK_BYTES`], input blocks are
-//! processed in chunks that accumulate into y (bias at the first, residual and
+//! processed in chunks that accumulate into y (bias and residual at the first,
 //! activation at the last).
 use super::ConvShape;
 use crate::backend::cpu::isa::{self, Isa};
@@ -129,7 +129,7 @@ impl PackedConv {
 ///
 /// # Safety
 /// `x` must hold [`PackedConv::x_len`] floats, `y` and `z` [`PackedConv::y_len`]; `y`
-/// must not overlap `x` or `z`.
+/// must not overlap `x`; it may be exactly `z`.
 pub unsafe fn conv_blocked(
     pool: Option<&Pool>,
     p: &PackedConv,
@@ -282,7 +282,9 @@ unsafe fn row(c: &Ctx, n: usize, ob: usize, oy: usize, ib0: usize, ib1: usize) {
             .wrapping_add(((ob * p.icb + ib0) * s.kh + kh0) * s.kw * TAP);
     let yoff = ((n * p.ocb + ob) * s.oh + oy) * s.ow * BLOCK;
     let yrow = c.y.wrapping_add(yoff);
-    let zrow = if c.z.is_null() || !last {
+    // The residual joins at the first chunk: each tile reads its residual pixels before
+    // it first stores them, so y may be z's buffer (the planner's in-place residual).
+    let zrow = if c.z.is_null() || !first {
         std::ptr::null()
     } else {
         c.z.wrapping_add(yoff)
@@ -419,20 +421,21 @@ unsafe fn tile_portable<const R: usize>(
                 }
             }
         }
-        if t.last {
+        // z is given only with the first chunk (see `row`).
+        if !z.is_null() {
             let mask = std::slice::from_raw_parts(t.mask, BLOCK);
             for (r, a) in acc.iter_mut().enumerate() {
-                if !z.is_null() {
-                    let zs = std::slice::from_raw_parts(z.add(r * BLOCK), BLOCK);
-                    for o in 0..BLOCK {
-                        if mask[o] != 0 {
-                            a[o] += zs[o];
-                        }
+                let zs = std::slice::from_raw_parts(z.add(r * BLOCK), BLOCK);
+                for o in 0..BLOCK {
+                    if mask[o] != 0 {
+                        a[o] += zs[o];
                     }
                 }
-                if t.relu {
-                    a.iter_mut().for_each(|v| *v = v.max(0.0));
-                }
+            }
+        }
+        if t.last && t.relu {
+            for a in acc.iter_mut() {
+                a.iter_mut().for_each(|v| *v = v.max(0.0));
             }
         }
         for (r, a) in acc.iter().enumerate() {
@@ -500,18 +503,19 @@ unsafe fn tile_avx2<const R: usize>(
         if full < t.nicb {
             block!(full, t.ic_tail);
         }
-        if t.last {
-            if !z.is_null() {
-                let m0 = _mm256_loadu_si256(t.mask as *const __m256i);
-                let m1 = _mm256_loadu_si256(t.mask.add(8) as *const __m256i);
-                let (m0, m1) = (_mm256_castsi256_ps(m0), _mm256_castsi256_ps(m1));
-                for (r, a) in acc.iter_mut().enumerate() {
-                    let z0 = _mm256_and_ps(_mm256_loadu_ps(z.add(r * BLOCK)), m0);
-                    let z1 = _mm256_and_ps(_mm256_loadu_ps(z.add(r * BLOCK + 8)), m1);
-                    a[0] = _mm256_add_ps(a[0], z0);
-                    a[1] = _mm256_add_ps(a[1], z1);
-                }
+        // z is given only with the first chunk (see `row`).
+        if !z.is_null() {
+            let m0 = _mm256_loadu_si256(t.mask as *const __m256i);
+            let m1 = _mm256_loadu_si256(t.mask.add(8) as *const __m256i);
+            let (m0, m1) = (_mm256_castsi256_ps(m0), _mm256_castsi256_ps(m1));
+            for (r, a) in acc.iter_mut().enumerate() {
+                let z0 = _mm256_and_ps(_mm256_loadu_ps(z.add(r * BLOCK)), m0);
+                let z1 = _mm256_and_ps(_mm256_loadu_ps(z.add(r * BLOCK + 8)), m1);
+                a[0] = _mm256_add_ps(a[0], z0);
+                a[1] = _mm256_add_ps(a[1], z1);
             }
+        }
+        if t.last {
             if t.relu {
                 let zero = _mm256_setzero_ps();
                 for a in acc.iter_mut() {
