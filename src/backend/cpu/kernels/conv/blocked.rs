@@ -515,13 +515,11 @@ unsafe fn tile_avx2<const R: usize>(
                 a[1] = _mm256_add_ps(a[1], z1);
             }
         }
-        if t.last {
-            if t.relu {
-                let zero = _mm256_setzero_ps();
-                for a in acc.iter_mut() {
-                    a[0] = _mm256_max_ps(a[0], zero);
-                    a[1] = _mm256_max_ps(a[1], zero);
-                }
+        if t.last && t.relu {
+            let zero = _mm256_setzero_ps();
+            for a in acc.iter_mut() {
+                a[0] = _mm256_max_ps(a[0], zero);
+                a[1] = _mm256_max_ps(a[1], zero);
             }
         }
         for (r, a) in acc.iter().enumerate() {
