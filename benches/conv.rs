@@ -5,7 +5,8 @@
 //! `cargo bench --bench conv`
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kiln::backend::cpu::kernels::conv::{
-    conv_blocked, conv_plain, conv_plain_scratch_len, ConvShape, PackedConv,
+    conv_blocked, conv_depthwise, conv_im2col, conv_plain, conv_plain_scratch_len, ConvShape,
+    PackedConv,
 };
 use kiln::backend::cpu::kernels::Act;
 use kiln::backend::cpu::pool::Pool;
@@ -66,6 +67,54 @@ fn bench(c: &mut Criterion) {
                     // SAFETY: buffers sized per conv_plain's contract.
                     unsafe {
                         conv_plain(
+                            pool,
+                            &s,
+                            w.as_ptr(),
+                            Some(b.as_ptr()),
+                            x.as_ptr(),
+                            None,
+                            y.as_mut_ptr(),
+                            Act::Relu,
+                            scratch.as_mut_ptr(),
+                        )
+                    }
+                })
+            });
+        }
+    }
+    // Depthwise 3×3 (MobileNet-style, pad 1): the direct kernel vs im2col + GEMM.
+    for (name, c, hw, st) in [("dw3x3_256_28", 256, 28, 1), ("dw3x3s2_128_56", 128, 56, 2)] {
+        let s = ConvShape::new(1, c, [hw, hw], c, [3, 3], [st, st], [1; 4], [1, 1], c)
+            .expect("a valid shape");
+        g.throughput(Throughput::Elements(s.flops() as u64));
+        let w = lcg(c * 9, 1);
+        let b = lcg(c, 2);
+        let x = lcg(c * hw * hw, 3);
+        let mut y = vec![0.0f32; c * s.oh * s.ow];
+        let mut scratch = vec![0.0f32; conv_plain_scratch_len(&s)];
+        for (threads, pool) in [(1, None), (2, Some(&pool2))] {
+            g.bench_function(format!("{name}/direct/t{threads}"), |bch| {
+                bch.iter(|| {
+                    // SAFETY: buffers sized per conv_depthwise's contract.
+                    unsafe {
+                        conv_depthwise(
+                            pool,
+                            &s,
+                            w.as_ptr(),
+                            Some(b.as_ptr()),
+                            x.as_ptr(),
+                            None,
+                            y.as_mut_ptr(),
+                            Act::Relu,
+                        )
+                    }
+                })
+            });
+            g.bench_function(format!("{name}/im2col/t{threads}"), |bch| {
+                bch.iter(|| {
+                    // SAFETY: buffers sized per conv_plain's contract.
+                    unsafe {
+                        conv_im2col(
                             pool,
                             &s,
                             w.as_ptr(),
