@@ -4,7 +4,8 @@
 //! - [`blocked`]: direct convolution on NCHW16c tensors (group 1) with weights packed at
 //!   compile time ([`PackedConv`]) and an AVX2+FMA register-blocked micro-kernel;
 //! - [`plain`]: NCHW tensors with any groups by im2col + [`super::gemm::gemm`] (1×1,
-//!   stride-1, unpadded convolutions read the input directly).
+//!   stride-1, unpadded convolutions read the input directly); convolutions with one
+//!   input channel per group (depthwise) run a direct kernel instead.
 pub mod blocked;
 pub mod plain;
 
@@ -12,7 +13,7 @@ pub mod plain;
 mod tests;
 
 pub use blocked::{conv_blocked, conv_blocked_isa, PackedConv, BLOCK};
-pub use plain::{conv_plain, conv_plain_scratch_len};
+pub use plain::{conv_depthwise, conv_im2col, conv_plain, conv_plain_scratch_len};
 
 /// The geometry of a 2-D convolution of an [N, IC, IH, IW] input with [OC, IC/groups,
 /// KH, KW] weights into [N, OC, OH, OW]. The bottom/right pads are implied by `oh`/`ow`.

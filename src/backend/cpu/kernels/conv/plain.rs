@@ -33,8 +33,36 @@ pub fn conv_plain_scratch_len(s: &ConvShape) -> usize {
 /// `x` must hold N·IC·IH·IW floats, `w` OC·IC/g·KH·KW, `bias` OC, `y` and `z`
 /// N·OC·OH·OW, `scratch` [`conv_plain_scratch_len`]; `y` and `scratch` must not overlap
 /// each other or the inputs.
+/// Depthwise-style convolutions (one input channel per group) run [`conv_depthwise`],
+/// the others [`conv_im2col`].
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn conv_plain(
+    pool: Option<&Pool>,
+    s: &ConvShape,
+    w: *const f32,
+    bias: Option<*const f32>,
+    x: *const f32,
+    z: Option<*const f32>,
+    y: *mut f32,
+    act: Act,
+    scratch: *mut f32,
+) {
+    // SAFETY: the caller's contract covers both paths.
+    unsafe {
+        if s.groups > 1 && s.ic == s.groups {
+            conv_depthwise(pool, s, w, bias, x, z, y, act)
+        } else {
+            conv_im2col(pool, s, w, bias, x, z, y, act, scratch)
+        }
+    }
+}
+
+/// [`conv_plain`] by im2col + GEMM whatever the groups.
+///
+/// # Safety
+/// As [`conv_plain`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn conv_im2col(
     pool: Option<&Pool>,
     s: &ConvShape,
     w: *const f32,
@@ -136,5 +164,122 @@ unsafe fn im2col_row(s: &ConvShape, xg: *const f32, r: usize, dst: *mut f32) {
             }
         }
         d[ox1..].fill(0.0);
+    }
+}
+
+/// Pointers the depthwise tasks share.
+struct Dw {
+    w: *const f32,
+    bias: *const f32,
+    x: *const f32,
+    z: *const f32,
+    y: *mut f32,
+}
+// SAFETY: tasks read w, bias, x, z and write disjoint output planes of y.
+unsafe impl Sync for Dw {}
+
+/// Direct convolution when every group has one input channel (depthwise, with any
+/// channel multiplier OC/IC): per output plane, each kernel tap adds a scaled, shifted
+/// input row to the output row (contiguous for stride 1, so it vectorizes).
+///
+/// # Safety
+/// As [`conv_plain`] (no scratch); `s.ic` must equal `s.groups`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn conv_depthwise(
+    pool: Option<&Pool>,
+    s: &ConvShape,
+    w: *const f32,
+    bias: Option<*const f32>,
+    x: *const f32,
+    z: Option<*const f32>,
+    y: *mut f32,
+    act: Act,
+) {
+    let planes = s.n * s.oc;
+    if planes == 0 || s.ic != s.groups {
+        return;
+    }
+    let d = Dw {
+        w,
+        bias: bias.unwrap_or(std::ptr::null()),
+        x,
+        z: z.unwrap_or(std::ptr::null()),
+        y,
+    };
+    let threads = pool.map_or(1, Pool::threads);
+    let tasks = if threads <= 1 {
+        1
+    } else {
+        (threads * 4).min(planes)
+    };
+    let body = |t: usize| {
+        let d = &d;
+        for plane in t * planes / tasks..(t + 1) * planes / tasks {
+            // SAFETY: the plane belongs to this task; buffers per the caller's contract.
+            unsafe { depthwise_plane(s, d, plane, act) };
+        }
+    };
+    match pool {
+        Some(pool) if tasks > 1 => pool.run(tasks, &body),
+        _ => body(0),
+    }
+}
+
+/// Output plane (n, o) of a depthwise convolution.
+unsafe fn depthwise_plane(s: &ConvShape, d: &Dw, plane: usize, act: Act) {
+    let (n, o) = (plane / s.oc, plane % s.oc);
+    let c = o / (s.oc / s.groups);
+    let sw = s.strides[1];
+    let [dh, dw] = s.dilations;
+    let ohw = s.oh * s.ow;
+    // SAFETY: plane-sized views inside the caller's buffers.
+    let (yp, xp, wk, zp) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(d.y.add(plane * ohw), ohw),
+            std::slice::from_raw_parts(d.x.add((n * s.ic + c) * s.ih * s.iw), s.ih * s.iw),
+            std::slice::from_raw_parts(d.w.add(o * s.kh * s.kw), s.kh * s.kw),
+            if d.z.is_null() {
+                None
+            } else {
+                Some(std::slice::from_raw_parts(d.z.add(plane * ohw), ohw))
+            },
+        )
+    };
+    // SAFETY: the bias holds OC values when present.
+    let b = if d.bias.is_null() {
+        0.0
+    } else {
+        unsafe { *d.bias.add(o) }
+    };
+    for (oy, yr) in yp.chunks_exact_mut(s.ow).enumerate() {
+        yr.fill(b);
+        let (ky0, ky1, iy0) = s.kh_range(oy);
+        for ky in ky0..ky1 {
+            let iy = iy0 + (ky - ky0) * dh;
+            let xr = &xp[iy * s.iw..(iy + 1) * s.iw];
+            for kx in 0..s.kw {
+                let wv = wk[ky * s.kw + kx];
+                let (ox0, ox1, ix0) = valid_taps(kx * dw, s.pad_left, s.ow, sw, s.iw);
+                if ox0 >= ox1 {
+                    continue;
+                }
+                let len = ox1 - ox0;
+                let dst = &mut yr[ox0..ox1];
+                if sw == 1 {
+                    for (v, &xv) in dst.iter_mut().zip(&xr[ix0..ix0 + len]) {
+                        *v += wv * xv;
+                    }
+                } else {
+                    for (i, v) in dst.iter_mut().enumerate() {
+                        *v += wv * xr[ix0 + i * sw];
+                    }
+                }
+            }
+        }
+        if let Some(z) = zp {
+            let zr = &z[oy * s.ow..(oy + 1) * s.ow];
+            yr.iter_mut().zip(zr).for_each(|(v, r)| *v += r);
+        }
+        act.apply(yr);
     }
 }

@@ -235,27 +235,44 @@ fn run_plain(c: &Case, seed: u64) {
     let d = data(c, seed);
     let s = d.s;
     let pool2 = Pool::new(2);
-    for pool in [None, Some(&pool2)] {
-        let mut y = vec![f32::NAN; s.n * s.oc * s.oh * s.ow];
-        let mut scratch = vec![0.0; conv_plain_scratch_len(&s)];
-        // SAFETY: buffers sized per conv_plain's contract.
-        unsafe {
-            conv_plain(
-                pool,
-                &s,
-                d.w.as_ptr(),
-                d.b.as_ref().map(|b| b.as_ptr()),
-                d.x.as_ptr(),
-                d.z.as_ref().map(|z| z.as_ptr()),
-                y.as_mut_ptr(),
-                c.act,
-                scratch.as_mut_ptr(),
-            )
-        };
-        let what = format!("plain pool={}", pool.is_some());
-        check(&s, &y, &d.want, &d.scale, c.act, &what);
+    for (path, f) in [
+        ("plain", conv_plain as PlainFn),
+        ("im2col", conv_im2col as PlainFn),
+    ] {
+        for pool in [None, Some(&pool2)] {
+            let mut y = vec![f32::NAN; s.n * s.oc * s.oh * s.ow];
+            let mut scratch = vec![0.0; conv_plain_scratch_len(&s)];
+            // SAFETY: buffers sized per conv_plain's contract.
+            unsafe {
+                f(
+                    pool,
+                    &s,
+                    d.w.as_ptr(),
+                    d.b.as_ref().map(|b| b.as_ptr()),
+                    d.x.as_ptr(),
+                    d.z.as_ref().map(|z| z.as_ptr()),
+                    y.as_mut_ptr(),
+                    c.act,
+                    scratch.as_mut_ptr(),
+                )
+            };
+            let what = format!("{path} pool={}", pool.is_some());
+            check(&s, &y, &d.want, &d.scale, c.act, &what);
+        }
     }
 }
+
+type PlainFn = unsafe fn(
+    Option<&Pool>,
+    &ConvShape,
+    *const f32,
+    Option<*const f32>,
+    *const f32,
+    Option<*const f32>,
+    *mut f32,
+    Act,
+    *mut f32,
+);
 
 const P0: [usize; 4] = [0; 4];
 const P1: [usize; 4] = [1; 4];
