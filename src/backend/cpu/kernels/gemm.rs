@@ -367,7 +367,21 @@ pub unsafe fn gemm_packed_with_isa(
         p0: 0,
     };
     // SAFETY: the caller's contract is this function's; `src` covers k×n.
-    unsafe { driver(kernel_for(isa), pool, PAR_MIN_WORK, m, n, k, a, src, c, ldc, ep) }
+    unsafe {
+        driver(
+            kernel_for(isa),
+            pool,
+            PAR_MIN_WORK,
+            m,
+            n,
+            k,
+            a,
+            src,
+            c,
+            ldc,
+            ep,
+        )
+    }
 }
 
 /// Where the macro-kernel's B panels come from.
@@ -451,17 +465,53 @@ pub(crate) unsafe fn store_tile_scalar(acc: &[[f32; NR]; MR], t: &Tile) {
     }
 }
 
-/// A micro-kernel: `kc`, packed A micro-panel, packed B micro-panel, the tile.
-type Kernel = unsafe fn(usize, *const f32, *const f32, &Tile);
+/// An ISA's routines: the micro-kernel (`kc`, packed A micro-panel, packed B
+/// micro-panel, the tile) and the packer of a full 6-row panel of row-major A (`kc`,
+/// A, row stride, destination with 2 floats of slack).
+#[derive(Clone, Copy)]
+struct Kernel {
+    micro: unsafe fn(usize, *const f32, *const f32, &Tile),
+    pack_a_rows: unsafe fn(usize, *const f32, usize, *mut f32),
+}
 
-/// The micro-kernel `isa` asks for, if this CPU can run it.
+/// The routines `isa` asks for, if this CPU can run them.
 fn kernel_for(isa: Isa) -> Kernel {
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 && isa::detected() >= Isa::Avx2 {
-        return avx2_kernel;
+        return Kernel {
+            micro: avx2_kernel,
+            pack_a_rows: avx2_pack_a_rows,
+        };
     }
     let _ = isa;
-    portable::kernel
+    Kernel {
+        micro: portable::kernel,
+        pack_a_rows: portable_pack_a_rows,
+    }
+}
+
+/// # Safety
+/// As for [`avx2::pack_a_rows`]; only returned by [`kernel_for`] with AVX2+FMA.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx2_pack_a_rows(kc: usize, a: *const f32, rs: usize, dst: *mut f32) {
+    // SAFETY: kernel_for checked AVX2+FMA; the rest is the caller's contract.
+    unsafe { avx2::pack_a_rows(kc, a, rs, dst) }
+}
+
+/// The portable packer of a full 6-row panel of row-major A.
+///
+/// # Safety
+/// `a` addresses 6 rows of `kc` floats (row stride `rs`); `dst` holds `kc·6` floats.
+unsafe fn portable_pack_a_rows(kc: usize, a: *const f32, rs: usize, dst: *mut f32) {
+    // SAFETY: the destination's extent (the caller's contract).
+    let panel = unsafe { std::slice::from_raw_parts_mut(dst, kc * MR) };
+    for r in 0..MR {
+        // SAFETY: row r has kc contiguous elements.
+        let src = unsafe { std::slice::from_raw_parts(a.add(r * rs), kc) };
+        for (p, &v) in src.iter().enumerate() {
+            panel[p * MR + r] = v;
+        }
+    }
 }
 
 /// # Safety
@@ -619,16 +669,24 @@ fn split(threads: usize, m: usize, n: usize, k: usize, par_min_work: usize) -> (
         return (1, 1);
     }
     let (mp, np) = (m.div_ceil(MR), n.div_ceil(NR));
-    let tn = threads.min(np);
-    let tm = threads.min(mp);
-    // Largest part, in micro-tiles, for each choice.
-    let cost_n = np.div_ceil(tn) * mp;
-    let cost_m = mp.div_ceil(tm) * np;
+    let (tm, tn) = (threads.min(mp), threads.min(np));
+    // The largest part's element count for each choice (ragged last panels included).
+    let cost_n = largest_part(n, NR, tn) * m;
+    let cost_m = largest_part(m, MR, tm) * n;
     if cost_n <= cost_m {
         (1, tn)
     } else {
         (tm, 1)
     }
+}
+
+/// The widest of `parts` parts of `len` cut at multiples of `unit` as `driver` cuts it.
+fn largest_part(len: usize, unit: usize, parts: usize) -> usize {
+    let units = len.div_ceil(unit);
+    (0..parts)
+        .map(|t| ((t + 1) * units / parts * unit).min(len) - (t * units / parts * unit).min(len))
+        .max()
+        .unwrap_or(len)
 }
 
 /// The blocked loops over one (sub)problem on this thread.
@@ -676,11 +734,19 @@ unsafe fn serial(
                 let mut ic = 0;
                 while ic < m {
                     let mc = MC.min(m - ic);
-                    let ap = abuf.get(kc * mc.div_ceil(MR) * MR);
+                    let ap = abuf.get(kc * mc.div_ceil(MR) * MR + 8);
                     // SAFETY: (ic, pc) lies inside A; `ap` holds the mc×kc block rounded
                     // up to whole micro-panels; every tile lies inside C.
                     unsafe {
-                        pack_a(mc, kc, a.ptr.add(ic * a.rs + pc * a.cs), a.rs, a.cs, ap);
+                        pack_a(
+                            kern,
+                            mc,
+                            kc,
+                            a.ptr.add(ic * a.rs + pc * a.cs),
+                            a.rs,
+                            a.cs,
+                            ap,
+                        );
                         let tile_ep = ep.at(ic, jc);
                         macro_kernel(
                             kern,
@@ -749,7 +815,7 @@ unsafe fn macro_kernel(
                     relu: e.relu,
                     act: e.act,
                 };
-                kern(kc, ap.add(ir * kc), bpanel, &t);
+                (kern.micro)(kc, ap.add(ir * kc), bpanel, &t);
             }
             ir += MR;
         }
@@ -796,32 +862,36 @@ unsafe fn epilogue_only(m: usize, n: usize, c: *mut f32, ldc: usize, ep: &Ep) {
 /// kc×6 floats k-major, zero-padding the last panel's missing rows.
 ///
 /// # Safety
-/// `a` addresses an mc×kc matrix; `dst` holds ⌈mc/6⌉·6·kc floats.
-unsafe fn pack_a(mc: usize, kc: usize, a: *const f32, rs: usize, cs: usize, dst: *mut f32) {
+/// `a` addresses an mc×kc matrix; `dst` holds ⌈mc/6⌉·6·kc floats plus 8 of slack.
+unsafe fn pack_a(
+    kern: Kernel,
+    mc: usize,
+    kc: usize,
+    a: *const f32,
+    rs: usize,
+    cs: usize,
+    dst: *mut f32,
+) {
     let panels = mc.div_ceil(MR);
-    // SAFETY: the destination's extent (the caller's contract).
-    let out = unsafe { std::slice::from_raw_parts_mut(dst, panels * MR * kc) };
-    for (q, panel) in out.chunks_exact_mut(MR * kc).enumerate() {
+    for q in 0..panels {
         let rows = MR.min(mc - q * MR);
-        if rows < MR {
-            panel.fill(0.0);
-        }
-        // SAFETY: rows q·6 .. q·6+rows of A exist.
-        let base = unsafe { a.add(q * MR * rs) };
-        if cs == 1 {
-            // Row-major A: read each row contiguously.
-            for r in 0..rows {
-                // SAFETY: row r of the panel has kc contiguous elements.
-                let src = unsafe { std::slice::from_raw_parts(base.add(r * rs), kc) };
-                for (p, &v) in src.iter().enumerate() {
-                    panel[p * MR + r] = v;
-                }
+        // SAFETY: rows q·6 .. q·6+rows of A exist; panel q of the destination holds
+        // kc·6 floats, followed by the next panel or the slack.
+        unsafe {
+            let base = a.add(q * MR * rs);
+            let pdst = dst.add(q * MR * kc);
+            if cs == 1 && rows == MR {
+                // Row-major A: rows read contiguously and transposed.
+                (kern.pack_a_rows)(kc, base, rs, pdst);
+                continue;
             }
-        } else {
+            let panel = std::slice::from_raw_parts_mut(pdst, kc * MR);
+            if rows < MR {
+                panel.fill(0.0);
+            }
             for (p, col) in panel.chunks_exact_mut(MR).enumerate() {
                 for (r, o) in col.iter_mut().enumerate().take(rows) {
-                    // SAFETY: element (r, p) of the block.
-                    *o = unsafe { *base.add(r * rs + p * cs) };
+                    *o = *base.add(r * rs + p * cs);
                 }
             }
         }
@@ -846,9 +916,16 @@ unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, rs: usize, cs: usize, dst:
         }
         if cs == 1 {
             for (p, row) in panel.chunks_exact_mut(NR).enumerate() {
-                // SAFETY: row p of the panel has `cols` contiguous elements.
-                let src = unsafe { std::slice::from_raw_parts(base.add(p * rs), cols) };
-                row[..cols].copy_from_slice(src);
+                if cols == NR {
+                    // SAFETY: row p of the panel has 16 contiguous elements (a fixed-size
+                    // copy, which compiles to vector moves rather than a memcpy call).
+                    let src = unsafe { &*(base.add(p * rs) as *const [f32; NR]) };
+                    row.copy_from_slice(src);
+                } else {
+                    // SAFETY: row p of the panel has `cols` contiguous elements.
+                    let src = unsafe { std::slice::from_raw_parts(base.add(p * rs), cols) };
+                    row[..cols].copy_from_slice(src);
+                }
             }
         } else if rs == 1 {
             // Column-major B (a transposed weight matrix): read each column contiguously.
@@ -1145,7 +1222,12 @@ mod tests {
             triples.push((pick(), pick(), pick()));
         }
         // Crossing every block size: m > MC, k > KC, n > NC.
-        triples.extend([(257, 257, 257), (150, 40, 300), (7, NC + 20, 5), (6, 16, 256)]);
+        triples.extend([
+            (257, 257, 257),
+            (150, 40, 300),
+            (7, NC + 20, 5),
+            (6, 16, 256),
+        ]);
         triples
             .into_iter()
             .enumerate()
@@ -1232,7 +1314,10 @@ mod tests {
             }
             for ((w, g), gp) in want.iter().zip(&got).zip(&got_packed) {
                 let tol = 1e-5 * (1.0 + k as f32);
-                assert!((w - g).abs() <= tol && (w - gp).abs() <= tol, "{w} {g} {gp}");
+                assert!(
+                    (w - g).abs() <= tol && (w - gp).abs() <= tol,
+                    "{w} {g} {gp}"
+                );
             }
         }
     }

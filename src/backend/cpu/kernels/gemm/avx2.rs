@@ -153,3 +153,56 @@ unsafe fn store_full(acc: &[[__m256; 2]; MR], t: &Tile) {
         }
     }
 }
+
+/// Packs one full 6-row micro-panel of a row-major A (row stride `rs`) for `kc` columns:
+/// `dst[p·6 + r] = a[r·rs + p]`, eight columns at a time through an 8×8 transpose.
+///
+/// # Safety
+/// The CPU must have AVX2. `a` addresses 6 rows of `kc` floats; `dst` holds `kc·6`
+/// floats plus 2 of slack past the end (the last 8-wide store spills 2 floats, which
+/// the next column group or panel overwrites).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn pack_a_rows(kc: usize, a: *const f32, rs: usize, dst: *mut f32) {
+    // SAFETY (whole body): loads stay inside the 6×kc block, stores inside dst + slack.
+    let zero = _mm256_setzero_ps();
+    let mut p = 0;
+    while p + 8 <= kc {
+        let r0 = _mm256_loadu_ps(a.add(p));
+        let r1 = _mm256_loadu_ps(a.add(rs + p));
+        let r2 = _mm256_loadu_ps(a.add(2 * rs + p));
+        let r3 = _mm256_loadu_ps(a.add(3 * rs + p));
+        let r4 = _mm256_loadu_ps(a.add(4 * rs + p));
+        let r5 = _mm256_loadu_ps(a.add(5 * rs + p));
+        let t0 = _mm256_unpacklo_ps(r0, r1);
+        let t1 = _mm256_unpackhi_ps(r0, r1);
+        let t2 = _mm256_unpacklo_ps(r2, r3);
+        let t3 = _mm256_unpackhi_ps(r2, r3);
+        let t4 = _mm256_unpacklo_ps(r4, r5);
+        let t5 = _mm256_unpackhi_ps(r4, r5);
+        let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+        let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+        let u4 = _mm256_shuffle_ps::<0x44>(t4, zero);
+        let u5 = _mm256_shuffle_ps::<0xEE>(t4, zero);
+        let u6 = _mm256_shuffle_ps::<0x44>(t5, zero);
+        let u7 = _mm256_shuffle_ps::<0xEE>(t5, zero);
+        let d = dst.add(p * MR);
+        _mm256_storeu_ps(d, _mm256_permute2f128_ps::<0x20>(u0, u4));
+        _mm256_storeu_ps(d.add(MR), _mm256_permute2f128_ps::<0x20>(u1, u5));
+        _mm256_storeu_ps(d.add(2 * MR), _mm256_permute2f128_ps::<0x20>(u2, u6));
+        _mm256_storeu_ps(d.add(3 * MR), _mm256_permute2f128_ps::<0x20>(u3, u7));
+        _mm256_storeu_ps(d.add(4 * MR), _mm256_permute2f128_ps::<0x31>(u0, u4));
+        _mm256_storeu_ps(d.add(5 * MR), _mm256_permute2f128_ps::<0x31>(u1, u5));
+        _mm256_storeu_ps(d.add(6 * MR), _mm256_permute2f128_ps::<0x31>(u2, u6));
+        _mm256_storeu_ps(d.add(7 * MR), _mm256_permute2f128_ps::<0x31>(u3, u7));
+        p += 8;
+    }
+    while p < kc {
+        for r in 0..MR {
+            *dst.add(p * MR + r) = *a.add(r * rs + p);
+        }
+        p += 1;
+    }
+}
