@@ -716,6 +716,47 @@ unsafe fn serial(
             let mut pc = 0;
             while pc < k {
                 let kc = KC.min(k - pc);
+                if let (true, BSrc::Mat(bm)) = (m <= MC, b) {
+                    // One A block: pack it once, then pack each B micro-panel just before
+                    // its tiles run, so it goes from memory to L1 and is used there
+                    // (instead of a kc×nc block round-tripping through L3).
+                    let ap = abuf.get(kc * m.div_ceil(MR) * MR + 8);
+                    let dst = bbuf.get(kc * NR);
+                    // SAFETY: (0, pc) lies inside A, (pc, jc + jb) inside B; `ap` and
+                    // `dst` hold the rounded-up blocks; every tile lies inside C.
+                    unsafe {
+                        pack_a(kern, m, kc, a.ptr.add(pc * a.cs), a.rs, a.cs, ap);
+                        let mut jb = 0;
+                        while jb < nc {
+                            let w = NR.min(nc - jb);
+                            let col = jc + jb;
+                            pack_b(
+                                kc,
+                                w,
+                                bm.ptr.add(pc * bm.rs + col * bm.cs),
+                                bm.rs,
+                                bm.cs,
+                                dst,
+                            );
+                            macro_kernel(
+                                kern,
+                                m,
+                                w,
+                                kc,
+                                ap,
+                                dst,
+                                c.add(col),
+                                ldc,
+                                pc > 0,
+                                pc + kc == k,
+                                &ep.at(0, col),
+                            );
+                            jb += w;
+                        }
+                    }
+                    pc += kc;
+                    continue;
+                }
                 // SAFETY: (pc, jc) lies inside B; the scratch holds the kc×nc block
                 // rounded up to whole micro-panels; a pre-packed B holds
                 // `panels` panels of kc×16 for this slice.
