@@ -108,27 +108,28 @@ unsafe impl Sync for Epilogue {}
 ///
 /// Runs Kiln's packed kernel (AVX2+FMA when [`isa::has_avx2`], else portable), not
 /// OpenBLAS ([`gemm_openblas`] keeps that path). Decided on `cargo bench --bench gemm`
-/// (one thread each, GFLOP/s, criterion medians; 2-core Zen 3 VM under a load average
-/// of ~7 from other builds, so ±10% noise; FMA peak measured at 50.3):
+/// (one thread each, GFLOP/s, criterion medians; 2-core Zen 3 VM shared with other
+/// builds, load average ~4 during this run; FMA peak measured at 101.9 GFLOP/s):
 ///
 /// | shape (M×N×K)    | Kiln | OpenBLAS | Kiln, B pre-packed |
 /// |------------------|------|----------|--------------------|
-/// | 1024×1024×1024   | 43.0 | 40.5     |                    |
-/// | 64×3136×256      | 31.5 | 35.2     |                    |
-/// | 256×3136×64      | 33.1 | 29.7     |                    |
-/// | 128×784×512      | 36.0 | 35.4     |                    |
-/// | 256×196×1024     | 33.6 | 32.9     |                    |
-/// | 2048×49×512      | 20.9 | 21.9     |                    |
-/// | 128×768×768      | 31.9 | 34.0     | 36.5               |
-/// | 128×3072×768     | 30.3 | 34.4     | 38.6               |
-/// | 128×768×3072     | 33.1 | 37.8     | 37.8               |
-/// | 64×512×784       | 30.0 | 34.1     | 35.8               |
+/// | 1024×1024×1024   | 91.1 | 90.6     |                    |
+/// | 64×3136×256      | 79.5 | 78.2     |                    |
+/// | 256×3136×64      | 78.5 | 69.2     |                    |
+/// | 128×784×512      | 90.2 | 87.5     |                    |
+/// | 256×196×1024     | 80.8 | 86.6     |                    |
+/// | 2048×49×512      | 56.2 | 66.2     |                    |
+/// | 128×768×768      | 78.3 | 77.3     | 90.6               |
+/// | 128×3072×768     | 75.3 | 82.0     | 83.5               |
+/// | 128×768×3072     | 71.4 | 83.2     | 84.9               |
+/// | 64×512×784       | 82.8 | 85.9     | 86.9               |
 ///
-/// Geometric mean 0.96× OpenBLAS with B packed per call, faster on the large and
-/// conv-like shapes and 10–12% behind on small-M shapes with an unpacked B (streaming
-/// B from L3 while packing); the layers with those shapes (dense, BERT projections)
-/// have constant weights and use [`gemm_packed`], which is at or above OpenBLAS. The
-/// fused epilogue also saves OpenBLAS's second pass over C (not in the table).
+/// Geometric mean ≈ 0.96× OpenBLAS with B packed per call: at par or faster on the
+/// square and most conv shapes, behind on N = 49 (a 16-wide micro-tile wastes 15 of
+/// the last 64 columns) and on small-M shapes with a large unpacked B; the layers with
+/// those shapes (dense, BERT projections) have constant weights and use
+/// [`gemm_packed`], which is at or above OpenBLAS. The fused epilogue also saves
+/// OpenBLAS's second pass over C (not in the table).
 ///
 /// # Safety
 /// `a`, `b` must address valid m×k and k×n matrices, `c` an m×n one with row stride
