@@ -1,8 +1,8 @@
 //! Matrix products: `MatMul` (batched, broadcasting), `Gemm` and `FusedMatMul` (bias,
 //! residual and activation fused into the GEMM's epilogue).
-use crate::backend::cpu::kernels::gemm::{self, Bias, Epilogue, Mat};
+use crate::backend::cpu::kernels::gemm::{self, Bias, Epilogue, Mat, PackedB};
 use crate::backend::cpu::kernels::Act;
-use crate::backend::cpu::program::{Cx, Kernel, Slot};
+use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 
 use super::Build;
 
@@ -21,6 +21,8 @@ pub struct MatMulStep {
     bias: Option<(Slot, BiasKind)>,
     residual: Option<Slot>,
     act: Act,
+    /// B packed at compile time when it is a constant shared by every batch (weights).
+    packed: Option<PackedB>,
 }
 
 #[derive(Clone, Copy)]
@@ -132,6 +134,16 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         }
         _ => {}
     }
+    let packed = match b.constant(1) {
+        Some(_) if batches.len() == 1 => {
+            let Loc::Const(p) = bm.loc else { unreachable!("a constant lives in the program") };
+            let p = p as *const f32;
+            let view = if trans_b { Mat::rows(p, k).t() } else { Mat::rows(p, n) };
+            // SAFETY: the constant holds B's k×n elements.
+            Some(unsafe { PackedB::new(k, n, view) })
+        }
+        _ => None,
+    };
     Ok(Some(Box::new(MatMulStep {
         a: a.clone(),
         b: bm.clone(),
@@ -145,6 +157,7 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         bias,
         residual,
         act,
+        packed,
     })))
 }
 
@@ -239,7 +252,11 @@ impl MatMulStep {
             residual: self.residual.as_ref().map(|z| (cx.f32(z).add(y_off), n)),
             act: self.act,
         };
-        gemm::gemm(pool, m, n, k, a, b, cx.f32_mut(&self.y).add(y_off), n, &ep);
+        let y = cx.f32_mut(&self.y).add(y_off);
+        match &self.packed {
+            Some(p) => gemm::gemm_packed(pool, m, n, k, a, p, y, n, &ep),
+            None => gemm::gemm(pool, m, n, k, a, b, y, n, &ep),
+        }
     }
 }
 
