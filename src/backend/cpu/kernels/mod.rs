@@ -3,5 +3,6 @@
 pub mod activation;
 pub mod blas;
 pub mod gemm;
+pub mod math;
 
 pub use activation::Act;
