@@ -48,7 +48,7 @@ const TANH_C: [f32; 5] = [
 const ERF_SMALL: f32 = 0.875;
 /// erf(x)/x as a polynomial in z = x² on [0, 0.875²].
 const ERF_C: [f32; 7] = [
-    1.128_379_2,
+    std::f32::consts::FRAC_2_SQRT_PI,
     -0.376_126_35,
     0.112_837_35,
     -0.026_861_707,
@@ -192,6 +192,9 @@ pub mod avx2 {
     }
 
     /// |x|
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn abs(x: __m256) -> __m256 {

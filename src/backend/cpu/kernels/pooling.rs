@@ -144,6 +144,23 @@ pub fn pool2d_nchw(
     indices: Option<&mut [i64]>,
     pool: Option<&Pool>,
 ) {
+    pool2d_nchw_isa(isa::isa(), kind, p, x, dims, y, indices, pool)
+}
+
+/// [`pool2d_nchw`] on the path `isa` asks for. The AVX2 path computes eight outputs of
+/// a row at once where the window has horizontal stride 1 and lies inside the row
+/// (and no indices are asked for); the rest is scalar.
+#[allow(clippy::too_many_arguments)]
+pub fn pool2d_nchw_isa(
+    isa: Isa,
+    kind: PoolKind,
+    p: &Pool2d,
+    x: &[f32],
+    dims: [usize; 4],
+    y: &mut [f32],
+    indices: Option<&mut [i64]>,
+    pool: Option<&Pool>,
+) {
     let [n, c, h, w] = dims;
     let [oh, ow] = p.out_dims(h, w);
     assert!(x.len() >= n * c * h * w && y.len() >= n * c * oh * ow);
@@ -155,14 +172,37 @@ pub fn pool2d_nchw(
     let (th, tw) = (axis_taps(p, 0, h, oh), axis_taps(p, 1, w, ow));
     let yp = SyncPtr(y.as_mut_ptr());
     let work = oh * ow * p.kernel[0] * p.kernel[1];
+    // Outputs vlo..vhi of each row: horizontal taps all inside, a multiple of 8.
+    let vec_ok = math::use_avx2(isa) && p.strides[1] == 1 && idx.is_none();
+    let extent = (p.kernel[1] - 1) * p.dilations[1];
+    let vlo = p.pads[1].min(ow);
+    let end = (w + p.pads[1]).saturating_sub(extent).clamp(vlo, ow);
+    let vhi = vlo + (end - vlo) / 8 * 8;
     for_ranges(pool, n * c, work, &|r| {
         for plane in r {
             let xs = &x[plane * h * w..(plane + 1) * h * w];
             // SAFETY: each task writes only the output planes of its own range.
-            let ys = unsafe { std::slice::from_raw_parts_mut(yp.get().add(plane * oh * ow), oh * ow) };
+            let ys =
+                unsafe { std::slice::from_raw_parts_mut(yp.get().add(plane * oh * ow), oh * ow) };
             for i in 0..oh {
+                let (fh, ch) = (th.first[i], th.count[i]);
+                #[cfg(target_arch = "x86_64")]
+                if vec_ok && vhi > vlo {
+                    let count = if p.count_include_pad {
+                        th.padded[i] * p.kernel[1]
+                    } else {
+                        ch * p.kernel[1]
+                    };
+                    let rows = (fh..fh + ch).map(|a| coord(p, 0, i, a) * w);
+                    let out = &mut ys[i * ow + vlo..i * ow + vhi];
+                    // SAFETY: AVX2 checked; for outputs vlo..vhi (a multiple of 8 of
+                    // them) every tap column lies inside the row (see vlo/vhi).
+                    unsafe { plain_row_avx2(kind, xs, rows, vlo - p.pads[1], p, count, out) };
+                }
                 for j in 0..ow {
-                    let (fh, ch) = (th.first[i], th.count[i]);
+                    if vec_ok && (vlo..vhi).contains(&j) {
+                        continue;
+                    }
                     let (fw, cw) = (tw.first[j], tw.count[j]);
                     let out = &mut ys[i * ow + j];
                     match kind {
@@ -217,6 +257,54 @@ pub fn pool2d_nchw(
     });
 }
 
+/// Eight-at-a-time outputs of one plain row: `out[j]` reduces the taps at columns
+/// `c0 + j + t·dilation` (t < kernel width) of each input row starting at `rows`.
+///
+/// # Safety
+/// AVX2+FMA; `out.len()` is a multiple of 8 and every such tap is inside its row of `xs`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn plain_row_avx2(
+    kind: PoolKind,
+    xs: &[f32],
+    rows: impl Iterator<Item = usize> + Clone,
+    c0: usize,
+    p: &Pool2d,
+    count: usize,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let xp = xs.as_ptr();
+    let (kw, dw) = (p.kernel[1], p.dilations[1]);
+    let scale = _mm256_set1_ps(if count == 0 {
+        f32::NAN
+    } else {
+        1.0 / count as f32
+    });
+    for j in (0..out.len()).step_by(8) {
+        let mut acc = None;
+        for r in rows.clone() {
+            for t in 0..kw {
+                let v = _mm256_loadu_ps(xp.add(r + c0 + j + t * dw));
+                acc = Some(match (acc, kind) {
+                    (None, _) => v,
+                    // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
+                    (Some(a), PoolKind::Max) => _mm256_max_ps(v, a),
+                    (Some(a), PoolKind::Average) => _mm256_add_ps(a, v),
+                });
+            }
+        }
+        let v = match (acc, kind) {
+            (None, PoolKind::Max) => _mm256_set1_ps(f32::NEG_INFINITY),
+            // All taps on padding: 0 (or NaN when nothing counts).
+            (None, PoolKind::Average) => _mm256_mul_ps(_mm256_setzero_ps(), scale),
+            (Some(a), PoolKind::Max) => a,
+            (Some(a), PoolKind::Average) => _mm256_mul_ps(a, scale),
+        };
+        _mm256_storeu_ps(out.as_mut_ptr().add(j), v);
+    }
+}
+
 /// 2-D pool over blocked `x` ([n, ceil(c/block), h, w, block]) into `y` ([n,
 /// ceil(c/block), OH, OW, block]). Pad lanes of the output are written as 0.
 #[allow(clippy::too_many_arguments)]
@@ -257,7 +345,8 @@ pub fn pool2d_blocked_isa(
         for plane in r {
             let xs = &x[plane * xplane..(plane + 1) * xplane];
             // SAFETY: each task writes only the output planes of its own range.
-            let ys = unsafe { std::slice::from_raw_parts_mut(yp.get().add(plane * yplane), yplane) };
+            let ys =
+                unsafe { std::slice::from_raw_parts_mut(yp.get().add(plane * yplane), yplane) };
             let mut acc = vec![0f32; block];
             for i in 0..oh {
                 for j in 0..ow {
@@ -566,7 +655,13 @@ mod tests {
     fn pool2d_matches_interpreter() {
         for pool in pools() {
             for isa in isas() {
-                for &[n, c, h, w] in &[[1, 3, 7, 9], [2, 20, 8, 5], [1, 16, 11, 13], [1, 5, 1, 1]] {
+                for &[n, c, h, w] in &[
+                    [1, 3, 7, 9],
+                    [2, 20, 8, 5],
+                    [1, 16, 11, 13],
+                    [1, 5, 1, 1],
+                    [1, 4, 6, 37],
+                ] {
                     let x = lcg_data(n * c * h * w, 4.0, (c * h * w) as u64);
                     let xt = Tensor::from_vec(&[n, c, h, w], x.clone()).unwrap();
                     let block = 16;
@@ -590,7 +685,31 @@ mod tests {
                             let mut y = vec![0.0; n * c * oh * ow];
                             let mut idx = vec![0i64; y.len()];
                             let ix = (kind == PoolKind::Max).then_some(&mut idx[..]);
-                            pool2d_nchw(kind, &p, &x, [n, c, h, w], &mut y, ix, pool.as_ref());
+                            pool2d_nchw_isa(
+                                isa,
+                                kind,
+                                &p,
+                                &x,
+                                [n, c, h, w],
+                                &mut y,
+                                ix,
+                                pool.as_ref(),
+                            );
+                            if kind == PoolKind::Max {
+                                // Without indices (the AVX2 row path).
+                                let mut y2 = vec![0.0; y.len()];
+                                pool2d_nchw_isa(
+                                    isa,
+                                    kind,
+                                    &p,
+                                    &x,
+                                    [n, c, h, w],
+                                    &mut y2,
+                                    None,
+                                    pool.as_ref(),
+                                );
+                                close(&y2, &want, "MaxPool without indices");
+                            }
                             let what = format!("{op} {p:?} {:?} {}", [n, c, h, w], isa.name());
                             close(&y, &want, &what);
                             if kind == PoolKind::Max {

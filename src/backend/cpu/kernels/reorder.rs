@@ -127,7 +127,10 @@ pub fn to_plain_isa(
             let inp = &src[nb * spatial * block..(nb + 1) * spatial * block];
             // SAFETY: each task writes only the channels of its own blocks.
             let rows = unsafe {
-                std::slice::from_raw_parts_mut(dp.get().add((ni * c + c0) * spatial), lanes * spatial)
+                std::slice::from_raw_parts_mut(
+                    dp.get().add((ni * c + c0) * spatial),
+                    lanes * spatial,
+                )
             };
             for s0 in (0..spatial).step_by(TILE) {
                 let s1 = (s0 + TILE).min(spatial);
