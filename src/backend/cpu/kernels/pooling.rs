@@ -558,34 +558,78 @@ pub fn global_pool_blocked(
     y: &mut [f32],
     pool: Option<&Pool>,
 ) {
+    global_pool_blocked_isa(isa::isa(), kind, x, n, c, hw, block, y, pool)
+}
+
+/// [`global_pool_blocked`] on the path `isa` asks for.
+#[allow(clippy::too_many_arguments)]
+pub fn global_pool_blocked_isa(
+    isa: Isa,
+    kind: PoolKind,
+    x: &[f32],
+    n: usize,
+    c: usize,
+    hw: usize,
+    block: usize,
+    y: &mut [f32],
+    pool: Option<&Pool>,
+) {
     let cb = c.div_ceil(block);
     assert!(x.len() >= n * cb * hw * block && y.len() >= n * cb * block);
     let yp = SyncPtr(y.as_mut_ptr());
+    let avx2 = math::use_avx2(isa);
     for_ranges(pool, n * cb, hw * block, &|r| {
         for plane in r {
             let xs = &x[plane * hw * block..(plane + 1) * hw * block];
             // SAFETY: each task writes only its own planes' block outputs.
             let out = unsafe { std::slice::from_raw_parts_mut(yp.get().add(plane * block), block) };
-            match kind {
-                PoolKind::Max => out.fill(f32::NEG_INFINITY),
-                PoolKind::Average => out.fill(0.0),
+            #[cfg(target_arch = "x86_64")]
+            if avx2 {
+                // SAFETY: AVX2 checked.
+                unsafe { global_plane_avx2(kind, xs, hw, out) };
+            } else {
+                global_plane(kind, xs, hw, out);
             }
-            // Lane-wise over whole pixels: the compiler vectorizes the inner zip.
-            for px in xs.chunks_exact(block) {
-                match kind {
-                    PoolKind::Max => out.iter_mut().zip(px).for_each(|(a, &v)| *a = a.max(v)),
-                    PoolKind::Average => out.iter_mut().zip(px).for_each(|(a, &v)| *a += v),
-                }
-            }
-            if kind == PoolKind::Average {
-                let k = 1.0 / hw as f32;
-                out.iter_mut().for_each(|a| *a *= k);
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                let _ = avx2;
+                global_plane(kind, xs, hw, out);
             }
             if c % block != 0 && plane % cb == cb - 1 {
                 out[c % block..].fill(0.0);
             }
         }
     });
+}
+
+/// One plane of a blocked global pool: lane-wise over whole pixels, which the compiler
+/// vectorizes (with AVX2 inside [`global_plane_avx2`]).
+#[inline(always)]
+fn global_plane(kind: PoolKind, xs: &[f32], hw: usize, out: &mut [f32]) {
+    match kind {
+        PoolKind::Max => out.fill(f32::NEG_INFINITY),
+        PoolKind::Average => out.fill(0.0),
+    }
+    for px in xs.chunks_exact(out.len()) {
+        match kind {
+            PoolKind::Max => out.iter_mut().zip(px).for_each(|(a, &v)| *a = a.max(v)),
+            PoolKind::Average => out.iter_mut().zip(px).for_each(|(a, &v)| *a += v),
+        }
+    }
+    if kind == PoolKind::Average {
+        let k = 1.0 / hw as f32;
+        out.iter_mut().for_each(|a| *a *= k);
+    }
+}
+
+/// [`global_plane`] compiled for AVX2.
+///
+/// # Safety
+/// AVX2+FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn global_plane_avx2(kind: PoolKind, xs: &[f32], hw: usize, out: &mut [f32]) {
+    global_plane(kind, xs, hw, out)
 }
 
 #[cfg(test)]
