@@ -1,8 +1,17 @@
 //! The CPU backend's kernels. Each works on raw f32 buffers (arena slices) and is tested
 //! against the reference interpreter; the vector paths are chosen by [`super::isa`].
 pub mod activation;
+pub mod binary;
 pub mod blas;
 pub mod conv;
 pub mod gemm;
+pub mod math;
+pub mod norm;
+mod par;
+pub mod pooling;
+pub mod reorder;
+pub mod softmax;
+#[cfg(test)]
+mod testutil;
 
 pub use activation::Act;

@@ -1,0 +1,460 @@
+//! Elementwise binary ops with numpy broadcasting, and unary ops over slices.
+//!
+//! Binary: the operands' broadcast strides are coalesced (adjacent axes merged where
+//! both operands allow), so same-shape operands, a scalar operand, a row vector
+//! broadcast over rows, and a column broadcast along the last axis all become a loop of
+//! contiguous inner runs in one of three vectorized forms: (vector, vector),
+//! (scalar, vector), (vector, scalar). Anything else walks the outer axes by index.
+use super::math;
+use super::par::{for_ranges, SyncPtr};
+use crate::backend::cpu::isa::{self, Isa};
+use crate::backend::cpu::pool::Pool;
+
+/// An elementwise binary op. Max and Min propagate NaN (as the interpreter's do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    Pow,
+}
+
+impl BinOp {
+    /// The op on one pair (the portable path).
+    #[inline]
+    pub fn scalar(self, a: f32, b: f32) -> f32 {
+        match self {
+            BinOp::Add => a + b,
+            BinOp::Sub => a - b,
+            BinOp::Mul => a * b,
+            BinOp::Div => a / b,
+            BinOp::Max if a.is_nan() || b.is_nan() => f32::NAN,
+            BinOp::Min if a.is_nan() || b.is_nan() => f32::NAN,
+            BinOp::Max => a.max(b),
+            BinOp::Min => a.min(b),
+            BinOp::Pow => a.powf(b),
+        }
+    }
+}
+
+/// Strides (in elements) of `shape` broadcast to `out` (rank-aligned on the right).
+fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    assert!(shape.len() <= out.len(), "operand rank exceeds output rank");
+    let lead = out.len() - shape.len();
+    let mut strides = vec![0; out.len()];
+    let mut s = 1;
+    for i in (0..shape.len()).rev() {
+        let d = shape[i];
+        assert!(
+            d == out[lead + i] || d == 1,
+            "shape {shape:?} does not broadcast to {out:?}"
+        );
+        strides[lead + i] = if d == 1 { 0 } else { s };
+        s *= d;
+    }
+    strides
+}
+
+/// `out = a op b` with numpy broadcasting of `a` (shape `a_shape`) and `b` to
+/// `out_shape`.
+#[allow(clippy::too_many_arguments)]
+pub fn binary(
+    op: BinOp,
+    a: &[f32],
+    a_shape: &[usize],
+    b: &[f32],
+    b_shape: &[usize],
+    out: &mut [f32],
+    out_shape: &[usize],
+    pool: Option<&Pool>,
+) {
+    binary_isa(isa::isa(), op, a, a_shape, b, b_shape, out, out_shape, pool)
+}
+
+/// [`binary`] on the path `isa` asks for.
+#[allow(clippy::too_many_arguments)]
+pub fn binary_isa(
+    isa: Isa,
+    op: BinOp,
+    a: &[f32],
+    a_shape: &[usize],
+    b: &[f32],
+    b_shape: &[usize],
+    out: &mut [f32],
+    out_shape: &[usize],
+    pool: Option<&Pool>,
+) {
+    let total: usize = out_shape.iter().product();
+    assert!(out.len() >= total);
+    assert_eq!(a.len(), a_shape.iter().product::<usize>());
+    assert_eq!(b.len(), b_shape.iter().product::<usize>());
+    if total == 0 {
+        return;
+    }
+    let sa = broadcast_strides(a_shape, out_shape);
+    let sb = broadcast_strides(b_shape, out_shape);
+    // Coalesce: drop size-1 axes, merge an axis into the next when both operands'
+    // strides continue (contiguous, or both broadcast).
+    let mut dims: Vec<(usize, usize, usize)> = vec![]; // (size, stride a, stride b)
+    for i in 0..out_shape.len() {
+        let d = (out_shape[i], sa[i], sb[i]);
+        if d.0 == 1 {
+            continue;
+        }
+        if let Some(last) = dims.last_mut() {
+            let merge_a = last.1 == d.1 * d.0;
+            let merge_b = last.2 == d.2 * d.0;
+            if merge_a && merge_b {
+                *last = (last.0 * d.0, d.1, d.2);
+                continue;
+            }
+        }
+        dims.push(d);
+    }
+    if dims.is_empty() {
+        dims.push((1, 0, 0));
+    }
+    let (inner, ia, ib) = dims.pop().unwrap();
+    let outer: usize = dims.iter().map(|d| d.0).product();
+    let op_avx2 = math::use_avx2(isa) && op != BinOp::Pow;
+    let op_avx2 = op_avx2 && [ia, ib].iter().all(|&s| s <= 1);
+    let op_avx2 = op_avx2 && (ia == 1 || ib == 1);
+    let o = SyncPtr(out.as_mut_ptr());
+    // Split long single runs so that the pool has work to share.
+    let chunk = if outer == 1 {
+        inner.div_ceil(64).max(4096)
+    } else {
+        inner
+    };
+    let pieces = inner.div_ceil(chunk);
+    for_ranges(pool, outer * pieces, chunk, &|r| {
+        for t in r {
+            let (row, piece) = (t / pieces, t % pieces);
+            // The outer index → operand offsets.
+            let (mut oa, mut ob, mut rem) = (0, 0, row);
+            for &(size, sa, sb) in dims.iter().rev() {
+                let k = rem % size;
+                rem /= size;
+                oa += k * sa;
+                ob += k * sb;
+            }
+            let j0 = piece * chunk;
+            let len = chunk.min(inner - j0);
+            let (oa, ob) = (oa + j0 * ia, ob + j0 * ib);
+            // SAFETY: each task writes its own run of out; row·inner + j0 + len ≤ total.
+            let dst = unsafe { std::slice::from_raw_parts_mut(o.get().add(row * inner + j0), len) };
+            #[cfg(target_arch = "x86_64")]
+            if op_avx2 {
+                // SAFETY: AVX2 checked; the strides are 0 or 1, so each operand's run
+                // (len floats, or 1 if broadcast) lies inside it by the shape checks.
+                unsafe { run_avx2(op, a.as_ptr().add(oa), ia, b.as_ptr().add(ob), ib, dst) };
+                continue;
+            }
+            let _ = op_avx2;
+            for (k, d) in dst.iter_mut().enumerate() {
+                *d = op.scalar(a[oa + k * ia], b[ob + k * ib]);
+            }
+        }
+    });
+}
+
+/// One run: `dst[k] = a[k·sa] op b[k·sb]` with strides 0 or 1 (not both 0).
+///
+/// # Safety
+/// AVX2+FMA; `a`/`b` readable for `dst.len()` floats where their stride is 1, else 1.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn run_avx2(op: BinOp, a: *const f32, sa: usize, b: *const f32, sb: usize, dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    #[inline(always)]
+    unsafe fn apply(op: BinOp, x: __m256, y: __m256) -> __m256 {
+        match op {
+            BinOp::Add => _mm256_add_ps(x, y),
+            BinOp::Sub => _mm256_sub_ps(x, y),
+            BinOp::Mul => _mm256_mul_ps(x, y),
+            BinOp::Div => _mm256_div_ps(x, y),
+            BinOp::Max | BinOp::Min => {
+                let r = if op == BinOp::Max {
+                    _mm256_max_ps(x, y)
+                } else {
+                    _mm256_min_ps(x, y)
+                };
+                let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, y);
+                _mm256_blendv_ps(r, _mm256_add_ps(x, y), nan)
+            }
+            BinOp::Pow => unreachable!("Pow has no vector form"),
+        }
+    }
+    let n = dst.len();
+    let d = dst.as_mut_ptr();
+    let load = |p: *const f32, s: usize, k: usize| {
+        if s == 0 {
+            _mm256_set1_ps(*p)
+        } else {
+            _mm256_loadu_ps(p.add(k))
+        }
+    };
+    let mut k = 0;
+    while k + 8 <= n {
+        _mm256_storeu_ps(d.add(k), apply(op, load(a, sa, k), load(b, sb, k)));
+        k += 8;
+    }
+    for k in k..n {
+        *d.add(k) = op.scalar(*a.add(k * sa), *b.add(k * sb));
+    }
+}
+
+/// An elementwise unary op. Relu keeps NaN (as the interpreter's does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Sqrt,
+    Exp,
+    Log,
+    Reciprocal,
+    Relu,
+    Sigmoid,
+    Tanh,
+    Erf,
+}
+
+impl UnaryOp {
+    /// The op on one value (the portable path).
+    #[inline]
+    pub fn scalar(self, x: f32) -> f32 {
+        match self {
+            UnaryOp::Neg => -x,
+            UnaryOp::Abs => x.abs(),
+            UnaryOp::Sqrt => x.sqrt(),
+            UnaryOp::Exp => math::exp(x),
+            UnaryOp::Log => x.ln(),
+            UnaryOp::Reciprocal => 1.0 / x,
+            UnaryOp::Relu => {
+                if x > 0.0 || x.is_nan() {
+                    x
+                } else {
+                    0.0
+                }
+            }
+            UnaryOp::Sigmoid => math::sigmoid(x),
+            UnaryOp::Tanh => math::tanh(x),
+            UnaryOp::Erf => math::erf(x),
+        }
+    }
+}
+
+/// `dst[i] = op(src[i])`.
+pub fn unary(op: UnaryOp, src: &[f32], dst: &mut [f32]) {
+    unary_isa(isa::isa(), op, src, dst)
+}
+
+/// `x[i] = op(x[i])`.
+pub fn unary_inplace(op: UnaryOp, x: &mut [f32]) {
+    unary_inplace_isa(isa::isa(), op, x)
+}
+
+/// [`unary`] on the path `isa` asks for.
+pub fn unary_isa(isa: Isa, op: UnaryOp, src: &[f32], dst: &mut [f32]) {
+    assert_eq!(src.len(), dst.len());
+    unary_ptr(isa, op, src.as_ptr(), dst.as_mut_ptr(), src.len())
+}
+
+/// [`unary_inplace`] on the path `isa` asks for.
+pub fn unary_inplace_isa(isa: Isa, op: UnaryOp, x: &mut [f32]) {
+    let p = x.as_mut_ptr();
+    unary_ptr(isa, op, p, p, x.len())
+}
+
+/// `src`/`dst` hold `n` floats (checked by callers), same buffer or disjoint.
+fn unary_ptr(isa: Isa, op: UnaryOp, src: *const f32, dst: *mut f32, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if math::use_avx2(isa) && op != UnaryOp::Log {
+        // SAFETY: AVX2 checked; both pointers valid for n floats.
+        unsafe { unary_avx2(op, src, dst, n) };
+        return;
+    }
+    let _ = isa;
+    for i in 0..n {
+        // SAFETY: i < n, inside both buffers; each element is read before written.
+        unsafe { *dst.add(i) = op.scalar(*src.add(i)) };
+    }
+}
+
+/// # Safety
+/// AVX2+FMA; `src` readable and `dst` writable for `n` floats (maybe the same).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn unary_avx2(op: UnaryOp, src: *const f32, dst: *mut f32, n: usize) {
+    use math::avx2;
+    use std::arch::x86_64::*;
+    let sign = _mm256_set1_ps(-0.0);
+    let one = _mm256_set1_ps(1.0);
+    let zero = _mm256_setzero_ps();
+    match op {
+        UnaryOp::Neg => avx2::map(src, dst, n, |v| _mm256_xor_ps(v, sign)),
+        UnaryOp::Abs => avx2::map(src, dst, n, |v| _mm256_andnot_ps(sign, v)),
+        UnaryOp::Sqrt => avx2::map(src, dst, n, |v| _mm256_sqrt_ps(v)),
+        UnaryOp::Exp => avx2::map(src, dst, n, |v| avx2::exp(v)),
+        UnaryOp::Reciprocal => avx2::map(src, dst, n, |v| _mm256_div_ps(one, v)),
+        // max(0, v) returns v when v is NaN.
+        UnaryOp::Relu => avx2::map(src, dst, n, |v| _mm256_max_ps(zero, v)),
+        UnaryOp::Sigmoid => avx2::map(src, dst, n, |v| avx2::sigmoid(v)),
+        UnaryOp::Tanh => avx2::map(src, dst, n, |v| avx2::tanh(v)),
+        UnaryOp::Erf => avx2::map(src, dst, n, |v| avx2::erf(v)),
+        UnaryOp::Log => {
+            for i in 0..n {
+                *dst.add(i) = (*src.add(i)).ln();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::kernels::math::tests::isas;
+    use crate::backend::cpu::kernels::testutil::{lcg_data, pools};
+    use crate::ir::ops::{self, EvalCtx};
+    use crate::ir::Attrs;
+    use crate::tensor::Tensor;
+
+    fn interp(name: &str, inputs: &[&Tensor]) -> Tensor {
+        let ins: Vec<Option<&Tensor>> = inputs.iter().map(|t| Some(*t)).collect();
+        let types = vec![None; ins.len()];
+        let attrs = Attrs::new();
+        let cx = EvalCtx {
+            inputs: &ins,
+            input_types: &types,
+            attrs: &attrs,
+        };
+        ops::lookup(name).unwrap().eval(&cx).unwrap().remove(0)
+    }
+
+    fn close(got: &[f32], want: &[f64], rel: f64, what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (k, (g, w)) in got.iter().zip(want).enumerate() {
+            let ok = (g.is_nan() && w.is_nan())
+                || (*g as f64 == *w)
+                || (*g as f64 - w).abs() <= rel * w.abs() + 1e-30;
+            assert!(ok, "{what} at {k}: {g} vs {w}");
+        }
+    }
+
+    /// Against the interpreter: exact for Add/Sub/Mul/Div/Max/Min (f32 arithmetic
+    /// rounded once either way), 1e-6 relative for Pow.
+    #[test]
+    fn binary_broadcasts_match_interpreter() {
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[7], &[7]),
+            (&[3, 33], &[3, 33]),
+            (&[4, 9], &[]),
+            (&[], &[5, 100]),
+            (&[5, 100], &[100]),
+            (&[5, 100], &[5, 1]),
+            (&[2, 3, 9], &[3, 1]),
+            (&[2, 1, 9], &[1, 7, 1]),
+            (&[1], &[3, 1, 1]),
+            (&[2, 3, 4, 5], &[3, 1, 5]),
+            (&[64, 1000], &[1000]),
+            (&[200000], &[1]),
+        ];
+        let ops = [
+            (BinOp::Add, "Add"),
+            (BinOp::Sub, "Sub"),
+            (BinOp::Mul, "Mul"),
+            (BinOp::Div, "Div"),
+            (BinOp::Max, "Max"),
+            (BinOp::Min, "Min"),
+            (BinOp::Pow, "Pow"),
+        ];
+        for pool in pools() {
+            for isa in isas() {
+                for &(sa, sb) in cases {
+                    let (na, nb) = (sa.iter().product(), sb.iter().product());
+                    let mut a = lcg_data(na, 3.0, na as u64);
+                    let mut b = lcg_data(nb, 3.0, nb as u64 + 1);
+                    if na > 3 {
+                        a[3] = f32::NAN;
+                    }
+                    for (op, name) in ops {
+                        if op == BinOp::Pow {
+                            a.iter_mut().for_each(|v| *v = v.abs() + 0.1);
+                            b.iter_mut().for_each(|v| *v = v.clamp(-2.0, 2.0));
+                        }
+                        let (ta, tb) = (
+                            Tensor::from_vec(sa, a.clone()).unwrap(),
+                            Tensor::from_vec(sb, b.clone()).unwrap(),
+                        );
+                        let want = interp(name, &[&ta, &tb]);
+                        let mut out = vec![0.0; want.len()];
+                        binary_isa(
+                            isa,
+                            op,
+                            &a,
+                            sa,
+                            &b,
+                            sb,
+                            &mut out,
+                            want.shape(),
+                            pool.as_ref(),
+                        );
+                        let rel = if op == BinOp::Pow { 1e-6 } else { 0.0 };
+                        let what = format!("{name} {sa:?} {sb:?} {}", isa.name());
+                        close(&out, &want.to_f64_vec(), rel, &what);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Against the interpreter: exact for Neg/Abs/Sqrt/Reciprocal/Relu, 2 ulp for Log, 4 ulp-ish
+    /// (5e-7 relative, 1e-7 absolute for Erf) for Exp/Sigmoid/Tanh/Erf.
+    #[test]
+    fn unary_matches_interpreter() {
+        let ops = [
+            (UnaryOp::Neg, "Neg"),
+            (UnaryOp::Abs, "Abs"),
+            (UnaryOp::Sqrt, "Sqrt"),
+            (UnaryOp::Exp, "Exp"),
+            (UnaryOp::Log, "Log"),
+            (UnaryOp::Reciprocal, "Reciprocal"),
+            (UnaryOp::Relu, "Relu"),
+            (UnaryOp::Sigmoid, "Sigmoid"),
+            (UnaryOp::Tanh, "Tanh"),
+            (UnaryOp::Erf, "Erf"),
+        ];
+        for isa in isas() {
+            for n in [1, 7, 9, 33, 100] {
+                let mut x = lcg_data(n, 6.0, n as u64);
+                x[0] = f32::NAN;
+                let t = Tensor::from_vec(&[n], x.clone()).unwrap();
+                for (op, name) in ops {
+                    let want = interp(name, &[&t]).to_f64_vec();
+                    let mut y = vec![0.0; n];
+                    unary_isa(isa, op, &x, &mut y);
+                    let mut z = x.clone();
+                    unary_inplace_isa(isa, op, &mut z);
+                    assert_eq!(
+                        y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        z.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                    );
+                    for (k, (g, w)) in y.iter().zip(&want).enumerate() {
+                        let w32 = *w as f32 as f64;
+                        let tol = match op {
+                            UnaryOp::Exp | UnaryOp::Sigmoid | UnaryOp::Tanh => 5e-7 * w32.abs(),
+                            UnaryOp::Log => 2.5e-7 * w32.abs(),
+                            UnaryOp::Erf => 1.5e-7,
+                            _ => 0.0,
+                        };
+                        let ok = (g.is_nan() && w.is_nan()) || (*g as f64 - w32).abs() <= tol;
+                        assert!(ok, "{name} {} at {k} (x={}): {g} vs {w}", isa.name(), x[k]);
+                    }
+                }
+            }
+        }
+    }
+}

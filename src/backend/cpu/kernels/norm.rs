@@ -1,0 +1,347 @@
+//! LayerNormalization over the last axis of a `[rows, n]` buffer (ONNX semantics: each
+//! row's mean and biased variance, `y = (x - mean) / sqrt(var + eps) * gamma + beta`).
+use super::math;
+use super::par::{for_ranges, SyncPtr};
+use crate::backend::cpu::isa::{self, Isa};
+use crate::backend::cpu::pool::Pool;
+
+/// The per-row statistics LayerNormalization may also output.
+pub struct NormStats<'a> {
+    /// `rows` means.
+    pub mean: &'a mut [f32],
+    /// `rows` values of 1/sqrt(var + eps).
+    pub inv_std: &'a mut [f32],
+}
+
+/// LayerNormalization of each length-`n` row of `src` into `dst`; `gamma` (and `beta`
+/// if given) hold `n` values. `stats`, if given, receives each row's mean and 1/σ.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm(
+    src: &[f32],
+    dst: &mut [f32],
+    rows: usize,
+    n: usize,
+    gamma: &[f32],
+    beta: Option<&[f32]>,
+    eps: f32,
+    stats: Option<NormStats<'_>>,
+    pool: Option<&Pool>,
+) {
+    assert!(src.len() >= rows * n && dst.len() >= rows * n);
+    run(
+        isa::isa(),
+        src.as_ptr(),
+        dst.as_mut_ptr(),
+        rows,
+        n,
+        gamma,
+        beta,
+        eps,
+        stats,
+        pool,
+    )
+}
+
+/// [`layer_norm`] in place.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_inplace(
+    x: &mut [f32],
+    rows: usize,
+    n: usize,
+    gamma: &[f32],
+    beta: Option<&[f32]>,
+    eps: f32,
+    stats: Option<NormStats<'_>>,
+    pool: Option<&Pool>,
+) {
+    layer_norm_inplace_isa(isa::isa(), x, rows, n, gamma, beta, eps, stats, pool)
+}
+
+/// [`layer_norm`] on the path `isa` asks for.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_isa(
+    isa: Isa,
+    src: &[f32],
+    dst: &mut [f32],
+    rows: usize,
+    n: usize,
+    gamma: &[f32],
+    beta: Option<&[f32]>,
+    eps: f32,
+    stats: Option<NormStats<'_>>,
+    pool: Option<&Pool>,
+) {
+    assert!(src.len() >= rows * n && dst.len() >= rows * n);
+    run(
+        isa,
+        src.as_ptr(),
+        dst.as_mut_ptr(),
+        rows,
+        n,
+        gamma,
+        beta,
+        eps,
+        stats,
+        pool,
+    )
+}
+
+/// [`layer_norm_inplace`] on the path `isa` asks for.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_norm_inplace_isa(
+    isa: Isa,
+    x: &mut [f32],
+    rows: usize,
+    n: usize,
+    gamma: &[f32],
+    beta: Option<&[f32]>,
+    eps: f32,
+    stats: Option<NormStats<'_>>,
+    pool: Option<&Pool>,
+) {
+    assert!(x.len() >= rows * n);
+    let p = x.as_mut_ptr();
+    run(isa, p, p, rows, n, gamma, beta, eps, stats, pool)
+}
+
+/// `src`/`dst` hold `rows · n` floats (checked by callers), same buffer or disjoint.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    isa: Isa,
+    src: *const f32,
+    dst: *mut f32,
+    rows: usize,
+    n: usize,
+    gamma: &[f32],
+    beta: Option<&[f32]>,
+    eps: f32,
+    stats: Option<NormStats<'_>>,
+    pool: Option<&Pool>,
+) {
+    assert!(gamma.len() >= n && beta.is_none_or(|b| b.len() >= n));
+    let stats = stats.map(|s| {
+        assert!(s.mean.len() >= rows && s.inv_std.len() >= rows);
+        (
+            SyncPtr(s.mean.as_mut_ptr()),
+            SyncPtr(s.inv_std.as_mut_ptr()),
+        )
+    });
+    if n == 0 {
+        return;
+    }
+    let (src, dst) = (SyncPtr(src as *mut f32), SyncPtr(dst));
+    let avx2 = math::use_avx2(isa);
+    for_ranges(pool, rows, n * 3, &|r| {
+        for i in r {
+            // SAFETY: row i < rows is inside both buffers; tasks have disjoint rows;
+            // gamma/beta hold n floats (asserted).
+            let (mean, inv) = unsafe {
+                let (s, d) = (src.get().add(i * n) as *const f32, dst.get().add(i * n));
+                let b = beta.map(|b| b.as_ptr());
+                #[cfg(target_arch = "x86_64")]
+                if avx2 {
+                    avx2_row(s, d, n, gamma.as_ptr(), b, eps)
+                } else {
+                    scalar_row(s, d, n, gamma.as_ptr(), b, eps)
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                {
+                    let _ = avx2;
+                    scalar_row(s, d, n, gamma.as_ptr(), b, eps)
+                }
+            };
+            if let Some((m, v)) = stats {
+                // SAFETY: i < rows, and both stats slices hold rows floats (asserted).
+                unsafe {
+                    *m.get().add(i) = mean;
+                    *v.get().add(i) = inv;
+                }
+            }
+        }
+    });
+}
+
+/// # Safety
+/// `s` readable, `d` writable (maybe the same), `g` and `b` readable, for `n` floats.
+unsafe fn scalar_row(
+    s: *const f32,
+    d: *mut f32,
+    n: usize,
+    g: *const f32,
+    b: Option<*const f32>,
+    eps: f32,
+) -> (f32, f32) {
+    let mut sum = 0.0f32;
+    for j in 0..n {
+        sum += *s.add(j);
+    }
+    let mean = sum / n as f32;
+    let mut ss = 0.0f32;
+    for j in 0..n {
+        let c = *s.add(j) - mean;
+        ss += c * c;
+    }
+    let inv = 1.0 / (ss / n as f32 + eps).sqrt();
+    for j in 0..n {
+        let y = (*s.add(j) - mean) * inv * *g.add(j);
+        *d.add(j) = match b {
+            Some(b) => y + *b.add(j),
+            None => y,
+        };
+    }
+    (mean, inv)
+}
+
+/// # Safety
+/// AVX2+FMA; as [`scalar_row`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_row(
+    s: *const f32,
+    d: *mut f32,
+    n: usize,
+    g: *const f32,
+    b: Option<*const f32>,
+    eps: f32,
+) -> (f32, f32) {
+    use super::softmax::hsum;
+    use std::arch::x86_64::*;
+    let body = n / 8 * 8;
+    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut j = 0;
+    while j + 16 <= body {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(s.add(j)));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(s.add(j + 8)));
+        j += 16;
+    }
+    if j < body {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(s.add(j)));
+    }
+    let mut sum = hsum(_mm256_add_ps(a0, a1));
+    for j in body..n {
+        sum += *s.add(j);
+    }
+    let mean = sum / n as f32;
+    let vm = _mm256_set1_ps(mean);
+    let (mut q0, mut q1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    j = 0;
+    while j + 16 <= body {
+        let c0 = _mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm);
+        let c1 = _mm256_sub_ps(_mm256_loadu_ps(s.add(j + 8)), vm);
+        q0 = _mm256_fmadd_ps(c0, c0, q0);
+        q1 = _mm256_fmadd_ps(c1, c1, q1);
+        j += 16;
+    }
+    if j < body {
+        let c0 = _mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm);
+        q0 = _mm256_fmadd_ps(c0, c0, q0);
+    }
+    let mut ss = hsum(_mm256_add_ps(q0, q1));
+    for j in body..n {
+        let c = *s.add(j) - mean;
+        ss += c * c;
+    }
+    let inv = 1.0 / (ss / n as f32 + eps).sqrt();
+    let vi = _mm256_set1_ps(inv);
+    j = 0;
+    while j < body {
+        let c = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm), vi);
+        let y = match b {
+            Some(b) => _mm256_fmadd_ps(c, _mm256_loadu_ps(g.add(j)), _mm256_loadu_ps(b.add(j))),
+            None => _mm256_mul_ps(c, _mm256_loadu_ps(g.add(j))),
+        };
+        _mm256_storeu_ps(d.add(j), y);
+        j += 8;
+    }
+    for j in body..n {
+        let y = (*s.add(j) - mean) * inv * *g.add(j);
+        *d.add(j) = match b {
+            Some(b) => y + *b.add(j),
+            None => y,
+        };
+    }
+    (mean, inv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::kernels::math::tests::isas;
+    use crate::backend::cpu::kernels::testutil::{lcg_data, pools};
+    use crate::ir::ops::{self, EvalCtx};
+    use crate::ir::{Attr, Attrs};
+    use crate::tensor::Tensor;
+
+    /// Against the interpreter's LayerNormalization: |err| ≤ 2e-5 · (1 + |want|).
+    #[test]
+    fn matches_interpreter_op() {
+        for pool in pools() {
+            for isa in isas() {
+                for &(rows, n) in &[(1, 1), (3, 7), (4, 9), (2, 33), (5, 100), (200, 300)] {
+                    let x = lcg_data(rows * n, 3.0, n as u64);
+                    // An offset mean checks the two-pass variance.
+                    let x: Vec<f32> = x.iter().map(|v| v + 10.0).collect();
+                    let g = lcg_data(n, 2.0, 99);
+                    let b = lcg_data(n, 1.0, 98);
+                    for with_beta in [false, true] {
+                        let xt = Tensor::from_vec(&[rows, n], x.clone()).unwrap();
+                        let gt = Tensor::from_vec(&[n], g.clone()).unwrap();
+                        let bt = Tensor::from_vec(&[n], b.clone()).unwrap();
+                        let mut attrs = Attrs::new();
+                        attrs.set("epsilon", Attr::Float(1e-3));
+                        let cx = EvalCtx {
+                            inputs: &[Some(&xt), Some(&gt), with_beta.then_some(&bt)],
+                            input_types: &[None, None, None],
+                            attrs: &attrs,
+                        };
+                        let outs = ops::lookup("LayerNormalization")
+                            .unwrap()
+                            .eval(&cx)
+                            .unwrap();
+                        let mut y = vec![0.0; rows * n];
+                        let (mut m, mut s) = (vec![0.0; rows], vec![0.0; rows]);
+                        let bopt = with_beta.then_some(&b[..]);
+                        let stats = NormStats {
+                            mean: &mut m,
+                            inv_std: &mut s,
+                        };
+                        layer_norm_isa(
+                            isa,
+                            &x,
+                            &mut y,
+                            rows,
+                            n,
+                            &g,
+                            bopt,
+                            1e-3,
+                            Some(stats),
+                            pool.as_ref(),
+                        );
+                        let mut z = x.clone();
+                        layer_norm_inplace_isa(
+                            isa,
+                            &mut z,
+                            rows,
+                            n,
+                            &g,
+                            bopt,
+                            1e-3,
+                            None,
+                            pool.as_ref(),
+                        );
+                        assert_eq!(y, z);
+                        for (got, want) in [(&y, &outs[0]), (&m, &outs[1]), (&s, &outs[2])] {
+                            for (a, w) in got.iter().zip(want.to_f64_vec()) {
+                                assert!(
+                                    (*a as f64 - w).abs() <= 2e-5 * (1.0 + w.abs()),
+                                    "{} rows={rows} n={n}: {a} vs {w}",
+                                    isa.name()
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

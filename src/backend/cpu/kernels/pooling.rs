@@ -1,0 +1,823 @@
+//! 2-D MaxPool and AveragePool (and their Global forms) over plain NCHW and blocked
+//! NCHWxc (`[N, ceil(C/b), H, W, b]`) buffers, with ONNX's window geometry: pads
+//! top/left/bottom/right, strides, dilations, ceil_mode, count_include_pad. MaxPool's
+//! Indices output (flat index into the NCHW input, storage_order 0) is computed on the
+//! plain layout when asked for. Work is split over (n, channel or channel block).
+use super::math;
+use super::par::{for_ranges, SyncPtr};
+use crate::backend::cpu::isa::{self, Isa};
+use crate::backend::cpu::pool::Pool;
+
+/// Which reduction a pool takes over its window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolKind {
+    /// The largest value; the first one wins ties, a NaN found first stays.
+    Max,
+    /// The mean (an all-padding window gives NaN, as in the interpreter).
+    Average,
+}
+
+/// The window geometry of a 2-D pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pool2d {
+    pub kernel: [usize; 2],
+    pub strides: [usize; 2],
+    pub dilations: [usize; 2],
+    /// top, left, bottom, right
+    pub pads: [usize; 4],
+    pub ceil_mode: bool,
+    /// AveragePool only: taps on explicit padding count as zeros.
+    pub count_include_pad: bool,
+}
+
+impl Pool2d {
+    /// A `kh × kw` window with stride 1, no padding and no dilation.
+    pub fn new(kernel: [usize; 2]) -> Pool2d {
+        Pool2d {
+            kernel,
+            strides: [1, 1],
+            dilations: [1, 1],
+            pads: [0; 4],
+            ceil_mode: false,
+            count_include_pad: false,
+        }
+    }
+
+    /// The output size along axis `a` (0 = H, 1 = W) for an input of size `n`, or None
+    /// when the window does not fit the padded input.
+    pub fn out_len(&self, a: usize, n: usize) -> Option<usize> {
+        let (pb, pe) = (self.pads[a], self.pads[a + 2]);
+        let extent = (self.kernel[a] - 1) * self.dilations[a] + 1;
+        let padded = n + pb + pe;
+        let span = padded.checked_sub(extent)?;
+        let s = self.strides[a];
+        let mut o = if self.ceil_mode {
+            span.div_ceil(s)
+        } else {
+            span / s
+        } + 1;
+        // A ceil-mode window must start inside the input or its leading padding.
+        if self.ceil_mode && (o - 1) * s >= n + pb {
+            o -= 1;
+        }
+        Some(o)
+    }
+
+    /// The output [OH, OW] for an input [H, W]; panics if the window does not fit.
+    pub fn out_dims(&self, h: usize, w: usize) -> [usize; 2] {
+        [
+            self.out_len(0, h)
+                .expect("pool window larger than padded height"),
+            self.out_len(1, w)
+                .expect("pool window larger than padded width"),
+        ]
+    }
+
+    /// For axis `a`, output `o`, input size `n`: the taps (first, count) that fall inside
+    /// the input, and the number that fall inside input or explicit padding.
+    fn taps(&self, a: usize, o: usize, n: usize) -> (usize, usize, usize, usize) {
+        let (k, s, d, pb, pe) = (
+            self.kernel[a],
+            self.strides[a],
+            self.dilations[a],
+            self.pads[a] as isize,
+            self.pads[a + 2] as isize,
+        );
+        let start = (o * s) as isize - pb;
+        let (mut first, mut count, mut padded) = (usize::MAX, 0, 0);
+        for t in 0..k {
+            let p = start + (t * d) as isize;
+            if p >= 0 && p < n as isize {
+                if first == usize::MAX {
+                    first = t;
+                }
+                count += 1;
+            }
+            if p >= -pb && p < n as isize + pe {
+                padded += 1;
+            }
+        }
+        // Inside taps are consecutive in t: first..first+count.
+        (first.min(k), count, padded, start.max(0) as usize)
+    }
+}
+
+/// Precomputed per-output-position tap ranges along one axis.
+struct AxisTaps {
+    /// First inside tap index, number of inside taps, taps within padding.
+    first: Vec<usize>,
+    count: Vec<usize>,
+    padded: Vec<usize>,
+}
+
+fn axis_taps(p: &Pool2d, a: usize, n: usize, out: usize) -> AxisTaps {
+    let mut t = AxisTaps {
+        first: vec![],
+        count: vec![],
+        padded: vec![],
+    };
+    for o in 0..out {
+        let (f, c, pd, _) = p.taps(a, o, n);
+        t.first.push(f);
+        t.count.push(c);
+        t.padded.push(pd);
+    }
+    t
+}
+
+/// The input coordinate of tap `t` at output `o` on axis `a` (must be inside).
+#[inline]
+fn coord(p: &Pool2d, a: usize, o: usize, t: usize) -> usize {
+    o * p.strides[a] + t * p.dilations[a] - p.pads[a]
+}
+
+/// 2-D pool over plain NCHW `x` ([n, c, h, w]) into `y` ([n, c, OH, OW], see
+/// [`Pool2d::out_dims`]). For Max, `indices` (same size as `y`) receives ONNX's
+/// flat input index of each maximum when given.
+#[allow(clippy::too_many_arguments)]
+pub fn pool2d_nchw(
+    kind: PoolKind,
+    p: &Pool2d,
+    x: &[f32],
+    dims: [usize; 4],
+    y: &mut [f32],
+    indices: Option<&mut [i64]>,
+    pool: Option<&Pool>,
+) {
+    pool2d_nchw_isa(isa::isa(), kind, p, x, dims, y, indices, pool)
+}
+
+/// [`pool2d_nchw`] on the path `isa` asks for. The AVX2 path computes eight outputs of
+/// a row at once where the window has horizontal stride 1 and lies inside the row
+/// (and no indices are asked for); the rest is scalar.
+#[allow(clippy::too_many_arguments)]
+pub fn pool2d_nchw_isa(
+    isa: Isa,
+    kind: PoolKind,
+    p: &Pool2d,
+    x: &[f32],
+    dims: [usize; 4],
+    y: &mut [f32],
+    indices: Option<&mut [i64]>,
+    pool: Option<&Pool>,
+) {
+    let [n, c, h, w] = dims;
+    let [oh, ow] = p.out_dims(h, w);
+    assert!(x.len() >= n * c * h * w && y.len() >= n * c * oh * ow);
+    let idx = indices.map(|i| {
+        assert!(kind == PoolKind::Max, "only MaxPool has indices");
+        assert!(i.len() >= n * c * oh * ow);
+        SyncPtr(i.as_mut_ptr())
+    });
+    let (th, tw) = (axis_taps(p, 0, h, oh), axis_taps(p, 1, w, ow));
+    let yp = SyncPtr(y.as_mut_ptr());
+    let work = oh * ow * p.kernel[0] * p.kernel[1];
+    // Outputs vlo..vhi of each row: horizontal taps all inside, a multiple of 8.
+    let vec_ok = math::use_avx2(isa) && p.strides[1] == 1 && idx.is_none();
+    let extent = (p.kernel[1] - 1) * p.dilations[1];
+    let vlo = p.pads[1].min(ow);
+    let end = (w + p.pads[1]).saturating_sub(extent).clamp(vlo, ow);
+    let vhi = vlo + (end - vlo) / 8 * 8;
+    for_ranges(pool, n * c, work, &|r| {
+        for plane in r {
+            let xs = &x[plane * h * w..(plane + 1) * h * w];
+            // SAFETY: each task writes only the output planes of its own range.
+            let ys =
+                unsafe { std::slice::from_raw_parts_mut(yp.get().add(plane * oh * ow), oh * ow) };
+            for i in 0..oh {
+                let (fh, ch) = (th.first[i], th.count[i]);
+                #[cfg(target_arch = "x86_64")]
+                if vec_ok && vhi > vlo {
+                    let count = if p.count_include_pad {
+                        th.padded[i] * p.kernel[1]
+                    } else {
+                        ch * p.kernel[1]
+                    };
+                    let rows = (fh..fh + ch).map(|a| coord(p, 0, i, a) * w);
+                    let out = &mut ys[i * ow + vlo..i * ow + vhi];
+                    // SAFETY: AVX2 checked; for outputs vlo..vhi (a multiple of 8 of
+                    // them) every tap column lies inside the row (see vlo/vhi).
+                    unsafe { plain_row_avx2(kind, xs, rows, vlo - p.pads[1], p, count, out) };
+                }
+                for j in 0..ow {
+                    if vec_ok && (vlo..vhi).contains(&j) {
+                        continue;
+                    }
+                    let (fw, cw) = (tw.first[j], tw.count[j]);
+                    let out = &mut ys[i * ow + j];
+                    match kind {
+                        PoolKind::Max => {
+                            let (mut best, mut at) = (f32::NEG_INFINITY, None);
+                            for a in fh..fh + ch {
+                                let row = coord(p, 0, i, a) * w;
+                                for b in fw..fw + cw {
+                                    let k = row + coord(p, 1, j, b);
+                                    let v = xs[k];
+                                    if at.is_none() || v > best {
+                                        best = v;
+                                        at = Some(k);
+                                    }
+                                }
+                            }
+                            *out = best;
+                            if let Some(ip) = idx {
+                                let flat = at.map_or(0, |k| plane * h * w + k) as i64;
+                                // SAFETY: inside this task's own output plane.
+                                unsafe { *ip.get().add(plane * oh * ow + i * ow + j) = flat };
+                            }
+                        }
+                        PoolKind::Average => {
+                            let mut sum = 0.0f32;
+                            for a in fh..fh + ch {
+                                let row = coord(p, 0, i, a) * w;
+                                let base = row + coord(p, 1, j, fw);
+                                if p.dilations[1] == 1 {
+                                    sum += xs[base..base + cw].iter().sum::<f32>();
+                                } else {
+                                    for b in 0..cw {
+                                        sum += xs[base + b * p.dilations[1]];
+                                    }
+                                }
+                            }
+                            let count = if p.count_include_pad {
+                                th.padded[i] * tw.padded[j]
+                            } else {
+                                ch * cw
+                            };
+                            *out = if count == 0 {
+                                f32::NAN
+                            } else {
+                                sum / count as f32
+                            };
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Eight-at-a-time outputs of one plain row: `out[j]` reduces the taps at columns
+/// `c0 + j + t·dilation` (t < kernel width) of each input row starting at `rows`.
+///
+/// # Safety
+/// AVX2+FMA; `out.len()` is a multiple of 8 and every such tap is inside its row of `xs`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn plain_row_avx2(
+    kind: PoolKind,
+    xs: &[f32],
+    rows: impl Iterator<Item = usize> + Clone,
+    c0: usize,
+    p: &Pool2d,
+    count: usize,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let xp = xs.as_ptr();
+    let (kw, dw) = (p.kernel[1], p.dilations[1]);
+    let scale = _mm256_set1_ps(if count == 0 {
+        f32::NAN
+    } else {
+        1.0 / count as f32
+    });
+    for j in (0..out.len()).step_by(8) {
+        let mut acc = None;
+        for r in rows.clone() {
+            for t in 0..kw {
+                let v = _mm256_loadu_ps(xp.add(r + c0 + j + t * dw));
+                acc = Some(match (acc, kind) {
+                    (None, _) => v,
+                    // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
+                    (Some(a), PoolKind::Max) => _mm256_max_ps(v, a),
+                    (Some(a), PoolKind::Average) => _mm256_add_ps(a, v),
+                });
+            }
+        }
+        let v = match (acc, kind) {
+            (None, PoolKind::Max) => _mm256_set1_ps(f32::NEG_INFINITY),
+            // All taps on padding: 0 (or NaN when nothing counts).
+            (None, PoolKind::Average) => _mm256_mul_ps(_mm256_setzero_ps(), scale),
+            (Some(a), PoolKind::Max) => a,
+            (Some(a), PoolKind::Average) => _mm256_mul_ps(a, scale),
+        };
+        _mm256_storeu_ps(out.as_mut_ptr().add(j), v);
+    }
+}
+
+/// 2-D pool over blocked `x` ([n, ceil(c/block), h, w, block]) into `y` ([n,
+/// ceil(c/block), OH, OW, block]). Pad lanes of the output are written as 0.
+#[allow(clippy::too_many_arguments)]
+pub fn pool2d_blocked(
+    kind: PoolKind,
+    p: &Pool2d,
+    x: &[f32],
+    dims: [usize; 4],
+    block: usize,
+    y: &mut [f32],
+    pool: Option<&Pool>,
+) {
+    pool2d_blocked_isa(isa::isa(), kind, p, x, dims, block, y, pool)
+}
+
+/// [`pool2d_blocked`] on the path `isa` asks for.
+#[allow(clippy::too_many_arguments)]
+pub fn pool2d_blocked_isa(
+    isa: Isa,
+    kind: PoolKind,
+    p: &Pool2d,
+    x: &[f32],
+    dims: [usize; 4],
+    block: usize,
+    y: &mut [f32],
+    pool: Option<&Pool>,
+) {
+    let [n, c, h, w] = dims;
+    let [oh, ow] = p.out_dims(h, w);
+    let cb = c.div_ceil(block);
+    assert!(x.len() >= n * cb * h * w * block && y.len() >= n * cb * oh * ow * block);
+    let (th, tw) = (axis_taps(p, 0, h, oh), axis_taps(p, 1, w, ow));
+    let yp = SyncPtr(y.as_mut_ptr());
+    let avx2 = math::use_avx2(isa) && block % 8 == 0;
+    let work = oh * ow * p.kernel[0] * p.kernel[1] * block;
+    let (xplane, yplane) = (h * w * block, oh * ow * block);
+    for_ranges(pool, n * cb, work, &|r| {
+        for plane in r {
+            let xs = &x[plane * xplane..(plane + 1) * xplane];
+            // SAFETY: each task writes only the output planes of its own range.
+            let ys =
+                unsafe { std::slice::from_raw_parts_mut(yp.get().add(plane * yplane), yplane) };
+            let mut acc = vec![0f32; block];
+            for i in 0..oh {
+                for j in 0..ow {
+                    let (fh, ch) = (th.first[i], th.count[i]);
+                    let (fw, cw) = (tw.first[j], tw.count[j]);
+                    let taps = (fh..fh + ch).flat_map(|a| {
+                        let row = coord(p, 0, i, a) * w;
+                        (fw..fw + cw).map(move |b| (row + coord(p, 1, j, b)) * block)
+                    });
+                    let out = &mut ys[(i * ow + j) * block..(i * ow + j + 1) * block];
+                    let count = match kind {
+                        PoolKind::Max => 1,
+                        PoolKind::Average if p.count_include_pad => th.padded[i] * tw.padded[j],
+                        PoolKind::Average => ch * cw,
+                    };
+                    #[cfg(target_arch = "x86_64")]
+                    if avx2 {
+                        // SAFETY: AVX2 checked; every tap offset + block is inside xs
+                        // and out holds block floats, block a multiple of 8.
+                        unsafe { reduce_avx2(kind, xs, taps, count, out) };
+                        continue;
+                    }
+                    let _ = avx2;
+                    let mut first = true;
+                    for t in taps {
+                        let v = &xs[t..t + block];
+                        if first {
+                            acc.copy_from_slice(v);
+                            first = false;
+                        } else {
+                            for (a, &v) in acc.iter_mut().zip(v) {
+                                match kind {
+                                    PoolKind::Max => {
+                                        if v > *a {
+                                            *a = v
+                                        }
+                                    }
+                                    PoolKind::Average => *a += v,
+                                }
+                            }
+                        }
+                    }
+                    if first {
+                        acc.fill(match kind {
+                            PoolKind::Max => f32::NEG_INFINITY,
+                            PoolKind::Average => 0.0,
+                        });
+                    }
+                    for (o, a) in out.iter_mut().zip(&acc) {
+                        *o = match kind {
+                            PoolKind::Max => *a,
+                            PoolKind::Average if count == 0 => f32::NAN,
+                            PoolKind::Average => a / count as f32,
+                        };
+                    }
+                }
+            }
+            if c % block != 0 && plane % cb == cb - 1 {
+                for px in ys.chunks_mut(block) {
+                    px[c % block..].fill(0.0);
+                }
+            }
+        }
+    });
+}
+
+/// One output pixel of a blocked pool: the reduction over `taps` (offsets into `xs`).
+///
+/// # Safety
+/// AVX2+FMA; `block = out.len()` is a multiple of 8 and each tap + block ≤ xs.len().
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn reduce_avx2(
+    kind: PoolKind,
+    xs: &[f32],
+    taps: impl Iterator<Item = usize>,
+    count: usize,
+    out: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let block = out.len();
+    let xp = xs.as_ptr();
+    let mut taps = taps.peekable();
+    if taps.peek().is_none() {
+        let v = match kind {
+            PoolKind::Max => f32::NEG_INFINITY,
+            PoolKind::Average if count == 0 => f32::NAN,
+            PoolKind::Average => 0.0,
+        };
+        out.fill(v);
+        return;
+    }
+    let taps: Vec<usize> = taps.collect();
+    let scale = _mm256_set1_ps(if count == 0 {
+        f32::NAN
+    } else {
+        1.0 / count as f32
+    });
+    let mut l = 0;
+    while l < block {
+        let mut a = _mm256_loadu_ps(xp.add(taps[0] + l));
+        for &t in &taps[1..] {
+            let v = _mm256_loadu_ps(xp.add(t + l));
+            a = match kind {
+                // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
+                PoolKind::Max => _mm256_max_ps(v, a),
+                PoolKind::Average => _mm256_add_ps(a, v),
+            };
+        }
+        if kind == PoolKind::Average {
+            a = _mm256_mul_ps(a, scale);
+        }
+        _mm256_storeu_ps(out.as_mut_ptr().add(l), a);
+        l += 8;
+    }
+}
+
+/// GlobalMaxPool / GlobalAveragePool over plain `x` ([n·c] rows of `hw`) into `y` ([n·c]).
+pub fn global_pool_nchw(
+    kind: PoolKind,
+    x: &[f32],
+    nc: usize,
+    hw: usize,
+    y: &mut [f32],
+    pool: Option<&Pool>,
+) {
+    global_pool_nchw_isa(isa::isa(), kind, x, nc, hw, y, pool)
+}
+
+/// [`global_pool_nchw`] on the path `isa` asks for.
+pub fn global_pool_nchw_isa(
+    isa: Isa,
+    kind: PoolKind,
+    x: &[f32],
+    nc: usize,
+    hw: usize,
+    y: &mut [f32],
+    pool: Option<&Pool>,
+) {
+    assert!(x.len() >= nc * hw && y.len() >= nc);
+    let yp = SyncPtr(y.as_mut_ptr());
+    let avx2 = math::use_avx2(isa);
+    for_ranges(pool, nc, hw, &|r| {
+        for row in r {
+            let xs = &x[row * hw..(row + 1) * hw];
+            #[cfg(target_arch = "x86_64")]
+            let v = if avx2 {
+                // SAFETY: AVX2 checked.
+                unsafe { reduce_row_avx2(kind, xs) }
+            } else {
+                reduce_row(kind, xs)
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let v = {
+                let _ = avx2;
+                reduce_row(kind, xs)
+            };
+            // SAFETY: row < nc ≤ y.len(); rows are disjoint per task.
+            unsafe { *yp.get().add(row) = v };
+        }
+    });
+}
+
+fn reduce_row(kind: PoolKind, xs: &[f32]) -> f32 {
+    match kind {
+        PoolKind::Max => xs.iter().fold(f32::NEG_INFINITY, |a, &v| a.max(v)),
+        PoolKind::Average => xs.iter().sum::<f32>() / xs.len() as f32,
+    }
+}
+
+/// # Safety
+/// AVX2+FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn reduce_row_avx2(kind: PoolKind, xs: &[f32]) -> f32 {
+    use super::softmax::{hmax, hsum};
+    use std::arch::x86_64::*;
+    let body = xs.len() / 8 * 8;
+    let p = xs.as_ptr();
+    let mut a = match kind {
+        PoolKind::Max => _mm256_set1_ps(f32::NEG_INFINITY),
+        PoolKind::Average => _mm256_setzero_ps(),
+    };
+    let mut j = 0;
+    while j < body {
+        let v = _mm256_loadu_ps(p.add(j));
+        a = match kind {
+            PoolKind::Max => _mm256_max_ps(a, v),
+            PoolKind::Average => _mm256_add_ps(a, v),
+        };
+        j += 8;
+    }
+    match kind {
+        PoolKind::Max => xs[body..].iter().fold(hmax(a), |m, &v| m.max(v)),
+        PoolKind::Average => (hsum(a) + xs[body..].iter().sum::<f32>()) / xs.len() as f32,
+    }
+}
+
+/// GlobalMaxPool / GlobalAveragePool over blocked `x` ([n·ceil(c/block)] planes of
+/// `hw × block`) into `y` ([n·ceil(c/block), block]); pad lanes come out 0.
+#[allow(clippy::too_many_arguments)]
+pub fn global_pool_blocked(
+    kind: PoolKind,
+    x: &[f32],
+    n: usize,
+    c: usize,
+    hw: usize,
+    block: usize,
+    y: &mut [f32],
+    pool: Option<&Pool>,
+) {
+    global_pool_blocked_isa(isa::isa(), kind, x, n, c, hw, block, y, pool)
+}
+
+/// [`global_pool_blocked`] on the path `isa` asks for.
+#[allow(clippy::too_many_arguments)]
+pub fn global_pool_blocked_isa(
+    isa: Isa,
+    kind: PoolKind,
+    x: &[f32],
+    n: usize,
+    c: usize,
+    hw: usize,
+    block: usize,
+    y: &mut [f32],
+    pool: Option<&Pool>,
+) {
+    let cb = c.div_ceil(block);
+    assert!(x.len() >= n * cb * hw * block && y.len() >= n * cb * block);
+    let yp = SyncPtr(y.as_mut_ptr());
+    let avx2 = math::use_avx2(isa);
+    for_ranges(pool, n * cb, hw * block, &|r| {
+        for plane in r {
+            let xs = &x[plane * hw * block..(plane + 1) * hw * block];
+            // SAFETY: each task writes only its own planes' block outputs.
+            let out = unsafe { std::slice::from_raw_parts_mut(yp.get().add(plane * block), block) };
+            #[cfg(target_arch = "x86_64")]
+            if avx2 {
+                // SAFETY: AVX2 checked.
+                unsafe { global_plane_avx2(kind, xs, hw, out) };
+            } else {
+                global_plane(kind, xs, hw, out);
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            {
+                let _ = avx2;
+                global_plane(kind, xs, hw, out);
+            }
+            if c % block != 0 && plane % cb == cb - 1 {
+                out[c % block..].fill(0.0);
+            }
+        }
+    });
+}
+
+/// One plane of a blocked global pool: lane-wise over whole pixels, which the compiler
+/// vectorizes (with AVX2 inside [`global_plane_avx2`]).
+#[inline(always)]
+fn global_plane(kind: PoolKind, xs: &[f32], hw: usize, out: &mut [f32]) {
+    match kind {
+        PoolKind::Max => out.fill(f32::NEG_INFINITY),
+        PoolKind::Average => out.fill(0.0),
+    }
+    for px in xs.chunks_exact(out.len()) {
+        match kind {
+            PoolKind::Max => out.iter_mut().zip(px).for_each(|(a, &v)| *a = a.max(v)),
+            PoolKind::Average => out.iter_mut().zip(px).for_each(|(a, &v)| *a += v),
+        }
+    }
+    if kind == PoolKind::Average {
+        let k = 1.0 / hw as f32;
+        out.iter_mut().for_each(|a| *a *= k);
+    }
+}
+
+/// [`global_plane`] compiled for AVX2.
+///
+/// # Safety
+/// AVX2+FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn global_plane_avx2(kind: PoolKind, xs: &[f32], hw: usize, out: &mut [f32]) {
+    global_plane(kind, xs, hw, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::kernels::math::tests::isas;
+    use crate::backend::cpu::kernels::reorder::{to_blocked, to_plain};
+    use crate::backend::cpu::kernels::testutil::{lcg_data, pools};
+    use crate::ir::ops::{self, EvalCtx};
+    use crate::ir::{Attr, Attrs};
+    use crate::tensor::Tensor;
+
+    fn interp(op: &str, p: &Pool2d, x: &Tensor, kind: PoolKind) -> Vec<Tensor> {
+        let mut a = Attrs::new();
+        if !op.starts_with("Global") {
+            let ints = |v: &[usize]| Attr::Ints(v.iter().map(|&v| v as i64).collect());
+            a.set("kernel_shape", ints(&p.kernel));
+            a.set("strides", ints(&p.strides));
+            a.set("dilations", ints(&p.dilations));
+            a.set("pads", ints(&[p.pads[0], p.pads[1], p.pads[2], p.pads[3]]));
+            a.set("ceil_mode", Attr::Int(p.ceil_mode as i64));
+            if kind == PoolKind::Average {
+                a.set("count_include_pad", Attr::Int(p.count_include_pad as i64));
+            }
+        }
+        let cx = EvalCtx {
+            inputs: &[Some(x)],
+            input_types: &[None],
+            attrs: &a,
+        };
+        ops::lookup(op).unwrap().eval(&cx).unwrap()
+    }
+
+    fn close(got: &[f32], want: &[f64], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (k, (g, w)) in got.iter().zip(want).enumerate() {
+            let ok = (g.is_nan() && w.is_nan()) || (*g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs());
+            assert!(ok, "{what} at {k}: {g} vs {w}");
+        }
+    }
+
+    fn geometries() -> Vec<Pool2d> {
+        let mut v = vec![];
+        for (k, s, d, pads, ceil, cip) in [
+            ([3, 3], [1, 1], [1, 1], [1, 1, 1, 1], false, false),
+            ([3, 3], [2, 2], [1, 1], [1, 1, 1, 1], true, true),
+            ([2, 3], [2, 1], [1, 1], [0, 1, 1, 0], false, true),
+            ([3, 2], [2, 3], [1, 1], [1, 0, 2, 1], true, false),
+            ([2, 2], [2, 2], [1, 1], [0, 0, 0, 0], true, false),
+            ([3, 3], [1, 2], [2, 2], [2, 1, 0, 2], true, false),
+            ([1, 1], [1, 1], [1, 1], [0, 0, 0, 0], false, false),
+        ] {
+            v.push(Pool2d {
+                kernel: k,
+                strides: s,
+                dilations: d,
+                pads,
+                ceil_mode: ceil,
+                count_include_pad: cip,
+            });
+        }
+        v
+    }
+
+    /// Against the interpreter's MaxPool/AveragePool: 1e-5 relative (+1e-5 absolute).
+    #[test]
+    fn pool2d_matches_interpreter() {
+        for pool in pools() {
+            for isa in isas() {
+                for &[n, c, h, w] in &[
+                    [1, 3, 7, 9],
+                    [2, 20, 8, 5],
+                    [1, 16, 11, 13],
+                    [1, 5, 1, 1],
+                    [1, 4, 6, 37],
+                ] {
+                    let x = lcg_data(n * c * h * w, 4.0, (c * h * w) as u64);
+                    let xt = Tensor::from_vec(&[n, c, h, w], x.clone()).unwrap();
+                    let block = 16;
+                    let cb = c.div_ceil(block);
+                    let mut xb = vec![f32::NAN; n * cb * h * w * block];
+                    to_blocked(&x, &mut xb, n, c, h * w, block, pool.as_ref());
+                    for p in geometries() {
+                        if p.out_len(0, h).is_none() || p.out_len(1, w).is_none() {
+                            continue;
+                        }
+                        // Dilated average pools are not in ONNX's AveragePool for all
+                        // versions, but the interpreter takes them: test both kinds.
+                        for (kind, op) in [
+                            (PoolKind::Max, "MaxPool"),
+                            (PoolKind::Average, "AveragePool"),
+                        ] {
+                            let outs = interp(op, &p, &xt, kind);
+                            let [oh, ow] = p.out_dims(h, w);
+                            assert_eq!(outs[0].shape(), &[n, c, oh, ow]);
+                            let want = outs[0].to_f64_vec();
+                            let mut y = vec![0.0; n * c * oh * ow];
+                            let mut idx = vec![0i64; y.len()];
+                            let ix = (kind == PoolKind::Max).then_some(&mut idx[..]);
+                            pool2d_nchw_isa(
+                                isa,
+                                kind,
+                                &p,
+                                &x,
+                                [n, c, h, w],
+                                &mut y,
+                                ix,
+                                pool.as_ref(),
+                            );
+                            if kind == PoolKind::Max {
+                                // Without indices (the AVX2 row path).
+                                let mut y2 = vec![0.0; y.len()];
+                                pool2d_nchw_isa(
+                                    isa,
+                                    kind,
+                                    &p,
+                                    &x,
+                                    [n, c, h, w],
+                                    &mut y2,
+                                    None,
+                                    pool.as_ref(),
+                                );
+                                close(&y2, &want, "MaxPool without indices");
+                            }
+                            let what = format!("{op} {p:?} {:?} {}", [n, c, h, w], isa.name());
+                            close(&y, &want, &what);
+                            if kind == PoolKind::Max {
+                                assert_eq!(idx, outs[1].to_i64_vec(), "{what} indices");
+                            }
+                            let mut yb = vec![0.0; n * cb * oh * ow * block];
+                            pool2d_blocked_isa(
+                                isa,
+                                kind,
+                                &p,
+                                &xb,
+                                [n, c, h, w],
+                                block,
+                                &mut yb,
+                                pool.as_ref(),
+                            );
+                            let mut yp = vec![0.0; n * c * oh * ow];
+                            to_plain(&yb, &mut yp, n, c, oh * ow, block, pool.as_ref());
+                            close(&yp, &want, &format!("{what} blocked"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn global_pools_match_interpreter() {
+        for pool in pools() {
+            for isa in isas() {
+                for &[n, c, h, w] in &[[1, 3, 7, 9], [2, 20, 8, 5], [1, 16, 1, 1], [3, 33, 30, 30]]
+                {
+                    let x = lcg_data(n * c * h * w, 4.0, (c * h) as u64);
+                    let xt = Tensor::from_vec(&[n, c, h, w], x.clone()).unwrap();
+                    for (kind, op) in [
+                        (PoolKind::Max, "GlobalMaxPool"),
+                        (PoolKind::Average, "GlobalAveragePool"),
+                    ] {
+                        let want = interp(op, &Pool2d::new([1, 1]), &xt, kind)[0].to_f64_vec();
+                        let mut y = vec![0.0; n * c];
+                        global_pool_nchw_isa(isa, kind, &x, n * c, h * w, &mut y, pool.as_ref());
+                        close(&y, &want, op);
+                        for block in [8, 16] {
+                            let cb = c.div_ceil(block);
+                            let mut xb = vec![0.0; n * cb * h * w * block];
+                            to_blocked(&x, &mut xb, n, c, h * w, block, pool.as_ref());
+                            let mut yb = vec![0.0; n * cb * block];
+                            global_pool_blocked(
+                                kind,
+                                &xb,
+                                n,
+                                c,
+                                h * w,
+                                block,
+                                &mut yb,
+                                pool.as_ref(),
+                            );
+                            let mut yp = vec![0.0; n * c];
+                            to_plain(&yb, &mut yp, n, c, 1, block, pool.as_ref());
+                            close(&yp, &want, &format!("{op} blocked {block}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! Softmax and LogSoftmax over the last axis of a `[rows, n]` buffer.
+use super::math;
+use super::par::{for_ranges, SyncPtr};
+use crate::backend::cpu::isa::{self, Isa};
+use crate::backend::cpu::pool::Pool;
+
+/// Softmax of each length-`n` row of `src` into `dst`.
+pub fn softmax(src: &[f32], dst: &mut [f32], rows: usize, n: usize, pool: Option<&Pool>) {
+    softmax_isa(isa::isa(), src, dst, rows, n, pool)
+}
+
+/// Softmax of each length-`n` row of `x`, in place.
+pub fn softmax_inplace(x: &mut [f32], rows: usize, n: usize, pool: Option<&Pool>) {
+    softmax_inplace_isa(isa::isa(), x, rows, n, pool)
+}
+
+/// LogSoftmax of each length-`n` row of `src` into `dst`.
+pub fn log_softmax(src: &[f32], dst: &mut [f32], rows: usize, n: usize, pool: Option<&Pool>) {
+    log_softmax_isa(isa::isa(), src, dst, rows, n, pool)
+}
+
+/// LogSoftmax of each length-`n` row of `x`, in place.
+pub fn log_softmax_inplace(x: &mut [f32], rows: usize, n: usize, pool: Option<&Pool>) {
+    log_softmax_inplace_isa(isa::isa(), x, rows, n, pool)
+}
+
+/// [`softmax`] on the path `isa` asks for.
+pub fn softmax_isa(
+    isa: Isa,
+    src: &[f32],
+    dst: &mut [f32],
+    rows: usize,
+    n: usize,
+    pool: Option<&Pool>,
+) {
+    assert!(src.len() >= rows * n && dst.len() >= rows * n);
+    run(isa, src.as_ptr(), dst.as_mut_ptr(), rows, n, false, pool)
+}
+
+/// [`softmax_inplace`] on the path `isa` asks for.
+pub fn softmax_inplace_isa(isa: Isa, x: &mut [f32], rows: usize, n: usize, pool: Option<&Pool>) {
+    assert!(x.len() >= rows * n);
+    let p = x.as_mut_ptr();
+    run(isa, p, p, rows, n, false, pool)
+}
+
+/// [`log_softmax`] on the path `isa` asks for.
+pub fn log_softmax_isa(
+    isa: Isa,
+    src: &[f32],
+    dst: &mut [f32],
+    rows: usize,
+    n: usize,
+    pool: Option<&Pool>,
+) {
+    assert!(src.len() >= rows * n && dst.len() >= rows * n);
+    run(isa, src.as_ptr(), dst.as_mut_ptr(), rows, n, true, pool)
+}
+
+/// [`log_softmax_inplace`] on the path `isa` asks for.
+pub fn log_softmax_inplace_isa(
+    isa: Isa,
+    x: &mut [f32],
+    rows: usize,
+    n: usize,
+    pool: Option<&Pool>,
+) {
+    assert!(x.len() >= rows * n);
+    let p = x.as_mut_ptr();
+    run(isa, p, p, rows, n, true, pool)
+}
+
+/// `src` and `dst` hold `rows · n` floats (checked by the callers) and are either the
+/// same buffer or disjoint.
+fn run(
+    isa: Isa,
+    src: *const f32,
+    dst: *mut f32,
+    rows: usize,
+    n: usize,
+    log: bool,
+    pool: Option<&Pool>,
+) {
+    if n == 0 {
+        return;
+    }
+    let (src, dst) = (SyncPtr(src as *mut f32), SyncPtr(dst));
+    let avx2 = math::use_avx2(isa);
+    for_ranges(pool, rows, n * 4, &|r| {
+        for i in r {
+            // SAFETY: row i < rows lies inside both buffers; rows are disjoint per task.
+            unsafe {
+                let (s, d) = (src.get().add(i * n) as *const f32, dst.get().add(i * n));
+                #[cfg(target_arch = "x86_64")]
+                if avx2 {
+                    avx2_row(s, d, n, log);
+                    continue;
+                }
+                let _ = avx2;
+                scalar_row(s, d, n, log);
+            }
+        }
+    });
+}
+
+/// # Safety
+/// `s` readable and `d` writable for `n` floats (possibly the same).
+unsafe fn scalar_row(s: *const f32, d: *mut f32, n: usize, log: bool) {
+    let mut max = f32::NEG_INFINITY;
+    for j in 0..n {
+        max = max.max(*s.add(j));
+    }
+    let mut sum = 0.0f32;
+    if log {
+        for j in 0..n {
+            sum += math::exp(*s.add(j) - max);
+        }
+        let k = max + sum.ln();
+        for j in 0..n {
+            *d.add(j) = *s.add(j) - k;
+        }
+    } else {
+        for j in 0..n {
+            let e = math::exp(*s.add(j) - max);
+            *d.add(j) = e;
+            sum += e;
+        }
+        let k = 1.0 / sum;
+        for j in 0..n {
+            *d.add(j) *= k;
+        }
+    }
+}
+
+/// # Safety
+/// AVX2+FMA; `s` readable and `d` writable for `n` floats (possibly the same).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn avx2_row(s: *const f32, d: *mut f32, n: usize, log: bool) {
+    use std::arch::x86_64::*;
+    let body = n / 8 * 8;
+    // Max: vector lanes, then the tail.
+    let mut vmax = _mm256_set1_ps(f32::NEG_INFINITY);
+    let mut j = 0;
+    while j < body {
+        vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s.add(j)));
+        j += 8;
+    }
+    let mut max = hmax(vmax);
+    for j in body..n {
+        max = max.max(*s.add(j));
+    }
+    let vm = _mm256_set1_ps(max);
+    let mut vsum = _mm256_setzero_ps();
+    j = 0;
+    while j < body {
+        let e = math::avx2::exp(_mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm));
+        if !log {
+            _mm256_storeu_ps(d.add(j), e);
+        }
+        vsum = _mm256_add_ps(vsum, e);
+        j += 8;
+    }
+    let mut sum = hsum(vsum);
+    if body < n {
+        // The tail through one padded vector, so that it gets the same exp.
+        let mut buf = [f32::NEG_INFINITY; 8];
+        std::ptr::copy_nonoverlapping(s.add(body), buf.as_mut_ptr(), n - body);
+        let e = math::avx2::exp(_mm256_sub_ps(_mm256_loadu_ps(buf.as_ptr()), vm));
+        _mm256_storeu_ps(buf.as_mut_ptr(), e);
+        for (k, &v) in buf[..n - body].iter().enumerate() {
+            sum += v;
+            if !log {
+                *d.add(body + k) = v;
+            }
+        }
+    }
+    if log {
+        let k = _mm256_set1_ps(max + sum.ln());
+        j = 0;
+        while j < body {
+            _mm256_storeu_ps(d.add(j), _mm256_sub_ps(_mm256_loadu_ps(s.add(j)), k));
+            j += 8;
+        }
+        let k = max + sum.ln();
+        for j in body..n {
+            *d.add(j) = *s.add(j) - k;
+        }
+    } else {
+        let k = 1.0 / sum;
+        let vk = _mm256_set1_ps(k);
+        j = 0;
+        while j < body {
+            _mm256_storeu_ps(d.add(j), _mm256_mul_ps(_mm256_loadu_ps(d.add(j)), vk));
+            j += 8;
+        }
+        for j in body..n {
+            *d.add(j) *= k;
+        }
+    }
+}
+
+/// The largest lane.
+///
+/// # Safety
+/// AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn hmax(v: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let m = _mm_max_ss(m, _mm_shuffle_ps::<1>(m, m));
+    _mm_cvtss_f32(m)
+}
+
+/// The sum of the lanes.
+///
+/// # Safety
+/// AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn hsum(v: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    let m = _mm_add_ss(m, _mm_shuffle_ps::<1>(m, m));
+    _mm_cvtss_f32(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::kernels::math::tests::isas;
+    use crate::backend::cpu::kernels::testutil::{lcg_data, pools};
+
+    fn reference(x: &[f32], n: usize, log: bool) -> Vec<f64> {
+        let mut out = vec![];
+        for row in x.chunks(n) {
+            let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+            let sum: f64 = row.iter().map(|&v| (v as f64 - max).exp()).sum();
+            out.extend(row.iter().map(|&v| {
+                if log {
+                    v as f64 - max - sum.ln()
+                } else {
+                    (v as f64 - max).exp() / sum
+                }
+            }));
+        }
+        out
+    }
+
+    /// Softmax: 4e-6 relative + 1e-9 absolute; LogSoftmax: 2e-6 relative + 2e-6 absolute.
+    #[test]
+    fn matches_f64_reference() {
+        for pool in pools() {
+            for isa in isas() {
+                for &(rows, n) in &[(1, 1), (3, 7), (5, 9), (2, 33), (7, 100), (300, 257)] {
+                    let x = lcg_data(rows * n, 8.0, rows as u64 * 31 + n as u64);
+                    for log in [false, true] {
+                        let want = reference(&x, n, log);
+                        let mut y = vec![0.0; rows * n];
+                        let mut z = x.clone();
+                        if log {
+                            log_softmax_isa(isa, &x, &mut y, rows, n, pool.as_ref());
+                            log_softmax_inplace_isa(isa, &mut z, rows, n, pool.as_ref());
+                        } else {
+                            softmax_isa(isa, &x, &mut y, rows, n, pool.as_ref());
+                            softmax_inplace_isa(isa, &mut z, rows, n, pool.as_ref());
+                        }
+                        assert_eq!(y, z, "in place differs");
+                        for (g, w) in y.iter().zip(&want) {
+                            let tol = if log {
+                                2e-6 + 2e-6 * w.abs()
+                            } else {
+                                1e-9 + 4e-6 * w
+                            };
+                            assert!(
+                                (*g as f64 - w).abs() <= tol,
+                                "{} rows={rows} n={n} log={log}: {g} vs {w}",
+                                isa.name()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn matches_interpreter_op() {
+        use crate::ir::ops::{self, EvalCtx};
+        use crate::ir::Attrs;
+        use crate::tensor::Tensor;
+        let (rows, n) = (6, 21);
+        let x = lcg_data(rows * n, 5.0, 7);
+        let t = Tensor::from_vec(&[2, 3, n], x.clone()).unwrap();
+        for (name, log) in [("Softmax", false), ("LogSoftmax", true)] {
+            let attrs = Attrs::new();
+            let cx = EvalCtx {
+                inputs: &[Some(&t)],
+                input_types: &[None],
+                attrs: &attrs,
+            };
+            let want = ops::lookup(name).unwrap().eval(&cx).unwrap()[0].to_f64_vec();
+            let mut y = vec![0.0; rows * n];
+            if log {
+                log_softmax(&x, &mut y, rows, n, None);
+            } else {
+                softmax(&x, &mut y, rows, n, None);
+            }
+            for (g, w) in y.iter().zip(&want) {
+                assert!((*g as f64 - w).abs() <= 2e-6 + 2e-6 * w.abs(), "{name}");
+            }
+        }
+    }
+}
