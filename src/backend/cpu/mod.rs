@@ -56,6 +56,9 @@ impl Backend for CpuBackend {
             pool: Pool::new(self.threads),
             programs: RwLock::new(HashMap::new()),
             arenas: Mutex::new(vec![]),
+            profile: std::env::var("KILN_PROFILE")
+                .is_ok_and(|v| v == "1")
+                .then(Default::default),
         };
         // Static inputs: build the one program now, so errors show at compile time.
         if let Some(shapes) = static_input_shapes(graph) {
@@ -87,6 +90,8 @@ pub struct CpuExecutable {
     programs: RwLock<HashMap<Vec<Vec<usize>>, Arc<Compiled>>>,
     /// Arenas of finished runs, reused by the next ones (one per concurrent run).
     arenas: Mutex<Vec<AlignedBuf>>,
+    /// `KILN_PROFILE=1`: time per step, summed over runs and printed when dropped.
+    profile: Option<Mutex<HashMap<(String, &'static str), (f64, usize)>>>,
 }
 
 impl CpuExecutable {
@@ -155,10 +160,19 @@ impl CpuExecutable {
         };
         let mut result = Ok(());
         for step in &p.steps {
+            let t = self.profile.as_ref().map(|_| std::time::Instant::now());
             // SAFETY: the arena has the program's size and the inputs its types (checked).
             if let Err(e) = unsafe { step.kernel.run(&cx) } {
                 result = Err(Error::Runtime(format!("{}: {e}", step.node)));
                 break;
+            }
+            if let (Some(profile), Some(t)) = (&self.profile, t) {
+                let mut profile = profile.lock().unwrap_or_else(|e| e.into_inner());
+                let entry = profile
+                    .entry((step.node.clone(), step.kernel.kind()))
+                    .or_default();
+                entry.0 += t.elapsed().as_secs_f64();
+                entry.1 += 1;
             }
         }
         let outputs = result.and_then(|()| {
@@ -173,6 +187,32 @@ impl CpuExecutable {
             .unwrap_or_else(|e| e.into_inner())
             .push(arena);
         outputs
+    }
+}
+
+impl Drop for CpuExecutable {
+    fn drop(&mut self) {
+        let Some(profile) = &self.profile else { return };
+        let profile = profile.lock().unwrap_or_else(|e| e.into_inner());
+        let mut by_kind: HashMap<&str, (f64, usize)> = HashMap::new();
+        for ((_, kind), (t, n)) in profile.iter() {
+            let e = by_kind.entry(kind).or_default();
+            e.0 += t;
+            e.1 += n;
+        }
+        let total: f64 = by_kind.values().map(|v| v.0).sum();
+        let mut kinds: Vec<_> = by_kind.into_iter().collect();
+        kinds.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+        eprintln!("kiln profile: time per kernel kind (all runs)");
+        for (kind, (t, n)) in kinds {
+            eprintln!("  {kind:<14} {:>9.2} ms  {:5.1}%  ({n} calls)", t * 1e3, 100.0 * t / total);
+        }
+        let mut steps: Vec<_> = profile.iter().collect();
+        steps.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+        eprintln!("kiln profile: slowest steps");
+        for ((node, kind), (t, n)) in steps.into_iter().take(12) {
+            eprintln!("  {:>9.3} ms/run  {kind:<14} {node}", t * 1e3 / *n as f64);
+        }
     }
 }
 
