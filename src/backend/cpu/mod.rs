@@ -205,7 +205,11 @@ impl Drop for CpuExecutable {
         kinds.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
         eprintln!("kiln profile: time per kernel kind (all runs)");
         for (kind, (t, n)) in kinds {
-            eprintln!("  {kind:<14} {:>9.2} ms  {:5.1}%  ({n} calls)", t * 1e3, 100.0 * t / total);
+            eprintln!(
+                "  {kind:<14} {:>9.2} ms  {:5.1}%  ({n} calls)",
+                t * 1e3,
+                100.0 * t / total
+            );
         }
         let mut steps: Vec<_> = profile.iter().collect();
         steps.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));

@@ -136,9 +136,15 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     }
     let packed = match b.constant(1) {
         Some(_) if batches.len() == 1 => {
-            let Loc::Const(p) = bm.loc else { unreachable!("a constant lives in the program") };
+            let Loc::Const(p) = bm.loc else {
+                unreachable!("a constant lives in the program")
+            };
             let p = p as *const f32;
-            let view = if trans_b { Mat::rows(p, k).t() } else { Mat::rows(p, n) };
+            let view = if trans_b {
+                Mat::rows(p, k).t()
+            } else {
+                Mat::rows(p, n)
+            };
             // SAFETY: the constant holds B's k×n elements.
             Some(unsafe { PackedB::new(k, n, view) })
         }

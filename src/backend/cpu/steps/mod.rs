@@ -6,8 +6,10 @@ use crate::ir::{Graph, Node, NodeId};
 use crate::tensor::Tensor;
 
 pub mod conv;
+pub mod eltwise;
 pub mod fallback;
 pub mod matmul;
+pub mod nn;
 pub mod view;
 
 /// What a family builder sees of a node.
@@ -51,7 +53,13 @@ impl Build<'_> {
 type Builder = fn(&Build) -> Result<Option<Box<dyn Kernel>>, String>;
 
 /// The family builders, tried in order.
-const FAMILIES: &[Builder] = &[matmul::build, conv::build, view::build];
+const FAMILIES: &[Builder] = &[
+    matmul::build,
+    conv::build,
+    nn::build,
+    eltwise::build,
+    view::build,
+];
 
 /// The kernel for `b`'s node: the first family that covers it, else the fallback.
 pub fn build(b: &Build) -> Result<Box<dyn Kernel>, String> {

@@ -1,0 +1,279 @@
+//! Pooling, layout reorders, softmax and layer normalization: the memory-bound ops
+//! around the convolutions and products, each one vectorized kernel over the arena.
+use crate::backend::cpu::kernels::pooling::{Pool2d, PoolKind};
+use crate::backend::cpu::kernels::{norm, pooling, reorder, softmax};
+use crate::backend::cpu::program::{Cx, Kernel, Slot};
+
+use super::Build;
+
+/// The f32 elements of `s`, read-only.
+unsafe fn read<'a>(cx: &Cx, s: &Slot) -> &'a [f32] {
+    std::slice::from_raw_parts(cx.f32(s), s.elements())
+}
+
+/// The f32 elements of `s`, to write; `s` must not overlap what is read alongside.
+#[allow(clippy::mut_from_ref)]
+unsafe fn write<'a>(cx: &Cx, s: &Slot) -> &'a mut [f32] {
+    std::slice::from_raw_parts_mut(cx.f32_mut(s), s.elements())
+}
+
+enum Nn {
+    Pool {
+        kind: PoolKind,
+        p: Pool2d,
+        dims: [usize; 4],
+        indices: Option<Slot>,
+    },
+    GlobalPool {
+        kind: PoolKind,
+        nc: usize,
+        hw: usize,
+    },
+    Block {
+        n: usize,
+        c: usize,
+        spatial: usize,
+        block: usize,
+    },
+    Unblock {
+        n: usize,
+        c: usize,
+        spatial: usize,
+        block: usize,
+    },
+    Softmax {
+        rows: usize,
+        n: usize,
+        log: bool,
+    },
+    LayerNorm {
+        rows: usize,
+        n: usize,
+        eps: f32,
+        scale: Slot,
+        bias: Option<Slot>,
+        stats: Option<(Slot, Slot)>,
+    },
+}
+
+struct NnStep {
+    what: Nn,
+    x: Slot,
+    y: Slot,
+}
+
+/// Whether anything reads output `k` of the node (a graph output counts).
+fn used(b: &Build, k: u32) -> bool {
+    let v = b.id.out(k);
+    b.g.outputs().iter().any(|o| o.value == v)
+        || b.g.nodes().iter().any(|n| n.inputs.contains(&Some(v)))
+}
+
+pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+    let op = b.node.op.as_str();
+    let attrs = &b.node.attrs;
+    let Some(x) = b.input(0) else { return Ok(None) };
+    if x.dtype != crate::ir::DType::F32 || b.outs[0].dtype != crate::ir::DType::F32 {
+        return Ok(None);
+    }
+    let y = &b.outs[0];
+    let last_axis = |default: i64| -> Result<bool, String> {
+        let axis = attrs.int_or("axis", default)?;
+        Ok(axis == -1 || axis == x.shape.len() as i64 - 1)
+    };
+    let row_split = || {
+        let n = *x.shape.last().unwrap_or(&1);
+        (x.elements() / n.max(1), n)
+    };
+    let what = match op {
+        "MaxPool" | "AveragePool" => {
+            if x.shape.len() != 4 || attrs.string_or("auto_pad", "NOTSET")? != "NOTSET" {
+                return Ok(None);
+            }
+            let two = |name: &str, d: usize| -> Result<Option<[usize; 2]>, String> {
+                Ok(match attrs.ints(name)? {
+                    Some(&[a, b]) => Some([a as usize, b as usize]),
+                    Some(_) => None,
+                    None => Some([d; 2]),
+                })
+            };
+            let (Some(kernel), Some(strides), Some(dilations)) = (
+                two("kernel_shape", 1)?,
+                two("strides", 1)?,
+                two("dilations", 1)?,
+            ) else {
+                return Ok(None);
+            };
+            let pads = match attrs.ints("pads")? {
+                Some(&[t, l, bo, r]) => [t as usize, l as usize, bo as usize, r as usize],
+                Some(_) => return Ok(None),
+                None => [0; 4],
+            };
+            let kind = if op == "MaxPool" {
+                PoolKind::Max
+            } else {
+                PoolKind::Average
+            };
+            if kind == PoolKind::Max && attrs.int_or("storage_order", 0)? != 0 {
+                return Ok(None);
+            }
+            if kernel.contains(&0) || strides.contains(&0) || dilations.contains(&0) {
+                return Ok(None);
+            }
+            let p = Pool2d {
+                kernel,
+                strides,
+                dilations,
+                pads,
+                ceil_mode: attrs.int_or("ceil_mode", 0)? != 0,
+                count_include_pad: attrs.int_or("count_include_pad", 0)? != 0,
+            };
+            if p.out_len(0, x.shape[2]).is_none() || p.out_len(1, x.shape[3]).is_none() {
+                return Ok(None);
+            }
+            let [oh, ow] = p.out_dims(x.shape[2], x.shape[3]);
+            if y.shape[2..] != [oh, ow] {
+                return Err(format!("output {:?} is not {oh}×{ow}", y.shape));
+            }
+            let indices = (b.outs.len() > 1 && used(b, 1)).then(|| b.outs[1].clone());
+            let dims = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
+            Nn::Pool {
+                kind,
+                p,
+                dims,
+                indices,
+            }
+        }
+        "GlobalAveragePool" | "GlobalMaxPool" if x.shape.len() >= 3 => Nn::GlobalPool {
+            kind: if op == "GlobalMaxPool" {
+                PoolKind::Max
+            } else {
+                PoolKind::Average
+            },
+            nc: x.shape[0] * x.shape[1],
+            hw: x.shape[2..].iter().product(),
+        },
+        "Reorder" => {
+            let block = attrs.int_or("block", 16)? as usize;
+            match attrs.string_or("to", "blocked")? {
+                "blocked" => Nn::Block {
+                    n: x.shape[0],
+                    c: x.shape[1],
+                    spatial: x.shape[2..].iter().product(),
+                    block,
+                },
+                _ => Nn::Unblock {
+                    n: y.shape[0],
+                    c: y.shape[1],
+                    spatial: y.shape[2..].iter().product(),
+                    block,
+                },
+            }
+        }
+        "Softmax" | "LogSoftmax" if last_axis(-1)? => {
+            let (rows, n) = row_split();
+            Nn::Softmax {
+                rows,
+                n,
+                log: op == "LogSoftmax",
+            }
+        }
+        "LayerNormalization" if last_axis(-1)? => {
+            let (rows, n) = row_split();
+            let Some(scale) = b.input(1).filter(|s| s.elements() == n) else {
+                return Ok(None);
+            };
+            let bias = b.input(2).cloned();
+            if bias.as_ref().is_some_and(|s| s.elements() != n) {
+                return Ok(None);
+            }
+            let stats = (b.outs.len() == 3 && (used(b, 1) || used(b, 2)))
+                .then(|| (b.outs[1].clone(), b.outs[2].clone()));
+            if stats
+                .as_ref()
+                .is_some_and(|(m, s)| m.dtype != x.dtype || s.dtype != x.dtype)
+            {
+                return Ok(None);
+            }
+            Nn::LayerNorm {
+                rows,
+                n,
+                eps: attrs.float_or("epsilon", 1e-5)? as f32,
+                scale: scale.clone(),
+                bias,
+                stats,
+            }
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(Box::new(NnStep {
+        what,
+        x: x.clone(),
+        y: y.clone(),
+    })))
+}
+
+impl Kernel for NnStep {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        let (x, y, pool) = (read(cx, &self.x), write(cx, &self.y), cx.pool);
+        match &self.what {
+            Nn::Pool {
+                kind,
+                p,
+                dims,
+                indices,
+            } => {
+                let idx = indices.as_ref().map(|s| {
+                    std::slice::from_raw_parts_mut(cx.ptr(s.loc) as *mut i64, s.elements())
+                });
+                pooling::pool2d_nchw(*kind, p, x, *dims, y, idx, pool)
+            }
+            Nn::GlobalPool { kind, nc, hw } => {
+                pooling::global_pool_nchw(*kind, x, *nc, *hw, y, pool)
+            }
+            Nn::Block {
+                n,
+                c,
+                spatial,
+                block,
+            } => reorder::to_blocked(x, y, *n, *c, *spatial, *block, pool),
+            Nn::Unblock {
+                n,
+                c,
+                spatial,
+                block,
+            } => reorder::to_plain(x, y, *n, *c, *spatial, *block, pool),
+            Nn::Softmax {
+                rows,
+                n,
+                log: false,
+            } => softmax::softmax(x, y, *rows, *n, pool),
+            Nn::Softmax { rows, n, log: true } => softmax::log_softmax(x, y, *rows, *n, pool),
+            Nn::LayerNorm {
+                rows,
+                n,
+                eps,
+                scale,
+                bias,
+                stats,
+            } => {
+                let stats = stats.as_ref().map(|(m, s)| norm::NormStats {
+                    mean: write(cx, m),
+                    inv_std: write(cx, s),
+                });
+                let bias = bias.as_ref().map(|s| read(cx, s));
+                norm::layer_norm(x, y, *rows, *n, read(cx, scale), bias, *eps, stats, pool)
+            }
+        }
+        Ok(())
+    }
+    fn kind(&self) -> &'static str {
+        match self.what {
+            Nn::Pool { .. } => "pool",
+            Nn::GlobalPool { .. } => "global-pool",
+            Nn::Block { .. } | Nn::Unblock { .. } => "reorder",
+            Nn::Softmax { .. } => "softmax",
+            Nn::LayerNorm { .. } => "layernorm",
+        }
+    }
+}
