@@ -82,6 +82,9 @@ pub enum Compiled {
     Interp(InterpExecutable),
 }
 
+/// Seconds and calls per (step, kernel kind).
+type Profile = HashMap<(String, &'static str), (f64, usize)>;
+
 pub struct CpuExecutable {
     /// The verified, unoptimized graph (specialized per signature, then optimized).
     graph: Graph,
@@ -91,7 +94,7 @@ pub struct CpuExecutable {
     /// Arenas of finished runs, reused by the next ones (one per concurrent run).
     arenas: Mutex<Vec<AlignedBuf>>,
     /// `KILN_PROFILE=1`: time per step, summed over runs and printed when dropped.
-    profile: Option<Mutex<HashMap<(String, &'static str), (f64, usize)>>>,
+    profile: Option<Mutex<Profile>>,
 }
 
 impl CpuExecutable {
