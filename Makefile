@@ -20,7 +20,7 @@ lint: deps
 
 # Every test: format, lints, exporter-style ONNX models against onnxruntime (before and
 # after the pass pipeline; they stay in target/real-models for the compiler's tests),
-# the Rust suites (snapshots must match: no .snap.new may be left; the ONNX node suite
+# the Rust suites (the CPU backend's again on its portable kernels; snapshots must match: no .snap.new may be left; the ONNX node suite
 # is generated first, by a pinned onnx in target/py), the C ABI tests under valgrind,
 # the CMake package (install, find_package from a consumer, shared and static, ctest,
 # pkg-config), and the demo under valgrind so that the CLI path is leak- and error-free.
@@ -28,6 +28,7 @@ test: lint
 	scripts/onnx-node-tests.sh
 	scripts/test-onnx-models.sh
 	INSTA_UPDATE=no KILN_REQUIRE_ONNX_SUITE=1 $(CARGO) test --all-targets
+	KILN_CPU_ISA=portable $(CARGO) test --test cpu_backend
 	@if find . -name '*.snap.new' -not -path './target/*' | grep -q .; then \
 	  echo "stale insta snapshots (review with cargo insta review):"; \
 	  find . -name '*.snap.new' -not -path './target/*'; exit 1; fi

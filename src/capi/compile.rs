@@ -69,8 +69,11 @@ pub unsafe extern "C" fn kiln_compile_options_set_backend(
     })
 }
 
-/// The number of threads one run may use; 0 means all cores. A hint: the reference
-/// interpreter runs each call on the calling thread.
+/// The number of threads one run may use; 0 means one per core. The `"cpu"` device
+/// gives each executable a pool of that many threads (the calling thread is one of
+/// them; idle workers sleep); when several threads run one executable at once, one run
+/// uses the pool and the others run on their own thread. The `"interp"` device runs
+/// each call on the calling thread.
 ///
 /// # Safety
 /// `o` is a live options handle.

@@ -172,6 +172,47 @@ pub fn pool2d_nchw_isa(
     let (th, tw) = (axis_taps(p, 0, h, oh), axis_taps(p, 1, w, ow));
     let yp = SyncPtr(y.as_mut_ptr());
     let work = oh * ow * p.kernel[0] * p.kernel[1];
+    #[cfg(target_arch = "x86_64")]
+    if math::use_avx2(isa) && idx.is_none() && p.strides[1] > 1 && w <= STRIDED_ROW_MAX {
+        for_ranges(pool, n * c, work, &|r| {
+            let mut col = [0f32; STRIDED_ROW_MAX];
+            for plane in r {
+                let xs = &x[plane * h * w..(plane + 1) * h * w];
+                // SAFETY: each task writes only the output planes of its own range.
+                let ys = unsafe {
+                    std::slice::from_raw_parts_mut(yp.get().add(plane * oh * ow), oh * ow)
+                };
+                for i in 0..oh {
+                    let (fh, ch) = (th.first[i], th.count[i]);
+                    let rows = (fh..fh + ch).map(|a| coord(p, 0, i, a) * w);
+                    // SAFETY: AVX2 checked; every row start is inside the plane.
+                    unsafe { reduce_rows_avx2(kind, xs, rows, &mut col[..w]) };
+                    for j in 0..ow {
+                        let (fw, cw) = (tw.first[j], tw.count[j]);
+                        let taps = (fw..fw + cw).map(|b| col[coord(p, 1, j, b)]);
+                        ys[i * ow + j] = match kind {
+                            PoolKind::Max => taps
+                                .reduce(|best, v| if v > best { v } else { best })
+                                .unwrap_or(f32::NEG_INFINITY),
+                            PoolKind::Average => {
+                                let count = if p.count_include_pad {
+                                    th.padded[i] * tw.padded[j]
+                                } else {
+                                    ch * cw
+                                };
+                                if count == 0 {
+                                    f32::NAN
+                                } else {
+                                    taps.sum::<f32>() / count as f32
+                                }
+                            }
+                        };
+                    }
+                }
+            }
+        });
+        return;
+    }
     // Outputs vlo..vhi of each row: horizontal taps all inside, a multiple of 8.
     let vec_ok = math::use_avx2(isa) && p.strides[1] == 1 && idx.is_none();
     let extent = (p.kernel[1] - 1) * p.dilations[1];
@@ -255,6 +296,59 @@ pub fn pool2d_nchw_isa(
             }
         }
     });
+}
+
+/// The widest row the strided path reduces in a stack buffer (wider rows take the
+/// general path).
+const STRIDED_ROW_MAX: usize = 2048;
+
+/// `col[c]` = the max or sum over `rows` (offsets of input rows in `xs`) of column `c`,
+/// each column reduced top row first (so a NaN there stays, as in the scalar path).
+/// With no rows, the identity (-inf or 0).
+///
+/// # Safety
+/// AVX2; every row start plus `col.len()` is inside `xs`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn reduce_rows_avx2(
+    kind: PoolKind,
+    xs: &[f32],
+    mut rows: impl Iterator<Item = usize>,
+    col: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let w = col.len();
+    let Some(first) = rows.next() else {
+        col.fill(if kind == PoolKind::Max {
+            f32::NEG_INFINITY
+        } else {
+            0.0
+        });
+        return;
+    };
+    col.copy_from_slice(&xs[first..first + w]);
+    let (cp, xp) = (col.as_mut_ptr(), xs.as_ptr());
+    let vw = w / 8 * 8;
+    for r in rows {
+        let src = &xs[r..r + w];
+        for c in (0..vw).step_by(8) {
+            let (a, v) = (_mm256_loadu_ps(cp.add(c)), _mm256_loadu_ps(xp.add(r + c)));
+            let out = match kind {
+                // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
+                PoolKind::Max => _mm256_max_ps(v, a),
+                PoolKind::Average => _mm256_add_ps(a, v),
+            };
+            _mm256_storeu_ps(cp.add(c), out);
+        }
+        for c in vw..w {
+            let v = src[c];
+            match kind {
+                PoolKind::Max if v > col[c] => col[c] = v,
+                PoolKind::Max => {}
+                PoolKind::Average => col[c] += v,
+            }
+        }
+    }
 }
 
 /// Eight-at-a-time outputs of one plain row: `out[j]` reduces the taps at columns
