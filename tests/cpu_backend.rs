@@ -388,6 +388,38 @@ fn elementwise_chains_transposes_and_concats() {
     check(&g, 3);
 }
 
+#[test]
+fn embedding_lookups_and_their_bad_indices() {
+    let mut rng = Rng(61);
+    let mut g = Graph::new("embed");
+    let ids = g
+        .add_parameter("ids", TensorType::new(DType::I64, Shape::fixed(&[2, 5])))
+        .unwrap()
+        .into();
+    let table = weight(&mut g, &mut rng, "table", &[11, 7]);
+    let y = op(
+        &mut g,
+        "Gather",
+        &[table, ids],
+        Attrs::new().with("axis", Attr::Int(0)),
+    );
+    g.add_output("y", y).unwrap();
+    let ids = Tensor::from_vec(&[2, 5], vec![0i64, 3, 10, -1, -11, 5, 5, 2, 9, 1]).unwrap();
+    let want = backend_with(Device::Interp, PassOptions::default(), 1)
+        .unwrap()
+        .compile(&g)
+        .unwrap()
+        .run(std::slice::from_ref(&ids))
+        .unwrap();
+    let exe = cpu(2).compile(&g).unwrap();
+    exe.run(&[ids]).unwrap()[0]
+        .check_close(&want[0], 0.0, 0.0)
+        .unwrap();
+    let bad = Tensor::from_vec(&[2, 5], vec![0i64, 3, 11, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+    let e = exe.run(&[bad]).unwrap_err().to_string();
+    assert!(e.contains("Gather") && e.contains("out of range"), "{e}");
+}
+
 /// One executable, symbolic batch: each new batch size gets its own program, and
 /// several threads may run it at once.
 #[test]

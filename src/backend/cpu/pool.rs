@@ -1,7 +1,10 @@
 //! The intra-op thread pool: `run(n, f)` calls `f(0..n)` across the pool's threads and
 //! the caller's, and returns when all calls have.
 //!
-//! Idle workers sleep on a condition variable (they never spin). One run at a time owns
+//! Idle workers sleep on a condition variable. A worker that just finished a task polls
+//! for the next parallel loop for a bounded moment (`SPIN`, tens of microseconds)
+//! before it sleeps, so that the loops of one run, back to back, do not each pay a
+//! wake-up; once a run is over, nothing spins. One run at a time owns
 //! the workers; a second thread calling `run` while they are busy (several threads
 //! running one executable) does its tasks itself instead of waiting.
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -52,8 +55,13 @@ struct State {
     shutdown: bool,
 }
 
+/// How long a worker polls for the next loop before sleeping.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
 #[derive(Default)]
 struct Shared {
+    /// `State::epoch`, readable without the lock (for the bounded poll).
+    epoch: std::sync::atomic::AtomicU64,
     state: Mutex<State>,
     wake: Condvar,
     done: Condvar,
@@ -124,6 +132,7 @@ impl Pool {
             let mut st = lock(&self.shared.state);
             st.epoch += 1;
             st.job = Some(job.clone());
+            self.shared.epoch.store(st.epoch, Ordering::Release);
         }
         self.shared.wake.notify_all();
         job.work();
@@ -156,6 +165,10 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn worker(shared: &Shared) {
     let mut seen = 0;
     loop {
+        let polling = std::time::Instant::now();
+        while shared.epoch.load(Ordering::Acquire) == seen && polling.elapsed() < SPIN {
+            std::hint::spin_loop();
+        }
         let job = {
             let mut st = lock(&shared.state);
             while st.epoch == seen && !st.shutdown {

@@ -59,6 +59,8 @@ const FAMILIES: &[Builder] = &[
     nn::build,
     eltwise::build,
     view::build,
+    view::build_transpose,
+    view::build_gather,
 ];
 
 /// The kernel for `b`'s node: the first family that covers it, else the fallback.
