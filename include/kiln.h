@@ -91,6 +91,8 @@ typedef struct kiln_attr {
   const char *const *strings;
 } kiln_attr;
 
+
+
 /**
  * `i`.
  */
@@ -258,8 +260,11 @@ void kiln_compile_options_free(struct kiln_compile_options *o);
 kiln_status kiln_compile_options_set_backend(struct kiln_compile_options *o, const char *device);
 
 /**
- * The number of threads one run may use; 0 means all cores. A hint: the reference
- * interpreter runs each call on the calling thread.
+ * The number of threads one run may use; 0 means one per core. The `"cpu"` device
+ * gives each executable a pool of that many threads (the calling thread is one of
+ * them; idle workers sleep); when several threads run one executable at once, one run
+ * uses the pool and the others run on their own thread. The `"interp"` device runs
+ * each call on the calling thread.
  *
  * # Safety
  * `o` is a live options handle.
