@@ -3,7 +3,8 @@
 //! strides, dilation, groups), at 1 and 2 threads, plus per-shape specialization,
 //! concurrent runs and bad inputs. `KILN_CPU_ISA=portable` reruns it all on the plain
 //! Rust paths (`make test` does).
-use kiln::backend::{backend_with, Device, Executable};
+use kiln::backend::cpu::CpuBackend;
+use kiln::backend::{backend_with, cpu_pass_options, Device, Executable};
 use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
 use kiln::passes::PassOptions;
 use kiln::{Dim, Tensor};
@@ -75,6 +76,33 @@ fn inputs_for(g: &Graph, rng: &mut Rng, sym: usize) -> Vec<Tensor> {
         .collect()
 }
 
+/// The kernel kinds `g` lowers to (inputs with symbolic dims of 3).
+fn kinds(g: &Graph) -> Vec<&'static str> {
+    let exe = CpuBackend {
+        passes: cpu_pass_options(PassOptions::default()),
+        threads: 1,
+    }
+    .compile_cpu(g)
+    .unwrap();
+    let shapes: Vec<Vec<usize>> = inputs_for(g, &mut Rng(0), 3)
+        .iter()
+        .map(|t| t.shape().to_vec())
+        .collect();
+    exe.step_kinds(&shapes)
+        .unwrap()
+        .expect("lowered to kernels")
+}
+
+/// `g` lowers to a kernel of kind `kind` (not only the fallback).
+fn uses(g: &Graph, kind: &str) {
+    let k = kinds(g);
+    assert!(
+        k.contains(&kind),
+        "no {kind} step in {k:?}\n{}",
+        text::print(g)
+    );
+}
+
 /// `g` on cpu at 1 and 2 threads gives the interpreter's outputs.
 fn check(g: &Graph, seed: u64) {
     let mut rng = Rng(seed);
@@ -115,6 +143,7 @@ fn matmuls_of_every_shape() {
         let w = weight(&mut g, &mut rng, "b", b);
         let y = op(&mut g, "MatMul", &[x, w], Attrs::new());
         g.add_output("y", y).unwrap();
+        uses(&g, "gemm");
         check(&g, i as u64);
         // Both operands computed: nothing constant to pack.
         let mut g = Graph::new("matmul2");
@@ -144,6 +173,9 @@ fn gemms_with_transposes_and_every_bias() {
                 .with("transB", Attr::Int(tb));
             let y = op(&mut g, "Gemm", &[a, b, c], attrs);
             g.add_output("y", y).unwrap();
+            if bias.len() == 1 && bias != &[1] || bias.len() == 2 {
+                uses(&g, "gemm");
+            }
             check(&g, j as u64);
         }
     }
@@ -159,9 +191,10 @@ fn dense_layers_fuse_bias_activation_and_residual() {
         let bias = weight(&mut g, &mut rng, "bias", &[24]);
         let h = op(&mut g, "MatMul", &[x, w], Attrs::new());
         let h = op(&mut g, "Add", &[h, bias], Attrs::new());
-        let h = op(&mut g, act, &[h], Attrs::new());
-        let y = op(&mut g, "Add", &[h, x], Attrs::new());
+        let h = op(&mut g, "Add", &[h, x], Attrs::new());
+        let y = op(&mut g, act, &[h], Attrs::new());
         g.add_output("y", y).unwrap();
+        assert_eq!(kinds(&g), ["gemm"], "one fused GEMM");
         check(&g, 5);
     }
 }
@@ -283,6 +316,15 @@ fn convolutions_blocked_and_plain() {
     ];
     for (i, (n, c, hw, attrs, residual)) in cases.into_iter().enumerate() {
         let g = conv_graph(&mut rng, n, c, hw, &attrs, residual);
+        let blocked = c.0 % 16 == 0 && c.1 % 16 == 0;
+        uses(
+            &g,
+            if blocked {
+                "conv-blocked"
+            } else {
+                "conv-im2col"
+            },
+        );
         check(&g, i as u64);
     }
 }
@@ -340,6 +382,8 @@ fn pools_softmax_and_layernorm() {
                 let y = op(&mut g, pool, &[h], attrs);
                 let y = op(&mut g, "GlobalAveragePool", &[y], Attrs::new());
                 g.add_output("y", y).unwrap();
+                uses(&g, "pool");
+                uses(&g, "global-pool");
                 check(&g, 2);
             }
         }
@@ -363,6 +407,8 @@ fn pools_softmax_and_layernorm() {
         );
         g.add_output("softmax", s).unwrap();
         g.add_output("layernorm", ln).unwrap();
+        uses(&g, "softmax");
+        uses(&g, "layernorm");
         check(&g, width as u64);
     }
 }
@@ -385,6 +431,7 @@ fn elementwise_chains_transposes_and_concats() {
     );
     g.add_output("t", t).unwrap();
     g.add_output("c", c).unwrap();
+    uses(&g, "transpose");
     check(&g, 3);
 }
 

@@ -40,14 +40,30 @@ impl Backend for CpuBackend {
 
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {
         verify(graph)?;
-        if graph
-            .nodes()
-            .iter()
-            .any(|n| matches!(n.op.as_str(), "Variable" | "Assign"))
-        {
+        if has_state(graph) {
             let mut g = graph.clone();
             run_pipeline(&mut g, &self.passes)?;
             return Ok(Box::new(InterpExecutable::new(g)?));
+        }
+        Ok(Box::new(self.compile_cpu(graph)?))
+    }
+}
+
+fn has_state(g: &Graph) -> bool {
+    g.nodes()
+        .iter()
+        .any(|n| matches!(n.op.as_str(), "Variable" | "Assign"))
+}
+
+impl CpuBackend {
+    /// The executable of a graph without state (which `compile` runs on the
+    /// interpreter), as its concrete type.
+    pub fn compile_cpu(&self, graph: &Graph) -> Result<CpuExecutable> {
+        verify(graph)?;
+        if has_state(graph) {
+            return Err(Error::Graph(
+                "the CPU backend's kernels do not run graphs with state yet".into(),
+            ));
         }
         kernels::blas::single_threaded();
         let exe = CpuExecutable {
@@ -64,7 +80,7 @@ impl Backend for CpuBackend {
         if let Some(shapes) = static_input_shapes(graph) {
             exe.program(&shapes)?;
         }
-        Ok(Box::new(exe))
+        Ok(exe)
     }
 }
 
@@ -111,6 +127,16 @@ impl CpuExecutable {
         let compiled = Arc::new(self.specialize(shapes)?);
         let mut map = self.programs.write().unwrap_or_else(|e| e.into_inner());
         Ok(map.entry(shapes.to_vec()).or_insert(compiled).clone())
+    }
+
+    /// The kernel kind of each step of the program for these input shapes (`None` when
+    /// they run on the interpreter): what tests check to know a kernel, not the
+    /// fallback, computed their results.
+    pub fn step_kinds(&self, shapes: &[Vec<usize>]) -> Result<Option<Vec<&'static str>>> {
+        Ok(match &*self.program(shapes)? {
+            Compiled::Program(p) => Some(p.steps.iter().map(|s| s.kernel.kind()).collect()),
+            Compiled::Interp(_) => None,
+        })
     }
 
     fn specialize(&self, shapes: &[Vec<usize>]) -> Result<Compiled> {
