@@ -34,4 +34,4 @@ PY
 }
 run resnet50 --shape N=1 --shape H=224 --shape W=224
 run bert_encoder --shape B=1 --shape S=128
-run resnet18 --shape N=1
+run resnet18 --shape N=1 --shape H=64 --shape W=64

@@ -133,7 +133,7 @@ fn small_models_plan_near_the_bound() {
     for (name, dims) in [
         ("mlp", vec![("N", 1)]),
         ("small_cnn", vec![("N", 1)]),
-        ("resnet18", vec![("N", 1)]),
+        ("resnet18", vec![("N", 1), ("H", 64), ("W", 64)]),
     ] {
         let Some(path) = model(name) else { return };
         let (_, plan) = compile(&path, &dims);
