@@ -3,8 +3,10 @@ the two timed alternately in rounds so that drift on a noisy machine hits both.
 
 Usage: compare.py KILN MODELS_DIR [--threads 1,2] [--rounds 5] [--iterations N] [--cases a,b]
 
-Each round times N runs of onnxruntime (after a warm-up) and then `kiln bench` with N
-iterations; a case's latency is the median over its rounds' medians. Prints a Markdown
+Each round times N runs of onnxruntime (after a warm-up), N of OpenVINO, and then
+`kiln bench` with N iterations, each after a 1 s pause (the peers' pools spin after a
+run and would steal a 2-core machine's cores from the next); a case's latency is the
+median over its rounds' medians. Prints a Markdown
 table with the ratios kiln/onnxruntime and kiln/OpenVINO (below 1: Kiln is faster).
 """
 import argparse
@@ -22,7 +24,14 @@ CASES = ["mlp", "cnn", "resnet18", "resnet50", "bert"]
 ITERATIONS = {"mlp": 200, "cnn": 40, "resnet18": 20, "resnet50": 10, "bert": 15}
 
 
+# The peers' worker threads spin for a while after a run (onnxruntime's default); on a
+# small machine they would steal the cores from whoever runs next. Each round starts
+# after a pause long enough for every pool to go idle.
+PAUSE_S = 1.0
+
+
 def ort_round(sess, feeds, n):
+    time.sleep(PAUSE_S)
     for _ in range(2):
         sess.run(None, feeds)
     times = []
@@ -50,6 +59,7 @@ def openvino_session(model, threads):
 
 
 def kiln_round(kiln, model, inputs, threads, n):
+    time.sleep(PAUSE_S)
     out = subprocess.run(
         [kiln, "bench", model, "--inputs", *inputs, "--threads", str(threads), "--iterations", str(n),
          "--warmup", "2", "--json"],
