@@ -47,7 +47,11 @@ fn only_capi_speaks_c() {
         let text = std::fs::read_to_string(f).unwrap();
         for b in banned {
             let import_only = *f == blas && b.starts_with("extern");
-            assert!(import_only || !text.contains(b), "{} contains {b}", f.display());
+            assert!(
+                import_only || !text.contains(b),
+                "{} contains {b}",
+                f.display()
+            );
         }
     }
 }
