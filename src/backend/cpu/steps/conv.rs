@@ -117,16 +117,14 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             act,
         })));
     }
-    let im2col = conv::conv_plain_scratch_len(&shape) * 4;
+    // Scratch: the im2col matrix, then (when aliased) the residual's copy.
+    let im2col = (conv::conv_plain_scratch_len(&shape) * 4).next_multiple_of(64);
     let aliased = z.as_ref().is_some_and(|z| z.loc == y.loc);
     let scratch = b.scratch(im2col + if aliased { y.bytes() } else { 0 });
     let z_copy = match scratch {
-        Loc::Arena(at) if aliased => Some(Loc::Arena(at + im2col.next_multiple_of(64))),
+        Loc::Arena(at) if aliased => Some(Loc::Arena(at + im2col)),
         _ => None,
     };
-    if aliased {
-        b.scratch(im2col.next_multiple_of(64) + y.bytes());
-    }
     Ok(Some(Box::new(Plain {
         shape,
         w: w.clone(),
