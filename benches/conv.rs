@@ -1,5 +1,6 @@
 //! Convolution kernels on ResNet-50 shapes (N = 1): blocked direct (NCHW16c) vs plain
-//! im2col+GEMM, one and two threads. Throughput is in FLOP (2·MACs), so criterion's
+//! im2col+GEMM (and, for pointwise convs, the direct kernel with re-split rows), one and
+//! two threads. Throughput is in FLOP (2·MACs), so criterion's
 //! "Gelem/s" reads as GFLOP/s.
 //!
 //! `cargo bench --bench conv`
@@ -26,7 +27,7 @@ fn lcg(n: usize, seed: u64) -> Vec<f32> {
 
 fn bench(c: &mut Criterion) {
     // (name, ic, oc, input size, kernel, stride, pad)
-    let shapes: [(&str, usize, usize, usize, usize, usize, usize); 8] = [
+    let shapes: [(&str, usize, usize, usize, usize, usize, usize); 9] = [
         ("3x3_64-64_56", 64, 64, 56, 3, 1, 1),
         ("1x1_64-256_56", 64, 256, 56, 1, 1, 0),
         ("1x1_256-64_56", 256, 64, 56, 1, 1, 0),
@@ -34,6 +35,7 @@ fn bench(c: &mut Criterion) {
         ("3x3s2_128-128_56", 128, 128, 56, 3, 2, 1),
         ("1x1_1024-256_14", 1024, 256, 14, 1, 1, 0),
         ("3x3_512-512_7", 512, 512, 7, 3, 1, 1),
+        ("1x1_2048-512_7", 2048, 512, 7, 1, 1, 0),
         ("7x7s2_3-64_224", 3, 64, 224, 7, 2, 3),
     ];
     let pool2 = Pool::new(2);
@@ -48,6 +50,9 @@ fn bench(c: &mut Criterion) {
         let w = lcg(oc * ic * k * k, 1);
         let b = lcg(oc, 2);
         let packed = PackedConv::new(s, &w, Some(&b)).expect("packable");
+        // What the backend runs: a pointwise conv's pixels re-split into fuller rows.
+        let rows = (s.pointwise_rows() != s)
+            .then(|| PackedConv::new(s.pointwise_rows(), &w, Some(&b)).expect("packable"));
         let xb = lcg(packed.x_len(), 3);
         let mut yb = vec![0.0f32; packed.y_len()];
         let x = lcg(ic * hw * hw, 3);
@@ -62,6 +67,16 @@ fn bench(c: &mut Criterion) {
                     }
                 })
             });
+            if let Some(rows) = &rows {
+                g.bench_function(format!("{name}/blocked-rows/t{threads}"), |bch| {
+                    bch.iter(|| {
+                        // SAFETY: buffers sized by the packed conv's lengths (the same).
+                        unsafe {
+                            conv_blocked(pool, rows, xb.as_ptr(), None, yb.as_mut_ptr(), Act::Relu)
+                        }
+                    })
+                });
+            }
             g.bench_function(format!("{name}/plain/t{threads}"), |bch| {
                 bch.iter(|| {
                     // SAFETY: buffers sized per conv_plain's contract.

@@ -105,7 +105,7 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             None => None,
         };
         let packed = PackedConv::new(
-            shape,
+            shape.pointwise_rows(),
             wv.as_slice().expect("standard layout"),
             bv.as_ref().map(|v| v.as_slice().expect("standard layout")),
         )?;

@@ -107,6 +107,38 @@ impl ConvShape {
             * (self.ic / self.groups * self.kh * self.kw) as f64
     }
 
+    /// A 1×1, stride-1, unpadded convolution reads and writes each channel's H·W pixels
+    /// contiguously, so any split of them into rows computes the same thing: this returns
+    /// the shape with the rows the direct kernel fills best (its micro-tile is 6 pixels
+    /// of one row; a 7-wide row wastes most of its second tile, while 49 pixels in one
+    /// row fill eight). Other shapes are returned unchanged.
+    pub fn pointwise_rows(&self) -> ConvShape {
+        let pixels = self.oh * self.ow;
+        if self.kh != 1 || self.kw != 1 || self.strides != [1, 1] || self.oh != self.ih {
+            return *self;
+        }
+        if self.ow != self.iw || self.pad_top != 0 || self.pad_left != 0 || pixels == 0 {
+            return *self;
+        }
+        // Rows of at most 128 pixels (a row's input stays in L1 across its tiles): the
+        // divisor of H·W with the fewest micro-tile calls, then the longest row.
+        let calls = |w: usize| (pixels / w) * w.div_ceil(6);
+        let best = (1..=pixels.min(128))
+            .filter(|w| pixels % w == 0)
+            .min_by_key(|&w| (calls(w), usize::MAX - w))
+            .unwrap_or(self.ow);
+        if calls(best) >= calls(self.ow) {
+            return *self;
+        }
+        ConvShape {
+            ih: pixels / best,
+            iw: best,
+            oh: pixels / best,
+            ow: best,
+            ..*self
+        }
+    }
+
     /// The contiguous range of kernel rows (and the first input row) whose input row is
     /// inside the image for output row `oy`: (kh0, kh1, iy of kh0).
     pub(crate) fn kh_range(&self, oy: usize) -> (usize, usize, usize) {

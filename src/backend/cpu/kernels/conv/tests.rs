@@ -204,12 +204,20 @@ fn isas() -> Vec<Isa> {
 fn run_blocked(c: &Case, seed: u64) {
     let d = data(c, seed);
     let s = d.s;
-    let p = PackedConv::new(s, &d.w, d.b.as_deref()).unwrap();
     let xb = block(&d.x, s.n, s.ic, s.ih * s.iw);
     let zb = d.z.as_ref().map(|z| block(z, s.n, s.oc, s.oh * s.ow));
-    assert_eq!(xb.len(), p.x_len());
     let pool2 = Pool::new(2);
-    for isa in isas() {
+    // A pointwise conv also runs with its pixels re-split into rows.
+    let mut geometries = vec![s];
+    if s.pointwise_rows() != s {
+        geometries.push(s.pointwise_rows());
+    }
+    for (geometry, isa) in geometries
+        .into_iter()
+        .flat_map(|g| isas().into_iter().map(move |i| (g, i)))
+    {
+        let p = PackedConv::new(geometry, &d.w, d.b.as_deref()).unwrap();
+        assert_eq!(xb.len(), p.x_len());
         for pool in [None, Some(&pool2)] {
             let mut y = vec![f32::NAN; p.y_len()];
             // SAFETY: buffers sized by the packed conv's own lengths.
@@ -225,7 +233,13 @@ fn run_blocked(c: &Case, seed: u64) {
                 )
             };
             let got = unblock(&y, s.n, s.oc, s.oh * s.ow);
-            let what = format!("blocked {} pool={}", isa.name(), pool.is_some());
+            let what = format!(
+                "blocked {} pool={} rows {}×{}",
+                isa.name(),
+                pool.is_some(),
+                geometry.oh,
+                geometry.ow
+            );
             check(&s, &got, &d.want, &d.scale, c.act, &what);
         }
     }
@@ -291,6 +305,23 @@ fn shapes_follow_onnx() {
     assert!(PackedConv::new(s, &[0.0; 16 * 16 * 9], None).is_err());
     let s = ConvShape::new(1, 32, [8, 8], 16, [3, 3], [1, 1], P0, [1, 1], 1).unwrap();
     assert!(PackedConv::new(s, &[0.0; 10], None).is_err());
+}
+
+#[test]
+fn pointwise_rows_fill_micro_tiles() {
+    let rows = |ic, [h, w]: [usize; 2], k, stride, pads| {
+        let s = ConvShape::new(1, ic, [h, w], 16, [k, k], [stride; 2], pads, [1, 1], 1).unwrap();
+        let r = s.pointwise_rows();
+        assert_eq!(r.oh * r.ow, s.oh * s.ow);
+        (r.oh, r.ow)
+    };
+    assert_eq!(rows(16, [7, 7], 1, 1, P0), (1, 49));
+    assert_eq!(rows(16, [14, 14], 1, 1, P0), (2, 98));
+    assert_eq!(rows(16, [56, 56], 1, 1, P0), (28, 112));
+    assert_eq!(rows(16, [6, 12], 1, 1, P0), (6, 12));
+    assert_eq!(rows(16, [7, 7], 1, 2, P0), (4, 4));
+    assert_eq!(rows(16, [7, 7], 1, 1, P1), (9, 9));
+    assert_eq!(rows(16, [7, 7], 3, 1, P1), (7, 7));
 }
 
 #[test]
