@@ -468,3 +468,79 @@ fn compile_rejects_bad_options() {
         .unwrap();
     assert_fails(&o, &["KILN_DISABLE_PASSES", "unknown pass 'nope'"]);
 }
+
+/// A graph of one convolution with `channels` in and out, 3×3, pad 1, on 12×12 images.
+fn conv_graph(channels: usize, group: usize) -> String {
+    let w: Vec<String> = (0..channels * channels / group * 9)
+        .map(|i| format!("{:.2}", (i % 7) as f32 * 0.1 - 0.3))
+        .collect();
+    format!(
+        r#"graph "conv" {{
+  %0 "x" = Parameter : f32[1, {channels}, 12, 12]
+  %1 "w" = Constant : f32[{channels}, {}, 3, 3] = [{}]
+  %2 "y" = Conv(%0, %1) {{group = {group}, pads = [1, 1, 1, 1]}} : f32[1, {channels}, 12, 12]
+  return "y" = %2
+}}
+"#,
+        channels / group,
+        w.join(", ")
+    )
+}
+
+/// `kiln bench` with extra environment variables; returns stderr (the profile).
+fn bench_with_env(g: &str, env: &[(&str, &str)]) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    cmd.args([
+        "bench",
+        g,
+        "--warmup",
+        "0",
+        "--iterations",
+        "1",
+        "--threads",
+        "1",
+    ])
+    .env_remove("KILN_AUTOTUNE")
+    .env_remove("KILN_TUNE_CACHE")
+    .env("KILN_PROFILE", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().expect("the kiln binary runs");
+    assert_ok(&o);
+    stderr(&o)
+}
+
+#[test]
+fn autotune_measures_caches_and_reuses_the_winner() {
+    let dir = scratch("autotune");
+    let g = write(&dir, "depthwise.kir", &conv_graph(16, 16));
+    let cache = dir.join("tune.tsv").display().to_string();
+    // The cost model's pick for a depthwise conv, nothing written.
+    assert!(bench_with_env(&g, &[]).contains("conv-depthwise"));
+    let tune = bench_with_env(&g, &[("KILN_AUTOTUNE", "1"), ("KILN_TUNE_CACHE", &cache)]);
+    let text = std::fs::read_to_string(&cache).expect("the cache was written");
+    let line = text
+        .lines()
+        .find(|l| l.contains("conv nchw n1 ic16 12x12 oc16 k3x3"))
+        .unwrap_or_else(|| panic!("no entry for the conv: {text}"));
+    let fields: Vec<&str> = line.split('\t').collect();
+    assert_eq!(fields.len(), 6, "{line}");
+    assert_eq!(fields[2], "1", "the thread count: {line}");
+    assert!(
+        fields[5].contains("depthwise=") && fields[5].contains("im2col="),
+        "{line}"
+    );
+    let winner = fields[4];
+    assert!(tune.contains(&format!("conv-{winner}")), "{tune}");
+    // A later compile takes the cached winner without KILN_AUTOTUNE: force each one.
+    for forced in ["im2col", "depthwise"] {
+        let edited = text.replace(&format!("\t{winner}\t"), &format!("\t{forced}\t"));
+        std::fs::write(&cache, edited).unwrap();
+        let profile = bench_with_env(&g, &[("KILN_TUNE_CACHE", &cache)]);
+        assert!(profile.contains(&format!("conv-{forced}")), "{profile}");
+    }
+    // An unreadable cache is the same as none.
+    std::fs::write(&cache, "not\ta cache\n").unwrap();
+    assert!(bench_with_env(&g, &[("KILN_TUNE_CACHE", &cache)]).contains("conv-depthwise"));
+}

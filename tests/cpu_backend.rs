@@ -317,12 +317,15 @@ fn convolutions_blocked_and_plain() {
     for (i, (n, c, hw, attrs, residual)) in cases.into_iter().enumerate() {
         let g = conv_graph(&mut rng, n, c, hw, &attrs, residual);
         let blocked = c.0 % 16 == 0 && c.1 % 16 == 0;
+        let depthwise = attrs
+            .iter()
+            .any(|(k, v)| *k == "group_" && v[0] == c.0 as i64);
         uses(
             &g,
-            if blocked {
-                "conv-blocked"
-            } else {
-                "conv-im2col"
+            match (blocked, depthwise) {
+                (true, _) => "conv-blocked",
+                (false, true) => "conv-depthwise",
+                (false, false) => "conv-im2col",
             },
         );
         check(&g, i as u64);

@@ -7,8 +7,10 @@
 //! that runs the interpreter's op on copies.
 use std::collections::HashMap;
 
+use super::pool::Pool;
 use super::program::{AlignedBuf, Loc, Slot, Step};
 use super::steps::{self, Build};
+use super::tune::Tuning;
 use crate::error::{Error, Result};
 use crate::ir::{Graph, NodeId, Value};
 use crate::memory::{self, MemoryPlan};
@@ -27,8 +29,8 @@ pub struct Program {
     _consts: Vec<AlignedBuf>,
 }
 
-/// Lowers `g`, whose types must all be static.
-pub fn lower(g: &Graph) -> Result<Program> {
+/// Lowers `g`, whose types must all be static, for runs on `pool`.
+pub fn lower(g: &Graph, pool: Option<&Pool>, tuning: &Tuning) -> Result<Program> {
     let schedule = g.schedule()?;
     let plan = memory::plan(g, &schedule)?;
     let params = g.inputs();
@@ -116,6 +118,8 @@ pub fn lower(g: &Graph) -> Result<Program> {
                     outs: &outs,
                     scratch_at,
                     scratch_bytes: &scratch_bytes,
+                    pool,
+                    tuning,
                 };
                 let kernel = steps::build(&b)
                     .map_err(|e| Error::Graph(format!("{}: {e}", g.describe(id))))?;

@@ -22,6 +22,7 @@ pub mod lower;
 pub mod pool;
 pub mod program;
 pub mod steps;
+pub mod tune;
 
 use lower::Program;
 use pool::Pool;
@@ -70,6 +71,7 @@ impl CpuBackend {
             graph: graph.clone(),
             passes: self.passes.clone(),
             pool: Pool::new(self.threads),
+            tuning: tune::Tuning::from_env(),
             programs: RwLock::new(HashMap::new()),
             arenas: Mutex::new(vec![]),
             profile: std::env::var("KILN_PROFILE")
@@ -106,6 +108,8 @@ pub struct CpuExecutable {
     graph: Graph,
     passes: PassOptions,
     pool: Pool,
+    /// `KILN_AUTOTUNE`/`KILN_TUNE_CACHE` as they were when compiled.
+    tuning: tune::Tuning,
     programs: RwLock<HashMap<Vec<Vec<usize>>, Arc<Compiled>>>,
     /// Arenas of finished runs, reused by the next ones (one per concurrent run).
     arenas: Mutex<Vec<AlignedBuf>>,
@@ -158,7 +162,7 @@ impl CpuExecutable {
         Ok(if dynamic {
             Compiled::Interp(InterpExecutable::new(g)?)
         } else {
-            Compiled::Program(lower::lower(&g)?)
+            Compiled::Program(lower::lower(&g, Some(&self.pool), &self.tuning)?)
         })
     }
 

@@ -1,21 +1,110 @@
 //! 2-D convolutions (`Conv`, `FusedConv`): blocked NCHW16c ones by the direct kernel
-//! with weights packed at compile time, plain NCHW ones (any groups) by im2col + GEMM.
+//! with weights packed at compile time, plain NCHW ones (any groups) by im2col + GEMM
+//! or, with one input channel per group, the direct depthwise kernel. Where a shape has
+//! several algorithms, [`tune::choose`] picks (cost model, tune cache or measurement).
 use crate::backend::cpu::kernels::conv::{self, ConvShape, PackedConv};
 use crate::backend::cpu::kernels::Act;
-use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
+use crate::backend::cpu::pool::Pool;
+use crate::backend::cpu::program::{AlignedBuf, Cx, Kernel, Loc, Slot};
+use crate::backend::cpu::tune::{self, Choice};
 
 use super::Build;
 
 struct Blocked {
-    packed: PackedConv,
+    algo: BlockedAlgo,
     x: Slot,
     z: Option<Slot>,
     y: Slot,
     act: Act,
 }
 
+/// The algorithms for a blocked convolution.
+enum BlockedAlgo {
+    Direct(PackedConv),
+}
+
+impl BlockedAlgo {
+    /// # Safety
+    /// As [`conv::conv_blocked`].
+    unsafe fn run(
+        &self,
+        pool: Option<&Pool>,
+        x: *const f32,
+        z: Option<*const f32>,
+        y: *mut f32,
+        act: Act,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match self {
+                BlockedAlgo::Direct(p) => conv::conv_blocked(pool, p, x, z, y, act),
+            }
+        }
+    }
+}
+
+/// The blocked algorithm for `shape`: the tune cache's or measured winner, else the cost
+/// model's.
+fn choose_blocked(
+    b: &Build,
+    shape: ConvShape,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    act: Act,
+    residual: bool,
+) -> Result<BlockedAlgo, String> {
+    let candidates: &[&'static str] = &["direct"];
+    let make = |name: &str| -> Result<BlockedAlgo, String> {
+        match name {
+            "direct" => Ok(BlockedAlgo::Direct(PackedConv::new(
+                shape.pointwise_rows(),
+                w,
+                bias,
+            )?)),
+            other => Err(format!("no blocked conv algorithm {other:?}")),
+        }
+    };
+    if candidates.len() == 1 {
+        return make(candidates[0]);
+    }
+    let built = if b.tuning.measure {
+        candidates
+            .iter()
+            .map(|c| make(c))
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        vec![]
+    };
+    let choice = Choice {
+        key: key(&shape, "nchw16c"),
+        candidates,
+        model: 0,
+    };
+    let (x_len, y_len) = (
+        blocked_len(&shape, shape.ic, shape.ih * shape.iw),
+        blocked_len(&shape, shape.oc, shape.oh * shape.ow),
+    );
+    let mut trial = None;
+    let (i, _) = tune::choose(b.tuning, b.pool, &choice, &mut |i| {
+        let t = trial.get_or_insert_with(|| Trial::new(x_len, y_len, residual));
+        let (xp, zp, yp) = t.ptrs();
+        // SAFETY: the trial buffers have the packed conv's lengths.
+        unsafe { built[i].run(b.pool, xp, zp, yp, act) }
+    });
+    match built.into_iter().nth(i) {
+        Some(algo) => Ok(algo),
+        None => make(candidates[i]),
+    }
+}
+
+/// Floats of an NCHW16c tensor of `channels` × `pixels` per image.
+fn blocked_len(s: &ConvShape, channels: usize, pixels: usize) -> usize {
+    s.n * channels.div_ceil(conv::BLOCK) * pixels * conv::BLOCK
+}
+
 struct Plain {
     shape: ConvShape,
+    algo: PlainAlgo,
     w: Slot,
     bias: Option<Slot>,
     x: Slot,
@@ -26,6 +115,13 @@ struct Plain {
     /// Where the residual is copied first when the planner gave Y the residual's buffer
     /// (the GEMM writes Y before its epilogue reads the residual).
     z_copy: Option<Loc>,
+}
+
+#[derive(Clone, Copy)]
+enum PlainAlgo {
+    Im2col,
+    /// One input channel per group.
+    Depthwise,
 }
 
 pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
@@ -104,21 +200,55 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             None if bias.is_some() => return Ok(None),
             None => None,
         };
-        let packed = PackedConv::new(
-            shape.pointwise_rows(),
-            wv.as_slice().expect("standard layout"),
-            bv.as_ref().map(|v| v.as_slice().expect("standard layout")),
-        )?;
+        let w = wv.as_slice().expect("standard layout");
+        let bias = bv.as_ref().map(|v| v.as_slice().expect("standard layout"));
+        let algo = choose_blocked(b, shape, w, bias, act, z.is_some())?;
         return Ok(Some(Box::new(Blocked {
-            packed,
+            algo,
             x: x.clone(),
             z,
             y: y.clone(),
             act,
         })));
     }
+    let depthwise = shape.groups > 1 && shape.ic == shape.groups;
+    let algo = if depthwise {
+        let choice = Choice {
+            key: key(&shape, "nchw"),
+            candidates: &["depthwise", "im2col"],
+            model: 0,
+        };
+        let (i, _) = tune::choose(b.tuning, b.pool, &choice, &mut |i| {
+            let mut t = Trial::new(
+                shape.n * shape.ic * shape.ih * shape.iw,
+                y.elements(),
+                false,
+            );
+            let w = Trial::filled(w.elements());
+            let mut scratch = vec![0.0f32; conv::conv_plain_scratch_len(&shape)];
+            let (xp, _, yp) = t.ptrs();
+            let (p, s, wp) = (b.pool, &shape, w.as_ptr() as *const f32);
+            // SAFETY: buffers sized per the kernels' contracts.
+            unsafe {
+                match i {
+                    0 => conv::conv_depthwise(p, s, wp, None, xp, None, yp, act),
+                    _ => conv::conv_im2col(p, s, wp, None, xp, None, yp, act, scratch.as_mut_ptr()),
+                }
+            }
+        });
+        if i == 0 {
+            PlainAlgo::Depthwise
+        } else {
+            PlainAlgo::Im2col
+        }
+    } else {
+        PlainAlgo::Im2col
+    };
     // Scratch: the im2col matrix, then (when aliased) the residual's copy.
-    let im2col = (conv::conv_plain_scratch_len(&shape) * 4).next_multiple_of(64);
+    let im2col = match algo {
+        PlainAlgo::Im2col => (conv::conv_plain_scratch_len(&shape) * 4).next_multiple_of(64),
+        PlainAlgo::Depthwise => 0,
+    };
     let aliased = z.as_ref().is_some_and(|z| z.loc == y.loc);
     let scratch = b.scratch(im2col + if aliased { y.bytes() } else { 0 });
     let z_copy = match scratch {
@@ -127,6 +257,7 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     };
     Ok(Some(Box::new(Plain {
         shape,
+        algo,
         w: w.clone(),
         bias,
         x: x.clone(),
@@ -138,21 +269,72 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     })))
 }
 
+/// The problem a tune-cache entry is about: the geometry and the layout.
+fn key(s: &ConvShape, layout: &str) -> String {
+    format!(
+        "conv {layout} n{} ic{} {}x{} oc{} k{}x{} o{}x{} s{}x{} p{},{} d{}x{} g{}",
+        s.n,
+        s.ic,
+        s.ih,
+        s.iw,
+        s.oc,
+        s.kh,
+        s.kw,
+        s.oh,
+        s.ow,
+        s.strides[0],
+        s.strides[1],
+        s.pad_top,
+        s.pad_left,
+        s.dilations[0],
+        s.dilations[1],
+        s.groups
+    )
+}
+
+/// Buffers a candidate runs on while it is being timed (small finite values: the
+/// speed of denormals or NaNs is not what is measured).
+struct Trial {
+    x: AlignedBuf,
+    z: Option<AlignedBuf>,
+    y: AlignedBuf,
+}
+
+impl Trial {
+    fn new(x: usize, y: usize, residual: bool) -> Trial {
+        Trial {
+            x: Trial::filled(x),
+            z: residual.then(|| Trial::filled(y)),
+            y: AlignedBuf::zeroed(y * 4),
+        }
+    }
+    fn filled(floats: usize) -> AlignedBuf {
+        let mut b = AlignedBuf::zeroed(floats * 4);
+        for (i, v) in b.as_mut_bytes().chunks_exact_mut(4).enumerate() {
+            v.copy_from_slice(&(((i % 17) as f32 - 8.0) * 0.01).to_le_bytes());
+        }
+        b
+    }
+    fn ptrs(&mut self) -> (*const f32, Option<*const f32>, *mut f32) {
+        (
+            self.x.as_ptr() as *const f32,
+            self.z.as_ref().map(|z| z.as_ptr() as *const f32),
+            self.y.as_mut_ptr() as *mut f32,
+        )
+    }
+}
+
 impl Kernel for Blocked {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
         let z = self.z.as_ref().map(|z| cx.f32(z));
-        conv::conv_blocked(
-            cx.pool,
-            &self.packed,
-            cx.f32(&self.x),
-            z,
-            cx.f32_mut(&self.y),
-            self.act,
-        );
+        self.algo
+            .run(cx.pool, cx.f32(&self.x), z, cx.f32_mut(&self.y), self.act);
         Ok(())
     }
     fn kind(&self) -> &'static str {
-        "conv-blocked"
+        match self.algo {
+            BlockedAlgo::Direct(_) => "conv-blocked",
+        }
     }
 }
 
@@ -164,20 +346,22 @@ impl Kernel for Plain {
             std::ptr::copy_nonoverlapping(src, copy, self.y.elements());
             z = Some(copy);
         }
-        conv::conv_plain(
-            cx.pool,
-            &self.shape,
-            cx.f32(&self.w),
-            self.bias.as_ref().map(|b| cx.f32(b)),
-            cx.f32(&self.x),
-            z,
-            cx.f32_mut(&self.y),
-            self.act,
-            cx.ptr(self.scratch) as *mut f32,
-        );
+        let (pool, s, act) = (cx.pool, &self.shape, self.act);
+        let (w, x, y) = (cx.f32(&self.w), cx.f32(&self.x), cx.f32_mut(&self.y));
+        let bias = self.bias.as_ref().map(|b| cx.f32(b));
+        match self.algo {
+            PlainAlgo::Depthwise => conv::conv_depthwise(pool, s, w, bias, x, z, y, act),
+            PlainAlgo::Im2col => {
+                let scratch = cx.ptr(self.scratch) as *mut f32;
+                conv::conv_im2col(pool, s, w, bias, x, z, y, act, scratch)
+            }
+        }
         Ok(())
     }
     fn kind(&self) -> &'static str {
-        "conv-im2col"
+        match self.algo {
+            PlainAlgo::Im2col => "conv-im2col",
+            PlainAlgo::Depthwise => "conv-depthwise",
+        }
     }
 }

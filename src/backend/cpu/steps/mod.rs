@@ -1,7 +1,9 @@
 //! Kernel selection: which step a node lowers to. Each family module turns a node whose
 //! op, dtypes and attributes it covers into a kernel and says `None` otherwise; what no
 //! family covers runs through [`fallback`].
+use super::pool::Pool;
 use super::program::{Kernel, Loc, Slot};
+use super::tune::Tuning;
 use crate::ir::{Graph, Node, NodeId};
 use crate::tensor::Tensor;
 
@@ -26,6 +28,10 @@ pub struct Build<'a> {
     /// Steps run one at a time, so all share it; lowering sizes it by the largest ask.
     pub scratch_at: usize,
     pub scratch_bytes: &'a std::cell::Cell<usize>,
+    /// The executable's pool (what the kernels will run with) and how it chooses
+    /// algorithms (see [`super::tune`]).
+    pub pool: Option<&'a Pool>,
+    pub tuning: &'a Tuning,
 }
 
 impl Build<'_> {
