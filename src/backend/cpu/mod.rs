@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use crate::backend::interp::{self, InterpExecutable};
 use crate::backend::{Backend, Executable};
 use crate::error::{Error, Result};
-use crate::ir::{verify, Dim, Graph};
+use crate::ir::{verify, Dim, Graph, TensorType};
 use crate::passes::{run_pipeline, PassOptions};
 use crate::tensor::Tensor;
 
@@ -69,6 +69,7 @@ impl CpuBackend {
         kernels::blas::single_threaded();
         let exe = CpuExecutable {
             graph: graph.clone(),
+            input_types: interp::input_types(graph),
             passes: self.passes.clone(),
             pool: Pool::new(self.threads),
             tuning: tune::Tuning::from_env(),
@@ -106,6 +107,8 @@ type Profile = HashMap<(String, &'static str), (f64, usize)>;
 pub struct CpuExecutable {
     /// The verified, unoptimized graph (specialized per signature, then optimized).
     graph: Graph,
+    /// The graph inputs' names and types, checked every run.
+    input_types: Vec<(String, TensorType)>,
     passes: PassOptions,
     pool: Pool,
     /// `KILN_AUTOTUNE`/`KILN_TUNE_CACHE` as they were when compiled.
@@ -131,6 +134,18 @@ impl CpuExecutable {
         let compiled = Arc::new(self.specialize(shapes)?);
         let mut map = self.programs.write().unwrap_or_else(|e| e.into_inner());
         Ok(map.entry(shapes.to_vec()).or_insert(compiled).clone())
+    }
+
+    /// The program already built for these inputs' shapes (found without allocating).
+    fn cached_program(&self, inputs: &[Tensor]) -> Option<Arc<Compiled>> {
+        let programs = self.programs.read().unwrap_or_else(|e| e.into_inner());
+        programs
+            .iter()
+            .find(|(shapes, _)| {
+                shapes.len() == inputs.len()
+                    && shapes.iter().zip(inputs).all(|(s, t)| s == t.shape())
+            })
+            .map(|(_, p)| p.clone())
     }
 
     /// The kernel kind of each step of the program for these input shapes (`None` when
@@ -167,18 +182,28 @@ impl CpuExecutable {
     }
 
     fn run_program(&self, p: &Program, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        // The inputs' bytes where they are (a copy only for a non-contiguous tensor).
+        // The inputs' bytes where they are (a copy only for a non-contiguous tensor);
+        // the pointers on the stack for the usual few inputs.
         let mut copies = vec![];
-        let ptrs: Vec<*const u8> = inputs
-            .iter()
-            .map(|t| match contiguous_bytes(t) {
-                Some(p) => p,
-                None => {
-                    copies.push(t.to_le_bytes());
-                    copies.last().expect("just pushed").as_ptr()
-                }
-            })
-            .collect();
+        let mut input_ptr = |t: &Tensor| match contiguous_bytes(t) {
+            Some(p) => p,
+            None => {
+                copies.push(t.to_le_bytes());
+                copies.last().expect("just pushed").as_ptr()
+            }
+        };
+        const FEW: usize = 8;
+        let mut few = [std::ptr::null(); FEW];
+        let many: Vec<*const u8>;
+        let ptrs: &[*const u8] = if inputs.len() <= FEW {
+            for (slot, t) in few.iter_mut().zip(inputs) {
+                *slot = input_ptr(t);
+            }
+            &few[..inputs.len()]
+        } else {
+            many = inputs.iter().map(input_ptr).collect();
+            &many
+        };
         let mut arena = {
             let mut free = self.arenas.lock().unwrap_or_else(|e| e.into_inner());
             match free.iter().position(|a| a.bytes() >= p.arena_bytes) {
@@ -188,7 +213,7 @@ impl CpuExecutable {
         };
         let cx = Cx {
             arena: arena.as_mut_ptr(),
-            inputs: &ptrs,
+            inputs: ptrs,
             pool: Some(&self.pool),
         };
         let mut result = Ok(());
@@ -268,9 +293,16 @@ unsafe fn read_output(cx: &Cx, s: &program::Slot) -> Result<Tensor> {
 
 impl Executable for CpuExecutable {
     fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        interp::check_inputs(&self.graph, inputs)?;
-        let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
-        match &*self.program(&shapes)? {
+        interp::check_input_types(&self.input_types, inputs)?;
+        let program = match self.cached_program(inputs) {
+            Some(p) => p,
+            None => {
+                let shapes: Vec<Vec<usize>> =
+                    inputs.iter().map(|t| t.shape().to_vec()).collect();
+                self.program(&shapes)?
+            }
+        };
+        match &*program {
             Compiled::Program(p) => self.run_program(p, inputs),
             Compiled::Interp(e) => e.run(inputs),
         }

@@ -180,7 +180,27 @@ pub fn run_graph(
 /// Checks `inputs` against the graph's parameters (count, dtype, rank, fixed sizes, one
 /// size per symbol); returns the symbols' sizes.
 pub fn check_inputs(graph: &Graph, inputs: &[Tensor]) -> Result<HashMap<String, usize>> {
-    let params = graph.inputs();
+    check_input_types(&input_types(graph), inputs)
+}
+
+/// The graph's parameters' names and types, in order (what [`check_input_types`] needs,
+/// worked out once by executables that check every run).
+pub fn input_types(graph: &Graph) -> Vec<(String, TensorType)> {
+    graph
+        .inputs()
+        .into_iter()
+        .map(|id| {
+            let node = graph.node(id);
+            (node.name.clone(), node.outputs[0].clone())
+        })
+        .collect()
+}
+
+/// [`check_inputs`] against [`input_types`]' list.
+pub fn check_input_types(
+    params: &[(String, TensorType)],
+    inputs: &[Tensor],
+) -> Result<HashMap<String, usize>> {
     if inputs.len() != params.len() {
         return Err(Error::InvalidArgument(format!(
             "the graph takes {} inputs, {} given",
@@ -189,10 +209,9 @@ pub fn check_inputs(graph: &Graph, inputs: &[Tensor]) -> Result<HashMap<String, 
         )));
     }
     let mut symbols: HashMap<String, usize> = HashMap::new();
-    for (&id, t) in params.iter().zip(inputs) {
-        let node = graph.node(id);
-        bind(&node.outputs[0], t, &mut symbols)
-            .map_err(|e| Error::InvalidArgument(format!("input '{}': {e}", node.name)))?;
+    for ((name, ty), t) in params.iter().zip(inputs) {
+        bind(ty, t, &mut symbols)
+            .map_err(|e| Error::InvalidArgument(format!("input '{name}': {e}")))?;
     }
     Ok(symbols)
 }

@@ -87,37 +87,85 @@ pub fn binary_isa(
     out_shape: &[usize],
     pool: Option<&Pool>,
 ) {
-    let total: usize = out_shape.iter().product();
+    let plan = Broadcast::new(a_shape, b_shape, out_shape);
+    binary_planned(isa, op, &plan, a, b, out, pool)
+}
+
+/// How two operands broadcast to an output, worked out once (a step does it at
+/// compile time, so that a run allocates nothing): the output's axes with size-1 axes
+/// dropped and runs of axes merged where both operands' strides continue.
+#[derive(Debug, Clone)]
+pub struct Broadcast {
+    /// The outer axes: (size, stride in a, stride in b).
+    outer: Vec<(usize, usize, usize)>,
+    /// The innermost merged axis and the operands' strides along it.
+    inner: usize,
+    ia: usize,
+    ib: usize,
+    a_len: usize,
+    b_len: usize,
+    total: usize,
+}
+
+impl Broadcast {
+    /// Panics if a shape does not broadcast to `out_shape` (the verifier checked it).
+    pub fn new(a_shape: &[usize], b_shape: &[usize], out_shape: &[usize]) -> Broadcast {
+        let total: usize = out_shape.iter().product();
+        let sa = broadcast_strides(a_shape, out_shape);
+        let sb = broadcast_strides(b_shape, out_shape);
+        let mut dims: Vec<(usize, usize, usize)> = vec![]; // (size, stride a, stride b)
+        for i in 0..out_shape.len() {
+            let d = (out_shape[i], sa[i], sb[i]);
+            if d.0 == 1 {
+                continue;
+            }
+            if let Some(last) = dims.last_mut() {
+                let merge_a = last.1 == d.1 * d.0;
+                let merge_b = last.2 == d.2 * d.0;
+                if merge_a && merge_b {
+                    *last = (last.0 * d.0, d.1, d.2);
+                    continue;
+                }
+            }
+            dims.push(d);
+        }
+        let (inner, ia, ib) = dims.pop().unwrap_or((1, 0, 0));
+        Broadcast {
+            outer: dims,
+            inner,
+            ia,
+            ib,
+            a_len: a_shape.iter().product(),
+            b_len: b_shape.iter().product(),
+            total,
+        }
+    }
+}
+
+/// [`binary`] with the broadcast worked out beforehand.
+pub fn binary_planned(
+    isa: Isa,
+    op: BinOp,
+    plan: &Broadcast,
+    a: &[f32],
+    b: &[f32],
+    out: &mut [f32],
+    pool: Option<&Pool>,
+) {
+    let Broadcast {
+        outer: ref dims,
+        inner,
+        ia,
+        ib,
+        total,
+        ..
+    } = *plan;
     assert!(out.len() >= total);
-    assert_eq!(a.len(), a_shape.iter().product::<usize>());
-    assert_eq!(b.len(), b_shape.iter().product::<usize>());
+    assert_eq!(a.len(), plan.a_len);
+    assert_eq!(b.len(), plan.b_len);
     if total == 0 {
         return;
     }
-    let sa = broadcast_strides(a_shape, out_shape);
-    let sb = broadcast_strides(b_shape, out_shape);
-    // Coalesce: drop size-1 axes, merge an axis into the next when both operands'
-    // strides continue (contiguous, or both broadcast).
-    let mut dims: Vec<(usize, usize, usize)> = vec![]; // (size, stride a, stride b)
-    for i in 0..out_shape.len() {
-        let d = (out_shape[i], sa[i], sb[i]);
-        if d.0 == 1 {
-            continue;
-        }
-        if let Some(last) = dims.last_mut() {
-            let merge_a = last.1 == d.1 * d.0;
-            let merge_b = last.2 == d.2 * d.0;
-            if merge_a && merge_b {
-                *last = (last.0 * d.0, d.1, d.2);
-                continue;
-            }
-        }
-        dims.push(d);
-    }
-    if dims.is_empty() {
-        dims.push((1, 0, 0));
-    }
-    let (inner, ia, ib) = dims.pop().unwrap();
     let outer: usize = dims.iter().map(|d| d.0).product();
     let op_avx2 = math::use_avx2(isa) && op != BinOp::Pow;
     let op_avx2 = op_avx2 && [ia, ib].iter().all(|&s| s <= 1);

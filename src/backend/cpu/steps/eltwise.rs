@@ -1,7 +1,8 @@
 //! Elementwise ops on f32: binary ops with numpy broadcasting and unary ops, each one
 //! vectorized pass. The planner may give the output an input's buffer (same shape):
 //! unary ops then run in place; a binary op first copies that operand to scratch.
-use crate::backend::cpu::kernels::binary::{self, BinOp, UnaryOp};
+use crate::backend::cpu::isa;
+use crate::backend::cpu::kernels::binary::{self, BinOp, Broadcast, UnaryOp};
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 
 use super::Build;
@@ -12,6 +13,7 @@ enum Elt {
         a: Slot,
         b: Slot,
         copy: Option<(usize, Loc)>,
+        plan: Broadcast,
     },
     Unary {
         op: UnaryOp,
@@ -50,6 +52,7 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             .map(|k| (k, b.scratch(y.bytes())));
         let what = Elt::Binary {
             op,
+            plan: Broadcast::new(&a.shape, &bb.shape, &y.shape),
             a: a.clone(),
             b: bb.clone(),
             copy,
@@ -87,7 +90,13 @@ impl Kernel for EltStep {
             Elt::Unary { op, x } => {
                 binary::unary(*op, std::slice::from_raw_parts(cx.f32(x), x.elements()), y)
             }
-            Elt::Binary { op, a, b, copy } => {
+            Elt::Binary {
+                op,
+                a,
+                b,
+                copy,
+                plan,
+            } => {
                 let mut ptrs = [cx.f32(a), cx.f32(b)];
                 if let Some((k, at)) = copy {
                     let dst = cx.ptr(*at) as *mut f32;
@@ -96,7 +105,7 @@ impl Kernel for EltStep {
                 }
                 let a_s = std::slice::from_raw_parts(ptrs[0], a.elements());
                 let b_s = std::slice::from_raw_parts(ptrs[1], b.elements());
-                binary::binary(*op, a_s, &a.shape, b_s, &b.shape, y, &self.y.shape, cx.pool);
+                binary::binary_planned(isa::isa(), *op, plan, a_s, b_s, y, cx.pool);
             }
         }
         Ok(())
