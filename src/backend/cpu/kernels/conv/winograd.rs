@@ -148,15 +148,15 @@ impl PackedWinograd {
             for i in 0..s.ic {
                 let k = &w[(o * s.ic + i) * 9..][..9];
                 // G·g (α×3), then (G·g)·Gᵀ (α×α).
-                let mut gg = vec![[0.0f64; 3]; a];
-                for (r, row) in gg.iter_mut().enumerate() {
+                let mut gg = [[0.0f64; 3]; 6];
+                for (r, row) in gg.iter_mut().enumerate().take(a) {
                     for (c, v) in row.iter_mut().enumerate() {
                         *v = (0..3).map(|t| g[r][t] * k[t * 3 + c] as f64).sum();
                     }
                 }
-                for r in 0..a {
-                    for c in 0..a {
-                        let v: f64 = (0..3).map(|t| gg[r][t] * g[c][t]).sum();
+                for (r, ggr) in gg.iter().enumerate().take(a) {
+                    for (c, gc) in g.iter().enumerate() {
+                        let v: f64 = (0..3).map(|t| ggr[t] * gc[t]).sum();
                         let xi = r * a + c;
                         u[((xi * ocb + ob) * s.ic + i) * BLOCK + co] = v as f32;
                     }
@@ -173,10 +173,6 @@ impl PackedWinograd {
         // V and M of one tile: α² vectors of IC and of OC (rounded to blocks).
         let per_tile = a * a * (icb + ocb) * BLOCK * std::mem::size_of::<f32>();
         let batch = (L2_BUDGET / per_tile).clamp(MIN_BATCH, MAX_BATCH) / UR * UR;
-        let batch = std::env::var("KILN_WINO_BATCH")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(batch);
         let batch = batch.min(th * tw);
         Ok(PackedWinograd {
             shape,
@@ -574,7 +570,8 @@ fn in_1d<const A: usize>(d: [L; A]) -> [L; A] {
     }
 }
 
-/// `Aᵀ m` along one axis: the first α−2 entries of the result are meaningful.
+/// `Aᵀ m` along one axis: the first α−2 entries of the result are meaningful (an α-array
+/// keeps one generic length for both passes).
 #[inline(always)]
 fn out_1d<const A: usize>(m: [L; A]) -> [L; A] {
     // The last two entries are padding (copies), never used.
@@ -614,9 +611,9 @@ unsafe fn input_tile<const A: usize>(
             }
         }))
     });
-    // Row pass: V[i][·] = (Bᵀ d)[i][·] B.
+    // Row pass: V[i][·] = (Bᵀ d)[i][·] B, row i gathered across the columns.
     for i in 0..A {
-        let r = in_1d::<A>(std::array::from_fn(|j| cols[j][i]));
+        let r = in_1d::<A>(cols.map(|col| col[i]));
         for (j, x) in r.iter().enumerate() {
             // SAFETY: V has α² slots of 16 floats, vs apart.
             unsafe { x.store(v.add((i * A + j) * vs)) };
@@ -651,16 +648,16 @@ unsafe fn output_tile<const A: usize>(
     let b = L(bias.try_into().expect("16 bias values"));
     // Column pass: Y[·][j] = Aᵀ t[·][j].
     for j in 0..wv.min(m) {
-        let ycol = out_1d::<A>(std::array::from_fn(|i| t[i][j]));
+        let ycol = out_1d::<A>(t.map(|row| row[j]));
         for (i, yv) in ycol.iter().enumerate().take(hv.min(m)) {
             let mut o = *yv + b;
             let at = i * rs + j * BLOCK;
             if !z.is_null() {
                 // SAFETY: pixel (i, j) is inside z.
                 let zv = unsafe { L::load(z.add(at)) };
-                for l in 0..BLOCK {
+                for ((o, &zl), &keep) in o.0.iter_mut().zip(&zv.0).zip(mask) {
                     // A select, not a multiply: the masked lanes may be NaN.
-                    o.0[l] += if mask[l] { zv.0[l] } else { 0.0 };
+                    *o += if keep { zl } else { 0.0 };
                 }
             }
             if relu {
@@ -720,6 +717,7 @@ unsafe fn kernel_portable<const R: usize>(
         // SAFETY: b holds k×16 floats, a R rows of k.
         let w = unsafe { L::load(b.add(p * BLOCK)) };
         for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: row r of a has k readable floats.
             let x = unsafe { *a.add(r * lda + p) };
             *acc = *acc + w * x;
         }
@@ -747,14 +745,31 @@ unsafe fn kernel_avx2<const R: usize>(
     // of 16 (ldo apart); unaligned loads and stores throughout.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
-        for p in 0..k {
-            let w0 = _mm256_loadu_ps(b.add(p * BLOCK));
-            let w1 = _mm256_loadu_ps(b.add(p * BLOCK + 8));
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let x = _mm256_broadcast_ss(&*a.add(r * lda + p));
-                acc[0] = _mm256_fmadd_ps(x, w0, acc[0]);
-                acc[1] = _mm256_fmadd_ps(x, w1, acc[1]);
-            }
+        // One pointer per row: the broadcasts' addresses do not chain through lda.
+        let rows: [*const f32; R] = std::array::from_fn(|r| a.add(r * lda));
+        macro_rules! step {
+            ($p:expr) => {{
+                let w0 = _mm256_loadu_ps(b.add($p * BLOCK));
+                let w1 = _mm256_loadu_ps(b.add($p * BLOCK + 8));
+                for (row, acc) in rows.iter().zip(acc.iter_mut()) {
+                    let x = _mm256_broadcast_ss(&*row.add($p));
+                    acc[0] = _mm256_fmadd_ps(x, w0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(x, w1, acc[1]);
+                }
+            }};
+        }
+        // Unrolled by 4: IC is usually a multiple of 16.
+        let mut p = 0;
+        while p + 4 <= k {
+            step!(p);
+            step!(p + 1);
+            step!(p + 2);
+            step!(p + 3);
+            p += 4;
+        }
+        while p < k {
+            step!(p);
+            p += 1;
         }
         for (r, acc) in acc.iter().enumerate() {
             _mm256_storeu_ps(out.add(r * ldo), acc[0]);
