@@ -1,13 +1,14 @@
 //! Convolution kernels on ResNet-50 shapes (N = 1): blocked direct (NCHW16c) vs plain
-//! im2col+GEMM (and, for pointwise convs, the direct kernel with re-split rows), one and
-//! two threads. Throughput is in FLOP (2·MACs), so criterion's
+//! im2col+GEMM, Winograd F(2,3)/F(4,3) for 3×3 stride 1 and, for pointwise convs, the
+//! direct kernel with re-split rows; one and two threads. Throughput is in FLOP (2·MACs
+//! of the direct algorithm), so criterion's
 //! "Gelem/s" reads as GFLOP/s.
 //!
 //! `cargo bench --bench conv`
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kiln::backend::cpu::kernels::conv::{
-    conv_blocked, conv_depthwise, conv_im2col, conv_plain, conv_plain_scratch_len, ConvShape,
-    PackedConv,
+    conv_blocked, conv_depthwise, conv_im2col, conv_plain, conv_plain_scratch_len, conv_winograd,
+    winograd_supported, ConvShape, PackedConv, PackedWinograd,
 };
 use kiln::backend::cpu::kernels::Act;
 use kiln::backend::cpu::pool::Pool;
@@ -27,13 +28,14 @@ fn lcg(n: usize, seed: u64) -> Vec<f32> {
 
 fn bench(c: &mut Criterion) {
     // (name, ic, oc, input size, kernel, stride, pad)
-    let shapes: [(&str, usize, usize, usize, usize, usize, usize); 9] = [
+    let shapes: [(&str, usize, usize, usize, usize, usize, usize); 10] = [
         ("3x3_64-64_56", 64, 64, 56, 3, 1, 1),
         ("1x1_64-256_56", 64, 256, 56, 1, 1, 0),
         ("1x1_256-64_56", 256, 64, 56, 1, 1, 0),
         ("3x3_128-128_28", 128, 128, 28, 3, 1, 1),
         ("3x3s2_128-128_56", 128, 128, 56, 3, 2, 1),
         ("1x1_1024-256_14", 1024, 256, 14, 1, 1, 0),
+        ("3x3_256-256_14", 256, 256, 14, 3, 1, 1),
         ("3x3_512-512_7", 512, 512, 7, 3, 1, 1),
         ("1x1_2048-512_7", 2048, 512, 7, 1, 1, 0),
         ("7x7s2_3-64_224", 3, 64, 224, 7, 2, 3),
@@ -58,7 +60,50 @@ fn bench(c: &mut Criterion) {
         let x = lcg(ic * hw * hw, 3);
         let mut y = vec![0.0f32; oc * s.oh * s.ow];
         let mut scratch = vec![0.0f32; conv_plain_scratch_len(&s)];
+        // Winograd F(2,3) and F(4,3) for the 3×3 stride-1 shapes (the same FLOP count:
+        // Gelem/s is the direct algorithm's effective GFLOP/s).
+        let wino: Vec<(usize, PackedWinograd)> = if winograd_supported(&s) {
+            [2, 4]
+                .into_iter()
+                .map(|m| {
+                    (
+                        m,
+                        PackedWinograd::new(s, m, &w, Some(&b)).expect("packable"),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // One 64-byte-aligned scratch large enough for both tile sizes and two threads.
+        let wlen = wino
+            .iter()
+            .map(|(_, p)| p.scratch_len(2))
+            .max()
+            .unwrap_or(0);
+        let mut wscratch = vec![0.0f32; wlen + 16];
+        let woff = wscratch.as_ptr().align_offset(64);
+        let wsp = wscratch[woff..].as_mut_ptr();
         for (threads, pool) in [(1, None), (2, Some(&pool2))] {
+            for (m, pw) in &wino {
+                g.bench_function(format!("{name}/winograd{m}/t{threads}"), |bch| {
+                    bch.iter(|| {
+                        // SAFETY: buffers sized by the packed conv's lengths; the
+                        // scratch holds scratch_len(2) aligned floats.
+                        unsafe {
+                            conv_winograd(
+                                pool,
+                                pw,
+                                xb.as_ptr(),
+                                None,
+                                yb.as_mut_ptr(),
+                                Act::Relu,
+                                wsp,
+                            )
+                        }
+                    })
+                });
+            }
             g.bench_function(format!("{name}/blocked/t{threads}"), |bch| {
                 bch.iter(|| {
                     // SAFETY: buffers sized by the packed conv's lengths.

@@ -297,8 +297,7 @@ impl Executable for CpuExecutable {
         let program = match self.cached_program(inputs) {
             Some(p) => p,
             None => {
-                let shapes: Vec<Vec<usize>> =
-                    inputs.iter().map(|t| t.shape().to_vec()).collect();
+                let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
                 self.program(&shapes)?
             }
         };

@@ -1,19 +1,23 @@
 //! 2-D convolutions.
 //!
-//! Two paths, both fusing bias, a residual and an activation:
+//! Three paths, all fusing bias, a residual and an activation:
 //! - [`blocked`]: direct convolution on NCHW16c tensors (group 1) with weights packed at
 //!   compile time ([`PackedConv`]) and an AVX2+FMA register-blocked micro-kernel;
+//! - [`winograd`]: Winograd F(2×2, 3×3) / F(4×4, 3×3) for 3×3 stride-1 convolutions on
+//!   NCHW16c tensors, weights transformed at compile time ([`PackedWinograd`]);
 //! - [`plain`]: NCHW tensors with any groups by im2col + [`super::gemm::gemm`] (1×1,
 //!   stride-1, unpadded convolutions read the input directly); convolutions with one
 //!   input channel per group (depthwise) run a direct kernel instead.
 pub mod blocked;
 pub mod plain;
+pub mod winograd;
 
 #[cfg(test)]
 mod tests;
 
 pub use blocked::{conv_blocked, conv_blocked_isa, PackedConv, BLOCK};
 pub use plain::{conv_depthwise, conv_im2col, conv_plain, conv_plain_scratch_len};
+pub use winograd::{conv_winograd, conv_winograd_isa, winograd_supported, PackedWinograd};
 
 /// The geometry of a 2-D convolution of an [N, IC, IH, IW] input with [OC, IC/groups,
 /// KH, KW] weights into [N, OC, OH, OW]. The bottom/right pads are implied by `oh`/`ow`.

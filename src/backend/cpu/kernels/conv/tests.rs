@@ -72,18 +72,34 @@ fn reference(
 }
 
 fn check(s: &ConvShape, got: &[f32], want: &[f64], scale: &[f64], act: Act, what: &str) {
+    check_tol(s, got, want, scale, act, what, 1e-5);
+}
+
+/// [`check`] with a relative tolerance `tol`; returns the largest err/scale seen.
+fn check_tol(
+    s: &ConvShape,
+    got: &[f32],
+    want: &[f64],
+    scale: &[f64],
+    act: Act,
+    what: &str,
+    tol: f64,
+) -> f64 {
     assert_eq!(got.len(), want.len());
+    let mut worst = 0.0f64;
     for i in 0..got.len() {
         let mut a = [want[i] as f32];
         act.apply(&mut a);
         let err = (got[i] as f64 - a[0] as f64).abs();
+        worst = worst.max(err / scale[i]);
         assert!(
-            err <= 1e-5 * scale[i],
+            err <= tol * scale[i],
             "{what} {s:?} at {i}: got {} want {} (err {err:e})",
             got[i],
             a[0]
         );
     }
+    worst
 }
 
 /// NCHW → NCHW16c with NaN in the pad lanes (they must be ignored).
@@ -478,5 +494,187 @@ fn plain_matches_reference() {
     ];
     for (i, c) in cases.iter().enumerate() {
         run_plain(c, 2000 + i as u64);
+    }
+}
+
+/// Winograd's relative tolerance: its transforms add rounding of products of size
+/// |x|·|w| scaled by the transform matrices' entries (up to 8·5 for F(4,3)), so the
+/// error is still bounded by a multiple of Σ|x·w|, but a larger one than direct
+/// convolution's.
+const WINO_TOL: f64 = 1e-4;
+
+/// Runs one case through both tile sizes, both ISA paths, with and without a pool, and
+/// (with a residual) in place; returns the largest relative error per tile size.
+fn run_winograd(c: &Case, seed: u64) -> [f64; 2] {
+    let d = data(c, seed);
+    let s = d.s;
+    assert!(winograd_supported(&s), "{s:?}");
+    let xb = block(&d.x, s.n, s.ic, s.ih * s.iw);
+    let zb = d.z.as_ref().map(|z| block(z, s.n, s.oc, s.oh * s.ow));
+    let pool2 = Pool::new(2);
+    let mut worst = [0.0f64; 2];
+    for (mi, m) in [2, 4].into_iter().enumerate() {
+        let p = PackedWinograd::new(s, m, &d.w, d.b.as_deref()).unwrap();
+        assert_eq!(xb.len(), p.x_len());
+        for isa in isas() {
+            for pool in [None, Some(&pool2)] {
+                let threads = pool.map_or(1, |p| p.threads());
+                // Scratch garbage must not matter.
+                let mut scratch = vec![f32::NAN; p.scratch_len(threads) + 16];
+                let off = scratch.as_ptr().align_offset(64);
+                let sp = scratch[off..].as_mut_ptr();
+                let modes: &[bool] = if zb.is_some() {
+                    &[false, true]
+                } else {
+                    &[false]
+                };
+                for &aliased in modes {
+                    let mut y = match (&zb, aliased) {
+                        (Some(z), true) => z.clone(),
+                        _ => vec![f32::NAN; p.y_len()],
+                    };
+                    let z = match (&zb, aliased) {
+                        (Some(_), true) => Some(y.as_ptr()),
+                        (Some(z), false) => Some(z.as_ptr()),
+                        (None, _) => None,
+                    };
+                    // SAFETY: buffers sized by the packed conv's own lengths; y is
+                    // exactly z when aliased.
+                    unsafe {
+                        conv_winograd_isa(isa, pool, &p, xb.as_ptr(), z, y.as_mut_ptr(), c.act, sp)
+                    };
+                    let got = unblock(&y, s.n, s.oc, s.oh * s.ow);
+                    let what = format!(
+                        "winograd m={m} {} pool={} in-place={aliased}",
+                        isa.name(),
+                        pool.is_some()
+                    );
+                    let e = check_tol(&s, &got, &d.want, &d.scale, c.act, &what, WINO_TOL);
+                    worst[mi] = worst[mi].max(e);
+                }
+            }
+        }
+    }
+    worst
+}
+
+#[test]
+fn winograd_matches_reference() {
+    use Act::{Relu, Sigmoid};
+    let none = Act::None;
+    let cases = [
+        case(1, 16, 16, [8, 8], 3, 1, P1, 1, 1, false, false, none),
+        case(2, 17, 33, [13, 13], 3, 1, P1, 1, 1, true, true, Relu),
+        case(1, 5, 5, [7, 7], 3, 1, P0, 1, 1, true, false, Sigmoid),
+        case(2, 33, 17, [1, 1], 3, 1, P1, 1, 1, true, true, Relu),
+        case(
+            1,
+            16,
+            32,
+            [3, 7],
+            3,
+            1,
+            [2, 0, 1, 2],
+            1,
+            1,
+            false,
+            true,
+            Sigmoid,
+        ),
+        case(
+            1,
+            32,
+            16,
+            [13, 3],
+            3,
+            1,
+            [0, 2, 2, 1],
+            1,
+            1,
+            true,
+            true,
+            none,
+        ),
+        case(
+            2,
+            5,
+            17,
+            [7, 13],
+            3,
+            1,
+            [1, 0, 0, 1],
+            1,
+            1,
+            true,
+            false,
+            Relu,
+        ),
+        case(1, 48, 48, [14, 14], 3, 1, P1, 1, 1, true, true, Relu),
+        case(
+            1,
+            64,
+            40,
+            [5, 9],
+            3,
+            1,
+            [2, 2, 2, 2],
+            1,
+            1,
+            true,
+            true,
+            Sigmoid,
+        ),
+        case(
+            1,
+            3,
+            20,
+            [1, 7],
+            3,
+            1,
+            [1, 1, 1, 1],
+            1,
+            1,
+            false,
+            false,
+            Relu,
+        ),
+        // Many tiles: several batches and both parallel schemes.
+        case(1, 16, 16, [40, 37], 3, 1, P1, 1, 1, true, true, Relu),
+        case(2, 96, 80, [7, 7], 3, 1, P1, 1, 1, true, true, none),
+    ];
+    let mut worst = [0.0f64; 2];
+    for (i, c) in cases.iter().enumerate() {
+        let e = run_winograd(c, 3000 + i as u64);
+        worst = [worst[0].max(e[0]), worst[1].max(e[1])];
+    }
+    // Visible with --nocapture: the largest |err| / (1 + Σ|terms|) per tile size.
+    println!(
+        "winograd worst relative error: F(2,3) {:e}, F(4,3) {:e}",
+        worst[0], worst[1]
+    );
+}
+
+#[test]
+fn winograd_rejects_other_shapes() {
+    let ok = ConvShape::new(1, 8, [8, 8], 8, [3, 3], [1, 1], P1, [1, 1], 1).unwrap();
+    assert!(winograd_supported(&ok));
+    let w = vec![0.0; 8 * 8 * 9];
+    assert!(PackedWinograd::new(ok, 2, &w, None).is_ok());
+    assert!(PackedWinograd::new(ok, 3, &w, None).is_err());
+    assert!(PackedWinograd::new(ok, 4, &w[1..], None).is_err());
+    assert!(PackedWinograd::new(ok, 4, &w, Some(&[0.0; 7])).is_err());
+    let bad = [
+        ConvShape::new(1, 8, [8, 8], 8, [3, 3], [2, 2], P1, [1, 1], 1),
+        ConvShape::new(1, 8, [8, 8], 8, [1, 1], [1, 1], P0, [1, 1], 1),
+        ConvShape::new(1, 8, [8, 8], 8, [3, 3], [1, 1], P1, [1, 1], 2),
+        ConvShape::new(1, 8, [8, 8], 8, [3, 3], [1, 1], P1, [2, 2], 1),
+        ConvShape::new(1, 8, [8, 8], 8, [3, 3], [1, 1], P3, [1, 1], 1),
+        ConvShape::new(1, 8, [8, 8], 8, [5, 5], [1, 1], P1, [1, 1], 1),
+    ];
+    for s in bad {
+        let s = s.unwrap();
+        assert!(!winograd_supported(&s), "{s:?}");
+        let w = vec![0.0; s.oc * s.ic / s.groups * s.kh * s.kw];
+        assert!(PackedWinograd::new(s, 4, &w, None).is_err(), "{s:?}");
     }
 }

@@ -1,0 +1,779 @@
+//! Winograd convolution F(m×m, 3×3) for 3×3 stride-1 convolutions on NCHW16c tensors.
+//!
+//! Layout: x, y and the residual z are NCHW16c, `[N][⌈C/16⌉][H][W][16]`. The pad lanes
+//! (channels ≥ C of the last block) of x and z are unspecified (possibly NaN); y's pad
+//! lanes come out finite.
+//!
+//! Algorithm (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks"): the
+//! output is cut into m×m tiles (m = 2 or 4), each computed from an α×α input patch,
+//! α = m + 2, as `Y = Aᵀ [ Σ_ic (G g Gᵀ) ⊙ (Bᵀ d B) ] A`. Per pair (oc, ic) the weights'
+//! transform `U = G g Gᵀ` is done once at pack time (in f64) and stored as α² matrices
+//! IC×16 per output block, `[ξ][OCB][IC][16]`, zero past OC. At run time, per batch of
+//! tiles of one image:
+//! 1. input transform: `V = Bᵀ d B` on whole 16-lane channel vectors, with zeros for
+//!    the positions outside the image (pads, ragged bottom/right tiles), into
+//!    `V[ξ][tile][IC rounded to 16]`;
+//! 2. α² GEMMs `M[ξ] = V[ξ] (tiles×IC) · U[ξ] (IC×OC)` by a 6-tile × 16-channel
+//!    register-blocked micro-kernel (the direct kernel's shape), which stops at the
+//!    last real input channel, so x's unspecified pad lanes (transformed into V's pad
+//!    lanes) are never read into a sum; it stores M as `[OCB][tile][ξ][16]`, so that
+//! 3. the output transform `Y = Aᵀ M A` reads each tile's α²·16 floats contiguously,
+//!    adds the bias and the masked residual, applies the activation and stores the
+//!    valid part of the tile.
+//!
+//! A batch's V and M stay in L2 ([`L2_BUDGET`]), and the batches (times output-block
+//! ranges when an image has few tiles) are claimed dynamically by one task per pool
+//! thread, each with its own slice of the caller's scratch: no allocation and no lock
+//! per call. Both the transforms and the micro-kernel have a portable path
+//! ([`Isa::Portable`], plain Rust over 16-lane arrays) and an AVX2+FMA one (the same
+//! transform code compiled with AVX2 enabled; the micro-kernel with intrinsics).
+use super::{ConvShape, BLOCK};
+use crate::backend::cpu::isa::{self, Isa};
+use crate::backend::cpu::kernels::Act;
+use crate::backend::cpu::pool::Pool;
+use std::ops::{Add, Mul, Sub};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Bytes of one batch's V and M (per thread): most of the 512 KiB L2, leaving room for
+/// the weights streaming through.
+const L2_BUDGET: usize = 320 * 1024;
+/// Tiles per micro-kernel call (2·6 accumulators + 2 weights + 1 broadcast ≤ 16 ymm).
+const UR: usize = 6;
+/// Fewest tiles in one batch (unless the image has fewer): each weight loaded from L3
+/// serves this many tiles, which matters more than V and M leaving L2 (measured: 24
+/// beats 6 and 12 on the 28×28 and 14×14 ResNet shapes).
+const MIN_BATCH: usize = 24;
+/// Most tiles in one batch.
+const MAX_BATCH: usize = 96;
+
+/// Convolution weights and bias transformed and packed for [`conv_winograd`].
+#[derive(Debug, Clone)]
+pub struct PackedWinograd {
+    shape: ConvShape,
+    /// Output tile size (2 or 4).
+    m: usize,
+    icb: usize,
+    ocb: usize,
+    /// Tile rows and columns per image.
+    th: usize,
+    tw: usize,
+    /// Tiles per batch.
+    batch: usize,
+    /// `[α²][OCB][IC][16]`.
+    u: Vec<f32>,
+    /// OCB·16 values, zero past OC.
+    bias: Vec<f32>,
+    /// Lanes of the last output block that hold channels (the residual's other lanes
+    /// are unspecified).
+    last_mask: [bool; BLOCK],
+}
+
+/// Shapes Winograd handles: groups 1, a 3×3 kernel, strides and dilations 1, pads ≤ 2
+/// on every side (a larger pad would make tiles of zeros only).
+pub fn winograd_supported(s: &ConvShape) -> bool {
+    // The bottom/right pads implied by the output size: o = i + p0 + p1 - 2.
+    let pad_end = |o: usize, i: usize, p0: usize| (o + 2).checked_sub(i + p0);
+    s.groups == 1
+        && s.kh == 3
+        && s.kw == 3
+        && s.strides == [1, 1]
+        && s.dilations == [1, 1]
+        && s.pad_top <= 2
+        && s.pad_left <= 2
+        && pad_end(s.oh, s.ih, s.pad_top).is_some_and(|p| p <= 2)
+        && pad_end(s.ow, s.iw, s.pad_left).is_some_and(|p| p <= 2)
+}
+
+/// The weight transform G (α×3) of F(m, 3), Lavin & Gray's interpolation points.
+fn g_matrix(m: usize) -> Vec<[f64; 3]> {
+    if m == 2 {
+        vec![
+            [1.0, 0.0, 0.0],
+            [0.5, 0.5, 0.5],
+            [0.5, -0.5, 0.5],
+            [0.0, 0.0, 1.0],
+        ]
+    } else {
+        let (s6, s12, s24) = (1.0 / 6.0, 1.0 / 12.0, 1.0 / 24.0);
+        vec![
+            [0.25, 0.0, 0.0],
+            [-s6, -s6, -s6],
+            [-s6, s6, -s6],
+            [s24, s12, s6],
+            [s24, -s12, s6],
+            [0.0, 0.0, 1.0],
+        ]
+    }
+}
+
+impl PackedWinograd {
+    /// Transforms and packs plain [OC, IC, 3, 3] weights and an optional [OC] bias for
+    /// output tiles of m×m (2: F(2,3), 4: F(4,3)).
+    pub fn new(
+        shape: ConvShape,
+        m: usize,
+        w: &[f32],
+        bias: Option<&[f32]>,
+    ) -> Result<PackedWinograd, String> {
+        let s = shape;
+        if !winograd_supported(&s) {
+            return Err(format!("Winograd does not handle the convolution {s:?}"));
+        }
+        if m != 2 && m != 4 {
+            return Err(format!("Winograd tiles are 2×2 or 4×4, not {m}×{m}"));
+        }
+        if w.len() != s.oc * s.ic * 9 {
+            return Err(format!(
+                "conv weights hold {} values, expected {}×{}×3×3",
+                w.len(),
+                s.oc,
+                s.ic
+            ));
+        }
+        if let Some(b) = bias {
+            if b.len() != s.oc {
+                return Err(format!(
+                    "conv bias holds {} values, expected {}",
+                    b.len(),
+                    s.oc
+                ));
+            }
+        }
+        let a = m + 2;
+        let (icb, ocb) = (s.ic.div_ceil(BLOCK), s.oc.div_ceil(BLOCK));
+        let g = g_matrix(m);
+        let mut u = vec![0.0f32; a * a * ocb * s.ic * BLOCK];
+        for o in 0..s.oc {
+            let (ob, co) = (o / BLOCK, o % BLOCK);
+            for i in 0..s.ic {
+                let k = &w[(o * s.ic + i) * 9..][..9];
+                // G·g (α×3), then (G·g)·Gᵀ (α×α).
+                let mut gg = [[0.0f64; 3]; 6];
+                for (r, row) in gg.iter_mut().enumerate().take(a) {
+                    for (c, v) in row.iter_mut().enumerate() {
+                        *v = (0..3).map(|t| g[r][t] * k[t * 3 + c] as f64).sum();
+                    }
+                }
+                for (r, ggr) in gg.iter().enumerate().take(a) {
+                    for (c, gc) in g.iter().enumerate() {
+                        let v: f64 = (0..3).map(|t| ggr[t] * gc[t]).sum();
+                        let xi = r * a + c;
+                        u[((xi * ocb + ob) * s.ic + i) * BLOCK + co] = v as f32;
+                    }
+                }
+            }
+        }
+        let mut pb = vec![0.0f32; ocb * BLOCK];
+        if let Some(b) = bias {
+            pb[..s.oc].copy_from_slice(b);
+        }
+        let mut last_mask = [false; BLOCK];
+        last_mask[..s.oc - (ocb - 1) * BLOCK].fill(true);
+        let (th, tw) = (s.oh.div_ceil(m), s.ow.div_ceil(m));
+        // V and M of one tile: α² vectors of IC and of OC (rounded to blocks).
+        let per_tile = a * a * (icb + ocb) * BLOCK * std::mem::size_of::<f32>();
+        let batch = (L2_BUDGET / per_tile).clamp(MIN_BATCH, MAX_BATCH) / UR * UR;
+        let batch = batch.min(th * tw);
+        Ok(PackedWinograd {
+            shape,
+            m,
+            icb,
+            ocb,
+            th,
+            tw,
+            batch,
+            u,
+            bias: pb,
+            last_mask,
+        })
+    }
+
+    pub fn shape(&self) -> &ConvShape {
+        &self.shape
+    }
+
+    /// f32 count of the NCHW16c input.
+    pub fn x_len(&self) -> usize {
+        let s = &self.shape;
+        s.n * self.icb * s.ih * s.iw * BLOCK
+    }
+
+    /// f32 count of the NCHW16c output (and residual).
+    pub fn y_len(&self) -> usize {
+        let s = &self.shape;
+        s.n * self.ocb * s.oh * s.ow * BLOCK
+    }
+
+    /// Floats of V, of M, for one thread (multiples of 16: slices stay 64-byte aligned).
+    fn v_m_len(&self) -> (usize, usize) {
+        let aa = (self.m + 2) * (self.m + 2);
+        (
+            aa * self.batch * self.icb * BLOCK,
+            aa * self.batch * self.ocb * BLOCK,
+        )
+    }
+
+    /// f32 scratch floats one call needs with a pool of `threads` threads.
+    pub fn scratch_len(&self, threads: usize) -> usize {
+        let (v, m) = self.v_m_len();
+        threads.max(1) * (v + m)
+    }
+}
+
+/// Raw pointers shared by the tasks of one call.
+struct Ctx<'a> {
+    p: &'a PackedWinograd,
+    x: *const f32,
+    /// Null without a residual.
+    z: *const f32,
+    y: *mut f32,
+    relu: bool,
+    /// Applied to finished tile rows when not done in registers.
+    act: Act,
+    isa: Isa,
+    /// Batches per image and output-block ranges per batch.
+    batches: usize,
+    splits: usize,
+    items: usize,
+    next: AtomicUsize,
+    scratch: *mut f32,
+}
+
+// SAFETY: work items write disjoint output tiles × output blocks and per-task scratch
+// slices, and only read x, z and the weights.
+unsafe impl Sync for Ctx<'_> {}
+
+/// `y = act(conv(x) + bias + z)` with x, y, z in NCHW16c, using [`isa::isa`]'s path.
+///
+/// # Safety
+/// `x` must hold [`PackedWinograd::x_len`] floats, `y` and `z`
+/// [`PackedWinograd::y_len`]; `y` must not overlap `x`; it may be exactly `z`.
+/// `scratch` must hold [`PackedWinograd::scratch_len`]`(threads)` floats, 64-byte
+/// aligned, where `threads` is the pool's thread count (1 without a pool).
+pub unsafe fn conv_winograd(
+    pool: Option<&Pool>,
+    p: &PackedWinograd,
+    x: *const f32,
+    z: Option<*const f32>,
+    y: *mut f32,
+    act: Act,
+    scratch: *mut f32,
+) {
+    // SAFETY: the caller's contract is this function's.
+    unsafe { conv_winograd_isa(isa::isa(), pool, p, x, z, y, act, scratch) }
+}
+
+/// [`conv_winograd`] with an explicit instruction set (capped by what the CPU has).
+///
+/// # Safety
+/// As [`conv_winograd`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn conv_winograd_isa(
+    isa: Isa,
+    pool: Option<&Pool>,
+    p: &PackedWinograd,
+    x: *const f32,
+    z: Option<*const f32>,
+    y: *mut f32,
+    act: Act,
+    scratch: *mut f32,
+) {
+    let s = &p.shape;
+    if s.n == 0 || s.oh == 0 || s.ow == 0 {
+        return;
+    }
+    let threads = pool.map_or(1, Pool::threads).max(1);
+    let batches = (p.th * p.tw).div_ceil(p.batch);
+    // Few batches (small images): split the output blocks too, so every thread gets
+    // work; each split repeats the (cheap) input transform of its batch.
+    let splits = if threads > 1 && s.n * batches < 2 * threads {
+        (2 * threads).div_ceil(s.n * batches).min(p.ocb).max(1)
+    } else {
+        1
+    };
+    let isa = if isa >= Isa::Avx2 && isa::detected() >= Isa::Avx2 {
+        Isa::Avx2
+    } else {
+        Isa::Portable
+    };
+    let ctx = Ctx {
+        p,
+        x,
+        z: z.unwrap_or(std::ptr::null()),
+        y,
+        relu: act == Act::Relu,
+        act: if act == Act::Relu { Act::None } else { act },
+        isa,
+        batches,
+        splits,
+        items: s.n * batches * splits,
+        next: AtomicUsize::new(0),
+        scratch,
+    };
+    let tasks = threads.min(ctx.items);
+    let body = |t: usize| {
+        // SAFETY: task t owns scratch slice t (tasks ≤ threads); items are claimed
+        // once each; the caller vouches for the buffers.
+        unsafe { task(&ctx, t) }
+    };
+    match pool {
+        Some(pool) if tasks > 1 => pool.run(tasks, &body),
+        _ => body(0),
+    }
+}
+
+/// One task: claims work items until none are left, using scratch slice `t`.
+unsafe fn task(c: &Ctx, t: usize) {
+    let p = c.p;
+    let (vl, ml) = p.v_m_len();
+    let v = c.scratch.wrapping_add(t * (vl + ml));
+    let mm = v.wrapping_add(vl);
+    loop {
+        let i = c.next.fetch_add(1, Ordering::Relaxed);
+        if i >= c.items {
+            return;
+        }
+        let split = i % c.splits;
+        let b = (i / c.splits) % c.batches;
+        let n = i / (c.splits * c.batches);
+        let (ob0, ob1) = (split * p.ocb / c.splits, (split + 1) * p.ocb / c.splits);
+        if ob0 == ob1 {
+            continue;
+        }
+        let w = Item {
+            n,
+            t0: b * p.batch,
+            tb: p.batch.min(p.th * p.tw - b * p.batch),
+            ob0,
+            ob1,
+            v,
+            mm,
+        };
+        // SAFETY: forwarded contract; `avx2` paths only when the CPU has AVX2+FMA.
+        unsafe {
+            match (c.isa, p.m) {
+                #[cfg(target_arch = "x86_64")]
+                (Isa::Avx2, 2) => item_avx2::<4>(c, &w),
+                #[cfg(target_arch = "x86_64")]
+                (Isa::Avx2, _) => item_avx2::<6>(c, &w),
+                (_, 2) => item_portable::<4>(c, &w),
+                _ => item_portable::<6>(c, &w),
+            }
+        }
+    }
+}
+
+/// One work item: tiles [t0, t0+tb) of image n, output blocks [ob0, ob1).
+struct Item {
+    n: usize,
+    t0: usize,
+    tb: usize,
+    ob0: usize,
+    ob1: usize,
+    /// This task's V and M scratch.
+    v: *mut f32,
+    mm: *mut f32,
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn item_avx2<const A: usize>(c: &Ctx, w: &Item) {
+    // SAFETY: forwarded contract; this function runs only on AVX2+FMA CPUs.
+    unsafe { item::<A, true>(c, w) }
+}
+
+unsafe fn item_portable<const A: usize>(c: &Ctx, w: &Item) {
+    // SAFETY: forwarded contract.
+    unsafe { item::<A, false>(c, w) }
+}
+
+/// The three steps for one work item; `AVX` selects the intrinsics micro-kernel (and
+/// is only true inside [`item_avx2`], which compiles the transforms with AVX2 too).
+#[inline(always)]
+unsafe fn item<const A: usize, const AVX: bool>(c: &Ctx, w: &Item) {
+    let p = c.p;
+    let s = &p.shape;
+    let m = A - 2;
+    let aa = A * A;
+    let icp = p.icb * BLOCK;
+    let plane_x = s.ih * s.iw * BLOCK;
+    // 1. Input transform into V[ξ][tile][icp].
+    for k in 0..w.tb {
+        let tile = w.t0 + k;
+        let (ty, tx) = (tile / p.tw, tile % p.tw);
+        let iy0 = (ty * m) as isize - s.pad_top as isize;
+        let ix0 = (tx * m) as isize - s.pad_left as isize;
+        // The patch rows/columns inside the image.
+        let r0 = (-iy0).clamp(0, A as isize) as usize;
+        let r1 = (s.ih as isize - iy0).clamp(0, A as isize) as usize;
+        let c0 = (-ix0).clamp(0, A as isize) as usize;
+        let c1 = (s.iw as isize - ix0).clamp(0, A as isize) as usize;
+        for ib in 0..p.icb {
+            // The patch origin may lie outside the image: wrapping arithmetic, and
+            // only in-image positions are dereferenced.
+            let org =
+                c.x.wrapping_add((w.n * p.icb + ib) * plane_x)
+                    .wrapping_offset((iy0 * s.iw as isize + ix0) * BLOCK as isize);
+            // SAFETY: positions (r0..r1, c0..c1) of the patch are inside plane (n, ib)
+            // of x; V has room for tile k, block ib, every ξ.
+            unsafe {
+                input_tile::<A>(
+                    org,
+                    s.iw * BLOCK,
+                    [r0, r1, c0, c1],
+                    w.v.add(k * icp + ib * BLOCK),
+                    p.batch * icp,
+                )
+            };
+        }
+    }
+    // 2. M[ob][tile][ξ][16] = Σ_ic V[ξ][tile][ic] · U[ξ][ob][ic][16].
+    for xi in 0..aa {
+        for ob in w.ob0..w.ob1 {
+            let u = p.u[(xi * p.ocb + ob) * s.ic * BLOCK..].as_ptr();
+            let mut k = 0;
+            while k < w.tb {
+                let r = UR.min(w.tb - k);
+                let a = w.v.wrapping_add((xi * p.batch + k) * icp);
+                let out =
+                    w.mm.wrapping_add((((ob - w.ob0) * p.batch + k) * aa + xi) * BLOCK);
+                // SAFETY: r tile rows of V[ξ] with IC valid columns, U[ξ][ob] holds
+                // IC×16 floats, M has room for r tiles of this block at ξ.
+                unsafe { gemm_tiles::<AVX>(r, s.ic, a, icp, u, out, aa * BLOCK) };
+                k += r;
+            }
+        }
+    }
+    // 3. Output transform, bias, residual, activation.
+    let plane_y = s.oh * s.ow * BLOCK;
+    for ob in w.ob0..w.ob1 {
+        let bias = &p.bias[ob * BLOCK..][..BLOCK];
+        let mask = if ob + 1 == p.ocb {
+            p.last_mask
+        } else {
+            [true; BLOCK]
+        };
+        let ybase = (w.n * p.ocb + ob) * plane_y;
+        for k in 0..w.tb {
+            let tile = w.t0 + k;
+            let (ty, tx) = (tile / p.tw, tile % p.tw);
+            let (oy, ox) = (ty * m, tx * m);
+            let (hv, wv) = (m.min(s.oh - oy), m.min(s.ow - ox));
+            let off = ybase + (oy * s.ow + ox) * BLOCK;
+            let z = if c.z.is_null() {
+                c.z
+            } else {
+                c.z.wrapping_add(off)
+            };
+            let src = w.mm.wrapping_add(((ob - w.ob0) * p.batch + k) * aa * BLOCK);
+            // SAFETY: M holds this tile's α²·16 floats; the hv×wv valid pixels of the
+            // tile are inside plane (n, ob) of y and z.
+            unsafe {
+                output_tile::<A>(
+                    src,
+                    bias,
+                    &mask,
+                    z,
+                    c.y.wrapping_add(off),
+                    s.ow * BLOCK,
+                    hv,
+                    wv,
+                    c.relu,
+                )
+            };
+            if c.act != Act::None {
+                for r in 0..hv {
+                    // SAFETY: this item owns the tile's pixels; row r holds wv·16
+                    // finished floats.
+                    let row = unsafe {
+                        std::slice::from_raw_parts_mut(c.y.add(off + r * s.ow * BLOCK), wv * BLOCK)
+                    };
+                    c.act.apply_isa(c.isa, row);
+                }
+            }
+        }
+    }
+}
+
+/// 16 channel lanes: plain arrays the compiler keeps in vector registers (two ymm with
+/// AVX2 enabled).
+#[derive(Clone, Copy)]
+struct L([f32; BLOCK]);
+
+impl L {
+    const ZERO: L = L([0.0; BLOCK]);
+
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> L {
+        // SAFETY: the caller passes 16 readable floats.
+        L(unsafe { p.cast::<[f32; BLOCK]>().read_unaligned() })
+    }
+
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        // SAFETY: the caller passes 16 writable floats.
+        unsafe { p.cast::<[f32; BLOCK]>().write_unaligned(self.0) }
+    }
+}
+
+impl Add for L {
+    type Output = L;
+    #[inline(always)]
+    fn add(mut self, o: L) -> L {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a += b;
+        }
+        self
+    }
+}
+
+impl Sub for L {
+    type Output = L;
+    #[inline(always)]
+    fn sub(mut self, o: L) -> L {
+        for (a, b) in self.0.iter_mut().zip(o.0) {
+            *a -= b;
+        }
+        self
+    }
+}
+
+impl Mul<f32> for L {
+    type Output = L;
+    #[inline(always)]
+    fn mul(mut self, k: f32) -> L {
+        for a in self.0.iter_mut() {
+            *a *= k;
+        }
+        self
+    }
+}
+
+/// `Bᵀ d` along one axis (α = 4: F(2,3); α = 6: F(4,3)).
+#[inline(always)]
+fn in_1d<const A: usize>(d: [L; A]) -> [L; A] {
+    if A == 4 {
+        let v = [d[0] - d[2], d[1] + d[2], d[2] - d[1], d[1] - d[3]];
+        std::array::from_fn(|i| v[i])
+    } else {
+        let t = d[4] - d[2];
+        let e = (d[3] - d[1]) * 2.0;
+        let v = [
+            d[0] * 4.0 - d[2] * 5.0 + d[4],
+            (d[3] + d[4]) - (d[1] + d[2]) * 4.0,
+            (d[4] - d[3]) + (d[1] - d[2]) * 4.0,
+            t + e,
+            t - e,
+            d[1] * 4.0 - d[3] * 5.0 + d[5],
+        ];
+        std::array::from_fn(|i| v[i])
+    }
+}
+
+/// `Aᵀ m` along one axis: the first α−2 entries of the result are meaningful (an α-array
+/// keeps one generic length for both passes).
+#[inline(always)]
+fn out_1d<const A: usize>(m: [L; A]) -> [L; A] {
+    // The last two entries are padding (copies), never used.
+    if A == 4 {
+        let y = [m[0] + m[1] + m[2], m[1] - m[2] - m[3]];
+        std::array::from_fn(|i| y[i % 2])
+    } else {
+        let (a, b) = (m[1] + m[2], m[1] - m[2]);
+        let (c, e) = (m[3] + m[4], m[3] - m[4]);
+        let y = [m[0] + a + c, b + e * 2.0, a + c * 4.0, b + e * 8.0 + m[5]];
+        std::array::from_fn(|i| y[i % 4])
+    }
+}
+
+/// `V = Bᵀ d B` for one tile and input block: `org` is the patch's (0, 0) (possibly
+/// outside the image), `rs` the row stride; only rows r0..r1 × columns c0..c1 are read,
+/// the rest is zero. Writes α² vectors at `v + ξ·vs`.
+#[inline(always)]
+unsafe fn input_tile<const A: usize>(
+    org: *const f32,
+    rs: usize,
+    [r0, r1, c0, c1]: [usize; 4],
+    v: *mut f32,
+    vs: usize,
+) {
+    let full = r0 == 0 && c0 == 0 && r1 == A && c1 == A;
+    // Column pass: cols[j] = Bᵀ d[·][j]. Arrays built by `from_fn`, never zero-filled
+    // first: a zeroed 36-vector array cost a memset call per tile (9% of the time).
+    let cols: [[L; A]; A] = std::array::from_fn(|j| {
+        let col_in = full || (c0 <= j && j < c1);
+        in_1d::<A>(std::array::from_fn(|i| {
+            if col_in && (full || (r0 <= i && i < r1)) {
+                // SAFETY: (i, j) is inside the image (the caller's ranges).
+                unsafe { L::load(org.wrapping_add(i * rs + j * BLOCK)) }
+            } else {
+                L::ZERO
+            }
+        }))
+    });
+    // Row pass: V[i][·] = (Bᵀ d)[i][·] B, row i gathered across the columns.
+    for i in 0..A {
+        let r = in_1d::<A>(cols.map(|col| col[i]));
+        for (j, x) in r.iter().enumerate() {
+            // SAFETY: V has α² slots of 16 floats, vs apart.
+            unsafe { x.store(v.add((i * A + j) * vs)) };
+        }
+    }
+}
+
+/// `Y = Aᵀ M A + bias (+ z) (max 0)` for one tile of one output block, storing its
+/// hv×wv valid pixels at `y` (row stride `rs`); reads each residual pixel before
+/// storing it (y may be z).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn output_tile<const A: usize>(
+    src: *const f32,
+    bias: &[f32],
+    mask: &[bool; BLOCK],
+    z: *const f32,
+    y: *mut f32,
+    rs: usize,
+    hv: usize,
+    wv: usize,
+    relu: bool,
+) {
+    let m = A - 2;
+    // Row pass on M's rows: t[i][·] = M[i][·] A.
+    let t: [[L; A]; A] = std::array::from_fn(|i| {
+        out_1d::<A>(std::array::from_fn(|j| {
+            // SAFETY: M holds α² vectors of 16.
+            unsafe { L::load(src.add((i * A + j) * BLOCK)) }
+        }))
+    });
+    let b = L(bias.try_into().expect("16 bias values"));
+    // Column pass: Y[·][j] = Aᵀ t[·][j].
+    for j in 0..wv.min(m) {
+        let ycol = out_1d::<A>(t.map(|row| row[j]));
+        for (i, yv) in ycol.iter().enumerate().take(hv.min(m)) {
+            let mut o = *yv + b;
+            let at = i * rs + j * BLOCK;
+            if !z.is_null() {
+                // SAFETY: pixel (i, j) is inside z.
+                let zv = unsafe { L::load(z.add(at)) };
+                for ((o, &zl), &keep) in o.0.iter_mut().zip(&zv.0).zip(mask) {
+                    // A select, not a multiply: the masked lanes may be NaN.
+                    *o += if keep { zl } else { 0.0 };
+                }
+            }
+            if relu {
+                for l in o.0.iter_mut() {
+                    *l = l.max(0.0);
+                }
+            }
+            // SAFETY: pixel (i, j) is inside y.
+            unsafe { o.store(y.add(at)) };
+        }
+    }
+}
+
+/// `out[r][ξ-slot] = Σ_{p<k} a[r][p] · b[p][0..16]` for r < rows (≤ [`UR`]): rows of a
+/// `lda` apart, b k×16 contiguous, out rows `ldo` apart.
+#[inline(always)]
+unsafe fn gemm_tiles<const AVX: bool>(
+    rows: usize,
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    out: *mut f32,
+    ldo: usize,
+) {
+    macro_rules! go {
+        ($($n:literal)*) => {
+            match rows {
+                $($n => {
+                    #[cfg(target_arch = "x86_64")]
+                    if AVX {
+                        // SAFETY: AVX is true only inside item_avx2 (AVX2+FMA CPUs).
+                        return unsafe { kernel_avx2::<$n>(k, a, lda, b, out, ldo) };
+                    }
+                    // SAFETY: forwarded contract.
+                    unsafe { kernel_portable::<$n>(k, a, lda, b, out, ldo) }
+                })*
+                _ => unreachable!("at most {UR} rows"),
+            }
+        };
+    }
+    go!(1 2 3 4 5 6)
+}
+
+/// The micro-kernel in plain Rust (the compiler vectorizes the 16 output lanes).
+#[inline(always)]
+unsafe fn kernel_portable<const R: usize>(
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    out: *mut f32,
+    ldo: usize,
+) {
+    let mut acc = [L::ZERO; R];
+    for p in 0..k {
+        // SAFETY: b holds k×16 floats, a R rows of k.
+        let w = unsafe { L::load(b.add(p * BLOCK)) };
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: row r of a has k readable floats.
+            let x = unsafe { *a.add(r * lda + p) };
+            *acc = *acc + w * x;
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        // SAFETY: out has R rows of 16, ldo apart.
+        unsafe { acc.store(out.add(r * ldo)) };
+    }
+}
+
+/// The AVX2+FMA micro-kernel: 2·R ymm accumulators, two weight loads and R broadcasts
+/// per input channel.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn kernel_avx2<const R: usize>(
+    k: usize,
+    a: *const f32,
+    lda: usize,
+    b: *const f32,
+    out: *mut f32,
+    ldo: usize,
+) {
+    use std::arch::x86_64::*;
+    // SAFETY (whole body): b holds k×16 floats, a R rows of k (lda apart), out R rows
+    // of 16 (ldo apart); unaligned loads and stores throughout.
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        // One pointer per row: the broadcasts' addresses do not chain through lda.
+        let rows: [*const f32; R] = std::array::from_fn(|r| a.add(r * lda));
+        macro_rules! step {
+            ($p:expr) => {{
+                let w0 = _mm256_loadu_ps(b.add($p * BLOCK));
+                let w1 = _mm256_loadu_ps(b.add($p * BLOCK + 8));
+                for (row, acc) in rows.iter().zip(acc.iter_mut()) {
+                    let x = _mm256_broadcast_ss(&*row.add($p));
+                    acc[0] = _mm256_fmadd_ps(x, w0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(x, w1, acc[1]);
+                }
+            }};
+        }
+        // Unrolled by 4: IC is usually a multiple of 16.
+        let mut p = 0;
+        while p + 4 <= k {
+            step!(p);
+            step!(p + 1);
+            step!(p + 2);
+            step!(p + 3);
+            p += 4;
+        }
+        while p < k {
+            step!(p);
+            p += 1;
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            _mm256_storeu_ps(out.add(r * ldo), acc[0]);
+            _mm256_storeu_ps(out.add(r * ldo + 8), acc[1]);
+        }
+    }
+}
