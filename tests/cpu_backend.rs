@@ -3,8 +3,9 @@
 //! strides, dilation, groups), at 1 and 2 threads, plus per-shape specialization,
 //! concurrent runs and bad inputs. `KILN_CPU_ISA=portable` reruns it all on the plain
 //! Rust paths (`make test` does).
+use kiln::backend::cpu::tune::Tuning;
 use kiln::backend::cpu::CpuBackend;
-use kiln::backend::{backend_with, cpu_pass_options, Device, Executable};
+use kiln::backend::{backend_with, cpu_pass_options, Backend, Device, Executable};
 use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
 use kiln::passes::PassOptions;
 use kiln::{Dim, Tensor};
@@ -76,14 +77,31 @@ fn inputs_for(g: &Graph, rng: &mut Rng, sym: usize) -> Vec<Tensor> {
         .collect()
 }
 
+/// The CPU backend on `threads` threads, choosing algorithms as `tuning` says (not as
+/// the environment does: the tests decide which algorithms they check).
+fn cpu_with(threads: usize, tuning: &Tuning) -> CpuBackend {
+    CpuBackend {
+        passes: cpu_pass_options(PassOptions::default()),
+        threads,
+        tuning: tuning.clone(),
+    }
+}
+
+/// Tuning that makes `algorithm` win wherever it is a candidate.
+fn forcing(algorithm: &str) -> Tuning {
+    Tuning {
+        force: Some(algorithm.into()),
+        ..Tuning::default()
+    }
+}
+
 /// The kernel kinds `g` lowers to (inputs with symbolic dims of 3).
 fn kinds(g: &Graph) -> Vec<&'static str> {
-    let exe = CpuBackend {
-        passes: cpu_pass_options(PassOptions::default()),
-        threads: 1,
-    }
-    .compile_cpu(g)
-    .unwrap();
+    kinds_with(g, &Tuning::default())
+}
+
+fn kinds_with(g: &Graph, tuning: &Tuning) -> Vec<&'static str> {
+    let exe = cpu_with(1, tuning).compile_cpu(g).unwrap();
     let shapes: Vec<Vec<usize>> = inputs_for(g, &mut Rng(0), 3)
         .iter()
         .map(|t| t.shape().to_vec())
@@ -105,12 +123,16 @@ fn uses(g: &Graph, kind: &str) {
 
 /// `g` on cpu at 1 and 2 threads gives the interpreter's outputs.
 fn check(g: &Graph, seed: u64) {
+    check_with(g, seed, &Tuning::default())
+}
+
+fn check_with(g: &Graph, seed: u64, tuning: &Tuning) {
     let mut rng = Rng(seed);
     let inputs = inputs_for(g, &mut rng, 3);
     let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
     let want = interp.compile(g).unwrap().run(&inputs).unwrap();
     for threads in [1, 2] {
-        let got = cpu(threads)
+        let got = cpu_with(threads, tuning)
             .compile(g)
             .unwrap_or_else(|e| panic!("{e}\n{}", text::print(g)))
             .run(&inputs)
@@ -320,15 +342,34 @@ fn convolutions_blocked_and_plain() {
         let depthwise = attrs
             .iter()
             .any(|(k, v)| *k == "group_" && v[0] == c.0 as i64);
-        uses(
-            &g,
-            match (blocked, depthwise) {
-                (true, _) => "conv-blocked",
-                (false, true) => "conv-depthwise",
-                (false, false) => "conv-im2col",
-            },
-        );
-        check(&g, i as u64);
+        if !blocked {
+            uses(
+                &g,
+                if depthwise {
+                    "conv-depthwise"
+                } else {
+                    "conv-im2col"
+                },
+            );
+            check(&g, i as u64);
+            continue;
+        }
+        // Every blocked algorithm the shape has, each forced in turn.
+        let attr = |k: &str| attrs.iter().find(|(name, _)| *name == k).map(|a| a.1);
+        let winograd = attr("kernel_shape").is_none_or(|k| k == [3, 3])
+            && attr("strides").is_none_or(|s| s == [1, 1])
+            && attr("dilations").is_none_or(|d| d == [1, 1]);
+        for (algorithm, kind) in [
+            ("direct", "conv-blocked"),
+            ("winograd2", "conv-winograd2"),
+            ("winograd4", "conv-winograd4"),
+        ] {
+            let kind = if winograd { kind } else { "conv-blocked" };
+            let tuning = forcing(algorithm);
+            let k = kinds_with(&g, &tuning);
+            assert!(k.contains(&kind), "{algorithm}: no {kind} in {k:?}");
+            check_with(&g, i as u64, &tuning);
+        }
     }
 }
 

@@ -94,6 +94,7 @@ pub fn backend_with(
         Device::Cpu => Ok(Box::new(cpu::CpuBackend {
             passes: cpu_pass_options(passes),
             threads,
+            tuning: cpu::tune::Tuning::from_env(),
         })),
         Device::Cuda(n) if cfg!(feature = "cuda") => Err(Error::Device(format!(
             "cuda:{n}: the CUDA backend is not built yet"

@@ -28,10 +28,12 @@ use lower::Program;
 use pool::Pool;
 use program::{AlignedBuf, Cx};
 
-/// The CPU backend: `passes` then lowering; runs use `threads` (0 = one per core).
+/// The CPU backend: `passes` then lowering; runs use `threads` (0 = one per core);
+/// algorithms are chosen per shape as `tuning` says (see [`tune`]).
 pub struct CpuBackend {
     pub passes: PassOptions,
     pub threads: usize,
+    pub tuning: tune::Tuning,
 }
 
 impl Backend for CpuBackend {
@@ -72,7 +74,7 @@ impl CpuBackend {
             input_types: interp::input_types(graph),
             passes: self.passes.clone(),
             pool: Pool::new(self.threads),
-            tuning: tune::Tuning::from_env(),
+            tuning: self.tuning.clone(),
             programs: RwLock::new(HashMap::new()),
             arenas: Mutex::new(vec![]),
             profile: std::env::var("KILN_PROFILE")
@@ -111,7 +113,6 @@ pub struct CpuExecutable {
     input_types: Vec<(String, TensorType)>,
     passes: PassOptions,
     pool: Pool,
-    /// `KILN_AUTOTUNE`/`KILN_TUNE_CACHE` as they were when compiled.
     tuning: tune::Tuning,
     programs: RwLock<HashMap<Vec<Vec<usize>>, Arc<Compiled>>>,
     /// Arenas of finished runs, reused by the next ones (one per concurrent run).

@@ -10,6 +10,9 @@
 //!    winner is written to the cache;
 //! 3. otherwise the caller's cost-model pick.
 //!
+//! `KILN_TUNE_FORCE=name` overrides all three wherever `name` is a candidate (to test
+//! one algorithm, or time it across a whole model).
+//!
 //! The cache (`KILN_TUNE_CACHE=path`; with `KILN_AUTOTUNE=1` and no path,
 //! `$XDG_CACHE_HOME/kiln/tune.tsv` or `~/.cache/kiln/tune.tsv`) is a text file, one
 //! decision per line: `cpu model \t isa \t threads \t key \t winner \t candidate=µs…`.
@@ -33,10 +36,14 @@ pub struct Tuning {
     pub measure: bool,
     /// The cache file consulted and (when measuring) updated.
     pub cache: Option<PathBuf>,
+    /// Use this algorithm wherever it is a candidate, whatever the rest says (to test
+    /// or time one algorithm across a model).
+    pub force: Option<String>,
 }
 
 impl Tuning {
-    /// `KILN_AUTOTUNE=1` and `KILN_TUNE_CACHE=path` (see the module docs).
+    /// `KILN_AUTOTUNE=1`, `KILN_TUNE_CACHE=path` (see the module docs) and
+    /// `KILN_TUNE_FORCE=algorithm`.
     pub fn from_env() -> Tuning {
         let measure = std::env::var("KILN_AUTOTUNE").is_ok_and(|v| v == "1");
         let cache = match std::env::var_os("KILN_TUNE_CACHE") {
@@ -44,7 +51,14 @@ impl Tuning {
             _ if measure => default_cache(),
             _ => None,
         };
-        Tuning { measure, cache }
+        let force = std::env::var("KILN_TUNE_FORCE")
+            .ok()
+            .filter(|v| !v.is_empty());
+        Tuning {
+            measure,
+            cache,
+            force,
+        }
     }
 }
 
@@ -71,6 +85,8 @@ pub enum Source {
     Model,
     Cache,
     Measured,
+    /// [`Tuning::force`].
+    Forced,
 }
 
 /// The index of the candidate to use. `run(i)` runs candidate `i` once (only called
@@ -81,6 +97,13 @@ pub fn choose(
     choice: &Choice,
     run: &mut dyn FnMut(usize),
 ) -> (usize, Source) {
+    if let Some(i) = tuning
+        .force
+        .as_deref()
+        .and_then(|f| choice.candidates.iter().position(|c| *c == f))
+    {
+        return (i, Source::Forced);
+    }
     let threads = pool.map_or(1, Pool::threads);
     let id = EntryId {
         cpu: cpu_model(),
@@ -285,6 +308,7 @@ mod tests {
         let tuning = Tuning {
             measure: true,
             cache: Some(path.clone()),
+            force: None,
         };
         let choice = Choice {
             key: "conv n1 ic64".into(),
@@ -308,6 +332,7 @@ mod tests {
             let tuning = Tuning {
                 measure,
                 cache: Some(path.clone()),
+                force: None,
             };
             let mut runs = vec![];
             let got = choose(&tuning, None, &choice, &mut timed(&[0, 0, 0], &mut runs));
@@ -349,6 +374,7 @@ mod tests {
         let tuning = Tuning {
             measure: false,
             cache: Some(path.clone()),
+            force: None,
         };
         let choice = |key: &str| Choice {
             key: key.into(),
@@ -368,11 +394,37 @@ mod tests {
         let tuning = Tuning {
             measure: true,
             cache: Some(path.join("not-a-dir").join("tune.tsv")),
+            force: None,
         };
         let mut runs = vec![];
         let got = choose(&tuning, None, &choice("k"), &mut timed(&[2, 0], &mut runs));
         assert_eq!(got, (1, Source::Measured));
         let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn a_forced_candidate_wins_where_it_is_one() {
+        let tuning = Tuning {
+            measure: true,
+            force: Some("b".into()),
+            ..Tuning::default()
+        };
+        let mut none = |_| panic!("not measuring");
+        let choice = |candidates| Choice {
+            key: "k".into(),
+            candidates,
+            model: 0,
+        };
+        let got = choose(&tuning, None, &choice(&["a", "b"]), &mut none);
+        assert_eq!(got, (1, Source::Forced));
+        let mut runs = vec![];
+        let got = choose(
+            &tuning,
+            None,
+            &choice(&["a", "c"]),
+            &mut timed(&[2, 0], &mut runs),
+        );
+        assert_eq!(got, (1, Source::Measured));
     }
 
     #[test]

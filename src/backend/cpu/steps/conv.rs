@@ -2,7 +2,7 @@
 //! with weights packed at compile time, plain NCHW ones (any groups) by im2col + GEMM
 //! or, with one input channel per group, the direct depthwise kernel. Where a shape has
 //! several algorithms, [`tune::choose`] picks (cost model, tune cache or measurement).
-use crate::backend::cpu::kernels::conv::{self, ConvShape, PackedConv};
+use crate::backend::cpu::kernels::conv::{self, ConvShape, PackedConv, PackedWinograd};
 use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::pool::Pool;
 use crate::backend::cpu::program::{AlignedBuf, Cx, Kernel, Loc, Slot};
@@ -21,11 +21,14 @@ struct Blocked {
 /// The algorithms for a blocked convolution.
 enum BlockedAlgo {
     Direct(PackedConv),
+    /// With its scratch (the transformed tiles of each thread).
+    Winograd(PackedWinograd, Loc),
 }
 
 impl BlockedAlgo {
     /// # Safety
     /// As [`conv::conv_blocked`].
+    /// `scratch` must hold [`Self::scratch_bytes`].
     unsafe fn run(
         &self,
         pool: Option<&Pool>,
@@ -33,12 +36,21 @@ impl BlockedAlgo {
         z: Option<*const f32>,
         y: *mut f32,
         act: Act,
+        scratch: *mut f32,
     ) {
         // SAFETY: the caller's contract.
         unsafe {
             match self {
                 BlockedAlgo::Direct(p) => conv::conv_blocked(pool, p, x, z, y, act),
+                BlockedAlgo::Winograd(p, _) => conv::conv_winograd(pool, p, x, z, y, act, scratch),
             }
+        }
+    }
+
+    fn scratch_bytes(&self, pool: Option<&Pool>) -> usize {
+        match self {
+            BlockedAlgo::Direct(_) => 0,
+            BlockedAlgo::Winograd(p, _) => p.scratch_len(pool.map_or(1, Pool::threads)) * 4,
         }
     }
 }
@@ -53,19 +65,37 @@ fn choose_blocked(
     act: Act,
     residual: bool,
 ) -> Result<BlockedAlgo, String> {
-    let candidates: &[&'static str] = &["direct"];
+    let candidates: &[&'static str] = if conv::winograd_supported(&shape) {
+        &["direct", "winograd2", "winograd4"]
+    } else {
+        &["direct"]
+    };
     let make = |name: &str| -> Result<BlockedAlgo, String> {
+        let winograd = |m| -> Result<BlockedAlgo, String> {
+            let p = PackedWinograd::new(shape, m, w, bias)?;
+            Ok(BlockedAlgo::Winograd(p, Loc::Arena(0)))
+        };
         match name {
             "direct" => Ok(BlockedAlgo::Direct(PackedConv::new(
                 shape.pointwise_rows(),
                 w,
                 bias,
             )?)),
+            "winograd2" => winograd(2),
+            "winograd4" => winograd(4),
             other => Err(format!("no blocked conv algorithm {other:?}")),
         }
     };
+    // The chosen algorithm, with its scratch placed in the step scratch region.
+    let placed = |algo: BlockedAlgo| match algo {
+        BlockedAlgo::Winograd(p, _) => {
+            let bytes = p.scratch_len(b.pool.map_or(1, Pool::threads)) * 4;
+            BlockedAlgo::Winograd(p, b.scratch(bytes))
+        }
+        direct => direct,
+    };
     if candidates.len() == 1 {
-        return make(candidates[0]);
+        return make(candidates[0]).map(placed);
     }
     let built = if b.tuning.measure {
         candidates
@@ -78,23 +108,43 @@ fn choose_blocked(
     let choice = Choice {
         key: key(&shape, "nchw16c"),
         candidates,
-        model: 0,
+        model: blocked_model(&shape, candidates),
     };
     let (x_len, y_len) = (
         blocked_len(&shape, shape.ic, shape.ih * shape.iw),
         blocked_len(&shape, shape.oc, shape.oh * shape.ow),
     );
+    let scratch_bytes = built.iter().map(|a| a.scratch_bytes(b.pool)).max();
     let mut trial = None;
     let (i, _) = tune::choose(b.tuning, b.pool, &choice, &mut |i| {
-        let t = trial.get_or_insert_with(|| Trial::new(x_len, y_len, residual));
-        let (xp, zp, yp) = t.ptrs();
-        // SAFETY: the trial buffers have the packed conv's lengths.
-        unsafe { built[i].run(b.pool, xp, zp, yp, act) }
+        let t = trial.get_or_insert_with(|| {
+            let scratch = AlignedBuf::zeroed(scratch_bytes.unwrap_or(0));
+            (Trial::new(x_len, y_len, residual), scratch)
+        });
+        let (xp, zp, yp) = t.0.ptrs();
+        let scratch = t.1.as_mut_ptr() as *mut f32;
+        // SAFETY: the trial buffers have the packed conv's lengths, the scratch the
+        // largest candidate's.
+        unsafe { built[i].run(b.pool, xp, zp, yp, act, scratch) }
     });
     match built.into_iter().nth(i) {
-        Some(algo) => Ok(algo),
-        None => make(candidates[i]),
+        Some(algo) => Ok(placed(algo)),
+        None => make(candidates[i]).map(placed),
     }
+}
+
+/// The cost model: Winograd for 3×3 stride-1 convolutions, F(4,3) when the image has
+/// enough 4×4 tiles to amortize its 36 transformed weight matrices, else F(2,3).
+/// Measured (`cargo bench --bench conv -- 3x3`, one thread, effective GFLOP/s): direct
+/// 66–69, F(2,3) 117–169, F(4,3) 153–203 on 14×14 to 56×56 images; on 7×7, F(2,3) 112
+/// and F(4,3) 91.
+fn blocked_model(s: &ConvShape, candidates: &[&str]) -> usize {
+    let pick = if s.oh * s.ow >= 12 * 12 {
+        "winograd4"
+    } else {
+        "winograd2"
+    };
+    candidates.iter().position(|c| *c == pick).unwrap_or(0)
 }
 
 /// Floats of an NCHW16c tensor of `channels` × `pixels` per image.
@@ -327,13 +377,19 @@ impl Trial {
 impl Kernel for Blocked {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
         let z = self.z.as_ref().map(|z| cx.f32(z));
-        self.algo
-            .run(cx.pool, cx.f32(&self.x), z, cx.f32_mut(&self.y), self.act);
+        let scratch = match self.algo {
+            BlockedAlgo::Winograd(_, at) => cx.ptr(at) as *mut f32,
+            BlockedAlgo::Direct(_) => std::ptr::null_mut(),
+        };
+        let (x, y) = (cx.f32(&self.x), cx.f32_mut(&self.y));
+        self.algo.run(cx.pool, x, z, y, self.act, scratch);
         Ok(())
     }
     fn kind(&self) -> &'static str {
-        match self.algo {
+        match &self.algo {
             BlockedAlgo::Direct(_) => "conv-blocked",
+            BlockedAlgo::Winograd(p, _) if p.m() == 2 => "conv-winograd2",
+            BlockedAlgo::Winograd(..) => "conv-winograd4",
         }
     }
 }

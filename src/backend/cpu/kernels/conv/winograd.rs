@@ -188,6 +188,11 @@ impl PackedWinograd {
         })
     }
 
+    /// The output tile size: 2 for F(2,3), 4 for F(4,3).
+    pub fn m(&self) -> usize {
+        self.m
+    }
+
     pub fn shape(&self) -> &ConvShape {
         &self.shape
     }
