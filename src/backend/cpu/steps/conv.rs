@@ -38,12 +38,14 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         return Ok(None);
     }
     let block = attrs.int_or("block", 0)? as usize;
+    // X stays NCHW under a blocked Y (a first layer's few channels).
+    let plain_x = block > 0 && attrs.int_or("plain_x", 0)? != 0;
     let (x, w, y) = (
         b.input(0).ok_or("missing X")?,
         b.input(1).ok_or("missing W")?,
         &b.outs[0],
     );
-    let spatial = if block > 0 {
+    let spatial = if block > 0 && !plain_x {
         x.shape.len().saturating_sub(3)
     } else {
         x.shape.len().saturating_sub(2)
@@ -108,7 +110,8 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             shape,
             wv.as_slice().expect("standard layout"),
             bv.as_ref().map(|v| v.as_slice().expect("standard layout")),
-        )?;
+        )?
+        .with_plain_x(plain_x);
         return Ok(Some(Box::new(Blocked {
             packed,
             x: x.clone(),
