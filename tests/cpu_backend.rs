@@ -327,6 +327,14 @@ fn convolutions_blocked_and_plain() {
             false,
         ),
         (2, (5, 7), (9, 6), vec![("pads", &[1, 1, 1, 1])], true),
+        (2, (20, 24), (9, 6), vec![("pads", &[1, 1, 1, 1])], true),
+        (
+            1,
+            (3, 20),
+            (11, 10),
+            vec![("strides", &[2, 1]), ("pads", &[1, 0, 1, 2])],
+            true,
+        ),
         (
             1,
             (8, 8),
@@ -338,25 +346,28 @@ fn convolutions_blocked_and_plain() {
     ];
     for (i, (n, c, hw, attrs, residual)) in cases.into_iter().enumerate() {
         let g = conv_graph(&mut rng, n, c, hw, &attrs, residual);
-        let blocked = c.0 % 16 == 0 && c.1 % 16 == 0;
-        let depthwise = attrs
-            .iter()
-            .any(|(k, v)| *k == "group_" && v[0] == c.0 as i64);
+        // Group-1 convs with at least one full block of outputs run blocked, ragged
+        // channel counts too; fewer than 16 input channels are read plain (the stem).
+        let grouped = attrs.iter().any(|(k, _)| *k == "group_");
+        let blocked = !grouped && c.1 >= 16;
         if !blocked {
-            uses(
-                &g,
-                if depthwise {
-                    "conv-depthwise"
-                } else {
-                    "conv-im2col"
-                },
-            );
+            let depthwise = attrs
+                .iter()
+                .any(|(k, v)| *k == "group_" && v[0] == c.0 as i64);
+            let kind = if depthwise {
+                "conv-depthwise"
+            } else {
+                "conv-im2col"
+            };
+            uses(&g, kind);
             check(&g, i as u64);
             continue;
         }
-        // Every blocked algorithm the shape has, each forced in turn.
+        // Every blocked algorithm the shape has, each forced in turn (Winograd reads a
+        // blocked X only).
         let attr = |k: &str| attrs.iter().find(|(name, _)| *name == k).map(|a| a.1);
-        let winograd = attr("kernel_shape").is_none_or(|k| k == [3, 3])
+        let winograd = c.0 >= 16
+            && attr("kernel_shape").is_none_or(|k| k == [3, 3])
             && attr("strides").is_none_or(|s| s == [1, 1])
             && attr("dilations").is_none_or(|d| d == [1, 1]);
         for (algorithm, kind) in [
@@ -423,12 +434,21 @@ fn pools_softmax_and_layernorm() {
                     ("pads", &pads),
                 ])
                 .with("ceil_mode", Attr::Int(ceil));
-                let y = op(&mut g, pool, &[h], attrs);
+                let y = op(&mut g, pool, &[h], attrs.clone());
                 let y = op(&mut g, "GlobalAveragePool", &[y], Attrs::new());
+                g.add_output("y", y).unwrap();
+                uses(&g, "pool-blocked");
+                uses(&g, "global-pool-blocked");
+                check(&g, 2);
+                // The same pools on a plain input.
+                let mut g = Graph::new("pool");
+                let x = param(&mut g, "x", &[2, cin, 11, 9]);
+                let y = op(&mut g, pool, &[x], attrs);
+                let y = op(&mut g, "GlobalMaxPool", &[y], Attrs::new());
                 g.add_output("y", y).unwrap();
                 uses(&g, "pool");
                 uses(&g, "global-pool");
-                check(&g, 2);
+                check(&g, 3);
             }
         }
     }
@@ -454,6 +474,48 @@ fn pools_softmax_and_layernorm() {
         uses(&g, "softmax");
         uses(&g, "layernorm");
         check(&g, width as u64);
+    }
+}
+
+/// The small CNN's chain: a 1-channel conv reads the plain image (the direct kernel,
+/// not im2col), and conv → pool → conv → pool stays blocked with no reorder until the
+/// Flatten; ragged channel counts (20, 40) leave pad lanes the pools pool.
+#[test]
+fn conv_pool_chains_stay_blocked() {
+    for (cin, c1, c2) in [(1, 32, 64), (3, 20, 40)] {
+        let mut rng = Rng(41 + cin as u64);
+        let mut g = Graph::new("cnn");
+        let x = param(&mut g, "x", &[2, cin, 13, 12]);
+        let pads: &[i64] = &[1, 1, 1, 1];
+        let w1 = weight(&mut g, &mut rng, "w1", &[c1, cin, 3, 3]);
+        let h = op(&mut g, "Conv", &[x, w1], ints(&[("pads", pads)]));
+        let h = op(&mut g, "Relu", &[h], Attrs::new());
+        let pool = ints(&[("kernel_shape", &[2, 2]), ("strides", &[2, 2])]);
+        let h = op(&mut g, "MaxPool", &[h], pool.clone());
+        let w2 = weight(&mut g, &mut rng, "w2", &[c2, c1, 3, 3]);
+        let h = op(&mut g, "Conv", &[h, w2], ints(&[("pads", pads)]));
+        let h = op(&mut g, "Relu", &[h], Attrs::new());
+        let h = op(&mut g, "AveragePool", &[h], pool);
+        let h = op(&mut g, "GlobalAveragePool", &[h], Attrs::new());
+        let y = op(
+            &mut g,
+            "Flatten",
+            &[h],
+            Attrs::new().with("axis", Attr::Int(1)),
+        );
+        g.add_output("y", y).unwrap();
+        let k = kinds_with(&g, &forcing("direct"));
+        let want = [
+            "conv-blocked",
+            "pool-blocked",
+            "conv-blocked",
+            "pool-blocked",
+            "global-pool-blocked",
+            "reorder",
+        ];
+        assert_eq!(k[..want.len()], want, "{k:?}\n{}", text::print(&g));
+        assert!(!k.contains(&"conv-im2col"), "{k:?}");
+        check(&g, 43);
     }
 }
 

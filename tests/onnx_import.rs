@@ -223,6 +223,19 @@ fn malformed_models_are_clear_errors() {
         17,
     ));
     assert!(e.contains("ONNX node #0") && e.contains("input 'y'"), "{e}");
+    // The pools' `block` is Kiln-internal (the layout pass's): never read from a model.
+    let mut blocked = node("GlobalMaxPool", &["x"], &["y"]);
+    blocked.attribute.push(proto::AttributeProto {
+        name: Some("block".into()),
+        r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
+        i: Some(16),
+        ..Default::default()
+    });
+    let e = err(&model(vec![blocked], vec![], 17));
+    assert!(
+        e.contains("GlobalMaxPool: unknown attribute 'block'"),
+        "{e}"
+    );
     // Unsupported op, domain, opset, dtype.
     let e = err(&model(vec![node("Frobnicate", &["x"], &["y"])], vec![], 17));
     assert!(e.contains("ONNX node #0 'Frobnicate_node' (Frobnicate, domain 'ai.onnx', opset 17): op 'Frobnicate' is not supported"), "{e}");

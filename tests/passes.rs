@@ -752,20 +752,116 @@ fn layout_blocks_convolutions_and_cancels_reorders() {
         .filter(|l| !l.contains("= Constant"))
         .collect::<Vec<_>>()
         .join("\n"));
-    // Channel counts that are not multiples of the block stay plain; `plain` turns the
-    // pass off.
-    for layout in ["nchw3c", "plain"] {
-        let mut o = options(passes::DEFAULT_PIPELINE);
-        o.set("layout", layout).unwrap();
-        let mut a = g.clone();
-        run_pipeline(&mut a, &o).unwrap();
-        assert!(a.nodes().iter().all(|n| n.op != "Reorder"), "{layout}");
-    }
+    // Channel counts that are not multiples of the block run blocked too, the last
+    // block ragged (4 channels in blocks of 3).
+    let mut o = options(passes::DEFAULT_PIPELINE);
+    o.set("layout", "nchw3c").unwrap();
+    let mut ragged = g.clone();
+    run_pipeline(&mut ragged, &o).unwrap();
+    assert_same(&g, &ragged, 12);
+    let convs: Vec<_> = ragged
+        .nodes()
+        .iter()
+        .filter(|n| n.op == "FusedConv")
+        .collect();
+    assert_eq!(convs.len(), 2);
+    assert!(convs
+        .iter()
+        .all(|n| n.attrs.int("block") == Ok(Some(3)) && n.attrs.get("plain_x").is_none()));
+    // `plain` turns the pass off.
+    let mut o = options(passes::DEFAULT_PIPELINE);
+    o.set("layout", "plain").unwrap();
+    let mut a = g.clone();
+    run_pipeline(&mut a, &o).unwrap();
+    assert!(a.nodes().iter().all(|n| n.op != "Reorder"));
     let e = PassOptions::default()
         .set("layout", "nhwc")
         .unwrap_err()
         .to_string();
     assert!(e.contains("layout: expected plain or nchw<block>c"), "{e}");
+}
+
+/// The small CNN's shape in blocks of 4: conv(1 → 6 channels) → MaxPool → conv(6 → 8)
+/// → AveragePool → GlobalMaxPool → Flatten, plus a MaxPool whose Indices are read.
+fn small_cnn() -> Graph {
+    let mut rng = Rng(17);
+    let mut g = Graph::new("cnn");
+    let x = param(&mut g, "x", &[2, 1, 9, 8]);
+    let pads = || ints("pads", &[1, 1, 1, 1]);
+    let w1 = g
+        .add_constant_value("w1", rng.tensor(&[6, 1, 3, 3]))
+        .unwrap();
+    let h = op(&mut g, "Conv", &[x, w1.into()], pads(), "conv1");
+    let h = op(&mut g, "Relu", &[h], none(), "relu1");
+    let pool = |k: i64, s: i64| {
+        ints("kernel_shape", &[k, k])
+            .with("strides", Attr::Ints(vec![s, s]))
+            .with("pads", Attr::Ints(vec![0, 0, 1, 1]))
+    };
+    let h = op(&mut g, "MaxPool", &[h], pool(2, 2), "pool1");
+    let w2 = g
+        .add_constant_value("w2", rng.tensor(&[8, 6, 3, 3]))
+        .unwrap();
+    let h = op(&mut g, "Conv", &[h, w2.into()], pads(), "conv2");
+    let h = op(&mut g, "Relu", &[h], none(), "relu2");
+    let a = op(&mut g, "AveragePool", &[h], pool(3, 1), "pool2");
+    let gm = op(&mut g, "GlobalMaxPool", &[a], none(), "gmax");
+    let y = op(
+        &mut g,
+        "Flatten",
+        &[gm],
+        Attrs::new().with("axis", Attr::Int(1)),
+        "flat",
+    );
+    g.add_output("y", y).unwrap();
+    // A MaxPool whose Indices are an output stays plain.
+    let idx = g.op("MaxPool", &[h], pool(2, 2), "pool3").unwrap().out(1);
+    g.add_output("idx", idx).unwrap();
+    g
+}
+
+#[test]
+fn layout_blocks_pools_and_first_layers() {
+    let g = small_cnn();
+    let mut o = options(passes::DEFAULT_PIPELINE);
+    o.set("layout", "nchw4c").unwrap();
+    let mut after = g.clone();
+    run_pipeline(&mut after, &o).unwrap();
+    assert_same(&g, &after, 5);
+    let node = |name: &str| {
+        let id = after.find(name).unwrap_or_else(|| panic!("no {name}"));
+        after.node(id).clone()
+    };
+    let int = |name: &str, attr: &str| node(name).attrs.int(attr).unwrap();
+    // conv1 reads the 1-channel image as it is and writes blocks.
+    assert_eq!(node("conv1").op, "FusedConv");
+    assert_eq!(int("conv1", "plain_x"), Some(1));
+    assert_eq!(int("conv1", "block"), Some(4));
+    assert_eq!(node("conv1").inputs[0], Some(after.inputs()[0].into()));
+    assert_eq!(int("conv2", "plain_x"), None);
+    // The pools run on the blocks, and no reorder is left between conv1 and gmax: the
+    // only ones feed Flatten and the Indices-reading pool3.
+    for pool in ["pool1", "pool2", "gmax"] {
+        assert_eq!(int(pool, "block"), Some(4), "{pool}");
+    }
+    assert_eq!(int("pool3", "block"), None);
+    let mut reorders: Vec<String> = after
+        .nodes()
+        .iter()
+        .filter(|n| n.op == "Reorder")
+        .map(|n| n.name.clone())
+        .collect();
+    reorders.sort();
+    assert_eq!(
+        reorders,
+        ["conv2.y_plain", "gmax.y_plain"],
+        "{}",
+        text::print(&after)
+    );
+    // The dump is deterministic.
+    let mut again = g.clone();
+    run_pipeline(&mut again, &o).unwrap();
+    assert_eq!(text::print(&after), text::print(&again));
 }
 
 #[test]

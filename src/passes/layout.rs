@@ -1,9 +1,19 @@
 //! Layout assignment, driven by the backend: when the options ask for a blocked layout
-//! (`layout = nchw16c`, which the CPU backend asks for: 16 f32 lanes of AVX-512), every
-//! convolution whose channel counts are multiples of the block runs blocked — it reads
-//! `Reorder(X, to blocked)` and its readers get `Reorder(Y, to plain)` — and a reorder
-//! to plain followed by one back to blocked cancels, so a chain of convolutions stays
-//! blocked and reorders remain only where a plain op (a pool, a reshape) meets it.
+//! (`layout = nchw16c`, which the CPU backend asks for: 16 f32 lanes of AVX-512), the
+//! ops that have a blocked form run blocked, and a reorder to plain followed by one
+//! back to blocked cancels, so a chain of convolutions and pools stays blocked and
+//! reorders remain only where a plain op (a reshape, a flatten) meets it. The rules:
+//!
+//! - a group-1 convolution with at least `b` output channels (any count: the last
+//!   block's pad lanes are unspecified) becomes a blocked `FusedConv`: it reads
+//!   `Reorder(X, to blocked)` and its readers get `Reorder(Y, to plain)`. With fewer
+//!   than `b` input channels (a first layer on a 1- or 3-channel image) X stays plain
+//!   (`plain_x = 1`) rather than being padded to `b` lanes; with `b` or more, a ragged
+//!   last input block is cheaper than a plain read.
+//! - a 2-D MaxPool (its Indices unused), AveragePool, GlobalMaxPool or
+//!   GlobalAveragePool reading `Reorder(Xb, to plain)` pools `Xb` itself (`block = b`)
+//!   and its readers get `Reorder(Y, to plain)`. Pools act on each channel alone, so
+//!   the pad lanes they pool stay unspecified and harmless.
 use super::pattern::{any, op, ops, Pat, Uses};
 use super::{add_in_place_of, give_back_name, sweep, try_add, Changed, Pass, PassContext};
 use crate::error::Result;
@@ -16,7 +26,8 @@ impl Pass for Layout {
         "layout"
     }
     fn summary(&self) -> &'static str {
-        "blocked layouts (NCHW16c) for convolutions when the backend asks; reorders cancel"
+        "blocked layouts (NCHW16c) for convolutions and pools when the backend asks; \
+         reorders cancel"
     }
     fn run(&self, g: &mut Graph, cx: &mut PassContext) -> Result<Changed> {
         let Some(b) = cx.options.layout_block.filter(|&b| b > 0) else {
@@ -24,6 +35,13 @@ impl Pass for Layout {
         };
         let conv = ops(&["Conv", "FusedConv"])
             .when(move |g, n| blockable(g, n, b))
+            .pat();
+        let pool = ops(POOLS)
+            .when(|g, n| n.attrs.int_or("block", 0) == Ok(0) && plain_2d(g, n))
+            .args(vec![op("Reorder")
+                .when(move |_, n| reorder_is(n, "plain", b))
+                .args(vec![any().capture("xb")])
+                .pat()])
             .pat();
         let cancel = op("Reorder")
             .when(move |_, n| reorder_is(n, "blocked", b))
@@ -36,6 +54,9 @@ impl Pass for Layout {
             if conv.matches(g, uses, id.into()).is_some() {
                 return block_conv(g, id, b, cx);
             }
+            if let Some(m) = pool.matches(g, uses, id.into()) {
+                return block_pool(g, uses, id, m.value("xb"), b, cx);
+            }
             cancel_pair(g, uses, id, &cancel, cx)
         })
     }
@@ -45,15 +66,34 @@ fn reorder_is(n: &Node, to: &str, b: usize) -> bool {
     n.attrs.string("to") == Ok(Some(to)) && n.attrs.int("block") == Ok(Some(b as i64))
 }
 
-/// A plain group-1 convolution over [N, C, spatial...] whose input and output channel
-/// counts are static multiples of `b` (a 3-channel image stays plain: padding it to 16
-/// lanes would cost more than it gains).
+/// The pools with a blocked form.
+const POOLS: &[&str] = &[
+    "MaxPool",
+    "AveragePool",
+    "GlobalMaxPool",
+    "GlobalAveragePool",
+];
+
+/// The static input and output channel counts of a plain convolution over [N, C,
+/// spatial...] with at least `b` output channels (fewer would leave most lanes of its
+/// one block idle).
 fn blocked_channels(g: &Graph, n: &Node, b: usize) -> Option<(usize, usize)> {
     let x = g.value_type(n.inputs.first().copied().flatten()?).ok()?;
     let y = n.outputs.first()?;
     let c = x.shape.dim(1).fixed().filter(|_| x.rank() >= 3)?;
     let m = y.shape.dim(1).fixed()?;
-    Some((c, m)).filter(|&(c, m)| c % b == 0 && m % b == 0)
+    Some((c, m)).filter(|&(c, m)| c > 0 && m >= b)
+}
+
+/// A float pool over a plain [N, C, H, W] (the CPU kernels' 2-D pools) whose Indices,
+/// if it has them, nobody reads.
+fn plain_2d(g: &Graph, n: &Node) -> bool {
+    let Some(x) = n.inputs.first().copied().flatten() else {
+        return false;
+    };
+    g.value_type(x)
+        .is_ok_and(|t| t.rank() == 4 && t.dtype.is_float() && t.shape.dim(1).fixed().is_some())
+        && n.attrs.string_or("auto_pad", "NOTSET") == Ok("NOTSET")
 }
 
 fn blockable(g: &Graph, n: &Node, b: usize) -> bool {
@@ -86,11 +126,15 @@ fn block_conv(g: &mut Graph, id: NodeId, b: usize, cx: &mut PassContext) -> Resu
     let mut inputs = n.inputs.clone();
     let name = &n.name;
     let x = inputs[0].expect("X");
-    inputs[0] = reorder(g, x, "blocked", b, c, &format!("{name}.x_blocked"));
+    let mut attrs = n.attrs.clone();
+    if c < b {
+        attrs.set("plain_x", Attr::Int(1));
+    } else {
+        inputs[0] = reorder(g, x, "blocked", b, c, &format!("{name}.x_blocked"));
+    }
     if let Some(z) = inputs.get(3).copied().flatten() {
         inputs[3] = reorder(g, z, "blocked", b, m, &format!("{name}.z_blocked"));
     }
-    let mut attrs = n.attrs.clone();
     attrs.set("block", Attr::Int(b as i64));
     let Some(conv) = add_in_place_of(g, id, "FusedConv", &inputs, attrs) else {
         return Ok(false);
@@ -103,6 +147,47 @@ fn block_conv(g: &mut Graph, id: NodeId, b: usize, cx: &mut PassContext) -> Resu
         }
         _ => {
             give_back_name(g, conv, id);
+            Ok(false)
+        }
+    }
+}
+
+/// `Pool(Reorder(plain, xb))` as `Reorder(plain, Pool(xb) {block = b})`.
+fn block_pool(
+    g: &mut Graph,
+    uses: &Uses,
+    id: NodeId,
+    xb: Value,
+    b: usize,
+    cx: &mut PassContext,
+) -> Result<bool> {
+    let n = g.node(id).clone();
+    // The blocked kernels compute no Indices.
+    let indices = id.out(1);
+    if n.outputs.len() > 1 && (!uses.users(indices).is_empty() || uses.is_graph_output(indices)) {
+        return Ok(false);
+    }
+    let c = n.outputs[0].shape.dim(1).fixed().expect("checked");
+    let mut attrs = n.attrs.clone();
+    attrs.set("block", Attr::Int(b as i64));
+    let Some(pool) = add_in_place_of(g, id, &n.op, &[Some(xb)], attrs) else {
+        return Ok(false);
+    };
+    let plain = reorder(
+        g,
+        pool.into(),
+        "plain",
+        b,
+        c,
+        &format!("{}.y_plain", n.name),
+    );
+    match plain {
+        Some(p) if g.value_type(p)? == &n.outputs[0] && cx.allow_rewrite() => {
+            g.replace_uses(id.into(), p)?;
+            Ok(true)
+        }
+        _ => {
+            give_back_name(g, pool, id);
             Ok(false)
         }
     }

@@ -121,6 +121,63 @@ fn blocked_fused_conv_reads_and_writes_blocks() {
 }
 
 #[test]
+fn plain_x_fused_conv_reads_plain_and_writes_blocks() {
+    // 3 input channels stay plain; 6 output channels in blocks of 4 (2 pad lanes).
+    let x = ramp(&[2, 3, 5, 4], 7, 3.0);
+    let w = ramp(&[6, 3, 3, 3], 5, 2.0);
+    let z = ramp(&[2, 6, 3, 1], 11, 5.0);
+    let mut a = act("Relu", &[]);
+    a.push(("strides", Attr::Ints(vec![2, 2])));
+    a.push(("pads", Attr::Ints(vec![1, 0, 1, 0])));
+    let plain = run1(
+        "FusedConv",
+        vec![Input(x.clone()), Const(w.clone()), Absent, Input(z.clone())],
+        attrs(&a),
+    );
+    let reorder = |to: &str, c: Option<i64>| {
+        let mut a = vec![("to", Attr::String(to.into())), ("block", Attr::Int(4))];
+        if let Some(c) = c {
+            a.push(("channels", Attr::Int(c)));
+        }
+        attrs(&a)
+    };
+    // B omitted, Z blocked: inputs X, W, _, Z.
+    let zb = run1("Reorder", vec![Input(z)], reorder("blocked", None));
+    let mut ab = a.clone();
+    ab.push(("block", Attr::Int(4)));
+    ab.push(("plain_x", Attr::Int(1)));
+    let yb = run1(
+        "FusedConv",
+        vec![
+            Input(x.clone()),
+            Const(w.clone()),
+            Absent,
+            Input(zb.clone()),
+        ],
+        attrs(&ab),
+    );
+    assert_eq!(yb.shape(), &[2, 2, 3, 1, 4]);
+    assert_eq!(
+        run1("Reorder", vec![Input(yb)], reorder("plain", Some(6))),
+        plain
+    );
+    // plain_x needs a block, and is a flag.
+    let mut no_block = a.clone();
+    no_block.push(("plain_x", Attr::Int(1)));
+    let e = run_err(
+        "FusedConv",
+        vec![Input(x.clone()), Const(w.clone())],
+        attrs(&no_block),
+    );
+    assert!(e.contains("plain_x = 1 needs block > 0"), "{e}");
+    let mut two = ab.clone();
+    two.retain(|(k, _)| *k != "plain_x");
+    two.push(("plain_x", Attr::Int(2)));
+    let e = run_err("FusedConv", vec![Input(x), Const(w)], attrs(&two));
+    assert!(e.contains("plain_x must be 0 or 1"), "{e}");
+}
+
+#[test]
 fn fused_matmul_transposes_adds_bias_and_residual() {
     let a = ramp(&[2, 3, 4], 7, 3.0);
     let b = ramp(&[5, 4], 5, 2.0); // used transposed

@@ -190,3 +190,65 @@ fn max_pool_takes_bytes() {
         kiln::Tensor::from_vec(&[1, 1, 2], vec![250u8, 9]).unwrap()
     );
 }
+
+/// The layout pass's blocked pools (`block` > 0): Reorder to blocked, pool, Reorder
+/// back is the plain pool, with 5 channels in blocks of 4 (3 pad lanes).
+#[test]
+fn blocked_pools_are_the_plain_pools_on_blocks() {
+    let x = ramp(&[2, 5, 5, 6], 7, 3.0);
+    let reorder = |to: &str, c: Option<i64>| {
+        let mut a = vec![("to", Attr::String(to.into())), ("block", Attr::Int(4))];
+        if let Some(c) = c {
+            a.push(("channels", Attr::Int(c)));
+        }
+        attrs(&a)
+    };
+    let xb = run1("Reorder", vec![Input(x.clone())], reorder("blocked", None));
+    let window = pool_attrs(&[3, 2], &[2, 1], Some(&[1, 0, 1, 1]), &[]);
+    let mut with_pad = window.clone();
+    with_pad.set("count_include_pad", Attr::Int(1));
+    for (op, a) in [
+        ("MaxPool", window.clone()),
+        ("AveragePool", window.clone()),
+        ("AveragePool", with_pad),
+        ("GlobalMaxPool", Attrs::new()),
+        ("GlobalAveragePool", Attrs::new()),
+    ] {
+        let want = run(op, vec![Input(x.clone())], a.clone())
+            .unwrap()
+            .remove(0);
+        let mut ab = a.clone();
+        ab.set("block", Attr::Int(4));
+        let out = run(op, vec![Input(xb.clone())], ab).unwrap();
+        let yb = &out[0];
+        assert_eq!(yb.shape()[..2], [2, 2], "{op}");
+        assert_eq!(yb.shape()[yb.rank() - 1], 4, "{op}");
+        if op == "MaxPool" {
+            // Indices exist in the blocked form too (the layout pass never uses them).
+            assert_eq!(out[1].shape(), yb.shape());
+        }
+        let got = run1(
+            "Reorder",
+            vec![Input(yb.clone())],
+            reorder("plain", Some(5)),
+        );
+        assert_eq!(got, want, "{op}");
+    }
+    // `block` 0 is the plain pool; a blocked X must end in its block.
+    let mut plain = window.clone();
+    plain.set("block", Attr::Int(0));
+    assert_eq!(
+        run("MaxPool", vec![Input(x.clone())], plain).unwrap(),
+        run("MaxPool", vec![Input(x.clone())], window.clone()).unwrap()
+    );
+    let mut bad = window.clone();
+    bad.set("block", Attr::Int(4));
+    let e = run_err("MaxPool", vec![Input(x.clone())], bad);
+    assert!(e.contains("not [N, CB, spatial..., 4]"), "{e}");
+    let e = run_err(
+        "GlobalAveragePool",
+        vec![Input(xb)],
+        attrs(&[("block", Attr::Int(-1))]),
+    );
+    assert!(e.contains("block must be 0 to 1024"), "{e}");
+}

@@ -107,6 +107,17 @@ pub(super) fn convert(
     }
     // Legacy attributes with no meaning any more.
     attrs.0.remove("consumed_inputs");
+    // The pools' `block` is Kiln-internal (the layout pass's blocked form): a model's
+    // pool is always plain, so an attribute of that name is an error, not a layout.
+    if matches!(
+        op,
+        "MaxPool" | "AveragePool" | "GlobalMaxPool" | "GlobalAveragePool"
+    ) && attrs.get("block").is_some()
+    {
+        return Err(Error::Graph(format!(
+            "{op}: unknown attribute 'block' (it is not an ONNX attribute)"
+        )));
+    }
     if op == "BatchNormalization" {
         if let Some(Attr::Int(s)) = attrs.0.remove("spatial") {
             if s != 1 {

@@ -5,6 +5,11 @@
 //! Add, then the activation), rounding where the unfused graph rounds, so a fused graph
 //! computes what the graph it came from computes; a backend compiles them into one
 //! kernel or loop.
+//!
+//! The layout pass gives FusedConv a `block` (X, Z and Y in the blocked layout of
+//! `layout.rs`) and, for a first layer with few input channels, `plain_x` (X stays
+//! plain NCHW while Z and Y are blocked); the reference converts to plain, runs Conv
+//! and blocks the result.
 use super::{layout, leak, lookup, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
 use crate::ir::{Attr, AttrKind, Attrs, DType, TensorType};
 use crate::tensor::Tensor;
@@ -223,6 +228,7 @@ fn main_attrs(attrs: &Attrs) -> Attrs {
     a.0.remove("activation");
     a.0.remove("activation_attrs");
     a.0.remove("block");
+    a.0.remove("plain_x");
     a
 }
 
@@ -247,12 +253,18 @@ const FUSED_CONV: OpSchema = OpSchema {
             AttrKind::Int,
             "0: plain NCHW; b > 0: X, Z and Y blocked by b channels (see Reorder)",
         ),
+        AttrSpec::opt(
+            "plain_x",
+            AttrKind::Int,
+            "0; 1 with block > 0: X stays plain NCHW (a first layer's few channels)",
+        ),
         EPILOGUE_ATTRS[0],
         EPILOGUE_ATTRS[1],
     ],
     doc: "Kiln-only, made by the fuse-epilogue pass: Y = activation(Conv(X, W, B) + Z). \
           Conv's attributes; Z (the residual) has Y's shape. With block > 0 (the layout \
-          pass) X, Z and Y are in the blocked layout, W and B stay plain.",
+          pass) X, Z and Y are in the blocked layout, W and B stay plain; with plain_x = 1 \
+          too, X stays plain (blocking a 1- or 3-channel image would pad it to b lanes).",
 };
 
 impl Op for FusedConv {
@@ -262,12 +274,14 @@ impl Op for FusedConv {
 
     fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
         let conv = lookup("Conv").expect("Conv");
-        let b = conv_block(cx.attrs)?;
+        let (b, plain_x) = conv_block(cx.attrs)?;
         let mut ins: Vec<Option<TensorType>> = cx.inputs[..cx.inputs.len().min(3)].to_vec();
         if b > 0 {
             let c_in = blocked_conv_channels(cx.input(1)?, cx.attrs)?;
-            ins[0] =
-                Some(layout::plain_type(cx.input(0)?, b, c_in).map_err(|e| format!("X: {e}"))?);
+            if !plain_x {
+                let x = layout::plain_type(cx.input(0)?, b, c_in).map_err(|e| format!("X: {e}"))?;
+                ins[0] = Some(x);
+            }
         }
         let consts = &cx.consts[..cx.consts.len().min(3)];
         let mut y = infer_op(conv, cx, &ins, consts, &main_attrs(cx.attrs))?;
@@ -279,7 +293,7 @@ impl Op for FusedConv {
 
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
         let conv = lookup("Conv").expect("Conv");
-        let b = conv_block(cx.attrs)?;
+        let (b, plain_x) = conv_block(cx.attrs)?;
         let n = cx.inputs.len().min(3);
         let attrs = main_attrs(cx.attrs);
         if b == 0 {
@@ -289,7 +303,11 @@ impl Op for FusedConv {
         // The reference for the blocked form: plain X, plain conv, blocked Y.
         let w = cx.input(1)?;
         let c_in = w.shape().get(1).copied().ok_or("W needs rank >= 3")?;
-        let x = layout::unblock(cx.input(0)?, b, c_in)?;
+        let x = if plain_x {
+            cx.input(0)?.clone()
+        } else {
+            layout::unblock(cx.input(0)?, b, c_in)?
+        };
         let mut ins: Vec<Option<&Tensor>> = cx.inputs[..n].to_vec();
         ins[0] = Some(&x);
         let y = eval_op(conv, &ins, &vec![None; n], &attrs)?;
@@ -297,11 +315,17 @@ impl Op for FusedConv {
     }
 }
 
-/// FusedConv's `block` (0 = plain).
-fn conv_block(attrs: &Attrs) -> Result<usize, String> {
-    match attrs.int_or("block", 0)? {
-        b if (0..=1024).contains(&b) => Ok(b as usize),
-        b => Err(format!("block must be 0 to 1024, got {b}")),
+/// FusedConv's `block` (0 = plain) and whether X stays plain (`plain_x`).
+fn conv_block(attrs: &Attrs) -> Result<(usize, bool), String> {
+    let b = match attrs.int_or("block", 0)? {
+        b if (0..=1024).contains(&b) => b as usize,
+        b => return Err(format!("block must be 0 to 1024, got {b}")),
+    };
+    match attrs.int_or("plain_x", 0)? {
+        0 => Ok((b, false)),
+        1 if b > 0 => Ok((b, true)),
+        1 => Err("plain_x = 1 needs block > 0 (a plain conv's X is plain anyway)".into()),
+        v => Err(format!("plain_x must be 0 or 1, got {v}")),
     }
 }
 

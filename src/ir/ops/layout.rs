@@ -1,11 +1,13 @@
 //! Blocked layouts. `NCHW16c` stores [N, C, H, W] as [N, ceil(C/16), H, W, 16]: the
 //! channels of one pixel in groups of 16, so that a vector of 16 f32 lanes loads the
 //! same pixel of 16 channels. The `layout` pass inserts `Reorder`s where a backend
-//! asks for blocks, and blocked `FusedConv`s (`block` > 0) read and write them.
+//! asks for blocks, and blocked `FusedConv`s and pools (`block` > 0) read and write
+//! them (a `FusedConv` with `plain_x` reads a plain X and writes blocks).
 //!
 //! When C is not a multiple of the block, the last block has pad lanes. Their values
 //! are unspecified: `Reorder` to plain and blocked convs ignore them, so an op that
-//! maps 0 to nonzero (Sigmoid) may leave anything there.
+//! maps 0 to nonzero (Sigmoid) may leave anything there, and a blocked pool pools them
+//! like channels.
 use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
 use crate::ir::{AttrKind, Dim, Shape, TensorType};
 use crate::match_tensor;

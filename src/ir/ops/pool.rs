@@ -1,8 +1,16 @@
 //! Pools: MaxPool (with its Indices output), AveragePool, LpPool and their Global
 //! forms, over any number of spatial axes, sharing Conv's window geometry.
+//!
+//! MaxPool, AveragePool, GlobalMaxPool and GlobalAveragePool also take a Kiln-only
+//! `block` (made by the layout pass, never imported: the ONNX importer rejects it):
+//! with b > 0, X and the outputs are in the blocked layout `[N, ceil(C/b), spatial...,
+//! b]` (see `layout.rs`). A pool acts on each channel alone, so the reference is
+//! unblock (every lane, pad lanes included, as a channel), plain pool, block: the
+//! pad lanes of the output are the pool of the input's (unspecified) pad lanes.
 use ndarray::{ArrayD, Dimension, IxDyn};
 
 use super::conv::{windows, Window};
+use super::layout;
 use super::util::require_dtype;
 use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
 use crate::ir::{AttrKind, DType, Dim, Shape, TensorType};
@@ -34,8 +42,16 @@ struct Pool {
     kind: Kind,
 }
 
+/// The pools' blocked form (see the module docs).
+const BLOCK_ATTR: AttrSpec = AttrSpec::opt(
+    "block",
+    AttrKind::Int,
+    "0: plain; b > 0 (Kiln-only, the layout pass): X and the outputs blocked by b channels",
+);
+
 const MAX_POOL_ATTRS: &[AttrSpec] = &[
     AttrSpec::opt("auto_pad", AttrKind::String, "NOTSET"),
+    BLOCK_ATTR,
     AttrSpec::opt("ceil_mode", AttrKind::Int, "0"),
     AttrSpec::opt("dilations", AttrKind::Ints, "1 per axis"),
     AttrSpec::req("kernel_shape", AttrKind::Ints),
@@ -46,6 +62,7 @@ const MAX_POOL_ATTRS: &[AttrSpec] = &[
 
 const AVERAGE_POOL_ATTRS: &[AttrSpec] = &[
     AttrSpec::opt("auto_pad", AttrKind::String, "NOTSET"),
+    BLOCK_ATTR,
     AttrSpec::opt("ceil_mode", AttrKind::Int, "0"),
     AttrSpec::opt("count_include_pad", AttrKind::Int, "0"),
     AttrSpec::opt("dilations", AttrKind::Ints, "1 per axis"),
@@ -65,6 +82,66 @@ const LP_POOL_ATTRS: &[AttrSpec] = &[
 ];
 
 const GLOBAL_LP_POOL_ATTRS: &[AttrSpec] = &[AttrSpec::opt("p", AttrKind::Int, "2")];
+
+/// A pool's `block` (0 = plain).
+fn pool_block(attrs: &crate::ir::Attrs) -> Result<usize, String> {
+    match attrs.int_or("block", 0)? {
+        b if (0..=1024).contains(&b) => Ok(b as usize),
+        b => Err(format!("block must be 0 to 1024, got {b}")),
+    }
+}
+
+/// `plain`'s inference, on the plain view of a blocked X when `block` > 0 (every lane a
+/// channel), with the outputs blocked again.
+fn infer_blocked(
+    cx: &InferCtx<'_>,
+    plain: impl Fn(&InferCtx<'_>) -> Result<Vec<TensorType>, String>,
+) -> Result<Vec<TensorType>, String> {
+    let b = pool_block(cx.attrs)?;
+    if b == 0 {
+        return plain(cx);
+    }
+    let x = cx.input(0)?;
+    let cb = x
+        .shape
+        .dim(1)
+        .fixed()
+        .filter(|_| x.rank() >= 4)
+        .ok_or_else(|| format!("a blocked X must be [N, CB, spatial..., {b}], got {x}"))?;
+    let ins = [Some(
+        layout::plain_type(x, b, cb * b).map_err(|e| format!("X: {e}"))?,
+    )];
+    let pcx = InferCtx {
+        node_name: cx.node_name,
+        inputs: &ins,
+        consts: &[],
+        attrs: cx.attrs,
+    };
+    plain(&pcx)?
+        .iter()
+        .map(|t| layout::blocked_type(t, b))
+        .collect()
+}
+
+/// `plain`'s evaluation through unblock and block when `block` > 0.
+fn eval_blocked(
+    cx: &EvalCtx<'_>,
+    plain: impl Fn(&EvalCtx<'_>) -> Result<Vec<Tensor>, String>,
+) -> Result<Vec<Tensor>, String> {
+    let b = pool_block(cx.attrs)?;
+    if b == 0 {
+        return plain(cx);
+    }
+    let x = cx.input(0)?;
+    let cb = x.shape().get(1).copied().ok_or("X needs rank >= 4")?;
+    let px = layout::unblock(x, b, cb * b)?;
+    let pcx = EvalCtx {
+        inputs: &[Some(&px)],
+        input_types: &[None],
+        attrs: cx.attrs,
+    };
+    plain(&pcx)?.iter().map(|t| layout::block(t, b)).collect()
+}
 
 /// The kernel from `kernel_shape`, one entry per spatial axis of `x`.
 fn kernel(cx_attrs: &crate::ir::Attrs, spatial: usize) -> Result<Vec<usize>, String> {
@@ -93,6 +170,16 @@ impl Op for Pool {
     }
 
     fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        infer_blocked(cx, |cx| self.infer_plain(cx))
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        eval_blocked(cx, |cx| self.eval_plain(cx))
+    }
+}
+
+impl Pool {
+    fn infer_plain(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
         let x = cx.input(0)?;
         if self.kind == Kind::Max {
             // MaxPool also takes 8-bit integers, as ONNX does.
@@ -134,7 +221,7 @@ impl Op for Pool {
         })
     }
 
-    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+    fn eval_plain(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
         let xt = cx.input(0)?;
         let x = xt.to_f64_array();
         let input: Vec<usize> = x.shape()[2..].to_vec();
@@ -258,6 +345,16 @@ impl Op for GlobalPool {
     }
 
     fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        infer_blocked(cx, |cx| self.infer_plain(cx))
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        eval_blocked(cx, |cx| self.eval_plain(cx))
+    }
+}
+
+impl GlobalPool {
+    fn infer_plain(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
         let x = cx.input(0)?;
         require_dtype(x, 0, is_float, "a float type")?;
         if x.rank() < 3 {
@@ -273,7 +370,7 @@ impl Op for GlobalPool {
         Ok(vec![TensorType::new(x.dtype, shape)])
     }
 
-    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+    fn eval_plain(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
         let xt = cx.input(0)?;
         let x = xt.to_f64_array();
         let s = x.shape();
@@ -371,7 +468,7 @@ pub fn ops() -> Vec<&'static dyn Op> {
                 family: "pool",
                 inputs: &["X"],
                 outputs: &["Y"],
-                attrs: &[],
+                attrs: &[BLOCK_ATTR],
                 doc: "Mean over all spatial axes, kept as size 1.",
             },
             kind: Kind::Average,
@@ -382,7 +479,7 @@ pub fn ops() -> Vec<&'static dyn Op> {
                 family: "pool",
                 inputs: &["X"],
                 outputs: &["Y"],
-                attrs: &[],
+                attrs: &[BLOCK_ATTR],
                 doc: "Maximum over all spatial axes, kept as size 1.",
             },
             kind: Kind::Max,

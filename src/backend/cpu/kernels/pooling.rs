@@ -458,9 +458,21 @@ pub fn pool2d_blocked_isa(
                     };
                     #[cfg(target_arch = "x86_64")]
                     if avx2 {
+                        // The taps as a grid: the first, then steps along rows and columns.
+                        let grid = Taps {
+                            first: if ch * cw == 0 {
+                                0
+                            } else {
+                                (coord(p, 0, i, fh) * w + coord(p, 1, j, fw)) * block
+                            },
+                            rows: ch,
+                            cols: cw,
+                            row_step: p.dilations[0] * w * block,
+                            col_step: p.dilations[1] * block,
+                        };
                         // SAFETY: AVX2 checked; every tap offset + block is inside xs
                         // and out holds block floats, block a multiple of 8.
-                        unsafe { reduce_avx2(kind, xs, taps, count, out) };
+                        unsafe { reduce_avx2(kind, xs, &grid, count, out) };
                         continue;
                     }
                     let _ = avx2;
@@ -507,24 +519,30 @@ pub fn pool2d_blocked_isa(
     });
 }
 
-/// One output pixel of a blocked pool: the reduction over `taps` (offsets into `xs`).
+/// The inside taps of one output pixel of a blocked pool, as offsets into its plane.
+#[cfg(target_arch = "x86_64")]
+struct Taps {
+    first: usize,
+    rows: usize,
+    cols: usize,
+    row_step: usize,
+    col_step: usize,
+}
+
+/// One output pixel of a blocked pool: the reduction over `taps`. Lanes go in groups
+/// of up to `LANES` held in registers across the taps, with no allocation or iterator
+/// (this runs once per output pixel).
 ///
 /// # Safety
 /// AVX2+FMA; `block = out.len()` is a multiple of 8 and each tap + block ≤ xs.len().
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn reduce_avx2(
-    kind: PoolKind,
-    xs: &[f32],
-    taps: impl Iterator<Item = usize>,
-    count: usize,
-    out: &mut [f32],
-) {
+unsafe fn reduce_avx2(kind: PoolKind, xs: &[f32], taps: &Taps, count: usize, out: &mut [f32]) {
     use std::arch::x86_64::*;
+    const LANES: usize = 32;
     let block = out.len();
     let xp = xs.as_ptr();
-    let mut taps = taps.peekable();
-    if taps.peek().is_none() {
+    if taps.rows * taps.cols == 0 {
         let v = match kind {
             PoolKind::Max => f32::NEG_INFINITY,
             PoolKind::Average if count == 0 => f32::NAN,
@@ -532,29 +550,45 @@ unsafe fn reduce_avx2(
         };
         out.fill(v);
         return;
-    }
-    let taps: Vec<usize> = taps.collect();
+    };
     let scale = _mm256_set1_ps(if count == 0 {
         f32::NAN
     } else {
         1.0 / count as f32
     });
-    let mut l = 0;
-    while l < block {
-        let mut a = _mm256_loadu_ps(xp.add(taps[0] + l));
-        for &t in &taps[1..] {
-            let v = _mm256_loadu_ps(xp.add(t + l));
-            a = match kind {
-                // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
-                PoolKind::Max => _mm256_max_ps(v, a),
-                PoolKind::Average => _mm256_add_ps(a, v),
+    let mut l0 = 0;
+    while l0 < block {
+        let nv = (block - l0).min(LANES) / 8;
+        // Loads and stores touch lanes l0..l0 + 8·nv of each tap and of out: in range
+        // by the caller's contract.
+        let mut a = [_mm256_setzero_ps(); LANES / 8];
+        let x0 = xp.add(taps.first + l0);
+        for (k, a) in a.iter_mut().enumerate().take(nv) {
+            *a = _mm256_loadu_ps(x0.add(8 * k));
+        }
+        for r in 0..taps.rows {
+            let xr = x0.add(r * taps.row_step);
+            // The first tap is already in.
+            for c in usize::from(r == 0)..taps.cols {
+                let xt = xr.add(c * taps.col_step);
+                for (k, a) in a.iter_mut().enumerate().take(nv) {
+                    let v = _mm256_loadu_ps(xt.add(8 * k));
+                    *a = match kind {
+                        // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
+                        PoolKind::Max => _mm256_max_ps(v, *a),
+                        PoolKind::Average => _mm256_add_ps(*a, v),
+                    };
+                }
+            }
+        }
+        for (k, a) in a.iter().enumerate().take(nv) {
+            let v = match kind {
+                PoolKind::Max => *a,
+                PoolKind::Average => _mm256_mul_ps(*a, scale),
             };
+            _mm256_storeu_ps(out.as_mut_ptr().add(l0 + 8 * k), v);
         }
-        if kind == PoolKind::Average {
-            a = _mm256_mul_ps(a, scale);
-        }
-        _mm256_storeu_ps(out.as_mut_ptr().add(l), a);
-        l += 8;
+        l0 += 8 * nv;
     }
 }
 

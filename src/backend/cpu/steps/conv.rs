@@ -60,12 +60,13 @@ impl BlockedAlgo {
 fn choose_blocked(
     b: &Build,
     shape: ConvShape,
+    plain_x: bool,
     w: &[f32],
     bias: Option<&[f32]>,
     act: Act,
     residual: bool,
 ) -> Result<BlockedAlgo, String> {
-    let candidates: &[&'static str] = if conv::winograd_supported(&shape) {
+    let candidates: &[&'static str] = if conv::winograd_supported(&shape) && !plain_x {
         &["direct", "winograd2", "winograd4"]
     } else {
         &["direct"]
@@ -76,11 +77,9 @@ fn choose_blocked(
             Ok(BlockedAlgo::Winograd(p, Loc::Arena(0)))
         };
         match name {
-            "direct" => Ok(BlockedAlgo::Direct(PackedConv::new(
-                shape.pointwise_rows(),
-                w,
-                bias,
-            )?)),
+            "direct" => Ok(BlockedAlgo::Direct(
+                PackedConv::new(shape.pointwise_rows(), w, bias)?.with_plain_x(plain_x),
+            )),
             "winograd2" => winograd(2),
             "winograd4" => winograd(4),
             other => Err(format!("no blocked conv algorithm {other:?}")),
@@ -184,12 +183,14 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         return Ok(None);
     }
     let block = attrs.int_or("block", 0)? as usize;
+    // X stays NCHW under a blocked Y (a first layer's few channels).
+    let plain_x = block > 0 && attrs.int_or("plain_x", 0)? != 0;
     let (x, w, y) = (
         b.input(0).ok_or("missing X")?,
         b.input(1).ok_or("missing W")?,
         &b.outs[0],
     );
-    let spatial = if block > 0 {
+    let spatial = if block > 0 && !plain_x {
         x.shape.len().saturating_sub(3)
     } else {
         x.shape.len().saturating_sub(2)
@@ -252,7 +253,7 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         };
         let w = wv.as_slice().expect("standard layout");
         let bias = bv.as_ref().map(|v| v.as_slice().expect("standard layout"));
-        let algo = choose_blocked(b, shape, w, bias, act, z.is_some())?;
+        let algo = choose_blocked(b, shape, plain_x, w, bias, act, z.is_some())?;
         return Ok(Some(Box::new(Blocked {
             algo,
             x: x.clone(),

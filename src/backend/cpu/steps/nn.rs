@@ -1,5 +1,7 @@
 //! Pooling, layout reorders, softmax and layer normalization: the memory-bound ops
 //! around the convolutions and products, each one vectorized kernel over the arena.
+//! Pools with `block` > 0 (the layout pass's) run the NCHWxc kernels on blocked buffers,
+//! every lane (pad lanes too) pooled as a channel.
 use crate::backend::cpu::kernels::pooling::{Pool2d, PoolKind};
 use crate::backend::cpu::kernels::{norm, pooling, reorder, softmax};
 use crate::backend::cpu::program::{Cx, Kernel, Slot};
@@ -21,13 +23,19 @@ enum Nn {
     Pool {
         kind: PoolKind,
         p: Pool2d,
+        /// [N, C, H, W]; blocked, C counts every lane of the blocks.
         dims: [usize; 4],
         indices: Option<Slot>,
+        /// 0: plain NCHW; else the channel block of x and y.
+        block: usize,
     },
     GlobalPool {
         kind: PoolKind,
-        nc: usize,
+        n: usize,
+        /// Every lane of the blocks when blocked.
+        c: usize,
         hw: usize,
+        block: usize,
     },
     Block {
         n: usize,
@@ -85,9 +93,27 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         let n = *x.shape.last().unwrap_or(&1);
         (x.elements() / n.max(1), n)
     };
+    let block = match op {
+        "MaxPool" | "AveragePool" | "GlobalAveragePool" | "GlobalMaxPool" => {
+            attrs.int_or("block", 0)? as usize
+        }
+        _ => 0,
+    };
+    // A blocked [N, CB, spatial..., b] as [N, CB·b, spatial...] (its last axis dropped).
+    let (xs, ys) = if block > 0 {
+        let drop = |s: &[usize]| s[..s.len().saturating_sub(1)].to_vec();
+        let mut xs = drop(&x.shape);
+        if xs.len() < 3 || x.shape.last() != Some(&block) {
+            return Ok(None);
+        }
+        xs[1] *= block;
+        (xs, drop(&y.shape))
+    } else {
+        (x.shape.clone(), y.shape.clone())
+    };
     let what = match op {
         "MaxPool" | "AveragePool" => {
-            if x.shape.len() != 4 || attrs.string_or("auto_pad", "NOTSET")? != "NOTSET" {
+            if xs.len() != 4 || attrs.string_or("auto_pad", "NOTSET")? != "NOTSET" {
                 return Ok(None);
             }
             let two = |name: &str, d: usize| -> Result<Option<[usize; 2]>, String> {
@@ -128,30 +154,37 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
                 ceil_mode: attrs.int_or("ceil_mode", 0)? != 0,
                 count_include_pad: attrs.int_or("count_include_pad", 0)? != 0,
             };
-            if p.out_len(0, x.shape[2]).is_none() || p.out_len(1, x.shape[3]).is_none() {
+            if p.out_len(0, xs[2]).is_none() || p.out_len(1, xs[3]).is_none() {
                 return Ok(None);
             }
-            let [oh, ow] = p.out_dims(x.shape[2], x.shape[3]);
-            if y.shape[2..] != [oh, ow] {
+            let [oh, ow] = p.out_dims(xs[2], xs[3]);
+            if ys[2..] != [oh, ow] {
                 return Err(format!("output {:?} is not {oh}×{ow}", y.shape));
             }
             let indices = (b.outs.len() > 1 && used(b, 1)).then(|| b.outs[1].clone());
-            let dims = [x.shape[0], x.shape[1], x.shape[2], x.shape[3]];
+            if block > 0 && indices.is_some() {
+                // The blocked kernel has no Indices: the layout pass never asks for them.
+                return Ok(None);
+            }
+            let dims = [xs[0], xs[1], xs[2], xs[3]];
             Nn::Pool {
                 kind,
                 p,
                 dims,
                 indices,
+                block,
             }
         }
-        "GlobalAveragePool" | "GlobalMaxPool" if x.shape.len() >= 3 => Nn::GlobalPool {
+        "GlobalAveragePool" | "GlobalMaxPool" if xs.len() >= 3 => Nn::GlobalPool {
             kind: if op == "GlobalMaxPool" {
                 PoolKind::Max
             } else {
                 PoolKind::Average
             },
-            nc: x.shape[0] * x.shape[1],
-            hw: x.shape[2..].iter().product(),
+            n: xs[0],
+            c: xs[1],
+            hw: xs[2..].iter().product(),
+            block,
         },
         "Reorder" => {
             let block = attrs.int_or("block", 16)? as usize;
@@ -222,15 +255,34 @@ impl Kernel for NnStep {
                 p,
                 dims,
                 indices,
+                block: 0,
             } => {
                 let idx = indices.as_ref().map(|s| {
                     std::slice::from_raw_parts_mut(cx.ptr(s.loc) as *mut i64, s.elements())
                 });
                 pooling::pool2d_nchw(*kind, p, x, *dims, y, idx, pool)
             }
-            Nn::GlobalPool { kind, nc, hw } => {
-                pooling::global_pool_nchw(*kind, x, *nc, *hw, y, pool)
-            }
+            Nn::Pool {
+                kind,
+                p,
+                dims,
+                block,
+                ..
+            } => pooling::pool2d_blocked(*kind, p, x, *dims, *block, y, pool),
+            Nn::GlobalPool {
+                kind,
+                n,
+                c,
+                hw,
+                block: 0,
+            } => pooling::global_pool_nchw(*kind, x, n * c, *hw, y, pool),
+            Nn::GlobalPool {
+                kind,
+                n,
+                c,
+                hw,
+                block,
+            } => pooling::global_pool_blocked(*kind, x, *n, *c, *hw, *block, y, pool),
             Nn::Block {
                 n,
                 c,
@@ -269,8 +321,10 @@ impl Kernel for NnStep {
     }
     fn kind(&self) -> &'static str {
         match self.what {
-            Nn::Pool { .. } => "pool",
-            Nn::GlobalPool { .. } => "global-pool",
+            Nn::Pool { block: 0, .. } => "pool",
+            Nn::Pool { .. } => "pool-blocked",
+            Nn::GlobalPool { block: 0, .. } => "global-pool",
+            Nn::GlobalPool { .. } => "global-pool-blocked",
             Nn::Block { .. } | Nn::Unblock { .. } => "reorder",
             Nn::Softmax { .. } => "softmax",
             Nn::LayerNorm { .. } => "layernorm",

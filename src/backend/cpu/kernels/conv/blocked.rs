@@ -1,5 +1,10 @@
 //! Direct convolution on NCHW16c tensors (group 1).
 //!
+//! The input may also be plain NCHW ([`PackedConv::with_plain_x`]), for first layers
+//! with a few input channels (an RGB or grey image), which blocking would pad to 16
+//! lanes: the micro-kernel then steps by H·W floats from one input channel to the next
+//! instead of 1, and by 1 instead of 16 from one pixel to the next (as oneDNN does).
+//!
 //! Weights are packed once into [OCB][ICB][KH][KW][16 ic][16 oc] with zeros for pad
 //! channels, so the pad lanes of the output come out finite (zero weights, zero-extended
 //! bias, masked residual). The kernel stops at the last real input channel, so the
@@ -47,6 +52,8 @@ pub struct PackedConv {
     /// Lanes of the last output block that hold channels (the others ignore the
     /// residual's unspecified pad lanes).
     last_mask: [u32; BLOCK],
+    /// x is plain NCHW rather than NCHW16c.
+    plain_x: bool,
 }
 
 const FULL_MASK: [u32; BLOCK] = [u32::MAX; BLOCK];
@@ -109,17 +116,33 @@ impl PackedConv {
             bias: pb,
             chunk,
             last_mask,
+            plain_x: false,
         })
+    }
+
+    /// The same convolution reading a plain NCHW input (y and z stay NCHW16c).
+    pub fn with_plain_x(mut self, plain: bool) -> PackedConv {
+        self.plain_x = plain;
+        self
+    }
+
+    /// Whether x is plain NCHW.
+    pub fn plain_x(&self) -> bool {
+        self.plain_x
     }
 
     pub fn shape(&self) -> &ConvShape {
         &self.shape
     }
 
-    /// f32 count of the NCHW16c input.
+    /// f32 count of the input: NCHW16c, or NCHW with [`Self::with_plain_x`].
     pub fn x_len(&self) -> usize {
         let s = &self.shape;
-        s.n * self.icb * s.ih * s.iw * BLOCK
+        if self.plain_x {
+            s.n * s.ic * s.ih * s.iw
+        } else {
+            s.n * self.icb * s.ih * s.iw * BLOCK
+        }
     }
 
     /// f32 count of the NCHW16c output (and residual).
@@ -129,7 +152,8 @@ impl PackedConv {
     }
 }
 
-/// `y = act(conv(x) + bias + z)` with x, y, z in NCHW16c, using [`isa::isa`]'s path.
+/// `y = act(conv(x) + bias + z)` with y, z in NCHW16c and x in NCHW16c (or NCHW, see
+/// [`PackedConv::with_plain_x`]), using [`isa::isa`]'s path.
 ///
 /// # Safety
 /// `x` must hold [`PackedConv::x_len`] floats, `y` and `z` [`PackedConv::y_len`]; `y`
@@ -235,6 +259,8 @@ struct Tile {
     /// Channels of the last input block of this range (16 unless it ends IC).
     ic_tail: usize,
     nkh: usize,
+    /// From one input channel to the next within a block: 1 blocked, H·W plain.
+    xs_c: usize,
     xs_icb: usize,
     xs_kh: usize,
     xs_kw: usize,
@@ -255,6 +281,12 @@ unsafe fn row(c: &Ctx, n: usize, ob: usize, oy: usize, ib0: usize, ib1: usize) {
     let (kh0, kh1, iy0) = s.kh_range(oy);
     let first = ib0 == 0;
     let last = ib1 == p.icb;
+    // Floats from one input channel to the next (xs_c) and one column to the next (col).
+    let (xs_c, col) = if p.plain_x {
+        (s.ih * s.iw, 1)
+    } else {
+        (1, BLOCK)
+    };
     let t = Tile {
         nicb: ib1 - ib0,
         ic_tail: if last {
@@ -263,10 +295,12 @@ unsafe fn row(c: &Ctx, n: usize, ob: usize, oy: usize, ib0: usize, ib1: usize) {
             BLOCK
         },
         nkh: kh1 - kh0,
+        xs_c,
+        // A block of 16 channels spans ih·iw·16 floats in both layouts.
         xs_icb: s.ih * s.iw * BLOCK,
-        xs_kh: s.dilations[0] * s.iw * BLOCK,
-        xs_kw: s.dilations[1] * BLOCK,
-        xs_px: s.strides[1] * BLOCK,
+        xs_kh: s.dilations[0] * s.iw * col,
+        xs_kw: s.dilations[1] * col,
+        xs_px: s.strides[1] * col,
         ws_icb: s.kh * s.kw * TAP,
         ws_kh: s.kw * TAP,
         first,
@@ -279,8 +313,11 @@ unsafe fn row(c: &Ctx, n: usize, ob: usize, oy: usize, ib0: usize, ib1: usize) {
             FULL_MASK.as_ptr()
         },
     };
-    let xrow =
-        c.x.wrapping_add(((n * p.icb + ib0) * s.ih + iy0) * s.iw * BLOCK);
+    let xrow = if p.plain_x {
+        c.x.wrapping_add(((n * s.ic + ib0 * BLOCK) * s.ih + iy0) * s.iw)
+    } else {
+        c.x.wrapping_add(((n * p.icb + ib0) * s.ih + iy0) * s.iw * BLOCK)
+    };
     let wrow =
         p.w.as_ptr()
             .wrapping_add(((ob * p.icb + ib0) * s.kh + kh0) * s.kw * TAP);
@@ -310,7 +347,7 @@ unsafe fn row(c: &Ctx, n: usize, ob: usize, oy: usize, ib0: usize, ib1: usize) {
                 1,
                 &t,
                 kw1 - kw0,
-                xrow.wrapping_add(ix0 * BLOCK),
+                xrow.wrapping_add(ix0 * col),
                 wrow.wrapping_add(kw0 * TAP),
                 yrow.wrapping_add(ox * BLOCK),
                 zpx(ox),
@@ -330,7 +367,7 @@ unsafe fn row(c: &Ctx, n: usize, ob: usize, oy: usize, ib0: usize, ib1: usize) {
                 r,
                 &t,
                 s.kw,
-                xrow.wrapping_add(ix0 * BLOCK),
+                xrow.wrapping_add(ix0 * col),
                 wrow,
                 yrow.wrapping_add(ox * BLOCK),
                 zpx(ox),
@@ -358,17 +395,29 @@ unsafe fn tile(
     y: *mut f32,
     z: *const f32,
 ) {
+    // A channel stride of 1 (blocked x) is a constant in its own instances, so the
+    // blocked path pays nothing for the plain one.
+    let strided = t.xs_c != 1;
     macro_rules! go {
         ($($n:literal)*) => {
-            match r {
-                $($n => {
+            match (r, strided) {
+                $(($n, false) => {
                     #[cfg(target_arch = "x86_64")]
                     if avx2 {
                         // SAFETY: `avx2` is set only when the CPU has AVX2 and FMA.
-                        return unsafe { tile_avx2::<$n>(t, nkw, x, w, y, z) };
+                        return unsafe { tile_avx2::<$n, false>(t, nkw, x, w, y, z) };
                     }
                     // SAFETY: forwarded contract.
-                    unsafe { tile_portable::<$n>(t, nkw, x, w, y, z) }
+                    unsafe { tile_portable::<$n, false>(t, nkw, x, w, y, z) }
+                }
+                ($n, true) => {
+                    #[cfg(target_arch = "x86_64")]
+                    if avx2 {
+                        // SAFETY: `avx2` is set only when the CPU has AVX2 and FMA.
+                        return unsafe { tile_avx2::<$n, true>(t, nkw, x, w, y, z) };
+                    }
+                    // SAFETY: forwarded contract.
+                    unsafe { tile_portable::<$n, true>(t, nkw, x, w, y, z) }
                 })*
                 _ => {
                     for i in 0..r {
@@ -388,7 +437,8 @@ unsafe fn tile(
 }
 
 /// The micro-kernel in plain Rust (the compiler vectorizes the 16 output lanes).
-unsafe fn tile_portable<const R: usize>(
+/// `STRIDED`: input channels `t.xs_c` floats apart (plain x), else adjacent.
+unsafe fn tile_portable<const R: usize, const STRIDED: bool>(
     t: &Tile,
     nkw: usize,
     x: *const f32,
@@ -397,6 +447,7 @@ unsafe fn tile_portable<const R: usize>(
     z: *const f32,
 ) {
     let mut acc = [[0.0f32; BLOCK]; R];
+    let xc = if STRIDED { t.xs_c } else { 1 };
     // SAFETY (whole body): the pointers address R output pixels, their taps and the
     // weights of the caller's ranges.
     unsafe {
@@ -414,8 +465,9 @@ unsafe fn tile_portable<const R: usize>(
                     let xp = xr.add(kw * t.xs_kw);
                     let wp = std::slice::from_raw_parts(wr.add(kw * TAP), TAP);
                     for (r, a) in acc.iter_mut().enumerate() {
-                        let xs = std::slice::from_raw_parts(xp.add(r * t.xs_px), nc);
-                        for (ci, &xv) in xs.iter().enumerate() {
+                        let xr = xp.add(r * t.xs_px);
+                        for ci in 0..nc {
+                            let xv = *xr.add(ci * xc);
                             let wv = &wp[ci * BLOCK..ci * BLOCK + BLOCK];
                             for (o, av) in a.iter_mut().enumerate() {
                                 *av += xv * wv[o];
@@ -448,10 +500,10 @@ unsafe fn tile_portable<const R: usize>(
     }
 }
 
-/// The AVX2+FMA micro-kernel: 2·R accumulators.
+/// The AVX2+FMA micro-kernel: 2·R accumulators; `STRIDED` as in [`tile_portable`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2<const R: usize>(
+unsafe fn tile_avx2<const R: usize, const STRIDED: bool>(
     t: &Tile,
     nkw: usize,
     x: *const f32,
@@ -460,6 +512,7 @@ unsafe fn tile_avx2<const R: usize>(
     z: *const f32,
 ) {
     use std::arch::x86_64::*;
+    let xc = if STRIDED { t.xs_c } else { 1 };
     // SAFETY (whole body): the pointers address R output pixels, their taps and the
     // weights of the caller's ranges; unaligned loads and stores throughout.
     unsafe {
@@ -491,7 +544,7 @@ unsafe fn tile_avx2<const R: usize>(
                             let w0 = _mm256_loadu_ps(wp.add(ci * BLOCK));
                             let w1 = _mm256_loadu_ps(wp.add(ci * BLOCK + 8));
                             for (r, a) in acc.iter_mut().enumerate() {
-                                let b = _mm256_broadcast_ss(&*xp.add(r * t.xs_px + ci));
+                                let b = _mm256_broadcast_ss(&*xp.add(r * t.xs_px + ci * xc));
                                 a[0] = _mm256_fmadd_ps(b, w0, a[0]);
                                 a[1] = _mm256_fmadd_ps(b, w1, a[1]);
                             }

@@ -261,6 +261,44 @@ fn run_blocked(c: &Case, seed: u64) {
     }
 }
 
+/// [`run_blocked`] with a plain NCHW x ([`PackedConv::with_plain_x`]) between NaN
+/// guards, so a read outside x shows; y and z stay blocked (z's pad lanes NaN).
+fn run_plain_x(c: &Case, seed: u64) {
+    let d = data(c, seed);
+    let s = d.s;
+    let p = PackedConv::new(s, &d.w, d.b.as_deref())
+        .unwrap()
+        .with_plain_x(true);
+    assert!(p.plain_x());
+    assert_eq!(d.x.len(), p.x_len());
+    const GUARD: usize = 64;
+    let mut xg = vec![f32::NAN; GUARD];
+    xg.extend_from_slice(&d.x);
+    xg.extend(std::iter::repeat_n(f32::NAN, GUARD));
+    let zb = d.z.as_ref().map(|z| block(z, s.n, s.oc, s.oh * s.ow));
+    let pool2 = Pool::new(2);
+    for isa in isas() {
+        for pool in [None, Some(&pool2)] {
+            let mut y = vec![f32::NAN; p.y_len()];
+            // SAFETY: x holds x_len floats past the guard, y and z y_len.
+            unsafe {
+                conv_blocked_isa(
+                    isa,
+                    pool,
+                    &p,
+                    xg.as_ptr().add(GUARD),
+                    zb.as_ref().map(|z| z.as_ptr()),
+                    y.as_mut_ptr(),
+                    c.act,
+                )
+            };
+            let got = unblock(&y, s.n, s.oc, s.oh * s.ow);
+            let what = format!("plain-x {} pool={} {c:?}", isa.name(), pool.is_some());
+            check(&s, &got, &d.want, &d.scale, c.act, &what);
+        }
+    }
+}
+
 fn run_plain(c: &Case, seed: u64) {
     let d = data(c, seed);
     let s = d.s;
@@ -432,6 +470,67 @@ fn blocked_matches_reference() {
     ];
     for (i, c) in cases.iter().enumerate() {
         run_blocked(c, 1000 + i as u64);
+    }
+}
+
+#[test]
+fn plain_x_blocked_y_matches_reference() {
+    use Act::{Relu, Sigmoid};
+    let none = Act::None;
+    let cases = [
+        // The CNN's first layer and ResNet's stem.
+        case(2, 1, 32, [28, 28], 3, 1, P1, 1, 1, true, false, Relu),
+        case(1, 3, 64, [23, 21], 7, 2, P3, 1, 1, true, false, Relu),
+        // Ragged output blocks, residuals with NaN pad lanes, asymmetric pads.
+        case(
+            2,
+            3,
+            20,
+            [9, 11],
+            3,
+            2,
+            [1, 0, 2, 1],
+            1,
+            1,
+            true,
+            true,
+            Sigmoid,
+        ),
+        case(
+            1,
+            5,
+            35,
+            [7, 6],
+            5,
+            1,
+            [2, 1, 0, 2],
+            2,
+            1,
+            false,
+            true,
+            none,
+        ),
+        case(1, 15, 16, [6, 13], 3, 1, P0, 2, 1, true, false, Relu),
+        case(2, 1, 17, [1, 9], 1, 3, P0, 1, 1, true, true, none),
+        // Several input blocks (the kernel allows it, the layout pass does not ask).
+        case(1, 20, 16, [5, 7], 3, 1, P1, 1, 1, true, true, Relu),
+        case(
+            1,
+            40,
+            48,
+            [4, 9],
+            3,
+            2,
+            [0, 1, 1, 0],
+            1,
+            1,
+            false,
+            false,
+            Sigmoid,
+        ),
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        run_plain_x(c, 3000 + i as u64);
     }
 }
 
