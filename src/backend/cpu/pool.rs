@@ -70,8 +70,9 @@ struct Shared {
 /// A fixed set of worker threads (the caller counts as one).
 pub struct Pool {
     shared: Arc<Shared>,
-    /// Held for the length of a parallel `run`.
-    busy: Mutex<()>,
+    /// Held for the length of a parallel `run`; keeps the last loop's job, reused by the
+    /// next when no worker still holds it (so a loop does not allocate).
+    busy: Mutex<Option<Arc<Job>>>,
     workers: Vec<JoinHandle<()>>,
 }
 
@@ -95,7 +96,7 @@ impl Pool {
             .collect();
         Pool {
             shared,
-            busy: Mutex::new(()),
+            busy: Mutex::new(None),
             workers,
         }
     }
@@ -111,7 +112,7 @@ impl Pool {
         if n == 0 {
             return;
         }
-        let _guard = match self.busy.try_lock() {
+        let mut guard = match self.busy.try_lock() {
             Ok(g) if n > 1 && !self.workers.is_empty() => g,
             // One task, no workers, or another run owns them: do it here.
             Ok(_) | Err(TryLockError::WouldBlock) | Err(TryLockError::Poisoned(_)) => {
@@ -121,13 +122,20 @@ impl Pool {
         // SAFETY: only the lifetime is erased; `run` does not return before every
         // claimed task has finished, and unclaimed indices are never called.
         let f: *const Task<'static> = unsafe { std::mem::transmute(f as *const Task<'_>) };
-        let job = Arc::new(Job {
+        let fresh = Job {
             f,
             n,
             next: AtomicUsize::new(0),
             pending: AtomicUsize::new(n),
             panicked: AtomicBool::new(false),
-        });
+        };
+        let job = match guard.as_mut().and_then(Arc::get_mut) {
+            Some(reused) => {
+                *reused = fresh;
+                guard.clone().expect("just reused")
+            }
+            None => guard.insert(Arc::new(fresh)).clone(),
+        };
         {
             let mut st = lock(&self.shared.state);
             st.epoch += 1;

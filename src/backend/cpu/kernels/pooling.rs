@@ -105,22 +105,61 @@ impl Pool2d {
 /// Precomputed per-output-position tap ranges along one axis.
 struct AxisTaps {
     /// First inside tap index, number of inside taps, taps within padding.
-    first: Vec<usize>,
-    count: Vec<usize>,
-    padded: Vec<usize>,
+    first: TapList,
+    count: TapList,
+    padded: TapList,
+}
+
+/// Outputs per axis whose taps are kept on the stack: every real image (a run
+/// allocates nothing); longer axes use the heap.
+const INLINE_TAPS: usize = 256;
+
+/// A short array of tap counts, on the stack up to [`INLINE_TAPS`].
+enum TapList {
+    Inline([usize; INLINE_TAPS]),
+    Heap(Vec<usize>),
+}
+
+impl TapList {
+    fn new(len: usize) -> TapList {
+        if len <= INLINE_TAPS {
+            TapList::Inline([0; INLINE_TAPS])
+        } else {
+            TapList::Heap(vec![0; len])
+        }
+    }
+}
+
+impl std::ops::Deref for TapList {
+    type Target = [usize];
+    fn deref(&self) -> &[usize] {
+        match self {
+            TapList::Inline(a) => a,
+            TapList::Heap(v) => v,
+        }
+    }
+}
+
+impl std::ops::DerefMut for TapList {
+    fn deref_mut(&mut self) -> &mut [usize] {
+        match self {
+            TapList::Inline(a) => a,
+            TapList::Heap(v) => v,
+        }
+    }
 }
 
 fn axis_taps(p: &Pool2d, a: usize, n: usize, out: usize) -> AxisTaps {
     let mut t = AxisTaps {
-        first: vec![],
-        count: vec![],
-        padded: vec![],
+        first: TapList::new(out),
+        count: TapList::new(out),
+        padded: TapList::new(out),
     };
     for o in 0..out {
         let (f, c, pd, _) = p.taps(a, o, n);
-        t.first.push(f);
-        t.count.push(c);
-        t.padded.push(pd);
+        t.first[o] = f;
+        t.count[o] = c;
+        t.padded[o] = pd;
     }
     t
 }
