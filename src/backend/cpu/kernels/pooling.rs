@@ -114,7 +114,9 @@ struct AxisTaps {
 /// allocates nothing); longer axes use the heap.
 const INLINE_TAPS: usize = 256;
 
-/// A short array of tap counts, on the stack up to [`INLINE_TAPS`].
+/// A short array of tap counts, on the stack up to [`INLINE_TAPS`] (the large inline
+/// variant is the point: it lives on a kernel call's stack, never in a collection).
+#[allow(clippy::large_enum_variant)]
 enum TapList {
     Inline([usize; INLINE_TAPS]),
     Heap(Vec<usize>),
