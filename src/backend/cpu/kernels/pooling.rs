@@ -482,7 +482,31 @@ pub fn pool2d_blocked_isa(
             // SAFETY: each task writes only the output planes of its own range.
             let ys =
                 unsafe { std::slice::from_raw_parts_mut(yp.get().add(plane * yplane), yplane) };
-            let mut acc = vec![0f32; block];
+            #[cfg(target_arch = "x86_64")]
+            if avx2 && block == 16 {
+                // SAFETY: AVX2 checked; the plane holds h·w pixels of 16 lanes, ys
+                // oh·ow of them.
+                unsafe {
+                    match kind {
+                        PoolKind::Max => plane16_avx2::<true>(p, &th, &tw, xs, ys, [h, w]),
+                        PoolKind::Average => plane16_avx2::<false>(p, &th, &tw, xs, ys, [h, w]),
+                    }
+                }
+                if c % block != 0 && plane % cb == cb - 1 {
+                    for px in ys.chunks_mut(block) {
+                        px[c % block..].fill(0.0);
+                    }
+                }
+                continue;
+            }
+            let mut acc_inline = [0f32; 64];
+            let mut acc_heap = vec![];
+            let acc: &mut [f32] = if block <= acc_inline.len() {
+                &mut acc_inline[..block]
+            } else {
+                acc_heap.resize(block, 0.0);
+                &mut acc_heap
+            };
             for i in 0..oh {
                 for j in 0..ow {
                     let (fh, ch) = (th.first[i], th.count[i]);
@@ -542,7 +566,7 @@ pub fn pool2d_blocked_isa(
                             PoolKind::Average => 0.0,
                         });
                     }
-                    for (o, a) in out.iter_mut().zip(&acc) {
+                    for (o, a) in out.iter_mut().zip(acc.iter()) {
                         *o = match kind {
                             PoolKind::Max => *a,
                             PoolKind::Average if count == 0 => f32::NAN,
@@ -558,6 +582,74 @@ pub fn pool2d_blocked_isa(
             }
         }
     });
+}
+
+/// One NCHW16c plane of a blocked pool: each output pixel's 16 lanes in two registers
+/// across its taps, the whole plane in one AVX2 function (no call per pixel). `MAX`:
+/// MaxPool, else AveragePool.
+///
+/// # Safety
+/// AVX2+FMA; `xs` holds h·w pixels of 16 floats, `ys` the output's oh·ow.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn plane16_avx2<const MAX: bool>(
+    p: &Pool2d,
+    th: &AxisTaps,
+    tw: &AxisTaps,
+    xs: &[f32],
+    ys: &mut [f32],
+    [h, w]: [usize; 2],
+) {
+    use std::arch::x86_64::*;
+    let [oh, ow] = p.out_dims(h, w);
+    let (row_step, col_step) = (p.dilations[0] * w * 16, p.dilations[1] * 16);
+    for i in 0..oh {
+        let (fh, ch) = (th.first[i], th.count[i]);
+        for j in 0..ow {
+            let (fw, cw) = (tw.first[j], tw.count[j]);
+            let out = ys.as_mut_ptr().add((i * ow + j) * 16);
+            let count = if MAX {
+                1
+            } else if p.count_include_pad {
+                th.padded[i] * tw.padded[j]
+            } else {
+                ch * cw
+            };
+            if ch * cw == 0 {
+                let v = if MAX { f32::NEG_INFINITY } else { f32::NAN };
+                let v = if !MAX && count > 0 { 0.0 } else { v };
+                std::slice::from_raw_parts_mut(out, 16).fill(v);
+                continue;
+            }
+            // Offsets stay inside the plane: the taps are the window's inside ones.
+            let x0 = xs
+                .as_ptr()
+                .add((coord(p, 0, i, fh) * w + coord(p, 1, j, fw)) * 16);
+            let (mut a0, mut a1) = (_mm256_loadu_ps(x0), _mm256_loadu_ps(x0.add(8)));
+            for r in 0..ch {
+                let xr = x0.add(r * row_step);
+                for c in usize::from(r == 0)..cw {
+                    let xt = xr.add(c * col_step);
+                    let (v0, v1) = (_mm256_loadu_ps(xt), _mm256_loadu_ps(xt.add(8)));
+                    if MAX {
+                        // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
+                        a0 = _mm256_max_ps(v0, a0);
+                        a1 = _mm256_max_ps(v1, a1);
+                    } else {
+                        a0 = _mm256_add_ps(a0, v0);
+                        a1 = _mm256_add_ps(a1, v1);
+                    }
+                }
+            }
+            if !MAX {
+                let scale = _mm256_set1_ps(1.0 / count as f32);
+                a0 = _mm256_mul_ps(a0, scale);
+                a1 = _mm256_mul_ps(a1, scale);
+            }
+            _mm256_storeu_ps(out, a0);
+            _mm256_storeu_ps(out.add(8), a1);
+        }
+    }
 }
 
 /// The inside taps of one output pixel of a blocked pool, as offsets into its plane.
