@@ -66,25 +66,7 @@ impl PackedConv {
             return Err(format!("a blocked conv has one group, not {}", s.groups));
         }
         let taps = s.kh * s.kw;
-        if w.len() != s.oc * s.ic * taps {
-            return Err(format!(
-                "conv weights hold {} values, expected {}×{}×{}×{}",
-                w.len(),
-                s.oc,
-                s.ic,
-                s.kh,
-                s.kw
-            ));
-        }
-        if let Some(b) = bias {
-            if b.len() != s.oc {
-                return Err(format!(
-                    "conv bias holds {} values, expected {}",
-                    b.len(),
-                    s.oc
-                ));
-            }
-        }
+        s.check_weights(w, bias)?;
         let (icb, ocb) = (s.ic.div_ceil(BLOCK), s.oc.div_ceil(BLOCK));
         let mut pw = vec![0.0f32; ocb * icb * taps * TAP];
         for o in 0..s.oc {

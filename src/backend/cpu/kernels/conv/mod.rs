@@ -111,6 +111,30 @@ impl ConvShape {
             * (self.ic / self.groups * self.kh * self.kw) as f64
     }
 
+    /// Checks plain [OC, IC/groups, KH, KW] weights and an optional [OC] bias against
+    /// this shape (what every weight packer takes).
+    pub(crate) fn check_weights(&self, w: &[f32], bias: Option<&[f32]>) -> Result<(), String> {
+        let icg = self.ic / self.groups;
+        if w.len() != self.oc * icg * self.kh * self.kw {
+            return Err(format!(
+                "conv weights hold {} values, expected {}×{}×{}×{}",
+                w.len(),
+                self.oc,
+                icg,
+                self.kh,
+                self.kw
+            ));
+        }
+        match bias {
+            Some(b) if b.len() != self.oc => Err(format!(
+                "conv bias holds {} values, expected {}",
+                b.len(),
+                self.oc
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// A 1×1, stride-1, unpadded convolution reads and writes each channel's H·W pixels
     /// contiguously, so any split of them into rows computes the same thing: this returns
     /// the shape with the rows the direct kernel fills best (its micro-tile is 6 pixels

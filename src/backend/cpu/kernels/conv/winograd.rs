@@ -122,23 +122,7 @@ impl PackedWinograd {
         if m != 2 && m != 4 {
             return Err(format!("Winograd tiles are 2×2 or 4×4, not {m}×{m}"));
         }
-        if w.len() != s.oc * s.ic * 9 {
-            return Err(format!(
-                "conv weights hold {} values, expected {}×{}×3×3",
-                w.len(),
-                s.oc,
-                s.ic
-            ));
-        }
-        if let Some(b) = bias {
-            if b.len() != s.oc {
-                return Err(format!(
-                    "conv bias holds {} values, expected {}",
-                    b.len(),
-                    s.oc
-                ));
-            }
-        }
+        s.check_weights(w, bias)?;
         let a = m + 2;
         let (icb, ocb) = (s.ic.div_ceil(BLOCK), s.oc.div_ceil(BLOCK));
         let g = g_matrix(m);
