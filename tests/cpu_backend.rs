@@ -538,7 +538,79 @@ fn elementwise_chains_transposes_and_concats() {
     g.add_output("t", t).unwrap();
     g.add_output("c", c).unwrap();
     uses(&g, "transpose");
+    uses(&g, "fused-eltwise");
     check(&g, 3);
+}
+
+fn scalar(g: &mut Graph, name: &str, v: f32) -> Value {
+    g.add_constant_value(name, Tensor::from_vec(&[], vec![v]).unwrap())
+        .unwrap()
+        .into()
+}
+
+fn axes(g: &mut Graph, name: &str, axes: &[i64]) -> Value {
+    let t = Tensor::from_vec(&[axes.len()], axes.to_vec()).unwrap();
+    g.add_constant_value(name, t).unwrap().into()
+}
+
+/// Fused elementwise chains with broadcasts and parametrized activations, and every
+/// reduction over inner, outer, split and all axes, as kernels (none falls back).
+#[test]
+fn fused_chains_and_reductions() {
+    let mut rng = Rng(41);
+    let mut g = Graph::new("fused-reduce");
+    let x = param(&mut g, "x", &[3, 5, 19]);
+    let s = weight(&mut g, &mut rng, "s", &[19]);
+    let r = weight(&mut g, &mut rng, "r", &[5, 1]);
+    let (lo, hi, two) = (
+        scalar(&mut g, "lo", -0.3),
+        scalar(&mut g, "hi", 0.4),
+        scalar(&mut g, "two", 2.0),
+    );
+    let alpha = |a: f32| Attrs::new().with("alpha", Attr::Float(a as f64));
+    let h = op(&mut g, "Mul", &[x, s], Attrs::new());
+    let h = op(&mut g, "LeakyRelu", &[h], alpha(0.2));
+    let h = op(&mut g, "Add", &[h, r], Attrs::new());
+    let h = op(&mut g, "Clip", &[h, lo, hi], Attrs::new());
+    let h = op(&mut g, "Gelu", &[h], Attrs::new());
+    let p = op(&mut g, "Pow", &[x, two], Attrs::new());
+    let p = op(&mut g, "Sqrt", &[p], Attrs::new());
+    let h = op(&mut g, "Sub", &[h, p], Attrs::new());
+    let h = op(&mut g, "HardSigmoid", &[h], alpha(0.3));
+    let h = op(&mut g, "Elu", &[h], alpha(0.7));
+    g.add_output("h", h).unwrap();
+    let keep0 = Attrs::new().with("keepdims", Attr::Int(0));
+    for (k, (name, ax)) in [
+        ("ReduceMean", &[2i64][..]),
+        ("ReduceSum", &[0, 2]),
+        ("ReduceMax", &[1]),
+        ("ReduceMin", &[-1]),
+        ("ReduceLogSumExp", &[2]),
+        ("ReduceLogSumExp", &[0]),
+        ("ReduceL1", &[1, 2]),
+        ("ReduceSumSquare", &[0]),
+        ("ReduceProd", &[2]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let a = axes(&mut g, &format!("axes{k}"), ax);
+        let attrs = if k % 2 == 0 {
+            Attrs::new()
+        } else {
+            keep0.clone()
+        };
+        let y = op(&mut g, name, &[x, a], attrs);
+        g.add_output(&format!("{name}{k}"), y).unwrap();
+    }
+    // No axes: every axis.
+    let l2 = op(&mut g, "ReduceL2", &[x], Attrs::new());
+    g.add_output("l2", l2).unwrap();
+    let k = kinds(&g);
+    assert!(k.contains(&"fused-eltwise"), "{k:?}");
+    assert_eq!(k.iter().filter(|&&s| s == "reduce").count(), 10, "{k:?}");
+    assert!(!k.contains(&"fallback"), "{k:?}");
+    check(&g, 9);
 }
 
 #[test]

@@ -52,8 +52,8 @@ fn ints(v: &[i64]) -> Attr {
     Attr::Ints(v.to_vec())
 }
 
-/// Convs (blocked and plain), pools, a residual add, GEMMs, softmax, layernorm-free
-/// elementwise: one step of most kernel families.
+/// Convs (blocked and plain), pools, a residual add, GEMMs, softmax, elementwise ops, a
+/// fused elementwise chain and reductions: one step of most kernel families.
 fn graph() -> Graph {
     let mut g = Graph::new("allocations");
     let ty = TensorType::new(DType::F32, Shape::fixed(&[2, 16, 12, 12]));
@@ -87,6 +87,18 @@ fn graph() -> Graph {
     let y = op(&mut g, "Softmax", &[h], Attrs::new());
     g.add_output("y", y).unwrap();
     g.add_output("features", h2).unwrap();
+    let axes = |g: &mut Graph, name: &str, v: &[i64]| -> Value {
+        let t = Tensor::from_vec(&[v.len()], v.to_vec()).unwrap();
+        g.add_constant_value(name, t).unwrap().into()
+    };
+    let hw = axes(&mut g, "hw", &[2, 3]);
+    let m = op(&mut g, "ReduceMean", &[h2, hw], Attrs::new());
+    let e = op(&mut g, "Sub", &[h2, m], Attrs::new());
+    let e = op(&mut g, "Sigmoid", &[e], Attrs::new());
+    let e = op(&mut g, "Mul", &[e, h2], Attrs::new());
+    let ch = axes(&mut g, "ch", &[1]);
+    let l = op(&mut g, "ReduceLogSumExp", &[e, ch], Attrs::new());
+    g.add_output("gated", l).unwrap();
     g
 }
 
@@ -111,7 +123,7 @@ fn runs_allocate_only_their_outputs() {
             got = exe.run(&inputs).unwrap();
             allocated = allocated.min(ALLOCATIONS.load(Ordering::SeqCst) - before);
         }
-        assert_eq!(got.len(), 2);
+        assert_eq!(got.len(), 3);
         assert!(got.iter().zip(&want).all(|(a, b)| a == b));
         // The result Vec, and each output's data (its shape is stored inline).
         let outputs = 1 + got.len();

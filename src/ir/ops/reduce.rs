@@ -50,7 +50,7 @@ const REDUCE_ATTRS: &[AttrSpec] = &[
 ];
 
 /// Which axes to reduce: `None` when they are not known before run time.
-fn reduce_axes(
+pub fn reduce_axes(
     x: &Shape,
     axes_input: Option<Option<Vec<i64>>>,
     attrs: &Attrs,

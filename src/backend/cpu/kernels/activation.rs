@@ -83,7 +83,8 @@ impl Act {
     pub fn scalar(self, v: f32) -> f32 {
         match self {
             Act::None => v,
-            Act::Relu => v.max(0.0),
+            // NaN stays NaN in every activation, as the ops have it.
+            Act::Relu => math::relu(v),
             Act::LeakyRelu(a) => {
                 if v < 0.0 {
                     v * a
@@ -91,6 +92,8 @@ impl Act {
                     v
                 }
             }
+            // NaN stays NaN, as the Clip op has it.
+            Act::Clip(_, _) if v.is_nan() => v,
             Act::Clip(lo, hi) => v.max(lo).min(hi),
             Act::Sigmoid => math::sigmoid(v),
             Act::Tanh => math::tanh(v),
@@ -125,7 +128,7 @@ impl Act {
         // In each arm, `avx2::map` reads and writes p[..n], which x owns.
         match self {
             Act::None => {}
-            Act::Relu => avx2::map(p, p, n, |v| _mm256_max_ps(v, zero)),
+            Act::Relu => avx2::map(p, p, n, |v| _mm256_max_ps(zero, v)),
             Act::LeakyRelu(a) => {
                 let a = _mm256_set1_ps(a);
                 avx2::map(p, p, n, |v| {
@@ -135,8 +138,9 @@ impl Act {
             }
             Act::Clip(lo, hi) => {
                 let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
-                // NaN gives lo, as f32::max/min (which return the non-NaN operand) do.
-                avx2::map(p, p, n, |v| _mm256_min_ps(_mm256_max_ps(v, lo), hi))
+                // max/min return the second operand when either is NaN: NaN stays NaN,
+                // as the Clip op has it.
+                avx2::map(p, p, n, |v| _mm256_min_ps(hi, _mm256_max_ps(lo, v)))
             }
             Act::Sigmoid => avx2::map(p, p, n, |v| avx2::sigmoid(v)),
             Act::Tanh => avx2::map(p, p, n, |v| avx2::tanh(v)),
@@ -191,6 +195,7 @@ mod tests {
                     x
                 }
             }
+            Act::Clip(_, _) if x.is_nan() => x,
             Act::Clip(lo, hi) => x.max(lo as f64).min(hi as f64),
             Act::Sigmoid => 1.0 / (1.0 + (-x).exp()),
             Act::Tanh => x.tanh(),
@@ -227,10 +232,16 @@ mod tests {
         for isa in isas() {
             for act in acts {
                 for n in [1, 7, 9, 33, 1000] {
-                    let xs: Vec<f32> = (0..n).map(|i| (i as f32 * 0.7391).sin() * 9.0).collect();
+                    let mut xs: Vec<f32> =
+                        (0..n).map(|i| (i as f32 * 0.7391).sin() * 9.0).collect();
+                    xs[n / 2] = f32::NAN;
                     let mut y = xs.clone();
                     act.apply_isa(isa, &mut y);
                     for (&x, &g) in xs.iter().zip(&y) {
+                        if x.is_nan() {
+                            assert!(g.is_nan(), "{act:?} {} of NaN: {g}", isa.name());
+                            continue;
+                        }
                         let want = reference(act, x as f64);
                         // Absolute 2e-6 (Elu's e^x - 1 loses digits near 0), else 1e-5 relative.
                         let tol = 2e-6 + 1e-5 * want.abs();

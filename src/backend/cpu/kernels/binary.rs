@@ -215,7 +215,14 @@ pub fn binary_planned(
 /// AVX2+FMA; `a`/`b` readable for `dst.len()` floats where their stride is 1, else 1.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn run_avx2(op: BinOp, a: *const f32, sa: usize, b: *const f32, sb: usize, dst: &mut [f32]) {
+pub(crate) unsafe fn run_avx2(
+    op: BinOp,
+    a: *const f32,
+    sa: usize,
+    b: *const f32,
+    sb: usize,
+    dst: &mut [f32],
+) {
     use std::arch::x86_64::*;
     #[inline(always)]
     unsafe fn apply(op: BinOp, x: __m256, y: __m256) -> __m256 {
@@ -281,13 +288,7 @@ impl UnaryOp {
             UnaryOp::Exp => math::exp(x),
             UnaryOp::Log => x.ln(),
             UnaryOp::Reciprocal => 1.0 / x,
-            UnaryOp::Relu => {
-                if x > 0.0 || x.is_nan() {
-                    x
-                } else {
-                    0.0
-                }
-            }
+            UnaryOp::Relu => math::relu(x),
             UnaryOp::Sigmoid => math::sigmoid(x),
             UnaryOp::Tanh => math::tanh(x),
             UnaryOp::Erf => math::erf(x),
@@ -318,7 +319,7 @@ pub fn unary_inplace_isa(isa: Isa, op: UnaryOp, x: &mut [f32]) {
 }
 
 /// `src`/`dst` hold `n` floats (checked by callers), same buffer or disjoint.
-fn unary_ptr(isa: Isa, op: UnaryOp, src: *const f32, dst: *mut f32, n: usize) {
+pub(crate) fn unary_ptr(isa: Isa, op: UnaryOp, src: *const f32, dst: *mut f32, n: usize) {
     #[cfg(target_arch = "x86_64")]
     if math::use_avx2(isa) && op != UnaryOp::Log {
         // SAFETY: AVX2 checked; both pointers valid for n floats.

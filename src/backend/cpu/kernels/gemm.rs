@@ -471,7 +471,7 @@ pub(crate) unsafe fn store_tile_scalar(acc: &[[f32; NR]; MR], t: &Tile) {
                     v += unsafe { *t.res.add(r * t.ldr + j) };
                 }
                 if t.relu {
-                    v = v.max(0.0);
+                    v = super::math::relu(v);
                 }
             }
             *o = v;

@@ -93,6 +93,16 @@ fn pow2(n: i32) -> f32 {
     f32::from_bits((n.wrapping_add(127) as u32) << 23)
 }
 
+/// max(x, 0) that keeps NaN, as the Relu op does (`f32::max` would drop it).
+#[inline(always)]
+pub fn relu(x: f32) -> f32 {
+    if x > 0.0 || x.is_nan() {
+        x
+    } else {
+        0.0
+    }
+}
+
 /// e^x (portable).
 #[inline]
 pub fn exp(x: f32) -> f32 {

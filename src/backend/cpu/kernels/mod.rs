@@ -4,11 +4,13 @@ pub mod activation;
 pub mod binary;
 pub mod blas;
 pub mod conv;
+pub mod fused;
 pub mod gemm;
 pub mod math;
 pub mod norm;
 mod par;
 pub mod pooling;
+pub mod reduce;
 pub mod reorder;
 pub mod softmax;
 #[cfg(test)]

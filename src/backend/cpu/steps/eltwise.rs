@@ -1,9 +1,13 @@
 //! Elementwise ops on f32: binary ops with numpy broadcasting and unary ops, each one
-//! vectorized pass. The planner may give the output an input's buffer (same shape):
-//! unary ops then run in place; a binary op first copies that operand to scratch.
+//! vectorized pass, and `Fused` chains of them as one tiled loop. The planner may give
+//! the output an input's buffer (same shape): unary ops and fused loops then run in
+//! place; a binary op first copies that operand to scratch.
 use crate::backend::cpu::isa;
 use crate::backend::cpu::kernels::binary::{self, BinOp, Broadcast, UnaryOp};
+use crate::backend::cpu::kernels::fused::{FusedLoop, Operand, StepOp, MAX_INPUTS};
+use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
+use crate::ir::ops::fused::{self, Arg};
 
 use super::Build;
 
@@ -19,6 +23,108 @@ enum Elt {
         op: UnaryOp,
         x: Slot,
     },
+    Fused {
+        lp: FusedLoop,
+        ins: Vec<Slot>,
+    },
+}
+
+fn binary_op(name: &str, operands: usize) -> Option<BinOp> {
+    Some(match name {
+        "Add" => BinOp::Add,
+        "Sub" => BinOp::Sub,
+        "Mul" => BinOp::Mul,
+        "Div" => BinOp::Div,
+        "Pow" => BinOp::Pow,
+        "Max" if operands == 2 => BinOp::Max,
+        "Min" if operands == 2 => BinOp::Min,
+        _ => return None,
+    })
+}
+
+fn unary_op(name: &str) -> Option<UnaryOp> {
+    Some(match name {
+        "Neg" => UnaryOp::Neg,
+        "Abs" => UnaryOp::Abs,
+        "Sqrt" => UnaryOp::Sqrt,
+        "Exp" => UnaryOp::Exp,
+        "Log" => UnaryOp::Log,
+        "Reciprocal" => UnaryOp::Reciprocal,
+        "Relu" => UnaryOp::Relu,
+        "Sigmoid" => UnaryOp::Sigmoid,
+        "Tanh" => UnaryOp::Tanh,
+        "Erf" => UnaryOp::Erf,
+        _ => return None,
+    })
+}
+
+/// A `Fused` node as a tiled loop; `None` when a step has no kernel here (or the
+/// chain does not fit the loop), so that it runs through the fallback.
+fn build_fused(b: &Build, y: &Slot) -> Result<Option<Elt>, String> {
+    let Some(ins) = b.ins.iter().cloned().collect::<Option<Vec<Slot>>>() else {
+        return Ok(None);
+    };
+    if ins.len() > MAX_INPUTS {
+        return Ok(None);
+    }
+    let body = fused::body(&b.node.attrs, ins.len())?;
+    // A constant scalar input's value (Clip's bounds).
+    let scalar = |a: &Option<Arg>| -> Option<Option<f32>> {
+        match a {
+            None => Some(None),
+            Some(Arg::Input(k)) => match b.constant(*k) {
+                Some(t) if t.len() == 1 => Some(Some(t.to_f64_vec()[0] as f32)),
+                _ => None,
+            },
+            Some(Arg::Step(_)) => None,
+        }
+    };
+    let mut steps = vec![];
+    for st in &body {
+        let args: Vec<Option<Operand>> = st
+            .args
+            .iter()
+            .map(|a| {
+                a.map(|a| match a {
+                    Arg::Input(k) => Operand::Input(k),
+                    Arg::Step(k) => Operand::Step(k),
+                })
+            })
+            .collect();
+        let a = &st.attrs;
+        let alpha = |default: f64| a.float_or("alpha", default).map(|v| v as f32);
+        let op = if let Some(op) = binary_op(&st.op, args.len()) {
+            StepOp::Binary(op)
+        } else if let Some(op) = unary_op(&st.op) {
+            StepOp::Unary(op)
+        } else {
+            let act = match st.op.as_str() {
+                "LeakyRelu" => Act::LeakyRelu(alpha(0.01)?),
+                "Elu" => Act::Elu(alpha(1.0)?),
+                "HardSigmoid" => Act::HardSigmoid(alpha(0.2)?, a.float_or("beta", 0.5)? as f32),
+                "Gelu" if a.string_or("approximate", "none")? == "tanh" => Act::GeluTanh,
+                "Gelu" => Act::Gelu,
+                "Clip" => {
+                    let bound = |k: usize| st.args.get(k).map_or(Some(None), scalar);
+                    let (Some(lo), Some(hi)) = (bound(1), bound(2)) else {
+                        return Ok(None);
+                    };
+                    Act::Clip(lo.unwrap_or(f32::NEG_INFINITY), hi.unwrap_or(f32::INFINITY))
+                }
+                _ => return Ok(None),
+            };
+            steps.push((StepOp::Act(act), args.into_iter().take(1).collect()));
+            continue;
+        };
+        steps.push((op, args));
+    }
+    let steps: Option<Vec<(StepOp, Vec<Operand>)>> = steps
+        .into_iter()
+        .map(|(op, args)| Some((op, args.into_iter().collect::<Option<Vec<_>>>()?)))
+        .collect();
+    let Some(steps) = steps else { return Ok(None) };
+    let shapes: Vec<&[usize]> = ins.iter().map(|s| s.shape.as_slice()).collect();
+    Ok(FusedLoop::new(&steps, &shapes, &y.shape).map(|lp| Elt::Fused { lp, ins }))
 }
 
 struct EltStep {
@@ -31,17 +137,10 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         return Ok(None);
     }
     let y = b.outs[0].clone();
-    let binop = match b.node.op.as_str() {
-        "Add" => Some(BinOp::Add),
-        "Sub" => Some(BinOp::Sub),
-        "Mul" => Some(BinOp::Mul),
-        "Div" => Some(BinOp::Div),
-        "Pow" => Some(BinOp::Pow),
-        "Max" if b.ins.len() == 2 => Some(BinOp::Max),
-        "Min" if b.ins.len() == 2 => Some(BinOp::Min),
-        _ => None,
-    };
-    if let Some(op) = binop {
+    if b.node.op == "Fused" {
+        return Ok(build_fused(b, &y)?.map(|what| Box::new(EltStep { what, y }) as Box<dyn Kernel>));
+    }
+    if let Some(op) = binary_op(&b.node.op, b.ins.len()) {
         let (Some(a), Some(bb)) = (b.input(0), b.input(1)) else {
             return Ok(None);
         };
@@ -59,18 +158,8 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         };
         return Ok(Some(Box::new(EltStep { what, y })));
     }
-    let unop = match b.node.op.as_str() {
-        "Neg" => UnaryOp::Neg,
-        "Abs" => UnaryOp::Abs,
-        "Sqrt" => UnaryOp::Sqrt,
-        "Exp" => UnaryOp::Exp,
-        "Log" => UnaryOp::Log,
-        "Reciprocal" => UnaryOp::Reciprocal,
-        "Relu" => UnaryOp::Relu,
-        "Sigmoid" => UnaryOp::Sigmoid,
-        "Tanh" => UnaryOp::Tanh,
-        "Erf" => UnaryOp::Erf,
-        _ => return Ok(None),
+    let Some(unop) = unary_op(&b.node.op) else {
+        return Ok(None);
     };
     let Some(x) = b.input(0) else { return Ok(None) };
     Ok(Some(Box::new(EltStep {
@@ -107,6 +196,13 @@ impl Kernel for EltStep {
                 let b_s = std::slice::from_raw_parts(ptrs[1], b.elements());
                 binary::binary_planned(isa::isa(), *op, plan, a_s, b_s, y, cx.pool);
             }
+            Elt::Fused { lp, ins } => {
+                let mut ptrs = [std::ptr::null::<f32>(); MAX_INPUTS];
+                for (p, s) in ptrs.iter_mut().zip(ins) {
+                    *p = cx.f32(s);
+                }
+                lp.run(isa::isa(), &ptrs[..ins.len()], y.as_mut_ptr(), cx.pool);
+            }
         }
         Ok(())
     }
@@ -114,6 +210,7 @@ impl Kernel for EltStep {
         match self.what {
             Elt::Binary { .. } => "binary",
             Elt::Unary { .. } => "unary",
+            Elt::Fused { .. } => "fused-eltwise",
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod eltwise;
 pub mod fallback;
 pub mod matmul;
 pub mod nn;
+pub mod reduce;
 pub mod view;
 
 /// What a family builder sees of a node.
@@ -63,6 +64,7 @@ const FAMILIES: &[Builder] = &[
     matmul::build,
     conv::build,
     nn::build,
+    reduce::build,
     eltwise::build,
     view::build,
     view::build_transpose,

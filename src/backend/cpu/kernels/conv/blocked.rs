@@ -20,7 +20,7 @@
 //! activation at the last).
 use super::ConvShape;
 use crate::backend::cpu::isa::{self, Isa};
-use crate::backend::cpu::kernels::Act;
+use crate::backend::cpu::kernels::{math, Act};
 use crate::backend::cpu::pool::Pool;
 
 /// Channels per block of the NCHW16c layout.
@@ -473,7 +473,7 @@ unsafe fn tile_portable<const R: usize, const STRIDED: bool>(
         }
         if t.last && t.relu {
             for a in acc.iter_mut() {
-                a.iter_mut().for_each(|v| *v = v.max(0.0));
+                a.iter_mut().for_each(|v| *v = math::relu(*v));
             }
         }
         for (r, a) in acc.iter().enumerate() {
@@ -557,8 +557,8 @@ unsafe fn tile_avx2<const R: usize, const STRIDED: bool>(
         if t.last && t.relu {
             let zero = _mm256_setzero_ps();
             for a in acc.iter_mut() {
-                a[0] = _mm256_max_ps(a[0], zero);
-                a[1] = _mm256_max_ps(a[1], zero);
+                a[0] = _mm256_max_ps(zero, a[0]);
+                a[1] = _mm256_max_ps(zero, a[1]);
             }
         }
         for (r, a) in acc.iter().enumerate() {

@@ -29,7 +29,7 @@
 //! transform code compiled with AVX2 enabled; the micro-kernel with intrinsics).
 use super::{ConvShape, BLOCK};
 use crate::backend::cpu::isa::{self, Isa};
-use crate::backend::cpu::kernels::Act;
+use crate::backend::cpu::kernels::{math, Act};
 use crate::backend::cpu::pool::Pool;
 use std::ops::{Add, Mul, Sub};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -651,7 +651,7 @@ unsafe fn output_tile<const A: usize>(
             }
             if relu {
                 for l in o.0.iter_mut() {
-                    *l = l.max(0.0);
+                    *l = math::relu(*l);
                 }
             }
             // SAFETY: pixel (i, j) is inside y.

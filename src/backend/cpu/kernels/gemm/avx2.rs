@@ -140,8 +140,8 @@ unsafe fn store_full(acc: &[[__m256; 2]; MR], t: &Tile) {
                 v1 = _mm256_add_ps(v1, _mm256_loadu_ps(rp.add(8)));
             }
             if t.relu {
-                v0 = _mm256_max_ps(v0, zero);
-                v1 = _mm256_max_ps(v1, zero);
+                v0 = _mm256_max_ps(zero, v0);
+                v1 = _mm256_max_ps(zero, v1);
             }
         }
         _mm256_storeu_ps(c, v0);

@@ -1,0 +1,483 @@
+//! A `Fused` elementwise chain as one loop over the output: the output is walked in
+//! tiles of [`TILE`] floats, and every step of the chain runs over the tile before the
+//! next tile starts, so intermediate results live in a few small stack buffers (in L1)
+//! and never in memory. Each step is one of the vectorized elementwise kernels, rounding
+//! where the unfused graph rounds.
+//!
+//! The inputs broadcast to the output (numpy rules); as for two operands in
+//! [`super::binary::Broadcast`], size-1 axes are dropped and axes merged where every
+//! input's strides continue, so each tile reads every input either contiguously or as
+//! one repeated value.
+use std::ops::Range;
+
+use super::activation::Act;
+use super::binary::{self, BinOp, UnaryOp};
+use super::math;
+use super::par::{for_ranges, SyncPtr};
+use crate::backend::cpu::isa::Isa;
+use crate::backend::cpu::pool::Pool;
+
+/// Floats per tile: every live step buffer is one tile, and a few of them fit in L1.
+pub const TILE: usize = 256;
+/// At most this many step results are live at once (a chain that needs more runs
+/// through the fallback).
+pub const MAX_BUFFERS: usize = 8;
+/// At most this many inputs.
+pub const MAX_INPUTS: usize = 16;
+
+/// A step's operation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StepOp {
+    Binary(BinOp),
+    Unary(UnaryOp),
+    /// An activation with its parameters (LeakyRelu, Clip with constant bounds, …).
+    Act(Act),
+}
+
+/// A step's operand as the chain names it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Operand {
+    Input(usize),
+    Step(usize),
+}
+
+/// Where an instruction reads from.
+#[derive(Debug, Clone, Copy)]
+enum Src {
+    Input(usize),
+    Buffer(usize),
+}
+
+/// Where an instruction writes.
+#[derive(Debug, Clone, Copy)]
+enum Dst {
+    Buffer(usize),
+    Output,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Instr {
+    op: StepOp,
+    args: [Src; 2],
+    dst: Dst,
+}
+
+/// A chain compiled for fixed input and output shapes.
+#[derive(Debug, Clone)]
+pub struct FusedLoop {
+    instrs: Vec<Instr>,
+    buffers: usize,
+    /// The outer axes' sizes and, per axis, every input's stride (`inputs` per axis).
+    outer: Vec<usize>,
+    strides: Vec<usize>,
+    /// The innermost merged axis and whether each input runs along it (else it repeats
+    /// one value).
+    inner: usize,
+    contiguous: Vec<bool>,
+    input_lens: Vec<usize>,
+    total: usize,
+}
+
+/// Strides (in elements) of `shape` broadcast to `out` (rank-aligned on the right).
+fn broadcast_strides(shape: &[usize], out: &[usize]) -> Option<Vec<usize>> {
+    let lead = out.len().checked_sub(shape.len())?;
+    let mut strides = vec![0; out.len()];
+    let mut s = 1;
+    for i in (0..shape.len()).rev() {
+        let d = shape[i];
+        if d != out[lead + i] && d != 1 {
+            return None;
+        }
+        strides[lead + i] = if d == 1 { 0 } else { s };
+        s *= d;
+    }
+    Some(strides)
+}
+
+impl FusedLoop {
+    /// Compiles `steps` (each an operation and its operands; the last step's result is
+    /// the output) over inputs of `input_shapes` into a loop writing `out_shape`.
+    /// `None` when the chain does not fit: more inputs or live results than the loop
+    /// holds, an operand count the operation does not take, or a shape that does not
+    /// broadcast.
+    pub fn new(
+        steps: &[(StepOp, Vec<Operand>)],
+        input_shapes: &[&[usize]],
+        out_shape: &[usize],
+    ) -> Option<FusedLoop> {
+        let n = input_shapes.len();
+        if steps.is_empty() || n > MAX_INPUTS {
+            return None;
+        }
+        // The last step reading each step's result.
+        let mut last_use = vec![0; steps.len()];
+        for (i, (_, args)) in steps.iter().enumerate() {
+            for a in args {
+                match *a {
+                    Operand::Step(k) if k < i => last_use[k] = i,
+                    Operand::Input(k) if k < n => {}
+                    _ => return None,
+                }
+            }
+        }
+        // Buffers by liveness: a step may write over an operand that dies at it (every
+        // kernel reads element k before it writes element k).
+        let mut free: Vec<usize> = vec![];
+        let mut buffers = 0;
+        let mut home = vec![0; steps.len()];
+        let mut instrs = vec![];
+        for (i, (op, args)) in steps.iter().enumerate() {
+            let arity = if matches!(op, StepOp::Binary(_)) {
+                2
+            } else {
+                1
+            };
+            if args.len() != arity {
+                return None;
+            }
+            let src = |a: &Operand| match *a {
+                Operand::Input(k) => Src::Input(k),
+                Operand::Step(k) => Src::Buffer(home[k]),
+            };
+            let srcs = [src(&args[0]), src(args.last().expect("arity ≥ 1"))];
+            for a in args {
+                if let Operand::Step(k) = *a {
+                    if last_use[k] == i && !free.contains(&home[k]) {
+                        free.push(home[k]);
+                    }
+                }
+            }
+            let dst = if i + 1 == steps.len() {
+                Dst::Output
+            } else {
+                let b = free.pop().unwrap_or_else(|| {
+                    buffers += 1;
+                    buffers - 1
+                });
+                home[i] = b;
+                Dst::Buffer(b)
+            };
+            if buffers > MAX_BUFFERS {
+                return None;
+            }
+            instrs.push(Instr {
+                op: *op,
+                args: srcs,
+                dst,
+            });
+        }
+        // Merge the output's axes where every input's strides continue.
+        let all: Vec<Vec<usize>> = input_shapes
+            .iter()
+            .map(|s| broadcast_strides(s, out_shape))
+            .collect::<Option<_>>()?;
+        let mut dims: Vec<(usize, Vec<usize>)> = vec![];
+        for (ax, &size) in out_shape.iter().enumerate() {
+            if size == 1 {
+                continue;
+            }
+            let st: Vec<usize> = all.iter().map(|s| s[ax]).collect();
+            if let Some((lsize, lst)) = dims.last_mut() {
+                if lst.iter().zip(&st).all(|(l, s)| *l == s * size) {
+                    *lsize *= size;
+                    *lst = st;
+                    continue;
+                }
+            }
+            dims.push((size, st));
+        }
+        let (inner, inner_strides) = dims.pop().unwrap_or((1, vec![0; n]));
+        Some(FusedLoop {
+            instrs,
+            buffers,
+            outer: dims.iter().map(|d| d.0).collect(),
+            strides: dims.iter().flat_map(|d| d.1.iter().copied()).collect(),
+            inner,
+            contiguous: inner_strides.iter().map(|&s| s == 1).collect(),
+            input_lens: input_shapes.iter().map(|s| s.iter().product()).collect(),
+            total: out_shape.iter().product(),
+        })
+    }
+
+    /// How many tile buffers the loop keeps live.
+    pub fn buffers(&self) -> usize {
+        self.buffers
+    }
+
+    /// How many elements each input must hold.
+    pub fn input_lens(&self) -> &[usize] {
+        &self.input_lens
+    }
+
+    /// Runs the loop: `out` has the output's elements and may be an input of the same
+    /// shape (the planner's in-place reuse).
+    ///
+    /// # Safety
+    /// `inputs[k]` points to [`FusedLoop::input_lens`]`[k]` readable floats and `out` to
+    /// the output's writable floats; no input overlaps `out` unless it is `out` itself.
+    pub unsafe fn run(&self, isa: Isa, inputs: &[*const f32], out: *mut f32, pool: Option<&Pool>) {
+        assert_eq!(inputs.len(), self.input_lens.len());
+        if self.total == 0 {
+            return;
+        }
+        let rows: usize = self.outer.iter().product();
+        // Split long single rows so that the pool has work to share.
+        let chunk = if rows == 1 {
+            self.inner.div_ceil(64).max(4096)
+        } else {
+            self.inner
+        };
+        let pieces = self.inner.div_ceil(chunk);
+        let ins = SyncPtr(inputs.as_ptr() as *mut *const f32);
+        let o = SyncPtr(out);
+        let work = chunk * self.instrs.len();
+        for_ranges(pool, rows * pieces, work, &|r| {
+            // SAFETY: as for `run`; tasks write disjoint runs of the output.
+            unsafe { self.run_tasks(isa, ins.get(), o.get(), r, pieces, chunk) }
+        });
+    }
+
+    /// # Safety
+    /// As for [`FusedLoop::run`].
+    unsafe fn run_tasks(
+        &self,
+        isa: Isa,
+        inputs: *const *const f32,
+        out: *mut f32,
+        tasks: Range<usize>,
+        pieces: usize,
+        chunk: usize,
+    ) {
+        let n = self.input_lens.len();
+        // Every buffer is written by its step before a later step reads it.
+        let mut bufs = std::mem::MaybeUninit::<[[f32; TILE]; MAX_BUFFERS]>::uninit();
+        let bufs = bufs.as_mut_ptr() as *mut f32;
+        let mut base = [0usize; MAX_INPUTS];
+        for t in tasks {
+            let (row, piece) = (t / pieces, t % pieces);
+            // The row index → each input's offset.
+            base[..n].fill(0);
+            let mut rem = row;
+            for (ax, &size) in self.outer.iter().enumerate().rev() {
+                let k = rem % size;
+                rem /= size;
+                for (b, s) in base[..n].iter_mut().zip(&self.strides[ax * n..]) {
+                    *b += k * s;
+                }
+            }
+            let j0 = piece * chunk;
+            let j1 = (j0 + chunk).min(self.inner);
+            let mut j = j0;
+            while j < j1 {
+                let len = TILE.min(j1 - j);
+                let at = |s: Src| -> (*const f32, usize) {
+                    match s {
+                        Src::Input(k) if self.contiguous[k] => {
+                            (inputs.add(k).read().add(base[k] + j), 1)
+                        }
+                        Src::Input(k) => (inputs.add(k).read().add(base[k]), 0),
+                        Src::Buffer(b) => (bufs.add(b * TILE) as *const f32, 1),
+                    }
+                };
+                for ins in &self.instrs {
+                    let a = at(ins.args[0]);
+                    let b = at(ins.args[1]);
+                    let dst = match ins.dst {
+                        Dst::Output => out.add(row * self.inner + j),
+                        Dst::Buffer(b) => bufs.add(b * TILE),
+                    };
+                    step(isa, ins.op, a, b, dst, len);
+                }
+                j += len;
+            }
+        }
+    }
+}
+
+/// One instruction over `len` floats: operands as (pointer, stride 0 or 1).
+///
+/// # Safety
+/// Operands readable for `len` floats at stride 1 (else 1 float); `dst` writable for
+/// `len` floats, disjoint from the operands or equal to one of them.
+unsafe fn step(
+    isa: Isa,
+    op: StepOp,
+    a: (*const f32, usize),
+    b: (*const f32, usize),
+    dst: *mut f32,
+    len: usize,
+) {
+    let d = std::slice::from_raw_parts_mut(dst, len);
+    match op {
+        StepOp::Binary(op) if a.1 == 0 && b.1 == 0 => d.fill(op.scalar(*a.0, *b.0)),
+        StepOp::Binary(op) => {
+            #[cfg(target_arch = "x86_64")]
+            if math::use_avx2(isa) && op != BinOp::Pow {
+                binary::run_avx2(op, a.0, a.1, b.0, b.1, d);
+                return;
+            }
+            for (k, y) in d.iter_mut().enumerate() {
+                *y = op.scalar(*a.0.add(k * a.1), *b.0.add(k * b.1));
+            }
+        }
+        StepOp::Unary(op) if a.1 == 0 => d.fill(op.scalar(*a.0)),
+        StepOp::Unary(op) => binary::unary_ptr(isa, op, a.0, dst, len),
+        StepOp::Act(act) => {
+            if a.1 == 0 {
+                d.fill(*a.0);
+            } else if !std::ptr::eq(a.0, dst) {
+                std::ptr::copy_nonoverlapping(a.0, dst, len);
+            }
+            act.apply_isa(isa, std::slice::from_raw_parts_mut(dst, len));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::kernels::math::tests::isas;
+    use crate::backend::cpu::kernels::testutil::{lcg_data, pools};
+
+    /// The chain step by step over whole tensors with the separate kernels.
+    fn unfused(
+        isa: Isa,
+        steps: &[(StepOp, Vec<Operand>)],
+        ins: &[(Vec<f32>, Vec<usize>)],
+        out_shape: &[usize],
+    ) -> Vec<f32> {
+        let total: usize = out_shape.iter().product();
+        let mut results: Vec<(Vec<f32>, Vec<usize>)> = vec![];
+        for (op, args) in steps {
+            let get = |a: &Operand| match *a {
+                Operand::Input(k) => ins[k].clone(),
+                Operand::Step(k) => results[k].clone(),
+            };
+            let (x, xs) = get(&args[0]);
+            let r = match op {
+                StepOp::Binary(op) => {
+                    let (y, ys) = get(&args[1]);
+                    let mut z = vec![0.0; total];
+                    binary::binary_isa(isa, *op, &x, &xs, &y, &ys, &mut z, out_shape, None);
+                    (z, out_shape.to_vec())
+                }
+                StepOp::Unary(op) => {
+                    let mut y = x.clone();
+                    binary::unary_inplace_isa(isa, *op, &mut y);
+                    (y, xs)
+                }
+                StepOp::Act(act) => {
+                    let mut y = x.clone();
+                    act.apply_isa(isa, &mut y);
+                    (y, xs)
+                }
+            };
+            results.push(r);
+        }
+        let (y, ys) = results.pop().unwrap();
+        assert_eq!(ys, out_shape);
+        y
+    }
+
+    /// Chains with broadcasts, steps reused, buffers recycled, long rows split, against
+    /// the step-by-step result of the same kernels: bit for bit.
+    #[test]
+    fn fused_loops_match_the_steps_one_by_one() {
+        use Operand::{Input as I, Step as S};
+        let b = |op| StepOp::Binary(op);
+        let u = |op| StepOp::Unary(op);
+        let gelu_ish = vec![
+            (b(BinOp::Mul), vec![I(0), I(1)]),
+            (u(UnaryOp::Tanh), vec![S(0)]),
+            (b(BinOp::Add), vec![S(1), I(2)]),
+            (b(BinOp::Mul), vec![S(2), S(0)]),
+            (StepOp::Act(Act::LeakyRelu(0.1)), vec![S(3)]),
+            (b(BinOp::Max), vec![S(4), S(1)]),
+        ];
+        let cases: Vec<(Vec<usize>, Vec<Vec<usize>>)> = vec![
+            (vec![7], vec![vec![7], vec![7], vec![]]),
+            (vec![3, 300], vec![vec![3, 300], vec![300], vec![3, 1]]),
+            (
+                vec![2, 3, 5, 9],
+                vec![vec![2, 3, 5, 9], vec![3, 1, 9], vec![1]],
+            ),
+            (
+                vec![2, 1, 33],
+                vec![vec![33], vec![2, 1, 1], vec![2, 1, 33]],
+            ),
+            (vec![70000], vec![vec![70000], vec![1], vec![70000]]),
+            (vec![4, 0, 3], vec![vec![4, 0, 3], vec![3], vec![]]),
+        ];
+        for pool in pools() {
+            for isa in isas() {
+                for (out, shapes) in &cases {
+                    let ins: Vec<(Vec<f32>, Vec<usize>)> = shapes
+                        .iter()
+                        .enumerate()
+                        .map(|(k, s)| {
+                            let mut d = lcg_data(s.iter().product(), 2.0, k as u64 + 5);
+                            if d.len() > 4 {
+                                d[4] = f32::NAN;
+                            }
+                            (d, s.clone())
+                        })
+                        .collect();
+                    let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
+                    let lp = FusedLoop::new(&gelu_ish, &refs, out).unwrap();
+                    assert!(lp.buffers() <= 3, "{} buffers", lp.buffers());
+                    let want = unfused(isa, &gelu_ish, &ins, out);
+                    let mut got = vec![0.0; want.len()];
+                    let ptrs: Vec<*const f32> = ins.iter().map(|i| i.0.as_ptr()).collect();
+                    unsafe { lp.run(isa, &ptrs, got.as_mut_ptr(), pool.as_ref()) };
+                    for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let ok = (g.is_nan() && w.is_nan()) || g.to_bits() == w.to_bits();
+                        assert!(ok, "{out:?} {} at {k}: {g} vs {w}", isa.name());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The output may be an input of its shape (in-place reuse): same result.
+    #[test]
+    fn fused_loops_may_write_over_an_input() {
+        use Operand::{Input as I, Step as S};
+        let steps = vec![
+            (StepOp::Unary(UnaryOp::Exp), vec![I(0)]),
+            (StepOp::Binary(BinOp::Sub), vec![I(0), S(0)]),
+            (StepOp::Binary(BinOp::Mul), vec![S(1), I(1)]),
+        ];
+        let x = lcg_data(1000, 3.0, 1);
+        let s = lcg_data(10, 3.0, 2);
+        let lp = FusedLoop::new(&steps, &[&[100, 10], &[10]], &[100, 10]).unwrap();
+        for isa in isas() {
+            let mut separate = vec![0.0; 1000];
+            let mut inplace = x.clone();
+            unsafe {
+                lp.run(isa, &[x.as_ptr(), s.as_ptr()], separate.as_mut_ptr(), None);
+                let p = inplace.as_mut_ptr();
+                lp.run(isa, &[p, s.as_ptr()], p, None);
+            }
+            assert_eq!(separate, inplace);
+        }
+    }
+
+    #[test]
+    fn chains_that_do_not_fit_are_refused() {
+        use Operand::{Input as I, Step as S};
+        let relu = StepOp::Unary(UnaryOp::Relu);
+        let add = StepOp::Binary(BinOp::Add);
+        // An operand from the future, a missing input, the wrong arity, a bad broadcast.
+        assert!(FusedLoop::new(&[(relu, vec![S(0)])], &[&[3]], &[3]).is_none());
+        assert!(FusedLoop::new(&[(relu, vec![I(1)])], &[&[3]], &[3]).is_none());
+        assert!(FusedLoop::new(&[(add, vec![I(0)])], &[&[3]], &[3]).is_none());
+        assert!(FusedLoop::new(&[(relu, vec![I(0)])], &[&[4]], &[3]).is_none());
+        // Ten results all live until the end need ten buffers.
+        let mut steps: Vec<_> = (0..10).map(|k| (relu, vec![I(k % 2)])).collect();
+        steps.push((add, vec![S(0), S(1)]));
+        for k in 2..10 {
+            steps.push((add, vec![S(steps.len() - 1), S(k)]));
+        }
+        assert!(FusedLoop::new(&steps, &[&[3], &[3]], &[3]).is_none());
+    }
+}
