@@ -1,5 +1,6 @@
-//! Kiln's packed GEMM against OpenBLAS `cblas_sgemm` (both single-threaded), plus Kiln
-//! on two threads for the BERT and MLP shapes, and this machine's FMA peak.
+//! Kiln's packed GEMM against OpenBLAS `cblas_sgemm` and the `gemm` crate (all
+//! single-threaded), plus Kiln and the `gemm` crate on two threads for the BERT and MLP
+//! shapes, and this machine's FMA peak.
 //!
 //! `cargo bench --bench gemm`; throughput is printed in Gelem/s = GFLOP/s (2·m·n·k).
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -72,6 +73,43 @@ fn fma_peak_gflops() -> Option<f64> {
     Some(rates[rates.len() / 2])
 }
 
+/// `c = a·b` (row-major m×k, k×n, m×n) by the `gemm` crate.
+///
+/// # Safety
+/// `c` is writable for m×n floats.
+unsafe fn gemm_crate(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    b: &[f32],
+    c: *mut f32,
+    threads: gemm::Parallelism,
+) {
+    let (n_, k_) = (n as isize, k as isize);
+    gemm::gemm(
+        m,
+        n,
+        k,
+        c,
+        1,
+        n_,
+        false,
+        a.as_ptr(),
+        1,
+        k_,
+        b.as_ptr(),
+        1,
+        n_,
+        0.0,
+        1.0,
+        false,
+        false,
+        false,
+        threads,
+    )
+}
+
 fn bench(cr: &mut Criterion) {
     blas::single_threaded();
     #[cfg(target_arch = "x86_64")]
@@ -87,6 +125,22 @@ fn bench(cr: &mut Criterion) {
         let (am, bm) = (Mat::rows(a.as_ptr(), k), Mat::rows(b.as_ptr(), n));
         // SAFETY: b is k×n.
         let packed = unsafe { PackedB::new(k, n, bm) };
+        // The `gemm` crate's arguments are strides: check it computes what Kiln does.
+        let mut want = vec![0f32; m * n];
+        // SAFETY: c and want hold m×n floats.
+        unsafe {
+            gemm(None, m, n, k, am, bm, want.as_mut_ptr(), n, &ep);
+            gemm_crate(m, n, k, &a, &b, c.as_mut_ptr(), gemm::Parallelism::None);
+        }
+        let diff = c
+            .iter()
+            .zip(&want)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f32::max);
+        assert!(
+            diff < 1e-3,
+            "{name}: the gemm crate differs from Kiln by {diff}"
+        );
         let mut g = cr.benchmark_group("gemm");
         g.sample_size(10)
             .warm_up_time(Duration::from_millis(300))
@@ -100,6 +154,9 @@ fn bench(cr: &mut Criterion) {
         g.bench_function(BenchmarkId::new("openblas_1t", name), |bn| {
             bn.iter(|| unsafe { gemm_openblas(m, n, k, am, bm, cp, n, &ep) })
         });
+        g.bench_function(BenchmarkId::new("gemm_crate_1t", name), |bn| {
+            bn.iter(|| unsafe { gemm_crate(m, n, k, &a, &b, cp, gemm::Parallelism::None) })
+        });
         if name.starts_with("bert") || name.starts_with("mlp") {
             g.bench_function(BenchmarkId::new("kiln_packed_1t", name), |bn| {
                 bn.iter(|| unsafe { gemm_packed(None, m, n, k, am, &packed, cp, n, &ep) })
@@ -109,6 +166,9 @@ fn bench(cr: &mut Criterion) {
             });
             g.bench_function(BenchmarkId::new("kiln_packed_2t", name), |bn| {
                 bn.iter(|| unsafe { gemm_packed(Some(&pool), m, n, k, am, &packed, cp, n, &ep) })
+            });
+            g.bench_function(BenchmarkId::new("gemm_crate_2t", name), |bn| {
+                bn.iter(|| unsafe { gemm_crate(m, n, k, &a, &b, cp, gemm::Parallelism::Rayon(2)) })
             });
         }
         g.finish();
