@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use kiln::backend::{backend_with, Device};
 use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
 use kiln::passes::PassOptions;
-use kiln::Tensor;
+use kiln::{Dim, Tensor};
 
 struct Counting;
 
@@ -56,7 +56,9 @@ fn ints(v: &[i64]) -> Attr {
 /// fused elementwise chain and reductions: one step of most kernel families.
 fn graph() -> Graph {
     let mut g = Graph::new("allocations");
-    let ty = TensorType::new(DType::F32, Shape::fixed(&[2, 16, 12, 12]));
+    // A symbolic batch: the run looks up the program specialized for it.
+    let dims = [Dim::Sym("N".into()), Dim::Fixed(16), Dim::Fixed(12), Dim::Fixed(12)];
+    let ty = TensorType::new(DType::F32, Shape::new(dims));
     let x: Value = g.add_parameter("x", ty).unwrap().into();
     let c = |g: &mut Graph, name: &str, dims: &[usize], seed| -> Value {
         g.add_constant_value(name, tensor(dims, seed))
