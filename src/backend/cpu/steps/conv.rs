@@ -12,6 +12,9 @@ use super::Build;
 
 struct Blocked {
     algo: BlockedAlgo,
+    /// The algorithm's scratch in the step scratch region (Winograd's transformed
+    /// tiles, per thread), if it needs any.
+    scratch: Option<Loc>,
     x: Slot,
     z: Option<Slot>,
     y: Slot,
@@ -21,8 +24,7 @@ struct Blocked {
 /// The algorithms for a blocked convolution.
 enum BlockedAlgo {
     Direct(PackedConv),
-    /// With its scratch (the transformed tiles of each thread).
-    Winograd(PackedWinograd, Loc),
+    Winograd(PackedWinograd),
 }
 
 impl BlockedAlgo {
@@ -42,7 +44,7 @@ impl BlockedAlgo {
         unsafe {
             match self {
                 BlockedAlgo::Direct(p) => conv::conv_blocked(pool, p, x, z, y, act),
-                BlockedAlgo::Winograd(p, _) => conv::conv_winograd(pool, p, x, z, y, act, scratch),
+                BlockedAlgo::Winograd(p) => conv::conv_winograd(pool, p, x, z, y, act, scratch),
             }
         }
     }
@@ -50,7 +52,7 @@ impl BlockedAlgo {
     fn scratch_bytes(&self, pool: Option<&Pool>) -> usize {
         match self {
             BlockedAlgo::Direct(_) => 0,
-            BlockedAlgo::Winograd(p, _) => p.scratch_len(pool.map_or(1, Pool::threads)) * 4,
+            BlockedAlgo::Winograd(p) => p.scratch_len(pool.map_or(1, Pool::threads)) * 4,
         }
     }
 }
@@ -74,7 +76,7 @@ fn choose_blocked(
     let make = |name: &str| -> Result<BlockedAlgo, String> {
         let winograd = |m| -> Result<BlockedAlgo, String> {
             let p = PackedWinograd::new(shape, m, w, bias)?;
-            Ok(BlockedAlgo::Winograd(p, Loc::Arena(0)))
+            Ok(BlockedAlgo::Winograd(p))
         };
         match name {
             "direct" => Ok(BlockedAlgo::Direct(
@@ -85,16 +87,8 @@ fn choose_blocked(
             other => Err(format!("no blocked conv algorithm {other:?}")),
         }
     };
-    // The chosen algorithm, with its scratch placed in the step scratch region.
-    let placed = |algo: BlockedAlgo| match algo {
-        BlockedAlgo::Winograd(p, _) => {
-            let bytes = p.scratch_len(b.pool.map_or(1, Pool::threads)) * 4;
-            BlockedAlgo::Winograd(p, b.scratch(bytes))
-        }
-        direct => direct,
-    };
     if candidates.len() == 1 {
-        return make(candidates[0]).map(placed);
+        return make(candidates[0]);
     }
     let built = if b.tuning.measure {
         candidates
@@ -127,8 +121,8 @@ fn choose_blocked(
         unsafe { built[i].run(b.pool, xp, zp, yp, act, scratch) }
     });
     match built.into_iter().nth(i) {
-        Some(algo) => Ok(placed(algo)),
-        None => make(candidates[i]).map(placed),
+        Some(algo) => Ok(algo),
+        None => make(candidates[i]),
     }
 }
 
@@ -254,8 +248,10 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         let w = wv.as_slice().expect("standard layout");
         let bias = bv.as_ref().map(|v| v.as_slice().expect("standard layout"));
         let algo = choose_blocked(b, shape, plain_x, w, bias, act, z.is_some())?;
+        let bytes = algo.scratch_bytes(b.pool);
         return Ok(Some(Box::new(Blocked {
             algo,
+            scratch: (bytes > 0).then(|| b.scratch(bytes)),
             x: x.clone(),
             z,
             y: y.clone(),
@@ -378,10 +374,9 @@ impl Trial {
 impl Kernel for Blocked {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
         let z = self.z.as_ref().map(|z| cx.f32(z));
-        let scratch = match self.algo {
-            BlockedAlgo::Winograd(_, at) => cx.ptr(at) as *mut f32,
-            BlockedAlgo::Direct(_) => std::ptr::null_mut(),
-        };
+        let scratch = self
+            .scratch
+            .map_or(std::ptr::null_mut(), |at| cx.ptr(at) as *mut f32);
         let (x, y) = (cx.f32(&self.x), cx.f32_mut(&self.y));
         self.algo.run(cx.pool, x, z, y, self.act, scratch);
         Ok(())
@@ -389,7 +384,7 @@ impl Kernel for Blocked {
     fn kind(&self) -> &'static str {
         match &self.algo {
             BlockedAlgo::Direct(_) => "conv-blocked",
-            BlockedAlgo::Winograd(p, _) if p.m() == 2 => "conv-winograd2",
+            BlockedAlgo::Winograd(p) if p.m() == 2 => "conv-winograd2",
             BlockedAlgo::Winograd(..) => "conv-winograd4",
         }
     }
