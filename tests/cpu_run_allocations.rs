@@ -57,7 +57,12 @@ fn ints(v: &[i64]) -> Attr {
 fn graph() -> Graph {
     let mut g = Graph::new("allocations");
     // A symbolic batch: the run looks up the program specialized for it.
-    let dims = [Dim::Sym("N".into()), Dim::Fixed(16), Dim::Fixed(12), Dim::Fixed(12)];
+    let dims = [
+        Dim::Sym("N".into()),
+        Dim::Fixed(16),
+        Dim::Fixed(12),
+        Dim::Fixed(12),
+    ];
     let ty = TensorType::new(DType::F32, Shape::new(dims));
     let x: Value = g.add_parameter("x", ty).unwrap().into();
     let c = |g: &mut Graph, name: &str, dims: &[usize], seed| -> Value {

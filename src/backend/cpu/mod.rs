@@ -299,7 +299,11 @@ impl Executable for CpuExecutable {
         // only the dtypes are left to check (no allocation).
         let dtypes_match = || {
             inputs.len() == self.input_types.len()
-                && self.input_types.iter().zip(inputs).all(|((_, ty), t)| ty.dtype == t.dtype())
+                && self
+                    .input_types
+                    .iter()
+                    .zip(inputs)
+                    .all(|((_, ty), t)| ty.dtype == t.dtype())
         };
         let program = match self.cached_program(inputs) {
             Some(p) if dtypes_match() => p,
