@@ -5,6 +5,7 @@
 //! reference interpreter, the numerical oracle for every optimized kernel that follows.
 //! See `ARCHITECTURE.md` for the code map and its invariants.
 
+pub mod autodiff;
 pub mod backend;
 pub mod capi;
 pub mod error;

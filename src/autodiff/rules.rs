@@ -1,0 +1,283 @@
+//! One gradient rule per differentiable op: given the node and the gradients of its
+//! outputs (`None`: an output the loss does not use), the gradients of its inputs
+//! (`None`: an input the op is not differentiable in, such as a shape). Every rule builds
+//! its result from catalogue ops through [`Cx`].
+use super::Cx;
+use crate::error::{Error, Result};
+use crate::ir::ops::reduce::reduce_axes;
+use crate::ir::{Attr, Attrs, NodeId, Value};
+
+/// The gradients of node `id`'s inputs from its outputs' gradients `gys`.
+pub(crate) fn backward(
+    cx: &mut Cx,
+    id: NodeId,
+    gys: &[Option<Value>],
+) -> Result<Vec<Option<Value>>> {
+    let node = cx.g.node(id).clone();
+    let x = |k: usize| -> Result<Value> {
+        node.inputs
+            .get(k)
+            .copied()
+            .flatten()
+            .ok_or_else(|| Error::Graph(format!("input {k} is missing")))
+    };
+    let y: Value = id.into();
+    // Every op below has one output.
+    let Some(gy) = gys.first().copied().flatten() else {
+        return Err(Error::Graph(
+            "only the first output of this op has a rule".into(),
+        ));
+    };
+    let attrs = &node.attrs;
+    let none = Attrs::new();
+    let some = |v: Value| Ok(vec![Some(v)]);
+    match node.op.as_str() {
+        "Identity" => some(gy),
+        "Neg" => some(cx.op("Neg", &[gy], none)?),
+        "Add" | "Sub" => {
+            let (a, b) = (x(0)?, x(1)?);
+            let gb = if node.op == "Sub" {
+                cx.op("Neg", &[gy], none.clone())?
+            } else {
+                gy
+            };
+            Ok(vec![
+                Some(cx.unbroadcast(gy, a)?),
+                Some(cx.unbroadcast(gb, b)?),
+            ])
+        }
+        "Mul" => {
+            let (a, b) = (x(0)?, x(1)?);
+            let ga = cx.op("Mul", &[gy, b], none.clone())?;
+            let gb = cx.op("Mul", &[gy, a], none)?;
+            Ok(vec![
+                Some(cx.unbroadcast(ga, a)?),
+                Some(cx.unbroadcast(gb, b)?),
+            ])
+        }
+        "Div" => {
+            // d(a/b)/db = -(a/b)/b = -y/b.
+            let (a, b) = (x(0)?, x(1)?);
+            let ga = cx.op("Div", &[gy, b], none.clone())?;
+            let yb = cx.op("Div", &[y, b], none.clone())?;
+            let gb = cx.op("Mul", &[gy, yb], none.clone())?;
+            let gb = cx.op("Neg", &[gb], none)?;
+            Ok(vec![
+                Some(cx.unbroadcast(ga, a)?),
+                Some(cx.unbroadcast(gb, b)?),
+            ])
+        }
+        "Pow" => {
+            // d(a^b)/da = b·a^(b-1); d(a^b)/db = y·ln a.
+            let (a, b) = (x(0)?, x(1)?);
+            let one = cx.scalar(cx.ty(b).dtype, 1.0)?;
+            let bm1 = cx.op("Sub", &[b, one], none.clone())?;
+            let p = cx.op("Pow", &[a, bm1], none.clone())?;
+            let ga = cx.op("Mul", &[p, b], none.clone())?;
+            let ga = cx.op("Mul", &[gy, ga], none.clone())?;
+            let ln = cx.op("Log", &[a], none.clone())?;
+            let gb = cx.op("Mul", &[y, ln], none.clone())?;
+            let gb = cx.op("Mul", &[gy, gb], none)?;
+            Ok(vec![
+                Some(cx.unbroadcast(ga, a)?),
+                Some(cx.unbroadcast(gb, b)?),
+            ])
+        }
+        "Exp" => some(cx.op("Mul", &[gy, y], none)?),
+        "Log" => some(cx.op("Div", &[gy, x(0)?], none)?),
+        "Sqrt" => {
+            let two = cx.scalar(cx.ty(y).dtype, 2.0)?;
+            let d = cx.op("Mul", &[y, two], none.clone())?;
+            some(cx.op("Div", &[gy, d], none)?)
+        }
+        "Reciprocal" => {
+            let yy = cx.op("Mul", &[y, y], none.clone())?;
+            let g = cx.op("Mul", &[gy, yy], none.clone())?;
+            some(cx.op("Neg", &[g], none)?)
+        }
+        "Abs" => {
+            let s = cx.op("Sign", &[x(0)?], none.clone())?;
+            some(cx.op("Mul", &[gy, s], none)?)
+        }
+        "Tanh" => {
+            // 1 - y².
+            let one = cx.scalar(cx.ty(y).dtype, 1.0)?;
+            let yy = cx.op("Mul", &[y, y], none.clone())?;
+            let d = cx.op("Sub", &[one, yy], none.clone())?;
+            some(cx.op("Mul", &[gy, d], none)?)
+        }
+        "Sigmoid" => {
+            // y·(1 - y).
+            let one = cx.scalar(cx.ty(y).dtype, 1.0)?;
+            let d = cx.op("Sub", &[one, y], none.clone())?;
+            let d = cx.op("Mul", &[y, d], none.clone())?;
+            some(cx.op("Mul", &[gy, d], none)?)
+        }
+        "Relu" => {
+            let xv = x(0)?;
+            let zero = cx.scalar(cx.ty(xv).dtype, 0.0)?;
+            let pos = cx.op("Greater", &[xv, zero], none.clone())?;
+            some(cx.op("Where", &[pos, gy, zero], none)?)
+        }
+        "MatMul" => matmul(cx, x(0)?, x(1)?, gy, false, false, 1.0),
+        "Gemm" => {
+            let ta = attrs.int_or("transA", 0).map_err(Error::Graph)? != 0;
+            let tb = attrs.int_or("transB", 0).map_err(Error::Graph)? != 0;
+            let alpha = attrs.float_or("alpha", 1.0).map_err(Error::Graph)?;
+            let beta = attrs.float_or("beta", 1.0).map_err(Error::Graph)?;
+            let mut g = matmul(cx, x(0)?, x(1)?, gy, ta, tb, alpha)?;
+            if let Some(c) = node.inputs.get(2).copied().flatten() {
+                let gc = if beta == 1.0 {
+                    gy
+                } else {
+                    let s = cx.scalar(cx.ty(gy).dtype, beta)?;
+                    cx.op("Mul", &[gy, s], none)?
+                };
+                g.push(Some(cx.unbroadcast(gc, c)?));
+            }
+            Ok(g)
+        }
+        "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => {
+            let shape = cx.op("Shape", &[x(0)?], none.clone())?;
+            Ok(vec![Some(cx.op("Reshape", &[gy, shape], none)?), None])
+        }
+        "Transpose" => {
+            let rank = cx.ty(y).rank();
+            let perm: Vec<i64> = match attrs.get("perm") {
+                Some(Attr::Ints(p)) => p.clone(),
+                _ => (0..rank as i64).rev().collect(),
+            };
+            let mut inverse = vec![0i64; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inverse[p as usize] = i as i64;
+            }
+            let t = Attrs::new().with("perm", Attr::Ints(inverse));
+            some(cx.op("Transpose", &[gy], t)?)
+        }
+        "ReduceSum" | "ReduceMean" => reduce(cx, &node.op, x(0)?, &node.inputs, attrs, gy),
+        "Softmax" => {
+            // y·(gy - Σ gy·y) over the axis.
+            let axis = attrs.int_or("axis", -1).map_err(Error::Graph)?;
+            let a = cx.ints(&[axis])?;
+            let gyy = cx.op("Mul", &[gy, y], none.clone())?;
+            let s = cx.op("ReduceSum", &[gyy, a], none.clone())?;
+            let d = cx.op("Sub", &[gy, s], none.clone())?;
+            some(cx.op("Mul", &[y, d], none)?)
+        }
+        "LogSoftmax" => {
+            // gy - e^y · Σ gy over the axis.
+            let axis = attrs.int_or("axis", -1).map_err(Error::Graph)?;
+            let a = cx.ints(&[axis])?;
+            let s = cx.op("ReduceSum", &[gy, a], none.clone())?;
+            let p = cx.op("Exp", &[y], none.clone())?;
+            let ps = cx.op("Mul", &[p, s], none.clone())?;
+            some(cx.op("Sub", &[gy, ps], none)?)
+        }
+        "Cast" => {
+            let back = Attrs::new().with("to", Attr::String(cx.ty(x(0)?).dtype.to_string()));
+            some(cx.op("Cast", &[gy], back)?)
+        }
+        op => Err(Error::Graph(format!("no gradient rule for {op}"))),
+    }
+}
+
+/// `a` with its last two axes swapped.
+fn swap_last(cx: &mut Cx, a: Value) -> Result<Value> {
+    let r = cx.ty(a).rank();
+    let mut perm: Vec<i64> = (0..r as i64).collect();
+    perm.swap(r - 2, r - 1);
+    cx.op(
+        "Transpose",
+        &[a],
+        Attrs::new().with("perm", Attr::Ints(perm)),
+    )
+}
+
+/// Gradients of `alpha · op(a) · op(b)` (`op` transposes the last two axes when asked);
+/// batch axes broadcast and are summed back.
+fn matmul(
+    cx: &mut Cx,
+    a: Value,
+    b: Value,
+    gy: Value,
+    ta: bool,
+    tb: bool,
+    alpha: f64,
+) -> Result<Vec<Option<Value>>> {
+    if cx.ty(a).rank() < 2 || cx.ty(b).rank() < 2 {
+        return Err(Error::Graph(
+            "the rule covers operands of rank 2 and more (vectors are not yet covered)".into(),
+        ));
+    }
+    let none = Attrs::new();
+    let gy = if alpha == 1.0 {
+        gy
+    } else {
+        let s = cx.scalar(cx.ty(gy).dtype, alpha)?;
+        cx.op("Mul", &[gy, s], none.clone())?
+    };
+    // With A' = op(a), B' = op(b): dA' = gy·B'ᵀ, dB' = A'ᵀ·gy; op(b)ᵀ is b itself when
+    // tb, and dA = dA'ᵀ when ta.
+    let bt = if tb { b } else { swap_last(cx, b)? };
+    let at = if ta { a } else { swap_last(cx, a)? };
+    let ga = if ta {
+        // dA = (gy·B'ᵀ)ᵀ = B'·gyᵀ
+        let bp = if tb { swap_last(cx, b)? } else { b };
+        let gyt = swap_last(cx, gy)?;
+        cx.op("MatMul", &[bp, gyt], none.clone())?
+    } else {
+        cx.op("MatMul", &[gy, bt], none.clone())?
+    };
+    let gb = if tb {
+        // dB = (A'ᵀ·gy)ᵀ = gyᵀ·A'
+        let ap = if ta { swap_last(cx, a)? } else { a };
+        let gyt = swap_last(cx, gy)?;
+        cx.op("MatMul", &[gyt, ap], none)?
+    } else {
+        cx.op("MatMul", &[at, gy], none)?
+    };
+    Ok(vec![
+        Some(cx.unbroadcast(ga, a)?),
+        Some(cx.unbroadcast(gb, b)?),
+    ])
+}
+
+/// ReduceSum / ReduceMean: `gy` brought back to the reduced axes and broadcast over them.
+fn reduce(
+    cx: &mut Cx,
+    op: &str,
+    xv: Value,
+    inputs: &[Option<Value>],
+    attrs: &Attrs,
+    gy: Value,
+) -> Result<Vec<Option<Value>>> {
+    let none = Attrs::new();
+    let xt = cx.ty(xv);
+    let axes_input = match inputs.get(1).copied().flatten() {
+        None => None,
+        Some(v) => Some(cx.g.node(v.node).data.as_ref().map(|t| t.to_i64_vec())),
+    };
+    let axes = reduce_axes(&xt.shape, axes_input, attrs)
+        .map_err(Error::Graph)?
+        .ok_or_else(|| Error::Graph("the axes must be constant".into()))?;
+    let keepdims = attrs.int_or("keepdims", 1).map_err(Error::Graph)? != 0;
+    let mut g = gy;
+    if !keepdims && !axes.is_empty() {
+        let a: Vec<i64> = axes.iter().map(|&a| a as i64).collect();
+        let a = cx.ints(&a)?;
+        g = cx.op("Unsqueeze", &[g, a], none.clone())?;
+    }
+    let shape = cx.op("Shape", &[xv], none.clone())?;
+    g = cx.op("Expand", &[g, shape], none.clone())?;
+    if op == "ReduceMean" {
+        // The count as a run-time value: dims may be symbolic.
+        let dt = Attrs::new().with("to", Attr::String(xt.dtype.to_string()));
+        let nx = cx.op("Size", &[xv], none.clone())?;
+        let ny = cx.op("Size", &[gy], none.clone())?;
+        let nx = cx.op("Cast", &[nx], dt.clone())?;
+        let ny = cx.op("Cast", &[ny], dt)?;
+        let count = cx.op("Div", &[nx, ny], none.clone())?;
+        g = cx.op("Div", &[g, count], none)?;
+    }
+    Ok(vec![Some(g), None])
+}
