@@ -484,6 +484,20 @@ kiln_status kiln_graph_add_op(struct kiln_graph *g, const char *op_type, const s
 kiln_status kiln_graph_add_control_dependency(struct kiln_graph *g, uint32_t node, uint32_t after);
 
 /**
+ * Appends to `g` the reverse-mode gradient of `loss` (a float value with one element)
+ * with respect to each of `wrt[0..n]` (parameters or variables of float type) and
+ * writes the gradient values to `grads_out[0..n]`, in order. A `wrt` the loss does not
+ * depend on gets zeros. A non-scalar loss, a `wrt` that is not a parameter or variable,
+ * a path through an op without a gradient rule or only through integer values fail
+ * with `KILN_STATUS_INVALID_GRAPH` and a message naming the node; then `grads_out` is
+ * left untouched (the graph may have gained unused nodes).
+ *
+ * # Safety
+ * `g` is a live graph; `wrt` and `grads_out` point to `n` entries.
+ */
+kiln_status kiln_graph_add_gradients(struct kiln_graph *g, struct kiln_value loss, const struct kiln_value *wrt, size_t n, struct kiln_value *grads_out);
+
+/**
  * Marks `v` as a graph output called `name` (unique and non-empty). Outputs are returned
  * by `kiln_executable_run` in the order they were set.
  *

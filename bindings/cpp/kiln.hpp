@@ -268,6 +268,14 @@ class Graph {
 
   void set_output(const std::string &name, kiln_value v) { check(kiln_graph_set_output(h_, name.c_str(), v)); }
 
+  /// The gradients of the scalar `loss` with respect to each of `wrt` (parameters or
+  /// variables), appended to the graph (see `kiln_graph_add_gradients`).
+  std::vector<kiln_value> add_gradients(kiln_value loss, const std::vector<kiln_value> &wrt) {
+    std::vector<kiln_value> grads(wrt.size());
+    check(kiln_graph_add_gradients(h_, loss, wrt.data(), wrt.size(), grads.data()));
+    return grads;
+  }
+
   void add_control_dependency(std::uint32_t node, std::uint32_t after) {
     check(kiln_graph_add_control_dependency(h_, node, after));
   }

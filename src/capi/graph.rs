@@ -418,6 +418,48 @@ pub unsafe extern "C" fn kiln_graph_add_control_dependency(
     })
 }
 
+/// Appends to `g` the reverse-mode gradient of `loss` (a float value with one element)
+/// with respect to each of `wrt[0..n]` (parameters or variables of float type) and
+/// writes the gradient values to `grads_out[0..n]`, in order. A `wrt` the loss does not
+/// depend on gets zeros. A non-scalar loss, a `wrt` that is not a parameter or variable,
+/// a path through an op without a gradient rule or only through integer values fail
+/// with `KILN_STATUS_INVALID_GRAPH` and a message naming the node; then `grads_out` is
+/// left untouched (the graph may have gained unused nodes).
+///
+/// # Safety
+/// `g` is a live graph; `wrt` and `grads_out` point to `n` entries.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_add_gradients(
+    g: *mut kiln_graph,
+    loss: kiln_value,
+    wrt: *const kiln_value,
+    n: usize,
+    grads_out: *mut kiln_value,
+) -> kiln_status {
+    guard(|| {
+        let g = arg_mut(g, "g")?;
+        let wrt: Vec<Value> = arg_slice(wrt, n, "wrt")?
+            .iter()
+            .map(|v| Value {
+                node: NodeId(v.node),
+                output: v.output,
+            })
+            .collect();
+        if grads_out.is_null() && n > 0 {
+            return Err(Failure::null("grads_out"));
+        }
+        let loss = Value {
+            node: NodeId(loss.node),
+            output: loss.output,
+        };
+        let grads = crate::autodiff::grad(&mut g.graph, loss, &wrt)?;
+        for (i, v) in grads.into_iter().enumerate() {
+            *grads_out.add(i) = v.into();
+        }
+        Ok(())
+    })
+}
+
 /// Marks `v` as a graph output called `name` (unique and non-empty). Outputs are returned
 /// by `kiln_executable_run` in the order they were set.
 ///

@@ -379,6 +379,55 @@ static void runs_from_many_threads(void) {
   kiln_executable_free(e);
 }
 
+/* d/dw Σ relu(x·w) for x: f32[batch, 3], w: f32[3, 2]; and the errors. */
+static void gradients(void) {
+  kiln_graph *g = NULL;
+  OK(kiln_graph_new(&g));
+  int64_t xd[2] = {-1, 3}, wd[2] = {3, 2};
+  kiln_value x, w, v[2], loss, gw = {7, 7};
+  size_t n = 0;
+  OK(kiln_graph_add_parameter(g, "x", KILN_DTYPE_F32, xd, NULL, 2, &x));
+  OK(kiln_graph_add_parameter(g, "w", KILN_DTYPE_F32, wd, NULL, 2, &w));
+  kiln_value mm[2] = {x, w};
+  OK(kiln_graph_add_op(g, "MatMul", mm, 2, NULL, 0, v, 2, &n));
+  OK(kiln_graph_add_op(g, "Relu", v, 1, NULL, 0, v, 2, &n));
+  kiln_value y = v[0];
+  kiln_attr keep0 = int_attr("keepdims", 0);
+  OK(kiln_graph_add_op(g, "ReduceSum", &y, 1, &keep0, 1, &loss, 1, &n));
+
+  EXPECT_STATUS(KILN_STATUS_INVALID_GRAPH, "must be a float scalar", kiln_graph_add_gradients(g, y, &w, 1, &gw));
+  EXPECT_STATUS(KILN_STATUS_INVALID_GRAPH, "is a ReduceSum", kiln_graph_add_gradients(g, loss, &loss, 1, &gw));
+  EXPECT_STATUS(KILN_STATUS_NULL_ARGUMENT, "wrt", kiln_graph_add_gradients(g, loss, NULL, 1, &gw));
+  EXPECT_STATUS(KILN_STATUS_NULL_ARGUMENT, "grads_out", kiln_graph_add_gradients(g, loss, &w, 1, NULL));
+  EXPECT_STATUS(KILN_STATUS_NULL_ARGUMENT, "g is NULL", kiln_graph_add_gradients(NULL, loss, &w, 1, &gw));
+  kiln_value dangling = {1000, 0};
+  EXPECT_STATUS(KILN_STATUS_INVALID_GRAPH, "1000", kiln_graph_add_gradients(g, loss, &dangling, 1, &gw));
+  CHECK(gw.node == 7);
+  OK(kiln_graph_add_gradients(g, loss, &w, 1, &gw));
+  OK(kiln_graph_set_output(g, "dw", gw));
+
+  kiln_executable *e = NULL;
+  OK(kiln_compile(g, NULL, &e));
+  kiln_graph_free(g);
+  /* x = [[1,2,3],[-4,-5,-6]], w = [[1,-1],[1,-1],[1,-1]]: only (row 0, col 0) and
+     (row 1, col 1) are positive, so dw[k][0] = x[0][k] and dw[k][1] = x[1][k]. */
+  kiln_tensor *xt = f32_tensor(2, 3, 1.0f), *wt = f32_tensor(3, 2, 0.0f), *out = NULL;
+  float *xp = kiln_tensor_data(xt), *wp = kiln_tensor_data(wt);
+  for (int k = 0; k < 3; k++) {
+    xp[3 + k] = -xp[3 + k] - 3.0f;
+    wp[2 * k] = 1.0f;
+    wp[2 * k + 1] = -1.0f;
+  }
+  const kiln_tensor *ins[2] = {xt, wt};
+  OK(kiln_executable_run(e, ins, 2, &out, 1));
+  const float *dw = kiln_tensor_data(out);
+  for (int k = 0; k < 3; k++) CHECK(dw[2 * k] == xp[k] && dw[2 * k + 1] == xp[3 + k]);
+  kiln_tensor_free(out);
+  kiln_tensor_free(xt);
+  kiln_tensor_free(wt);
+  kiln_executable_free(e);
+}
+
 int main(void) {
   building_errors();
   text_in_and_out();
@@ -386,5 +435,6 @@ int main(void) {
   compile_and_run();
   variables_persist();
   runs_from_many_threads();
+  gradients();
   return check_report("graph");
 }

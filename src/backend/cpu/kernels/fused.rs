@@ -18,12 +18,12 @@ use crate::backend::cpu::isa::Isa;
 use crate::backend::cpu::pool::Pool;
 
 /// Floats per tile: every live step buffer is one tile, and a few of them fit in L1.
-pub const TILE: usize = 256;
+pub(crate) const TILE: usize = 256;
 /// At most this many step results are live at once (a chain that needs more runs
 /// through the fallback).
-pub const MAX_BUFFERS: usize = 8;
+pub(crate) const MAX_BUFFERS: usize = 8;
 /// At most this many inputs.
-pub const MAX_INPUTS: usize = 16;
+pub(crate) const MAX_INPUTS: usize = 16;
 
 /// A step's operation.
 #[derive(Debug, Clone, Copy, PartialEq)]
