@@ -118,10 +118,12 @@ pub fn grad(g: &mut Graph, loss: Value, wrt: &[Value]) -> Result<Vec<Value>> {
         let total = cx.total(w)?;
         let gw = match total {
             Some(v) => v,
-            None if reaches(cx.g, w, loss) => return Err(Error::Graph(format!(
+            None if reaches(cx.g, w, loss) => {
+                return Err(Error::Graph(format!(
                 "the loss '{loss_name}' depends on '{}' only through integer values: no gradient",
                 cx.g.node(w.node).name
-            ))),
+            )))
+            }
             None => {
                 let ty = cx.g.value_type(w)?.clone();
                 cx.zeros_like(w, &ty)?
