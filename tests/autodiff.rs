@@ -192,6 +192,65 @@ fn elementwise_rules_with_broadcasting() {
 }
 
 #[test]
+fn selections_bounds_expansions_and_concatenations() {
+    let mut rng = Rng(6);
+    let mut c = Case::new("gelu tanh");
+    let x = c.param(&mut rng, &[4, 3], 0.0);
+    let attrs = Attrs::new().with("approximate", Attr::String("tanh".into()));
+    c.out = op(&mut c.g, "Gelu", &[x], attrs);
+    check(c, &mut rng);
+    for name in ["Max", "Min"] {
+        let mut c = Case::new(name);
+        let a = c.param(&mut rng, &[3, 4], 0.0);
+        let b = c.param(&mut rng, &[4], 0.0);
+        c.out = op(&mut c.g, name, &[a, b], Attrs::new());
+        check(c, &mut rng);
+    }
+    let mut c = Case::new("where");
+    // The condition is data (a parameter's only path to the loss through it would be
+    // boolean: an error, tested below).
+    let mask = rng.tensor(&[3, 4], 0.0);
+    let cond: Value = c.g.add_constant_value("mask", mask).unwrap().into();
+    let zero: Value =
+        c.g.add_constant_value("zero", Tensor::scalar(0.0f64))
+            .unwrap()
+            .into();
+    let cond = op(&mut c.g, "Greater", &[cond, zero], Attrs::new());
+    let a = c.param(&mut rng, &[3, 4], 0.0);
+    let b = c.param(&mut rng, &[1, 4], 0.0);
+    c.out = op(&mut c.g, "Where", &[cond, a, b], Attrs::new());
+    check(c, &mut rng);
+    let mut c = Case::new("clip");
+    let x = c.param(&mut rng, &[3, 4], 0.0);
+    let lo: Value =
+        c.g.add_constant_value("lo", Tensor::scalar(-0.5f64))
+            .unwrap()
+            .into();
+    let hi: Value =
+        c.g.add_constant_value("hi", Tensor::scalar(0.45f64))
+            .unwrap()
+            .into();
+    c.out = op(&mut c.g, "Clip", &[x, lo, hi], Attrs::new());
+    check(c, &mut rng);
+    let mut c = Case::new("expand and concat");
+    let x = c.param(&mut rng, &[3, 1], 0.0);
+    let y = c.param(&mut rng, &[3, 2], 0.0);
+    let s = axes(&mut c.g, &[2, 3, 4]);
+    let e = op(&mut c.g, "Expand", &[x, s], Attrs::new());
+    let yy = op(&mut c.g, "Mul", &[y, y], Attrs::new());
+    let (a0, s232) = (axes(&mut c.g, &[0]), axes(&mut c.g, &[2, 3, 2]));
+    let y3 = op(&mut c.g, "Unsqueeze", &[yy, a0], Attrs::new());
+    let y3 = op(&mut c.g, "Expand", &[y3, s232], Attrs::new());
+    c.out = op(
+        &mut c.g,
+        "Concat",
+        &[e, y3, e],
+        Attrs::new().with("axis", Attr::Int(-1)),
+    );
+    check(c, &mut rng);
+}
+
+#[test]
 fn products_with_transposes_and_batches() {
     let mut rng = Rng(2);
     let mut c = Case::new("matmul");

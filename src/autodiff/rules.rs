@@ -119,6 +119,73 @@ pub(crate) fn backward(
             let pos = cx.op("Greater", &[xv, zero], none.clone())?;
             some(cx.op("Where", &[pos, gy, zero], none)?)
         }
+        "LeakyRelu" => {
+            let xv = x(0)?;
+            let alpha = attrs.float_or("alpha", 0.01).map_err(Error::Graph)?;
+            let dt = cx.ty(xv).dtype;
+            let (zero, a) = (cx.scalar(dt, 0.0)?, cx.scalar(dt, alpha)?);
+            let pos = cx.op("GreaterOrEqual", &[xv, zero], none.clone())?;
+            let neg = cx.op("Mul", &[gy, a], none.clone())?;
+            some(cx.op("Where", &[pos, gy, neg], none)?)
+        }
+        "Erf" => {
+            // 2/√π · e^(-x²)
+            let xv = x(0)?;
+            let dt = cx.ty(xv).dtype;
+            let xx = cx.op("Mul", &[xv, xv], none.clone())?;
+            let e = cx.op("Neg", &[xx], none.clone())?;
+            let e = cx.op("Exp", &[e], none.clone())?;
+            let k = cx.scalar(dt, std::f64::consts::FRAC_2_SQRT_PI)?;
+            let d = cx.op("Mul", &[e, k], none.clone())?;
+            some(cx.op("Mul", &[gy, d], none)?)
+        }
+        "Gelu" => some(gelu(cx, x(0)?, gy, attrs)?),
+        "Where" => {
+            // The condition has no gradient; each branch gets gy where it was chosen.
+            let (c, a, b) = (x(0)?, x(1)?, x(2)?);
+            let zero = cx.scalar(cx.ty(gy).dtype, 0.0)?;
+            let ga = cx.op("Where", &[c, gy, zero], none.clone())?;
+            let gb = cx.op("Where", &[c, zero, gy], none)?;
+            Ok(vec![
+                None,
+                Some(cx.unbroadcast(ga, a)?),
+                Some(cx.unbroadcast(gb, b)?),
+            ])
+        }
+        "Max" | "Min" if node.inputs.len() == 2 => {
+            // gy to the operand that was chosen, to `a` on ties.
+            let (a, b) = (x(0)?, x(1)?);
+            let zero = cx.scalar(cx.ty(gy).dtype, 0.0)?;
+            let from_a = cx.op("Equal", &[y, a], none.clone())?;
+            let ga = cx.op("Where", &[from_a, gy, zero], none.clone())?;
+            let gb = cx.op("Where", &[from_a, zero, gy], none)?;
+            Ok(vec![
+                Some(cx.unbroadcast(ga, a)?),
+                Some(cx.unbroadcast(gb, b)?),
+            ])
+        }
+        "Clip" => {
+            // gy inside [min, max]; the bounds are not differentiated.
+            let xv = x(0)?;
+            let zero = cx.scalar(cx.ty(gy).dtype, 0.0)?;
+            let mut inside: Option<Value> = None;
+            for (k, cmp) in [(1, "GreaterOrEqual"), (2, "LessOrEqual")] {
+                if let Some(bound) = node.inputs.get(k).copied().flatten() {
+                    let m = cx.op(cmp, &[xv, bound], none.clone())?;
+                    inside = Some(match inside {
+                        Some(i) => cx.op("And", &[i, m], none.clone())?,
+                        None => m,
+                    });
+                }
+            }
+            let g = match inside {
+                Some(m) => cx.op("Where", &[m, gy, zero], none)?,
+                None => gy,
+            };
+            Ok(vec![Some(g), None, None])
+        }
+        "Expand" => Ok(vec![Some(cx.unbroadcast(gy, x(0)?)?), None]),
+        "Concat" => concat(cx, &node.inputs, attrs, gy),
         "MatMul" => matmul(cx, x(0)?, x(1)?, gy, false, false, 1.0),
         "Gemm" => {
             let ta = attrs.int_or("transA", 0).map_err(Error::Graph)? != 0;
@@ -280,4 +347,94 @@ fn reduce(
         g = cx.op("Div", &[g, count], none)?;
     }
     Ok(vec![Some(g), None])
+}
+
+/// Gelu: exact, Φ(x) + x·φ(x); with the tanh approximation, the derivative of
+/// ½x(1 + tanh u), u = √(2/π)(x + 0.044715x³).
+fn gelu(cx: &mut Cx, xv: Value, gy: Value, attrs: &Attrs) -> Result<Value> {
+    let none = Attrs::new();
+    let dt = cx.ty(xv).dtype;
+    let approx = attrs
+        .string_or("approximate", "none")
+        .map_err(Error::Graph)?
+        == "tanh";
+    let half = cx.scalar(dt, 0.5)?;
+    let one = cx.scalar(dt, 1.0)?;
+    let d = if approx {
+        let k = (2.0 / std::f64::consts::PI).sqrt();
+        let (kc, c3) = (cx.scalar(dt, k)?, cx.scalar(dt, 3.0 * 0.044715)?);
+        let c = cx.scalar(dt, 0.044715)?;
+        let xx = cx.op("Mul", &[xv, xv], none.clone())?;
+        let x3 = cx.op("Mul", &[xx, xv], none.clone())?;
+        let cx3 = cx.op("Mul", &[c, x3], none.clone())?;
+        let inner = cx.op("Add", &[xv, cx3], none.clone())?;
+        let u = cx.op("Mul", &[kc, inner], none.clone())?;
+        let t = cx.op("Tanh", &[u], none.clone())?;
+        // d = ½(1 + t) + ½x(1 - t²)·k(1 + 3c·x²)
+        let a = cx.op("Add", &[one, t], none.clone())?;
+        let a = cx.op("Mul", &[half, a], none.clone())?;
+        let tt = cx.op("Mul", &[t, t], none.clone())?;
+        let sech2 = cx.op("Sub", &[one, tt], none.clone())?;
+        let du = cx.op("Mul", &[c3, xx], none.clone())?;
+        let du = cx.op("Add", &[one, du], none.clone())?;
+        let du = cx.op("Mul", &[kc, du], none.clone())?;
+        let b = cx.op("Mul", &[half, xv], none.clone())?;
+        let b = cx.op("Mul", &[b, sech2], none.clone())?;
+        let b = cx.op("Mul", &[b, du], none.clone())?;
+        cx.op("Add", &[a, b], none.clone())?
+    } else {
+        // Φ(x) = ½(1 + erf(x/√2)), φ(x) = e^(-x²/2)/√(2π)
+        let r2 = cx.scalar(dt, std::f64::consts::FRAC_1_SQRT_2)?;
+        let z = cx.op("Mul", &[xv, r2], none.clone())?;
+        let e = cx.op("Erf", &[z], none.clone())?;
+        let cdf = cx.op("Add", &[one, e], none.clone())?;
+        let cdf = cx.op("Mul", &[half, cdf], none.clone())?;
+        let xx = cx.op("Mul", &[xv, xv], none.clone())?;
+        let h = cx.op("Mul", &[xx, half], none.clone())?;
+        let h = cx.op("Neg", &[h], none.clone())?;
+        let pdf = cx.op("Exp", &[h], none.clone())?;
+        let k = cx.scalar(dt, 1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+        let pdf = cx.op("Mul", &[pdf, k], none.clone())?;
+        let xp = cx.op("Mul", &[xv, pdf], none.clone())?;
+        cx.op("Add", &[cdf, xp], none.clone())?
+    };
+    cx.op("Mul", &[gy, d], none)
+}
+
+/// Concat: each input's slice of `gy` along the axis (the inputs' sizes along it must be
+/// static).
+fn concat(
+    cx: &mut Cx,
+    inputs: &[Option<Value>],
+    attrs: &Attrs,
+    gy: Value,
+) -> Result<Vec<Option<Value>>> {
+    let none = Attrs::new();
+    let rank = cx.ty(gy).rank();
+    let axis = attrs.int_or("axis", 0).map_err(Error::Graph)?;
+    let axis = crate::ir::shape::norm_axis(axis, rank).map_err(Error::Graph)?;
+    let mut at = 0i64;
+    let mut out = vec![];
+    for v in inputs {
+        let Some(v) = *v else {
+            out.push(None);
+            continue;
+        };
+        let size =
+            cx.ty(v).shape.dim(axis).fixed().ok_or_else(|| {
+                Error::Graph(format!("input sizes along axis {axis} must be static"))
+            })? as i64;
+        let (starts, ends, ax) = (
+            cx.ints(&[at])?,
+            cx.ints(&[at + size])?,
+            cx.ints(&[axis as i64])?,
+        );
+        out.push(Some(cx.op(
+            "Slice",
+            &[gy, starts, ends, ax],
+            none.clone(),
+        )?));
+        at += size;
+    }
+    Ok(out)
 }
