@@ -250,6 +250,62 @@ fn selections_bounds_expansions_and_concatenations() {
     check(c, &mut rng);
 }
 
+/// Convolutions with strides, padding and dilation (the transposed convolution needs
+/// output padding when the stride skips input rows), and pools.
+#[test]
+fn convolutions_and_pools() {
+    let mut rng = Rng(7);
+    let ints = |v: &[i64]| Attr::Ints(v.to_vec());
+    for (x, w, strides, pads, dil) in [
+        (
+            &[2, 3, 6, 5][..],
+            &[4, 3, 3, 3][..],
+            &[1i64, 1][..],
+            &[1i64, 1, 1, 1][..],
+            &[1i64, 1][..],
+        ),
+        (
+            &[1, 2, 7, 8],
+            &[3, 2, 3, 2],
+            &[2, 3],
+            &[1, 0, 0, 1],
+            &[1, 1],
+        ),
+        (
+            &[1, 2, 9, 9],
+            &[2, 2, 3, 3],
+            &[2, 2],
+            &[0, 0, 0, 0],
+            &[2, 1],
+        ),
+    ] {
+        let mut c = Case::new("conv");
+        let xv = c.param(&mut rng, x, 0.0);
+        let wv = c.param(&mut rng, w, 0.0);
+        let b = c.param(&mut rng, &[w[0]], 0.0);
+        let attrs = Attrs::new()
+            .with("strides", ints(strides))
+            .with("pads", ints(pads))
+            .with("dilations", ints(dil));
+        c.out = op(&mut c.g, "Conv", &[xv, wv, b], attrs);
+        check(c, &mut rng);
+    }
+    let mut c = Case::new("max pool");
+    let xv = c.param(&mut rng, &[2, 3, 5, 6], 0.0);
+    let attrs = Attrs::new()
+        .with("kernel_shape", ints(&[2, 3]))
+        .with("strides", ints(&[2, 2]))
+        .with("pads", ints(&[0, 1, 1, 0]));
+    c.out = op(&mut c.g, "MaxPool", &[xv], attrs);
+    check(c, &mut rng);
+    for name in ["GlobalAveragePool", "GlobalMaxPool"] {
+        let mut c = Case::new(name);
+        let xv = c.param(&mut rng, &[2, 3, 4, 5], 0.0);
+        c.out = op(&mut c.g, name, &[xv], Attrs::new());
+        check(c, &mut rng);
+    }
+}
+
 #[test]
 fn products_with_transposes_and_batches() {
     let mut rng = Rng(2);

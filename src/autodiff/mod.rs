@@ -236,7 +236,16 @@ impl Cx<'_> {
             let a = self.ints(&axes)?;
             s = self.op("ReduceSum", &[gy, a], Attrs::new())?;
         }
-        let shape = self.op("Shape", &[x], Attrs::new())?;
+        let shape = self.shape_of(x)?;
         self.op("Reshape", &[s, shape], Attrs::new())
+    }
+
+    /// `v`'s shape as an i64 vector: a constant when static (so that what is reshaped
+    /// to it keeps static dims), else the `Shape` op.
+    pub fn shape_of(&mut self, v: Value) -> Result<Value> {
+        match self.ty(v).shape.to_fixed() {
+            Some(d) => self.ints(&d.iter().map(|&d| d as i64).collect::<Vec<_>>()),
+            None => self.op("Shape", &[v], Attrs::new()),
+        }
     }
 }

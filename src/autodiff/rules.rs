@@ -186,6 +186,43 @@ pub(crate) fn backward(
         }
         "Expand" => Ok(vec![Some(cx.unbroadcast(gy, x(0)?)?), None]),
         "Concat" => concat(cx, &node.inputs, attrs, gy),
+        "Conv" => conv(cx, &node.inputs, attrs, y, gy),
+        "MaxPool" => {
+            // gy added at the argmax of each window (the op's Indices output, flat
+            // over the whole input).
+            let xv = x(0)?;
+            let idx = id.out(1);
+            let flat = cx.ints(&[-1])?;
+            let i = cx.op("Reshape", &[idx, flat], none.clone())?;
+            let u = cx.op("Reshape", &[gy, flat], none.clone())?;
+            let z = cx.zeros_like(xv, &cx.ty(xv))?;
+            let z = cx.op("Reshape", &[z, flat], none.clone())?;
+            let add = Attrs::new().with("reduction", Attr::String("add".into()));
+            let d = cx.op("ScatterElements", &[z, i, u], add)?;
+            let shape = cx.shape_of(xv)?;
+            some(cx.op("Reshape", &[d, shape], none)?)
+        }
+        "GlobalAveragePool" | "GlobalMaxPool"
+            if attrs.int_or("block", 0).map_err(Error::Graph)? == 0 =>
+        {
+            let xv = x(0)?;
+            let shape = cx.shape_of(xv)?;
+            let g = cx.op("Expand", &[gy, shape], none.clone())?;
+            if node.op == "GlobalMaxPool" {
+                // gy to the positions equal to the maximum.
+                let at_max = cx.op("Equal", &[xv, y], none.clone())?;
+                let zero = cx.scalar(cx.ty(gy).dtype, 0.0)?;
+                some(cx.op("Where", &[at_max, g, zero], none)?)
+            } else {
+                let dt = Attrs::new().with("to", Attr::String(cx.ty(xv).dtype.to_string()));
+                let nx = cx.op("Size", &[xv], none.clone())?;
+                let ny = cx.op("Size", &[y], none.clone())?;
+                let nx = cx.op("Cast", &[nx], dt.clone())?;
+                let ny = cx.op("Cast", &[ny], dt)?;
+                let count = cx.op("Div", &[nx, ny], none.clone())?;
+                some(cx.op("Div", &[g, count], none)?)
+            }
+        }
         "MatMul" => matmul(cx, x(0)?, x(1)?, gy, false, false, 1.0),
         "Gemm" => {
             let ta = attrs.int_or("transA", 0).map_err(Error::Graph)? != 0;
@@ -205,7 +242,7 @@ pub(crate) fn backward(
             Ok(g)
         }
         "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => {
-            let shape = cx.op("Shape", &[x(0)?], none.clone())?;
+            let shape = cx.shape_of(x(0)?)?;
             Ok(vec![Some(cx.op("Reshape", &[gy, shape], none)?), None])
         }
         "Transpose" => {
@@ -334,7 +371,7 @@ fn reduce(
         let a = cx.ints(&a)?;
         g = cx.op("Unsqueeze", &[g, a], none.clone())?;
     }
-    let shape = cx.op("Shape", &[xv], none.clone())?;
+    let shape = cx.shape_of(xv)?;
     g = cx.op("Expand", &[g, shape], none.clone())?;
     if op == "ReduceMean" {
         // The count as a run-time value: dims may be symbolic.
@@ -435,6 +472,95 @@ fn concat(
             none.clone(),
         )?));
         at += size;
+    }
+    Ok(out)
+}
+
+/// Conv (group 1, 2-D, explicit pads): the data gradient is the transposed convolution
+/// of `gy` with the same weights; the filter gradient a convolution of the input with
+/// `gy` as the filter (batch and channels swapped, strides and dilations swapped),
+/// cropped to the kernel; the bias gradient `gy` summed over all but the channels.
+fn conv(
+    cx: &mut Cx,
+    inputs: &[Option<Value>],
+    attrs: &Attrs,
+    y: Value,
+    gy: Value,
+) -> Result<Vec<Option<Value>>> {
+    let none = Attrs::new();
+    let (xv, w) = match (
+        inputs.first().copied().flatten(),
+        inputs.get(1).copied().flatten(),
+    ) {
+        (Some(x), Some(w)) => (x, w),
+        _ => return Err(Error::Graph("Conv needs X and W".into())),
+    };
+    let (xt, wt, yt) = (cx.ty(xv), cx.ty(w), cx.ty(y));
+    if xt.rank() != 4 {
+        return Err(Error::Graph("the rule covers 2-D convolutions".into()));
+    }
+    if attrs.int_or("group", 1).map_err(Error::Graph)? != 1 {
+        return Err(Error::Graph("the rule covers group = 1".into()));
+    }
+    if attrs
+        .string_or("auto_pad", "NOTSET")
+        .map_err(Error::Graph)?
+        != "NOTSET"
+    {
+        return Err(Error::Graph(
+            "the rule needs explicit pads (auto_pad NOTSET)".into(),
+        ));
+    }
+    let ints = |k: &str, d: Vec<i64>| -> Result<Vec<i64>> {
+        Ok(match attrs.get(k) {
+            Some(Attr::Ints(v)) => v.clone(),
+            _ => d,
+        })
+    };
+    let strides = ints("strides", vec![1, 1])?;
+    let dil = ints("dilations", vec![1, 1])?;
+    let pads = ints("pads", vec![0; 4])?;
+    let fixed = |t: &crate::ir::TensorType, i: usize| -> Result<i64> {
+        t.shape.dim(i).fixed().map(|d| d as i64).ok_or_else(|| {
+            Error::Graph(format!(
+                "the rule needs static spatial dims and kernel, got {t}"
+            ))
+        })
+    };
+    let (kh, kw) = (fixed(&wt, 2)?, fixed(&wt, 3)?);
+    let (ih, iw) = (fixed(&xt, 2)?, fixed(&xt, 3)?);
+    let (oh, ow) = (fixed(&yt, 2)?, fixed(&yt, 3)?);
+    // The transposed convolution's output before its padding, per axis; the rest is
+    // output_padding so that it is the input's size.
+    let full =
+        |o: i64, s: i64, d: i64, k: i64, p0: i64, p1: i64| (o - 1) * s + d * (k - 1) + 1 - p0 - p1;
+    let op_h = ih - full(oh, strides[0], dil[0], kh, pads[0], pads[2]);
+    let op_w = iw - full(ow, strides[1], dil[1], kw, pads[1], pads[3]);
+    let base = Attrs::new()
+        .with("strides", Attr::Ints(strides.clone()))
+        .with("dilations", Attr::Ints(dil.clone()))
+        .with("pads", Attr::Ints(pads.clone()));
+    let dx = cx.op(
+        "ConvTranspose",
+        &[gy, w],
+        base.with("output_padding", Attr::Ints(vec![op_h, op_w])),
+    )?;
+    let swap = Attrs::new().with("perm", Attr::Ints(vec![1, 0, 2, 3]));
+    let xs = cx.op("Transpose", &[xv], swap.clone())?;
+    let gs = cx.op("Transpose", &[gy], swap.clone())?;
+    let filt = Attrs::new()
+        .with("strides", Attr::Ints(dil))
+        .with("dilations", Attr::Ints(strides))
+        .with("pads", Attr::Ints(pads));
+    let dw = cx.op("Conv", &[xs, gs], filt)?;
+    let (starts, ends, axes) = (cx.ints(&[0, 0])?, cx.ints(&[kh, kw])?, cx.ints(&[2, 3])?);
+    let dw = cx.op("Slice", &[dw, starts, ends, axes], none.clone())?;
+    let dw = cx.op("Transpose", &[dw], swap)?;
+    let mut out = vec![Some(dx), Some(dw)];
+    if inputs.get(2).copied().flatten().is_some() {
+        let a = cx.ints(&[0, 2, 3])?;
+        let keep0 = Attrs::new().with("keepdims", Attr::Int(0));
+        out.push(Some(cx.op("ReduceSum", &[gy, a], keep0)?));
     }
     Ok(out)
 }
