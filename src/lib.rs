@@ -12,6 +12,7 @@ pub mod error;
 pub mod frontend;
 pub mod ir;
 pub mod memory;
+pub mod optim;
 pub mod passes;
 pub mod tensor;
 
