@@ -119,7 +119,7 @@ pub fn add_optimizer(
             d = b.op("Add", &[d, dw], Attrs::new())?;
         }
         let update = match opt.rule {
-            Rule::Sgd { momentum, .. } if momentum == 0.0 => d,
+            Rule::Sgd { momentum: 0.0, .. } => d,
             Rule::Sgd { momentum, nesterov } => {
                 let v = b.state(&format!("{name}_momentum"), &ty)?;
                 let mu = b.scalar(dtype, momentum)?;
