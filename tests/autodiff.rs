@@ -431,6 +431,29 @@ fn an_mlp_loss_over_a_symbolic_batch() {
     check_params(&c, &mut rng, 2);
 }
 
+/// SoftmaxCrossEntropyLoss with each reduction, through its loss and its log_prob.
+#[test]
+fn softmax_cross_entropy() {
+    let mut rng = Rng(8);
+    for reduction in ["mean", "sum", "none"] {
+        let mut c = Case::new(reduction);
+        let scores = c.param(&mut rng, &[4, 5], 0.0);
+        let labels = Tensor::from_vec(&[4], vec![0i64, 3, 4, 3]).unwrap();
+        let labels: Value = c.g.add_constant_value("labels", labels).unwrap().into();
+        let attrs = Attrs::new().with("reduction", Attr::String(reduction.into()));
+        let id =
+            c.g.op("SoftmaxCrossEntropyLoss", &[scores, labels], attrs, "")
+                .unwrap();
+        let flat = |a| Attrs::new().with("axis", Attr::Int(a));
+        let lp = op(&mut c.g, "Exp", &[id.out(1)], Attrs::new());
+        let lp = op(&mut c.g, "ReduceMean", &[lp], Attrs::new());
+        let lp = op(&mut c.g, "Flatten", &[lp], flat(0));
+        let loss = op(&mut c.g, "Flatten", &[id.into()], flat(0));
+        c.out = op(&mut c.g, "Concat", &[loss, lp], flat(1));
+        check(c, &mut rng);
+    }
+}
+
 /// d/dx Σ r·(d/dx Σ x³) = 6·x·r: the rules differentiate their own output.
 #[test]
 fn a_gradient_of_a_gradient() {
