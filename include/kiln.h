@@ -45,6 +45,11 @@ typedef struct kiln_executable kiln_executable;
 typedef struct kiln_graph kiln_graph;
 
 /**
+ * An optimizer's settings.
+ */
+typedef struct kiln_optimizer kiln_optimizer;
+
+/**
  * A tensor handle: a dtype, dims, and a buffer it owns or borrows.
  */
 typedef struct kiln_tensor kiln_tensor;
@@ -619,6 +624,47 @@ const int64_t *kiln_tensor_dims(const struct kiln_tensor *t);
  * `t` is NULL or a live tensor handle, not used again.
  */
 void kiln_tensor_free(struct kiln_tensor *t);
+
+/**
+ * Creates an optimizer: `"sgd"` (learning rate only until `momentum` is set), `"adam"`
+ * or `"adamw"` (beta1 0.9, beta2 0.999, epsilon 1e-8), no weight decay, no clipping.
+ * The caller frees it with `kiln_optimizer_free`.
+ *
+ * # Safety
+ * `kind` is a string; `out` a valid pointer.
+ */
+kiln_status kiln_optimizer_new(const char *kind, struct kiln_optimizer **out);
+
+/**
+ * Frees an optimizer. NULL is a no-op.
+ *
+ * # Safety
+ * `o` is NULL or a live optimizer, not used afterwards.
+ */
+void kiln_optimizer_free(struct kiln_optimizer *o);
+
+/**
+ * Sets a hyper-parameter by name: `"momentum"` and `"nesterov"` (0 or 1) for SGD;
+ * `"beta1"`, `"beta2"`, `"epsilon"` for Adam and AdamW; `"weight_decay"` and
+ * `"clip_norm"` (scale all gradients together down to this global L2 norm; 0 turns it
+ * off) for all. A name the optimizer does not take, or a value out of range, fails.
+ *
+ * # Safety
+ * `o` is a live optimizer; `name` a string.
+ */
+kiln_status kiln_optimizer_set(struct kiln_optimizer *o, const char *name, double value);
+
+/**
+ * Appends one optimizer step to `g`: each of `vars[0..n]` (variables) is updated from
+ * `grads[0..n]` (its gradient, e.g. from `kiln_graph_add_gradients`) with learning rate
+ * `lr` (a float scalar value, usually a parameter, so a schedule needs no recompile),
+ * and stored by an `Assign`; the optimizer's state (momenta, moments, the step count)
+ * lives in new variables. Every read in a run sees the values it started with.
+ *
+ * # Safety
+ * `g` is a live graph, `o` a live optimizer; `vars` and `grads` point to `n` entries.
+ */
+kiln_status kiln_graph_add_optimizer(struct kiln_graph *g, const struct kiln_optimizer *o, const struct kiln_value *vars, const struct kiln_value *grads, size_t n, struct kiln_value lr);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -15,7 +15,6 @@ use crate::passes::PassOptions;
 /// How to compile: the backend, the thread budget and the pass pipeline's options.
 pub struct kiln_compile_options {
     device: Device,
-    #[allow(dead_code)] // read once a backend runs kernels on a pool (issue 6)
     threads: u32,
     passes: PassOptions,
 }

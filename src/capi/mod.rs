@@ -22,6 +22,7 @@ pub mod compile;
 pub mod graph;
 pub mod status;
 pub mod tensor;
+pub mod train;
 
 pub use status::*;
 
