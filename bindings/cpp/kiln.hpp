@@ -186,6 +186,35 @@ class Attr {
   std::vector<std::string> strings_;
 };
 
+/// An optimizer's settings (see kiln_optimizer_new / kiln_optimizer_set); added to a
+/// graph with Graph::add_optimizer.
+class Optimizer {
+ public:
+  /// "sgd", "adam" or "adamw".
+  explicit Optimizer(const std::string &kind) { check(kiln_optimizer_new(kind.c_str(), &h_)); }
+  Optimizer(Optimizer &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  Optimizer &operator=(Optimizer &&o) noexcept {
+    if (this != &o) {
+      kiln_optimizer_free(h_);
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  Optimizer(const Optimizer &) = delete;
+  Optimizer &operator=(const Optimizer &) = delete;
+  ~Optimizer() { kiln_optimizer_free(h_); }
+
+  /// set("momentum", 0.9), set("weight_decay", 1e-4), set("clip_norm", 1.0), ...
+  Optimizer &set(const std::string &name, double value) {
+    check(kiln_optimizer_set(h_, name.c_str(), value));
+    return *this;
+  }
+  const kiln_optimizer *get() const { return h_; }
+
+ private:
+  kiln_optimizer *h_ = nullptr;
+};
+
 /// A graph under construction. Single-writer.
 class Graph {
  public:
@@ -274,6 +303,14 @@ class Graph {
     std::vector<kiln_value> grads(wrt.size());
     check(kiln_graph_add_gradients(h_, loss, wrt.data(), wrt.size(), grads.data()));
     return grads;
+  }
+
+  /// One step of `opt` on `vars` from `grads` with learning rate `lr` (see
+  /// kiln_graph_add_optimizer).
+  void add_optimizer(const Optimizer &opt, const std::vector<kiln_value> &vars,
+                     const std::vector<kiln_value> &grads, kiln_value lr) {
+    if (vars.size() != grads.size()) throw Error(KILN_STATUS_INVALID_ARGUMENT, "one gradient per variable");
+    check(kiln_graph_add_optimizer(h_, opt.get(), vars.data(), grads.data(), vars.size(), lr));
   }
 
   void add_control_dependency(std::uint32_t node, std::uint32_t after) {
