@@ -1,6 +1,6 @@
-//! Kiln's packed GEMM against OpenBLAS `cblas_sgemm` and the `gemm` crate (all
-//! single-threaded), plus Kiln and the `gemm` crate on two threads for the BERT and MLP
-//! shapes, and this machine's FMA peak.
+//! Kiln's packed GEMM against OpenBLAS `cblas_sgemm` (both single-threaded), plus Kiln
+//! on two threads for the BERT and MLP shapes, and this machine's FMA peak. With
+//! `--features gemm-crate`, the `gemm` crate beside them (1 and 2 threads).
 //!
 //! `cargo bench --bench gemm`; throughput is printed in Gelem/s = GFLOP/s (2·m·n·k).
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -74,6 +74,7 @@ fn fma_peak_gflops() -> Option<f64> {
 }
 
 /// `c = a·b` (row-major m×k, k×n, m×n) by the `gemm` crate.
+#[cfg(feature = "gemm-crate")]
 ///
 /// # Safety
 /// `c` is writable for m×n floats.
@@ -110,6 +111,36 @@ unsafe fn gemm_crate(
     )
 }
 
+#[cfg(feature = "gemm-crate")]
+#[allow(clippy::too_many_arguments)]
+fn check_gemm_crate(
+    name: &str,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    b: &[f32],
+    am: Mat,
+    bm: Mat,
+    ep: &Epilogue,
+) {
+    let (mut want, mut got) = (vec![0f32; m * n], vec![0f32; m * n]);
+    // SAFETY: a, b, want and got cover m×k, k×n, m×n, m×n.
+    unsafe {
+        gemm(None, m, n, k, am, bm, want.as_mut_ptr(), n, ep);
+        gemm_crate(m, n, k, a, b, got.as_mut_ptr(), gemm::Parallelism::None);
+    }
+    let diff = got
+        .iter()
+        .zip(&want)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max);
+    assert!(
+        diff < 1e-3,
+        "{name}: the gemm crate differs from Kiln by {diff}"
+    );
+}
+
 fn bench(cr: &mut Criterion) {
     blas::single_threaded();
     #[cfg(target_arch = "x86_64")]
@@ -126,21 +157,8 @@ fn bench(cr: &mut Criterion) {
         // SAFETY: b is k×n.
         let packed = unsafe { PackedB::new(k, n, bm) };
         // The `gemm` crate's arguments are strides: check it computes what Kiln does.
-        let mut want = vec![0f32; m * n];
-        // SAFETY: c and want hold m×n floats.
-        unsafe {
-            gemm(None, m, n, k, am, bm, want.as_mut_ptr(), n, &ep);
-            gemm_crate(m, n, k, &a, &b, c.as_mut_ptr(), gemm::Parallelism::None);
-        }
-        let diff = c
-            .iter()
-            .zip(&want)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0.0, f32::max);
-        assert!(
-            diff < 1e-3,
-            "{name}: the gemm crate differs from Kiln by {diff}"
-        );
+        #[cfg(feature = "gemm-crate")]
+        check_gemm_crate(name, m, n, k, &a, &b, am, bm, &ep);
         let mut g = cr.benchmark_group("gemm");
         g.sample_size(10)
             .warm_up_time(Duration::from_millis(300))
@@ -154,6 +172,7 @@ fn bench(cr: &mut Criterion) {
         g.bench_function(BenchmarkId::new("openblas_1t", name), |bn| {
             bn.iter(|| unsafe { gemm_openblas(m, n, k, am, bm, cp, n, &ep) })
         });
+        #[cfg(feature = "gemm-crate")]
         g.bench_function(BenchmarkId::new("gemm_crate_1t", name), |bn| {
             bn.iter(|| unsafe { gemm_crate(m, n, k, &a, &b, cp, gemm::Parallelism::None) })
         });
@@ -167,6 +186,7 @@ fn bench(cr: &mut Criterion) {
             g.bench_function(BenchmarkId::new("kiln_packed_2t", name), |bn| {
                 bn.iter(|| unsafe { gemm_packed(Some(&pool), m, n, k, am, &packed, cp, n, &ep) })
             });
+            #[cfg(feature = "gemm-crate")]
             g.bench_function(BenchmarkId::new("gemm_crate_2t", name), |bn| {
                 bn.iter(|| unsafe { gemm_crate(m, n, k, &a, &b, cp, gemm::Parallelism::Rayon(2)) })
             });
