@@ -1,8 +1,10 @@
 //! Kiln: an embeddable deep-learning graph compiler and runtime.
 //!
-//! The path of a graph: it is built through the API (or parsed from `.kir` text),
-//! verified by [`ir::verify`], and run by a [`backend`]. Today the only backend is the
-//! reference interpreter, the numerical oracle for every optimized kernel that follows.
+//! The path of a graph: it is built through the API (or parsed from `.kir` text, or
+//! imported from ONNX), verified by [`ir::verify`], optionally differentiated
+//! ([`autodiff`]) and given an optimizer ([`optim`]), optimized by the [`passes`],
+//! memory-planned ([`memory`]) and run by a [`backend`]: the CPU backend's kernels, or
+//! the reference interpreter, the numerical oracle every kernel is tested against.
 //! See `ARCHITECTURE.md` for the code map and its invariants.
 
 pub mod autodiff;
