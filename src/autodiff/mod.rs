@@ -240,6 +240,17 @@ impl Cx<'_> {
         self.op("Reshape", &[s, shape], Attrs::new())
     }
 
+    /// size(a) / size(b) as a scalar of `a`'s dtype, at run time (dims may be symbolic):
+    /// how many elements of `a` a mean over `b`'s elements averages.
+    pub fn count_ratio(&mut self, a: Value, b: Value) -> Result<Value> {
+        let to = Attrs::new().with("to", Attr::String(self.ty(a).dtype.to_string()));
+        let na = self.op("Size", &[a], Attrs::new())?;
+        let nb = self.op("Size", &[b], Attrs::new())?;
+        let na = self.op("Cast", &[na], to.clone())?;
+        let nb = self.op("Cast", &[nb], to)?;
+        self.op("Div", &[na, nb], Attrs::new())
+    }
+
     /// `v`'s shape as an i64 vector: a constant when static (so that what is reshaped
     /// to it keeps static dims), else the `Shape` op.
     pub fn shape_of(&mut self, v: Value) -> Result<Value> {

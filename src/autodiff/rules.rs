@@ -217,12 +217,7 @@ pub(crate) fn backward(
                 let zero = cx.scalar(cx.ty(gy).dtype, 0.0)?;
                 some(cx.op("Where", &[at_max, g, zero], none)?)
             } else {
-                let dt = Attrs::new().with("to", Attr::String(cx.ty(xv).dtype.to_string()));
-                let nx = cx.op("Size", &[xv], none.clone())?;
-                let ny = cx.op("Size", &[y], none.clone())?;
-                let nx = cx.op("Cast", &[nx], dt.clone())?;
-                let ny = cx.op("Cast", &[ny], dt)?;
-                let count = cx.op("Div", &[nx, ny], none.clone())?;
+                let count = cx.count_ratio(xv, y)?;
                 some(cx.op("Div", &[g, count], none)?)
             }
         }
@@ -378,12 +373,7 @@ fn reduce(
     g = cx.op("Expand", &[g, shape], none.clone())?;
     if op == "ReduceMean" {
         // The count as a run-time value: dims may be symbolic.
-        let dt = Attrs::new().with("to", Attr::String(xt.dtype.to_string()));
-        let nx = cx.op("Size", &[xv], none.clone())?;
-        let ny = cx.op("Size", &[gy], none.clone())?;
-        let nx = cx.op("Cast", &[nx], dt.clone())?;
-        let ny = cx.op("Cast", &[ny], dt)?;
-        let count = cx.op("Div", &[nx, ny], none.clone())?;
+        let count = cx.count_ratio(xv, gy)?;
         g = cx.op("Div", &[g, count], none)?;
     }
     Ok(vec![Some(g), None])

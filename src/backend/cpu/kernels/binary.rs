@@ -40,22 +40,21 @@ impl BinOp {
     }
 }
 
-/// Strides (in elements) of `shape` broadcast to `out` (rank-aligned on the right).
-fn broadcast_strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
-    assert!(shape.len() <= out.len(), "operand rank exceeds output rank");
-    let lead = out.len() - shape.len();
+/// Strides (in elements) of `shape` broadcast to `out` (rank-aligned on the right);
+/// `None` when it does not broadcast.
+pub(crate) fn broadcast_strides(shape: &[usize], out: &[usize]) -> Option<Vec<usize>> {
+    let lead = out.len().checked_sub(shape.len())?;
     let mut strides = vec![0; out.len()];
     let mut s = 1;
     for i in (0..shape.len()).rev() {
         let d = shape[i];
-        assert!(
-            d == out[lead + i] || d == 1,
-            "shape {shape:?} does not broadcast to {out:?}"
-        );
+        if d != out[lead + i] && d != 1 {
+            return None;
+        }
         strides[lead + i] = if d == 1 { 0 } else { s };
         s *= d;
     }
-    strides
+    Some(strides)
 }
 
 /// `out = a op b` with numpy broadcasting of `a` (shape `a_shape`) and `b` to
@@ -111,8 +110,11 @@ impl Broadcast {
     /// Panics if a shape does not broadcast to `out_shape` (the verifier checked it).
     pub fn new(a_shape: &[usize], b_shape: &[usize], out_shape: &[usize]) -> Broadcast {
         let total: usize = out_shape.iter().product();
-        let sa = broadcast_strides(a_shape, out_shape);
-        let sb = broadcast_strides(b_shape, out_shape);
+        let strides = |s: &[usize]| {
+            broadcast_strides(s, out_shape)
+                .unwrap_or_else(|| panic!("shape {s:?} does not broadcast to {out_shape:?}"))
+        };
+        let (sa, sb) = (strides(a_shape), strides(b_shape));
         let mut dims: Vec<(usize, usize, usize)> = vec![]; // (size, stride a, stride b)
         for i in 0..out_shape.len() {
             let d = (out_shape[i], sa[i], sb[i]);
@@ -231,15 +233,7 @@ pub(crate) unsafe fn run_avx2(
             BinOp::Sub => _mm256_sub_ps(x, y),
             BinOp::Mul => _mm256_mul_ps(x, y),
             BinOp::Div => _mm256_div_ps(x, y),
-            BinOp::Max | BinOp::Min => {
-                let r = if op == BinOp::Max {
-                    _mm256_max_ps(x, y)
-                } else {
-                    _mm256_min_ps(x, y)
-                };
-                let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, y);
-                _mm256_blendv_ps(r, _mm256_add_ps(x, y), nan)
-            }
+            BinOp::Max | BinOp::Min => math::avx2::max_min_nan(op == BinOp::Max, x, y),
             BinOp::Pow => unreachable!("Pow has no vector form"),
         }
     }

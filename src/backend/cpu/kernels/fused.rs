@@ -11,7 +11,7 @@
 use std::ops::Range;
 
 use super::activation::Act;
-use super::binary::{self, BinOp, UnaryOp};
+use super::binary::{self, broadcast_strides, BinOp, UnaryOp};
 use super::math;
 use super::par::{for_ranges, SyncPtr};
 use crate::backend::cpu::isa::Isa;
@@ -76,22 +76,6 @@ pub struct FusedLoop {
     contiguous: Vec<bool>,
     input_lens: Vec<usize>,
     total: usize,
-}
-
-/// Strides (in elements) of `shape` broadcast to `out` (rank-aligned on the right).
-fn broadcast_strides(shape: &[usize], out: &[usize]) -> Option<Vec<usize>> {
-    let lead = out.len().checked_sub(shape.len())?;
-    let mut strides = vec![0; out.len()];
-    let mut s = 1;
-    for i in (0..shape.len()).rev() {
-        let d = shape[i];
-        if d != out[lead + i] && d != 1 {
-            return None;
-        }
-        strides[lead + i] = if d == 1 { 0 } else { s };
-        s *= d;
-    }
-    Some(strides)
 }
 
 impl FusedLoop {

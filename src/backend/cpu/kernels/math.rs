@@ -201,6 +201,24 @@ pub mod avx2 {
         )))
     }
 
+    /// `max(x, y)` (or `min` when `!max`) that is NaN when either is, as the Max and
+    /// Min ops are (`_mm256_max_ps` alone returns its second operand then).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn max_min_nan(max: bool, x: __m256, y: __m256) -> __m256 {
+        let r = if max {
+            _mm256_max_ps(x, y)
+        } else {
+            _mm256_min_ps(x, y)
+        };
+        // Either NaN: x + y is NaN.
+        let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(x, y);
+        _mm256_blendv_ps(r, _mm256_add_ps(x, y), nan)
+    }
+
     /// |x|
     ///
     /// # Safety

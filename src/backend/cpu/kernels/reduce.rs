@@ -374,16 +374,7 @@ mod avx2 {
     unsafe fn combine(fold: Fold, acc: __m256, v: __m256) -> __m256 {
         match fold {
             Fold::Prod => _mm256_mul_ps(acc, v),
-            Fold::Max | Fold::Min => {
-                let r = if fold == Fold::Max {
-                    _mm256_max_ps(acc, v)
-                } else {
-                    _mm256_min_ps(acc, v)
-                };
-                // Either NaN: acc + v is NaN.
-                let nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(acc, v);
-                _mm256_blendv_ps(r, _mm256_add_ps(acc, v), nan)
-            }
+            Fold::Max | Fold::Min => vm::max_min_nan(fold == Fold::Max, acc, v),
             _ => _mm256_add_ps(acc, v),
         }
     }
