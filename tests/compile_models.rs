@@ -291,7 +291,7 @@ fn mlp_training_step_plans_near_the_bound_and_trains_the_same() {
         lb[0].check_close(&la[0], 1e-6, 1e-5).unwrap();
     }
     for w in ["w1", "b1", "w2", "b2"] {
-        let (wa, wb) = (a.variable(w).unwrap(), b.variable(w).unwrap());
+        let (wa, wb) = (a.read_variable(w).unwrap(), b.read_variable(w).unwrap());
         wb.check_close(&wa, 1e-6, 1e-5)
             .unwrap_or_else(|e| panic!("{w}: {e}"));
     }

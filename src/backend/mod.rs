@@ -7,7 +7,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::error::{Error, Result};
-use crate::ir::Graph;
+use crate::ir::{Graph, TensorType};
 use crate::passes::PassOptions;
 use crate::tensor::Tensor;
 
@@ -60,6 +60,46 @@ impl fmt::Display for Device {
 pub trait Executable: Send + Sync {
     /// Runs with the graph inputs in order; returns the graph outputs in order.
     fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>>;
+
+    /// The variables the executable owns (initialized from the graph's `Variable`
+    /// nodes), by name and type, in graph order.
+    fn variables(&self) -> Vec<(String, TensorType)>;
+
+    /// A copy of variable `name`'s current value (between runs: never a half-done
+    /// run's).
+    fn read_variable(&self, name: &str) -> Result<Tensor>;
+
+    /// Replaces the named variables' values, all or none: every name must be a variable
+    /// and every value keep its dtype and shape, or nothing changes. Waits for a run
+    /// that assigns to finish.
+    fn write_variables(&self, values: &[(&str, &Tensor)]) -> Result<()>;
+}
+
+/// The error for a name that is not one of `vars`.
+pub(crate) fn unknown_variable(name: &str, vars: &[(String, TensorType)]) -> Error {
+    let known: Vec<&str> = vars.iter().map(|(n, _)| n.as_str()).collect();
+    Error::InvalidArgument(format!(
+        "no variable '{name}' (the executable's variables: {})",
+        if known.is_empty() {
+            "none".to_string()
+        } else {
+            known.join(", ")
+        }
+    ))
+}
+
+/// Checks a write of `value` to the variable `name` of type `ty`.
+pub(crate) fn check_variable_write(name: &str, ty: &TensorType, value: &Tensor) -> Result<()> {
+    let fits = value.dtype() == ty.dtype && ty.shape.to_fixed().as_deref() == Some(value.shape());
+    if fits {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!(
+            "variable '{name}' is {ty}, the value given is {}{:?}",
+            value.dtype(),
+            value.shape()
+        )))
+    }
 }
 
 /// Lowers a graph for one device.

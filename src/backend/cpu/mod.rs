@@ -318,4 +318,19 @@ impl Executable for CpuExecutable {
             Compiled::Interp(e) => e.run(inputs),
         }
     }
+
+    fn variables(&self) -> Vec<(String, TensorType)> {
+        vec![]
+    }
+
+    fn read_variable(&self, name: &str) -> Result<Tensor> {
+        Err(crate::backend::unknown_variable(name, &[]))
+    }
+
+    fn write_variables(&self, values: &[(&str, &Tensor)]) -> Result<()> {
+        match values.first() {
+            Some((name, _)) => Err(crate::backend::unknown_variable(name, &[])),
+            None => Ok(()),
+        }
+    }
 }

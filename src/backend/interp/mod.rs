@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-use crate::backend::{Backend, Executable};
+use crate::backend::{check_variable_write, unknown_variable, Backend, Executable};
 use crate::error::{Error, Result};
 use crate::ir::ops::{self, EvalCtx};
 use crate::ir::{verify, Dim, Graph, NodeId, TensorType};
@@ -73,14 +73,11 @@ impl InterpExecutable {
         &self.graph
     }
 
-    /// The current value of the variable `name`.
-    pub fn variable(&self, name: &str) -> Option<Tensor> {
-        let id = self.graph.find(name)?;
-        self.variables
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&id)
-            .cloned()
+    fn variable_id(&self, name: &str) -> Result<NodeId> {
+        self.graph
+            .find(name)
+            .filter(|&id| self.graph.node(id).op == "Variable")
+            .ok_or_else(|| unknown_variable(name, &self.variables()))
     }
 }
 
@@ -95,6 +92,33 @@ impl Executable for InterpExecutable {
         // Stores land only when the whole run succeeded.
         vars.extend(updates);
         Ok(outs)
+    }
+
+    fn variables(&self) -> Vec<(String, TensorType)> {
+        self.graph
+            .nodes()
+            .iter()
+            .filter(|n| n.op == "Variable")
+            .map(|n| (n.name.clone(), n.outputs[0].clone()))
+            .collect()
+    }
+
+    fn read_variable(&self, name: &str) -> Result<Tensor> {
+        let id = self.variable_id(name)?;
+        let vars = self.variables.read().unwrap_or_else(|e| e.into_inner());
+        Ok(vars[&id].clone())
+    }
+
+    fn write_variables(&self, values: &[(&str, &Tensor)]) -> Result<()> {
+        let mut checked = Vec::with_capacity(values.len());
+        for &(name, value) in values {
+            let id = self.variable_id(name)?;
+            check_variable_write(name, &self.graph.node(id).outputs[0], value)?;
+            checked.push((id, value.clone()));
+        }
+        let mut vars = self.variables.write().unwrap_or_else(|e| e.into_inner());
+        vars.extend(checked);
+        Ok(())
     }
 }
 
