@@ -63,6 +63,27 @@ impl Buffers {
     pub fn reuses(&self) -> usize {
         self.took.iter().flatten().count()
     }
+
+    /// Drops the chains holding a value `keep` says no to (whole chains: a chain's
+    /// values share one buffer). Values keep their indices; a dropped one's chain is
+    /// `usize::MAX` and it took nothing.
+    pub fn retain(&mut self, keep: &[bool]) {
+        let mut new_index = vec![usize::MAX; self.chains.len()];
+        let mut chains = Vec::with_capacity(self.chains.len());
+        for (c, chain) in std::mem::take(&mut self.chains).into_iter().enumerate() {
+            if chain.values.iter().all(|&v| keep[v]) {
+                new_index[c] = chains.len();
+                chains.push(chain);
+            }
+        }
+        self.chains = chains;
+        for (v, c) in self.chain_of.iter_mut().enumerate() {
+            *c = new_index[*c];
+            if *c == usize::MAX {
+                self.took[v] = None;
+            }
+        }
+    }
 }
 
 /// Groups the values into buffers. With `inplace` false every value is its own buffer.

@@ -141,7 +141,31 @@ pub fn analyze(g: &Graph, schedule: &[NodeId]) -> Result<Liveness> {
             lv.values[i].graph_output = true;
         }
     }
+    // A value an `Assign` stores must survive the run (the store commits when the run
+    // succeeds), so it lives to the end like an output and is never overwritten.
+    for v in stored_values(g, schedule).into_values() {
+        if let Some(i) = lv.index_of(v) {
+            lv.values[i].last = end;
+            lv.values[i].graph_output = true;
+        }
+    }
     Ok(lv)
+}
+
+/// The value each variable ends a run holding, by the variable's node: what the last
+/// `Assign` to it in the schedule stores (an earlier store to the same variable is
+/// overwritten before anything can see it, since reads see the run's start value).
+pub fn stored_values(g: &Graph, schedule: &[NodeId]) -> std::collections::BTreeMap<NodeId, Value> {
+    let mut stored = std::collections::BTreeMap::new();
+    for &id in schedule {
+        let node = g.node(id);
+        if node.op == "Assign" {
+            if let (Some(Some(var)), Some(Some(v))) = (node.inputs.first(), node.inputs.get(1)) {
+                stored.insert(var.node, *v);
+            }
+        }
+    }
+    stored
 }
 
 /// The index of `v` among the arena values; `None` for a source's value; an error if

@@ -25,6 +25,19 @@ pub struct BufferPlan {
     pub values: Vec<Value>,
 }
 
+/// A buffer that lives in a variable's storage instead of the arena: the chain of
+/// values ending in the value an `Assign` stores, computed straight into the memory the
+/// variable will hold after the run (so storing costs no copy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredBuffer {
+    /// The `Variable` node.
+    pub variable: NodeId,
+    /// The tensor bytes of each of its values.
+    pub bytes: usize,
+    /// Its values in schedule order; the last is the stored one.
+    pub values: Vec<Value>,
+}
+
 /// One arena value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValuePlan {
@@ -78,6 +91,8 @@ pub struct MemoryPlan {
     pub values: Vec<ValuePlan>,
     /// One per schedule step.
     pub steps: Vec<StepDetail>,
+    /// The buffers in variables' storage (not counted in any arena number).
+    pub stored: Vec<StoredBuffer>,
     index: HashMap<Value, usize>,
 }
 
@@ -97,6 +112,15 @@ impl MemoryPlan {
         self.buffer_of(v).map(|b| self.buffers[b].offset)
     }
 
+    /// The variable whose storage holds `v`, when `v` is computed there (see
+    /// [`StoredBuffer`]).
+    pub fn variable_of(&self, v: Value) -> Option<NodeId> {
+        self.stored
+            .iter()
+            .find(|b| b.values.contains(&v))
+            .map(|b| b.variable)
+    }
+
     /// `planned_bytes / lower_bound_bytes` (1 when both are 0).
     pub fn ratio_to_lower_bound(&self) -> f64 {
         if self.lower_bound_bytes == 0 {
@@ -111,8 +135,30 @@ impl MemoryPlan {
 /// arena value must have a static type; the error names the node and output otherwise.
 pub fn plan(g: &Graph, schedule: &[NodeId]) -> Result<MemoryPlan> {
     let lv = liveness::analyze(g, schedule)?;
-    let merged = inplace::group(g, schedule, &lv, true);
-    let separate = inplace::group(g, schedule, &lv, false);
+    let mut merged = inplace::group(g, schedule, &lv, true);
+    let mut separate = inplace::group(g, schedule, &lv, false);
+    // The chains ending in a stored value move to their variable's storage (a value
+    // stored to two variables goes to the first; the lowering copies it to the other).
+    let mut stored = vec![];
+    let mut stored_chain = vec![false; merged.chains.len()];
+    for (var, v) in liveness::stored_values(g, schedule) {
+        let Some(i) = lv.index_of(v) else { continue };
+        let c = merged.chain_of[i];
+        if !stored_chain[c] {
+            stored_chain[c] = true;
+            let chain = &merged.chains[c];
+            stored.push(StoredBuffer {
+                variable: var,
+                bytes: chain.bytes,
+                values: chain.values.iter().map(|&j| lv.values[j].value).collect(),
+            });
+        }
+    }
+    let in_arena: Vec<bool> = (0..lv.values.len())
+        .map(|i| !stored_chain[merged.chain_of[i]])
+        .collect();
+    merged.retain(&in_arena);
+    separate.retain(&in_arena);
     let intervals = intervals(&merged);
     let placement = planner::place(&intervals);
 
@@ -133,6 +179,7 @@ pub fn plan(g: &Graph, schedule: &[NodeId]) -> Result<MemoryPlan> {
         .values
         .iter()
         .enumerate()
+        .filter(|&(i, _)| in_arena[i])
         .map(|(i, l)| ValuePlan {
             value: l.value,
             bytes: l.bytes,
@@ -148,9 +195,16 @@ pub fn plan(g: &Graph, schedule: &[NodeId]) -> Result<MemoryPlan> {
         .map(|(i, v)| (v.value, i))
         .collect();
 
+    let arena_values = || {
+        lv.values
+            .iter()
+            .zip(&in_arena)
+            .filter(|(_, &a)| a)
+            .map(|(l, _)| l)
+    };
     let live = live_per_step(&lv, &merged);
     let mut own = vec![0usize; schedule.len()];
-    for l in &lv.values {
+    for l in arena_values() {
         own[l.def] += l.size;
     }
     let steps = schedule
@@ -173,7 +227,7 @@ pub fn plan(g: &Graph, schedule: &[NodeId]) -> Result<MemoryPlan> {
     debug_assert_eq!(lower_bound_bytes, planner::lower_bound(&intervals));
     let lower_bound_without_inplace_bytes =
         live_per_step(&lv, &separate).into_iter().max().unwrap_or(0);
-    let naive_bytes = lv.values.iter().map(|l| l.size).sum();
+    let naive_bytes = arena_values().map(|l| l.size).sum();
     debug_assert!(placement.arena_bytes >= lower_bound_bytes);
     Ok(MemoryPlan {
         naive_bytes,
@@ -190,6 +244,7 @@ pub fn plan(g: &Graph, schedule: &[NodeId]) -> Result<MemoryPlan> {
         buffers,
         values,
         steps,
+        stored,
         index,
     })
 }

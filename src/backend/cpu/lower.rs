@@ -9,7 +9,8 @@ use std::collections::HashMap;
 
 use super::pool::Pool;
 use super::program::{AlignedBuf, Loc, Slot, Step};
-use super::steps::{self, Build};
+use super::state::Variables;
+use super::steps::{self, view, Build};
 use super::tune::Tuning;
 use crate::error::{Error, Result};
 use crate::ir::{Graph, NodeId, Value};
@@ -23,16 +24,22 @@ pub struct Program {
     pub inputs: Vec<Slot>,
     pub outputs: Vec<Slot>,
     pub memory: MemoryPlan,
+    /// The variables (by number) a run stores to: their next values become current when
+    /// it succeeds.
+    pub stores: Vec<usize>,
     /// Floating-point operations of one run (matrix products and convolutions).
     pub flops: f64,
     /// Keeps the constants that `Loc::Const` points into alive.
     _consts: Vec<AlignedBuf>,
 }
 
-/// Lowers `g`, whose types must all be static, for runs on `pool`.
-pub fn lower(g: &Graph, pool: Option<&Pool>, tuning: &Tuning) -> Result<Program> {
+/// Lowers `g`, whose types must all be static, for runs on `pool` with the executable's
+/// variables `vars` (those of `g` are found by name).
+pub fn lower(g: &Graph, pool: Option<&Pool>, tuning: &Tuning, vars: &Variables) -> Result<Program> {
     let schedule = g.schedule()?;
     let plan = memory::plan(g, &schedule)?;
+    let stored = memory::liveness::stored_values(g, &schedule);
+    let mut stores = vec![];
     let params = g.inputs();
     let mut slots: HashMap<Value, Slot> = HashMap::new();
     let mut consts = vec![];
@@ -80,11 +87,40 @@ pub fn lower(g: &Graph, pool: Option<&Pool>, tuning: &Tuning) -> Result<Program>
                 );
                 consts.push(buf);
             }
-            "Variable" | "Assign" => {
-                return Err(Error::Graph(format!(
-                    "{}: the CPU backend does not run graphs with state yet",
-                    g.describe(id)
-                )))
+            "Variable" => {
+                let (dtype, shape) = static_shape(id, 0)?;
+                let k = vars.index(&node.name)?;
+                slots.insert(
+                    id.out(0),
+                    Slot {
+                        loc: vars.current(k),
+                        dtype,
+                        shape,
+                    },
+                );
+            }
+            "Assign" => {
+                let (Some(target), Some(value)) = (node.inputs[0], node.inputs[1]) else {
+                    unreachable!("verified: Assign has both operands")
+                };
+                // Only the last store to a variable counts; it is usually computed in
+                // place (the plan put it in the variable's next buffer), else copied.
+                let k = vars.index(&g.node(target.node).name)?;
+                if stored.get(&target.node) != Some(&value) || stores.contains(&k) {
+                    continue;
+                }
+                stores.push(k);
+                if plan.variable_of(value) != Some(target.node) {
+                    let from = slots[&value].clone();
+                    let to = Slot {
+                        loc: vars.next(k),
+                        ..from.clone()
+                    };
+                    steps.push(Step {
+                        node: g.describe(id),
+                        kernel: Box::new(view::Copy::new(from, to)),
+                    });
+                }
             }
             _ => {
                 let ins: Vec<Option<Slot>> = node
@@ -92,22 +128,28 @@ pub fn lower(g: &Graph, pool: Option<&Pool>, tuning: &Tuning) -> Result<Program>
                     .iter()
                     .map(|v| v.map(|v| slots[&v].clone()))
                     .collect();
+                // Only constants may be packed at compile time: variables change.
                 let in_data = node
                     .inputs
                     .iter()
-                    .map(|v| v.and_then(|v| g.node(v.node).data.as_deref()))
+                    .map(|v| {
+                        v.map(|v| g.node(v.node))
+                            .filter(|n| n.op == "Constant")
+                            .and_then(|n| n.data.as_deref())
+                    })
                     .collect::<Vec<_>>();
                 let mut outs = vec![];
                 for k in 0..node.outputs.len() {
                     let (dtype, shape) = static_shape(id, k)?;
-                    let off = plan
-                        .offset_of(id.out(k as u32))
-                        .expect("every op output is an arena value");
-                    outs.push(Slot {
-                        loc: Loc::Arena(off),
-                        dtype,
-                        shape,
-                    });
+                    let v = id.out(k as u32);
+                    let loc = match plan.variable_of(v) {
+                        Some(var) => vars.next(vars.index(&g.node(var).name)?),
+                        None => Loc::Arena(
+                            plan.offset_of(v)
+                                .expect("every op output is in the arena or a variable"),
+                        ),
+                    };
+                    outs.push(Slot { loc, dtype, shape });
                 }
                 let b = Build {
                     g,
@@ -145,6 +187,7 @@ pub fn lower(g: &Graph, pool: Option<&Pool>, tuning: &Tuning) -> Result<Program>
         inputs,
         outputs,
         memory: plan,
+        stores,
         flops: graph_flops(g),
         _consts: consts,
     })

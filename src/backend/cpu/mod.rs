@@ -4,8 +4,9 @@
 //! A graph with symbolic input dims is specialized per input-shape signature: the first
 //! run with new shapes binds the symbols, runs the pipeline on the now-static graph,
 //! plans its memory and lowers it; later runs with those shapes reuse that program.
-//! Graphs with state (`Variable`/`Assign`) run the optimized graph on the interpreter
-//! until training lands on this backend (issue 7).
+//! Graphs with state run like any other: the executable owns its variables
+//! ([`state::Variables`]); runs that store to them hold the variables exclusively (they
+//! are serialized), runs that only read share them.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -21,12 +22,14 @@ pub mod kernels;
 pub mod lower;
 pub mod pool;
 pub mod program;
+pub mod state;
 pub mod steps;
 pub mod tune;
 
 use lower::Program;
 use pool::Pool;
 use program::{AlignedBuf, Cx};
+use state::Variables;
 
 /// The CPU backend: `passes` then lowering; runs use `threads` (0 = one per core);
 /// algorithms are chosen per shape as `tuning` says (see [`tune`]).
@@ -42,35 +45,18 @@ impl Backend for CpuBackend {
     }
 
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {
-        verify(graph)?;
-        if has_state(graph) {
-            let mut g = graph.clone();
-            run_pipeline(&mut g, &self.passes)?;
-            return Ok(Box::new(InterpExecutable::new(g)?));
-        }
         Ok(Box::new(self.compile_cpu(graph)?))
     }
 }
 
-fn has_state(g: &Graph) -> bool {
-    g.nodes()
-        .iter()
-        .any(|n| matches!(n.op.as_str(), "Variable" | "Assign"))
-}
-
 impl CpuBackend {
-    /// The executable of a graph without state (which `compile` runs on the
-    /// interpreter), as its concrete type.
+    /// The executable, as its concrete type.
     pub fn compile_cpu(&self, graph: &Graph) -> Result<CpuExecutable> {
         verify(graph)?;
-        if has_state(graph) {
-            return Err(Error::Graph(
-                "the CPU backend's kernels do not run graphs with state yet".into(),
-            ));
-        }
         kernels::blas::single_threaded();
         let exe = CpuExecutable {
             graph: graph.clone(),
+            variables: RwLock::new(Variables::new(graph)?),
             input_types: interp::input_types(graph),
             passes: self.passes.clone(),
             pool: Pool::new(self.threads),
@@ -109,6 +95,9 @@ type Profile = HashMap<(String, &'static str), (f64, usize)>;
 pub struct CpuExecutable {
     /// The verified, unoptimized graph (specialized per signature, then optimized).
     graph: Graph,
+    /// The variables' values: read-locked by runs that only read them, write-locked by
+    /// runs that store (serialized) and by writes from outside.
+    variables: RwLock<Variables>,
     /// The graph inputs' names and types, checked every run.
     input_types: Vec<(String, TensorType)>,
     passes: PassOptions,
@@ -179,7 +168,8 @@ impl CpuExecutable {
         Ok(if dynamic {
             Compiled::Interp(InterpExecutable::new(g)?)
         } else {
-            Compiled::Program(lower::lower(&g, Some(&self.pool), &self.tuning)?)
+            let vars = self.variables.read().unwrap_or_else(|e| e.into_inner());
+            Compiled::Program(lower::lower(&g, Some(&self.pool), &self.tuning, &vars)?)
         })
     }
 
@@ -213,9 +203,19 @@ impl CpuExecutable {
                 None => AlignedBuf::zeroed(p.arena_bytes),
             }
         };
+        // A run that stores holds the variables alone from its first read to its commit.
+        let reads;
+        let mut stores = None;
+        let vars: &Variables = if p.stores.is_empty() {
+            reads = self.variables.read().unwrap_or_else(|e| e.into_inner());
+            &reads
+        } else {
+            stores.insert(self.variables.write().unwrap_or_else(|e| e.into_inner()))
+        };
         let cx = Cx {
             arena: arena.as_mut_ptr(),
             inputs: ptrs,
+            state: vars.ptrs(),
             pool: Some(&self.pool),
         };
         let mut result = Ok(());
@@ -242,11 +242,41 @@ impl CpuExecutable {
                 .map(|s| unsafe { read_output(&cx, s) })
                 .collect()
         });
+        if let (Ok(_), Some(vars)) = (&outputs, stores.as_deref_mut()) {
+            vars.commit(&p.stores);
+        }
         self.arenas
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(arena);
         outputs
+    }
+}
+
+impl CpuExecutable {
+    /// A run of a signature whose types stay dynamic, on the interpreter, over this
+    /// executable's variables (copied in and, when it stores, back).
+    fn run_interp(&self, e: &InterpExecutable, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        let g = e.graph();
+        let var_ids: Vec<_> = g
+            .node_ids()
+            .filter(|&id| g.node(id).op == "Variable")
+            .collect();
+        if var_ids.is_empty() {
+            return e.run(inputs);
+        }
+        let mut vars = self.variables.write().unwrap_or_else(|e| e.into_inner());
+        let values = var_ids
+            .iter()
+            .map(|&id| Ok((id, vars.read(vars.index(&g.node(id).name)?)?)))
+            .collect::<Result<HashMap<_, _>>>()?;
+        let (outs, updates) = interp::run_graph(g, e.schedule(), inputs, &values)?;
+        let updates: Vec<(&str, &Tensor)> = updates
+            .iter()
+            .map(|(&id, t)| (g.node(id).name.as_str(), t))
+            .collect();
+        vars.write(&updates)?;
+        Ok(outs)
     }
 }
 
@@ -315,22 +345,27 @@ impl Executable for CpuExecutable {
         };
         match &*program {
             Compiled::Program(p) => self.run_program(p, inputs),
-            Compiled::Interp(e) => e.run(inputs),
+            Compiled::Interp(e) => self.run_interp(e, inputs),
         }
     }
 
     fn variables(&self) -> Vec<(String, TensorType)> {
-        vec![]
+        self.variables
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .list
+            .clone()
     }
 
     fn read_variable(&self, name: &str) -> Result<Tensor> {
-        Err(crate::backend::unknown_variable(name, &[]))
+        let vars = self.variables.read().unwrap_or_else(|e| e.into_inner());
+        vars.read(vars.index(name)?)
     }
 
     fn write_variables(&self, values: &[(&str, &Tensor)]) -> Result<()> {
-        match values.first() {
-            Some((name, _)) => Err(crate::backend::unknown_variable(name, &[])),
-            None => Ok(()),
-        }
+        self.variables
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .write(values)
     }
 }

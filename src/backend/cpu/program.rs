@@ -14,6 +14,10 @@ pub enum Loc {
     Const(*const u8),
     /// The graph input with this index, read in place from the caller's tensor.
     Input(usize),
+    /// Variable storage: for `n` variables, `k < n` is variable `k`'s current value
+    /// (what runs read) and `n + k` the buffer its next value is computed into (which a
+    /// successful run makes current; see `state`).
+    State(usize),
 }
 
 // SAFETY: `Const` points into buffers the program owns and never mutates after lowering.
@@ -42,6 +46,8 @@ impl Slot {
 pub struct Cx<'a> {
     pub arena: *mut u8,
     pub inputs: &'a [*const u8],
+    /// The variables' buffers, indexed by [`Loc::State`].
+    pub state: &'a [*mut u8],
     pub pool: Option<&'a Pool>,
 }
 
@@ -57,6 +63,7 @@ impl Cx<'_> {
             Loc::Arena(off) => unsafe { self.arena.add(off) },
             Loc::Const(p) => p as *mut u8,
             Loc::Input(i) => self.inputs[i] as *mut u8,
+            Loc::State(k) => self.state[k],
         }
     }
     pub fn f32(&self, s: &Slot) -> *const f32 {

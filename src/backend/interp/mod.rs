@@ -73,6 +73,10 @@ impl InterpExecutable {
         &self.graph
     }
 
+    pub fn schedule(&self) -> &[NodeId] {
+        &self.schedule
+    }
+
     fn variable_id(&self, name: &str) -> Result<NodeId> {
         self.graph
             .find(name)

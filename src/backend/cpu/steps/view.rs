@@ -12,6 +12,14 @@ pub struct Copy {
     to: Slot,
 }
 
+impl Copy {
+    /// A copy of `from`'s bytes to `to` (of the same size).
+    pub fn new(from: Slot, to: Slot) -> Copy {
+        debug_assert_eq!(from.bytes(), to.bytes());
+        Copy { from, to }
+    }
+}
+
 pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     if !matches!(
         b.node.op.as_str(),
