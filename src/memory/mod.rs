@@ -12,6 +12,11 @@
 //! output nobody reads lives only at the step that makes it. Every arena value must have
 //! a static type: specialize symbolic dims first.
 //!
+//! Except what a variable stores: the value the last `Assign` to a variable stores
+//! lives to the end of the run like an output, and its buffer (with the values before
+//! it that took it over in place) is the variable's next-value storage, which the
+//! executable owns ([`MemoryPlan::stored`]); it counts in none of the numbers below.
+//!
 //! # Liveness ([`liveness`])
 //!
 //! A value is live from its def step (its node's position in the schedule) to its last
