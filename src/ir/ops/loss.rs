@@ -175,7 +175,13 @@ impl Op for MseLoss {
     fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
         let (p, t) = (cx.input(0)?, cx.input(1)?);
         require_dtype(p, 0, is_float, "a float type")?;
-        if t.dtype != p.dtype || t.shape.dims() != p.shape.dims() {
+        // Symbolic dims may differ in name and agree at run time (eval checks them).
+        let agree = |a: &crate::ir::Dim, b: &crate::ir::Dim| {
+            a == b || a.fixed().is_none() || b.fixed().is_none()
+        };
+        let same_shape = t.rank() == p.rank()
+            && (0..p.rank()).all(|i| agree(p.shape.dim(i), t.shape.dim(i)));
+        if t.dtype != p.dtype || !same_shape {
             return Err(format!(
                 "input 1 (target) must have the type of input 0 (prediction), {p}; got {t}"
             ));
