@@ -76,8 +76,9 @@ static void batch_norm(void) {
   OK(kiln_graph_add_constant(g, "bias", KILN_DTYPE_F32, cd, 1, bias, sizeof bias, &b));
   OK(kiln_graph_add_variable(g, "running_mean", KILN_DTYPE_F32, cd, 1, m0, sizeof m0, &rm));
   OK(kiln_graph_add_variable(g, "running_var", KILN_DTYPE_F32, cd, 1, v0, sizeof v0, &rv));
-  OK(kiln_graph_add_parameter(g, "wrong", KILN_DTYPE_F32, xd, NULL, 2, &wrong));
-  EXPECT_STATUS(KILN_STATUS_INVALID_ARGUMENT, "running_mean 'bias' must be a Variable",
+  float zeros[8] = {0};
+  OK(kiln_graph_add_constant(g, "wrong", KILN_DTYPE_F32, xd, 2, zeros, sizeof zeros, &wrong));
+  EXPECT_STATUS(KILN_STATUS_INVALID_ARGUMENT, "running_mean must be a Variable (it is updated in place), 'bias' is a Constant",
                 kiln_graph_add_batch_norm_training(g, x, s, b, b, rv, 0.9, 1e-5, &y));
   EXPECT_STATUS(KILN_STATUS_INVALID_ARGUMENT, "scale 'wrong' must have type f32[2]",
                 kiln_graph_add_batch_norm_training(g, x, wrong, b, rm, rv, 0.9, 1e-5, &y));
