@@ -53,7 +53,9 @@ pub fn dropout_training(g: &mut Graph, x: Value, ratio: f64, seed: i64) -> Resul
     let seed_attr = Attrs::new().with("seed", Attr::Int(seed));
     let node = g.op("Dropout", &[x, ratio, mode, counter], seed_attr, "")?;
     let one_name = g.fresh_name("dropout_one");
-    let one = g.add_constant_value(&one_name, Tensor::scalar(1i64))?.into();
+    let one = g
+        .add_constant_value(&one_name, Tensor::scalar(1i64))?
+        .into();
     let next = g.op("Add", &[counter, one], Attrs::new(), "")?;
     g.op("Assign", &[counter, next.into()], Attrs::new(), "")?;
     Ok(DropoutTraining {
@@ -122,9 +124,7 @@ pub fn batch_norm_training(
     let none = Attrs::new();
     let dt = xt.dtype;
     let mut b = Builder { g };
-    let axes: Vec<i64> = std::iter::once(0)
-        .chain(2..xt.rank() as i64)
-        .collect();
+    let axes: Vec<i64> = std::iter::once(0).chain(2..xt.rank() as i64).collect();
     let axes = b.ints(&axes)?;
     // Statistics as [1, C, 1...]: they broadcast against x.
     let mean = b.op("ReduceMean", &[x, axes], none.clone())?;

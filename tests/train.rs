@@ -256,7 +256,9 @@ fn batch_norm_training_rejects_bad_operands_naming_them() {
     };
     let e = err(&mut g, x, s, s, 0.9);
     assert!(
-        e.contains("batch norm of 'x'") && e.contains("running_mean must be a Variable") && e.contains("'s' is a Parameter"),
+        e.contains("batch norm of 'x'")
+            && e.contains("running_mean must be a Variable")
+            && e.contains("'s' is a Parameter"),
         "{e}"
     );
     let e = err(&mut g, x, s2, rm, 0.9);
@@ -292,9 +294,17 @@ fn training_dropout_draws_a_fresh_mask_every_run() {
         let r = constant(&mut one, Tensor::scalar(ratio));
         let t = constant(&mut one, Tensor::scalar(true));
         let k = constant(&mut one, Tensor::scalar(run));
-        let y = op(&mut one, "Dropout", &[xp, r, t, k], Attrs::new().with("seed", Attr::Int(seed)));
+        let y = op(
+            &mut one,
+            "Dropout",
+            &[xp, r, t, k],
+            Attrs::new().with("seed", Attr::Int(seed)),
+        );
         one.add_output("y", y).unwrap();
-        let want = InterpExecutable::new(one).unwrap().run(std::slice::from_ref(&xs)).unwrap();
+        let want = InterpExecutable::new(one)
+            .unwrap()
+            .run(std::slice::from_ref(&xs))
+            .unwrap();
         assert_eq!(out[0], want[0], "run {run}");
         let want_gx: Vec<f64> = mask.iter().map(|m| m * 2.0).collect();
         assert_eq!(out[2].to_f64_vec(), want_gx, "run {run}");
@@ -302,7 +312,10 @@ fn training_dropout_draws_a_fresh_mask_every_run() {
     }
     assert_ne!(masks[0], masks[1]);
     assert_ne!(masks[1], masks[2]);
-    assert_eq!(exe.read_variable(&exe_counter_name(&exe)).unwrap(), Tensor::scalar(3i64));
+    assert_eq!(
+        exe.read_variable(&exe_counter_name(&exe)).unwrap(),
+        Tensor::scalar(3i64)
+    );
 }
 
 /// The name of the one i64 variable: the dropout counter.
@@ -324,7 +337,9 @@ fn training_dropout_rejects_bad_arguments() {
         .unwrap()
         .into();
     for ratio in [1.0, -0.1, f64::NAN] {
-        let e = dropout_training(&mut g, x, ratio, 0).unwrap_err().to_string();
+        let e = dropout_training(&mut g, x, ratio, 0)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("dropout of 'x': ratio must be in [0, 1)"), "{e}");
     }
     let e = dropout_training(&mut g, i, 0.5, 0).unwrap_err().to_string();

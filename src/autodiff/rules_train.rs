@@ -45,6 +45,8 @@ pub(crate) fn backward(cx: &mut Cx, node: &Node, gy: Value) -> Result<Vec<Option
             let gt = cx.op("Neg", &[gp], none)?;
             Ok(vec![Some(gp), Some(gt)])
         }
-        op => Err(Error::Graph(format!("no training-op gradient rule for {op}"))),
+        op => Err(Error::Graph(format!(
+            "no training-op gradient rule for {op}"
+        ))),
     }
 }

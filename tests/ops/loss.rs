@@ -112,5 +112,8 @@ fn mse_loss_reductions_and_operand_checks() {
     );
     assert!(e.contains("input 0 must be a float type"), "{e}");
     let e = run_err("MseLoss", vec![Input(p.clone()), Input(t)], red("max"));
-    assert!(e.contains("reduction 'max' is not one of none, sum, mean"), "{e}");
+    assert!(
+        e.contains("reduction 'max' is not one of none, sum, mean"),
+        "{e}"
+    );
 }

@@ -68,7 +68,10 @@ fn dropout_masks_are_a_pure_function_of_seed_counter_and_element() {
         let (y, mask) = train(x, 0.5, s, counter);
         assert_eq!(mask_bits(&mask), want, "seed {s}, counter {counter}");
         // Kept elements are scaled by 1 / (1 - ratio), the others are 0.
-        let want_y: Vec<f64> = want.chars().map(|c| if c == '1' { 2.0 } else { 0.0 }).collect();
+        let want_y: Vec<f64> = want
+            .chars()
+            .map(|c| if c == '1' { 2.0 } else { 0.0 })
+            .collect();
         assert_eq!(y, f64s(&[4, 6], &want_y));
         // Element i's bit does not depend on the shape: a longer flat tensor starts alike.
         let (_, long) = train(f64s(&[50], &[1.0; 50]), 0.5, s, counter);
@@ -147,7 +150,10 @@ fn dropout_rejects_bad_operands_naming_them() {
         vec![Input(x.clone()), Const(f64s(&[], &[1.0])), t()],
         Attrs::new(),
     );
-    assert!(e.contains("'op'") && e.contains("ratio must be in [0, 1), got 1"), "{e}");
+    assert!(
+        e.contains("'op'") && e.contains("ratio must be in [0, 1), got 1"),
+        "{e}"
+    );
     // A run-time ratio is checked when it is known.
     let e = run_err(
         "Dropout",
@@ -168,11 +174,17 @@ fn dropout_rejects_bad_operands_naming_them() {
         vec![Input(x.clone()), Absent, Input(f32s(&[], &[1.0]))],
         Attrs::new(),
     );
-    assert!(e.contains("input 2 (training_mode) must be a bool scalar"), "{e}");
+    assert!(
+        e.contains("input 2 (training_mode) must be a bool scalar"),
+        "{e}"
+    );
     let e = run_err(
         "Dropout",
         vec![Input(x), Absent, t(), Input(f64s(&[], &[1.0]))],
         Attrs::new(),
     );
-    assert!(e.contains("input 3 (counter) must be an integer scalar"), "{e}");
+    assert!(
+        e.contains("input 3 (counter) must be an integer scalar"),
+        "{e}"
+    );
 }

@@ -179,8 +179,8 @@ impl Op for MseLoss {
         let agree = |a: &crate::ir::Dim, b: &crate::ir::Dim| {
             a == b || a.fixed().is_none() || b.fixed().is_none()
         };
-        let same_shape = t.rank() == p.rank()
-            && (0..p.rank()).all(|i| agree(p.shape.dim(i), t.shape.dim(i)));
+        let same_shape =
+            t.rank() == p.rank() && (0..p.rank()).all(|i| agree(p.shape.dim(i), t.shape.dim(i)));
         if t.dtype != p.dtype || !same_shape {
             return Err(format!(
                 "input 1 (target) must have the type of input 0 (prediction), {p}; got {t}"

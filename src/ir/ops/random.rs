@@ -67,9 +67,7 @@ fn scalar_input(
 ) -> Result<(), String> {
     if let Some(t) = cx.opt_input(i) {
         if !ok(t.dtype) || t.shape.num_elements() != Some(1) {
-            return Err(format!(
-                "input {i} ({name}) must be {what} scalar, got {t}"
-            ));
+            return Err(format!("input {i} ({name}) must be {what} scalar, got {t}"));
         }
     }
     Ok(())
