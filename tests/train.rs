@@ -4,7 +4,7 @@
 use kiln::autodiff::grad;
 use kiln::backend::interp::InterpExecutable;
 use kiln::backend::{backend_with, Device, Executable};
-use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
+use kiln::ir::{text, Attr, Attrs, DType, Dim, Graph, Shape, TensorType, Value};
 use kiln::passes::PassOptions;
 use kiln::train::{batch_norm_training, dropout_training};
 use kiln::Tensor;
@@ -201,10 +201,15 @@ fn channel_stats(x: &[f64], (n, c, l): (usize, usize, usize)) -> (Vec<f64>, Vec<
 
 #[test]
 fn batch_norm_training_normalizes_and_updates_running_statistics() {
-    let (n, c, l) = (3, 2, 4);
+    let (c, l) = (2, 4);
     let (momentum, eps) = (0.8, 1e-3);
     let mut g = Graph::new("bn");
-    let x: Value = g.add_parameter("x", f64_type(&[n, c, l])).unwrap().into();
+    // A symbolic batch: the statistics' count is known at run time only.
+    let batch = Shape::new([Dim::Sym("N".into()), Dim::Fixed(c), Dim::Fixed(l)]);
+    let x: Value = g
+        .add_parameter("x", TensorType::new(DType::F64, batch))
+        .unwrap()
+        .into();
     let scale = constant(&mut g, Tensor::from_vec(&[2], vec![2.0, 0.5]).unwrap());
     let bias = constant(&mut g, Tensor::from_vec(&[2], vec![-1.0, 3.0]).unwrap());
     let (m0, v0) = ([0.5, -0.25], [2.0, 0.75]);
@@ -214,7 +219,8 @@ fn batch_norm_training_normalizes_and_updates_running_statistics() {
     let exe = InterpExecutable::new(g).unwrap();
     let mut rng = Rng(4);
     let (mut want_m, mut want_v) = (m0.to_vec(), v0.to_vec());
-    for _run in 0..2 {
+    // Two runs with different batch sizes.
+    for n in [3, 5] {
         let xt = rng.tensor(&[n, c, l]);
         let xs = xt.to_f64_vec();
         let out = exe.run(&[xt]).unwrap();
