@@ -666,6 +666,32 @@ kiln_status kiln_optimizer_set(struct kiln_optimizer *o, const char *name, doubl
  */
 kiln_status kiln_graph_add_optimizer(struct kiln_graph *g, const struct kiln_optimizer *o, const struct kiln_value *vars, const struct kiln_value *grads, size_t n, struct kiln_value lr);
 
+/**
+ * Appends training-mode dropout of `x` (a float value) to `g`: each run zeroes each
+ * element with probability `ratio` (in [0, 1)) and scales the others by
+ * 1 / (1 − ratio). The mask of run k is a pure function of (`seed`, k, element), so it
+ * is reproducible on any backend and thread count; k is a new i64 variable that the
+ * graph increments every run. `*y` receives the output; the mask (bool) is output 1
+ * of the same node (`y->output = 1`). For inference, build without dropout (or use the
+ * `Dropout` op with training_mode false).
+ *
+ * # Safety
+ * `g` is a live graph; `y` a valid pointer.
+ */
+kiln_status kiln_graph_add_dropout(struct kiln_graph *g, struct kiln_value x, double ratio, int64_t seed, struct kiln_value *y);
+
+/**
+ * Appends training-mode batch normalization of `x` [N, C, d...] to `g`: normalized
+ * with the batch's mean and (biased) variance over N and the spatial axes, then
+ * `· scale + bias` ([C] each); `running_mean` and `running_var` (variables of type [C])
+ * are updated every run to `momentum · running + (1 − momentum) · batch` (ONNX's
+ * convention: 0.9 and epsilon 1e-5 are its defaults). `*y` receives the output.
+ *
+ * # Safety
+ * `g` is a live graph; `y` a valid pointer.
+ */
+kiln_status kiln_graph_add_batch_norm_training(struct kiln_graph *g, struct kiln_value x, struct kiln_value scale, struct kiln_value bias, struct kiln_value running_mean, struct kiln_value running_var, double momentum, double epsilon, struct kiln_value *y);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

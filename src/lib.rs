@@ -17,6 +17,7 @@ pub mod memory;
 pub mod optim;
 pub mod passes;
 pub mod tensor;
+pub mod train;
 
 pub use error::{Error, Result};
 pub use ir::{DType, Dim, Graph, NodeId, Shape, TensorType, Value};

@@ -68,6 +68,17 @@ fn run_case(dir: &Path, device: Device) -> Result<(), String> {
 /// A case's name, model opset and outcomes on `interp` and on `cpu`.
 type Case = (String, i64, Result<(), String>, Result<(), String>);
 
+/// Cases whose expected outputs were drawn from numpy's `RandomState`: Kiln's Dropout
+/// uses its own counter-based generator (the same mask on any thread count), so their
+/// random masks differ by design.
+const RANDOM_CASES: &[&str] = &[
+    "test_training_dropout",
+    "test_training_dropout_default",
+    "test_training_dropout_default_mask",
+    "test_training_dropout_mask",
+];
+const RANDOM_REASON: &str = "numpy RNG mask (Kiln's counter-based RNG differs by design)";
+
 fn group(case: &str) -> String {
     case.trim_start_matches("test_")
         .split('_')
@@ -160,6 +171,10 @@ fn onnx_node_suite() {
         match r {
             Ok(()) => record.push_str(&format!("{name} pass\n")),
             Err(e) => {
+                let e = match RANDOM_CASES.contains(&name.as_str()) {
+                    true => format!("{RANDOM_REASON}: {e}"),
+                    false => e.clone(),
+                };
                 let reason: String = e.lines().next().unwrap_or("").chars().take(160).collect();
                 record.push_str(&format!("{name} fail {reason}\n"));
             }

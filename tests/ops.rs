@@ -29,6 +29,8 @@ mod norm;
 mod pool;
 #[path = "ops/quant.rs"]
 mod quant;
+#[path = "ops/random.rs"]
+mod random;
 #[path = "ops/reduce.rs"]
 mod reduce;
 #[path = "ops/resize.rs"]

@@ -313,6 +313,23 @@ class Graph {
     check(kiln_graph_add_optimizer(h_, opt.get(), vars.data(), grads.data(), vars.size(), lr));
   }
 
+  /// Training-mode dropout of `x`: a fresh mask every run, reproducible from `seed`
+  /// (see kiln_graph_add_dropout). The mask is output 1 of the returned value's node.
+  kiln_value add_dropout(kiln_value x, double ratio, std::int64_t seed) {
+    kiln_value y;
+    check(kiln_graph_add_dropout(h_, x, ratio, seed, &y));
+    return y;
+  }
+
+  /// Training-mode batch normalization of `x` [N, C, d...] that updates the running
+  /// statistics variables every run (see kiln_graph_add_batch_norm_training).
+  kiln_value add_batch_norm_training(kiln_value x, kiln_value scale, kiln_value bias, kiln_value running_mean,
+                                     kiln_value running_var, double momentum = 0.9, double epsilon = 1e-5) {
+    kiln_value y;
+    check(kiln_graph_add_batch_norm_training(h_, x, scale, bias, running_mean, running_var, momentum, epsilon, &y));
+    return y;
+  }
+
   void add_control_dependency(std::uint32_t node, std::uint32_t after) {
     check(kiln_graph_add_control_dependency(h_, node, after));
   }

@@ -36,6 +36,7 @@ pub(crate) fn backward(
     let some = |v: Value| Ok(vec![Some(v)]);
     match node.op.as_str() {
         "Identity" => some(gy),
+        "Dropout" | "MseLoss" => super::rules_train::backward(cx, &node, gy),
         "Neg" => some(cx.op("Neg", &[gy], none)?),
         "Add" | "Sub" => {
             let (a, b) = (x(0)?, x(1)?);

@@ -153,3 +153,76 @@ pub unsafe extern "C" fn kiln_graph_add_optimizer(
         Ok(())
     })
 }
+
+fn to_value(v: kiln_value) -> Value {
+    Value {
+        node: NodeId(v.node),
+        output: v.output,
+    }
+}
+
+/// Appends training-mode dropout of `x` (a float value) to `g`: each run zeroes each
+/// element with probability `ratio` (in [0, 1)) and scales the others by
+/// 1 / (1 − ratio). The mask of run k is a pure function of (`seed`, k, element), so it
+/// is reproducible on any backend and thread count; k is a new i64 variable that the
+/// graph increments every run. `*y` receives the output; the mask (bool) is output 1
+/// of the same node (`y->output = 1`). For inference, build without dropout (or use the
+/// `Dropout` op with training_mode false).
+///
+/// # Safety
+/// `g` is a live graph; `y` a valid pointer.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_add_dropout(
+    g: *mut kiln_graph,
+    x: kiln_value,
+    ratio: f64,
+    seed: i64,
+    y: *mut kiln_value,
+) -> kiln_status {
+    guard(|| {
+        let g = arg_mut(g, "g")?;
+        let y = out_ptr(y, "y")?;
+        let d = crate::train::dropout_training(&mut g.graph, to_value(x), ratio, seed)?;
+        *y = d.output.into();
+        Ok(())
+    })
+}
+
+/// Appends training-mode batch normalization of `x` [N, C, d...] to `g`: normalized
+/// with the batch's mean and (biased) variance over N and the spatial axes, then
+/// `· scale + bias` ([C] each); `running_mean` and `running_var` (variables of type [C])
+/// are updated every run to `momentum · running + (1 − momentum) · batch` (ONNX's
+/// convention: 0.9 and epsilon 1e-5 are its defaults). `*y` receives the output.
+///
+/// # Safety
+/// `g` is a live graph; `y` a valid pointer.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn kiln_graph_add_batch_norm_training(
+    g: *mut kiln_graph,
+    x: kiln_value,
+    scale: kiln_value,
+    bias: kiln_value,
+    running_mean: kiln_value,
+    running_var: kiln_value,
+    momentum: f64,
+    epsilon: f64,
+    y: *mut kiln_value,
+) -> kiln_status {
+    guard(|| {
+        let g = arg_mut(g, "g")?;
+        let y = out_ptr(y, "y")?;
+        let out = crate::train::batch_norm_training(
+            &mut g.graph,
+            to_value(x),
+            to_value(scale),
+            to_value(bias),
+            to_value(running_mean),
+            to_value(running_var),
+            momentum,
+            epsilon,
+        )?;
+        *y = out.into();
+        Ok(())
+    })
+}

@@ -71,3 +71,49 @@ fn softmax_cross_entropy_gives_loss_and_log_prob() {
         "{e}"
     );
 }
+
+#[test]
+fn mse_loss_reductions_and_operand_checks() {
+    let p = f64s(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let t = f64s(&[2, 2], &[0.5, 2.0, 5.0, 1.0]);
+    let mse = |a: Attrs| run1("MseLoss", vec![Input(p.clone()), Input(t.clone())], a);
+    assert_eq!(mse(red("none")), f64s(&[2, 2], &[0.25, 0.0, 4.0, 9.0]));
+    assert_eq!(mse(red("sum")), f64s(&[], &[13.25]));
+    assert_eq!(mse(Attrs::new()), f64s(&[], &[3.3125]));
+    // f32 and symbolic dims.
+    let y = run1(
+        "MseLoss",
+        vec![
+            Symbolic(f32s(&[3], &[1.0, -1.0, 0.0])),
+            Symbolic(f32s(&[3], &[0.0, 1.0, 0.0])),
+        ],
+        Attrs::new(),
+    );
+    assert_close(&y, &f32s(&[], &[5.0 / 3.0]), 1e-6, 0.0);
+    let e = run_err(
+        "MseLoss",
+        vec![Input(p.clone()), Input(f64s(&[4], &[0.0; 4]))],
+        Attrs::new(),
+    );
+    assert!(
+        e.contains("'op'") && e.contains("input 1 (target) must have the type of input 0"),
+        "{e}"
+    );
+    let e = run_err(
+        "MseLoss",
+        vec![Input(p.clone()), Input(f32s(&[2, 2], &[0.0; 4]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("input 1 (target)"), "{e}");
+    let e = run_err(
+        "MseLoss",
+        vec![Input(i64s(&[1], &[1])), Input(i64s(&[1], &[1]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("input 0 must be a float type"), "{e}");
+    let e = run_err("MseLoss", vec![Input(p.clone()), Input(t)], red("max"));
+    assert!(
+        e.contains("reduction 'max' is not one of none, sum, mean"),
+        "{e}"
+    );
+}

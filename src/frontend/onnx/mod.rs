@@ -1,8 +1,8 @@
 //! The ONNX importer: an ONNX model (protobuf, decoded by prost from the committed
 //! `proto.rs`) to a Kiln graph. Catalogue ops share ONNX's names, inputs and attributes,
 //! so most nodes map one to one; `ops.rs` rewrites the rest (older opsets' attribute
-//! forms, `Constant`, `Cast`'s type codes, `Dropout`) and `expand.rs` builds ONNX ops
-//! that are not catalogue ops out of ones that are.
+//! forms, `Constant`, `Cast`'s type codes, opset 7-11 `Dropout`'s ratio) and `expand.rs`
+//! builds ONNX ops that are not catalogue ops out of ones that are.
 //!
 //! Every error names the ONNX node (index, name, op type, domain, opset).
 use std::collections::{HashMap, HashSet};

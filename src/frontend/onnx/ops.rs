@@ -2,7 +2,7 @@
 //! here are the exceptions: the other domains and the ops `expand.rs` builds, opsets
 //! 1-6, attribute forms of older opsets that later became inputs (and Upsample, DFT-17,
 //! GridSample-16), the pre-13 softmaxes' 2-D coercion, `Constant`, type codes,
-//! `ConstantOfShape`'s tensor attribute, inference-mode `Dropout`.
+//! `ConstantOfShape`'s tensor attribute, opset 7-11 `Dropout`'s ratio attribute.
 use std::collections::HashMap;
 
 use super::expand::{self, Builder};
@@ -218,32 +218,18 @@ pub(super) fn convert(
                 attrs.set("dtype", Attr::String(t.dtype().name().into()));
             }
         }
-        "Dropout" => {
-            if n_outputs > 1 {
-                return Err(Error::UnknownOp(
-                    "Dropout's mask output is not supported".into(),
-                ));
+        "Dropout" if opset < 12 => {
+            // Opsets 7-11 have no training_mode: an imported model runs for inference
+            // (output = data, mask all true). The ratio attribute becomes the input.
+            if let Some(Attr::Float(r)) = attrs.0.remove("ratio") {
+                let x = inputs
+                    .first()
+                    .copied()
+                    .flatten()
+                    .ok_or_else(|| Error::Graph("Dropout needs an input".into()))?;
+                inputs.truncate(1);
+                inputs.push(Some(scalar_like(imp, x, r, &format!("{name}.ratio"))?));
             }
-            // Inference only: a training_mode that is not a constant false would be random.
-            if let Some(Some(t)) = inputs.get(2) {
-                let node = imp.g.node(t.node);
-                let off = node.op == "Constant"
-                    && node
-                        .data
-                        .as_ref()
-                        .is_some_and(|d| d.to_f64_vec().iter().all(|&v| v == 0.0));
-                if !off {
-                    return Err(Error::UnknownOp(
-                        "Dropout in training mode is not supported".into(),
-                    ));
-                }
-            }
-            let x = inputs
-                .first()
-                .copied()
-                .flatten()
-                .ok_or_else(|| Error::Graph("Dropout needs an input".into()))?;
-            return imp.add("Identity", &[Some(x)], Attrs::new(), name);
         }
         "ReduceSum" if opset < 13 => attr_to_input(imp, &mut inputs, &mut attrs, "axes", 1, name)?,
         "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1" | "ReduceL2"

@@ -1,4 +1,5 @@
-//! Losses: NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (opset 13 forms).
+//! Losses: NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (opset 13 forms), and
+//! the Kiln-only MseLoss.
 use ndarray::{ArrayD, Axis, Dimension, IxDyn};
 
 use super::util::require_dtype;
@@ -153,6 +154,65 @@ impl Op for SoftmaxCrossEntropy {
     }
 }
 
+struct MseLoss;
+
+const MSE: OpSchema = OpSchema {
+    name: "MseLoss",
+    family: "loss",
+    inputs: &["prediction", "target"],
+    outputs: &["loss"],
+    attrs: &[AttrSpec::opt("reduction", AttrKind::String, "mean")],
+    doc: "Kiln-only. (prediction − target)², of two float tensors of the same type and \
+          shape (no broadcasting, so that a shape slip is an error, not a silently wrong \
+          loss), reduced by none, sum or mean over all elements.",
+};
+
+impl Op for MseLoss {
+    fn schema(&self) -> &OpSchema {
+        &MSE
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let (p, t) = (cx.input(0)?, cx.input(1)?);
+        require_dtype(p, 0, is_float, "a float type")?;
+        // Symbolic dims may differ in name and agree at run time (eval checks them).
+        let agree = |a: &crate::ir::Dim, b: &crate::ir::Dim| {
+            a == b || a.fixed().is_none() || b.fixed().is_none()
+        };
+        let same_shape =
+            t.rank() == p.rank() && (0..p.rank()).all(|i| agree(p.shape.dim(i), t.shape.dim(i)));
+        if t.dtype != p.dtype || !same_shape {
+            return Err(format!(
+                "input 1 (target) must have the type of input 0 (prediction), {p}; got {t}"
+            ));
+        }
+        Ok(vec![match reduction(cx.attrs)? {
+            "none" => p.clone(),
+            _ => TensorType::new(p.dtype, Shape::scalar()),
+        }])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let (p, t) = (cx.input(0)?, cx.input(1)?);
+        if p.shape() != t.shape() {
+            return Err(format!(
+                "prediction has shape {:?}, target {:?}",
+                p.shape(),
+                t.shape()
+            ));
+        }
+        let d = p.to_f64_array() - t.to_f64_array();
+        let sq = d.mapv(|v| v * v);
+        let loss = match reduction(cx.attrs)? {
+            "none" => sq,
+            "sum" => ArrayD::from_elem(IxDyn(&[]), sq.sum()),
+            // The mean of no elements is NaN, as in numpy and PyTorch.
+            _ => ArrayD::from_elem(IxDyn(&[]), sq.sum() / sq.len() as f64),
+        };
+        Ok(vec![Tensor::from_f64_array(p.dtype(), loss)])
+    }
+}
+
 pub fn ops() -> Vec<&'static dyn Op> {
-    vec![leak(NllLoss), leak(SoftmaxCrossEntropy)]
+    vec![leak(NllLoss), leak(SoftmaxCrossEntropy), leak(MseLoss)]
 }

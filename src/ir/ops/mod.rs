@@ -26,6 +26,7 @@ pub mod misc;
 pub mod norm;
 pub mod pool;
 pub mod quant;
+pub mod random;
 pub mod reduce;
 pub mod resize;
 pub mod rnn;
@@ -247,7 +248,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 21] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 22] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -269,6 +270,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             grid_sample::ops,
             fused::ops,
             layout::ops,
+            random::ops,
         ];
         for family in families {
             for op in family() {
