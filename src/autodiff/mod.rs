@@ -15,6 +15,7 @@ use crate::ir::{Attr, Attrs, DType, Graph, NodeId, TensorType, Value};
 use crate::tensor::Tensor;
 
 mod rules;
+mod rules_nn;
 
 /// The gradients of `loss` (a float value with one element) with respect to each of
 /// `wrt` (parameters or variables of float type), as new values of `g`, in order. A
