@@ -173,7 +173,11 @@ fn single(cx: &mut Cx, node: &Node, id: NodeId, gys: &[Option<Value>]) -> Result
             };
             let d = if root { un(cx, "Sqrt", d)? } else { d };
             let g = bin(cx, "Div", gy()?, d)?;
-            one(if node.op == "Acos" { un(cx, "Neg", g)? } else { g })?
+            one(if node.op == "Acos" {
+                un(cx, "Neg", g)?
+            } else {
+                g
+            })?
         }
         "Softsign" => {
             // 1/(1+|x|)²
@@ -227,7 +231,11 @@ fn single(cx: &mut Cx, node: &Node, id: NodeId, gys: &[Option<Value>]) -> Result
                 mul(cx, e, a)?
             };
             // Elu and Celu take the x ≥ 0 branch at 0, Selu the x > 0 one.
-            let cmp = if node.op == "Selu" { "Greater" } else { "GreaterOrEqual" };
+            let cmp = if node.op == "Selu" {
+                "Greater"
+            } else {
+                "GreaterOrEqual"
+            };
             let pos = bin(cx, cmp, xv, c0)?;
             let mut d = cx.op("Where", &[pos, c1, neg], Attrs::new())?;
             if gamma != 1.0 {
@@ -727,7 +735,10 @@ impl Geometry {
         let per_axis = |name: &str, n: usize, d: i64| -> Result<Vec<i64>> {
             match attrs.ints(name).map_err(graph_err)? {
                 Some(v) if v.len() == n => Ok(v.to_vec()),
-                Some(v) => Err(Error::Graph(format!("{name} has {} values, {n} needed", v.len()))),
+                Some(v) => Err(Error::Graph(format!(
+                    "{name} has {} values, {n} needed",
+                    v.len()
+                ))),
                 None => Ok(vec![d; n]),
             }
         };
@@ -770,8 +781,9 @@ impl Geometry {
         let k = self.kernel.len();
         let (mut pads, mut extra) = (vec![0; 2 * k], vec![0; k]);
         for i in 0..k {
-            let full =
-                (self.output[i] - 1) * self.strides[i] + (self.kernel[i] - 1) * self.dilations[i] + 1;
+            let full = (self.output[i] - 1) * self.strides[i]
+                + (self.kernel[i] - 1) * self.dilations[i]
+                + 1;
             let begin = self.pads[i];
             pads[i] = begin;
             pads[i + k] = (full - begin - self.input[i]).max(0);
@@ -797,9 +809,11 @@ fn fixed_from(cx: &Cx, v: Value, from: usize, what: &str) -> Result<Vec<i64>> {
     let t = cx.ty(v);
     (from..t.rank())
         .map(|i| {
-            t.shape.dim(i).fixed().map(|d| d as i64).ok_or_else(|| {
-                Error::Graph(format!("the rule needs static {what}, got {t}"))
-            })
+            t.shape
+                .dim(i)
+                .fixed()
+                .map(|d| d as i64)
+                .ok_or_else(|| Error::Graph(format!("the rule needs static {what}, got {t}")))
         })
         .collect()
 }
@@ -847,7 +861,11 @@ fn conv(cx: &mut Cx, node: &Node, y: Value, gy: Value) -> Result<Grads> {
         let rest: Vec<i64> = (3..r as i64 + 1).collect();
         let s = cx.ints(&split(group, cg, &geo.input))?;
         let xs = cx.op("Reshape", &[xv, s], none.clone())?;
-        let xs = cx.op("Transpose", &[xs], perm([vec![2, 1, 0], rest.clone()].concat()))?;
+        let xs = cx.op(
+            "Transpose",
+            &[xs],
+            perm([vec![2, 1, 0], rest.clone()].concat()),
+        )?;
         let s = cx.ints(&[vec![cg, -1], geo.input.clone()].concat())?;
         let xs = cx.op("Reshape", &[xs, s], none.clone())?;
         let s = cx.ints(&split(group, mg, &geo.output))?;
@@ -885,7 +903,9 @@ fn conv(cx: &mut Cx, node: &Node, y: Value, gy: Value) -> Result<Grads> {
 fn average_pool(cx: &mut Cx, node: &Node, y: Value, gy: Value) -> Result<Grads> {
     let attrs = &node.attrs;
     if attrs.int_or("block", 0).map_err(graph_err)? != 0 {
-        return Err(Error::Graph("the rule covers the plain layout (block 0)".into()));
+        return Err(Error::Graph(
+            "the rule covers the plain layout (block 0)".into(),
+        ));
     }
     let xv = input(node, 0)?;
     let xt = cx.ty(xv);
@@ -939,14 +959,20 @@ fn average_pool(cx: &mut Cx, node: &Node, y: Value, gy: Value) -> Result<Grads> 
     sdims.extend(&out_dims);
     let t = Tensor::from_f64s(xt.dtype, &sdims, &scale).map_err(graph_err)?;
     let name = cx.g.fresh_name("grad_pool_scale");
-    let scale: Value = cx
-        .g
-        .add_constant(&name, TensorType::new(xt.dtype, crate::ir::Shape::fixed(&sdims)), t)?
+    let scale: Value =
+        cx.g.add_constant(
+            &name,
+            TensorType::new(xt.dtype, crate::ir::Shape::fixed(&sdims)),
+            t,
+        )?
         .into();
     let g = mul(cx, gy, scale)?;
     let mut wdims = vec![c as usize, 1];
     wdims.extend(kernel.iter().map(|&d| d as usize));
-    let ones = cx.constant(&TensorType::new(xt.dtype, crate::ir::Shape::fixed(&wdims)), 1.0)?;
+    let ones = cx.constant(
+        &TensorType::new(xt.dtype, crate::ir::Shape::fixed(&wdims)),
+        1.0,
+    )?;
     let dx = cx.op("ConvTranspose", &[g, ones], geo.transpose_attrs(c)?)?;
     Ok(vec![Some(dx)])
 }
