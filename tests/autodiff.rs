@@ -881,6 +881,16 @@ fn selections_and_their_scatters() {
             .unwrap()
             .into();
     check(c, &mut rng);
+    for (axis, exclusive, reverse) in [(1i64, 0, 0), (0, 1, 0), (-1, 1, 1), (0, 0, 1)] {
+        let mut c = Case::new(&format!("cumsum {axis} {exclusive} {reverse}"));
+        let xv = c.param(&mut rng, &[3, 4], 0.0);
+        let a = konst(&mut c.g, Tensor::scalar(axis));
+        let attrs = Attrs::new()
+            .with("exclusive", Attr::Int(exclusive))
+            .with("reverse", Attr::Int(reverse));
+        c.out = op(&mut c.g, "CumSum", &[xv, a], attrs);
+        check(c, &mut rng);
+    }
     let mut c = Case::new("tile");
     let xv = c.param(&mut rng, &[2, 3], 0.0);
     let reps = axes(&mut c.g, &[3, 2]);

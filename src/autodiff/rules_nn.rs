@@ -1,7 +1,7 @@
 //! Gradient rules for the network families beyond the core catalogue of `rules.rs`:
 //! convolutions of any rank and group, pools, normalizations, selections (Gather,
-//! Slice, Pad, Tile, Split), variadic sums and extrema, the remaining reductions and the
-//! unary activations. [`backward_nn`] answers `None` for an op it has no rule for, so
+//! Slice, Pad, Tile, Split), CumSum, variadic sums and extrema, the remaining reductions
+//! and the unary activations. [`backward_nn`] answers `None` for an op it has no rule for, so
 //! `rules.rs` keeps the final word (and its error naming the op).
 //!
 //! Selections share one exact backward: the op applied to an "iota" (each element's
@@ -109,6 +109,14 @@ fn single(cx: &mut Cx, node: &Node, id: NodeId, gys: &[Option<Value>]) -> Result
             Some(vec![Some(g), None])
         }
         "Slice" => Some(slice(cx, node, gy()?)?),
+        "CumSum" => {
+            // Each input element feeds the sums after it (before it, reversed): the
+            // cumulative sum of gy the other way, with the same exclusivity.
+            let reverse = attrs.int_or("reverse", 0).map_err(graph_err)? != 0;
+            let a = attrs.clone().with("reverse", Attr::Int(!reverse as i64));
+            let g = cx.op("CumSum", &[gy()?, input(node, 1)?], a)?;
+            Some(vec![Some(g), None])
+        }
         "Pad" => Some(pad(cx, node, gy()?)?),
         "Sum" | "Mean" => {
             let mut g = gy()?;
@@ -458,10 +466,12 @@ fn expand_back(cx: &mut Cx, v: Value, x: Value, axes: &[usize], keepdims: bool) 
 fn reduction(cx: &mut Cx, node: &Node, y: Value, gy: Value) -> Result<Grads> {
     let xv = input(node, 0)?;
     let xt = cx.ty(xv);
-    let axes_input = match node.inputs.get(1).copied().flatten() {
-        None => None,
-        Some(v) => Some(const_ints(cx, Some(v))),
-    };
+    let axes_input = node
+        .inputs
+        .get(1)
+        .copied()
+        .flatten()
+        .map(|v| const_ints(cx, Some(v)));
     let axes = reduce_axes(&xt.shape, axes_input, &node.attrs)
         .map_err(graph_err)?
         .ok_or_else(|| Error::Graph("the axes must be constant".into()))?;
