@@ -812,6 +812,30 @@ fn selections_and_their_scatters() {
     let idx = konst(&mut c.g, Tensor::scalar(2i64));
     c.out = op(&mut c.g, "Gather", &[xv, idx], Attrs::new());
     check(c, &mut rng);
+    let mut c = Case::new("gather nd");
+    let xv = c.param(&mut rng, &[3, 4, 2], 0.0);
+    let idx = konst(
+        &mut c.g,
+        Tensor::from_vec(&[3, 2], vec![0i64, 1, 2, -1, 0, 1]).unwrap(),
+    );
+    c.out = op(&mut c.g, "GatherND", &[xv, idx], Attrs::new());
+    check(c, &mut rng);
+    let mut c = Case::new("reverse sequence");
+    let xv = c.param(&mut rng, &[4, 3, 2], 0.0);
+    let lens = konst(&mut c.g, Tensor::from_vec(&[3], vec![4i64, 1, 2]).unwrap());
+    c.out = op(&mut c.g, "ReverseSequence", &[xv, lens], Attrs::new());
+    check(c, &mut rng);
+    for (upper, k) in [(1, None), (0, Some(-1i64))] {
+        let mut c = Case::new(&format!("trilu {upper} {k:?}"));
+        let xv = c.param(&mut rng, &[2, 3, 4], 0.0);
+        let mut ins = vec![Some(xv)];
+        if let Some(k) = k {
+            ins.push(Some(konst(&mut c.g, Tensor::scalar(k))));
+        }
+        let attrs = Attrs::new().with("upper", Attr::Int(upper));
+        c.out = c.g.add_op("Trilu", &ins, attrs, "").unwrap().into();
+        check(c, &mut rng);
+    }
     let mut c = Case::new("gather elements");
     let xv = c.param(&mut rng, &[3, 4], 0.0);
     let idx = konst(
@@ -1018,6 +1042,7 @@ fn activations_and_trigonometry() {
     let f = |a: f64| Attr::Float(a);
     for (name, scale, shift, attrs) in [
         ("Softplus", 3.0, 0.0, Attrs::new()),
+        ("Mish", 3.0, 0.0, Attrs::new()),
         ("Sin", 3.0, 0.0, Attrs::new()),
         ("Cos", 3.0, 0.0, Attrs::new()),
         ("Tan", 1.0, 0.0, Attrs::new()),

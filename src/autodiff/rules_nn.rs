@@ -95,7 +95,7 @@ fn single(cx: &mut Cx, node: &Node, id: NodeId, gys: &[Option<Value>]) -> Result
         "BatchNormalization" => Some(batch_norm(cx, node, gy()?)?),
         "RMSNormalization" => Some(rms_norm(cx, node, gy()?)?),
         "InstanceNormalization" => Some(instance_norm(cx, node, gy()?)?),
-        "Gather" | "GatherElements" => {
+        "Gather" | "GatherElements" | "GatherND" | "ReverseSequence" => {
             let (xv, idx) = (x0()?, input(node, 1)?);
             let (op, a) = (node.op.clone(), attrs.clone());
             let g = scatter_back(cx, xv, gy()?, |cx, iota| cx.op(&op, &[iota, idx], a))?;
@@ -109,6 +109,13 @@ fn single(cx: &mut Cx, node: &Node, id: NodeId, gys: &[Option<Value>]) -> Result
             Some(vec![Some(g), None])
         }
         "Slice" => Some(slice(cx, node, gy()?)?),
+        "Trilu" => {
+            // The kept triangle passes gy; the zeroed one has none.
+            let mut ins = vec![Some(gy()?)];
+            ins.extend(node.inputs.get(1).copied());
+            let g = op_opt(cx, "Trilu", &ins, attrs.clone())?;
+            Some(vec![Some(g), None])
+        }
         "CumSum" => {
             // Each input element feeds the sums after it (before it, reversed): the
             // cumulative sum of gy the other way, with the same exclusivity.
@@ -140,6 +147,20 @@ fn single(cx: &mut Cx, node: &Node, id: NodeId, gys: &[Option<Value>]) -> Result
         "Softplus" => {
             let s = un(cx, "Sigmoid", x0()?)?;
             one(mul(cx, gy()?, s)?)?
+        }
+        "Mish" => {
+            // tanh(sp) + x·σ(x)·(1 − tanh²(sp)), sp = softplus(x).
+            let xv = x0()?;
+            let c1 = cx.scalar(cx.ty(xv).dtype, 1.0)?;
+            let sp = un(cx, "Softplus", xv)?;
+            let t = un(cx, "Tanh", sp)?;
+            let tt = mul(cx, t, t)?;
+            let sech2 = bin(cx, "Sub", c1, tt)?;
+            let s = un(cx, "Sigmoid", xv)?;
+            let d = mul(cx, xv, s)?;
+            let d = mul(cx, d, sech2)?;
+            let d = bin(cx, "Add", t, d)?;
+            one(mul(cx, gy()?, d)?)?
         }
         "Sin" => {
             let c = un(cx, "Cos", x0()?)?;
