@@ -120,6 +120,7 @@ fn check_params(c: &Case, rng: &mut Rng, data: usize) {
     };
     let base = run(&c.values);
     let h = 1e-5;
+    let mut worst = 0.0f64;
     for p in 0..c.params.len() {
         let value = &c.values[data + p];
         assert_eq!(base[1 + p].shape(), value.shape(), "gradient {p}'s shape");
@@ -134,6 +135,7 @@ fn check_params(c: &Case, rng: &mut Rng, data: usize) {
             };
             let numeric = (at(h) - at(-h)) / (2.0 * h);
             let err = (ana - numeric).abs() / ana.abs().max(numeric.abs()).max(1e-2);
+            worst = worst.max(err);
             assert!(
                 err <= 1e-6,
                 "{}: d loss / d p{p}[{k}]: {ana} by the rules, {numeric} by differences (rel {err:.1e})\n{}",
@@ -142,6 +144,8 @@ fn check_params(c: &Case, rng: &mut Rng, data: usize) {
             );
         }
     }
+    // `--nocapture` shows each case's worst error.
+    eprintln!("case '{}': max rel err {worst:.1e}", g.name);
 }
 
 #[test]
@@ -539,4 +543,779 @@ fn what_has_no_gradient_is_an_error_naming_the_node() {
         ])
         .unwrap();
     assert_eq!(got[0].to_f64_vec(), vec![0.0, 0.0]);
+}
+
+fn konst(g: &mut Graph, t: Tensor) -> Value {
+    let name = g.fresh_name("k");
+    g.add_constant_value(&name, t).unwrap().into()
+}
+
+fn scaled(g: &mut Graph, x: Value, s: f64) -> Value {
+    let k = konst(g, Tensor::scalar(s));
+    op(g, "Mul", &[x, k], Attrs::new())
+}
+
+fn ints(v: &[i64]) -> Attr {
+    Attr::Ints(v.to_vec())
+}
+
+/// Convolutions beyond 2-D group 1: grouped, depthwise, 1-D, 3-D, automatic padding.
+#[test]
+fn convolutions_of_any_rank_and_group() {
+    let mut rng = Rng(11);
+    type ConvCase<'a> = (&'a [usize], &'a [usize], i64, Attrs);
+    let cases: Vec<ConvCase> = vec![
+        // Grouped 2-D, strided and padded.
+        (
+            &[2, 4, 6, 5],
+            &[6, 2, 3, 2],
+            2,
+            Attrs::new()
+                .with("strides", ints(&[2, 1]))
+                .with("pads", ints(&[1, 0, 0, 1])),
+        ),
+        // Depthwise 2-D with dilation.
+        (
+            &[1, 3, 7, 7],
+            &[3, 1, 3, 3],
+            3,
+            Attrs::new()
+                .with("dilations", ints(&[2, 1]))
+                .with("pads", ints(&[1, 1, 1, 1])),
+        ),
+        // Depthwise with a channel multiplier (M = 2·C).
+        (
+            &[2, 2, 5, 5],
+            &[4, 1, 2, 2],
+            2,
+            Attrs::new().with("strides", ints(&[2, 2])),
+        ),
+        // 1-D, strided, with a skipped last input position.
+        (
+            &[2, 3, 10],
+            &[4, 3, 3],
+            1,
+            Attrs::new()
+                .with("strides", ints(&[3]))
+                .with("pads", ints(&[1, 0])),
+        ),
+        // 1-D grouped, dilated.
+        (
+            &[1, 4, 9],
+            &[2, 2, 2],
+            2,
+            Attrs::new().with("dilations", ints(&[3])),
+        ),
+        // 3-D.
+        (
+            &[1, 2, 4, 5, 3],
+            &[3, 2, 2, 3, 2],
+            1,
+            Attrs::new()
+                .with("strides", ints(&[1, 2, 1]))
+                .with("pads", ints(&[1, 0, 1, 0, 1, 0])),
+        ),
+        // 2-D SAME_UPPER, strided.
+        (
+            &[1, 2, 7, 6],
+            &[2, 2, 3, 3],
+            1,
+            Attrs::new()
+                .with("auto_pad", Attr::String("SAME_UPPER".into()))
+                .with("strides", ints(&[2, 2])),
+        ),
+        // 2-D SAME_LOWER, grouped.
+        (
+            &[1, 4, 5, 5],
+            &[4, 2, 2, 2],
+            2,
+            Attrs::new().with("auto_pad", Attr::String("SAME_LOWER".into())),
+        ),
+    ];
+    for (x, w, group, attrs) in cases {
+        let mut c = Case::new(&format!("conv {x:?} {w:?} group {group}"));
+        let xv = c.param(&mut rng, x, 0.0);
+        let wv = c.param(&mut rng, w, 0.0);
+        let b = c.param(&mut rng, &[w[0]], 0.0);
+        c.out = op(
+            &mut c.g,
+            "Conv",
+            &[xv, wv, b],
+            attrs.with("group", Attr::Int(group)),
+        );
+        check(c, &mut rng);
+    }
+}
+
+/// AveragePool with padding counted or not, ceil mode, dilation, 1-D and automatic
+/// padding: each window's count differs at the borders.
+#[test]
+fn average_pools() {
+    let mut rng = Rng(12);
+    let cases: Vec<(&[usize], Attrs)> = vec![
+        (
+            &[2, 3, 5, 6],
+            Attrs::new()
+                .with("kernel_shape", ints(&[2, 3]))
+                .with("strides", ints(&[2, 2]))
+                .with("pads", ints(&[0, 1, 1, 0])),
+        ),
+        (
+            &[1, 2, 6, 7],
+            Attrs::new()
+                .with("kernel_shape", ints(&[3, 3]))
+                .with("strides", ints(&[2, 2]))
+                .with("pads", ints(&[1, 1, 1, 1]))
+                .with("ceil_mode", Attr::Int(1)),
+        ),
+        (
+            &[1, 2, 7, 7],
+            Attrs::new()
+                .with("kernel_shape", ints(&[2, 2]))
+                .with("strides", ints(&[3, 3]))
+                .with("ceil_mode", Attr::Int(1)),
+        ),
+        (
+            &[1, 2, 7, 6],
+            Attrs::new()
+                .with("kernel_shape", ints(&[2, 2]))
+                .with("dilations", ints(&[2, 1]))
+                .with("pads", ints(&[1, 0, 0, 1])),
+        ),
+        (
+            &[2, 3, 9],
+            Attrs::new()
+                .with("kernel_shape", ints(&[4]))
+                .with("strides", ints(&[2]))
+                .with("pads", ints(&[2, 1])),
+        ),
+        (
+            &[1, 2, 5, 5],
+            Attrs::new()
+                .with("kernel_shape", ints(&[3, 2]))
+                .with("strides", ints(&[2, 2]))
+                .with("auto_pad", Attr::String("SAME_UPPER".into())),
+        ),
+    ];
+    for (x, attrs) in cases {
+        for include_pad in [0, 1] {
+            let mut c = Case::new(&format!(
+                "average pool {x:?} count_include_pad {include_pad}"
+            ));
+            let xv = c.param(&mut rng, x, 0.0);
+            let attrs = attrs
+                .clone()
+                .with("count_include_pad", Attr::Int(include_pad));
+            c.out = op(&mut c.g, "AveragePool", &[xv], attrs);
+            check(c, &mut rng);
+        }
+    }
+}
+
+/// BatchNormalization (every input, positive variances), LayerNormalization through Y
+/// only and through all three outputs, RMSNormalization, InstanceNormalization.
+#[test]
+fn normalizations() {
+    let mut rng = Rng(13);
+    for x in [&[2, 3, 4, 5][..], &[4, 3]] {
+        let mut c = Case::new("batch norm");
+        let xv = c.param(&mut rng, x, 0.0);
+        let ps: Vec<Value> = (0..4).map(|_| c.param(&mut rng, &[3], 0.3)).collect();
+        let var = op(&mut c.g, "Abs", &[ps[3]], Attrs::new());
+        c.out = op(
+            &mut c.g,
+            "BatchNormalization",
+            &[xv, ps[0], ps[1], ps[2], var],
+            Attrs::new().with("epsilon", Attr::Float(0.01)),
+        );
+        check(c, &mut rng);
+    }
+    for (axis, scale, bias) in [
+        (-1i64, &[4][..], Some(&[4][..])),
+        (1, &[3, 4], None),
+        (1, &[1, 4], Some(&[3, 1])),
+    ] {
+        // Default stash_type 1 (f32 statistics): the rule recomputes them in f64.
+        let mut c = Case::new(&format!("layer norm axis {axis}"));
+        let xv = c.param(&mut rng, &[2, 3, 4], 0.0);
+        let s = c.param(&mut rng, scale, 0.0);
+        let mut ins = vec![xv, s];
+        if let Some(b) = bias {
+            ins.push(c.param(&mut rng, b, 0.0));
+        }
+        c.out = op(
+            &mut c.g,
+            "LayerNormalization",
+            &ins,
+            Attrs::new().with("axis", Attr::Int(axis)),
+        );
+        check(c, &mut rng);
+    }
+    for outputs in [&[0usize, 1, 2][..], &[1, 2], &[2]] {
+        let mut c = Case::new(&format!("layer norm outputs {outputs:?}"));
+        let xv = c.param(&mut rng, &[3, 5], 0.0);
+        let s = c.param(&mut rng, &[5], 0.0);
+        let b = c.param(&mut rng, &[5], 0.0);
+        let attrs = Attrs::new().with("stash_type", Attr::Int(0));
+        let id =
+            c.g.op("LayerNormalization", &[xv, s, b], attrs, "")
+                .unwrap();
+        let flat = |a| Attrs::new().with("axis", Attr::Int(a));
+        let parts: Vec<Value> = outputs
+            .iter()
+            .map(|&o| op(&mut c.g, "Flatten", &[id.out(o as u32)], flat(0)))
+            .collect();
+        c.out = op(&mut c.g, "Concat", &parts, flat(1));
+        check(c, &mut rng);
+    }
+    let mut c = Case::new("rms norm");
+    let xv = c.param(&mut rng, &[2, 3, 4], 0.0);
+    let s = c.param(&mut rng, &[3, 4], 0.0);
+    c.out = op(
+        &mut c.g,
+        "RMSNormalization",
+        &[xv, s],
+        Attrs::new().with("axis", Attr::Int(1)),
+    );
+    check(c, &mut rng);
+    let mut c = Case::new("instance norm");
+    let xv = c.param(&mut rng, &[2, 3, 4, 3], 0.0);
+    let s = c.param(&mut rng, &[3], 0.0);
+    let b = c.param(&mut rng, &[3], 0.0);
+    c.out = op(&mut c.g, "InstanceNormalization", &[xv, s, b], Attrs::new());
+    check(c, &mut rng);
+}
+
+/// Gather along each axis with repeated and negative indices (the repeats' gradients
+/// add up), GatherElements, Slice (unit and other steps), Pad in each mode and cropping,
+/// Tile, Split with an unused output.
+#[test]
+fn selections_and_their_scatters() {
+    let mut rng = Rng(14);
+    for axis in [0i64, 1, -1] {
+        let mut c = Case::new(&format!("gather axis {axis}"));
+        let xv = c.param(&mut rng, &[4, 3, 5], 0.0);
+        let idx = konst(
+            &mut c.g,
+            Tensor::from_vec(&[2, 3], vec![0i64, 2, -1, 2, 2, 1]).unwrap(),
+        );
+        c.out = op(
+            &mut c.g,
+            "Gather",
+            &[xv, idx],
+            Attrs::new().with("axis", Attr::Int(axis)),
+        );
+        check(c, &mut rng);
+    }
+    let mut c = Case::new("gather scalar index");
+    let xv = c.param(&mut rng, &[4, 3], 0.0);
+    let idx = konst(&mut c.g, Tensor::scalar(2i64));
+    c.out = op(&mut c.g, "Gather", &[xv, idx], Attrs::new());
+    check(c, &mut rng);
+    let mut c = Case::new("gather nd");
+    let xv = c.param(&mut rng, &[3, 4, 2], 0.0);
+    let idx = konst(
+        &mut c.g,
+        Tensor::from_vec(&[3, 2], vec![0i64, 1, 2, -1, 0, 1]).unwrap(),
+    );
+    c.out = op(&mut c.g, "GatherND", &[xv, idx], Attrs::new());
+    check(c, &mut rng);
+    let mut c = Case::new("reverse sequence");
+    let xv = c.param(&mut rng, &[4, 3, 2], 0.0);
+    let lens = konst(&mut c.g, Tensor::from_vec(&[3], vec![4i64, 1, 2]).unwrap());
+    c.out = op(&mut c.g, "ReverseSequence", &[xv, lens], Attrs::new());
+    check(c, &mut rng);
+    for (upper, k) in [(1, None), (0, Some(-1i64))] {
+        let mut c = Case::new(&format!("trilu {upper} {k:?}"));
+        let xv = c.param(&mut rng, &[2, 3, 4], 0.0);
+        let mut ins = vec![Some(xv)];
+        if let Some(k) = k {
+            ins.push(Some(konst(&mut c.g, Tensor::scalar(k))));
+        }
+        let attrs = Attrs::new().with("upper", Attr::Int(upper));
+        c.out = c.g.add_op("Trilu", &ins, attrs, "").unwrap().into();
+        check(c, &mut rng);
+    }
+    let mut c = Case::new("gather elements");
+    let xv = c.param(&mut rng, &[3, 4], 0.0);
+    let idx = konst(
+        &mut c.g,
+        Tensor::from_vec(
+            &[3, 5],
+            vec![0i64, 0, 3, 1, -1, 2, 2, 2, 0, 1, 3, 3, 0, 1, 2],
+        )
+        .unwrap(),
+    );
+    c.out = op(
+        &mut c.g,
+        "GatherElements",
+        &[xv, idx],
+        Attrs::new().with("axis", Attr::Int(1)),
+    );
+    check(c, &mut rng);
+    type SliceCase<'a> = (&'a [i64], &'a [i64], Option<&'a [i64]>, Option<&'a [i64]>);
+    let slices: Vec<SliceCase> = vec![
+        (&[1, -3], &[3, 100], None, None),
+        (&[-2], &[1000], Some(&[0]), None),
+        (&[0, 4], &[5, 0], Some(&[1, 2]), Some(&[2, -1])),
+        (&[-1], &[-100], Some(&[-1]), Some(&[-2])),
+    ];
+    for (starts, ends, ax, steps) in slices {
+        let mut c = Case::new(&format!("slice {starts:?} {ends:?} {ax:?} {steps:?}"));
+        let xv = c.param(&mut rng, &[4, 6, 5], 0.0);
+        let mut ins = vec![Some(axes(&mut c.g, starts)), Some(axes(&mut c.g, ends))];
+        if ax.is_some() || steps.is_some() {
+            let a = ax.map_or_else(|| (0..starts.len() as i64).collect(), |a| a.to_vec());
+            ins.push(Some(axes(&mut c.g, &a)));
+        }
+        if let Some(s) = steps {
+            ins.push(Some(axes(&mut c.g, s)));
+        }
+        ins.insert(0, Some(xv));
+        c.out = c.g.add_op("Slice", &ins, Attrs::new(), "").unwrap().into();
+        check(c, &mut rng);
+    }
+    for (mode, pads) in [
+        ("constant", &[1i64, 0, 2, 1][..]),
+        ("constant", &[-1, 2, 1, -2]),
+        ("reflect", &[2, 1, 1, 3]),
+        ("edge", &[1, 2, 3, 0]),
+        ("wrap", &[1, 0, 2, 3]),
+    ] {
+        let mut c = Case::new(&format!("pad {mode} {pads:?}"));
+        let xv = c.param(&mut rng, &[4, 5], 0.0);
+        let p = axes(&mut c.g, pads);
+        let mut ins = vec![xv, p];
+        if mode == "constant" {
+            ins.push(c.param(&mut rng, &[], 0.0));
+        }
+        c.out = op(
+            &mut c.g,
+            "Pad",
+            &ins,
+            Attrs::new().with("mode", Attr::String(mode.into())),
+        );
+        check(c, &mut rng);
+    }
+    let mut c = Case::new("pad on listed axes");
+    let xv = c.param(&mut rng, &[2, 3, 4], 0.0);
+    let (p, a) = (axes(&mut c.g, &[1, 2]), axes(&mut c.g, &[-1]));
+    c.out =
+        c.g.add_op("Pad", &[Some(xv), Some(p), None, Some(a)], Attrs::new(), "")
+            .unwrap()
+            .into();
+    check(c, &mut rng);
+    for (axis, exclusive, reverse) in [(1i64, 0, 0), (0, 1, 0), (-1, 1, 1), (0, 0, 1)] {
+        let mut c = Case::new(&format!("cumsum {axis} {exclusive} {reverse}"));
+        let xv = c.param(&mut rng, &[3, 4], 0.0);
+        let a = konst(&mut c.g, Tensor::scalar(axis));
+        let attrs = Attrs::new()
+            .with("exclusive", Attr::Int(exclusive))
+            .with("reverse", Attr::Int(reverse));
+        c.out = op(&mut c.g, "CumSum", &[xv, a], attrs);
+        check(c, &mut rng);
+    }
+    let mut c = Case::new("tile");
+    let xv = c.param(&mut rng, &[2, 3], 0.0);
+    let reps = axes(&mut c.g, &[3, 2]);
+    c.out = op(&mut c.g, "Tile", &[xv, reps], Attrs::new());
+    check(c, &mut rng);
+    let mut c = Case::new("split");
+    let xv = c.param(&mut rng, &[3, 7], 0.0);
+    let sizes = axes(&mut c.g, &[2, 4, 1]);
+    let id =
+        c.g.op(
+            "Split",
+            &[xv, sizes],
+            Attrs::new().with("axis", Attr::Int(1)),
+            "",
+        )
+        .unwrap();
+    let sq = op(&mut c.g, "Mul", &[id.out(2), id.out(2)], Attrs::new());
+    c.out = op(
+        &mut c.g,
+        "Concat",
+        &[id.out(0), sq],
+        Attrs::new().with("axis", Attr::Int(1)),
+    );
+    check(c, &mut rng);
+}
+
+/// Variadic Sum, Mean, Max, Min with broadcasting; ReduceMax/ReduceMin and the other
+/// reductions.
+#[test]
+fn variadic_ops_and_reductions() {
+    let mut rng = Rng(15);
+    for name in ["Sum", "Mean", "Max", "Min"] {
+        for dims in [
+            &[&[3, 4][..], &[4], &[3, 1]][..],
+            &[&[2, 3]],
+            &[&[2, 3], &[2, 3]],
+        ] {
+            let mut c = Case::new(&format!("{name} of {}", dims.len()));
+            let ins: Vec<Value> = dims.iter().map(|d| c.param(&mut rng, d, 0.0)).collect();
+            c.out = op(&mut c.g, name, &ins, Attrs::new());
+            check(c, &mut rng);
+        }
+    }
+    for name in [
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceSumSquare",
+        "ReduceLogSumExp",
+        "ReduceLogSum",
+    ] {
+        for (ax, keep) in [(Some(&[1i64][..]), 1), (Some(&[0, 2]), 0), (None, 0)] {
+            let mut c = Case::new(name);
+            let x = c.param(&mut rng, &[2, 3, 4], 0.2);
+            let x = if name == "ReduceLogSum" {
+                op(&mut c.g, "Abs", &[x], Attrs::new())
+            } else {
+                x
+            };
+            let mut ins = vec![x];
+            if let Some(ax) = ax {
+                ins.push(axes(&mut c.g, ax));
+            }
+            c.out = op(
+                &mut c.g,
+                name,
+                &ins,
+                Attrs::new().with("keepdims", Attr::Int(keep)),
+            );
+            check(c, &mut rng);
+        }
+    }
+}
+
+/// Ties of ReduceMax share the gradient equally; of Max, the first operand takes it.
+#[test]
+fn ties_of_extrema() {
+    let mut g = Graph::new("ties");
+    let x: Value = g.add_parameter("x", f64_type(&[2, 3])).unwrap().into();
+    let m = op(
+        &mut g,
+        "ReduceMax",
+        &[x],
+        Attrs::new().with("keepdims", Attr::Int(0)),
+    );
+    let b: Value = g.add_parameter("b", f64_type(&[2, 3])).unwrap().into();
+    let c: Value = g.add_parameter("c", f64_type(&[3])).unwrap().into();
+    let mm = op(&mut g, "Max", &[x, b, c], Attrs::new());
+    let s = op(
+        &mut g,
+        "ReduceSum",
+        &[mm],
+        Attrs::new().with("keepdims", Attr::Int(0)),
+    );
+    let loss = op(&mut g, "Add", &[m, s], Attrs::new());
+    let grads = grad(&mut g, loss, &[x, b, c]).unwrap();
+    for (i, gv) in grads.iter().enumerate() {
+        g.add_output(&format!("g{i}"), *gv).unwrap();
+    }
+    let exe = backend_with(Device::Interp, PassOptions::default(), 1)
+        .unwrap()
+        .compile(&g)
+        .unwrap();
+    let t = |d: &[usize], v: &[f64]| Tensor::from_vec(d, v.to_vec()).unwrap();
+    let got = exe
+        .run(&[
+            t(&[2, 3], &[1.0, 3.0, 3.0, 0.0, 2.0, 2.0]),
+            t(&[2, 3], &[1.0, 3.0, 0.0, 5.0, 2.0, 1.0]),
+            t(&[3], &[1.0, 3.0, 3.0]),
+        ])
+        .unwrap();
+    // ReduceMax over all: the max 3 at x[0, 1] and x[0, 2] gets ½ each. Max(x, b, c):
+    // x wins its ties (all of row 0), b takes [1, 0] (5), c [1, 1] and [1, 2] (3).
+    assert_eq!(got[0].to_f64_vec(), vec![1.0, 1.5, 1.5, 0.0, 0.0, 0.0]);
+    assert_eq!(got[1].to_f64_vec(), vec![0.0, 0.0, 0.0, 1.0, 0.0, 0.0]);
+    assert_eq!(got[2].to_f64_vec(), vec![0.0, 1.0, 1.0]);
+}
+
+/// The unary activations and trigonometric functions, each on inputs spread over its
+/// regions (scaled to stay in its domain and away from its kinks).
+#[test]
+fn activations_and_trigonometry() {
+    let mut rng = Rng(16);
+    let f = |a: f64| Attr::Float(a);
+    for (name, scale, shift, attrs) in [
+        ("Softplus", 3.0, 0.0, Attrs::new()),
+        ("Mish", 3.0, 0.0, Attrs::new()),
+        ("Sin", 3.0, 0.0, Attrs::new()),
+        ("Cos", 3.0, 0.0, Attrs::new()),
+        ("Tan", 1.0, 0.0, Attrs::new()),
+        ("Asin", 0.8, 0.0, Attrs::new()),
+        ("Acos", 0.8, 0.0, Attrs::new()),
+        ("Atan", 3.0, 0.0, Attrs::new()),
+        ("Sinh", 2.0, 0.0, Attrs::new()),
+        ("Cosh", 2.0, 0.0, Attrs::new()),
+        ("Asinh", 3.0, 0.0, Attrs::new()),
+        ("Acosh", 1.0, 2.2, Attrs::new()),
+        ("Atanh", 0.8, 0.0, Attrs::new()),
+        ("Softsign", 3.0, 0.0, Attrs::new()),
+        ("HardSwish", 5.0, 0.0, Attrs::new()),
+        ("Elu", 2.0, 0.0, Attrs::new().with("alpha", f(0.7))),
+        ("Celu", 2.0, 0.0, Attrs::new().with("alpha", f(1.3))),
+        ("Selu", 2.0, 0.0, Attrs::new()),
+        (
+            "HardSigmoid",
+            5.0,
+            0.0,
+            Attrs::new().with("alpha", f(0.3)).with("beta", f(0.4)),
+        ),
+        (
+            "ThresholdedRelu",
+            2.0,
+            0.0,
+            Attrs::new().with("alpha", f(0.5)),
+        ),
+    ] {
+        let mut c = Case::new(name);
+        let x = c.param(&mut rng, &[4, 6], 0.05);
+        let x = scaled(&mut c.g, x, scale);
+        let x = if shift != 0.0 {
+            let k = konst(&mut c.g, Tensor::scalar(shift));
+            op(&mut c.g, "Add", &[x, k], Attrs::new())
+        } else {
+            x
+        };
+        c.out = op(&mut c.g, name, &[x], attrs);
+        check(c, &mut rng);
+    }
+    let mut c = Case::new("PRelu");
+    let x = c.param(&mut rng, &[3, 5], 0.05);
+    let s = c.param(&mut rng, &[5], 0.0);
+    c.out = op(&mut c.g, "PRelu", &[x, s], Attrs::new());
+    check(c, &mut rng);
+}
+
+#[test]
+fn an_op_still_without_a_rule_names_its_node() {
+    let mut g = Graph::new("unsupported");
+    let x: Value = g
+        .add_parameter("x", f64_type(&[1, 2, 4, 4]))
+        .unwrap()
+        .into();
+    let attrs = Attrs::new().with("kernel_shape", ints(&[2, 2]));
+    let p: Value = g.op("LpPool", &[x], attrs, "the_lp_pool").unwrap().into();
+    let s = op(
+        &mut g,
+        "ReduceSum",
+        &[p],
+        Attrs::new().with("keepdims", Attr::Int(0)),
+    );
+    let e = grad(&mut g, s, &[x]).unwrap_err().to_string();
+    assert!(
+        e.contains("'the_lp_pool' (LpPool)") && e.contains("no gradient rule for LpPool"),
+        "{e}"
+    );
+}
+
+/// A network built the same way in f32 and f64: its parameters (data and weights, in
+/// graph-input order) with values drawn from one seed, so both precisions see the same
+/// numbers.
+struct Net {
+    g: Graph,
+    dt: DType,
+    rng: Rng,
+    values: Vec<Tensor>,
+    weights: Vec<Value>,
+}
+
+impl Net {
+    fn new(name: &str, dt: DType) -> Net {
+        Net {
+            g: Graph::new(name),
+            dt,
+            rng: Rng(99),
+            values: vec![],
+            weights: vec![],
+        }
+    }
+
+    fn input(&mut self, dims: &[usize], scale: f64) -> Value {
+        let name = format!("in{}", self.values.len());
+        let ty = TensorType::new(self.dt, Shape::fixed(dims));
+        let v: Value = self.g.add_parameter(&name, ty).unwrap().into();
+        let t = self.rng.tensor(dims, 0.0);
+        let x: Vec<f64> = t.to_f64_vec().iter().map(|v| v * scale).collect();
+        self.values
+            .push(Tensor::from_f64s(self.dt, dims, &x).unwrap());
+        v
+    }
+
+    fn weight(&mut self, dims: &[usize], scale: f64) -> Value {
+        let v = self.input(dims, scale);
+        self.weights.push(v);
+        v
+    }
+
+    /// i64 data (labels, indices) below `bound`.
+    fn indices(&mut self, dims: &[usize], bound: i64) -> Value {
+        let name = format!("in{}", self.values.len());
+        let ty = TensorType::new(DType::I64, Shape::fixed(dims));
+        let v: Value = self.g.add_parameter(&name, ty).unwrap().into();
+        let n: usize = dims.iter().product();
+        let x: Vec<i64> = (0..n as i64).map(|i| (i * 7 + 3) % bound).collect();
+        self.values.push(Tensor::from_vec(dims, x).unwrap());
+        v
+    }
+
+    fn op(&mut self, name: &str, inputs: &[Value], attrs: Attrs) -> Value {
+        op(&mut self.g, name, inputs, attrs)
+    }
+
+    fn sce(&mut self, scores: Value, labels: Value) -> Value {
+        self.op("SoftmaxCrossEntropyLoss", &[scores, labels], Attrs::new())
+    }
+}
+
+/// An MLP with softmax cross-entropy.
+fn mlp_net(dt: DType) -> (Net, Value) {
+    let mut n = Net::new("mlp", dt);
+    let x = n.input(&[8, 12], 1.0);
+    let labels = n.indices(&[8], 5);
+    let w1 = n.weight(&[12, 32], 0.4);
+    let b1 = n.weight(&[32], 0.1);
+    let w2 = n.weight(&[32, 5], 0.4);
+    let b2 = n.weight(&[5], 0.1);
+    let h = n.op("Gemm", &[x, w1, b1], Attrs::new());
+    let h = n.op("Relu", &[h], Attrs::new());
+    let h2 = n.op("MatMul", &[h, w2], Attrs::new());
+    let z = n.op("Add", &[h2, b2], Attrs::new());
+    let loss = n.sce(z, labels);
+    (n, loss)
+}
+
+/// Conv (plain and depthwise), pools, batch normalization, a classifier.
+fn conv_net(dt: DType) -> (Net, Value) {
+    let mut n = Net::new("convnet", dt);
+    let x = n.input(&[2, 3, 12, 12], 1.0);
+    let labels = n.indices(&[2], 4);
+    let w1 = n.weight(&[8, 3, 3, 3], 0.3);
+    let b1 = n.weight(&[8], 0.1);
+    let w2 = n.weight(&[8, 1, 3, 3], 0.3);
+    let scale = n.weight(&[8], 1.0);
+    let shift = n.weight(&[8], 0.2);
+    let mean = n.weight(&[8], 0.2);
+    let var = n.weight(&[8], 1.0);
+    let w3 = n.weight(&[8, 4], 0.4);
+    let h = n.op(
+        "Conv",
+        &[x, w1, b1],
+        Attrs::new().with("pads", ints(&[1, 1, 1, 1])),
+    );
+    let h = n.op("Relu", &[h], Attrs::new());
+    let mp = Attrs::new()
+        .with("kernel_shape", ints(&[2, 2]))
+        .with("strides", ints(&[2, 2]));
+    let id = n.g.op("MaxPool", &[h], mp, "").unwrap();
+    let h = id.into();
+    let h = n.op(
+        "Conv",
+        &[h, w2],
+        Attrs::new()
+            .with("group", Attr::Int(8))
+            .with("pads", ints(&[1, 1, 1, 1])),
+    );
+    let ap = Attrs::new()
+        .with("kernel_shape", ints(&[3, 3]))
+        .with("strides", ints(&[2, 2]))
+        .with("pads", ints(&[1, 1, 1, 1]));
+    let h = n.op("AveragePool", &[h], ap);
+    let var = n.op("Abs", &[var], Attrs::new());
+    let h = n.op(
+        "BatchNormalization",
+        &[h, scale, shift, mean, var],
+        Attrs::new(),
+    );
+    let h = n.op("Tanh", &[h], Attrs::new());
+    let h = n.op("GlobalAveragePool", &[h], Attrs::new());
+    let h = n.op("Flatten", &[h], Attrs::new());
+    let z = n.op("MatMul", &[h, w3], Attrs::new());
+    let loss = n.sce(z, labels);
+    (n, loss)
+}
+
+/// An embedding lookup, layer normalization, a projection with Gelu, softmax attention
+/// weights over the sequence, and a squared-error-like loss.
+fn layer_norm_net(dt: DType) -> (Net, Value) {
+    let mut n = Net::new("layernorm", dt);
+    let tokens = n.indices(&[3, 5], 10);
+    let emb = n.weight(&[10, 16], 1.0);
+    let scale = n.weight(&[16], 1.0);
+    let bias = n.weight(&[16], 0.2);
+    let w = n.weight(&[16, 16], 0.3);
+    let h = n.op("Gather", &[emb, tokens], Attrs::new());
+    let id =
+        n.g.op("LayerNormalization", &[h, scale, bias], Attrs::new(), "")
+            .unwrap();
+    let h = n.op("MatMul", &[id.into(), w], Attrs::new());
+    let h = n.op("Gelu", &[h], Attrs::new());
+    let a = n.op("Softmax", &[h], Attrs::new().with("axis", Attr::Int(1)));
+    let h = n.op("Mul", &[a, h], Attrs::new());
+    let h = n.op("Sin", &[h], Attrs::new());
+    let l = n.op(
+        "ReduceSumSquare",
+        &[h],
+        Attrs::new().with("keepdims", Attr::Int(0)),
+    );
+    (n, l)
+}
+
+/// The largest |a − b| relative to b's largest magnitude.
+fn rel_max_err(a: &Tensor, b: &Tensor) -> f64 {
+    let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-30);
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+        / scale
+}
+
+/// The same networks in f32 and f64, their gradient graphs run on the interpreter and on
+/// the CPU backend: f32 gradients within 1e-5 of the f64 ones (relative to each
+/// gradient's largest magnitude; 3.7e-7 is the largest seen), the CPU's f64 within 1e-9
+/// of the interpreter's.
+#[test]
+fn f32_gradients_against_f64_on_the_interpreter_and_the_cpu() {
+    let nets: [fn(DType) -> (Net, Value); 3] = [mlp_net, conv_net, layer_norm_net];
+    for build in nets {
+        let mut results = vec![];
+        for dt in [DType::F64, DType::F32] {
+            let (mut n, loss) = build(dt);
+            let grads = grad(&mut n.g, loss, &n.weights)
+                .unwrap_or_else(|e| panic!("{e}\n{}", text::print(&n.g)));
+            n.g.add_output("loss", loss).unwrap();
+            for (i, gv) in grads.iter().enumerate() {
+                n.g.add_output(&format!("grad{i}"), *gv).unwrap();
+            }
+            for device in [Device::Interp, Device::Cpu] {
+                let exe = backend_with(device, PassOptions::default(), 1)
+                    .unwrap()
+                    .compile(&n.g)
+                    .unwrap_or_else(|e| panic!("{}: {e}", n.g.name));
+                let out = exe
+                    .run(&n.values)
+                    .unwrap_or_else(|e| panic!("{} on {device:?}: {e}", n.g.name));
+                results.push((dt, device, n.g.name.clone(), out));
+            }
+        }
+        let reference = &results[0].3;
+        for (dt, device, name, out) in &results[1..] {
+            let tol = if *dt == DType::F64 { 1e-9 } else { 1e-5 };
+            for (i, (got, want)) in out.iter().zip(reference).enumerate() {
+                let err = rel_max_err(got, want);
+                eprintln!("{name} {dt} {device:?} output {i}: rel err {err:.2e}");
+                assert!(
+                    err <= tol,
+                    "{name}: output {i} in {dt} on {device:?} is off by {err:.2e} (tolerance {tol:.0e})"
+                );
+            }
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! Reverse-mode automatic differentiation on the IR: [`grad`] appends to a graph the
 //! nodes that compute the gradient of a scalar loss with respect to parameters or
-//! variables, one rule per op (`rules.rs`), so the backward computation is an ordinary
-//! graph: verified, optimized, memory-planned and run like any other.
+//! variables, one rule per op (`rules.rs`, and `rules_nn.rs` for the network families),
+//! so the backward computation is an ordinary graph: verified, optimized,
+//! memory-planned and run like any other.
 //!
 //! The walk visits, in reverse order of the graph's arena (which is topological: a
 //! node's inputs precede it), the nodes that lie on a float-valued path from a `wrt`
@@ -15,6 +16,7 @@ use crate::ir::{Attr, Attrs, DType, Graph, NodeId, TensorType, Value};
 use crate::tensor::Tensor;
 
 mod rules;
+mod rules_nn;
 mod rules_train;
 
 /// The gradients of `loss` (a float value with one element) with respect to each of

@@ -25,6 +25,9 @@ pub(crate) fn backward(
     if node.op == "SoftmaxCrossEntropyLoss" {
         return softmax_cross_entropy(cx, id, gys);
     }
+    if let Some(r) = super::rules_nn::backward_nn(cx, id, gys) {
+        return r;
+    }
     // Every op below has one output.
     let Some(gy) = gys.first().copied().flatten() else {
         return Err(Error::Graph(
@@ -190,7 +193,6 @@ pub(crate) fn backward(
         }
         "Expand" => Ok(vec![Some(cx.unbroadcast(gy, x(0)?)?), None]),
         "Concat" => concat(cx, &node.inputs, attrs, gy),
-        "Conv" => conv(cx, &node.inputs, attrs, y, gy),
         "MaxPool" => {
             // gy added at the argmax of each window (the op's Indices output, flat
             // over the whole input).
@@ -466,95 +468,6 @@ fn concat(
             none.clone(),
         )?));
         at += size;
-    }
-    Ok(out)
-}
-
-/// Conv (group 1, 2-D, explicit pads): the data gradient is the transposed convolution
-/// of `gy` with the same weights; the filter gradient a convolution of the input with
-/// `gy` as the filter (batch and channels swapped, strides and dilations swapped),
-/// cropped to the kernel; the bias gradient `gy` summed over all but the channels.
-fn conv(
-    cx: &mut Cx,
-    inputs: &[Option<Value>],
-    attrs: &Attrs,
-    y: Value,
-    gy: Value,
-) -> Result<Vec<Option<Value>>> {
-    let none = Attrs::new();
-    let (xv, w) = match (
-        inputs.first().copied().flatten(),
-        inputs.get(1).copied().flatten(),
-    ) {
-        (Some(x), Some(w)) => (x, w),
-        _ => return Err(Error::Graph("Conv needs X and W".into())),
-    };
-    let (xt, wt, yt) = (cx.ty(xv), cx.ty(w), cx.ty(y));
-    if xt.rank() != 4 {
-        return Err(Error::Graph("the rule covers 2-D convolutions".into()));
-    }
-    if attrs.int_or("group", 1).map_err(Error::Graph)? != 1 {
-        return Err(Error::Graph("the rule covers group = 1".into()));
-    }
-    if attrs
-        .string_or("auto_pad", "NOTSET")
-        .map_err(Error::Graph)?
-        != "NOTSET"
-    {
-        return Err(Error::Graph(
-            "the rule needs explicit pads (auto_pad NOTSET)".into(),
-        ));
-    }
-    let ints = |k: &str, d: Vec<i64>| -> Result<Vec<i64>> {
-        Ok(match attrs.get(k) {
-            Some(Attr::Ints(v)) => v.clone(),
-            _ => d,
-        })
-    };
-    let strides = ints("strides", vec![1, 1])?;
-    let dil = ints("dilations", vec![1, 1])?;
-    let pads = ints("pads", vec![0; 4])?;
-    let fixed = |t: &crate::ir::TensorType, i: usize| -> Result<i64> {
-        t.shape.dim(i).fixed().map(|d| d as i64).ok_or_else(|| {
-            Error::Graph(format!(
-                "the rule needs static spatial dims and kernel, got {t}"
-            ))
-        })
-    };
-    let (kh, kw) = (fixed(&wt, 2)?, fixed(&wt, 3)?);
-    let (ih, iw) = (fixed(&xt, 2)?, fixed(&xt, 3)?);
-    let (oh, ow) = (fixed(&yt, 2)?, fixed(&yt, 3)?);
-    // The transposed convolution's output before its padding, per axis; the rest is
-    // output_padding so that it is the input's size.
-    let full =
-        |o: i64, s: i64, d: i64, k: i64, p0: i64, p1: i64| (o - 1) * s + d * (k - 1) + 1 - p0 - p1;
-    let op_h = ih - full(oh, strides[0], dil[0], kh, pads[0], pads[2]);
-    let op_w = iw - full(ow, strides[1], dil[1], kw, pads[1], pads[3]);
-    let base = Attrs::new()
-        .with("strides", Attr::Ints(strides.clone()))
-        .with("dilations", Attr::Ints(dil.clone()))
-        .with("pads", Attr::Ints(pads.clone()));
-    let dx = cx.op(
-        "ConvTranspose",
-        &[gy, w],
-        base.with("output_padding", Attr::Ints(vec![op_h, op_w])),
-    )?;
-    let swap = Attrs::new().with("perm", Attr::Ints(vec![1, 0, 2, 3]));
-    let xs = cx.op("Transpose", &[xv], swap.clone())?;
-    let gs = cx.op("Transpose", &[gy], swap.clone())?;
-    let filt = Attrs::new()
-        .with("strides", Attr::Ints(dil))
-        .with("dilations", Attr::Ints(strides))
-        .with("pads", Attr::Ints(pads));
-    let dw = cx.op("Conv", &[xs, gs], filt)?;
-    let (starts, ends, axes) = (cx.ints(&[0, 0])?, cx.ints(&[kh, kw])?, cx.ints(&[2, 3])?);
-    let dw = cx.op("Slice", &[dw, starts, ends, axes], none.clone())?;
-    let dw = cx.op("Transpose", &[dw], swap)?;
-    let mut out = vec![Some(dx), Some(dw)];
-    if inputs.get(2).copied().flatten().is_some() {
-        let a = cx.ints(&[0, 2, 3])?;
-        let keep0 = Attrs::new().with("keepdims", Attr::Int(0));
-        out.push(Some(cx.op("ReduceSum", &[gy, a], keep0)?));
     }
     Ok(out)
 }
