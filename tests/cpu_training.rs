@@ -31,7 +31,7 @@ fn f32s(dims: &[usize]) -> TensorType {
 
 /// An MLP `sizes[0]`-…-`sizes[last]` (Relu) with softmax cross-entropy over a batch of
 /// `batch` (symbolic when `None`), trained by `opt`; outputs the loss.
-fn mlp(sizes: &[usize], batch: Option<usize>, opt: Rule) -> Graph {
+pub fn mlp(sizes: &[usize], batch: Option<usize>, opt: Rule) -> Graph {
     let mut g = Graph::new("mlp");
     let n = batch.map_or(Dim::Sym("N".into()), Dim::Fixed);
     let x: Value = g
@@ -90,7 +90,7 @@ fn mlp(sizes: &[usize], batch: Option<usize>, opt: Rule) -> Graph {
     g
 }
 
-fn adam() -> Rule {
+pub fn adam() -> Rule {
     Rule::Adam {
         beta1: 0.9,
         beta2: 0.999,
@@ -99,7 +99,7 @@ fn adam() -> Rule {
     }
 }
 
-fn cpu(g: &Graph, threads: usize) -> CpuExecutable {
+pub fn cpu(g: &Graph, threads: usize) -> CpuExecutable {
     CpuBackend {
         passes: cpu_pass_options(PassOptions::default()),
         threads,
@@ -109,7 +109,7 @@ fn cpu(g: &Graph, threads: usize) -> CpuExecutable {
     .unwrap()
 }
 
-fn batch(n: usize, features: usize, classes: usize, seed: u64) -> Vec<Tensor> {
+pub fn batch(n: usize, features: usize, classes: usize, seed: u64) -> Vec<Tensor> {
     let x = Tensor::from_vec(&[n, features], values(n * features, seed, 1.0)).unwrap();
     let labels: Vec<i64> = (0..n as i64)
         .map(|i| (i * 7 + seed as i64) % classes as i64)

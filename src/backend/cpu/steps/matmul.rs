@@ -109,10 +109,16 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
                 }
             }
             if let Some(z) = b.input(3) {
-                if z.shape != y.shape {
-                    return Ok(None);
+                if z.shape == y.shape {
+                    residual = Some(z.clone());
+                } else {
+                    // A bias that is not a constant (a variable being trained) is fused
+                    // as the addend Z; broadcast along rows or columns, it is a bias.
+                    match (bias, bias_kind(z, m, n)) {
+                        (None, Some(kind)) => bias = Some((z.clone(), kind)),
+                        _ => return Ok(None),
+                    }
                 }
-                residual = Some(z.clone());
             }
         }
         "Gemm" => {
