@@ -1,7 +1,8 @@
 //! Sources and state: Parameter, Constant, Variable and Assign through the interpreter.
 use kiln::backend::interp::InterpExecutable;
-use kiln::backend::Executable;
+use kiln::backend::{backend_with, Device, Executable};
 use kiln::ir::text::parse;
+use kiln::passes::PassOptions;
 
 use crate::harness::*;
 
@@ -38,9 +39,28 @@ fn parameters_and_constants_feed_ops() {
     assert!(e.contains("takes 1 inputs, 0 given"), "{e}");
 }
 
+/// The graph on the interpreter and on the CPU backend (its own variable storage).
+fn both_backends(text: &str) -> Vec<Box<dyn Executable>> {
+    let g = parse(text, "state.kir", None).unwrap();
+    [Device::Interp, Device::Cpu]
+        .into_iter()
+        .map(|d| {
+            backend_with(d, PassOptions::default(), 1)
+                .unwrap()
+                .compile(&g)
+                .unwrap()
+        })
+        .collect()
+}
+
 #[test]
 fn variables_persist_across_runs() {
-    let exe = InterpExecutable::new(parse(COUNTER, "counter.kir", None).unwrap()).unwrap();
+    for exe in both_backends(COUNTER) {
+        variables_persist(&*exe);
+    }
+}
+
+fn variables_persist(exe: &dyn Executable) {
     let step = i64s(&[2], &[1, 2]);
     assert_eq!(
         exe.run(std::slice::from_ref(&step)).unwrap()[0],
@@ -67,17 +87,17 @@ fn reads_see_the_run_start_value_and_the_last_store_wins() {
         "%4 \"seen\" = Identity(%1) : i64[2]",
         "%4 \"seen\" = Identity(%1) : i64[2] after(%3)\n  %5 \"reset\" = Assign(%1, %0) : () after(%3)",
     );
-    let g = parse(&text, "after.kir", None).unwrap();
-    let exe = InterpExecutable::new(g).unwrap();
-    assert_eq!(
-        exe.run(&[i64s(&[2], &[1, 2])]).unwrap()[0],
-        i64s(&[2], &[0, 10])
-    );
-    assert_eq!(
-        exe.read_variable("count").ok(),
-        Some(i64s(&[2], &[1, 2])),
-        "the later Assign wins"
-    );
+    for exe in both_backends(&text) {
+        assert_eq!(
+            exe.run(&[i64s(&[2], &[1, 2])]).unwrap()[0],
+            i64s(&[2], &[0, 10])
+        );
+        assert_eq!(
+            exe.read_variable("count").ok(),
+            Some(i64s(&[2], &[1, 2])),
+            "the later Assign wins"
+        );
+    }
 }
 
 #[test]
