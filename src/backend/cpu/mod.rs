@@ -17,6 +17,7 @@ use crate::ir::{verify, Dim, Graph, TensorType};
 use crate::passes::{run_pipeline, PassOptions};
 use crate::tensor::Tensor;
 
+pub mod denormals;
 pub mod isa;
 pub mod kernels;
 pub mod lower;
@@ -218,6 +219,7 @@ impl CpuExecutable {
             state: vars.ptrs(),
             pool: Some(&self.pool),
         };
+        let flush = denormals::FlushDenormals::new();
         let mut result = Ok(());
         for step in &p.steps {
             let t = self.profile.as_ref().map(|_| std::time::Instant::now());
@@ -235,6 +237,7 @@ impl CpuExecutable {
                 entry.1 += 1;
             }
         }
+        drop(flush);
         let outputs = result.and_then(|()| {
             p.outputs
                 .iter()

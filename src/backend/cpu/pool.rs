@@ -171,6 +171,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn worker(shared: &Shared) {
+    // Workers only run kernels: denormals stay flushed for their lifetime.
+    let _flush = super::denormals::FlushDenormals::new();
     let mut seen = 0;
     loop {
         let polling = std::time::Instant::now();
