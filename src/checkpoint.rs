@@ -97,10 +97,7 @@ pub fn encode(vars: &[(String, Tensor)]) -> Vec<u8> {
         payload.extend((data.len() as u64).to_le_bytes());
         payload.extend(data);
     }
-    let print = fingerprint(
-        vars.iter()
-            .map(|(n, v)| (n.as_str(), v.dtype(), v.shape())),
-    );
+    let print = fingerprint(vars.iter().map(|(n, v)| (n.as_str(), v.dtype(), v.shape())));
     let mut out = Vec::with_capacity(HEADER_LEN + payload.len() + CHECKSUM_LEN);
     out.extend(MAGIC);
     out.extend(FORMAT_VERSION.to_le_bytes());
@@ -121,7 +118,11 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &dyn Fn() -> String) -> std::result::Result<&'a [u8], String> {
+    fn take(
+        &mut self,
+        n: usize,
+        what: &dyn Fn() -> String,
+    ) -> std::result::Result<&'a [u8], String> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.bytes.len());
         let end = end.ok_or_else(|| {
             format!(
@@ -237,10 +238,7 @@ pub fn decode(bytes: &[u8]) -> std::result::Result<Vec<(String, Tensor)>, String
             r.bytes.len() - r.pos
         ));
     }
-    let computed = fingerprint(
-        vars.iter()
-            .map(|(n, v)| (n.as_str(), v.dtype(), v.shape())),
-    );
+    let computed = fingerprint(vars.iter().map(|(n, v)| (n.as_str(), v.dtype(), v.shape())));
     if computed != print {
         return Err("the variable-set fingerprint does not match the records".into());
     }
@@ -456,7 +454,16 @@ mod tests {
         let (exe, path, _) = saved_then_changed("trunc.ckpt");
         let good = fs::read(&path).unwrap();
         // Every cut: inside the magic, the header, a record, the checksum.
-        for cut in [0, 5, 8, 20, 39, HEADER_LEN + 10, good.len() / 2, good.len() - 1] {
+        for cut in [
+            0,
+            5,
+            8,
+            20,
+            39,
+            HEADER_LEN + 10,
+            good.len() / 2,
+            good.len() - 1,
+        ] {
             let err = load_fails(exe.as_ref(), &path, &good[..cut], "");
             assert!(matches!(err, Error::Io(_)), "{err:?}");
             let m = err.to_string();
@@ -509,7 +516,12 @@ mod tests {
         // A dtype code out of range in record 0 ('w': name length 1, then the dtype).
         let mut b = good.clone();
         b[HEADER_LEN + 5] = 99;
-        load_fails(exe.as_ref(), &path, &reseal(b), "record 0 ('w'): 99 is not a dtype");
+        load_fails(
+            exe.as_ref(),
+            &path,
+            &reseal(b),
+            "record 0 ('w'): 99 is not a dtype",
+        );
         // More records promised than stored.
         let mut b = good.clone();
         b[20] = 4;
@@ -525,7 +537,10 @@ mod tests {
             fs::read(&path).unwrap()
         };
         let cases: &[(&[(&str, DType, &[usize])], &str)] = &[
-            (&VARS[..2], "variable 'step' (i64[]) is missing from the file"),
+            (
+                &VARS[..2],
+                "variable 'step' (i64[]) is missing from the file",
+            ),
             (
                 &[VARS[0], VARS[1], VARS[2], ("extra", DType::F32, &[1])],
                 "the file's variable 'extra' (f32[1]) is not one of the executable's",
