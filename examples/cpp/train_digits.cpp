@@ -241,10 +241,10 @@ bool run_model(const Model &m, Split &train, Split &test, const std::string &ckp
 }  // namespace
 
 #ifndef MLP_EPOCHS
-#define MLP_EPOCHS 30
+#define MLP_EPOCHS 20
 #endif
 #ifndef CNN_EPOCHS
-#define CNN_EPOCHS 12
+#define CNN_EPOCHS 10
 #endif
 
 int main(int argc, char **argv) {
