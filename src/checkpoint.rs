@@ -347,8 +347,11 @@ mod tests {
     use crate::backend::Backend;
     use crate::ir::{Attrs, Graph, Shape, Value};
 
-    /// A graph with variables `vars` (name, dtype, dims), each bumped by one per run.
-    fn exe_with(vars: &[(&str, DType, &[usize])]) -> Box<dyn Executable> {
+    /// A variable: name, dtype, dims.
+    type VarSpec = (&'static str, DType, &'static [usize]);
+
+    /// A graph with variables `vars`, each bumped by one per run.
+    fn exe_with(vars: &[VarSpec]) -> Box<dyn Executable> {
         let mut g = Graph::new("g");
         for (i, &(name, dtype, dims)) in vars.iter().enumerate() {
             let n: usize = dims.iter().product();
@@ -367,7 +370,7 @@ mod tests {
         Interpreter::default().compile(&g).unwrap()
     }
 
-    const VARS: &[(&str, DType, &[usize])] = &[
+    const VARS: &[VarSpec] = &[
         ("w", DType::F32, &[2, 3]),
         ("b", DType::F32, &[3]),
         ("step", DType::I64, &[]),
@@ -531,12 +534,12 @@ mod tests {
     #[test]
     fn a_checkpoint_of_another_graph_names_every_difference() {
         let (exe, path, _) = saved_then_changed("other.ckpt");
-        let write_from = |vars: &[(&str, DType, &[usize])]| {
+        let write_from = |vars: &[VarSpec]| {
             let other = exe_with(vars);
             save(other.as_ref(), &path).unwrap();
             fs::read(&path).unwrap()
         };
-        let cases: &[(&[(&str, DType, &[usize])], &str)] = &[
+        let cases: &[(&[VarSpec], &str)] = &[
             (
                 &VARS[..2],
                 "variable 'step' (i64[]) is missing from the file",
