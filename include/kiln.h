@@ -692,6 +692,73 @@ kiln_status kiln_graph_add_dropout(struct kiln_graph *g, struct kiln_value x, do
  */
 kiln_status kiln_graph_add_batch_norm_training(struct kiln_graph *g, struct kiln_value x, struct kiln_value scale, struct kiln_value bias, struct kiln_value running_mean, struct kiln_value running_var, double momentum, double epsilon, struct kiln_value *y);
 
+/**
+ * The number of variables the executable owns; 0 for NULL.
+ *
+ * # Safety
+ * `e` is NULL or a live executable.
+ */
+size_t kiln_executable_variable_count(const struct kiln_executable *e);
+
+/**
+ * Describes variable `index` (in graph order): its name, dtype, and `rank` dims
+ * (variables have static shapes). Any out-pointer may be NULL. The strings and arrays
+ * belong to the executable and stay valid until it is freed. Thread-safe.
+ *
+ * # Safety
+ * `e` is a live executable; non-NULL out-pointers are valid.
+ */
+kiln_status kiln_executable_variable_info(const struct kiln_executable *e, size_t index, const char **name, kiln_dtype *dtype, const int64_t **dims, size_t *rank);
+
+/**
+ * Copies variable `name`'s current value into a new tensor `*out`, which the caller
+ * frees with `kiln_tensor_free`. An unknown name is `KILN_STATUS_INVALID_ARGUMENT`, with
+ * the executable's variables listed in the message. Thread-safe: waits for a run that
+ * assigns variables to finish, so the value is never a half-done step's.
+ *
+ * # Safety
+ * `e` is a live executable; `name` a string; `out` valid.
+ */
+kiln_status kiln_executable_read_variable(const struct kiln_executable *e, const char *name, struct kiln_tensor **out);
+
+/**
+ * Replaces variable `name`'s value with a copy of `value`, which must have the
+ * variable's dtype and dims (else `KILN_STATUS_INVALID_ARGUMENT` and nothing changes).
+ * Thread-safe: waits for a run that assigns variables to finish; runs that start after
+ * the call returns see the new value.
+ *
+ * # Safety
+ * `e` is a live executable; `name` a string; `value` a live tensor.
+ */
+kiln_status kiln_executable_write_variable(const struct kiln_executable *e, const char *name, const struct kiln_tensor *value);
+
+/**
+ * Saves every variable to a checkpoint file at `path` (a small versioned binary format
+ * with a checksum, see `src/checkpoint.rs`). The file is written beside `path` under a
+ * temporary name and renamed over it, so `path` never holds a partial checkpoint. A
+ * write that fails is `KILN_STATUS_IO`, naming the path. Thread-safe, but each variable
+ * is read separately: save between training steps, not while another thread runs one.
+ *
+ * # Safety
+ * `e` is a live executable; `path` a string.
+ */
+kiln_status kiln_executable_save_checkpoint(const struct kiln_executable *e, const char *path);
+
+/**
+ * Loads a checkpoint saved by `kiln_executable_save_checkpoint` (from this executable
+ * or another compiled from the same graph) into the executable's variables. The whole
+ * file is checked first: unreadable, truncated, corrupt (checksum) or of an unknown
+ * format version is `KILN_STATUS_IO`; variables that are not exactly the executable's
+ * (a missing or extra name, another dtype or shape: a checkpoint of another graph) are
+ * `KILN_STATUS_INVALID_ARGUMENT`, the message naming each variable. On any failure no
+ * variable changes; on success all are replaced at once. Thread-safe: waits for a run
+ * that assigns variables to finish.
+ *
+ * # Safety
+ * `e` is a live executable; `path` a string.
+ */
+kiln_status kiln_executable_load_checkpoint(const struct kiln_executable *e, const char *path);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

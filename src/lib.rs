@@ -10,6 +10,7 @@
 pub mod autodiff;
 pub mod backend;
 pub mod capi;
+pub mod checkpoint;
 pub mod error;
 pub mod frontend;
 pub mod ir;

@@ -383,7 +383,7 @@ class CompileOptions {
   kiln_compile_options *h_ = nullptr;
 };
 
-/// A graph input or output as an executable describes it.
+/// A graph input or output, or a variable, as an executable describes it.
 struct IoInfo {
   std::string name;
   kiln_dtype dtype;
@@ -427,6 +427,44 @@ class Executable {
   }
   std::vector<Tensor> run(std::initializer_list<const Tensor *> inputs) const {
     return run(std::vector<const Tensor *>(inputs));
+  }
+
+  /// The variables the executable owns (its training state), in graph order.
+  std::vector<IoInfo> variables() const {
+    std::vector<IoInfo> out;
+    const std::size_t n = kiln_executable_variable_count(h_);
+    for (std::size_t i = 0; i < n; i++) {
+      const char *name = nullptr;
+      kiln_dtype dtype = KILN_DTYPE_INVALID;
+      const std::int64_t *dims = nullptr;
+      std::size_t rank = 0;
+      check(kiln_executable_variable_info(h_, i, &name, &dtype, &dims, &rank));
+      out.push_back(IoInfo{name, dtype, std::vector<std::int64_t>(dims, dims + rank)});
+    }
+    return out;
+  }
+
+  /// A copy of variable `name`'s current value (waits for a step that assigns to end).
+  Tensor read_variable(const std::string &name) const {
+    kiln_tensor *t = nullptr;
+    check(kiln_executable_read_variable(h_, name.c_str(), &t));
+    return Tensor(t);
+  }
+
+  /// Replaces variable `name`'s value (same dtype and dims) with a copy of `value`.
+  void write_variable(const std::string &name, const Tensor &value) const {
+    check(kiln_executable_write_variable(h_, name.c_str(), value.get()));
+  }
+
+  /// Saves every variable to `path`, atomically (see kiln_executable_save_checkpoint).
+  void save_checkpoint(const std::string &path) const {
+    check(kiln_executable_save_checkpoint(h_, path.c_str()));
+  }
+
+  /// Loads a checkpoint of the same graph; on any error nothing changes (see
+  /// kiln_executable_load_checkpoint).
+  void load_checkpoint(const std::string &path) const {
+    check(kiln_executable_load_checkpoint(h_, path.c_str()));
   }
 
  private:

@@ -115,8 +115,8 @@ pub unsafe extern "C" fn kiln_compile_options_set_option(
     })
 }
 
-/// A graph input or output as discovery reports it.
-struct IoInfo {
+/// A graph input or output (or an executable's variable) as discovery reports it.
+pub(crate) struct IoInfo {
     name: CString,
     ty: TensorType,
     /// Fixed sizes, -1 where symbolic.
@@ -124,7 +124,7 @@ struct IoInfo {
 }
 
 impl IoInfo {
-    fn new(name: &str, ty: &TensorType) -> CResult<IoInfo> {
+    pub(crate) fn new(name: &str, ty: &TensorType) -> CResult<IoInfo> {
         Ok(IoInfo {
             name: CString::new(name)
                 .map_err(|_| Failure::invalid(format!("name '{name}' contains a NUL")))?,
@@ -144,9 +144,11 @@ impl IoInfo {
 
 /// A compiled graph.
 pub struct kiln_executable {
-    exe: Box<dyn Executable>,
+    pub(crate) exe: Box<dyn Executable>,
     inputs: Vec<IoInfo>,
     outputs: Vec<IoInfo>,
+    /// The executable's variables, in its order (see `variables.rs`).
+    pub(crate) variables: Vec<IoInfo>,
 }
 
 fn io_of(g: &Graph) -> CResult<(Vec<IoInfo>, Vec<IoInfo>)> {
@@ -192,10 +194,16 @@ pub unsafe extern "C" fn kiln_compile(
         }
         let exe = backend_with(device, passes, threads)?.compile(g)?;
         let (inputs, outputs) = io_of(g)?;
+        let variables = exe
+            .variables()
+            .iter()
+            .map(|(name, ty)| IoInfo::new(name, ty))
+            .collect::<CResult<_>>()?;
         *out = into_handle(kiln_executable {
             exe,
             inputs,
             outputs,
+            variables,
         });
         Ok(())
     })
@@ -230,7 +238,7 @@ pub unsafe extern "C" fn kiln_executable_output_count(e: *const kiln_executable)
 
 /// # Safety
 /// Out-pointers are NULL or valid.
-unsafe fn write_info(
+pub(crate) unsafe fn write_info(
     list: &[IoInfo],
     what: &str,
     index: usize,

@@ -23,6 +23,7 @@ pub mod graph;
 pub mod status;
 pub mod tensor;
 pub mod train;
+pub mod variables;
 
 pub use status::*;
 
