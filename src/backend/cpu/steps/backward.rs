@@ -1,6 +1,7 @@
 //! The ops backward graphs are built from that the other families do not cover:
 //! `ConvTranspose` (Conv's data gradient), `ScatterElements` (MaxPool's gradient),
-//! comparisons, `Where` and `Cast` (masks and one-hots), and `SoftmaxCrossEntropyLoss`.
+//! comparisons, `Where` and `Cast` (masks and one-hots), `SoftmaxCrossEntropyLoss`,
+//! `Slice` (the crop of a filter gradient) and `ConstantOfShape` (zeros to scatter into).
 use crate::backend::cpu::isa;
 use crate::backend::cpu::kernels::conv_transpose::{conv_transpose, ConvTransposeShape};
 use crate::backend::cpu::kernels::loss::{softmax_cross_entropy, LossReduction};
@@ -44,6 +45,18 @@ enum Bwd {
     },
     Cast {
         x: Slot,
+    },
+    /// A strided copy: the output's dims, and per output axis the input's stride
+    /// times the slice's step; the input offset of the first element.
+    Slice {
+        x: Slot,
+        dims: Vec<usize>,
+        strides: Vec<isize>,
+        base: usize,
+    },
+    /// `ConstantOfShape`: the output filled with one element's bytes.
+    Fill {
+        element: Vec<u8>,
     },
     /// A `Fused` body `Where(a op b, x, y)`.
     CompareSelect {
@@ -107,6 +120,14 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         }
         "SoftmaxCrossEntropyLoss" => loss_step(b)?,
         "Fused" => fused_compare_select(b)?,
+        "Slice" => slice_step(b)?,
+        "ConstantOfShape" => {
+            let v = b.node.attrs.float_or("value", 0.0)?;
+            let t = crate::tensor::Tensor::from_f64s(y.dtype, &[1], &[v])?;
+            Some(Bwd::Fill {
+                element: t.to_le_bytes(),
+            })
+        }
         op => match CmpOp::from_op(op) {
             Some(cmp) => {
                 let (Some(a), Some(bb)) = (b.input(0), b.input(1)) else {
@@ -241,6 +262,78 @@ fn fused_compare_select(b: &Build) -> Result<Option<Bwd>, String> {
         op,
         walk,
         operands: [a, bb, x, yv],
+    }))
+}
+
+/// `Slice` with constant starts, ends, axes and steps (ONNX clamping, as the
+/// interpreter's).
+fn slice_step(b: &Build) -> Result<Option<Bwd>, String> {
+    let Some(x) = b.input(0) else { return Ok(None) };
+    let y = &b.outs[0];
+    let konst = |k: usize| -> Option<Option<Vec<i64>>> {
+        match b.input(k) {
+            None => Some(None),
+            Some(_) => b.constant(k).map(|t| Some(t.to_i64_vec())),
+        }
+    };
+    let (Some(Some(starts)), Some(Some(ends)), Some(axes), Some(steps)) =
+        (konst(1), konst(2), konst(3), konst(4))
+    else {
+        return Ok(None);
+    };
+    let r = x.shape.len();
+    let n = starts.len();
+    if ends.len() != n
+        || axes.as_ref().is_some_and(|a| a.len() != n)
+        || steps.as_ref().is_some_and(|s| s.len() != n)
+    {
+        return Err("starts, ends, axes and steps must have the same length".into());
+    }
+    let mut in_strides = vec![1usize; r];
+    for a in (0..r.saturating_sub(1)).rev() {
+        in_strides[a] = in_strides[a + 1] * x.shape[a + 1];
+    }
+    let mut dims = x.shape.clone();
+    let mut strides: Vec<isize> = in_strides.iter().map(|&s| s as isize).collect();
+    let mut base = 0usize;
+    for k in 0..n {
+        let axis = match &axes {
+            Some(a) => norm_axis(a[k], r)?,
+            None => k,
+        };
+        let step = steps.as_ref().map_or(1, |s| s[k]);
+        if step == 0 || axis >= r {
+            return Err(format!("bad slice of axis {axis} with step {step}"));
+        }
+        let d = x.shape[axis] as i64;
+        let fix = |v: i64| if v < 0 { v.saturating_add(d) } else { v };
+        let (s0, e0) = (fix(starts[k]), fix(ends[k]));
+        let (s0, e0) = if step > 0 {
+            (s0.clamp(0, d), e0.clamp(0, d))
+        } else {
+            (s0.clamp(0, d - 1), e0.clamp(-1, d - 1))
+        };
+        let len = if step > 0 && e0 > s0 {
+            (e0 - s0 + step - 1) / step
+        } else if step < 0 && s0 > e0 {
+            (s0 - e0 - step - 1) / -step
+        } else {
+            0
+        };
+        dims[axis] = len as usize;
+        if len > 0 {
+            base += s0 as usize * in_strides[axis];
+        }
+        strides[axis] = in_strides[axis] as isize * step as isize;
+    }
+    if dims != y.shape || x.dtype != y.dtype {
+        return Err(format!("slicing {:?} gives {dims:?}, not {:?}", x.shape, y.shape));
+    }
+    Ok(Some(Bwd::Slice {
+        x: x.clone(),
+        dims,
+        strides,
+        base,
     }))
 }
 
@@ -432,6 +525,48 @@ impl Kernel for BwdStep {
                     }))
                 }
             }
+            Bwd::Slice {
+                x,
+                dims,
+                strides,
+                base,
+            } => {
+                let es = x.dtype.size_in_bytes();
+                let r = dims.len();
+                let total = self.y.elements();
+                if r == 0 || total == 0 {
+                    std::ptr::copy_nonoverlapping(cx.ptr(x.loc), y, self.y.bytes());
+                    return Ok(());
+                }
+                let inner = dims[r - 1];
+                let src = cx.ptr(x.loc).add(base * es) as *const u8;
+                for row in 0..total / inner {
+                    let (mut rest, mut off) = (row, 0isize);
+                    for a in (0..r - 1).rev() {
+                        off += (rest % dims[a]) as isize * strides[a];
+                        rest /= dims[a];
+                    }
+                    let (s, d) = (src.offset(off * es as isize), y.add(row * inner * es));
+                    if strides[r - 1] == 1 {
+                        std::ptr::copy_nonoverlapping(s, d, inner * es);
+                    } else {
+                        for i in 0..inner {
+                            let from = s.offset(i as isize * strides[r - 1] * es as isize);
+                            std::ptr::copy_nonoverlapping(from, d.add(i * es), es);
+                        }
+                    }
+                }
+            }
+            Bwd::Fill { element } => {
+                let out = std::slice::from_raw_parts_mut(y, self.y.bytes());
+                if element.iter().all(|&b| b == 0) {
+                    out.fill(0);
+                } else {
+                    for chunk in out.chunks_exact_mut(element.len()) {
+                        chunk.copy_from_slice(element);
+                    }
+                }
+            }
             Bwd::CompareSelect { op, walk, operands } => {
                 compare_select(*op, walk, operands.each_ref().map(|s| cx.f32(s)), y as *mut f32, pool)
             }
@@ -470,6 +605,8 @@ impl Kernel for BwdStep {
             Bwd::Where { .. } => "where",
             Bwd::Cast { .. } => "cast",
             Bwd::CompareSelect { .. } => "compare-select",
+            Bwd::Slice { .. } => "slice",
+            Bwd::Fill { .. } => "fill",
             Bwd::SoftmaxCrossEntropy { .. } => "softmax-xent",
         }
     }

@@ -1,8 +1,11 @@
-//! Convolutions whose filter is computed at run time and whose output is a few
-//! positions (Conv's filter gradient, as autodiff writes it): one GEMM per output
-//! position over all images ([`conv_per_position`]) rather than im2col per image.
+//! Convolutions whose filter is computed at run time (not a constant the compile packs):
+//! with few output positions (Conv's filter gradient, as autodiff writes it), one GEMM
+//! per output position over all images ([`conv_per_position`]) rather than im2col per
+//! image; in the blocked layout (a trained layer's weights are parameters), the direct
+//! blocked kernel with the weights packed at each run.
 use crate::backend::cpu::isa;
-use crate::backend::cpu::kernels::conv::ConvShape;
+use crate::backend::cpu::kernels::conv::{conv_blocked, ConvShape, PackedConv, BLOCK};
+use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::kernels::conv_grad::{
     conv_per_position, per_position_scratch_len, per_position_suits,
 };
@@ -19,15 +22,32 @@ struct PerPosition {
     scratch: Loc,
 }
 
+/// A blocked (NCHW16c) convolution whose weights are packed at each run.
+struct BlockedRepack {
+    shape: ConvShape,
+    plain_x: bool,
+    act: Act,
+    x: Slot,
+    w: Slot,
+    bias: Option<Slot>,
+    z: Option<Slot>,
+    y: Slot,
+}
+
 pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let attrs = &b.node.attrs;
-    if b.node.op != "Conv"
+    let op = b.node.op.as_str();
+    if !matches!(op, "Conv" | "FusedConv")
         || !b.all_f32()
         || b.constant(1).is_some()
-        || attrs.int_or("block", 0)? != 0
-        || attrs.int_or("group", 1)? != 1
         || attrs.string_or("auto_pad", "NOTSET")? != "NOTSET"
     {
+        return Ok(None);
+    }
+    if attrs.int_or("block", 0)? != 0 {
+        return blocked_repack(b);
+    }
+    if op != "Conv" || attrs.int_or("group", 1)? != 1 {
         return Ok(None);
     }
     let (Some(x), Some(w), y) = (b.input(0), b.input(1), &b.outs[0]) else {
@@ -79,6 +99,80 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         y: y.clone(),
         scratch: b.scratch(per_position_scratch_len(&shape) * 4),
     })))
+}
+
+fn blocked_repack(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+    let attrs = &b.node.attrs;
+    if attrs.int_or("block", 0)? as usize != BLOCK {
+        return Ok(None);
+    }
+    let plain_x = attrs.int_or("plain_x", 0)? != 0;
+    let (Some(x), Some(w), y) = (b.input(0), b.input(1), &b.outs[0]) else {
+        return Ok(None);
+    };
+    let spatial = x.shape.len().saturating_sub(if plain_x { 2 } else { 3 });
+    if spatial != 2 || w.shape.len() != 4 {
+        return Ok(None);
+    }
+    let pair = |name: &str| -> Result<[usize; 2], String> {
+        match attrs.ints(name)? {
+            Some(&[a, b]) => Ok([a as usize, b as usize]),
+            Some(v) => Err(format!("{name} {v:?} is not 2-D")),
+            None => Ok([1, 1]),
+        }
+    };
+    let pads = match attrs.ints("pads")? {
+        Some(&[t, l, bo, r]) => [t as usize, l as usize, bo as usize, r as usize],
+        Some(v) => return Err(format!("pads {v:?} is not 2-D")),
+        None => [0; 4],
+    };
+    let group = attrs.int_or("group", 1)? as usize;
+    let shape = ConvShape::new(
+        x.shape[0],
+        w.shape[1] * group,
+        [x.shape[2], x.shape[3]],
+        w.shape[0],
+        [w.shape[2], w.shape[3]],
+        pair("strides")?,
+        pads,
+        pair("dilations")?,
+        group,
+    )?;
+    if y.shape[2..4] != [shape.oh, shape.ow] {
+        return Err(format!("output {:?} is not {}×{}", y.shape, shape.oh, shape.ow));
+    }
+    let fused = b.node.op == "FusedConv";
+    let act = if fused { Act::from_attrs(attrs)? } else { Act::None };
+    // Packing checks the geometry now (on zeros) so that a run cannot fail on it.
+    let zeros = vec![0.0; w.elements()];
+    PackedConv::new(shape.pointwise_rows(), &zeros, None)?;
+    Ok(Some(Box::new(BlockedRepack {
+        shape: shape.pointwise_rows(),
+        plain_x,
+        act,
+        x: x.clone(),
+        w: w.clone(),
+        bias: b.input(2).cloned(),
+        z: if fused { b.input(3).cloned() } else { None },
+        y: y.clone(),
+    })))
+}
+
+impl Kernel for BlockedRepack {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        let w = std::slice::from_raw_parts(cx.f32(&self.w), self.w.elements());
+        let bias = self
+            .bias
+            .as_ref()
+            .map(|s| std::slice::from_raw_parts(cx.f32(s), s.elements()));
+        let packed = PackedConv::new(self.shape, w, bias)?.with_plain_x(self.plain_x);
+        let z = self.z.as_ref().map(|s| cx.f32(s));
+        conv_blocked(cx.pool, &packed, cx.f32(&self.x), z, cx.f32_mut(&self.y), self.act);
+        Ok(())
+    }
+    fn kind(&self) -> &'static str {
+        "conv-blocked-repack"
+    }
 }
 
 impl Kernel for PerPosition {
