@@ -9,7 +9,7 @@ mod train_graphs;
 
 use std::time::Instant;
 
-use kiln::backend::cpu::{CpuBackend, Compiled};
+use kiln::backend::cpu::{Compiled, CpuBackend};
 use kiln::backend::{cpu_pass_options, Executable};
 use kiln::passes::PassOptions;
 
@@ -48,7 +48,11 @@ fn main() {
                         .filter(|s| s.kernel.kind() == "fallback")
                         .map(|s| s.node.as_str())
                         .collect();
-                    println!("{name}: {} steps, {} fallback", p.steps.len(), fallbacks.len());
+                    println!(
+                        "{name}: {} steps, {} fallback",
+                        p.steps.len(),
+                        fallbacks.len()
+                    );
                     for f in fallbacks {
                         println!("  fallback: {f}");
                     }

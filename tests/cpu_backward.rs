@@ -77,7 +77,11 @@ fn fallbacks(g: &Graph, inputs: &[Tensor]) -> Vec<String> {
 /// 1 and 2 threads.
 fn check(g: &Graph, inputs: &[Tensor], kind: &str) {
     let k = kinds(g, inputs);
-    assert!(k.contains(&kind), "no {kind} step in {k:?}\n{}", text::print(g));
+    assert!(
+        k.contains(&kind),
+        "no {kind} step in {k:?}\n{}",
+        text::print(g)
+    );
     let f = fallbacks(g, inputs);
     assert!(f.is_empty(), "fallbacks {f:?} in {k:?}\n{}", text::print(g));
     let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
@@ -98,18 +102,101 @@ fn check(g: &Graph, inputs: &[Tensor], kind: &str) {
 #[test]
 fn conv_transposes_with_pads_strides_dilations_groups_and_output_padding() {
     // (n, c, h, w, m/g, kernel, strides, pads, dilations, output_padding, group, bias)
-    let cases: &[(usize, usize, usize, usize, usize, [i64; 2], [i64; 2], [i64; 4], [i64; 2], [i64; 2], i64, bool)] = &[
-        (2, 3, 5, 7, 4, [3, 3], [1, 1], [1, 1, 1, 1], [1, 1], [0, 0], 1, true),
-        (1, 4, 6, 5, 3, [3, 2], [2, 2], [1, 0, 1, 1], [1, 1], [1, 1], 2, false),
-        (2, 5, 4, 4, 3, [2, 3], [2, 3], [0, 2, 1, 0], [2, 1], [1, 2], 1, true),
-        (1, 17, 9, 11, 19, [1, 1], [1, 1], [0, 0, 0, 0], [1, 1], [0, 0], 1, false),
-        (3, 8, 7, 7, 2, [5, 5], [3, 1], [2, 2, 2, 2], [1, 2], [2, 0], 4, true),
+    let cases: &[(
+        usize,
+        usize,
+        usize,
+        usize,
+        usize,
+        [i64; 2],
+        [i64; 2],
+        [i64; 4],
+        [i64; 2],
+        [i64; 2],
+        i64,
+        bool,
+    )] = &[
+        (
+            2,
+            3,
+            5,
+            7,
+            4,
+            [3, 3],
+            [1, 1],
+            [1, 1, 1, 1],
+            [1, 1],
+            [0, 0],
+            1,
+            true,
+        ),
+        (
+            1,
+            4,
+            6,
+            5,
+            3,
+            [3, 2],
+            [2, 2],
+            [1, 0, 1, 1],
+            [1, 1],
+            [1, 1],
+            2,
+            false,
+        ),
+        (
+            2,
+            5,
+            4,
+            4,
+            3,
+            [2, 3],
+            [2, 3],
+            [0, 2, 1, 0],
+            [2, 1],
+            [1, 2],
+            1,
+            true,
+        ),
+        (
+            1,
+            17,
+            9,
+            11,
+            19,
+            [1, 1],
+            [1, 1],
+            [0, 0, 0, 0],
+            [1, 1],
+            [0, 0],
+            1,
+            false,
+        ),
+        (
+            3,
+            8,
+            7,
+            7,
+            2,
+            [5, 5],
+            [3, 1],
+            [2, 2, 2, 2],
+            [1, 2],
+            [2, 0],
+            4,
+            true,
+        ),
     ];
     let mut rng = Rng(1);
     for &(n, c, h, w, mg, k, st, p, d, op_, group, bias) in cases {
         let mut g = Graph::new("convt");
         let x = param(&mut g, "x", DType::F32, &[n, c, h, w]);
-        let wt = param(&mut g, "w", DType::F32, &[c, mg, k[0] as usize, k[1] as usize]);
+        let wt = param(
+            &mut g,
+            "w",
+            DType::F32,
+            &[c, mg, k[0] as usize, k[1] as usize],
+        );
         let mut ins = vec![x, wt];
         let mut inputs = vec![
             rng.tensor(&[n, c, h, w], 1.0),
@@ -145,7 +232,12 @@ fn scatters_of_pool_gradients_and_on_every_axis() {
         let attrs = ints(&[("kernel_shape", &kernel), ("strides", &strides)]);
         let y = op(&mut g, "MaxPool", &[x], attrs);
         let yy = op(&mut g, "Mul", &[y, y], Attrs::new());
-        let loss = op(&mut g, "ReduceSum", &[yy], Attrs::new().with("keepdims", Attr::Int(0)));
+        let loss = op(
+            &mut g,
+            "ReduceSum",
+            &[yy],
+            Attrs::new().with("keepdims", Attr::Int(0)),
+        );
         let gx = grad(&mut g, loss, &[x]).unwrap()[0];
         g.add_output("gx", gx).unwrap();
         let inputs = vec![rng.tensor(&[2, 3, 9, 7], 1.0)];
@@ -161,7 +253,9 @@ fn scatters_of_pool_gradients_and_on_every_axis() {
         let d = param(&mut g, "d", DType::F32, data);
         let n: usize = ind.iter().product();
         let size = data[(axis + data.len() as i64) as usize % data.len()] as u64;
-        let idx: Vec<i64> = (0..n).map(|_| (rng.next() % size) as i64 - (rng.next() % 2) as i64 * size as i64).collect();
+        let idx: Vec<i64> = (0..n)
+            .map(|_| (rng.next() % size) as i64 - (rng.next() % 2) as i64 * size as i64)
+            .collect();
         let i = constant(&mut g, Tensor::from_vec(ind, idx).unwrap());
         let u = param(&mut g, "u", DType::F32, ind);
         let attrs = Attrs::new()
@@ -169,7 +263,11 @@ fn scatters_of_pool_gradients_and_on_every_axis() {
             .with("reduction", Attr::String(reduction.into()));
         let y = op(&mut g, "ScatterElements", &[d, i, u], attrs);
         g.add_output("y", y).unwrap();
-        check(&g, &[rng.tensor(data, 1.0), rng.tensor(ind, 1.0)], "scatter");
+        check(
+            &g,
+            &[rng.tensor(data, 1.0), rng.tensor(ind, 1.0)],
+            "scatter",
+        );
     }
 }
 
@@ -178,7 +276,11 @@ fn scatters_of_pool_gradients_and_on_every_axis() {
 #[test]
 fn masks_selects_and_casts() {
     let mut rng = Rng(3);
-    for (a, b) in [(&[4, 33][..], &[33][..]), (&[3, 1, 5], &[2, 1]), (&[70], &[70])] {
+    for (a, b) in [
+        (&[4, 33][..], &[33][..]),
+        (&[3, 1, 5], &[2, 1]),
+        (&[70], &[70]),
+    ] {
         for cmp in ["Greater", "Less", "Equal", "GreaterOrEqual", "LessOrEqual"] {
             let mut g = Graph::new("cmp");
             let x = param(&mut g, "x", DType::F32, a);
@@ -192,7 +294,11 @@ fn masks_selects_and_casts() {
             g.add_output("mask_f32", mf).unwrap();
             // Rounded to quarters so that Equal sees equal values.
             let quarters = |t: Tensor| {
-                let v: Vec<f32> = t.to_f64_vec().iter().map(|v| (v * 4.0).round() as f32 / 4.0).collect();
+                let v: Vec<f32> = t
+                    .to_f64_vec()
+                    .iter()
+                    .map(|v| (v * 4.0).round() as f32 / 4.0)
+                    .collect();
                 Tensor::from_vec(t.shape(), v).unwrap()
             };
             let inputs = [quarters(rng.tensor(a, 1.0)), quarters(rng.tensor(b, 1.0))];
@@ -222,10 +328,19 @@ fn masks_selects_and_casts() {
         let r = op(&mut g, "Relu", &[x], Attrs::new());
         let w = param(&mut g, "w", DType::F32, dims);
         let p = op(&mut g, "Mul", &[r, w], Attrs::new());
-        let loss = op(&mut g, "ReduceSum", &[p], Attrs::new().with("keepdims", Attr::Int(0)));
+        let loss = op(
+            &mut g,
+            "ReduceSum",
+            &[p],
+            Attrs::new().with("keepdims", Attr::Int(0)),
+        );
         let gx = grad(&mut g, loss, &[x]).unwrap()[0];
         g.add_output("gx", gx).unwrap();
-        check(&g, &[rng.tensor(dims, 1.0), rng.tensor(dims, 1.0)], "compare-select");
+        check(
+            &g,
+            &[rng.tensor(dims, 1.0), rng.tensor(dims, 1.0)],
+            "compare-select",
+        );
     }
 }
 
@@ -246,7 +361,10 @@ fn softmax_cross_entropy_losses() {
                 g.add_output("loss", id.into()).unwrap();
                 g.add_output("log_prob", id.out(1)).unwrap();
                 let labels: Vec<i64> = (0..n).map(|_| (rng.next() % c as u64) as i64).collect();
-                let inputs = [rng.tensor(&[n, c], 3.0), Tensor::from_vec(&[n], labels).unwrap()];
+                let inputs = [
+                    rng.tensor(&[n, c], 3.0),
+                    Tensor::from_vec(&[n], labels).unwrap(),
+                ];
                 check(&g, &inputs, "softmax-xent");
             }
         }
@@ -269,10 +387,18 @@ fn filter_gradients_run_per_output_position() {
         let attrs = ints(&[("pads", &pads), ("strides", &strides), ("dilations", &dil)]);
         let y = op(&mut g, "Conv", &[x, w], attrs);
         let yy = op(&mut g, "Mul", &[y, y], Attrs::new());
-        let loss = op(&mut g, "ReduceSum", &[yy], Attrs::new().with("keepdims", Attr::Int(0)));
+        let loss = op(
+            &mut g,
+            "ReduceSum",
+            &[yy],
+            Attrs::new().with("keepdims", Attr::Int(0)),
+        );
         let gw = grad(&mut g, loss, &[w]).unwrap()[0];
         g.add_output("gw", gw).unwrap();
-        let inputs = [rng.tensor(&[n, c, hw[0], hw[1]], 1.0), rng.tensor(&[m, c, 3, 3], 1.0)];
+        let inputs = [
+            rng.tensor(&[n, c, hw[0], hw[1]], 1.0),
+            rng.tensor(&[m, c, 3, 3], 1.0),
+        ];
         check(&g, &inputs, "conv-per-position");
     }
 }
@@ -282,7 +408,10 @@ fn filter_gradients_run_per_output_position() {
 #[test]
 fn training_graphs_run_on_kernels_only() {
     for (make, kind) in [
-        (train_graphs::mlp as fn(usize) -> train_graphs::TrainGraph, "softmax-xent"),
+        (
+            train_graphs::mlp as fn(usize) -> train_graphs::TrainGraph,
+            "softmax-xent",
+        ),
         (train_graphs::cnn, "conv-transpose"),
     ] {
         let t = make(64);

@@ -70,7 +70,11 @@ impl Builder {
     fn dense(&mut self, h: Value, n_in: usize, n_out: usize, relu: bool) -> Value {
         let w = self.weight(&[n_out, n_in]);
         let b = self.weight(&[n_out]);
-        let y = self.op("Gemm", &[h, w, b], Attrs::new().with("transB", Attr::Int(1)));
+        let y = self.op(
+            "Gemm",
+            &[h, w, b],
+            Attrs::new().with("transB", Attr::Int(1)),
+        );
         if relu {
             self.op("Relu", &[y], Attrs::new())
         } else {

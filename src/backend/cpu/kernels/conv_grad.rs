@@ -143,8 +143,11 @@ mod tests {
                     let bias = lcg_data(oc, 1.0, 20 + ci as u64);
                     let len = n * oc * s.oh * s.ow;
                     let mut want = vec![0.0; len];
-                    let mut scratch =
-                        vec![0.0; super::super::conv::conv_plain_scratch_len(&s).max(per_position_scratch_len(&s))];
+                    let mut scratch = vec![
+                        0.0;
+                        super::super::conv::conv_plain_scratch_len(&s)
+                            .max(per_position_scratch_len(&s))
+                    ];
                     unsafe {
                         conv_im2col(
                             None,
@@ -172,7 +175,10 @@ mod tests {
                         );
                     }
                     for (j, (a, b)) in got.iter().zip(&want).enumerate() {
-                        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{s:?} at {j}: {a} vs {b}");
+                        assert!(
+                            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                            "{s:?} at {j}: {a} vs {b}"
+                        );
                     }
                 }
             }

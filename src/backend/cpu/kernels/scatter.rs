@@ -235,8 +235,16 @@ mod tests {
     fn an_index_out_of_range_is_an_error() {
         let plan = ScatterPlan::new(&[2, 3], &[2, 3], 1).unwrap();
         let mut out = [0.0; 6];
-        let e = scatter_elements(&plan, ScatterReduce::Add, &[0i64, 1, 2, 0, 3, 1], &[1.0; 6], &mut out);
-        assert!(e.unwrap_err().contains("index 3 is out of range for axis 1 of size 3"));
+        let e = scatter_elements(
+            &plan,
+            ScatterReduce::Add,
+            &[0i64, 1, 2, 0, 3, 1],
+            &[1.0; 6],
+            &mut out,
+        );
+        assert!(e
+            .unwrap_err()
+            .contains("index 3 is out of range for axis 1 of size 3"));
         assert!(ScatterPlan::new(&[2, 3], &[2, 4], 0).is_err());
     }
 }

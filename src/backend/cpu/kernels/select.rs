@@ -191,13 +191,23 @@ pub unsafe fn select<T: Copy + Send + Sync>(
     out: *mut T,
     pool: Option<&Pool>,
 ) {
-    let (c, x, y, o) = (SyncPtr(cond as *mut u8), SyncPtr(x as *mut T), SyncPtr(y as *mut T), SyncPtr(out));
+    let (c, x, y, o) = (
+        SyncPtr(cond as *mut u8),
+        SyncPtr(x as *mut T),
+        SyncPtr(y as *mut T),
+        SyncPtr(out),
+    );
     let [sc, sx, sy, _] = walk.inner_strides;
     walk.rows(pool, &|offs, at, len| {
         // SAFETY: the walk keeps every offset inside its operand; each run writes its
         // own part of `out`, reading each aliased element before writing it.
         unsafe {
-            let (c, x, y, d) = (c.get().add(offs[0]), x.get().add(offs[1]), y.get().add(offs[2]), o.get().add(at));
+            let (c, x, y, d) = (
+                c.get().add(offs[0]),
+                x.get().add(offs[1]),
+                y.get().add(offs[2]),
+                o.get().add(at),
+            );
             match (sc, sx, sy) {
                 // Relu's gradient: a mask, the incoming gradient and a zero scalar.
                 (1, 1, 0) => {
@@ -214,7 +224,11 @@ pub unsafe fn select<T: Copy + Send + Sync>(
                 }
                 _ => {
                     for k in 0..len {
-                        *d.add(k) = if *c.add(k * sc) != 0 { *x.add(k * sx) } else { *y.add(k * sy) };
+                        *d.add(k) = if *c.add(k * sc) != 0 {
+                            *x.add(k * sx)
+                        } else {
+                            *y.add(k * sy)
+                        };
                     }
                 }
             }
@@ -338,7 +352,12 @@ impl CastElem for u8 {
 ///
 /// # Safety
 /// `src` and `out` must hold `len` elements.
-pub unsafe fn cast<S: CastElem, D: CastElem>(src: *const S, out: *mut D, len: usize, pool: Option<&Pool>) {
+pub unsafe fn cast<S: CastElem, D: CastElem>(
+    src: *const S,
+    out: *mut D,
+    len: usize,
+    pool: Option<&Pool>,
+) {
     let (s, o) = (SyncPtr(src as *mut S), SyncPtr(out));
     let chunk = 16 * 1024;
     for_ranges(pool, len.div_ceil(chunk), chunk, &|r| {
@@ -381,19 +400,41 @@ mod tests {
                     off
                 };
                 let mut out = vec![0u8; n(so)];
-                compare(CmpOp::GreaterOrEqual, &walk, &a, &b, &mut out, pool.as_ref());
+                compare(
+                    CmpOp::GreaterOrEqual,
+                    &walk,
+                    &a,
+                    &b,
+                    &mut out,
+                    pool.as_ref(),
+                );
                 for (o, &v) in out.iter().enumerate() {
-                    assert_eq!(v, (a[idx(sa, o)] >= b[idx(sb, o)]) as u8, "{sa:?} {sb:?} at {o}");
+                    assert_eq!(
+                        v,
+                        (a[idx(sa, o)] >= b[idx(sb, o)]) as u8,
+                        "{sa:?} {sb:?} at {o}"
+                    );
                 }
                 let cond: Vec<u8> = (0..n(sa)).map(|i| (a[i] > 0.0) as u8).collect();
                 let walk3 = Walk::new(&[sa, sb, so], so).unwrap();
                 let y = lcg_data(n(so), 1.0, 3);
                 let mut got = vec![0f32; n(so)];
                 unsafe {
-                    select(&walk3, cond.as_ptr(), b.as_ptr(), y.as_ptr(), got.as_mut_ptr(), pool.as_ref())
+                    select(
+                        &walk3,
+                        cond.as_ptr(),
+                        b.as_ptr(),
+                        y.as_ptr(),
+                        got.as_mut_ptr(),
+                        pool.as_ref(),
+                    )
                 };
                 for (o, &v) in got.iter().enumerate() {
-                    let want = if cond[idx(sa, o)] != 0 { b[idx(sb, o)] } else { y[o] };
+                    let want = if cond[idx(sa, o)] != 0 {
+                        b[idx(sb, o)]
+                    } else {
+                        y[o]
+                    };
                     assert_eq!(v, want, "{sa:?} {sb:?} at {o}");
                 }
             }

@@ -87,7 +87,10 @@ fn plain_dtype(d: DType) -> bool {
 
 /// Element types `Cast` converts between.
 fn cast_dtype(d: DType) -> bool {
-    matches!(d, DType::F32 | DType::F64 | DType::I32 | DType::I64 | DType::Bool)
+    matches!(
+        d,
+        DType::F32 | DType::F64 | DType::I32 | DType::I64 | DType::Bool
+    )
 }
 
 pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
@@ -102,8 +105,12 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             if c.dtype != DType::Bool || !plain_dtype(x.dtype) || yv.dtype != x.dtype {
                 return Ok(None);
             }
-            let walk = Walk::new(&[&c.shape, &x.shape, &yv.shape], &y.shape)
-                .ok_or_else(|| format!("{:?}, {:?}, {:?} do not broadcast to {:?}", c.shape, x.shape, yv.shape, y.shape))?;
+            let walk = Walk::new(&[&c.shape, &x.shape, &yv.shape], &y.shape).ok_or_else(|| {
+                format!(
+                    "{:?}, {:?}, {:?} do not broadcast to {:?}",
+                    c.shape, x.shape, yv.shape, y.shape
+                )
+            })?;
             Some(Bwd::Where {
                 walk,
                 cond: c.clone(),
@@ -137,7 +144,10 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
                     return Ok(None);
                 }
                 let walk = Walk::new(&[&a.shape, &bb.shape], &y.shape).ok_or_else(|| {
-                    format!("{:?} and {:?} do not broadcast to {:?}", a.shape, bb.shape, y.shape)
+                    format!(
+                        "{:?} and {:?} do not broadcast to {:?}",
+                        a.shape, bb.shape, y.shape
+                    )
                 })?;
                 Some(Bwd::Compare {
                     op: cmp,
@@ -245,15 +255,19 @@ fn fused_compare_select(b: &Build) -> Result<Option<Bwd>, String> {
         Some(Arg::Input(k)) => ins.get(*k).cloned(),
         _ => None,
     };
-    let (Some(a), Some(bb)) = (cmp.args.first().and_then(input), cmp.args.get(1).and_then(input))
-    else {
+    let (Some(a), Some(bb)) = (
+        cmp.args.first().and_then(input),
+        cmp.args.get(1).and_then(input),
+    ) else {
         return Ok(None);
     };
     if pick.op != "Where" || pick.args.first() != Some(&Some(Arg::Step(0))) {
         return Ok(None);
     }
-    let (Some(x), Some(yv)) = (pick.args.get(1).and_then(input), pick.args.get(2).and_then(input))
-    else {
+    let (Some(x), Some(yv)) = (
+        pick.args.get(1).and_then(input),
+        pick.args.get(2).and_then(input),
+    ) else {
         return Ok(None);
     };
     let walk = Walk::new(&[&a.shape, &bb.shape, &x.shape, &yv.shape], &y.shape)
@@ -327,7 +341,10 @@ fn slice_step(b: &Build) -> Result<Option<Bwd>, String> {
         strides[axis] = in_strides[axis] as isize * step as isize;
     }
     if dims != y.shape || x.dtype != y.dtype {
-        return Err(format!("slicing {:?} gives {dims:?}, not {:?}", x.shape, y.shape));
+        return Err(format!(
+            "slicing {:?} gives {dims:?}, not {:?}",
+            x.shape, y.shape
+        ));
     }
     Ok(Some(Bwd::Slice {
         x: x.clone(),
@@ -465,7 +482,16 @@ impl Kernel for BwdStep {
             } => {
                 let bias = bias.as_ref().map(|s| cx.f32(s));
                 let scratch = cx.ptr(*scratch) as *mut f32;
-                conv_transpose(isa::isa(), pool, shape, cx.f32(x), cx.f32(w), bias, y as *mut f32, scratch);
+                conv_transpose(
+                    isa::isa(),
+                    pool,
+                    shape,
+                    cx.f32(x),
+                    cx.f32(w),
+                    bias,
+                    y as *mut f32,
+                    scratch,
+                );
             }
             Bwd::Scatter {
                 plan,
@@ -503,7 +529,12 @@ impl Kernel for BwdStep {
                     compare(*op, walk, a, b, out, pool)
                 })
             }
-            Bwd::Where { walk, cond, x, y: yv } => {
+            Bwd::Where {
+                walk,
+                cond,
+                x,
+                y: yv,
+            } => {
                 with_plain!(x.dtype, T => select(
                     walk,
                     cx.ptr(cond.loc),
@@ -567,9 +598,13 @@ impl Kernel for BwdStep {
                     }
                 }
             }
-            Bwd::CompareSelect { op, walk, operands } => {
-                compare_select(*op, walk, operands.each_ref().map(|s| cx.f32(s)), y as *mut f32, pool)
-            }
+            Bwd::CompareSelect { op, walk, operands } => compare_select(
+                *op,
+                walk,
+                operands.each_ref().map(|s| cx.f32(s)),
+                y as *mut f32,
+                pool,
+            ),
             Bwd::SoftmaxCrossEntropy {
                 classes,
                 reduction,
@@ -586,11 +621,31 @@ impl Kernel for BwdStep {
                 match labels.dtype {
                     DType::I32 => {
                         let l = std::slice::from_raw_parts(cx.ptr(labels.loc) as *const i32, n);
-                        softmax_cross_entropy(isa, s, l, *classes, *reduction, *ignore_index, lp, loss, pool)?
+                        softmax_cross_entropy(
+                            isa,
+                            s,
+                            l,
+                            *classes,
+                            *reduction,
+                            *ignore_index,
+                            lp,
+                            loss,
+                            pool,
+                        )?
                     }
                     _ => {
                         let l = std::slice::from_raw_parts(cx.ptr(labels.loc) as *const i64, n);
-                        softmax_cross_entropy(isa, s, l, *classes, *reduction, *ignore_index, lp, loss, pool)?
+                        softmax_cross_entropy(
+                            isa,
+                            s,
+                            l,
+                            *classes,
+                            *reduction,
+                            *ignore_index,
+                            lp,
+                            loss,
+                            pool,
+                        )?
                     }
                 }
             }

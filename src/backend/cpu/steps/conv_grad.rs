@@ -5,10 +5,10 @@
 //! blocked kernel with the weights packed at each run.
 use crate::backend::cpu::isa;
 use crate::backend::cpu::kernels::conv::{conv_blocked, ConvShape, PackedConv, BLOCK};
-use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::kernels::conv_grad::{
     conv_per_position, per_position_scratch_len, per_position_suits,
 };
+use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 
 use super::Build;
@@ -139,10 +139,17 @@ fn blocked_repack(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         group,
     )?;
     if y.shape[2..4] != [shape.oh, shape.ow] {
-        return Err(format!("output {:?} is not {}×{}", y.shape, shape.oh, shape.ow));
+        return Err(format!(
+            "output {:?} is not {}×{}",
+            y.shape, shape.oh, shape.ow
+        ));
     }
     let fused = b.node.op == "FusedConv";
-    let act = if fused { Act::from_attrs(attrs)? } else { Act::None };
+    let act = if fused {
+        Act::from_attrs(attrs)?
+    } else {
+        Act::None
+    };
     // Packing checks the geometry now (on zeros) so that a run cannot fail on it.
     let zeros = vec![0.0; w.elements()];
     PackedConv::new(shape.pointwise_rows(), &zeros, None)?;
@@ -167,7 +174,14 @@ impl Kernel for BlockedRepack {
             .map(|s| std::slice::from_raw_parts(cx.f32(s), s.elements()));
         let packed = PackedConv::new(self.shape, w, bias)?.with_plain_x(self.plain_x);
         let z = self.z.as_ref().map(|s| cx.f32(s));
-        conv_blocked(cx.pool, &packed, cx.f32(&self.x), z, cx.f32_mut(&self.y), self.act);
+        conv_blocked(
+            cx.pool,
+            &packed,
+            cx.f32(&self.x),
+            z,
+            cx.f32_mut(&self.y),
+            self.act,
+        );
         Ok(())
     }
     fn kind(&self) -> &'static str {
