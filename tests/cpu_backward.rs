@@ -416,6 +416,14 @@ fn training_graphs_run_on_kernels_only() {
     ] {
         let t = make(64);
         let k = kinds(&t.g, &t.inputs);
+        if kind == "conv-transpose" {
+            // Both filter gradients (blocked by the layout pass) run per position.
+            let n = k
+                .iter()
+                .filter(|&&s| s == "conv-per-position-blocked")
+                .count();
+            assert_eq!(n, 2, "{k:?}");
+        }
         let f = fallbacks(&t.g, &t.inputs);
         assert!(f.is_empty(), "fallbacks {f:?} in {k:?}");
         assert!(k.contains(&kind), "no {kind} in {k:?}");

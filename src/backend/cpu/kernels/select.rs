@@ -277,9 +277,18 @@ unsafe fn compare_select_with(
             let mut buf = [[0.0f32; BLOCK]; OPERANDS];
             for k in 0..OPERANDS {
                 let (p, s) = (ptrs[k].get(), strides[k]);
-                for (j, v) in buf[k][..n].iter_mut().enumerate() {
-                    // SAFETY: the walk keeps offsets inside operand k.
-                    *v = unsafe { *p.add(offs[k] + (start + j) * s) };
+                // SAFETY: the walk keeps offsets inside operand k.
+                unsafe {
+                    let at = p.add(offs[k] + start * s);
+                    match s {
+                        0 => buf[k][..n].fill(*at),
+                        1 => std::ptr::copy_nonoverlapping(at, buf[k].as_mut_ptr(), n),
+                        _ => {
+                            for (j, v) in buf[k][..n].iter_mut().enumerate() {
+                                *v = *at.add(j * s);
+                            }
+                        }
+                    }
                 }
             }
             let [a, b, x, y] = &buf;

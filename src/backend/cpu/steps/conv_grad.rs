@@ -8,13 +8,25 @@ use crate::backend::cpu::kernels::conv::{conv_blocked, ConvShape, PackedConv, BL
 use crate::backend::cpu::kernels::conv_grad::{
     conv_per_position, per_position_scratch_len, per_position_suits,
 };
-use crate::backend::cpu::kernels::Act;
+use crate::backend::cpu::kernels::{reorder, Act};
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 
 use super::Build;
 
 struct PerPosition {
     shape: ConvShape,
+    x: Slot,
+    w: Slot,
+    bias: Option<Slot>,
+    y: Slot,
+    scratch: Loc,
+}
+
+/// A blocked (NCHW16c) filter-gradient-shaped convolution: the input unblocked into
+/// scratch, [`conv_per_position`] into scratch, the result blocked into Y.
+struct BlockedPerPosition {
+    shape: ConvShape,
+    act: Act,
     x: Slot,
     w: Slot,
     bias: Option<Slot>,
@@ -150,6 +162,25 @@ fn blocked_repack(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     } else {
         Act::None
     };
+    let z = if fused { b.input(3).cloned() } else { None };
+    // A filter gradient's shape (few output positions, a large run-time filter): the
+    // direct kernel would run 6-pixel tiles over 3-pixel rows and repack the whole
+    // output gradient as weights; one GEMM per position beats it whatever the batch.
+    let few_positions = shape.oh * shape.ow <= 64 && shape.kh * shape.kw >= 4 * shape.oh * shape.ow;
+    if few_positions && group == 1 && !plain_x && z.is_none() {
+        let plain_x_len = shape.n * shape.ic * shape.ih * shape.iw;
+        let plain_y_len = shape.n * shape.oc * shape.oh * shape.ow;
+        let floats = plain_x_len + plain_y_len + per_position_scratch_len(&shape);
+        return Ok(Some(Box::new(BlockedPerPosition {
+            shape,
+            act,
+            x: x.clone(),
+            w: w.clone(),
+            bias: b.input(2).cloned(),
+            y: y.clone(),
+            scratch: b.scratch(floats * 4),
+        })));
+    }
     // Packing checks the geometry now (on zeros) so that a run cannot fail on it.
     let zeros = vec![0.0; w.elements()];
     PackedConv::new(shape.pointwise_rows(), &zeros, None)?;
@@ -160,7 +191,7 @@ fn blocked_repack(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         x: x.clone(),
         w: w.clone(),
         bias: b.input(2).cloned(),
-        z: if fused { b.input(3).cloned() } else { None },
+        z,
         y: y.clone(),
     })))
 }
@@ -186,6 +217,31 @@ impl Kernel for BlockedRepack {
     }
     fn kind(&self) -> &'static str {
         "conv-blocked-repack"
+    }
+}
+
+impl Kernel for BlockedPerPosition {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        let s = &self.shape;
+        let (pool, block) = (cx.pool, BLOCK);
+        let plain_x_len = s.n * s.ic * s.ih * s.iw;
+        let plain_y_len = s.n * s.oc * s.oh * s.ow;
+        let px = cx.ptr(self.scratch) as *mut f32;
+        let py = px.add(plain_x_len);
+        let rest = py.add(plain_y_len);
+        let xb = std::slice::from_raw_parts(cx.f32(&self.x), self.x.elements());
+        let xs = std::slice::from_raw_parts_mut(px, plain_x_len);
+        reorder::to_plain(xb, xs, s.n, s.ic, s.ih * s.iw, block, pool);
+        let bias = self.bias.as_ref().map(|b| cx.f32(b));
+        conv_per_position(isa::isa(), pool, s, px, cx.f32(&self.w), bias, py, rest);
+        let ys = std::slice::from_raw_parts_mut(py, plain_y_len);
+        self.act.apply(ys);
+        let yb = std::slice::from_raw_parts_mut(cx.f32_mut(&self.y), self.y.elements());
+        reorder::to_blocked(ys, yb, s.n, s.oc, s.oh * s.ow, block, pool);
+        Ok(())
+    }
+    fn kind(&self) -> &'static str {
+        "conv-per-position-blocked"
     }
 }
 
