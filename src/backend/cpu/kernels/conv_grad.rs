@@ -2,9 +2,9 @@
 //! gradient, which autodiff writes as a convolution of the input (batch and channels
 //! swapped) with the output gradient as the filter (likewise swapped), whose output is
 //! the kernel's few taps. im2col + GEMM would run one GEMM per image with N = OH·OW (9
-//! for a 3×3 kernel) and repack the whole filter each time; here each output position
-//! (a, b) is one GEMM over all images at once:
-//! `Y[:, :, a, b] = X_ab [N × IC·KH·KW] · Wᵀ`, where X_ab is the input window at (a, b)
+//! for a 3×3 kernel) and repack the whole filter each time; here the input windows of
+//! every output position (a, b) and image are the rows of one matrix, times Wᵀ in one
+//! GEMM: `Y[n, :, a, b] = X_ab[n] · Wᵀ`, where X_ab[n] is image n's window at (a, b)
 //! (copied by contiguous row runs, zeros for padding) and W the filter [OC × IC·KH·KW].
 use super::conv::ConvShape;
 use super::gemm::{gemm_with_isa, Epilogue, Mat};
@@ -18,12 +18,16 @@ pub fn per_position_suits(s: &ConvShape) -> bool {
     s.groups == 1 && s.oh * s.ow <= 64 && s.n >= 8 && s.kh * s.kw >= 4 * s.oh * s.ow
 }
 
-/// Floats of scratch [`conv_per_position`] needs: one window matrix and one result.
+/// Floats of scratch [`conv_per_position`] needs: the window matrix of every position
+/// and image, and the product.
 pub fn per_position_scratch_len(s: &ConvShape) -> usize {
-    s.n * s.ic * s.kh * s.kw + s.n * s.oc
+    let rows = s.oh * s.ow * s.n;
+    rows * s.ic * s.kh * s.kw + rows * s.oc
 }
 
-/// `y = conv(x, w) + bias` on NCHW tensors (group 1), one GEMM per output position.
+/// `y = conv(x, w) + bias` on NCHW tensors (group 1): the windows of every output
+/// position and image stacked as rows, times Wᵀ in one GEMM (so the large filter is
+/// packed once).
 ///
 /// # Safety
 /// `x` must hold N·IC·IH·IW floats, `w` OC·IC·KH·KW, `bias` OC, `y` N·OC·OH·OW and
@@ -43,33 +47,41 @@ pub unsafe fn conv_per_position(
     debug_assert_eq!(s.groups, 1);
     let k = s.ic * s.kh * s.kw;
     let ohw = s.oh * s.ow;
-    let (win, res) = (scratch, scratch.wrapping_add(s.n * k));
+    let rows = ohw * s.n;
+    let (win, res) = (scratch, scratch.wrapping_add(rows * k));
     let (xp, wp) = (SyncPtr(x as *mut f32), SyncPtr(win));
-    for a in 0..s.oh {
-        for b in 0..s.ow {
-            for_ranges(pool, s.n, k, &|images| {
-                for n in images {
-                    // SAFETY: image n's row of the window matrix belongs to this task.
-                    let row = unsafe { std::slice::from_raw_parts_mut(wp.get().add(n * k), k) };
-                    // SAFETY: image n of x per the contract.
-                    unsafe { window(s, xp.get().add(n * s.ic * s.ih * s.iw), a, b, row) };
-                }
-            });
-            // SAFETY: the window matrix is N×K, W is OC×K (read transposed), the result
-            // N×OC, all per the contract.
+    // Row p·N + n: image n's window at output position p.
+    for_ranges(pool, rows, k, &|range| {
+        for r in range {
+            let (p, n) = (r / s.n, r % s.n);
+            // SAFETY: row r of the window matrix belongs to this task.
+            let row = unsafe { std::slice::from_raw_parts_mut(wp.get().add(r * k), k) };
+            // SAFETY: image n of x per the contract.
             unsafe {
-                let xa = Mat::rows(win, k);
-                let wt = Mat::rows(w, k).t();
-                gemm_with_isa(isa, pool, s.n, s.oc, k, xa, wt, res, s.oc, &Epilogue::NONE);
-            }
-            let at = a * s.ow + b;
-            for n in 0..s.n {
-                for oc in 0..s.oc {
-                    // SAFETY: in bounds of y, res and bias per the contract.
-                    unsafe {
-                        let v = *res.add(n * s.oc + oc) + bias.map_or(0.0, |p| *p.add(oc));
-                        *y.add((n * s.oc + oc) * ohw + at) = v;
-                    }
+                window(
+                    s,
+                    xp.get().add(n * s.ic * s.ih * s.iw),
+                    p / s.ow,
+                    p % s.ow,
+                    row,
+                )
+            };
+        }
+    });
+    // SAFETY: the window matrix is rows×K, W is OC×K (read transposed), the result
+    // rows×OC, all per the contract.
+    unsafe {
+        let xa = Mat::rows(win, k);
+        let wt = Mat::rows(w, k).t();
+        gemm_with_isa(isa, pool, rows, s.oc, k, xa, wt, res, s.oc, &Epilogue::NONE);
+    }
+    for p in 0..ohw {
+        for n in 0..s.n {
+            for oc in 0..s.oc {
+                // SAFETY: in bounds of y, res and bias per the contract.
+                unsafe {
+                    let v = *res.add((p * s.n + n) * s.oc + oc) + bias.map_or(0.0, |b| *b.add(oc));
+                    *y.add((n * s.oc + oc) * ohw + p) = v;
                 }
             }
         }
