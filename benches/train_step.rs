@@ -13,6 +13,9 @@ use kiln::backend::cpu::{Compiled, CpuBackend};
 use kiln::backend::{cpu_pass_options, Executable};
 use kiln::passes::PassOptions;
 
+/// A training graph at a batch size.
+type MakeGraph = fn(usize) -> train_graphs::TrainGraph;
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let runs = args
@@ -21,8 +24,7 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(30usize);
-    let cases: [(&str, fn(usize) -> train_graphs::TrainGraph); 2] =
-        [("mlp", train_graphs::mlp), ("cnn", train_graphs::cnn)];
+    let cases: [(&str, MakeGraph); 2] = [("mlp", train_graphs::mlp), ("cnn", train_graphs::cnn)];
     let wanted: Vec<&String> = args
         .iter()
         .filter(|a| !a.starts_with("--") && a.parse::<usize>().is_err())

@@ -99,23 +99,26 @@ fn check(g: &Graph, inputs: &[Tensor], kind: &str) {
     }
 }
 
+/// (n, c, h, w, m/g, kernel, strides, pads, dilations, output_padding, group, bias)
+type ConvTransposeCase = (
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    [i64; 2],
+    [i64; 2],
+    [i64; 4],
+    [i64; 2],
+    [i64; 2],
+    i64,
+    bool,
+);
+
 #[test]
 fn conv_transposes_with_pads_strides_dilations_groups_and_output_padding() {
     // (n, c, h, w, m/g, kernel, strides, pads, dilations, output_padding, group, bias)
-    let cases: &[(
-        usize,
-        usize,
-        usize,
-        usize,
-        usize,
-        [i64; 2],
-        [i64; 2],
-        [i64; 4],
-        [i64; 2],
-        [i64; 2],
-        i64,
-        bool,
-    )] = &[
+    let cases: &[ConvTransposeCase] = &[
         (
             2,
             3,

@@ -85,13 +85,13 @@ impl Walk {
                 for &(size, s) in self.outer.iter().rev() {
                     let i = rest % size;
                     rest /= size;
-                    for k in 0..OPERANDS {
-                        offs[k] += i * s[k];
+                    for (o, s) in offs.iter_mut().zip(s) {
+                        *o += i * s;
                     }
                 }
                 let j0 = piece * chunk;
-                for k in 0..OPERANDS {
-                    offs[k] += j0 * self.inner_strides[k];
+                for (o, s) in offs.iter_mut().zip(self.inner_strides) {
+                    *o += j0 * s;
                 }
                 row(offs, out_row * self.inner + j0, chunk.min(self.inner - j0));
             }
