@@ -246,6 +246,20 @@ fn scatters_of_pool_gradients_and_on_every_axis() {
         let inputs = vec![rng.tensor(&[2, 3, 9, 7], 1.0)];
         check(&g, &inputs, "scatter");
     }
+    // MaxPool's Indices over tiling windows (ragged images drop the last row/column).
+    for (dims, k) in [
+        ([2, 3, 9, 7], [2, 2]),
+        ([1, 17, 8, 12], [2, 3]),
+        ([3, 2, 5, 5], [1, 1]),
+    ] {
+        let mut g = Graph::new("pool_indices");
+        let x = param(&mut g, "x", DType::F32, &dims);
+        let attrs = ints(&[("kernel_shape", &k), ("strides", &k)]);
+        let id = g.op("MaxPool", &[x], attrs, "").unwrap();
+        g.add_output("y", id.into()).unwrap();
+        g.add_output("indices", id.out(1)).unwrap();
+        check(&g, &[rng.tensor(&dims, 1.0)], "pool-indices");
+    }
     for (data, ind, axis, reduction) in [
         (&[5, 6][..], &[3, 6][..], 0, "add"),
         (&[5, 6], &[5, 4], 1, "none"),
@@ -425,6 +439,8 @@ fn training_graphs_run_on_kernels_only() {
                 .iter()
                 .filter(|&&s| s == "conv-per-position-blocked")
                 .count();
+            assert_eq!(n, 2, "{k:?}");
+            let n = k.iter().filter(|&&s| s == "pool-indices").count();
             assert_eq!(n, 2, "{k:?}");
         }
         let f = fallbacks(&t.g, &t.inputs);

@@ -12,6 +12,7 @@ pub mod loss;
 pub mod math;
 pub mod norm;
 mod par;
+pub mod pool_indices;
 pub mod pooling;
 pub mod reduce;
 pub mod reorder;

@@ -5,6 +5,7 @@
 use crate::backend::cpu::isa;
 use crate::backend::cpu::kernels::conv_transpose::{conv_transpose, ConvTransposeShape};
 use crate::backend::cpu::kernels::loss::{softmax_cross_entropy, LossReduction};
+use crate::backend::cpu::kernels::pool_indices::max_pool_tiles;
 use crate::backend::cpu::kernels::scatter::{scatter_elements, ScatterPlan, ScatterReduce};
 use crate::backend::cpu::kernels::select::{cast, compare, compare_select, select, CmpOp, Walk};
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
@@ -53,6 +54,14 @@ enum Bwd {
         dims: Vec<usize>,
         strides: Vec<isize>,
         base: usize,
+    },
+    /// MaxPool with Indices over non-overlapping windows.
+    MaxPoolIndices {
+        x: Slot,
+        indices: Slot,
+        planes: usize,
+        hw: [usize; 2],
+        kernel: [usize; 2],
     },
     /// `ConstantOfShape`: the output filled with one element's bytes.
     Fill {
@@ -160,6 +169,16 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         },
     };
     Ok(what.map(|what| Box::new(BwdStep { what, y }) as Box<dyn Kernel>))
+}
+
+/// MaxPool with Indices over tiling windows; tried before the pooling family, whose
+/// general kernel also writes Indices but walks each window tap by tap.
+pub fn build_max_pool_indices(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+    if b.node.op != "MaxPool" {
+        return Ok(None);
+    }
+    let y = b.outs[0].clone();
+    Ok(max_pool_indices_step(b)?.map(|what| Box::new(BwdStep { what, y }) as Box<dyn Kernel>))
 }
 
 fn conv_transpose_step(b: &Build) -> Result<Option<Bwd>, String> {
@@ -276,6 +295,61 @@ fn fused_compare_select(b: &Build) -> Result<Option<Bwd>, String> {
         op,
         walk,
         operands: [a, bb, x, yv],
+    }))
+}
+
+/// MaxPool whose Indices output is used (a trained CNN's), over plain NCHW windows
+/// that tile the image: kernel = strides, no pads, no dilation, floor mode. The others
+/// are the pooling family's.
+fn max_pool_indices_step(b: &Build) -> Result<Option<Bwd>, String> {
+    let attrs = &b.node.attrs;
+    let (Some(x), [y, indices]) = (b.input(0), b.outs) else {
+        return Ok(None);
+    };
+    let used = b.g.outputs().iter().any(|o| o.value == b.id.out(1))
+        || b.g
+            .nodes()
+            .iter()
+            .any(|n| n.inputs.contains(&Some(b.id.out(1))));
+    if !used
+        || x.dtype != DType::F32
+        || y.dtype != DType::F32
+        || indices.dtype != DType::I64
+        || x.shape.len() != 4
+        || attrs.int_or("block", 0)? != 0
+        || attrs.int_or("storage_order", 0)? != 0
+        || attrs.int_or("ceil_mode", 0)? != 0
+        || attrs.string_or("auto_pad", "NOTSET")? != "NOTSET"
+    {
+        return Ok(None);
+    }
+    let kernel = match attrs.ints("kernel_shape")? {
+        Some(&[a, b]) if a > 0 && b > 0 => [a as usize, b as usize],
+        _ => return Ok(None),
+    };
+    let tiles = attrs
+        .ints("strides")?
+        .is_some_and(|s| s == [kernel[0] as i64, kernel[1] as i64])
+        && attrs
+            .ints("pads")?
+            .is_none_or(|p| p.iter().all(|&v| v == 0))
+        && attrs
+            .ints("dilations")?
+            .is_none_or(|d| d.iter().all(|&v| v == 1));
+    let hw = [x.shape[2], x.shape[3]];
+    if !tiles || hw[0] < kernel[0] || hw[1] < kernel[1] {
+        return Ok(None);
+    }
+    let want = [x.shape[0], x.shape[1], hw[0] / kernel[0], hw[1] / kernel[1]];
+    if y.shape != want || indices.shape != want {
+        return Err(format!("outputs {:?} are not {want:?}", y.shape));
+    }
+    Ok(Some(Bwd::MaxPoolIndices {
+        x: x.clone(),
+        indices: indices.clone(),
+        planes: x.shape[0] * x.shape[1],
+        hw,
+        kernel,
     }))
 }
 
@@ -588,6 +662,21 @@ impl Kernel for BwdStep {
                     }
                 }
             }
+            Bwd::MaxPoolIndices {
+                x,
+                indices,
+                planes,
+                hw,
+                kernel,
+            } => {
+                let xs = std::slice::from_raw_parts(cx.f32(x), x.elements());
+                let ys = std::slice::from_raw_parts_mut(y as *mut f32, self.y.elements());
+                let is = std::slice::from_raw_parts_mut(
+                    cx.ptr(indices.loc) as *mut i64,
+                    indices.elements(),
+                );
+                max_pool_tiles(xs, *planes, *hw, *kernel, ys, is, pool)
+            }
             Bwd::Fill { element } => {
                 let out = std::slice::from_raw_parts_mut(y, self.y.bytes());
                 if element.iter().all(|&b| b == 0) {
@@ -662,6 +751,7 @@ impl Kernel for BwdStep {
             Bwd::CompareSelect { .. } => "compare-select",
             Bwd::Slice { .. } => "slice",
             Bwd::Fill { .. } => "fill",
+            Bwd::MaxPoolIndices { .. } => "pool-indices",
             Bwd::SoftmaxCrossEntropy { .. } => "softmax-xent",
         }
     }

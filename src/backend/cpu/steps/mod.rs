@@ -66,6 +66,7 @@ const FAMILIES: &[Builder] = &[
     matmul::build,
     conv_grad::build,
     conv::build,
+    backward::build_max_pool_indices,
     nn::build,
     reduce::build,
     eltwise::build,
