@@ -7,7 +7,9 @@ use super::tune::Tuning;
 use crate::ir::{Graph, Node, NodeId};
 use crate::tensor::Tensor;
 
+pub mod backward;
 pub mod conv;
+pub mod conv_grad;
 pub mod eltwise;
 pub mod fallback;
 pub mod matmul;
@@ -62,13 +64,16 @@ type Builder = fn(&Build) -> Result<Option<Box<dyn Kernel>>, String>;
 /// The family builders, tried in order.
 const FAMILIES: &[Builder] = &[
     matmul::build,
+    conv_grad::build,
     conv::build,
+    backward::build_max_pool_indices,
     nn::build,
     reduce::build,
     eltwise::build,
     view::build,
     view::build_transpose,
     view::build_gather,
+    backward::build,
 ];
 
 /// The kernel for `b`'s node: the first family that covers it, else the fallback.

@@ -1,0 +1,466 @@
+//! Comparisons, `Where` and `Cast` with numpy broadcasting: the masks and conversions
+//! that backward graphs are made of (Relu's gradient is `Where(x > 0, gy, 0)`,
+//! SoftmaxCrossEntropyLoss's one-hot an `Equal` cast to float). Booleans are one byte,
+//! 0 or 1. Rows whose operands are contiguous or broadcast scalars run loops the
+//! compiler vectorizes; other strides run an indexed loop.
+use super::binary::broadcast_strides;
+use super::par::{for_ranges, SyncPtr};
+use crate::backend::cpu::pool::Pool;
+
+/// Operands a [`Walk`] follows at most.
+const OPERANDS: usize = 4;
+
+/// How up to four operands broadcast to an output, worked out once: the output's axes
+/// with size-1 axes dropped and runs of axes merged where every operand's strides
+/// continue; the last merged axis is the inner run.
+#[derive(Debug, Clone)]
+pub struct Walk {
+    /// The outer axes: (size, each operand's stride).
+    outer: Vec<(usize, [usize; OPERANDS])>,
+    inner: usize,
+    inner_strides: [usize; OPERANDS],
+    total: usize,
+    lens: [usize; OPERANDS],
+}
+
+impl Walk {
+    /// `None` when a shape does not broadcast to `out` (or there are more than four).
+    pub fn new(shapes: &[&[usize]], out: &[usize]) -> Option<Walk> {
+        if shapes.len() > OPERANDS {
+            return None;
+        }
+        let mut strides: [Vec<usize>; OPERANDS] = std::array::from_fn(|_| vec![0; out.len()]);
+        let mut lens = [1; OPERANDS];
+        for (k, s) in shapes.iter().enumerate() {
+            strides[k] = broadcast_strides(s, out)?;
+            lens[k] = s.iter().product();
+        }
+        let mut dims: Vec<(usize, [usize; OPERANDS])> = vec![];
+        for (i, &size) in out.iter().enumerate() {
+            if size == 1 {
+                continue;
+            }
+            let d: [usize; OPERANDS] = std::array::from_fn(|k| strides[k][i]);
+            if let Some(last) = dims.last_mut() {
+                if (0..OPERANDS).all(|k| last.1[k] == d[k] * size) {
+                    *last = (last.0 * size, d);
+                    continue;
+                }
+            }
+            dims.push((size, d));
+        }
+        let (inner, inner_strides) = dims.pop().unwrap_or((1, [0; OPERANDS]));
+        Some(Walk {
+            outer: dims,
+            inner,
+            inner_strides,
+            total: out.iter().product(),
+            lens,
+        })
+    }
+
+    /// Elements of the output.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Calls `row(offsets, out_offset, len)` for every inner run, split over `pool`.
+    fn rows(&self, pool: Option<&Pool>, row: &(dyn Fn([usize; OPERANDS], usize, usize) + Sync)) {
+        if self.total == 0 {
+            return;
+        }
+        let outer: usize = self.outer.iter().map(|d| d.0).product();
+        // A single long run is cut into pieces so that the pool has work to share.
+        let chunk = if outer == 1 {
+            self.inner.div_ceil(16).max(4096)
+        } else {
+            self.inner
+        };
+        let pieces = self.inner.div_ceil(chunk);
+        for_ranges(pool, outer * pieces, chunk, &|r| {
+            for t in r {
+                let (mut rest, piece) = (t / pieces, t % pieces);
+                let out_row = rest;
+                let mut offs = [0; OPERANDS];
+                for &(size, s) in self.outer.iter().rev() {
+                    let i = rest % size;
+                    rest /= size;
+                    for (o, s) in offs.iter_mut().zip(s) {
+                        *o += i * s;
+                    }
+                }
+                let j0 = piece * chunk;
+                for (o, s) in offs.iter_mut().zip(self.inner_strides) {
+                    *o += j0 * s;
+                }
+                row(offs, out_row * self.inner + j0, chunk.min(self.inner - j0));
+            }
+        });
+    }
+}
+
+/// A comparison producing a boolean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    Equal,
+    Greater,
+    GreaterOrEqual,
+    Less,
+    LessOrEqual,
+}
+
+impl CmpOp {
+    pub fn from_op(op: &str) -> Option<CmpOp> {
+        Some(match op {
+            "Equal" => CmpOp::Equal,
+            "Greater" => CmpOp::Greater,
+            "GreaterOrEqual" => CmpOp::GreaterOrEqual,
+            "Less" => CmpOp::Less,
+            "LessOrEqual" => CmpOp::LessOrEqual,
+            _ => return None,
+        })
+    }
+}
+
+/// `out = a op b` (0 or 1 bytes), broadcast as `walk` says (operands 0 and 1).
+pub fn compare<T: PartialOrd + Copy + Send + Sync>(
+    op: CmpOp,
+    walk: &Walk,
+    a: &[T],
+    b: &[T],
+    out: &mut [u8],
+    pool: Option<&Pool>,
+) {
+    match op {
+        CmpOp::Equal => compare_with(|x: T, y: T| x == y, walk, a, b, out, pool),
+        CmpOp::Greater => compare_with(|x: T, y: T| x > y, walk, a, b, out, pool),
+        CmpOp::GreaterOrEqual => compare_with(|x: T, y: T| x >= y, walk, a, b, out, pool),
+        CmpOp::Less => compare_with(|x: T, y: T| x < y, walk, a, b, out, pool),
+        CmpOp::LessOrEqual => compare_with(|x: T, y: T| x <= y, walk, a, b, out, pool),
+    }
+}
+
+fn compare_with<T: Copy + Send + Sync>(
+    f: impl Fn(T, T) -> bool + Sync,
+    walk: &Walk,
+    a: &[T],
+    b: &[T],
+    out: &mut [u8],
+    pool: Option<&Pool>,
+) {
+    assert!(a.len() == walk.lens[0] && b.len() == walk.lens[1] && out.len() == walk.total);
+    let o = SyncPtr(out.as_mut_ptr());
+    let [sa, sb, ..] = walk.inner_strides;
+    walk.rows(pool, &|offs, at, len| {
+        // SAFETY: each run writes its own part of `out`.
+        let d = unsafe { std::slice::from_raw_parts_mut(o.get().add(at), len) };
+        let (a, b) = (&a[offs[0]..], &b[offs[1]..]);
+        match (sa, sb) {
+            (1, 1) => d
+                .iter_mut()
+                .zip(a.iter().zip(b))
+                .for_each(|(d, (&x, &y))| *d = f(x, y) as u8),
+            (1, 0) => d
+                .iter_mut()
+                .zip(a)
+                .for_each(|(d, &x)| *d = f(x, b[0]) as u8),
+            (0, 1) => d
+                .iter_mut()
+                .zip(b)
+                .for_each(|(d, &y)| *d = f(a[0], y) as u8),
+            _ => d
+                .iter_mut()
+                .enumerate()
+                .for_each(|(k, d)| *d = f(a[k * sa], b[k * sb]) as u8),
+        }
+    });
+}
+
+/// `out = cond ? x : y` elementwise, broadcast as `walk` says (operands: cond, x, y).
+/// `out` may be the buffer of `x` or `y` when that operand has the output's shape
+/// (each element is read before it is written).
+///
+/// # Safety
+/// `cond`, `x` and `y` must hold the walk's operand lengths and `out` its total; `out`
+/// may overlap only an operand of the output's shape, element for element.
+pub unsafe fn select<T: Copy + Send + Sync>(
+    walk: &Walk,
+    cond: *const u8,
+    x: *const T,
+    y: *const T,
+    out: *mut T,
+    pool: Option<&Pool>,
+) {
+    let (c, x, y, o) = (
+        SyncPtr(cond as *mut u8),
+        SyncPtr(x as *mut T),
+        SyncPtr(y as *mut T),
+        SyncPtr(out),
+    );
+    let [sc, sx, sy, _] = walk.inner_strides;
+    walk.rows(pool, &|offs, at, len| {
+        // SAFETY: the walk keeps every offset inside its operand; each run writes its
+        // own part of `out`, reading each aliased element before writing it.
+        unsafe {
+            let (c, x, y, d) = (
+                c.get().add(offs[0]),
+                x.get().add(offs[1]),
+                y.get().add(offs[2]),
+                o.get().add(at),
+            );
+            match (sc, sx, sy) {
+                // Relu's gradient: a mask, the incoming gradient and a zero scalar.
+                (1, 1, 0) => {
+                    let y0 = *y;
+                    for k in 0..len {
+                        *d.add(k) = if *c.add(k) != 0 { *x.add(k) } else { y0 };
+                    }
+                }
+                (1, 0, 1) => {
+                    let x0 = *x;
+                    for k in 0..len {
+                        *d.add(k) = if *c.add(k) != 0 { x0 } else { *y.add(k) };
+                    }
+                }
+                _ => {
+                    for k in 0..len {
+                        *d.add(k) = if *c.add(k * sc) != 0 {
+                            *x.add(k * sx)
+                        } else {
+                            *y.add(k * sy)
+                        };
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// `out = (a op b) ? x : y` on f32 operands broadcast as `walk` says (a, b, x, y): a
+/// `Fused` body of a comparison and a `Where` on its result (Relu's gradient once the
+/// elementwise ops are fused). Works through blocks copied to the stack, so `out` may be
+/// the buffer of any operand of the output's shape.
+///
+/// # Safety
+/// The operands must hold the walk's lengths and `out` its total.
+pub unsafe fn compare_select(
+    op: CmpOp,
+    walk: &Walk,
+    operands: [*const f32; OPERANDS],
+    out: *mut f32,
+    pool: Option<&Pool>,
+) {
+    match op {
+        CmpOp::Equal => compare_select_with(|a, b| a == b, walk, operands, out, pool),
+        CmpOp::Greater => compare_select_with(|a, b| a > b, walk, operands, out, pool),
+        CmpOp::GreaterOrEqual => compare_select_with(|a, b| a >= b, walk, operands, out, pool),
+        CmpOp::Less => compare_select_with(|a, b| a < b, walk, operands, out, pool),
+        CmpOp::LessOrEqual => compare_select_with(|a, b| a <= b, walk, operands, out, pool),
+    }
+}
+
+unsafe fn compare_select_with(
+    f: impl Fn(f32, f32) -> bool + Sync,
+    walk: &Walk,
+    operands: [*const f32; OPERANDS],
+    out: *mut f32,
+    pool: Option<&Pool>,
+) {
+    const BLOCK: usize = 256;
+    let ptrs = operands.map(|p| SyncPtr(p as *mut f32));
+    let o = SyncPtr(out);
+    let strides = walk.inner_strides;
+    walk.rows(pool, &|offs, at, len| {
+        let mut start = 0;
+        while start < len {
+            let n = BLOCK.min(len - start);
+            let mut buf = [[0.0f32; BLOCK]; OPERANDS];
+            for k in 0..OPERANDS {
+                let (p, s) = (ptrs[k].get(), strides[k]);
+                // SAFETY: the walk keeps offsets inside operand k.
+                unsafe {
+                    let at = p.add(offs[k] + start * s);
+                    match s {
+                        0 => buf[k][..n].fill(*at),
+                        1 => std::ptr::copy_nonoverlapping(at, buf[k].as_mut_ptr(), n),
+                        _ => {
+                            for (j, v) in buf[k][..n].iter_mut().enumerate() {
+                                *v = *at.add(j * s);
+                            }
+                        }
+                    }
+                }
+            }
+            let [a, b, x, y] = &buf;
+            let mut res = [0.0f32; BLOCK];
+            for j in 0..n {
+                res[j] = if f(a[j], b[j]) { x[j] } else { y[j] };
+            }
+            // SAFETY: this run's part of `out`; every operand of the block was read.
+            unsafe { std::ptr::copy_nonoverlapping(res.as_ptr(), o.get().add(at + start), n) };
+            start += n;
+        }
+    });
+}
+
+/// An element type `Cast` converts between, with ONNX's rules (float → int truncates
+/// toward zero, anything → bool is `!= 0`), through f64 as the interpreter does.
+pub trait CastElem: Copy + Send + Sync {
+    fn to_f64(self) -> f64;
+    fn from_f64(v: f64) -> Self;
+}
+
+impl CastElem for f32 {
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> f32 {
+        v as f32
+    }
+}
+
+impl CastElem for f64 {
+    fn to_f64(self) -> f64 {
+        self
+    }
+    fn from_f64(v: f64) -> f64 {
+        v
+    }
+}
+
+impl CastElem for i32 {
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> i32 {
+        v as i32
+    }
+}
+
+impl CastElem for i64 {
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> i64 {
+        v as i64
+    }
+}
+
+/// Booleans as their byte.
+impl CastElem for u8 {
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+    fn from_f64(v: f64) -> u8 {
+        (v != 0.0) as u8
+    }
+}
+
+/// `out[i] = src[i]` converted (see [`CastElem`]); `out` may be `src`'s buffer when
+/// the element sizes are equal (each element is read before it is written).
+///
+/// # Safety
+/// `src` and `out` must hold `len` elements.
+pub unsafe fn cast<S: CastElem, D: CastElem>(
+    src: *const S,
+    out: *mut D,
+    len: usize,
+    pool: Option<&Pool>,
+) {
+    let (s, o) = (SyncPtr(src as *mut S), SyncPtr(out));
+    let chunk = 16 * 1024;
+    for_ranges(pool, len.div_ceil(chunk), chunk, &|r| {
+        for i in r.start * chunk..(r.end * chunk).min(len) {
+            // SAFETY: i < len; each range writes its own elements.
+            unsafe { *o.get().add(i) = D::from_f64((*s.get().add(i)).to_f64()) };
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::{lcg_data, pools};
+    use super::*;
+
+    #[test]
+    fn comparisons_and_selects_broadcast() {
+        let cases: &[(&[usize], &[usize], &[usize])] = &[
+            (&[5, 37], &[], &[5, 37]),
+            (&[5, 1], &[7], &[5, 7]),
+            (&[3, 1, 9], &[4, 1], &[3, 4, 9]),
+            (&[70000], &[70000], &[70000]),
+            (&[2, 3, 5], &[2, 1, 5], &[2, 3, 5]),
+        ];
+        for pool in pools() {
+            for &(sa, sb, so) in cases {
+                let n = |s: &[usize]| s.iter().product::<usize>();
+                // Rounded so that equal values occur.
+                let round = |v: Vec<f32>| v.iter().map(|x| (x * 4.0).round()).collect::<Vec<_>>();
+                let a = round(lcg_data(n(sa), 1.0, 1));
+                let b = round(lcg_data(n(sb), 1.0, 2));
+                let walk = Walk::new(&[sa, sb], so).unwrap();
+                let idx = |s: &[usize], o: usize| {
+                    let st = broadcast_strides(s, so).unwrap();
+                    let (mut rest, mut off) = (o, 0);
+                    for i in (0..so.len()).rev() {
+                        off += (rest % so[i]) * st[i];
+                        rest /= so[i];
+                    }
+                    off
+                };
+                let mut out = vec![0u8; n(so)];
+                compare(
+                    CmpOp::GreaterOrEqual,
+                    &walk,
+                    &a,
+                    &b,
+                    &mut out,
+                    pool.as_ref(),
+                );
+                for (o, &v) in out.iter().enumerate() {
+                    assert_eq!(
+                        v,
+                        (a[idx(sa, o)] >= b[idx(sb, o)]) as u8,
+                        "{sa:?} {sb:?} at {o}"
+                    );
+                }
+                let cond: Vec<u8> = (0..n(sa)).map(|i| (a[i] > 0.0) as u8).collect();
+                let walk3 = Walk::new(&[sa, sb, so], so).unwrap();
+                let y = lcg_data(n(so), 1.0, 3);
+                let mut got = vec![0f32; n(so)];
+                unsafe {
+                    select(
+                        &walk3,
+                        cond.as_ptr(),
+                        b.as_ptr(),
+                        y.as_ptr(),
+                        got.as_mut_ptr(),
+                        pool.as_ref(),
+                    )
+                };
+                for (o, &v) in got.iter().enumerate() {
+                    let want = if cond[idx(sa, o)] != 0 {
+                        b[idx(sb, o)]
+                    } else {
+                        y[o]
+                    };
+                    assert_eq!(v, want, "{sa:?} {sb:?} at {o}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn casts_truncate_and_test_nonzero() {
+        let src = [1.7f32, -1.7, 0.0, -0.0, 3e9, 2.5];
+        let mut ints = [0i64; 6];
+        unsafe { cast(src.as_ptr(), ints.as_mut_ptr(), 6, None) };
+        assert_eq!(ints, [1, -1, 0, 0, 3_000_000_000, 2]);
+        let mut bools = [9u8; 6];
+        unsafe { cast(src.as_ptr(), bools.as_mut_ptr(), 6, None) };
+        assert_eq!(bools, [1, 1, 0, 0, 1, 1]);
+        let mut back = [0f32; 6];
+        unsafe { cast(bools.as_ptr(), back.as_mut_ptr(), 6, None) };
+        assert_eq!(back, [1.0, 1.0, 0.0, 0.0, 1.0, 1.0]);
+    }
+}
