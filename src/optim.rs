@@ -210,11 +210,14 @@ impl Builder<'_> {
     }
 
     /// s / (1 − β^t)
+    /// `s / (1 − βᵗ)`, as `s · (1 / (1 − βᵗ))`: the reciprocal is one scalar per step,
+    /// so each element pays a multiplication instead of a division.
     fn debias(&mut self, s: Value, beta: f64, t: Value, dtype: DType) -> Result<Value> {
         let (b, one) = (self.scalar(dtype, beta)?, self.scalar(dtype, 1.0)?);
         let bt = self.op("Pow", &[b, t], Attrs::new())?;
         let den = self.op("Sub", &[one, bt], Attrs::new())?;
-        self.op("Div", &[s, den], Attrs::new())
+        let scale = self.op("Reciprocal", &[den], Attrs::new())?;
+        self.op("Mul", &[s, scale], Attrs::new())
     }
 
     /// min(1, c / ‖grads‖₂) over all the gradients together.
