@@ -18,6 +18,12 @@ type MakeGraph = fn(usize) -> train_graphs::TrainGraph;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // `cargo test --all-targets` runs bench mains without `--bench`: timing belongs to
+    // `cargo bench` (tests/cpu_backward.rs checks these graphs).
+    if !args.iter().any(|a| a == "--bench") {
+        println!("backward_step: a benchmark; run it with `cargo bench --bench backward_step`");
+        return;
+    }
     let runs = args
         .iter()
         .position(|a| a == "--runs")

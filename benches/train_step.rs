@@ -318,6 +318,12 @@ fn main_result() -> Result<()> {
 }
 
 fn main() {
+    // `cargo test --all-targets` runs bench mains with no arguments; `cargo bench` passes
+    // `--bench` and bench/train_compare its options: only those time anything.
+    if std::env::args().len() == 1 {
+        println!("train_step: a benchmark; see bench/train_compare or `cargo bench --bench train_step -- --help`");
+        return;
+    }
     if let Err(e) = main_result() {
         eprintln!("train_step: {e}");
         std::process::exit(1);
