@@ -736,8 +736,8 @@ kiln_status kiln_executable_write_variable(const struct kiln_executable *e, cons
  * Saves every variable to a checkpoint file at `path` (a small versioned binary format
  * with a checksum, see `src/checkpoint.rs`). The file is written beside `path` under a
  * temporary name and renamed over it, so `path` never holds a partial checkpoint. A
- * write that fails is `KILN_STATUS_IO`, naming the path. Thread-safe, but each variable
- * is read separately: save between training steps, not while another thread runs one.
+ * write that fails is `KILN_STATUS_IO`, naming the path. Thread-safe: the variables are
+ * read together between runs that assign, so the file holds one step's state.
  *
  * # Safety
  * `e` is a live executable; `path` a string.

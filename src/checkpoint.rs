@@ -278,18 +278,10 @@ fn compare(exe_vars: &[(String, TensorType)], file_vars: &[(String, Tensor)]) ->
 }
 
 /// Writes `exe`'s variables to `path`, atomically (a temporary file beside it, renamed
-/// over). Each variable is read between runs; save between training steps (not while
-/// another thread runs one) for a checkpoint of a single step.
+/// over). The variables are read together between runs, so the checkpoint is one
+/// step's state even while other threads train.
 pub fn save(exe: &dyn Executable, path: &Path) -> Result<()> {
-    let vars = exe
-        .variables()
-        .into_iter()
-        .map(|(name, _)| {
-            let value = exe.read_variable(&name)?;
-            Ok((name, value))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    write_atomically(path, &encode(&vars))
+    write_atomically(path, &encode(&exe.read_variables()?))
 }
 
 fn temp_path(path: &Path) -> PathBuf {

@@ -235,4 +235,14 @@ fn concurrent_training_runs_are_serialized() {
             "{name}"
         );
     }
+    // All at once (what a checkpoint saves) is the same state, in graph order.
+    let all = shared.read_variables().unwrap();
+    let names: Vec<String> = shared.variables().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        all.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+        names
+    );
+    for (name, value) in &all {
+        assert_eq!(value, &serial.read_variable(name).unwrap(), "{name}");
+    }
 }

@@ -69,6 +69,10 @@ pub trait Executable: Send + Sync {
     /// run's).
     fn read_variable(&self, name: &str) -> Result<Tensor>;
 
+    /// Every variable's current value, in graph order, read at one moment (between
+    /// runs that store), so a checkpoint is never half one step and half the next.
+    fn read_variables(&self) -> Result<Vec<(String, Tensor)>>;
+
     /// Replaces the named variables' values, all or none: every name must be a variable
     /// and every value keep its dtype and shape, or nothing changes. Waits for a run
     /// that assigns to finish.

@@ -89,8 +89,8 @@ pub unsafe extern "C" fn kiln_executable_write_variable(
 /// Saves every variable to a checkpoint file at `path` (a small versioned binary format
 /// with a checksum, see `src/checkpoint.rs`). The file is written beside `path` under a
 /// temporary name and renamed over it, so `path` never holds a partial checkpoint. A
-/// write that fails is `KILN_STATUS_IO`, naming the path. Thread-safe, but each variable
-/// is read separately: save between training steps, not while another thread runs one.
+/// write that fails is `KILN_STATUS_IO`, naming the path. Thread-safe: the variables are
+/// read together between runs that assign, so the file holds one step's state.
 ///
 /// # Safety
 /// `e` is a live executable; `path` a string.

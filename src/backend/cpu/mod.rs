@@ -365,6 +365,13 @@ impl Executable for CpuExecutable {
         vars.read(vars.index(name)?)
     }
 
+    fn read_variables(&self) -> Result<Vec<(String, Tensor)>> {
+        let vars = self.variables.read().unwrap_or_else(|e| e.into_inner());
+        (0..vars.len())
+            .map(|k| Ok((vars.list[k].0.clone(), vars.read(k)?)))
+            .collect()
+    }
+
     fn write_variables(&self, values: &[(&str, &Tensor)]) -> Result<()> {
         self.variables
             .write()

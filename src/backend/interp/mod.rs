@@ -113,6 +113,16 @@ impl Executable for InterpExecutable {
         Ok(vars[&id].clone())
     }
 
+    fn read_variables(&self) -> Result<Vec<(String, Tensor)>> {
+        let vars = self.variables.read().unwrap_or_else(|e| e.into_inner());
+        Ok(self
+            .graph
+            .node_ids()
+            .filter(|&id| self.graph.node(id).op == "Variable")
+            .map(|id| (self.graph.node(id).name.clone(), vars[&id].clone()))
+            .collect())
+    }
+
     fn write_variables(&self, values: &[(&str, &Tensor)]) -> Result<()> {
         let mut checked = Vec::with_capacity(values.len());
         for &(name, value) in values {

@@ -10,6 +10,7 @@ use crate::backend::cpu::kernels::scatter::{scatter_elements, ScatterPlan, Scatt
 use crate::backend::cpu::kernels::select::{cast, compare, compare_select, select, CmpOp, Walk};
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::ir::ops::fused::{self, Arg};
+use crate::ir::ops::shape::slice::{slice_plan, slice_range};
 use crate::ir::shape::norm_axis;
 use crate::ir::DType;
 
@@ -353,8 +354,8 @@ fn max_pool_indices_step(b: &Build) -> Result<Option<Bwd>, String> {
     }))
 }
 
-/// `Slice` with constant starts, ends, axes and steps (ONNX clamping, as the
-/// interpreter's).
+/// `Slice` with constant starts, ends, axes and steps (the interpreter's plan and
+/// clamping).
 fn slice_step(b: &Build) -> Result<Option<Bwd>, String> {
     let Some(x) = b.input(0) else { return Ok(None) };
     let y = &b.outs[0];
@@ -370,13 +371,7 @@ fn slice_step(b: &Build) -> Result<Option<Bwd>, String> {
         return Ok(None);
     };
     let r = x.shape.len();
-    let n = starts.len();
-    if ends.len() != n
-        || axes.as_ref().is_some_and(|a| a.len() != n)
-        || steps.as_ref().is_some_and(|s| s.len() != n)
-    {
-        return Err("starts, ends, axes and steps must have the same length".into());
-    }
+    let plan = slice_plan(r, &starts, &ends, axes.as_deref(), steps.as_deref())?;
     let mut in_strides = vec![1usize; r];
     for a in (0..r.saturating_sub(1)).rev() {
         in_strides[a] = in_strides[a + 1] * x.shape[a + 1];
@@ -384,35 +379,16 @@ fn slice_step(b: &Build) -> Result<Option<Bwd>, String> {
     let mut dims = x.shape.clone();
     let mut strides: Vec<isize> = in_strides.iter().map(|&s| s as isize).collect();
     let mut base = 0usize;
-    for k in 0..n {
-        let axis = match &axes {
-            Some(a) => norm_axis(a[k], r)?,
-            None => k,
+    for (axis, bounds) in plan.into_iter().enumerate() {
+        let Some((start, end, step)) = bounds else {
+            continue;
         };
-        let step = steps.as_ref().map_or(1, |s| s[k]);
-        if step == 0 || axis >= r {
-            return Err(format!("bad slice of axis {axis} with step {step}"));
+        let range = slice_range(x.shape[axis], start, end, step)?;
+        dims[axis] = range.len;
+        if range.len > 0 {
+            base += range.start as usize * in_strides[axis];
         }
-        let d = x.shape[axis] as i64;
-        let fix = |v: i64| if v < 0 { v.saturating_add(d) } else { v };
-        let (s0, e0) = (fix(starts[k]), fix(ends[k]));
-        let (s0, e0) = if step > 0 {
-            (s0.clamp(0, d), e0.clamp(0, d))
-        } else {
-            (s0.clamp(0, d - 1), e0.clamp(-1, d - 1))
-        };
-        let len = if step > 0 && e0 > s0 {
-            (e0 - s0 + step - 1) / step
-        } else if step < 0 && s0 > e0 {
-            (s0 - e0 - step - 1) / -step
-        } else {
-            0
-        };
-        dims[axis] = len as usize;
-        if len > 0 {
-            base += s0 as usize * in_strides[axis];
-        }
-        strides[axis] = in_strides[axis] as isize * step as isize;
+        strides[axis] = in_strides[axis] as isize * range.step as isize;
     }
     if dims != y.shape || x.dtype != y.dtype {
         return Err(format!(

@@ -11,7 +11,7 @@ use crate::ir::{DType, Dim};
 mod gen;
 mod join;
 mod reshape;
-mod slice;
+pub(crate) mod slice;
 
 /// The integer values of input `i` when it is a constant; errors unless it is an
 /// integer tensor of rank <= 1.

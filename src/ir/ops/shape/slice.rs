@@ -25,13 +25,14 @@ const SLICE: OpSchema = OpSchema {
 
 /// One axis' plan: the first index, the step and the count.
 #[derive(Clone, Copy)]
-struct Range1 {
-    start: i64,
-    step: i64,
-    len: usize,
+pub(crate) struct Range1 {
+    pub start: i64,
+    pub step: i64,
+    pub len: usize,
 }
 
-fn slice_range(d: usize, start: i64, end: i64, step: i64) -> Result<Range1, String> {
+/// ONNX's clamping of one axis of size `d` sliced `start:end:step`.
+pub(crate) fn slice_range(d: usize, start: i64, end: i64, step: i64) -> Result<Range1, String> {
     if step == 0 {
         return Err("steps must not be 0".into());
     }
@@ -61,7 +62,7 @@ fn slice_range(d: usize, start: i64, end: i64, step: i64) -> Result<Range1, Stri
 type Bounds = (i64, i64, i64);
 
 /// Per axis of a rank-`rank` tensor, the bounds given for it, if any.
-fn slice_plan(
+pub(crate) fn slice_plan(
     rank: usize,
     starts: &[i64],
     ends: &[i64],
