@@ -332,9 +332,34 @@ fn elementwise_chains_fuse_into_one_loop() {
     let alpha = Attrs::new().with("alpha", Attr::Float(0.1));
     let d = op(&mut g, "LeakyRelu", &[b], alpha, "d");
     let e = op(&mut g, "Sub", &[d, x], none(), "e");
-    // `a` has a second reader: it stays a separate node, the rest fuses.
+    // `a` has a second reader, the root: it fuses too, with no output of its own.
     let f = op(&mut g, "Add", &[e, a], none(), "f");
     g.add_output("f", f).unwrap();
+    insta::assert_snapshot!(text::print(&optimized(&g, "fuse-elementwise")));
+}
+
+/// Results that nodes outside the chain read too join it as extra outputs of the fused
+/// loop (an optimizer's m' and v', stored and read by the weight update), unless such
+/// a reader leads back into the chain.
+#[test]
+fn shared_results_become_extra_outputs() {
+    let mut g = Graph::new("shared");
+    let x = param(&mut g, "x", &[2, 3]);
+    let y = param(&mut g, "y", &[2, 3]);
+    let axes = g
+        .add_constant_value("axes", Tensor::from_vec(&[1], vec![1i64]).unwrap())
+        .unwrap()
+        .into();
+    // m is read by the root and by a reduction outside: exported.
+    let m = op(&mut g, "Mul", &[x, y], none(), "m");
+    let total = op(&mut g, "ReduceSum", &[m, axes], none(), "total");
+    // s is read by the chain and by a reduction whose result the chain reads: s stays.
+    let s = op(&mut g, "Add", &[x, y], none(), "s");
+    let s_max = op(&mut g, "ReduceMax", &[s, axes], none(), "s_max");
+    let shifted = op(&mut g, "Sub", &[s, s_max], none(), "shifted");
+    let root = op(&mut g, "Div", &[shifted, m], none(), "root");
+    g.add_output("root", root).unwrap();
+    g.add_output("total", total).unwrap();
     insta::assert_snapshot!(text::print(&optimized(&g, "fuse-elementwise")));
 }
 

@@ -551,16 +551,29 @@ fn replace_node(
     attrs: crate::ir::Attrs,
     cx: &mut PassContext,
 ) -> Result<Changed> {
+    Ok(replacement(g, root, like, op, inputs, attrs, cx)?.is_some())
+}
+
+/// [`replace_node`], giving the new node (whose other outputs the caller may wire up).
+fn replacement(
+    g: &mut Graph,
+    root: crate::ir::NodeId,
+    like: crate::ir::NodeId,
+    op: &str,
+    inputs: &[Option<crate::ir::Value>],
+    attrs: crate::ir::Attrs,
+    cx: &mut PassContext,
+) -> Result<Option<crate::ir::NodeId>> {
     let out_ty = g.node(root).outputs[0].clone();
     let Some(new) = add_in_place_of(g, like, op, inputs, attrs) else {
-        return Ok(false);
+        return Ok(None);
     };
     if g.node(new).outputs[0] != out_ty || !cx.allow_rewrite() {
         give_back_name(g, new, like);
-        return Ok(false);
+        return Ok(None);
     }
     g.replace_uses(root.into(), new.into())?;
-    Ok(true)
+    Ok(Some(new))
 }
 
 /// Undoes `add_in_place_of` for a rewrite that does not apply: `like` gets its name

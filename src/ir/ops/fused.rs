@@ -513,6 +513,27 @@ impl Step {
     }
 }
 
+/// The steps a `Fused` node also exports, as outputs 1, 2, …: its `outputs` attribute,
+/// checked against a body of `steps` steps (each an earlier step than the last, once).
+pub fn exported_steps(attrs: &Attrs, steps: usize) -> Result<Vec<usize>, String> {
+    let Some(list) = attrs.ints("outputs")? else {
+        return Ok(vec![]);
+    };
+    let mut seen = vec![];
+    for &k in list {
+        if k < 0 || k as usize + 1 >= steps {
+            return Err(format!(
+                "outputs names step {k}, which is not a step before the last of {steps}"
+            ));
+        }
+        if seen.contains(&(k as usize)) {
+            return Err(format!("outputs names step {k} twice"));
+        }
+        seen.push(k as usize);
+    }
+    Ok(seen)
+}
+
 /// The steps of a `Fused` node's `body`.
 pub fn body(attrs: &Attrs, n_inputs: usize) -> Result<Vec<Step>, String> {
     let lines = attrs
@@ -534,12 +555,16 @@ const FUSED: OpSchema = OpSchema {
     name: "Fused",
     family: "fused",
     inputs: &["inputs..."],
-    outputs: &["output"],
-    attrs: &[AttrSpec::req("body", AttrKind::Strings)],
+    outputs: &["output", "exported..."],
+    attrs: &[
+        AttrSpec::req("body", AttrKind::Strings),
+        AttrSpec::opt("outputs", AttrKind::Ints, "none"),
+    ],
     doc: "Kiln-only, made by the fuse-elementwise pass: a chain of elementwise ops as one \
           op. body lists the steps, each `Op(args) name=value ...` with operands iN (input \
-          N), tN (step N's result) or _ (omitted); the last step is the output. A backend \
-          compiles it into one loop over the output.",
+          N), tN (step N's result) or _ (omitted); the last step is output 0, and the steps \
+          listed in outputs are outputs 1, 2, … (results that other nodes read too). A \
+          backend compiles it into one loop over the output.",
 };
 
 impl Op for Fused {
@@ -574,7 +599,7 @@ impl Op for Fused {
                 .map_err(|e| format!("body step {i} ({}): {e}", step.op))?;
             results.push(t);
         }
-        Ok(vec![results.pop().expect("non-empty body")])
+        exported(results, cx.attrs)
     }
 
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
@@ -603,8 +628,16 @@ impl Op for Fused {
             let t = eval_op(op, &ins, &types, &step.attrs)?;
             results.push(t);
         }
-        Ok(vec![results.pop().expect("non-empty body")])
+        exported(results, cx.attrs)
     }
+}
+
+/// Output 0 (the last step's result) and then the exported steps' results.
+fn exported<T: Clone>(mut results: Vec<T>, attrs: &Attrs) -> Result<Vec<T>, String> {
+    let extra = exported_steps(attrs, results.len())?;
+    let mut outs = vec![results.pop().expect("non-empty body")];
+    outs.extend(extra.iter().map(|&k| results[k].clone()));
+    Ok(outs)
 }
 
 pub fn ops() -> Vec<&'static dyn Op> {

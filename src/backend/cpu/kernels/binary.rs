@@ -226,33 +226,77 @@ pub(crate) unsafe fn run_avx2(
     dst: &mut [f32],
 ) {
     use std::arch::x86_64::*;
+    /// The loop for one operation and one pair of strides: the operation and the
+    /// strides are fixed before it starts, so each vector is one load pair, one
+    /// instruction and one store (the fused loops call this on every tile).
     #[inline(always)]
-    unsafe fn apply(op: BinOp, x: __m256, y: __m256) -> __m256 {
-        match op {
-            BinOp::Add => _mm256_add_ps(x, y),
-            BinOp::Sub => _mm256_sub_ps(x, y),
-            BinOp::Mul => _mm256_mul_ps(x, y),
-            BinOp::Div => _mm256_div_ps(x, y),
-            BinOp::Max | BinOp::Min => math::avx2::max_min_nan(op == BinOp::Max, x, y),
-            BinOp::Pow => unreachable!("Pow has no vector form"),
+    unsafe fn run(
+        f: impl Fn(__m256, __m256) -> __m256,
+        scalar: impl Fn(f32, f32) -> f32,
+        a: *const f32,
+        sa: usize,
+        b: *const f32,
+        sb: usize,
+        dst: &mut [f32],
+    ) {
+        let n = dst.len();
+        let d = dst.as_mut_ptr();
+        let tail = |k0: usize| {
+            for k in k0..n {
+                *d.add(k) = scalar(*a.add(k * sa), *b.add(k * sb));
+            }
+        };
+        let mut k = 0;
+        match (sa, sb) {
+            (0, _) => {
+                let x = _mm256_set1_ps(*a);
+                while k + 8 <= n {
+                    _mm256_storeu_ps(d.add(k), f(x, _mm256_loadu_ps(b.add(k))));
+                    k += 8;
+                }
+            }
+            (_, 0) => {
+                let y = _mm256_set1_ps(*b);
+                while k + 8 <= n {
+                    _mm256_storeu_ps(d.add(k), f(_mm256_loadu_ps(a.add(k)), y));
+                    k += 8;
+                }
+            }
+            _ => {
+                while k + 8 <= n {
+                    let (x, y) = (_mm256_loadu_ps(a.add(k)), _mm256_loadu_ps(b.add(k)));
+                    _mm256_storeu_ps(d.add(k), f(x, y));
+                    k += 8;
+                }
+            }
         }
+        tail(k);
     }
-    let n = dst.len();
-    let d = dst.as_mut_ptr();
-    let load = |p: *const f32, s: usize, k: usize| {
-        if s == 0 {
-            _mm256_set1_ps(*p)
-        } else {
-            _mm256_loadu_ps(p.add(k))
-        }
-    };
-    let mut k = 0;
-    while k + 8 <= n {
-        _mm256_storeu_ps(d.add(k), apply(op, load(a, sa, k), load(b, sb, k)));
-        k += 8;
-    }
-    for k in k..n {
-        *d.add(k) = op.scalar(*a.add(k * sa), *b.add(k * sb));
+    let s = |x, y| op.scalar(x, y);
+    match op {
+        BinOp::Add => run(|x, y| _mm256_add_ps(x, y), s, a, sa, b, sb, dst),
+        BinOp::Sub => run(|x, y| _mm256_sub_ps(x, y), s, a, sa, b, sb, dst),
+        BinOp::Mul => run(|x, y| _mm256_mul_ps(x, y), s, a, sa, b, sb, dst),
+        BinOp::Div => run(|x, y| _mm256_div_ps(x, y), s, a, sa, b, sb, dst),
+        BinOp::Max => run(
+            |x, y| math::avx2::max_min_nan(true, x, y),
+            s,
+            a,
+            sa,
+            b,
+            sb,
+            dst,
+        ),
+        BinOp::Min => run(
+            |x, y| math::avx2::max_min_nan(false, x, y),
+            s,
+            a,
+            sa,
+            b,
+            sb,
+            dst,
+        ),
+        BinOp::Pow => unreachable!("Pow has no vector form"),
     }
 }
 

@@ -4,6 +4,11 @@
 //! and never in memory. Each step is one of the vectorized elementwise kernels, rounding
 //! where the unfused graph rounds.
 //!
+//! A loop may also export earlier steps' results (a multi-output `Fused`): those stay in
+//! their tile buffers until the tile's last step has run, then are copied out, so every
+//! output may take over the buffer of an input of its shape without a later step of the
+//! tile reading what an output wrote.
+//!
 //! The inputs broadcast to the output (numpy rules); as for two operands in
 //! [`super::binary::Broadcast`], size-1 axes are dropped and axes merged where every
 //! input's strides continue, so each tile reads every input either contiguously or as
@@ -76,21 +81,25 @@ pub struct FusedLoop {
     contiguous: Vec<bool>,
     input_lens: Vec<usize>,
     total: usize,
+    /// The tile buffer of each exported step, in output order (outputs 1, 2, …).
+    exports: Vec<usize>,
 }
 
 impl FusedLoop {
     /// Compiles `steps` (each an operation and its operands; the last step's result is
-    /// the output) over inputs of `input_shapes` into a loop writing `out_shape`.
-    /// `None` when the chain does not fit: more inputs or live results than the loop
-    /// holds, an operand count the operation does not take, or a shape that does not
-    /// broadcast.
+    /// output 0, the results of the `exported` steps outputs 1, 2, …, all of
+    /// `out_shape`) over inputs of `input_shapes` into one loop. `None` when the chain
+    /// does not fit: more inputs or live results than the loop holds, an operand count
+    /// the operation does not take, an exported step that is not an earlier one, or a
+    /// shape that does not broadcast.
     pub fn new(
         steps: &[(StepOp, Vec<Operand>)],
+        exported: &[usize],
         input_shapes: &[&[usize]],
         out_shape: &[usize],
     ) -> Option<FusedLoop> {
         let n = input_shapes.len();
-        if steps.is_empty() || n > MAX_INPUTS {
+        if steps.is_empty() || n > MAX_INPUTS || exported.iter().any(|&k| k + 1 >= steps.len()) {
             return None;
         }
         // The last step reading each step's result.
@@ -103,6 +112,10 @@ impl FusedLoop {
                     _ => return None,
                 }
             }
+        }
+        // An exported result is read at the end of the tile.
+        for &k in exported {
+            last_use[k] = usize::MAX;
         }
         // Buffers by liveness: a step may write over an operand that dies at it (every
         // kernel reads element k before it writes element k).
@@ -180,6 +193,7 @@ impl FusedLoop {
             contiguous: inner_strides.iter().map(|&s| s == 1).collect(),
             input_lens: input_shapes.iter().map(|s| s.iter().product()).collect(),
             total: out_shape.iter().product(),
+            exports: exported.iter().map(|&k| home[k]).collect(),
         })
     }
 
@@ -193,14 +207,28 @@ impl FusedLoop {
         &self.input_lens
     }
 
-    /// Runs the loop: `out` has the output's elements and may be an input of the same
-    /// shape (the planner's in-place reuse).
+    /// How many outputs the loop writes (1 + the exported steps).
+    pub fn outputs(&self) -> usize {
+        1 + self.exports.len()
+    }
+
+    /// Runs the loop: `outs` (one per output, [`FusedLoop::outputs`]) each have the
+    /// output's elements and may be an input of the same shape (the planner's in-place
+    /// reuse).
     ///
     /// # Safety
-    /// `inputs[k]` points to [`FusedLoop::input_lens`]`[k]` readable floats and `out` to
-    /// the output's writable floats; no input overlaps `out` unless it is `out` itself.
-    pub unsafe fn run(&self, isa: Isa, inputs: &[*const f32], out: *mut f32, pool: Option<&Pool>) {
+    /// `inputs[k]` points to [`FusedLoop::input_lens`]`[k]` readable floats and each of
+    /// `outs` to the output's writable floats; the outputs are disjoint, and no input
+    /// overlaps an output unless it is that output itself.
+    pub unsafe fn run(
+        &self,
+        isa: Isa,
+        inputs: &[*const f32],
+        outs: &[*mut f32],
+        pool: Option<&Pool>,
+    ) {
         assert_eq!(inputs.len(), self.input_lens.len());
+        assert_eq!(outs.len(), self.outputs());
         if self.total == 0 {
             return;
         }
@@ -213,10 +241,10 @@ impl FusedLoop {
         };
         let pieces = self.inner.div_ceil(chunk);
         let ins = SyncPtr(inputs.as_ptr() as *mut *const f32);
-        let o = SyncPtr(out);
+        let o = SyncPtr(outs.as_ptr() as *mut *mut f32);
         let work = chunk * self.instrs.len();
         for_ranges(pool, rows * pieces, work, &|r| {
-            // SAFETY: as for `run`; tasks write disjoint runs of the output.
+            // SAFETY: as for `run`; tasks write disjoint runs of the outputs.
             unsafe { self.run_tasks(isa, ins.get(), o.get(), r, pieces, chunk) }
         });
     }
@@ -227,7 +255,7 @@ impl FusedLoop {
         &self,
         isa: Isa,
         inputs: *const *const f32,
-        out: *mut f32,
+        outs: *const *mut f32,
         tasks: Range<usize>,
         pieces: usize,
         chunk: usize,
@@ -267,10 +295,14 @@ impl FusedLoop {
                     let a = at(ins.args[0]);
                     let b = at(ins.args[1]);
                     let dst = match ins.dst {
-                        Dst::Output => out.add(row * self.inner + j),
+                        Dst::Output => outs.read().add(row * self.inner + j),
                         Dst::Buffer(b) => bufs.add(b * TILE),
                     };
                     step(isa, ins.op, a, b, dst, len);
+                }
+                for (k, &b) in self.exports.iter().enumerate() {
+                    let dst = outs.add(k + 1).read().add(row * self.inner + j);
+                    std::ptr::copy_nonoverlapping(bufs.add(b * TILE), dst, len);
                 }
                 j += len;
             }
@@ -363,6 +395,69 @@ mod tests {
         y
     }
 
+    /// An Adam-like update exporting two earlier results (m', v'), each output written
+    /// over an input of its shape or into fresh memory: the same as each exported step
+    /// computed by the loop as its own output, bit for bit.
+    #[test]
+    fn exported_steps_are_written_like_outputs() {
+        use Operand::{Input as I, Step as S};
+        let b = |op| StepOp::Binary(op);
+        // Inputs: g, m, v, w, then scalars 0.9, 0.999, 1e-3.
+        let steps = vec![
+            (b(BinOp::Mul), vec![I(1), I(4)]),          // 0: 0.9 m
+            (b(BinOp::Add), vec![S(0), I(0)]),          // 1: m' = 0.9 m + g
+            (b(BinOp::Mul), vec![I(0), I(0)]),          // 2: g²
+            (b(BinOp::Mul), vec![I(2), I(5)]),          // 3
+            (b(BinOp::Add), vec![S(3), S(2)]),          // 4: v'
+            (StepOp::Unary(UnaryOp::Sqrt), vec![S(4)]), // 5
+            (b(BinOp::Div), vec![S(1), S(5)]),          // 6
+            (b(BinOp::Mul), vec![S(6), I(6)]),          // 7
+            (b(BinOp::Sub), vec![I(3), S(7)]),          // 8: w'
+        ];
+        let n = 5000;
+        let shapes: [&[usize]; 7] = [&[n], &[n], &[n], &[n], &[], &[], &[]];
+        let data: Vec<Vec<f32>> = (0..7)
+            .map(|k| match k {
+                4 => vec![0.9],
+                5 => vec![0.999],
+                6 => vec![1e-3],
+                2 => lcg_data(n, 1.0, 3).iter().map(|x| x.abs()).collect(),
+                _ => lcg_data(n, 1.0, k as u64 + 11),
+            })
+            .collect();
+        let lp = FusedLoop::new(&steps, &[1, 4], &shapes, &[n]).unwrap();
+        assert_eq!(lp.outputs(), 3);
+        for pool in pools() {
+            for isa in isas() {
+                // Each output alone, from a loop ending at that step.
+                let want: Vec<Vec<f32>> = [8, 1, 4]
+                    .iter()
+                    .map(|&last| {
+                        let one = FusedLoop::new(&steps[..=last], &[], &shapes, &[n]).unwrap();
+                        let mut y = vec![0.0; n];
+                        let ptrs: Vec<*const f32> = data.iter().map(|d| d.as_ptr()).collect();
+                        unsafe { one.run(isa, &ptrs, &[y.as_mut_ptr()], pool.as_ref()) };
+                        y
+                    })
+                    .collect();
+                // Fresh outputs.
+                let mut got = vec![vec![0.0; n]; 3];
+                let ptrs: Vec<*const f32> = data.iter().map(|d| d.as_ptr()).collect();
+                let outs: Vec<*mut f32> = got.iter_mut().map(|o| o.as_mut_ptr()).collect();
+                unsafe { lp.run(isa, &ptrs, &outs, pool.as_ref()) };
+                assert_eq!(got, want, "{}", isa.name());
+                // w' over w, m' over g, v' over v (what the planner does for Adam).
+                let mut ins = data.clone();
+                let ptrs: Vec<*mut f32> = ins.iter_mut().map(|d| d.as_mut_ptr()).collect();
+                let consts: Vec<*const f32> = ptrs.iter().map(|&p| p as *const f32).collect();
+                unsafe { lp.run(isa, &consts, &[ptrs[3], ptrs[0], ptrs[2]], pool.as_ref()) };
+                assert_eq!([&ins[3], &ins[0], &ins[2]], [&want[0], &want[1], &want[2]]);
+            }
+        }
+        // Only earlier steps can be exported.
+        assert!(FusedLoop::new(&steps, &[8], &shapes, &[n]).is_none());
+    }
+
     /// Chains with broadcasts, steps reused, buffers recycled, long rows split, against
     /// the step-by-step result of the same kernels: bit for bit.
     #[test]
@@ -407,12 +502,12 @@ mod tests {
                         })
                         .collect();
                     let refs: Vec<&[usize]> = shapes.iter().map(Vec::as_slice).collect();
-                    let lp = FusedLoop::new(&gelu_ish, &refs, out).unwrap();
+                    let lp = FusedLoop::new(&gelu_ish, &[], &refs, out).unwrap();
                     assert!(lp.buffers() <= 3, "{} buffers", lp.buffers());
                     let want = unfused(isa, &gelu_ish, &ins, out);
                     let mut got = vec![0.0; want.len()];
                     let ptrs: Vec<*const f32> = ins.iter().map(|i| i.0.as_ptr()).collect();
-                    unsafe { lp.run(isa, &ptrs, got.as_mut_ptr(), pool.as_ref()) };
+                    unsafe { lp.run(isa, &ptrs, &[got.as_mut_ptr()], pool.as_ref()) };
                     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
                         let ok = (g.is_nan() && w.is_nan()) || g.to_bits() == w.to_bits();
                         assert!(ok, "{out:?} {} at {k}: {g} vs {w}", isa.name());
@@ -433,14 +528,19 @@ mod tests {
         ];
         let x = lcg_data(1000, 3.0, 1);
         let s = lcg_data(10, 3.0, 2);
-        let lp = FusedLoop::new(&steps, &[&[100, 10], &[10]], &[100, 10]).unwrap();
+        let lp = FusedLoop::new(&steps, &[], &[&[100, 10], &[10]], &[100, 10]).unwrap();
         for isa in isas() {
             let mut separate = vec![0.0; 1000];
             let mut inplace = x.clone();
             unsafe {
-                lp.run(isa, &[x.as_ptr(), s.as_ptr()], separate.as_mut_ptr(), None);
+                lp.run(
+                    isa,
+                    &[x.as_ptr(), s.as_ptr()],
+                    &[separate.as_mut_ptr()],
+                    None,
+                );
                 let p = inplace.as_mut_ptr();
-                lp.run(isa, &[p, s.as_ptr()], p, None);
+                lp.run(isa, &[p, s.as_ptr()], &[p], None);
             }
             assert_eq!(separate, inplace);
         }
@@ -452,16 +552,16 @@ mod tests {
         let relu = StepOp::Unary(UnaryOp::Relu);
         let add = StepOp::Binary(BinOp::Add);
         // An operand from the future, a missing input, the wrong arity, a bad broadcast.
-        assert!(FusedLoop::new(&[(relu, vec![S(0)])], &[&[3]], &[3]).is_none());
-        assert!(FusedLoop::new(&[(relu, vec![I(1)])], &[&[3]], &[3]).is_none());
-        assert!(FusedLoop::new(&[(add, vec![I(0)])], &[&[3]], &[3]).is_none());
-        assert!(FusedLoop::new(&[(relu, vec![I(0)])], &[&[4]], &[3]).is_none());
+        assert!(FusedLoop::new(&[(relu, vec![S(0)])], &[], &[&[3]], &[3]).is_none());
+        assert!(FusedLoop::new(&[(relu, vec![I(1)])], &[], &[&[3]], &[3]).is_none());
+        assert!(FusedLoop::new(&[(add, vec![I(0)])], &[], &[&[3]], &[3]).is_none());
+        assert!(FusedLoop::new(&[(relu, vec![I(0)])], &[], &[&[4]], &[3]).is_none());
         // Ten results all live until the end need ten buffers.
         let mut steps: Vec<_> = (0..10).map(|k| (relu, vec![I(k % 2)])).collect();
         steps.push((add, vec![S(0), S(1)]));
         for k in 2..10 {
             steps.push((add, vec![S(steps.len() - 1), S(k)]));
         }
-        assert!(FusedLoop::new(&steps, &[&[3], &[3]], &[3]).is_none());
+        assert!(FusedLoop::new(&steps, &[], &[&[3], &[3]], &[3]).is_none());
     }
 }

@@ -4,7 +4,7 @@
 //! place; a binary op first copies that operand to scratch.
 use crate::backend::cpu::isa;
 use crate::backend::cpu::kernels::binary::{self, BinOp, Broadcast, UnaryOp};
-use crate::backend::cpu::kernels::fused::{FusedLoop, Operand, StepOp, MAX_INPUTS};
+use crate::backend::cpu::kernels::fused::{FusedLoop, Operand, StepOp, MAX_BUFFERS, MAX_INPUTS};
 use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::ir::ops::fused::{self, Arg};
@@ -26,6 +26,8 @@ enum Elt {
     Fused {
         lp: FusedLoop,
         ins: Vec<Slot>,
+        /// Outputs 1, 2, …: the exported steps' results.
+        extra: Vec<Slot>,
     },
 }
 
@@ -124,7 +126,22 @@ fn build_fused(b: &Build, y: &Slot) -> Result<Option<Elt>, String> {
         .collect();
     let Some(steps) = steps else { return Ok(None) };
     let shapes: Vec<&[usize]> = ins.iter().map(|s| s.shape.as_slice()).collect();
-    Ok(FusedLoop::new(&steps, &shapes, &y.shape).map(|lp| Elt::Fused { lp, ins }))
+    // Exported steps are written like the output: the loop needs them of its shape.
+    if b.outs
+        .iter()
+        .any(|o| o.shape != y.shape || o.dtype != y.dtype)
+    {
+        return Ok(None);
+    }
+    let exported = fused::exported_steps(&b.node.attrs, body.len())?;
+    let extra = b.outs[1..].to_vec();
+    Ok(
+        FusedLoop::new(&steps, &exported, &shapes, &y.shape).map(|lp| Elt::Fused {
+            lp,
+            ins,
+            extra,
+        }),
+    )
 }
 
 struct EltStep {
@@ -133,12 +150,15 @@ struct EltStep {
 }
 
 pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
-    if !b.all_f32() || b.outs.len() != 1 {
+    if !b.all_f32() || b.outs.is_empty() {
         return Ok(None);
     }
     let y = b.outs[0].clone();
     if b.node.op == "Fused" {
         return Ok(build_fused(b, &y)?.map(|what| Box::new(EltStep { what, y }) as Box<dyn Kernel>));
+    }
+    if b.outs.len() != 1 {
+        return Ok(None);
     }
     if let Some(op) = binary_op(&b.node.op, b.ins.len()) {
         let (Some(a), Some(bb)) = (b.input(0), b.input(1)) else {
@@ -196,12 +216,22 @@ impl Kernel for EltStep {
                 let b_s = std::slice::from_raw_parts(ptrs[1], b.elements());
                 binary::binary_planned(isa::isa(), *op, plan, a_s, b_s, y, cx.pool);
             }
-            Elt::Fused { lp, ins } => {
+            Elt::Fused { lp, ins, extra } => {
                 let mut ptrs = [std::ptr::null::<f32>(); MAX_INPUTS];
                 for (p, s) in ptrs.iter_mut().zip(ins) {
                     *p = cx.f32(s);
                 }
-                lp.run(isa::isa(), &ptrs[..ins.len()], y.as_mut_ptr(), cx.pool);
+                // Every exported step holds a tile buffer, so there are few of them.
+                let mut outs = [y.as_mut_ptr(); MAX_BUFFERS + 1];
+                for (o, s) in outs[1..].iter_mut().zip(extra) {
+                    *o = cx.f32_mut(s);
+                }
+                lp.run(
+                    isa::isa(),
+                    &ptrs[..ins.len()],
+                    &outs[..lp.outputs()],
+                    cx.pool,
+                );
             }
         }
         Ok(())
