@@ -376,7 +376,7 @@ pub(super) fn training(
     };
     let operands = inputs.len().saturating_sub(2);
     let n = operands / (2 + states);
-    if n == 0 || operands % (2 + states) != 0 {
+    if n == 0 || !operands.is_multiple_of(2 + states) {
         return Err(Error::Graph(format!(
             "{op} takes R, T and {} groups of n tensors, got {} inputs",
             2 + states,

@@ -213,7 +213,7 @@ impl Op for Attention {
             }
             let h = heads.fixed().unwrap_or(1);
             let s = x.shape().to_vec();
-            if s[2] % h != 0 {
+            if !s[2].is_multiple_of(h) {
                 return Err(format!(
                     "hidden size {} is not a multiple of {h} heads",
                     s[2]

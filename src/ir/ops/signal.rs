@@ -84,7 +84,7 @@ fn inverse_real(x: &[(f64, f64)], len: usize) -> Vec<f64> {
                 let (re, im) = bin(k);
                 let (c, s) = twiddle(k, n, len);
                 let term = re * c - im * s;
-                sum += if len % 2 == 0 && k == len / 2 {
+                sum += if len.is_multiple_of(2) && k == len / 2 {
                     term
                 } else {
                     2.0 * term

@@ -300,6 +300,148 @@ pub(crate) unsafe fn run_avx2(
     }
 }
 
+/// [`run_avx2`] on sixteen lanes: `dst[k] = a[k·sa] op b[k·sb]` with strides 0 or 1
+/// (not both 0); the last partial vector is masked. The same IEEE operations, so the
+/// same bits as the AVX2 and scalar paths. Pow has no vector form.
+///
+/// # Safety
+/// AVX-512F; `a`/`b` readable for `dst.len()` floats where their stride is 1, else 1.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn run_avx512(
+    op: BinOp,
+    a: *const f32,
+    sa: usize,
+    b: *const f32,
+    sb: usize,
+    dst: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    #[inline(always)]
+    unsafe fn run(
+        f: impl Fn(__m512, __m512) -> __m512,
+        a: *const f32,
+        sa: usize,
+        b: *const f32,
+        sb: usize,
+        dst: &mut [f32],
+    ) {
+        let n = dst.len();
+        let d = dst.as_mut_ptr();
+        let operand = |p: *const f32, s: usize, k: usize, m: __mmask16| {
+            if s == 0 {
+                _mm512_set1_ps(*p)
+            } else {
+                _mm512_maskz_loadu_ps(m, p.add(k))
+            }
+        };
+        let mut k = 0;
+        match (sa, sb) {
+            (0, _) => {
+                let x = _mm512_set1_ps(*a);
+                while k + 16 <= n {
+                    _mm512_storeu_ps(d.add(k), f(x, _mm512_loadu_ps(b.add(k))));
+                    k += 16;
+                }
+            }
+            (_, 0) => {
+                let y = _mm512_set1_ps(*b);
+                while k + 16 <= n {
+                    _mm512_storeu_ps(d.add(k), f(_mm512_loadu_ps(a.add(k)), y));
+                    k += 16;
+                }
+            }
+            _ => {
+                while k + 16 <= n {
+                    let (x, y) = (_mm512_loadu_ps(a.add(k)), _mm512_loadu_ps(b.add(k)));
+                    _mm512_storeu_ps(d.add(k), f(x, y));
+                    k += 16;
+                }
+            }
+        }
+        if k < n {
+            let m: __mmask16 = (1u16 << (n - k)) - 1;
+            let v = f(operand(a, sa, k, m), operand(b, sb, k, m));
+            _mm512_mask_storeu_ps(d.add(k), m, v);
+        }
+    }
+    // Max/Min: either operand NaN gives NaN (x + y), as the scalar path.
+    #[inline(always)]
+    unsafe fn max_min(max: bool, x: __m512, y: __m512) -> __m512 {
+        let r = if max {
+            _mm512_max_ps(x, y)
+        } else {
+            _mm512_min_ps(x, y)
+        };
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, y);
+        _mm512_mask_blend_ps(nan, r, _mm512_add_ps(x, y))
+    }
+    match op {
+        BinOp::Add => run(|x, y| _mm512_add_ps(x, y), a, sa, b, sb, dst),
+        BinOp::Sub => run(|x, y| _mm512_sub_ps(x, y), a, sa, b, sb, dst),
+        BinOp::Mul => run(|x, y| _mm512_mul_ps(x, y), a, sa, b, sb, dst),
+        BinOp::Div => run(|x, y| _mm512_div_ps(x, y), a, sa, b, sb, dst),
+        BinOp::Max => run(|x, y| max_min(true, x, y), a, sa, b, sb, dst),
+        BinOp::Min => run(|x, y| max_min(false, x, y), a, sa, b, sb, dst),
+        BinOp::Pow => unreachable!("Pow has no vector form"),
+    }
+}
+
+/// Whether [`unary_avx512`] has `op` (the exactly rounded ones; the others' AVX2
+/// approximations are kept so every ISA computes the same bits).
+pub(crate) fn unary_has_avx512(op: UnaryOp) -> bool {
+    matches!(
+        op,
+        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sqrt | UnaryOp::Reciprocal | UnaryOp::Relu
+    )
+}
+
+/// A unary op on sixteen lanes (see [`unary_has_avx512`]), the tail masked.
+///
+/// # Safety
+/// AVX-512F; `src` readable and `dst` writable for `n` floats (maybe the same).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn unary_avx512(op: UnaryOp, src: *const f32, dst: *mut f32, n: usize) {
+    use std::arch::x86_64::*;
+    #[inline(always)]
+    unsafe fn map(f: impl Fn(__m512) -> __m512, src: *const f32, dst: *mut f32, n: usize) {
+        let mut k = 0;
+        while k + 16 <= n {
+            _mm512_storeu_ps(dst.add(k), f(_mm512_loadu_ps(src.add(k))));
+            k += 16;
+        }
+        if k < n {
+            let m: __mmask16 = (1u16 << (n - k)) - 1;
+            _mm512_mask_storeu_ps(dst.add(k), m, f(_mm512_maskz_loadu_ps(m, src.add(k))));
+        }
+    }
+    let sign = _mm512_set1_ps(-0.0);
+    let one = _mm512_set1_ps(1.0);
+    let zero = _mm512_setzero_ps();
+    let bits = _mm512_castps_si512;
+    let float = _mm512_castsi512_ps;
+    match op {
+        UnaryOp::Neg => map(
+            |v| float(_mm512_xor_si512(bits(v), bits(sign))),
+            src,
+            dst,
+            n,
+        ),
+        UnaryOp::Abs => map(
+            |v| float(_mm512_andnot_si512(bits(sign), bits(v))),
+            src,
+            dst,
+            n,
+        ),
+        UnaryOp::Sqrt => map(|v| _mm512_sqrt_ps(v), src, dst, n),
+        UnaryOp::Reciprocal => map(|v| _mm512_div_ps(one, v), src, dst, n),
+        // max(0, v) returns v when v is NaN.
+        UnaryOp::Relu => map(|v| _mm512_max_ps(zero, v), src, dst, n),
+        _ => unreachable!("{op:?} has no AVX-512 form here"),
+    }
+}
+
 /// An elementwise unary op. Relu keeps NaN (as the interpreter's does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UnaryOp {

@@ -34,7 +34,7 @@ impl ConvTransposeShape {
     /// Checks the channels against the groups.
     pub fn check(&self) -> Result<(), String> {
         let g = self.groups;
-        if g == 0 || self.c % g != 0 || self.m % g != 0 {
+        if g == 0 || !self.c.is_multiple_of(g) || !self.m.is_multiple_of(g) {
             return Err(format!(
                 "conv transpose: {} input and {} output channels do not split into {g} groups",
                 self.c, self.m

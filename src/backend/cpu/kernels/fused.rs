@@ -328,6 +328,11 @@ unsafe fn step(
         StepOp::Binary(op) if a.1 == 0 && b.1 == 0 => d.fill(op.scalar(*a.0, *b.0)),
         StepOp::Binary(op) => {
             #[cfg(target_arch = "x86_64")]
+            if math::use_avx512(isa) && op != BinOp::Pow {
+                binary::run_avx512(op, a.0, a.1, b.0, b.1, d);
+                return;
+            }
+            #[cfg(target_arch = "x86_64")]
             if math::use_avx2(isa) && op != BinOp::Pow {
                 binary::run_avx2(op, a.0, a.1, b.0, b.1, d);
                 return;
@@ -337,6 +342,10 @@ unsafe fn step(
             }
         }
         StepOp::Unary(op) if a.1 == 0 => d.fill(op.scalar(*a.0)),
+        #[cfg(target_arch = "x86_64")]
+        StepOp::Unary(op) if math::use_avx512(isa) && binary::unary_has_avx512(op) => {
+            binary::unary_avx512(op, a.0, dst, len)
+        }
         StepOp::Unary(op) => binary::unary_ptr(isa, op, a.0, dst, len),
         StepOp::Act(act) => {
             if a.1 == 0 {

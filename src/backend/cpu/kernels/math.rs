@@ -171,6 +171,11 @@ pub fn use_avx2(isa: Isa) -> bool {
     isa >= Isa::Avx2 && avx2_available()
 }
 
+/// Whether the AVX-512F forms may run for `isa` on this CPU.
+pub fn use_avx512(isa: Isa) -> bool {
+    isa >= Isa::Avx512 && crate::backend::cpu::isa::detected() >= Isa::Avx512
+}
+
 /// The AVX2+FMA forms on eight lanes. Callers must have checked [`avx2_available`].
 #[cfg(target_arch = "x86_64")]
 pub mod avx2 {
@@ -433,6 +438,9 @@ pub(crate) mod tests {
         let mut v = vec![Isa::Portable];
         if avx2_available() {
             v.push(Isa::Avx2);
+        }
+        if use_avx512(Isa::Avx512) {
+            v.push(Isa::Avx512);
         }
         v
     }

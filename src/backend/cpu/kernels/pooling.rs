@@ -473,7 +473,7 @@ pub fn pool2d_blocked_isa(
     assert!(x.len() >= n * cb * h * w * block && y.len() >= n * cb * oh * ow * block);
     let (th, tw) = (axis_taps(p, 0, h, oh), axis_taps(p, 1, w, ow));
     let yp = SyncPtr(y.as_mut_ptr());
-    let avx2 = math::use_avx2(isa) && block % 8 == 0;
+    let avx2 = math::use_avx2(isa) && block.is_multiple_of(8);
     let work = oh * ow * p.kernel[0] * p.kernel[1] * block;
     let (xplane, yplane) = (h * w * block, oh * ow * block);
     for_ranges(pool, n * cb, work, &|r| {
@@ -856,7 +856,7 @@ pub fn global_pool_blocked_isa(
                 let _ = avx2;
                 global_plane(kind, xs, hw, out);
             }
-            if c % block != 0 && plane % cb == cb - 1 {
+            if !c.is_multiple_of(block) && plane % cb == cb - 1 {
                 out[c % block..].fill(0.0);
             }
         }

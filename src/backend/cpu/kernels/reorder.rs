@@ -38,7 +38,7 @@ pub fn to_blocked_isa(
     let cb = c.div_ceil(block);
     assert!(src.len() >= n * c * spatial && dst.len() >= n * cb * spatial * block);
     let dp = SyncPtr(dst.as_mut_ptr());
-    let avx2 = math::use_avx2(isa) && block % 8 == 0;
+    let avx2 = math::use_avx2(isa) && block.is_multiple_of(8);
     for_ranges(pool, n * cb, spatial * block, &|r| {
         for nb in r {
             let (ni, bi) = (nb / cb, nb % cb);
@@ -118,7 +118,7 @@ pub fn to_plain_isa(
     let cb = c.div_ceil(block);
     assert!(src.len() >= n * cb * spatial * block && dst.len() >= n * c * spatial);
     let dp = SyncPtr(dst.as_mut_ptr());
-    let avx2 = math::use_avx2(isa) && block % 8 == 0;
+    let avx2 = math::use_avx2(isa) && block.is_multiple_of(8);
     for_ranges(pool, n * cb, spatial * block, &|r| {
         for nb in r {
             let (ni, bi) = (nb / cb, nb % cb);

@@ -58,7 +58,12 @@ impl ConvShape {
         dilations: [usize; 2],
         groups: usize,
     ) -> Result<ConvShape, String> {
-        if groups == 0 || ic == 0 || oc == 0 || ic % groups != 0 || oc % groups != 0 {
+        if groups == 0
+            || ic == 0
+            || oc == 0
+            || !ic.is_multiple_of(groups)
+            || !oc.is_multiple_of(groups)
+        {
             return Err(format!(
                 "conv: {ic} input and {oc} output channels do not split into {groups} groups"
             ));
@@ -152,7 +157,7 @@ impl ConvShape {
         // divisor of H·W with the fewest micro-tile calls, then the longest row.
         let calls = |w: usize| (pixels / w) * w.div_ceil(6);
         let best = (1..=pixels.min(128))
-            .filter(|w| pixels % w == 0)
+            .filter(|w| pixels.is_multiple_of(*w))
             .min_by_key(|&w| (calls(w), usize::MAX - w))
             .unwrap_or(self.ow);
         if calls(best) >= calls(self.ow) {
