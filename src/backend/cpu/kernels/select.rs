@@ -250,12 +250,115 @@ pub unsafe fn compare_select(
     out: *mut f32,
     pool: Option<&Pool>,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::kernels::math::use_avx512(crate::backend::cpu::isa::isa())
+        && walk.inner_strides.iter().all(|&s| s <= 1)
+    {
+        let ptrs = operands.map(|p| SyncPtr(p as *mut f32));
+        let o = SyncPtr(out);
+        let strides = walk.inner_strides;
+        walk.rows(pool, &|offs, at, len| {
+            // SAFETY: AVX-512F checked; the walk keeps offsets inside the operands and
+            // each run writes its own part of `out`.
+            unsafe {
+                let p: [*const f32; OPERANDS] =
+                    std::array::from_fn(|k| ptrs[k].get().add(offs[k]) as *const f32);
+                compare_select_avx512(op, p, strides, o.get().add(at), len)
+            }
+        });
+        return;
+    }
     match op {
         CmpOp::Equal => compare_select_with(|a, b| a == b, walk, operands, out, pool),
         CmpOp::Greater => compare_select_with(|a, b| a > b, walk, operands, out, pool),
         CmpOp::GreaterOrEqual => compare_select_with(|a, b| a >= b, walk, operands, out, pool),
         CmpOp::Less => compare_select_with(|a, b| a < b, walk, operands, out, pool),
         CmpOp::LessOrEqual => compare_select_with(|a, b| a <= b, walk, operands, out, pool),
+    }
+}
+
+/// One run of [`compare_select`] on sixteen lanes: operands with stride 0 (one value)
+/// or 1; each vector's four operands are loaded before its result is stored, so `out`
+/// may be an operand of the output's shape. The ordered comparisons are false on NaN,
+/// as Rust's are.
+///
+/// # Safety
+/// AVX-512F; operands readable for `len` floats where their stride is 1, else 1;
+/// `out` writable for `len` floats.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn compare_select_avx512(
+    op: CmpOp,
+    p: [*const f32; OPERANDS],
+    strides: [usize; OPERANDS],
+    out: *mut f32,
+    len: usize,
+) {
+    use std::arch::x86_64::*;
+    #[inline(always)]
+    unsafe fn run(
+        cmp: impl Fn(__m512, __m512) -> __mmask16,
+        p: [*const f32; OPERANDS],
+        s: [usize; OPERANDS],
+        out: *mut f32,
+        len: usize,
+    ) {
+        let load = |k: usize, at: usize, m: __mmask16| {
+            if s[k] == 0 {
+                _mm512_set1_ps(*p[k])
+            } else {
+                _mm512_maskz_loadu_ps(m, p[k].add(at))
+            }
+        };
+        let mut at = 0;
+        while at < len {
+            let m: __mmask16 = if len - at >= 16 {
+                u16::MAX
+            } else {
+                (1u16 << (len - at)) - 1
+            };
+            let take = cmp(load(0, at, m), load(1, at, m));
+            let v = _mm512_mask_blend_ps(take, load(3, at, m), load(2, at, m));
+            _mm512_mask_storeu_ps(out.add(at), m, v);
+            at += 16;
+        }
+    }
+    match op {
+        CmpOp::Equal => run(
+            |a, b| _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(a, b),
+            p,
+            strides,
+            out,
+            len,
+        ),
+        CmpOp::Greater => run(
+            |a, b| _mm512_cmp_ps_mask::<_CMP_GT_OQ>(a, b),
+            p,
+            strides,
+            out,
+            len,
+        ),
+        CmpOp::GreaterOrEqual => run(
+            |a, b| _mm512_cmp_ps_mask::<_CMP_GE_OQ>(a, b),
+            p,
+            strides,
+            out,
+            len,
+        ),
+        CmpOp::Less => run(
+            |a, b| _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b),
+            p,
+            strides,
+            out,
+            len,
+        ),
+        CmpOp::LessOrEqual => run(
+            |a, b| _mm512_cmp_ps_mask::<_CMP_LE_OQ>(a, b),
+            p,
+            strides,
+            out,
+            len,
+        ),
     }
 }
 
@@ -381,6 +484,92 @@ pub unsafe fn cast<S: CastElem, D: CastElem>(
 mod tests {
     use super::super::testutil::{lcg_data, pools};
     use super::*;
+
+    /// Every comparison, operands broadcast several ways, ragged lengths, NaNs, and the
+    /// output written over x:
+    /// the same as the comparison and choice done one element at a time.
+    #[test]
+    fn compare_select_matches_elementwise_choice() {
+        let ops = [
+            (
+                CmpOp::Equal,
+                (|a: f32, b: f32| a == b) as fn(f32, f32) -> bool,
+            ),
+            (CmpOp::Greater, |a, b| a > b),
+            (CmpOp::GreaterOrEqual, |a, b| a >= b),
+            (CmpOp::Less, |a, b| a < b),
+            (CmpOp::LessOrEqual, |a, b| a <= b),
+        ];
+        let full: &[usize] = &[3, 37];
+        let cases: &[[&[usize]; 4]] = &[
+            [full, &[], full, &[]],
+            [full, full, full, full],
+            [&[], full, &[], full],
+            [&[3, 1], &[37], full, &[1, 37]],
+        ];
+        for pool in pools() {
+            for (op, f) in ops {
+                for (c, shapes) in cases.iter().enumerate() {
+                    let shapes = shapes.to_vec();
+                    let mut data: Vec<Vec<f32>> = shapes
+                        .iter()
+                        .enumerate()
+                        .map(|(k, s)| {
+                            // Small integers, so that Equal is sometimes true.
+                            let mut d: Vec<f32> = lcg_data(s.iter().product(), 3.0, k as u64)
+                                .iter()
+                                .map(|v| v.round())
+                                .collect();
+                            if d.len() > 5 {
+                                d[5] = f32::NAN;
+                            }
+                            d
+                        })
+                        .collect();
+                    let walk = Walk::new(&shapes, full).unwrap();
+                    let at = |k: usize, i: usize, j: usize| -> f32 {
+                        match shapes[k].len() {
+                            0 => data[k][0],
+                            _ if shapes[k] == [3, 1] => data[k][i],
+                            _ if shapes[k] == [37] || shapes[k] == [1, 37] => data[k][j],
+                            _ => data[k][i * 37 + j],
+                        }
+                    };
+                    let want: Vec<f32> = (0..3 * 37)
+                        .map(|e| {
+                            let (i, j) = (e / 37, e % 37);
+                            if f(at(0, i, j), at(1, i, j)) {
+                                at(2, i, j)
+                            } else {
+                                at(3, i, j)
+                            }
+                        })
+                        .collect();
+                    let same = |got: &[f32]| {
+                        got.iter()
+                            .zip(&want)
+                            .all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()))
+                    };
+                    let mut got = vec![0.0; want.len()];
+                    let ptrs: [*const f32; OPERANDS] = std::array::from_fn(|k| data[k].as_ptr());
+                    unsafe { compare_select(op, &walk, ptrs, got.as_mut_ptr(), pool.as_ref()) };
+                    assert!(same(&got), "{op:?} case {c}: {got:?} vs {want:?}");
+                    if shapes[2] == full {
+                        let x = data[2].as_mut_ptr();
+                        let ptrs: [*const f32; OPERANDS] = std::array::from_fn(|k| {
+                            if k == 2 {
+                                x as *const f32
+                            } else {
+                                data[k].as_ptr()
+                            }
+                        });
+                        unsafe { compare_select(op, &walk, ptrs, x, pool.as_ref()) };
+                        assert!(same(&data[2]), "{op:?} case {c} in place");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn comparisons_and_selects_broadcast() {
