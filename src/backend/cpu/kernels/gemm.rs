@@ -21,6 +21,8 @@
 //!
 //! [`gemm`] uses this kernel rather than OpenBLAS; see its doc comment for the numbers.
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod portable;
 
 use super::blas;
@@ -302,6 +304,7 @@ impl PackedB {
     /// `b` must address a valid k×n matrix.
     pub unsafe fn new(k: usize, n: usize, b: Mat) -> PackedB {
         let panels = n.div_ceil(NR);
+        let kern = kernel_for(isa::isa());
         let mut buf = AlignedBuf::new();
         let dst = buf.get(k * panels * NR);
         let mut pc = 0;
@@ -312,6 +315,7 @@ impl PackedB {
             // offset pc·panels·16.
             unsafe {
                 pack_b(
+                    kern,
                     kc,
                     n,
                     b.ptr.add(pc * b.rs),
@@ -484,28 +488,53 @@ pub(crate) unsafe fn store_tile_scalar(acc: &[[f32; NR]; MR], t: &Tile) {
     }
 }
 
-/// An ISA's routines: the micro-kernel (`kc`, packed A micro-panel, packed B
-/// micro-panel, the tile) and the packer of a full 6-row panel of row-major A (`kc`,
-/// A, row stride, destination with 2 floats of slack).
+/// An ISA's routines: the micro-kernel (`kc`, packed A micro-panels, packed B
+/// micro-panels, the tile of at most `mr`×`nr`), the packer of a full 6-row panel of
+/// row-major A (`kc`, A, row stride, destination with 2 floats of slack) and of
+/// column-major A (`kc`, A, column stride, destination), and the packer of a full
+/// 16-column panel of column-major B (`kc`, B, column stride, destination).
 #[derive(Clone, Copy)]
 struct Kernel {
     micro: unsafe fn(usize, *const f32, *const f32, &Tile),
+    /// The largest tile `micro` takes: a multiple of MR rows × a multiple of NR columns
+    /// (it reads ⌈mr/MR⌉ adjacent A panels and ⌈nr/NR⌉ adjacent B panels).
+    mr: usize,
+    nr: usize,
     pack_a_rows: unsafe fn(usize, *const f32, usize, *mut f32),
+    pack_a_cols: unsafe fn(usize, *const f32, usize, *mut f32),
+    pack_b_cols: unsafe fn(usize, *const f32, usize, *mut f32),
 }
 
 /// The routines `isa` asks for, if this CPU can run them.
 fn kernel_for(isa: Isa) -> Kernel {
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 && isa::detected() >= Isa::Avx2 {
-        return Kernel {
+        let simd = Kernel {
             micro: avx2_kernel,
+            mr: MR,
+            nr: NR,
             pack_a_rows: avx2_pack_a_rows,
+            pack_a_cols: avx2_pack_a_cols,
+            pack_b_cols: avx2_pack_b_cols,
         };
+        if isa >= Isa::Avx512 && isa::detected() >= Isa::Avx512 {
+            return Kernel {
+                micro: avx512_kernel,
+                mr: avx512::MR2,
+                nr: avx512::NR2,
+                ..simd
+            };
+        }
+        return simd;
     }
     let _ = isa;
     Kernel {
         micro: portable::kernel,
+        mr: MR,
+        nr: NR,
         pack_a_rows: portable_pack_a_rows,
+        pack_a_cols: portable_pack_a_cols,
+        pack_b_cols: portable_pack_b_cols,
     }
 }
 
@@ -515,6 +544,31 @@ fn kernel_for(isa: Isa) -> Kernel {
 unsafe fn avx2_pack_a_rows(kc: usize, a: *const f32, rs: usize, dst: *mut f32) {
     // SAFETY: kernel_for checked AVX2+FMA; the rest is the caller's contract.
     unsafe { avx2::pack_a_rows(kc, a, rs, dst) }
+}
+
+/// # Safety
+/// As for [`avx2::pack_a_cols`]; only returned by [`kernel_for`] with AVX2+FMA.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx2_pack_a_cols(kc: usize, a: *const f32, cs: usize, dst: *mut f32) {
+    // SAFETY: kernel_for checked AVX2+FMA; the rest is the caller's contract.
+    unsafe { avx2::pack_a_cols(kc, a, cs, dst) }
+}
+
+/// # Safety
+/// As for [`avx2::pack_b_cols`]; only returned by [`kernel_for`] with AVX2+FMA.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx2_pack_b_cols(kc: usize, b: *const f32, cs: usize, dst: *mut f32) {
+    // SAFETY: kernel_for checked AVX2+FMA; the rest is the caller's contract.
+    unsafe { avx2::pack_b_cols(kc, b, cs, dst) }
+}
+
+/// # Safety
+/// As for [`avx512::kernel`]; only returned by [`kernel_for`] when the CPU has
+/// AVX-512F.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx512_kernel(kc: usize, ap: *const f32, bp: *const f32, t: &Tile) {
+    // SAFETY: kernel_for checked AVX-512F; the rest is the caller's contract.
+    unsafe { avx512::kernel(kc, ap, bp, t) }
 }
 
 /// The portable packer of a full 6-row panel of row-major A.
@@ -529,6 +583,35 @@ unsafe fn portable_pack_a_rows(kc: usize, a: *const f32, rs: usize, dst: *mut f3
         let src = unsafe { std::slice::from_raw_parts(a.add(r * rs), kc) };
         for (p, &v) in src.iter().enumerate() {
             panel[p * MR + r] = v;
+        }
+    }
+}
+
+/// The portable packer of a full 6-row panel of column-major A.
+///
+/// # Safety
+/// `a` addresses `kc` columns of 6 floats (column stride `cs`); `dst` holds `kc·6`.
+unsafe fn portable_pack_a_cols(kc: usize, a: *const f32, cs: usize, dst: *mut f32) {
+    // SAFETY: the destination's extent (the caller's contract).
+    let panel = unsafe { std::slice::from_raw_parts_mut(dst, kc * MR) };
+    for (p, col) in panel.chunks_exact_mut(MR).enumerate() {
+        // SAFETY: column p has 6 contiguous elements.
+        col.copy_from_slice(unsafe { std::slice::from_raw_parts(a.add(p * cs), MR) });
+    }
+}
+
+/// The portable packer of a full 16-column panel of column-major B.
+///
+/// # Safety
+/// `b` addresses 16 columns of `kc` floats (column stride `cs`); `dst` holds `kc·16`.
+unsafe fn portable_pack_b_cols(kc: usize, b: *const f32, cs: usize, dst: *mut f32) {
+    // SAFETY: the destination's extent (the caller's contract).
+    let panel = unsafe { std::slice::from_raw_parts_mut(dst, kc * NR) };
+    for j in 0..NR {
+        // SAFETY: column j has kc contiguous elements.
+        let src = unsafe { std::slice::from_raw_parts(b.add(j * cs), kc) };
+        for (p, &v) in src.iter().enumerate() {
+            panel[p * NR + j] = v;
         }
     }
 }
@@ -740,16 +823,17 @@ unsafe fn serial(
                     // its tiles run, so it goes from memory to L1 and is used there
                     // (instead of a kc×nc block round-tripping through L3).
                     let ap = abuf.get(kc * m.div_ceil(MR) * MR + 8);
-                    let dst = bbuf.get(kc * NR);
+                    let dst = bbuf.get(kc * kern.nr);
                     // SAFETY: (0, pc) lies inside A, (pc, jc + jb) inside B; `ap` and
                     // `dst` hold the rounded-up blocks; every tile lies inside C.
                     unsafe {
                         pack_a(kern, m, kc, a.ptr.add(pc * a.cs), a.rs, a.cs, ap);
                         let mut jb = 0;
                         while jb < nc {
-                            let w = NR.min(nc - jb);
+                            let w = kern.nr.min(nc - jb);
                             let col = jc + jb;
                             pack_b(
+                                kern,
                                 kc,
                                 w,
                                 bm.ptr.add(pc * bm.rs + col * bm.cs),
@@ -783,7 +867,8 @@ unsafe fn serial(
                     match b {
                         BSrc::Mat(b) => {
                             let dst = bbuf.get(kc * nc.div_ceil(NR) * NR);
-                            pack_b(kc, nc, b.ptr.add(pc * b.rs + jc * b.cs), b.rs, b.cs, dst);
+                            let src = b.ptr.add(pc * b.rs + jc * b.cs);
+                            pack_b(kern, kc, nc, src, b.rs, b.cs, dst);
                             dst
                         }
                         BSrc::Packed { ptr, panels, p0 } => {
@@ -852,13 +937,13 @@ unsafe fn macro_kernel(
 ) {
     let mut jr = 0;
     while jr < nc {
-        let nr = NR.min(nc - jr);
+        let nr = kern.nr.min(nc - jr);
         // SAFETY: panel jr/NR of the packed B block.
         let bpanel = unsafe { bp.add(jr * kc) };
         let mut ir = 0;
         while ir < mc {
-            let mr = MR.min(mc - ir);
-            // SAFETY: panel ir/MR of the packed A block; the tile (ir, jr) lies in C.
+            let mr = kern.mr.min(mc - ir);
+            // SAFETY: panels ir/MR.. of the packed A block; the tile (ir, jr) lies in C.
             unsafe {
                 let e = ep.at(ir, jr);
                 let t = Tile {
@@ -877,9 +962,9 @@ unsafe fn macro_kernel(
                 };
                 (kern.micro)(kc, ap.add(ir * kc), bpanel, &t);
             }
-            ir += MR;
+            ir += kern.mr;
         }
-        jr += NR;
+        jr += kern.nr;
     }
 }
 
@@ -945,6 +1030,11 @@ unsafe fn pack_a(
                 (kern.pack_a_rows)(kc, base, rs, pdst);
                 continue;
             }
+            if rs == 1 && rows == MR {
+                // Column-major A (a transposed gradient): six contiguous floats a column.
+                (kern.pack_a_cols)(kc, base, cs, pdst);
+                continue;
+            }
             let panel = std::slice::from_raw_parts_mut(pdst, kc * MR);
             if rows < MR {
                 panel.fill(0.0);
@@ -963,7 +1053,15 @@ unsafe fn pack_a(
 ///
 /// # Safety
 /// `b` addresses a kc×nc matrix; `dst` holds ⌈nc/16⌉·16·kc floats.
-unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, rs: usize, cs: usize, dst: *mut f32) {
+unsafe fn pack_b(
+    kern: Kernel,
+    kc: usize,
+    nc: usize,
+    b: *const f32,
+    rs: usize,
+    cs: usize,
+    dst: *mut f32,
+) {
     let panels = nc.div_ceil(NR);
     // SAFETY: the destination's extent (the caller's contract).
     let out = unsafe { std::slice::from_raw_parts_mut(dst, panels * NR * kc) };
@@ -987,8 +1085,12 @@ unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, rs: usize, cs: usize, dst:
                     row[..cols].copy_from_slice(src);
                 }
             }
+        } else if rs == 1 && cols == NR {
+            // Column-major B (a transposed weight matrix): columns read contiguously and
+            // transposed.
+            // SAFETY: the panel holds kc·16 floats; columns q·16 .. q·16+16 exist.
+            unsafe { (kern.pack_b_cols)(kc, base, cs, panel.as_mut_ptr()) };
         } else if rs == 1 {
-            // Column-major B (a transposed weight matrix): read each column contiguously.
             for j in 0..cols {
                 // SAFETY: column j of the panel has kc contiguous elements.
                 let src = unsafe { std::slice::from_raw_parts(base.add(j * cs), kc) };
@@ -1309,7 +1411,7 @@ mod tests {
     fn matches_reference_every_path() {
         let pool = Pool::new(2);
         for (x, case) in cases().into_iter().enumerate() {
-            for isa in [Isa::Portable, Isa::Avx2] {
+            for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
                 for pool in [None, Some(&pool)] {
                     for path in [Path::Plain, Path::Packed] {
                         check(case, isa, pool, path, 100 + x as u64);
@@ -1337,7 +1439,7 @@ mod tests {
                         residual,
                         act,
                     };
-                    for isa in [Isa::Portable, Isa::Avx2] {
+                    for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
                         check(case, isa, Some(&pool), Path::Plain, x);
                         check(case, isa, None, Path::Packed, x);
                         x += 1;
