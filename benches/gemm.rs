@@ -100,6 +100,42 @@ fn fma_peak_gflops() -> Option<f64> {
     Some(rates[rates.len() / 2])
 }
 
+/// The same with 24 independent `vfmadd231ps zmm` chains: the AVX-512 kernel's peak.
+#[cfg(target_arch = "x86_64")]
+fn fma512_peak_gflops() -> Option<f64> {
+    use std::arch::x86_64::*;
+    #[target_feature(enable = "avx512f")]
+    fn chains(iters: u64, x: f32) -> f32 {
+        let a = _mm512_set1_ps(x);
+        let b = _mm512_set1_ps(0.999_999);
+        let mut c = [_mm512_set1_ps(1.0); 24];
+        for _ in 0..iters {
+            for v in c.iter_mut() {
+                *v = _mm512_fmadd_ps(*v, b, a);
+            }
+        }
+        let mut s = _mm512_setzero_ps();
+        for v in c {
+            s = _mm512_add_ps(s, v);
+        }
+        _mm512_reduce_add_ps(s)
+    }
+    if !is_x86_feature_detected!("avx512f") {
+        return None;
+    }
+    let iters = 10_000_000u64;
+    let mut rates: Vec<f64> = (0..7)
+        .map(|_| {
+            let t = Instant::now();
+            // SAFETY: AVX-512F was detected above.
+            black_box(unsafe { chains(black_box(iters), black_box(1e-7)) });
+            (iters * 24 * 32) as f64 / t.elapsed().as_secs_f64() / 1e9
+        })
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    Some(rates[rates.len() / 2])
+}
+
 /// `c = a·b` (row-major m×k, k×n, m×n) by the `gemm` crate.
 #[cfg(feature = "gemm-crate")]
 ///
@@ -173,6 +209,10 @@ fn bench(cr: &mut Criterion) {
     #[cfg(target_arch = "x86_64")]
     if let Some(p) = fma_peak_gflops() {
         println!("FMA peak, one thread (median of 7): {p:.1} GFLOP/s");
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(p) = fma512_peak_gflops() {
+        println!("AVX-512 FMA peak, one thread (median of 7): {p:.1} GFLOP/s");
     }
     let pool = Pool::new(2);
     let ep = Epilogue::NONE;

@@ -1449,6 +1449,41 @@ mod tests {
         }
     }
 
+    /// Every tile shape the wide (12×32) kernels produce: each row count up to two
+    /// 12-row tiles and one more, column counts around each 16/32 boundary, depths
+    /// within one KC slice and across two (accumulating), with column-major operands
+    /// (the packers' transposed paths) and with pre-packed B.
+    #[test]
+    fn wide_tile_edges() {
+        let mut x = 0;
+        for m in 1..=25 {
+            for n in [1, 15, 16, 17, 31, 32, 33, 47, 48, 49] {
+                for (k, la, lb) in [
+                    (1, Layout::RowMajor, Layout::RowMajor),
+                    (9, Layout::Transposed, Layout::Transposed),
+                    (KC + 11, Layout::Transposed, Layout::RowMajor),
+                ] {
+                    let case = Case {
+                        m,
+                        n,
+                        k,
+                        la,
+                        lb,
+                        ldc_pad: x % 3,
+                        bias: BIASES[x % 3],
+                        residual: x % 2 == 0,
+                        act: ACTS[x % ACTS.len()],
+                    };
+                    for isa in [Isa::Avx2, Isa::Avx512] {
+                        let path = [Path::Plain, Path::Packed][x % 2];
+                        check(case, isa, None, path, x as u64);
+                    }
+                    x += 1;
+                }
+            }
+        }
+    }
+
     /// The public entry points (default dispatch and size threshold) against OpenBLAS.
     #[test]
     fn public_entry_points_agree_with_openblas() {
