@@ -5,7 +5,7 @@
 //! * loops `jc` over NC-column blocks of B, `pc` over KC-deep slices of K, `ic` over
 //!   MC-row blocks of A; B's KC×NC block is packed into 16-column micro-panels (kept in
 //!   L3/L2), A's MC×KC block into 6-row micro-panels (kept in L2), and the macro-kernel
-//!   runs the 6×16 micro-kernel over them with each B micro-panel resident in L1;
+//!   runs the micro-kernel over them with each B micro-panel (pair) resident in L1;
 //! * packing buffers are 64-byte aligned, thread-local, and grow once (no allocation per
 //!   call in steady state); ragged edges are zero-padded in the panels and stored
 //!   through a scratch tile, so any m, n, k (k = 0 gives `C = epilogue(0)`) is handled;
@@ -15,9 +15,11 @@
 //! * with a pool, the work is split over N (or over M when N is narrow) into one
 //!   balanced, micro-panel-aligned part per thread.
 //!
-//! Micro-kernels: AVX2+FMA ([`avx2`], 12 ymm accumulators) and portable Rust
-//! ([`portable`]) over the same packing, chosen by [`isa::has_avx2`] or explicitly with
-//! [`gemm_with_isa`] / [`gemm_packed_with_isa`].
+//! Micro-kernels, all over the same packing (so a [`PackedB`] serves every ISA):
+//! AVX-512F ([`avx512`], 12×32 tiles from two A and two B micro-panels, 24 zmm
+//! accumulators, masked edge stores), AVX2+FMA ([`avx2`], 6×16, 12 ymm accumulators)
+//! and portable Rust ([`portable`], 6×16); chosen by [`isa::isa`] (so `KILN_CPU_ISA`
+//! caps it) or explicitly with [`gemm_with_isa`] / [`gemm_packed_with_isa`].
 //!
 //! [`gemm`] uses this kernel rather than OpenBLAS; see its doc comment for the numbers.
 mod avx2;
@@ -152,8 +154,9 @@ pub unsafe fn gemm(
     unsafe { gemm_with_isa(isa::isa(), pool, m, n, k, a, b, c, ldc, ep) }
 }
 
-/// [`gemm`] with the micro-kernel chosen by `isa` (`Avx2` and `Avx512` use the AVX2
-/// kernel when the CPU has AVX2+FMA; otherwise, and for `Portable`, the portable one).
+/// [`gemm`] with the micro-kernel chosen by `isa`, capped by what the CPU has: `Avx512`
+/// the AVX-512F kernel, `Avx2` the AVX2+FMA one, `Portable` (or a CPU without AVX2+FMA)
+/// the portable one.
 ///
 /// # Safety
 /// As for [`gemm`].
@@ -491,8 +494,9 @@ pub(crate) unsafe fn store_tile_scalar(acc: &[[f32; NR]; MR], t: &Tile) {
 /// An ISA's routines: the micro-kernel (`kc`, packed A micro-panels, packed B
 /// micro-panels, the tile of at most `mr`×`nr`), the packer of a full 6-row panel of
 /// row-major A (`kc`, A, row stride, destination with 2 floats of slack) and of
-/// column-major A (`kc`, A, column stride, destination), and the packer of a full
-/// 16-column panel of column-major B (`kc`, B, column stride, destination).
+/// column-major A (`kc`, A, column stride, destination), and the packers of a full
+/// 16-column panel of row-major and of column-major B (`kc`, B, row or column stride,
+/// 64-byte-aligned destination).
 #[derive(Clone, Copy)]
 struct Kernel {
     micro: unsafe fn(usize, *const f32, *const f32, &Tile),
@@ -502,6 +506,7 @@ struct Kernel {
     nr: usize,
     pack_a_rows: unsafe fn(usize, *const f32, usize, *mut f32),
     pack_a_cols: unsafe fn(usize, *const f32, usize, *mut f32),
+    pack_b_rows: unsafe fn(usize, *const f32, usize, *mut f32),
     pack_b_cols: unsafe fn(usize, *const f32, usize, *mut f32),
 }
 
@@ -515,6 +520,7 @@ fn kernel_for(isa: Isa) -> Kernel {
             nr: NR,
             pack_a_rows: avx2_pack_a_rows,
             pack_a_cols: avx2_pack_a_cols,
+            pack_b_rows: avx2_pack_b_rows,
             pack_b_cols: avx2_pack_b_cols,
         };
         if isa >= Isa::Avx512 && isa::detected() >= Isa::Avx512 {
@@ -522,6 +528,8 @@ fn kernel_for(isa: Isa) -> Kernel {
                 micro: avx512_kernel,
                 mr: avx512::MR2,
                 nr: avx512::NR2,
+                pack_b_rows: avx512_pack_b_rows,
+                pack_b_cols: avx512_pack_b_cols,
                 ..simd
             };
         }
@@ -534,6 +542,7 @@ fn kernel_for(isa: Isa) -> Kernel {
         nr: NR,
         pack_a_rows: portable_pack_a_rows,
         pack_a_cols: portable_pack_a_cols,
+        pack_b_rows: portable_pack_b_rows,
         pack_b_cols: portable_pack_b_cols,
     }
 }
@@ -560,6 +569,30 @@ unsafe fn avx2_pack_a_cols(kc: usize, a: *const f32, cs: usize, dst: *mut f32) {
 unsafe fn avx2_pack_b_cols(kc: usize, b: *const f32, cs: usize, dst: *mut f32) {
     // SAFETY: kernel_for checked AVX2+FMA; the rest is the caller's contract.
     unsafe { avx2::pack_b_cols(kc, b, cs, dst) }
+}
+
+/// # Safety
+/// As for [`avx2::pack_b_rows`]; only returned by [`kernel_for`] with AVX2+FMA.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx2_pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32) {
+    // SAFETY: kernel_for checked AVX2+FMA; the rest is the caller's contract.
+    unsafe { avx2::pack_b_rows(kc, b, rs, dst) }
+}
+
+/// # Safety
+/// As for [`avx512::pack_b_rows`]; only returned by [`kernel_for`] with AVX-512F.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx512_pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32) {
+    // SAFETY: kernel_for checked AVX-512F; the rest is the caller's contract.
+    unsafe { avx512::pack_b_rows(kc, b, rs, dst) }
+}
+
+/// # Safety
+/// As for [`avx512::pack_b_cols`]; only returned by [`kernel_for`] with AVX-512F.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx512_pack_b_cols(kc: usize, b: *const f32, cs: usize, dst: *mut f32) {
+    // SAFETY: kernel_for checked AVX-512F; the rest is the caller's contract.
+    unsafe { avx512::pack_b_cols(kc, b, cs, dst) }
 }
 
 /// # Safety
@@ -597,6 +630,20 @@ unsafe fn portable_pack_a_cols(kc: usize, a: *const f32, cs: usize, dst: *mut f3
     for (p, col) in panel.chunks_exact_mut(MR).enumerate() {
         // SAFETY: column p has 6 contiguous elements.
         col.copy_from_slice(unsafe { std::slice::from_raw_parts(a.add(p * cs), MR) });
+    }
+}
+
+/// The portable packer of a full 16-column panel of row-major B.
+///
+/// # Safety
+/// `b` addresses `kc` rows of 16 floats (row stride `rs`); `dst` holds `kc·16`.
+unsafe fn portable_pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32) {
+    // SAFETY: the destination's extent (the caller's contract).
+    let panel = unsafe { std::slice::from_raw_parts_mut(dst, kc * NR) };
+    for (p, row) in panel.chunks_exact_mut(NR).enumerate() {
+        // SAFETY: row p has 16 contiguous elements (a fixed-size copy, which compiles to
+        // vector moves rather than a memcpy call).
+        row.copy_from_slice(unsafe { &*(b.add(p * rs) as *const [f32; NR]) });
     }
 }
 
@@ -1072,18 +1119,14 @@ unsafe fn pack_b(
         if cols < NR {
             panel.fill(0.0);
         }
-        if cs == 1 {
+        if cs == 1 && cols == NR {
+            // SAFETY: the panel holds kc·16 floats; rows 0..kc of the 16 columns exist.
+            unsafe { (kern.pack_b_rows)(kc, base, rs, panel.as_mut_ptr()) };
+        } else if cs == 1 {
             for (p, row) in panel.chunks_exact_mut(NR).enumerate() {
-                if cols == NR {
-                    // SAFETY: row p of the panel has 16 contiguous elements (a fixed-size
-                    // copy, which compiles to vector moves rather than a memcpy call).
-                    let src = unsafe { &*(base.add(p * rs) as *const [f32; NR]) };
-                    row.copy_from_slice(src);
-                } else {
-                    // SAFETY: row p of the panel has `cols` contiguous elements.
-                    let src = unsafe { std::slice::from_raw_parts(base.add(p * rs), cols) };
-                    row[..cols].copy_from_slice(src);
-                }
+                // SAFETY: row p of the panel has `cols` contiguous elements.
+                let src = unsafe { std::slice::from_raw_parts(base.add(p * rs), cols) };
+                row[..cols].copy_from_slice(src);
             }
         } else if rs == 1 && cols == NR {
             // Column-major B (a transposed weight matrix): columns read contiguously and
@@ -1462,6 +1505,7 @@ mod tests {
                     (1, Layout::RowMajor, Layout::RowMajor),
                     (9, Layout::Transposed, Layout::Transposed),
                     (KC + 11, Layout::Transposed, Layout::RowMajor),
+                    (KC + 37, Layout::RowMajor, Layout::Transposed),
                 ] {
                     let case = Case {
                         m,

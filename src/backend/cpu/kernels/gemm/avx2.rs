@@ -286,3 +286,20 @@ pub(super) unsafe fn pack_a_cols(kc: usize, a: *const f32, cs: usize, dst: *mut 
         _mm256_maskstore_ps(dst.add(p * MR), six, v);
     }
 }
+
+/// Packs one full 16-column micro-panel of a row-major B (row stride `rs`) for `kc`
+/// rows: two ymm copies per row.
+///
+/// # Safety
+/// The CPU must have AVX2. `b` addresses `kc` rows of 16 floats; `dst` holds `kc·16`
+/// floats aligned to 32 bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32) {
+    // SAFETY (whole body): loads stay inside the kc×16 block, stores inside dst.
+    for p in 0..kc {
+        let (s, d) = (b.add(p * rs), dst.add(p * NR));
+        _mm256_store_ps(d, _mm256_loadu_ps(s));
+        _mm256_store_ps(d.add(8), _mm256_loadu_ps(s.add(8)));
+    }
+}

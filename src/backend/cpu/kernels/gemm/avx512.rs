@@ -154,3 +154,73 @@ unsafe fn store(acc: &[[__m512; 2]; MR2], np: usize, t: &Tile) {
         }
     }
 }
+
+/// Packs one full 16-column micro-panel of a row-major B (row stride `rs`) for `kc`
+/// rows: one zmm copy per row.
+///
+/// # Safety
+/// The CPU must have AVX-512F. `b` addresses `kc` rows of 16 floats; `dst` holds
+/// `kc·16` floats aligned to 64 bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32) {
+    // SAFETY (whole body): loads stay inside the kc×16 block, stores inside dst.
+    for p in 0..kc {
+        _mm512_store_ps(dst.add(p * NR), _mm512_loadu_ps(b.add(p * rs)));
+    }
+}
+
+/// Packs one full 16-column micro-panel of a column-major B (column stride `cs`,
+/// element (p, j) at `b[p + j·cs]`) for `kc` rows: `dst[p·16 + j] = b[p + j·cs]`,
+/// through 16×16 transposes (64 shuffles per 256 floats).
+///
+/// # Safety
+/// The CPU must have AVX-512F. `b` addresses 16 columns of `kc` floats; `dst` holds
+/// `kc·16` floats aligned to 64 bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn pack_b_cols(kc: usize, b: *const f32, cs: usize, dst: *mut f32) {
+    // SAFETY (whole body): loads stay inside the kc×16 block, stores inside dst.
+    let mut p = 0;
+    while p + 16 <= kc {
+        // r[j] = column j, rows p..p+16.
+        let r: [__m512; 16] = std::array::from_fn(|j| _mm512_loadu_ps(b.add(j * cs + p)));
+        // Per 128-bit lane l: t[2i] = (r2i[4l], r2i+1[4l], r2i[4l+1], r2i+1[4l+1]), …
+        let t: [__m512; 16] = std::array::from_fn(|x| {
+            let (i, hi) = (x / 2, x % 2 == 1);
+            if hi {
+                _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1])
+            } else {
+                _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1])
+            }
+        });
+        // u[4i + j], lane l = (r4i, r4i+1, r4i+2, r4i+3) at row 4l + j.
+        let u: [__m512; 16] = std::array::from_fn(|x| {
+            let (i, j) = (x / 4, x % 4);
+            let (lo, hi) = (t[4 * i + j / 2], t[4 * i + j / 2 + 2]);
+            if j % 2 == 0 {
+                _mm512_shuffle_ps::<0x44>(lo, hi)
+            } else {
+                _mm512_shuffle_ps::<0xEE>(lo, hi)
+            }
+        });
+        for j in 0..4 {
+            let v_even = _mm512_shuffle_f32x4::<0x88>(u[j], u[4 + j]);
+            let v_odd = _mm512_shuffle_f32x4::<0xDD>(u[j], u[4 + j]);
+            let w_even = _mm512_shuffle_f32x4::<0x88>(u[8 + j], u[12 + j]);
+            let w_odd = _mm512_shuffle_f32x4::<0xDD>(u[8 + j], u[12 + j]);
+            let row = |q: usize| dst.add((p + q) * NR);
+            _mm512_store_ps(row(j), _mm512_shuffle_f32x4::<0x88>(v_even, w_even));
+            _mm512_store_ps(row(4 + j), _mm512_shuffle_f32x4::<0x88>(v_odd, w_odd));
+            _mm512_store_ps(row(8 + j), _mm512_shuffle_f32x4::<0xDD>(v_even, w_even));
+            _mm512_store_ps(row(12 + j), _mm512_shuffle_f32x4::<0xDD>(v_odd, w_odd));
+        }
+        p += 16;
+    }
+    while p < kc {
+        for j in 0..NR {
+            *dst.add(p * NR + j) = *b.add(j * cs + p);
+        }
+        p += 1;
+    }
+}
