@@ -4,8 +4,8 @@
 //!
 //! `cargo bench --bench gemm`; throughput is printed in Gelem/s = GFLOP/s (2·m·n·k).
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kiln::backend::cpu::kernels::blas;
 use kiln::backend::cpu::isa::Isa;
+use kiln::backend::cpu::kernels::blas;
 use kiln::backend::cpu::kernels::gemm::{
     gemm, gemm_openblas, gemm_packed, gemm_with_isa, Epilogue, Mat, PackedB,
 };
@@ -101,7 +101,8 @@ fn fma_peak_gflops() -> Option<f64> {
 }
 
 /// The same with 24 independent `vfmadd231ps zmm` chains: the AVX-512 kernel's peak.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", kiln_avx512))]
+#[allow(clippy::incompatible_msrv)]
 fn fma512_peak_gflops() -> Option<f64> {
     use std::arch::x86_64::*;
     #[target_feature(enable = "avx512f")]
@@ -210,7 +211,7 @@ fn bench(cr: &mut Criterion) {
     if let Some(p) = fma_peak_gflops() {
         println!("FMA peak, one thread (median of 7): {p:.1} GFLOP/s");
     }
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", kiln_avx512))]
     if let Some(p) = fma512_peak_gflops() {
         println!("AVX-512 FMA peak, one thread (median of 7): {p:.1} GFLOP/s");
     }

@@ -23,7 +23,10 @@
 //!
 //! [`gemm`] uses this kernel rather than OpenBLAS; see its doc comment for the numbers.
 mod avx2;
-#[cfg(target_arch = "x86_64")]
+// AVX-512 intrinsics are stable from Rust 1.89, newer than the crate's MSRV: build.rs
+// sets `kiln_avx512` only on such compilers, so the MSRV build leaves this out.
+#[cfg(all(target_arch = "x86_64", kiln_avx512))]
+#[allow(clippy::incompatible_msrv)]
 mod avx512;
 mod portable;
 
@@ -523,6 +526,7 @@ fn kernel_for(isa: Isa) -> Kernel {
             pack_b_rows: avx2_pack_b_rows,
             pack_b_cols: avx2_pack_b_cols,
         };
+        #[cfg(kiln_avx512)]
         if isa >= Isa::Avx512 && isa::detected() >= Isa::Avx512 {
             return Kernel {
                 micro: avx512_kernel,
@@ -581,7 +585,7 @@ unsafe fn avx2_pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32) {
 
 /// # Safety
 /// As for [`avx512::pack_b_rows`]; only returned by [`kernel_for`] with AVX-512F.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", kiln_avx512))]
 unsafe fn avx512_pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32) {
     // SAFETY: kernel_for checked AVX-512F; the rest is the caller's contract.
     unsafe { avx512::pack_b_rows(kc, b, rs, dst) }
@@ -589,7 +593,7 @@ unsafe fn avx512_pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32)
 
 /// # Safety
 /// As for [`avx512::pack_b_cols`]; only returned by [`kernel_for`] with AVX-512F.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", kiln_avx512))]
 unsafe fn avx512_pack_b_cols(kc: usize, b: *const f32, cs: usize, dst: *mut f32) {
     // SAFETY: kernel_for checked AVX-512F; the rest is the caller's contract.
     unsafe { avx512::pack_b_cols(kc, b, cs, dst) }
@@ -598,7 +602,7 @@ unsafe fn avx512_pack_b_cols(kc: usize, b: *const f32, cs: usize, dst: *mut f32)
 /// # Safety
 /// As for [`avx512::kernel`]; only returned by [`kernel_for`] when the CPU has
 /// AVX-512F.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", kiln_avx512))]
 unsafe fn avx512_kernel(kc: usize, ap: *const f32, bp: *const f32, t: &Tile) {
     // SAFETY: kernel_for checked AVX-512F; the rest is the caller's contract.
     unsafe { avx512::kernel(kc, ap, bp, t) }
@@ -1498,6 +1502,14 @@ mod tests {
     /// (the packers' transposed paths) and with pre-packed B.
     #[test]
     fn wide_tile_edges() {
+        // On an AVX-512 machine (and compiler) the wide kernel is the one under test.
+        #[cfg(all(target_arch = "x86_64", kiln_avx512))]
+        if isa::detected() == Isa::Avx512 {
+            assert_eq!(
+                (kernel_for(Isa::Avx512).mr, kernel_for(Isa::Avx512).nr),
+                (12, 32)
+            );
+        }
         let mut x = 0;
         for m in 1..=25 {
             for n in [1, 15, 16, 17, 31, 32, 33, 47, 48, 49] {
