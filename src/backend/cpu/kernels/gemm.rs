@@ -113,30 +113,44 @@ unsafe impl Sync for Epilogue {}
 
 /// `C[m×n] (row stride ldc) = A[m×k]·B[k×n]`, then `ep`.
 ///
-/// Runs Kiln's packed kernel (AVX2+FMA when [`isa::has_avx2`], else portable), not
-/// OpenBLAS ([`gemm_openblas`] keeps that path). Decided on `cargo bench --bench gemm`
-/// (one thread each, GFLOP/s, criterion medians; 2-core Zen 3 VM shared with other
-/// builds, load average ~4 during this run; FMA peak measured at 101.9 GFLOP/s):
+/// Runs Kiln's packed kernel (AVX-512F, AVX2+FMA or portable, by [`isa::isa`]), not
+/// OpenBLAS ([`gemm_openblas`] keeps that path). Measured with `cargo bench --bench
+/// gemm` (criterion medians, GFLOP/s, one thread unless noted, all from one run; Intel
+/// Xeon (Ice Lake class, AVX-512) VM with 2 cores shared with two other agents'
+/// builds, load average ~4.8, so absolute numbers are about half a quiet core's and
+/// noisy: the FMA peaks measured in the same run were 93.6 (ymm) and 166.9 (zmm);
+/// OpenBLAS here runs far below its usual speed and is listed only as measured):
 ///
-/// | shape (M×N×K)    | Kiln | OpenBLAS | Kiln, B pre-packed |
-/// |------------------|------|----------|--------------------|
-/// | 1024×1024×1024   | 91.1 | 90.6     |                    |
-/// | 64×3136×256      | 79.5 | 78.2     |                    |
-/// | 256×3136×64      | 78.5 | 69.2     |                    |
-/// | 128×784×512      | 90.2 | 87.5     |                    |
-/// | 256×196×1024     | 80.8 | 86.6     |                    |
-/// | 2048×49×512      | 56.2 | 66.2     |                    |
-/// | 128×768×768      | 78.3 | 77.3     | 90.6               |
-/// | 128×3072×768     | 75.3 | 82.0     | 83.5               |
-/// | 128×768×3072     | 71.4 | 83.2     | 84.9               |
-/// | 64×512×784       | 82.8 | 85.9     | 86.9               |
+/// | shape (M×N×K)    | AVX-512 | AVX2 | OpenBLAS | AVX-512, B pre-packed | 2 threads |
+/// |------------------|---------|------|----------|-----------------------|-----------|
+/// | 1024×1024×1024   | 76.5    | 52.0 | 19.2     |                       |           |
+/// | 64×3136×256      | 62.0    | 47.3 | 18.5     |                       |           |
+/// | 256×3136×64      | 58.1    | 45.0 | 17.1     |                       |           |
+/// | 128×784×512      | 87.0    | 55.5 | 19.0     |                       |           |
+/// | 256×196×1024     | 87.2    | 50.5 | 14.9     |                       |           |
+/// | 2048×49×512      | 58.2    | 37.3 | 14.1     |                       |           |
+/// | 128×768×768      | 81.8    | 53.0 | 20.9     | 95.2                  | 92.4      |
+/// | 128×3072×768     | 102.2   | 64.9 | 29.2     | 138.5                 | 122.0     |
+/// | 128×768×3072     | 82.2    | 51.9 | 18.9     | 89.7                  | 56.8      |
+/// | 64×512×784       | 74.2    | 64.8 | 29.1     | 99.7                  | 75.5      |
 ///
-/// Geometric mean ≈ 0.96× OpenBLAS with B packed per call: at par or faster on the
-/// square and most conv shapes, behind on N = 49 (a 16-wide micro-tile wastes 15 of
-/// the last 64 columns) and on small-M shapes with a large unpacked B; the layers with
-/// those shapes (dense, BERT projections) have constant weights and use
-/// [`gemm_packed`], which is at or above OpenBLAS. The fused epilogue also saves
-/// OpenBLAS's second pass over C (not in the table).
+/// The MLP 784-512-512-10 training step at batch 64 (ᵀ: that operand is transposed, as
+/// the matmul step passes it; B packed per call):
+///
+/// | shape (M×N×K)      | AVX-512 | AVX2 | OpenBLAS | 2 threads |
+/// |--------------------|---------|------|----------|-----------|
+/// | 64×512×784, Bᵀ     | 82.5    | 49.7 | 19.8     | 75.4      |
+/// | 64×512×512, Bᵀ     | 74.6    | 52.8 | 20.4     | 55.8      |
+/// | 64×10×512, Bᵀ      | 17.7    | 20.4 | 10.5     | 23.7      |
+/// | 64×512×512         | 80.1    | 47.3 | 15.9     | 67.4      |
+/// | 64×512×10          | 28.1    | 31.7 | 13.6     | 28.2      |
+/// | 512×784×64, Aᵀ     | 81.2    | 50.0 | 19.3     | 65.9      |
+/// | 512×512×64, Aᵀ     | 73.8    | 58.0 | 20.7     | 75.3      |
+/// | 10×512×64, Aᵀ      | 44.8    | 30.8 | 13.7     | 47.1      |
+///
+/// AVX-512 over AVX2 (same packing code): 1.3–1.7× on every shape with N ≥ 49 and
+/// K ≥ 64; on par for N = 10 or K = 10, where the stores dominate. Two threads gain
+/// nothing on this shared machine (the second core is busy with other work).
 ///
 /// # Safety
 /// `a`, `b` must address valid m×k and k×n matrices, `c` an m×n one with row stride
