@@ -4,8 +4,11 @@
 //!
 //! `cargo bench --bench gemm`; throughput is printed in Gelem/s = GFLOP/s (2·m·n·k).
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kiln::backend::cpu::isa::Isa;
 use kiln::backend::cpu::kernels::blas;
-use kiln::backend::cpu::kernels::gemm::{gemm, gemm_openblas, gemm_packed, Epilogue, Mat, PackedB};
+use kiln::backend::cpu::kernels::gemm::{
+    gemm, gemm_openblas, gemm_packed, gemm_with_isa, Epilogue, Mat, PackedB,
+};
 use kiln::backend::cpu::pool::Pool;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -22,6 +25,30 @@ const SHAPES: &[(&str, usize, usize, usize)] = &[
     ("bert_128x768x3072", 128, 768, 3072),
     ("mlp_64x512x784", 64, 512, 784),
 ];
+
+/// The GEMMs of one MLP 784-512-512-10 training step at batch 64, as the matmul step
+/// issues them: (name, m, n, k, A transposed, B transposed). Weights are [out, in], so
+/// the forward pass multiplies by Wᵀ and the filter gradients by a transposed dY.
+const MLP_TRAIN: &[(&str, usize, usize, usize, bool, bool)] = &[
+    ("fwd_64x512x784_Bt", 64, 512, 784, false, true),
+    ("fwd_64x512x512_Bt", 64, 512, 512, false, true),
+    ("fwd_64x10x512_Bt", 64, 10, 512, false, true),
+    ("bwd_data_64x512x512", 64, 512, 512, false, false),
+    ("bwd_data_64x512x10", 64, 512, 10, false, false),
+    ("bwd_filter_512x784x64_At", 512, 784, 64, true, false),
+    ("bwd_filter_512x512x64_At", 512, 512, 64, true, false),
+    ("bwd_filter_10x512x64_At", 10, 512, 64, true, false),
+];
+
+/// A row-major `rows`×`cols` view of `buf`, or (transposed) the transpose of a
+/// row-major `cols`×`rows` matrix.
+fn view(buf: &[f32], rows: usize, cols: usize, transposed: bool) -> Mat {
+    if transposed {
+        Mat::rows(buf.as_ptr(), rows).t()
+    } else {
+        Mat::rows(buf.as_ptr(), cols)
+    }
+}
 
 fn data(len: usize, seed: u32) -> Vec<f32> {
     let mut s = seed;
@@ -67,6 +94,43 @@ fn fma_peak_gflops() -> Option<f64> {
             // SAFETY: AVX2 and FMA were detected above.
             black_box(unsafe { chains(black_box(iters), black_box(1e-7)) });
             (iters * 12 * 16) as f64 / t.elapsed().as_secs_f64() / 1e9
+        })
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    Some(rates[rates.len() / 2])
+}
+
+/// The same with 24 independent `vfmadd231ps zmm` chains: the AVX-512 kernel's peak.
+#[cfg(all(target_arch = "x86_64", kiln_avx512))]
+#[allow(clippy::incompatible_msrv)]
+fn fma512_peak_gflops() -> Option<f64> {
+    use std::arch::x86_64::*;
+    #[target_feature(enable = "avx512f")]
+    fn chains(iters: u64, x: f32) -> f32 {
+        let a = _mm512_set1_ps(x);
+        let b = _mm512_set1_ps(0.999_999);
+        let mut c = [_mm512_set1_ps(1.0); 24];
+        for _ in 0..iters {
+            for v in c.iter_mut() {
+                *v = _mm512_fmadd_ps(*v, b, a);
+            }
+        }
+        let mut s = _mm512_setzero_ps();
+        for v in c {
+            s = _mm512_add_ps(s, v);
+        }
+        _mm512_reduce_add_ps(s)
+    }
+    if !is_x86_feature_detected!("avx512f") {
+        return None;
+    }
+    let iters = 10_000_000u64;
+    let mut rates: Vec<f64> = (0..7)
+        .map(|_| {
+            let t = Instant::now();
+            // SAFETY: AVX-512F was detected above.
+            black_box(unsafe { chains(black_box(iters), black_box(1e-7)) });
+            (iters * 24 * 32) as f64 / t.elapsed().as_secs_f64() / 1e9
         })
         .collect();
     rates.sort_by(f64::total_cmp);
@@ -147,6 +211,10 @@ fn bench(cr: &mut Criterion) {
     if let Some(p) = fma_peak_gflops() {
         println!("FMA peak, one thread (median of 7): {p:.1} GFLOP/s");
     }
+    #[cfg(all(target_arch = "x86_64", kiln_avx512))]
+    if let Some(p) = fma512_peak_gflops() {
+        println!("AVX-512 FMA peak, one thread (median of 7): {p:.1} GFLOP/s");
+    }
     let pool = Pool::new(2);
     let ep = Epilogue::NONE;
     for &(name, m, n, k) in SHAPES {
@@ -168,6 +236,9 @@ fn bench(cr: &mut Criterion) {
         // SAFETY (all closures): a, b, c cover m×k, k×n, m×n.
         g.bench_function(BenchmarkId::new("kiln_1t", name), |bn| {
             bn.iter(|| unsafe { gemm(None, m, n, k, am, bm, cp, n, &ep) })
+        });
+        g.bench_function(BenchmarkId::new("kiln_avx2_1t", name), |bn| {
+            bn.iter(|| unsafe { gemm_with_isa(Isa::Avx2, None, m, n, k, am, bm, cp, n, &ep) })
         });
         g.bench_function(BenchmarkId::new("openblas_1t", name), |bn| {
             bn.iter(|| unsafe { gemm_openblas(m, n, k, am, bm, cp, n, &ep) })
@@ -191,6 +262,32 @@ fn bench(cr: &mut Criterion) {
                 bn.iter(|| unsafe { gemm_crate(m, n, k, &a, &b, cp, gemm::Parallelism::Rayon(2)) })
             });
         }
+        g.finish();
+        black_box(&mut c);
+    }
+    for &(name, m, n, k, at, bt) in MLP_TRAIN {
+        let a = data(m * k, 1);
+        let b = data(k * n, 2);
+        let mut c = vec![0f32; m * n];
+        let (am, bm) = (view(&a, m, k, at), view(&b, k, n, bt));
+        let mut g = cr.benchmark_group("gemm_mlp_train");
+        g.sample_size(20)
+            .warm_up_time(Duration::from_millis(300))
+            .measurement_time(Duration::from_millis(1000))
+            .throughput(Throughput::Elements((2 * m * n * k) as u64));
+        let cp = c.as_mut_ptr();
+        // SAFETY (all closures): a, b, c cover m×k, k×n, m×n.
+        for (id, isa) in [("kiln_avx512_1t", Isa::Avx512), ("kiln_avx2_1t", Isa::Avx2)] {
+            g.bench_function(BenchmarkId::new(id, name), |bn| {
+                bn.iter(|| unsafe { gemm_with_isa(isa, None, m, n, k, am, bm, cp, n, &ep) })
+            });
+        }
+        g.bench_function(BenchmarkId::new("openblas_1t", name), |bn| {
+            bn.iter(|| unsafe { gemm_openblas(m, n, k, am, bm, cp, n, &ep) })
+        });
+        g.bench_function(BenchmarkId::new("kiln_2t", name), |bn| {
+            bn.iter(|| unsafe { gemm(Some(&pool), m, n, k, am, bm, cp, n, &ep) })
+        });
         g.finish();
         black_box(&mut c);
     }

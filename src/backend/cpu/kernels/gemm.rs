@@ -5,7 +5,7 @@
 //! * loops `jc` over NC-column blocks of B, `pc` over KC-deep slices of K, `ic` over
 //!   MC-row blocks of A; B's KC×NC block is packed into 16-column micro-panels (kept in
 //!   L3/L2), A's MC×KC block into 6-row micro-panels (kept in L2), and the macro-kernel
-//!   runs the 6×16 micro-kernel over them with each B micro-panel resident in L1;
+//!   runs the micro-kernel over them with each B micro-panel (pair) resident in L1;
 //! * packing buffers are 64-byte aligned, thread-local, and grow once (no allocation per
 //!   call in steady state); ragged edges are zero-padded in the panels and stored
 //!   through a scratch tile, so any m, n, k (k = 0 gives `C = epilogue(0)`) is handled;
@@ -15,12 +15,19 @@
 //! * with a pool, the work is split over N (or over M when N is narrow) into one
 //!   balanced, micro-panel-aligned part per thread.
 //!
-//! Micro-kernels: AVX2+FMA ([`avx2`], 12 ymm accumulators) and portable Rust
-//! ([`portable`]) over the same packing, chosen by [`isa::has_avx2`] or explicitly with
-//! [`gemm_with_isa`] / [`gemm_packed_with_isa`].
+//! Micro-kernels, all over the same packing (so a [`PackedB`] serves every ISA):
+//! AVX-512F ([`avx512`], 12×32 tiles from two A and two B micro-panels, 24 zmm
+//! accumulators, masked edge stores), AVX2+FMA ([`avx2`], 6×16, 12 ymm accumulators)
+//! and portable Rust ([`portable`], 6×16); chosen by [`isa::isa`] (so `KILN_CPU_ISA`
+//! caps it) or explicitly with [`gemm_with_isa`] / [`gemm_packed_with_isa`].
 //!
 //! [`gemm`] uses this kernel rather than OpenBLAS; see its doc comment for the numbers.
 mod avx2;
+// AVX-512 intrinsics are stable from Rust 1.89, newer than the crate's MSRV: build.rs
+// sets `kiln_avx512` only on such compilers, so the MSRV build leaves this out.
+#[cfg(all(target_arch = "x86_64", kiln_avx512))]
+#[allow(clippy::incompatible_msrv)]
+mod avx512;
 mod portable;
 
 use super::blas;
@@ -106,30 +113,44 @@ unsafe impl Sync for Epilogue {}
 
 /// `C[m×n] (row stride ldc) = A[m×k]·B[k×n]`, then `ep`.
 ///
-/// Runs Kiln's packed kernel (AVX2+FMA when [`isa::has_avx2`], else portable), not
-/// OpenBLAS ([`gemm_openblas`] keeps that path). Decided on `cargo bench --bench gemm`
-/// (one thread each, GFLOP/s, criterion medians; 2-core Zen 3 VM shared with other
-/// builds, load average ~4 during this run; FMA peak measured at 101.9 GFLOP/s):
+/// Runs Kiln's packed kernel (AVX-512F, AVX2+FMA or portable, by [`isa::isa`]), not
+/// OpenBLAS ([`gemm_openblas`] keeps that path). Measured with `cargo bench --bench
+/// gemm` (criterion medians, GFLOP/s, one thread unless noted, all from one run; Intel
+/// Xeon (Ice Lake class, AVX-512) VM with 2 cores shared with two other agents'
+/// builds, load average ~4.8, so absolute numbers are about half a quiet core's and
+/// noisy: the FMA peaks measured in the same run were 93.6 (ymm) and 166.9 (zmm);
+/// OpenBLAS here runs far below its usual speed and is listed only as measured):
 ///
-/// | shape (M×N×K)    | Kiln | OpenBLAS | Kiln, B pre-packed |
-/// |------------------|------|----------|--------------------|
-/// | 1024×1024×1024   | 91.1 | 90.6     |                    |
-/// | 64×3136×256      | 79.5 | 78.2     |                    |
-/// | 256×3136×64      | 78.5 | 69.2     |                    |
-/// | 128×784×512      | 90.2 | 87.5     |                    |
-/// | 256×196×1024     | 80.8 | 86.6     |                    |
-/// | 2048×49×512      | 56.2 | 66.2     |                    |
-/// | 128×768×768      | 78.3 | 77.3     | 90.6               |
-/// | 128×3072×768     | 75.3 | 82.0     | 83.5               |
-/// | 128×768×3072     | 71.4 | 83.2     | 84.9               |
-/// | 64×512×784       | 82.8 | 85.9     | 86.9               |
+/// | shape (M×N×K)    | AVX-512 | AVX2 | OpenBLAS | AVX-512, B pre-packed | 2 threads |
+/// |------------------|---------|------|----------|-----------------------|-----------|
+/// | 1024×1024×1024   | 76.5    | 52.0 | 19.2     |                       |           |
+/// | 64×3136×256      | 62.0    | 47.3 | 18.5     |                       |           |
+/// | 256×3136×64      | 58.1    | 45.0 | 17.1     |                       |           |
+/// | 128×784×512      | 87.0    | 55.5 | 19.0     |                       |           |
+/// | 256×196×1024     | 87.2    | 50.5 | 14.9     |                       |           |
+/// | 2048×49×512      | 58.2    | 37.3 | 14.1     |                       |           |
+/// | 128×768×768      | 81.8    | 53.0 | 20.9     | 95.2                  | 92.4      |
+/// | 128×3072×768     | 102.2   | 64.9 | 29.2     | 138.5                 | 122.0     |
+/// | 128×768×3072     | 82.2    | 51.9 | 18.9     | 89.7                  | 56.8      |
+/// | 64×512×784       | 74.2    | 64.8 | 29.1     | 99.7                  | 75.5      |
 ///
-/// Geometric mean ≈ 0.96× OpenBLAS with B packed per call: at par or faster on the
-/// square and most conv shapes, behind on N = 49 (a 16-wide micro-tile wastes 15 of
-/// the last 64 columns) and on small-M shapes with a large unpacked B; the layers with
-/// those shapes (dense, BERT projections) have constant weights and use
-/// [`gemm_packed`], which is at or above OpenBLAS. The fused epilogue also saves
-/// OpenBLAS's second pass over C (not in the table).
+/// The MLP 784-512-512-10 training step at batch 64 (ᵀ: that operand is transposed, as
+/// the matmul step passes it; B packed per call):
+///
+/// | shape (M×N×K)      | AVX-512 | AVX2 | OpenBLAS | 2 threads |
+/// |--------------------|---------|------|----------|-----------|
+/// | 64×512×784, Bᵀ     | 82.5    | 49.7 | 19.8     | 75.4      |
+/// | 64×512×512, Bᵀ     | 74.6    | 52.8 | 20.4     | 55.8      |
+/// | 64×10×512, Bᵀ      | 17.7    | 20.4 | 10.5     | 23.7      |
+/// | 64×512×512         | 80.1    | 47.3 | 15.9     | 67.4      |
+/// | 64×512×10          | 28.1    | 31.7 | 13.6     | 28.2      |
+/// | 512×784×64, Aᵀ     | 81.2    | 50.0 | 19.3     | 65.9      |
+/// | 512×512×64, Aᵀ     | 73.8    | 58.0 | 20.7     | 75.3      |
+/// | 10×512×64, Aᵀ      | 44.8    | 30.8 | 13.7     | 47.1      |
+///
+/// AVX-512 over AVX2 (same packing code): 1.3–1.7× on every shape with N ≥ 49 and
+/// K ≥ 64; on par for N = 10 or K = 10, where the stores dominate. Two threads gain
+/// nothing on this shared machine (the second core is busy with other work).
 ///
 /// # Safety
 /// `a`, `b` must address valid m×k and k×n matrices, `c` an m×n one with row stride
@@ -150,8 +171,9 @@ pub unsafe fn gemm(
     unsafe { gemm_with_isa(isa::isa(), pool, m, n, k, a, b, c, ldc, ep) }
 }
 
-/// [`gemm`] with the micro-kernel chosen by `isa` (`Avx2` and `Avx512` use the AVX2
-/// kernel when the CPU has AVX2+FMA; otherwise, and for `Portable`, the portable one).
+/// [`gemm`] with the micro-kernel chosen by `isa`, capped by what the CPU has: `Avx512`
+/// the AVX-512F kernel, `Avx2` the AVX2+FMA one, `Portable` (or a CPU without AVX2+FMA)
+/// the portable one.
 ///
 /// # Safety
 /// As for [`gemm`].
@@ -302,6 +324,7 @@ impl PackedB {
     /// `b` must address a valid k×n matrix.
     pub unsafe fn new(k: usize, n: usize, b: Mat) -> PackedB {
         let panels = n.div_ceil(NR);
+        let kern = kernel_for(isa::isa());
         let mut buf = AlignedBuf::new();
         let dst = buf.get(k * panels * NR);
         let mut pc = 0;
@@ -312,6 +335,7 @@ impl PackedB {
             // offset pc·panels·16.
             unsafe {
                 pack_b(
+                    kern,
                     kc,
                     n,
                     b.ptr.add(pc * b.rs),
@@ -484,28 +508,60 @@ pub(crate) unsafe fn store_tile_scalar(acc: &[[f32; NR]; MR], t: &Tile) {
     }
 }
 
-/// An ISA's routines: the micro-kernel (`kc`, packed A micro-panel, packed B
-/// micro-panel, the tile) and the packer of a full 6-row panel of row-major A (`kc`,
-/// A, row stride, destination with 2 floats of slack).
+/// An ISA's routines: the micro-kernel (`kc`, packed A micro-panels, packed B
+/// micro-panels, the tile of at most `mr`×`nr`), the packer of a full 6-row panel of
+/// row-major A (`kc`, A, row stride, destination with 2 floats of slack) and of
+/// column-major A (`kc`, A, column stride, destination), and the packers of a full
+/// 16-column panel of row-major and of column-major B (`kc`, B, row or column stride,
+/// 64-byte-aligned destination).
 #[derive(Clone, Copy)]
 struct Kernel {
     micro: unsafe fn(usize, *const f32, *const f32, &Tile),
+    /// The largest tile `micro` takes: a multiple of MR rows × a multiple of NR columns
+    /// (it reads ⌈mr/MR⌉ adjacent A panels and ⌈nr/NR⌉ adjacent B panels).
+    mr: usize,
+    nr: usize,
     pack_a_rows: unsafe fn(usize, *const f32, usize, *mut f32),
+    pack_a_cols: unsafe fn(usize, *const f32, usize, *mut f32),
+    pack_b_rows: unsafe fn(usize, *const f32, usize, *mut f32),
+    pack_b_cols: unsafe fn(usize, *const f32, usize, *mut f32),
 }
 
 /// The routines `isa` asks for, if this CPU can run them.
 fn kernel_for(isa: Isa) -> Kernel {
     #[cfg(target_arch = "x86_64")]
     if isa >= Isa::Avx2 && isa::detected() >= Isa::Avx2 {
-        return Kernel {
+        let simd = Kernel {
             micro: avx2_kernel,
+            mr: MR,
+            nr: NR,
             pack_a_rows: avx2_pack_a_rows,
+            pack_a_cols: avx2_pack_a_cols,
+            pack_b_rows: avx2_pack_b_rows,
+            pack_b_cols: avx2_pack_b_cols,
         };
+        #[cfg(kiln_avx512)]
+        if isa >= Isa::Avx512 && isa::detected() >= Isa::Avx512 {
+            return Kernel {
+                micro: avx512_kernel,
+                mr: avx512::MR2,
+                nr: avx512::NR2,
+                pack_b_rows: avx512_pack_b_rows,
+                pack_b_cols: avx512_pack_b_cols,
+                ..simd
+            };
+        }
+        return simd;
     }
     let _ = isa;
     Kernel {
         micro: portable::kernel,
+        mr: MR,
+        nr: NR,
         pack_a_rows: portable_pack_a_rows,
+        pack_a_cols: portable_pack_a_cols,
+        pack_b_rows: portable_pack_b_rows,
+        pack_b_cols: portable_pack_b_cols,
     }
 }
 
@@ -515,6 +571,55 @@ fn kernel_for(isa: Isa) -> Kernel {
 unsafe fn avx2_pack_a_rows(kc: usize, a: *const f32, rs: usize, dst: *mut f32) {
     // SAFETY: kernel_for checked AVX2+FMA; the rest is the caller's contract.
     unsafe { avx2::pack_a_rows(kc, a, rs, dst) }
+}
+
+/// # Safety
+/// As for [`avx2::pack_a_cols`]; only returned by [`kernel_for`] with AVX2+FMA.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx2_pack_a_cols(kc: usize, a: *const f32, cs: usize, dst: *mut f32) {
+    // SAFETY: kernel_for checked AVX2+FMA; the rest is the caller's contract.
+    unsafe { avx2::pack_a_cols(kc, a, cs, dst) }
+}
+
+/// # Safety
+/// As for [`avx2::pack_b_cols`]; only returned by [`kernel_for`] with AVX2+FMA.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx2_pack_b_cols(kc: usize, b: *const f32, cs: usize, dst: *mut f32) {
+    // SAFETY: kernel_for checked AVX2+FMA; the rest is the caller's contract.
+    unsafe { avx2::pack_b_cols(kc, b, cs, dst) }
+}
+
+/// # Safety
+/// As for [`avx2::pack_b_rows`]; only returned by [`kernel_for`] with AVX2+FMA.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx2_pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32) {
+    // SAFETY: kernel_for checked AVX2+FMA; the rest is the caller's contract.
+    unsafe { avx2::pack_b_rows(kc, b, rs, dst) }
+}
+
+/// # Safety
+/// As for [`avx512::pack_b_rows`]; only returned by [`kernel_for`] with AVX-512F.
+#[cfg(all(target_arch = "x86_64", kiln_avx512))]
+unsafe fn avx512_pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32) {
+    // SAFETY: kernel_for checked AVX-512F; the rest is the caller's contract.
+    unsafe { avx512::pack_b_rows(kc, b, rs, dst) }
+}
+
+/// # Safety
+/// As for [`avx512::pack_b_cols`]; only returned by [`kernel_for`] with AVX-512F.
+#[cfg(all(target_arch = "x86_64", kiln_avx512))]
+unsafe fn avx512_pack_b_cols(kc: usize, b: *const f32, cs: usize, dst: *mut f32) {
+    // SAFETY: kernel_for checked AVX-512F; the rest is the caller's contract.
+    unsafe { avx512::pack_b_cols(kc, b, cs, dst) }
+}
+
+/// # Safety
+/// As for [`avx512::kernel`]; only returned by [`kernel_for`] when the CPU has
+/// AVX-512F.
+#[cfg(all(target_arch = "x86_64", kiln_avx512))]
+unsafe fn avx512_kernel(kc: usize, ap: *const f32, bp: *const f32, t: &Tile) {
+    // SAFETY: kernel_for checked AVX-512F; the rest is the caller's contract.
+    unsafe { avx512::kernel(kc, ap, bp, t) }
 }
 
 /// The portable packer of a full 6-row panel of row-major A.
@@ -529,6 +634,49 @@ unsafe fn portable_pack_a_rows(kc: usize, a: *const f32, rs: usize, dst: *mut f3
         let src = unsafe { std::slice::from_raw_parts(a.add(r * rs), kc) };
         for (p, &v) in src.iter().enumerate() {
             panel[p * MR + r] = v;
+        }
+    }
+}
+
+/// The portable packer of a full 6-row panel of column-major A.
+///
+/// # Safety
+/// `a` addresses `kc` columns of 6 floats (column stride `cs`); `dst` holds `kc·6`.
+unsafe fn portable_pack_a_cols(kc: usize, a: *const f32, cs: usize, dst: *mut f32) {
+    // SAFETY: the destination's extent (the caller's contract).
+    let panel = unsafe { std::slice::from_raw_parts_mut(dst, kc * MR) };
+    for (p, col) in panel.chunks_exact_mut(MR).enumerate() {
+        // SAFETY: column p has 6 contiguous elements.
+        col.copy_from_slice(unsafe { std::slice::from_raw_parts(a.add(p * cs), MR) });
+    }
+}
+
+/// The portable packer of a full 16-column panel of row-major B.
+///
+/// # Safety
+/// `b` addresses `kc` rows of 16 floats (row stride `rs`); `dst` holds `kc·16`.
+unsafe fn portable_pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32) {
+    // SAFETY: the destination's extent (the caller's contract).
+    let panel = unsafe { std::slice::from_raw_parts_mut(dst, kc * NR) };
+    for (p, row) in panel.chunks_exact_mut(NR).enumerate() {
+        // SAFETY: row p has 16 contiguous elements (a fixed-size copy, which compiles to
+        // vector moves rather than a memcpy call).
+        row.copy_from_slice(unsafe { &*(b.add(p * rs) as *const [f32; NR]) });
+    }
+}
+
+/// The portable packer of a full 16-column panel of column-major B.
+///
+/// # Safety
+/// `b` addresses 16 columns of `kc` floats (column stride `cs`); `dst` holds `kc·16`.
+unsafe fn portable_pack_b_cols(kc: usize, b: *const f32, cs: usize, dst: *mut f32) {
+    // SAFETY: the destination's extent (the caller's contract).
+    let panel = unsafe { std::slice::from_raw_parts_mut(dst, kc * NR) };
+    for j in 0..NR {
+        // SAFETY: column j has kc contiguous elements.
+        let src = unsafe { std::slice::from_raw_parts(b.add(j * cs), kc) };
+        for (p, &v) in src.iter().enumerate() {
+            panel[p * NR + j] = v;
         }
     }
 }
@@ -740,16 +888,17 @@ unsafe fn serial(
                     // its tiles run, so it goes from memory to L1 and is used there
                     // (instead of a kc×nc block round-tripping through L3).
                     let ap = abuf.get(kc * m.div_ceil(MR) * MR + 8);
-                    let dst = bbuf.get(kc * NR);
+                    let dst = bbuf.get(kc * kern.nr);
                     // SAFETY: (0, pc) lies inside A, (pc, jc + jb) inside B; `ap` and
                     // `dst` hold the rounded-up blocks; every tile lies inside C.
                     unsafe {
                         pack_a(kern, m, kc, a.ptr.add(pc * a.cs), a.rs, a.cs, ap);
                         let mut jb = 0;
                         while jb < nc {
-                            let w = NR.min(nc - jb);
+                            let w = kern.nr.min(nc - jb);
                             let col = jc + jb;
                             pack_b(
+                                kern,
                                 kc,
                                 w,
                                 bm.ptr.add(pc * bm.rs + col * bm.cs),
@@ -783,7 +932,8 @@ unsafe fn serial(
                     match b {
                         BSrc::Mat(b) => {
                             let dst = bbuf.get(kc * nc.div_ceil(NR) * NR);
-                            pack_b(kc, nc, b.ptr.add(pc * b.rs + jc * b.cs), b.rs, b.cs, dst);
+                            let src = b.ptr.add(pc * b.rs + jc * b.cs);
+                            pack_b(kern, kc, nc, src, b.rs, b.cs, dst);
                             dst
                         }
                         BSrc::Packed { ptr, panels, p0 } => {
@@ -852,13 +1002,13 @@ unsafe fn macro_kernel(
 ) {
     let mut jr = 0;
     while jr < nc {
-        let nr = NR.min(nc - jr);
+        let nr = kern.nr.min(nc - jr);
         // SAFETY: panel jr/NR of the packed B block.
         let bpanel = unsafe { bp.add(jr * kc) };
         let mut ir = 0;
         while ir < mc {
-            let mr = MR.min(mc - ir);
-            // SAFETY: panel ir/MR of the packed A block; the tile (ir, jr) lies in C.
+            let mr = kern.mr.min(mc - ir);
+            // SAFETY: panels ir/MR.. of the packed A block; the tile (ir, jr) lies in C.
             unsafe {
                 let e = ep.at(ir, jr);
                 let t = Tile {
@@ -877,9 +1027,9 @@ unsafe fn macro_kernel(
                 };
                 (kern.micro)(kc, ap.add(ir * kc), bpanel, &t);
             }
-            ir += MR;
+            ir += kern.mr;
         }
-        jr += NR;
+        jr += kern.nr;
     }
 }
 
@@ -945,6 +1095,11 @@ unsafe fn pack_a(
                 (kern.pack_a_rows)(kc, base, rs, pdst);
                 continue;
             }
+            if rs == 1 && rows == MR {
+                // Column-major A (a transposed gradient): six contiguous floats a column.
+                (kern.pack_a_cols)(kc, base, cs, pdst);
+                continue;
+            }
             let panel = std::slice::from_raw_parts_mut(pdst, kc * MR);
             if rows < MR {
                 panel.fill(0.0);
@@ -963,7 +1118,15 @@ unsafe fn pack_a(
 ///
 /// # Safety
 /// `b` addresses a kc×nc matrix; `dst` holds ⌈nc/16⌉·16·kc floats.
-unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, rs: usize, cs: usize, dst: *mut f32) {
+unsafe fn pack_b(
+    kern: Kernel,
+    kc: usize,
+    nc: usize,
+    b: *const f32,
+    rs: usize,
+    cs: usize,
+    dst: *mut f32,
+) {
     let panels = nc.div_ceil(NR);
     // SAFETY: the destination's extent (the caller's contract).
     let out = unsafe { std::slice::from_raw_parts_mut(dst, panels * NR * kc) };
@@ -974,21 +1137,21 @@ unsafe fn pack_b(kc: usize, nc: usize, b: *const f32, rs: usize, cs: usize, dst:
         if cols < NR {
             panel.fill(0.0);
         }
-        if cs == 1 {
+        if cs == 1 && cols == NR {
+            // SAFETY: the panel holds kc·16 floats; rows 0..kc of the 16 columns exist.
+            unsafe { (kern.pack_b_rows)(kc, base, rs, panel.as_mut_ptr()) };
+        } else if cs == 1 {
             for (p, row) in panel.chunks_exact_mut(NR).enumerate() {
-                if cols == NR {
-                    // SAFETY: row p of the panel has 16 contiguous elements (a fixed-size
-                    // copy, which compiles to vector moves rather than a memcpy call).
-                    let src = unsafe { &*(base.add(p * rs) as *const [f32; NR]) };
-                    row.copy_from_slice(src);
-                } else {
-                    // SAFETY: row p of the panel has `cols` contiguous elements.
-                    let src = unsafe { std::slice::from_raw_parts(base.add(p * rs), cols) };
-                    row[..cols].copy_from_slice(src);
-                }
+                // SAFETY: row p of the panel has `cols` contiguous elements.
+                let src = unsafe { std::slice::from_raw_parts(base.add(p * rs), cols) };
+                row[..cols].copy_from_slice(src);
             }
+        } else if rs == 1 && cols == NR {
+            // Column-major B (a transposed weight matrix): columns read contiguously and
+            // transposed.
+            // SAFETY: the panel holds kc·16 floats; columns q·16 .. q·16+16 exist.
+            unsafe { (kern.pack_b_cols)(kc, base, cs, panel.as_mut_ptr()) };
         } else if rs == 1 {
-            // Column-major B (a transposed weight matrix): read each column contiguously.
             for j in 0..cols {
                 // SAFETY: column j of the panel has kc contiguous elements.
                 let src = unsafe { std::slice::from_raw_parts(base.add(j * cs), kc) };
@@ -1309,7 +1472,7 @@ mod tests {
     fn matches_reference_every_path() {
         let pool = Pool::new(2);
         for (x, case) in cases().into_iter().enumerate() {
-            for isa in [Isa::Portable, Isa::Avx2] {
+            for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
                 for pool in [None, Some(&pool)] {
                     for path in [Path::Plain, Path::Packed] {
                         check(case, isa, pool, path, 100 + x as u64);
@@ -1337,11 +1500,55 @@ mod tests {
                         residual,
                         act,
                     };
-                    for isa in [Isa::Portable, Isa::Avx2] {
+                    for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
                         check(case, isa, Some(&pool), Path::Plain, x);
                         check(case, isa, None, Path::Packed, x);
                         x += 1;
                     }
+                }
+            }
+        }
+    }
+
+    /// Every tile shape the wide (12×32) kernels produce: each row count up to two
+    /// 12-row tiles and one more, column counts around each 16/32 boundary, depths
+    /// within one KC slice and across two (accumulating), with column-major operands
+    /// (the packers' transposed paths) and with pre-packed B.
+    #[test]
+    fn wide_tile_edges() {
+        // On an AVX-512 machine (and compiler) the wide kernel is the one under test.
+        #[cfg(all(target_arch = "x86_64", kiln_avx512))]
+        if isa::detected() == Isa::Avx512 {
+            assert_eq!(
+                (kernel_for(Isa::Avx512).mr, kernel_for(Isa::Avx512).nr),
+                (12, 32)
+            );
+        }
+        let mut x = 0;
+        for m in 1..=25 {
+            for n in [1, 15, 16, 17, 31, 32, 33, 47, 48, 49] {
+                for (k, la, lb) in [
+                    (1, Layout::RowMajor, Layout::RowMajor),
+                    (9, Layout::Transposed, Layout::Transposed),
+                    (KC + 11, Layout::Transposed, Layout::RowMajor),
+                    (KC + 37, Layout::RowMajor, Layout::Transposed),
+                ] {
+                    let case = Case {
+                        m,
+                        n,
+                        k,
+                        la,
+                        lb,
+                        ldc_pad: x % 3,
+                        bias: BIASES[x % 3],
+                        residual: x % 2 == 0,
+                        act: ACTS[x % ACTS.len()],
+                    };
+                    for isa in [Isa::Avx2, Isa::Avx512] {
+                        let path = [Path::Plain, Path::Packed][x % 2];
+                        check(case, isa, None, path, x as u64);
+                    }
+                    x += 1;
                 }
             }
         }

@@ -206,3 +206,100 @@ pub(super) unsafe fn pack_a_rows(kc: usize, a: *const f32, rs: usize, dst: *mut 
         p += 1;
     }
 }
+
+/// Transposes the 8×8 block whose rows are `r`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    [
+        _mm256_permute2f128_ps::<0x20>(u0, u4),
+        _mm256_permute2f128_ps::<0x20>(u1, u5),
+        _mm256_permute2f128_ps::<0x20>(u2, u6),
+        _mm256_permute2f128_ps::<0x20>(u3, u7),
+        _mm256_permute2f128_ps::<0x31>(u0, u4),
+        _mm256_permute2f128_ps::<0x31>(u1, u5),
+        _mm256_permute2f128_ps::<0x31>(u2, u6),
+        _mm256_permute2f128_ps::<0x31>(u3, u7),
+    ]
+}
+
+/// Packs one full 16-column micro-panel of a column-major B (column stride `cs`,
+/// element (p, j) at `b[p + j·cs]`, e.g. a transposed weight matrix) for `kc` rows:
+/// `dst[p·16 + j] = b[p + j·cs]`, through 8×8 transposes.
+///
+/// # Safety
+/// The CPU must have AVX2. `b` addresses 16 columns of `kc` floats; `dst` holds `kc·16`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn pack_b_cols(kc: usize, b: *const f32, cs: usize, dst: *mut f32) {
+    // SAFETY (whole body): loads stay inside the kc×16 block, stores inside dst.
+    let mut p = 0;
+    while p + 8 <= kc {
+        for half in 0..2 {
+            let col = |i: usize| b.add((half * 8 + i) * cs + p);
+            let rows = transpose8(std::array::from_fn(|i| _mm256_loadu_ps(col(i))));
+            for (i, v) in rows.iter().enumerate() {
+                _mm256_storeu_ps(dst.add((p + i) * NR + half * 8), *v);
+            }
+        }
+        p += 8;
+    }
+    while p < kc {
+        for j in 0..NR {
+            *dst.add(p * NR + j) = *b.add(j * cs + p);
+        }
+        p += 1;
+    }
+}
+
+/// Packs one full 6-row micro-panel of a column-major A (column stride `cs`, element
+/// (r, p) at `a[r + p·cs]`, e.g. a transposed activation gradient) for `kc` columns:
+/// `dst[p·6 + r] = a[r + p·cs]`, six contiguous floats per column.
+///
+/// # Safety
+/// The CPU must have AVX2. `a` addresses `kc` columns of 6 floats; `dst` holds `kc·6`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn pack_a_cols(kc: usize, a: *const f32, cs: usize, dst: *mut f32) {
+    // SAFETY (whole body): the masks keep loads and stores to 6 floats per column,
+    // inside the 6×kc block and dst.
+    let six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
+    for p in 0..kc {
+        let v = _mm256_maskload_ps(a.add(p * cs), six);
+        _mm256_maskstore_ps(dst.add(p * MR), six, v);
+    }
+}
+
+/// Packs one full 16-column micro-panel of a row-major B (row stride `rs`) for `kc`
+/// rows: two ymm copies per row.
+///
+/// # Safety
+/// The CPU must have AVX2. `b` addresses `kc` rows of 16 floats; `dst` holds `kc·16`
+/// floats aligned to 32 bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32) {
+    // SAFETY (whole body): loads stay inside the kc×16 block, stores inside dst.
+    for p in 0..kc {
+        let (s, d) = (b.add(p * rs), dst.add(p * NR));
+        _mm256_store_ps(d, _mm256_loadu_ps(s));
+        _mm256_store_ps(d.add(8), _mm256_loadu_ps(s.add(8)));
+    }
+}

@@ -1,0 +1,226 @@
+//! The AVX-512F micro-kernel: up to 12×32 (two adjacent 6-row A micro-panels × two
+//! adjacent 16-column B micro-panels, 24 zmm accumulators) over the same packing as
+//! the 6×16 kernels, so [`super::PackedB`] and the A panels are shared by every ISA.
+//! Ragged tiles use the 6×32, 12×16 or 6×16 variant and masked loads/stores, so no
+//! tile goes through a scratch copy.
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use super::{Tile, MR, NR};
+
+/// Rows of the widest tile (two A micro-panels).
+pub(super) const MR2: usize = 2 * MR;
+/// Columns of the widest tile (two B micro-panels).
+pub(super) const NR2: usize = 2 * NR;
+
+/// `C tile (op)= Ap·Bp`, then the tile's store rules (see [`Tile`]), for a tile of up
+/// to 12 rows × 32 columns.
+///
+/// # Safety
+/// The CPU must have AVX-512F. `ap` addresses ⌈t.mr/6⌉ consecutive packed A micro-panels
+/// of `kc·6` floats, `bp` ⌈t.nr/16⌉ consecutive packed B micro-panels of `kc·16` floats
+/// aligned to 64 bytes, and `t` a valid tile of C with `mr ≤ 12`, `nr ≤ 32`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn kernel(kc: usize, ap: *const f32, bp: *const f32, t: &Tile) {
+    // SAFETY: the caller's contract, with the panel counts the variants read.
+    unsafe {
+        match (t.mr > MR, t.nr > NR) {
+            (true, true) => tile::<2, 2>(kc, ap, bp, t),
+            (true, false) => tile::<2, 1>(kc, ap, bp, t),
+            (false, true) => tile::<1, 2>(kc, ap, bp, t),
+            (false, false) => tile::<1, 1>(kc, ap, bp, t),
+        }
+    }
+}
+
+/// The `6·MP × 16·NP` variant (MP, NP ∈ {1, 2}).
+///
+/// # Safety
+/// As for [`kernel`], with `MP` A and `NP` B micro-panels present.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn tile<const MP: usize, const NP: usize>(
+    kc: usize,
+    ap: *const f32,
+    bp: *const f32,
+    t: &Tile,
+) {
+    // SAFETY (whole body): every load stays inside the MP A panels (kc·6 floats each,
+    // the second at ap + kc·6) and the NP B panels (kc·16 floats each, 64-byte aligned,
+    // the second at bp + kc·16); the store stays inside the tile (the caller's contract).
+    let mut acc = [[_mm512_setzero_ps(); 2]; MR2];
+
+    // Pull the C tile towards L1 while the product is computed.
+    for r in 0..t.mr {
+        let p = t.c.add(r * t.ldc) as *const i8;
+        _mm_prefetch::<_MM_HINT_T0>(p);
+        if t.nr > NR {
+            _mm_prefetch::<_MM_HINT_T0>(p.add(64));
+        }
+    }
+
+    let a_next = kc * MR;
+    let b_next = kc * NR;
+    let mut a = ap;
+    let mut b = bp;
+    macro_rules! step {
+        ($off:expr) => {{
+            let mut bv = [_mm512_setzero_ps(); 2];
+            for (j, v) in bv.iter_mut().enumerate().take(NP) {
+                *v = _mm512_load_ps(b.add(j * b_next + $off * NR));
+            }
+            for (r, row) in acc.iter_mut().enumerate().take(MP * MR) {
+                let x = _mm512_set1_ps(*a.add((r / MR) * a_next + $off * MR + r % MR));
+                for (c, v) in row.iter_mut().zip(&bv).take(NP) {
+                    *c = _mm512_fmadd_ps(x, *v, *c);
+                }
+            }
+        }};
+    }
+    let mut p = kc;
+    while p >= 4 {
+        for q in 0..MP {
+            _mm_prefetch::<_MM_HINT_T0>(a.add(q * a_next + 96) as *const i8);
+        }
+        step!(0);
+        step!(1);
+        step!(2);
+        step!(3);
+        a = a.add(4 * MR);
+        b = b.add(4 * NR);
+        p -= 4;
+    }
+    while p > 0 {
+        step!(0);
+        a = a.add(MR);
+        b = b.add(NR);
+        p -= 1;
+    }
+    store(&acc, NP, t);
+}
+
+/// Stores the tile's `t.mr` rows × `t.nr` columns of `acc` (of `np` 16-wide halves)
+/// under masks: accumulate or overwrite, then (last block) bias, residual and ReLU in
+/// registers; other activations run on each finished row segment.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn store(acc: &[[__m512; 2]; MR2], np: usize, t: &Tile) {
+    // SAFETY (whole body): masked loads and stores touch only the tile's mr×nr
+    // elements of C, the bias and the residual (the caller's contract); masked-off
+    // lanes are neither read nor written.
+    let zero = _mm512_setzero_ps();
+    let masks: [__mmask16; 2] = std::array::from_fn(|j| {
+        let cols = t.nr.saturating_sub(j * NR).min(NR);
+        ((1u32 << cols) - 1) as __mmask16
+    });
+    let mut bias_col = [zero; 2];
+    if t.last && !t.bias_col.is_null() {
+        for j in 0..np {
+            bias_col[j] = _mm512_maskz_loadu_ps(masks[j], t.bias_col.add(j * NR));
+        }
+    }
+    for (r, row) in acc.iter().enumerate().take(t.mr) {
+        let c = t.c.add(r * t.ldc);
+        for j in 0..np {
+            let (mask, off) = (masks[j], j * NR);
+            let mut v = row[j];
+            if t.accumulate {
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, c.add(off)));
+            }
+            if t.last {
+                if !t.bias_row.is_null() {
+                    v = _mm512_add_ps(v, _mm512_set1_ps(*t.bias_row.add(r)));
+                }
+                if !t.bias_col.is_null() {
+                    v = _mm512_add_ps(v, bias_col[j]);
+                }
+                if !t.res.is_null() {
+                    let rp = t.res.add(r * t.ldr + off);
+                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, rp));
+                }
+                if t.relu {
+                    v = _mm512_max_ps(zero, v);
+                }
+            }
+            _mm512_mask_storeu_ps(c.add(off), mask, v);
+        }
+        if t.last {
+            if let Some(act) = t.act {
+                act.apply(std::slice::from_raw_parts_mut(c, t.nr));
+            }
+        }
+    }
+}
+
+/// Packs one full 16-column micro-panel of a row-major B (row stride `rs`) for `kc`
+/// rows: one zmm copy per row.
+///
+/// # Safety
+/// The CPU must have AVX-512F. `b` addresses `kc` rows of 16 floats; `dst` holds
+/// `kc·16` floats aligned to 64 bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32) {
+    // SAFETY (whole body): loads stay inside the kc×16 block, stores inside dst.
+    for p in 0..kc {
+        _mm512_store_ps(dst.add(p * NR), _mm512_loadu_ps(b.add(p * rs)));
+    }
+}
+
+/// Packs one full 16-column micro-panel of a column-major B (column stride `cs`,
+/// element (p, j) at `b[p + j·cs]`) for `kc` rows: `dst[p·16 + j] = b[p + j·cs]`,
+/// through 16×16 transposes (64 shuffles per 256 floats).
+///
+/// # Safety
+/// The CPU must have AVX-512F. `b` addresses 16 columns of `kc` floats; `dst` holds
+/// `kc·16` floats aligned to 64 bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn pack_b_cols(kc: usize, b: *const f32, cs: usize, dst: *mut f32) {
+    // SAFETY (whole body): loads stay inside the kc×16 block, stores inside dst.
+    let mut p = 0;
+    while p + 16 <= kc {
+        // r[j] = column j, rows p..p+16.
+        let r: [__m512; 16] = std::array::from_fn(|j| _mm512_loadu_ps(b.add(j * cs + p)));
+        // Per 128-bit lane l: t[2i] = (r2i[4l], r2i+1[4l], r2i[4l+1], r2i+1[4l+1]), …
+        let t: [__m512; 16] = std::array::from_fn(|x| {
+            let (i, hi) = (x / 2, x % 2 == 1);
+            if hi {
+                _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1])
+            } else {
+                _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1])
+            }
+        });
+        // u[4i + j], lane l = (r4i, r4i+1, r4i+2, r4i+3) at row 4l + j.
+        let u: [__m512; 16] = std::array::from_fn(|x| {
+            let (i, j) = (x / 4, x % 4);
+            let (lo, hi) = (t[4 * i + j / 2], t[4 * i + j / 2 + 2]);
+            if j % 2 == 0 {
+                _mm512_shuffle_ps::<0x44>(lo, hi)
+            } else {
+                _mm512_shuffle_ps::<0xEE>(lo, hi)
+            }
+        });
+        for j in 0..4 {
+            let v_even = _mm512_shuffle_f32x4::<0x88>(u[j], u[4 + j]);
+            let v_odd = _mm512_shuffle_f32x4::<0xDD>(u[j], u[4 + j]);
+            let w_even = _mm512_shuffle_f32x4::<0x88>(u[8 + j], u[12 + j]);
+            let w_odd = _mm512_shuffle_f32x4::<0xDD>(u[8 + j], u[12 + j]);
+            let row = |q: usize| dst.add((p + q) * NR);
+            _mm512_store_ps(row(j), _mm512_shuffle_f32x4::<0x88>(v_even, w_even));
+            _mm512_store_ps(row(4 + j), _mm512_shuffle_f32x4::<0x88>(v_odd, w_odd));
+            _mm512_store_ps(row(8 + j), _mm512_shuffle_f32x4::<0xDD>(v_even, w_even));
+            _mm512_store_ps(row(12 + j), _mm512_shuffle_f32x4::<0xDD>(v_odd, w_odd));
+        }
+        p += 16;
+    }
+    while p < kc {
+        for j in 0..NR {
+            *dst.add(p * NR + j) = *b.add(j * cs + p);
+        }
+        p += 1;
+    }
+}
