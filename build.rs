@@ -4,7 +4,6 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    avx512_cfg();
     // Consumers link the shared library by name, not by the path it was built at.
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libkiln.so");
     println!("cargo:rerun-if-env-changed=KILN_OPENBLAS_LIB_DIR");
@@ -27,24 +26,4 @@ fn main() {
         }
     }
     println!("cargo:rustc-link-lib=openblas");
-}
-
-/// Sets `kiln_avx512` when this rustc has stable AVX-512 intrinsics (1.89+); the
-/// crate's MSRV is older, and without it the AVX-512 kernels are left out.
-fn avx512_cfg() {
-    println!("cargo:rustc-check-cfg=cfg(kiln_avx512)");
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let Ok(out) = Command::new(rustc).arg("--version").output() else {
-        return;
-    };
-    // "rustc 1.95.0 (… )": the minor version.
-    let version = String::from_utf8_lossy(&out.stdout);
-    let minor = version
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.split('.').nth(1))
-        .and_then(|m| m.parse::<u32>().ok());
-    if minor.is_some_and(|m| m >= 89) {
-        println!("cargo:rustc-cfg=kiln_avx512");
-    }
 }

@@ -101,8 +101,7 @@ fn fma_peak_gflops() -> Option<f64> {
 }
 
 /// The same with 24 independent `vfmadd231ps zmm` chains: the AVX-512 kernel's peak.
-#[cfg(all(target_arch = "x86_64", kiln_avx512))]
-#[allow(clippy::incompatible_msrv)]
+#[cfg(target_arch = "x86_64")]
 fn fma512_peak_gflops() -> Option<f64> {
     use std::arch::x86_64::*;
     #[target_feature(enable = "avx512f")]
@@ -211,7 +210,7 @@ fn bench(cr: &mut Criterion) {
     if let Some(p) = fma_peak_gflops() {
         println!("FMA peak, one thread (median of 7): {p:.1} GFLOP/s");
     }
-    #[cfg(all(target_arch = "x86_64", kiln_avx512))]
+    #[cfg(target_arch = "x86_64")]
     if let Some(p) = fma512_peak_gflops() {
         println!("AVX-512 FMA peak, one thread (median of 7): {p:.1} GFLOP/s");
     }

@@ -23,10 +23,7 @@
 //!
 //! [`gemm`] uses this kernel rather than OpenBLAS; see its doc comment for the numbers.
 mod avx2;
-// AVX-512 intrinsics are stable from Rust 1.89, newer than the crate's MSRV: build.rs
-// sets `kiln_avx512` only on such compilers, so the MSRV build leaves this out.
-#[cfg(all(target_arch = "x86_64", kiln_avx512))]
-#[allow(clippy::incompatible_msrv)]
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 mod portable;
 
@@ -540,7 +537,6 @@ fn kernel_for(isa: Isa) -> Kernel {
             pack_b_rows: avx2_pack_b_rows,
             pack_b_cols: avx2_pack_b_cols,
         };
-        #[cfg(kiln_avx512)]
         if isa >= Isa::Avx512 && isa::detected() >= Isa::Avx512 {
             return Kernel {
                 micro: avx512_kernel,
@@ -599,7 +595,7 @@ unsafe fn avx2_pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32) {
 
 /// # Safety
 /// As for [`avx512::pack_b_rows`]; only returned by [`kernel_for`] with AVX-512F.
-#[cfg(all(target_arch = "x86_64", kiln_avx512))]
+#[cfg(target_arch = "x86_64")]
 unsafe fn avx512_pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32) {
     // SAFETY: kernel_for checked AVX-512F; the rest is the caller's contract.
     unsafe { avx512::pack_b_rows(kc, b, rs, dst) }
@@ -607,7 +603,7 @@ unsafe fn avx512_pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32)
 
 /// # Safety
 /// As for [`avx512::pack_b_cols`]; only returned by [`kernel_for`] with AVX-512F.
-#[cfg(all(target_arch = "x86_64", kiln_avx512))]
+#[cfg(target_arch = "x86_64")]
 unsafe fn avx512_pack_b_cols(kc: usize, b: *const f32, cs: usize, dst: *mut f32) {
     // SAFETY: kernel_for checked AVX-512F; the rest is the caller's contract.
     unsafe { avx512::pack_b_cols(kc, b, cs, dst) }
@@ -616,7 +612,7 @@ unsafe fn avx512_pack_b_cols(kc: usize, b: *const f32, cs: usize, dst: *mut f32)
 /// # Safety
 /// As for [`avx512::kernel`]; only returned by [`kernel_for`] when the CPU has
 /// AVX-512F.
-#[cfg(all(target_arch = "x86_64", kiln_avx512))]
+#[cfg(target_arch = "x86_64")]
 unsafe fn avx512_kernel(kc: usize, ap: *const f32, bp: *const f32, t: &Tile) {
     // SAFETY: kernel_for checked AVX-512F; the rest is the caller's contract.
     unsafe { avx512::kernel(kc, ap, bp, t) }
@@ -1517,7 +1513,7 @@ mod tests {
     #[test]
     fn wide_tile_edges() {
         // On an AVX-512 machine (and compiler) the wide kernel is the one under test.
-        #[cfg(all(target_arch = "x86_64", kiln_avx512))]
+        #[cfg(target_arch = "x86_64")]
         if isa::detected() == Isa::Avx512 {
             assert_eq!(
                 (kernel_for(Isa::Avx512).mr, kernel_for(Isa::Avx512).nr),
