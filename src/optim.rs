@@ -147,22 +147,28 @@ pub fn add_optimizer(
                 let v1 = b.ema(v, dd, beta2, dtype)?;
                 b.assign(m, m1)?;
                 b.assign(v, v1)?;
-                let mh = b.debias(m1, beta1, t, dtype)?;
-                let vh = b.debias(v1, beta2, t, dtype)?;
+                // lr joins the numerator's per-step scalar (lr / (1 − β₁ᵗ)), so each
+                // element pays one multiplication for both.
+                let mh = b.debias(m1, beta1, t, Some(lr), dtype)?;
+                let vh = b.debias(v1, beta2, t, None, dtype)?;
                 let root = b.op("Sqrt", &[vh], Attrs::new())?;
                 let eps = b.scalar(dtype, epsilon)?;
                 let den = b.op("Add", &[root, eps], Attrs::new())?;
                 let u = b.op("Div", &[mh, den], Attrs::new())?;
                 if decoupled && opt.weight_decay != 0.0 {
                     let wd = b.scalar(dtype, opt.weight_decay)?;
-                    let dw = b.op("Mul", &[w, wd], Attrs::new())?;
+                    let wd_lr = b.op("Mul", &[wd, lr], Attrs::new())?;
+                    let dw = b.op("Mul", &[w, wd_lr], Attrs::new())?;
                     b.op("Add", &[u, dw], Attrs::new())?
                 } else {
                     u
                 }
             }
         };
-        let step = b.op("Mul", &[update, lr], Attrs::new())?;
+        let step = match opt.rule {
+            Rule::Adam { .. } => update,
+            Rule::Sgd { .. } => b.op("Mul", &[update, lr], Attrs::new())?,
+        };
         let w1 = b.op("Sub", &[w, step], Attrs::new())?;
         b.assign(w, w1)?;
     }
@@ -209,14 +215,24 @@ impl Builder<'_> {
         self.op("Add", &[bs, cx], Attrs::new())
     }
 
-    /// s / (1 − β^t)
-    /// `s / (1 − βᵗ)`, as `s · (1 / (1 − βᵗ))`: the reciprocal is one scalar per step,
-    /// so each element pays a multiplication instead of a division.
-    fn debias(&mut self, s: Value, beta: f64, t: Value, dtype: DType) -> Result<Value> {
+    /// `s / (1 − βᵗ)` (times `by`, a scalar, if given), as `s · (1 / (1 − βᵗ))`: the
+    /// reciprocal is one scalar per step, so each element pays a multiplication
+    /// instead of a division.
+    fn debias(
+        &mut self,
+        s: Value,
+        beta: f64,
+        t: Value,
+        by: Option<Value>,
+        dtype: DType,
+    ) -> Result<Value> {
         let (b, one) = (self.scalar(dtype, beta)?, self.scalar(dtype, 1.0)?);
         let bt = self.op("Pow", &[b, t], Attrs::new())?;
         let den = self.op("Sub", &[one, bt], Attrs::new())?;
-        let scale = self.op("Reciprocal", &[den], Attrs::new())?;
+        let mut scale = self.op("Reciprocal", &[den], Attrs::new())?;
+        if let Some(by) = by {
+            scale = self.op("Mul", &[scale, by], Attrs::new())?;
+        }
         self.op("Mul", &[s, scale], Attrs::new())
     }
 
