@@ -514,3 +514,58 @@ pub unsafe extern "C" fn kiln_string_free(s: *mut c_char) {
         }
     })
 }
+
+/// The value of the graph's input (parameter) `index`, in the order inputs are fed to
+/// `kiln_executable_run`: how a program finds the inputs of an imported graph (to feed
+/// them or differentiate with respect to them). `KILN_STATUS_INVALID_ARGUMENT` past the
+/// last input.
+///
+/// # Safety
+/// `g` is a live graph; `out` is valid.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_input_value(
+    g: *const kiln_graph,
+    index: usize,
+    out: *mut kiln_value,
+) -> kiln_status {
+    guard(|| {
+        let g = arg(g, "g")?;
+        let out = out_ptr(out, "out")?;
+        let inputs = g.graph.inputs();
+        let id = inputs.get(index).ok_or_else(|| {
+            Failure::invalid(format!(
+                "index {index}: the graph has {} inputs",
+                inputs.len()
+            ))
+        })?;
+        *out = Value::from(*id).into();
+        Ok(())
+    })
+}
+
+/// The value behind the graph's output `index` (in the order outputs were set or
+/// imported), e.g. to build a loss on an imported model's prediction.
+/// `KILN_STATUS_INVALID_ARGUMENT` past the last output.
+///
+/// # Safety
+/// `g` is a live graph; `out` is valid.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_output_value(
+    g: *const kiln_graph,
+    index: usize,
+    out: *mut kiln_value,
+) -> kiln_status {
+    guard(|| {
+        let g = arg(g, "g")?;
+        let out = out_ptr(out, "out")?;
+        let outputs = g.graph.outputs();
+        let o = outputs.get(index).ok_or_else(|| {
+            Failure::invalid(format!(
+                "index {index}: the graph has {} outputs",
+                outputs.len()
+            ))
+        })?;
+        *out = o.value.into();
+        Ok(())
+    })
+}

@@ -30,6 +30,11 @@ pub fn rule(op: &str) -> InPlace {
         _ if crate::ir::ops::lookup(op).map(|o| o.schema().family) == Some("elementwise") => {
             InPlace::AnySameShape
         }
+        // A registered op that allows it: its kernel reads each element before writing
+        // that element (the CPU backend hands it the planned buffers as they are).
+        _ if crate::ir::ops::custom::resolve(op).is_some_and(|o| o.may_run_in_place()) => {
+            InPlace::AnySameShape
+        }
         _ => InPlace::No,
     }
 }

@@ -9,7 +9,7 @@ use std::sync::RwLock;
 
 use crate::backend::{check_variable_write, unknown_variable, Backend, Executable};
 use crate::error::{Error, Result};
-use crate::ir::ops::{self, EvalCtx};
+use crate::ir::ops::EvalCtx;
 use crate::ir::{verify, Dim, Graph, NodeId, TensorType};
 use crate::passes::{run_pipeline, PassOptions};
 use crate::tensor::Tensor;
@@ -170,7 +170,9 @@ pub fn run_graph(
                 vec![]
             }
             _ => {
-                let op = ops::lookup(&node.op).expect("verified");
+                let op = graph
+                    .op_impl(&node.op)
+                    .ok_or_else(|| Error::Runtime(format!("{}: unknown op", graph.describe(id))))?;
                 let args: Vec<Option<&Tensor>> = node
                     .inputs
                     .iter()

@@ -3,14 +3,15 @@
 //! types and copies it back. It allocates per run; it is what keeps every op of the
 //! catalogue runnable on the CPU backend while the hot ones have kernels.
 use crate::backend::cpu::program::{Cx, Kernel, Slot};
-use crate::ir::ops::{self, EvalCtx, Op};
+use crate::ir::ops::custom::OpRef;
+use crate::ir::ops::EvalCtx;
 use crate::ir::{Attrs, TensorType};
 use crate::tensor::Tensor;
 
 use super::Build;
 
 pub struct Fallback {
-    op: &'static dyn Op,
+    op: OpRef,
     attrs: Attrs,
     ins: Vec<Option<Slot>>,
     in_types: Vec<Option<TensorType>>,
@@ -18,7 +19,9 @@ pub struct Fallback {
 }
 
 pub fn build(b: &Build) -> Result<Box<dyn Kernel>, String> {
-    let op = ops::lookup(&b.node.op).ok_or_else(|| format!("unknown op {}", b.node.op))?;
+    let op =
+        b.g.op_impl(&b.node.op)
+            .ok_or_else(|| format!("unknown op {}", b.node.op))?;
     let in_types = b
         .node
         .inputs
