@@ -11,7 +11,7 @@
 //!
 //! The registry is a `std::sync::RwLock` over a `BTreeMap`: lookups (every node added,
 //! every graph imported) share the read lock, (un)registration takes the write lock.
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
@@ -117,7 +117,7 @@ pub fn resolve(name: &str) -> Option<OpRef> {
 /// Each distinct string is stored once and stays reachable from the interning table, so
 /// registering and unregistering repeatedly does not grow memory (nor leak it).
 pub fn intern(s: &str) -> &'static str {
-    static STRINGS: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    static STRINGS: OnceLock<Mutex<BTreeSet<&'static str>>> = OnceLock::new();
     let mut set = STRINGS
         .get_or_init(Default::default)
         .lock()
@@ -132,7 +132,7 @@ pub fn intern(s: &str) -> &'static str {
 
 /// `list` with a `'static` lifetime, interned like [`intern`].
 pub fn intern_list(list: &[&'static str]) -> &'static [&'static str] {
-    type Lists = HashSet<&'static [&'static str]>;
+    type Lists = BTreeSet<&'static [&'static str]>;
     static LISTS: OnceLock<Mutex<Lists>> = OnceLock::new();
     let mut set = LISTS
         .get_or_init(Default::default)
