@@ -369,7 +369,7 @@ impl Graph {
             consts: &consts,
             attrs: &node.attrs,
         };
-        op.infer(&cx).map_err(Error::Graph)
+        ops::custom::contain(&op, || op.infer(&cx)).map_err(Error::Graph)
     }
 
     /// A deterministic topological order over data and control edges: among the nodes

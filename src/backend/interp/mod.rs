@@ -9,7 +9,7 @@ use std::sync::RwLock;
 
 use crate::backend::{check_variable_write, unknown_variable, Backend, Executable};
 use crate::error::{Error, Result};
-use crate::ir::ops::EvalCtx;
+use crate::ir::ops::{self, EvalCtx};
 use crate::ir::{verify, Dim, Graph, NodeId, TensorType};
 use crate::passes::{run_pipeline, PassOptions};
 use crate::tensor::Tensor;
@@ -188,8 +188,7 @@ pub fn run_graph(
                     input_types: &types,
                     attrs: &node.attrs,
                 };
-                let outs = op
-                    .eval(&cx)
+                let outs = ops::custom::contain(&op, || op.eval(&cx))
                     .map_err(|e| Error::Runtime(format!("{}: {e}", graph.describe(id))))?;
                 if outs.len() != node.outputs.len() {
                     return Err(Error::Runtime(format!(

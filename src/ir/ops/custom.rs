@@ -178,3 +178,22 @@ impl std::fmt::Debug for Pinned {
         f.debug_list().entries(self.0.keys()).finish()
     }
 }
+
+/// Runs `f`, a call into `op`. For a registered op a panic inside it (a bug in a Rust
+/// op, or in Kiln's side of a C op) becomes an error naming the op, so it fails the
+/// call that reached it (adding the node, a run) like any error instead of unwinding
+/// through whoever called Kiln.
+pub fn contain<T>(op: &OpRef, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    match op {
+        OpRef::Catalogue(_) => f(),
+        OpRef::Registered(o) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+            .unwrap_or_else(|payload| {
+                let what = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".into());
+                Err(format!("{} panicked: {what}", o.schema().name))
+            }),
+    }
+}
