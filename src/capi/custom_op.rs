@@ -25,7 +25,7 @@ use super::tensor::{dtype_from_c, dtype_to_c, kiln_dtype, KILN_DTYPE_INVALID};
 use super::{arg, arg_mut, arg_slice, arg_str, guard, guard_or, out_ptr, CResult, Failure};
 use super::{kiln_status, status_name, KILN_STATUS_OK, KILN_STATUS_RUN_FAILED};
 use super::{KILN_STATUS_UNKNOWN_OP, KILN_STATUS_UNSUPPORTED_VERSION};
-use crate::ir::ops::custom::{self, intern, intern_list};
+use crate::ir::ops::custom::{self, intern, intern_list, RawTensor};
 use crate::ir::ops::{EvalCtx, InferCtx, Op, OpSchema};
 use crate::ir::{Attr, Attrs, DType, Dim, Graph, NodeId, Shape, TensorType, Value};
 use crate::tensor::Tensor;
@@ -287,13 +287,36 @@ impl Op for FfiOp {
         };
         let outputs = self.run_kernel(inputs, outputs, cx.attrs)?;
         drop(in_bufs);
-        let Outputs::Allocated { made, .. } = outputs;
+        let Outputs::Allocated { made, .. } = outputs else {
+            return Err("the kernel's outputs went astray".into());
+        };
         made.into_iter()
             .map(|m| {
                 let (buf, dtype, dims) = m.expect("run_kernel checked every output was made");
                 Tensor::from_le_bytes(dtype, &dims, buf.bytes())
             })
             .collect()
+    }
+
+    fn has_buffer_kernel(&self) -> bool {
+        true
+    }
+
+    fn compute_buffers(
+        &self,
+        inputs: &[Option<RawTensor>],
+        outputs: &[RawTensor],
+        attrs: &Attrs,
+    ) -> Result<(), String> {
+        let inputs = inputs
+            .iter()
+            .map(|t| t.as_ref().map(|t| View::new(t.data, t.dtype, &t.shape)))
+            .collect();
+        let outputs = Outputs::Planned {
+            slots: outputs.to_vec(),
+            given: vec![false; outputs.len()],
+        };
+        self.run_kernel(inputs, outputs, attrs).map(drop)
     }
 
     fn gradient(
@@ -513,6 +536,12 @@ impl View {
 
 /// Where a kernel's outputs go.
 enum Outputs {
+    /// Buffers a CPU program planned (in the arena, possibly an input's when the op
+    /// runs in place): the kernel's dims must be exactly the planned ones.
+    Planned {
+        slots: Vec<RawTensor>,
+        given: Vec<bool>,
+    },
     /// Allocated on request (the interpreter's `eval`), checked against the types
     /// inference gives for the run's input shapes.
     Allocated {
@@ -526,6 +555,7 @@ impl Outputs {
     fn missing(&self) -> Option<usize> {
         match self {
             Outputs::Allocated { made, .. } => made.iter().position(Option::is_none),
+            Outputs::Planned { given, .. } => given.iter().position(|g| !g),
         }
     }
 }
@@ -1050,6 +1080,7 @@ pub unsafe extern "C" fn kiln_kernel_context_num_outputs(ctx: *const kiln_kernel
     guard_or(0, || {
         ctx.as_ref().map_or(0, |c| match &c.outputs {
             Outputs::Allocated { made, .. } => made.len(),
+            Outputs::Planned { given, .. } => given.len(),
         })
     })
 }
@@ -1128,7 +1159,32 @@ fn output_view(
     dims: &[i64],
 ) -> CResult<kiln_tensor_view> {
     let fail = |m: String| Failure::new(KILN_STATUS_RUN_FAILED, m);
-    let Outputs::Allocated { expected, made } = &mut ctx.outputs;
+    if let Outputs::Planned { slots, given } = &mut ctx.outputs {
+        let slot = slots.get(index).ok_or_else(|| {
+            fail(format!(
+                "output index {index}: the op has {} outputs",
+                slots.len()
+            ))
+        })?;
+        if given[index] {
+            return Err(fail(format!("output {index} was already requested")));
+        }
+        let planned: Vec<i64> = slot.shape.iter().map(|&d| d as i64).collect();
+        if dims != planned.as_slice() {
+            return Err(fail(format!(
+                "the kernel asked for output {index} with dims {dims:?}, inconsistent with inference ({}{:?})",
+                slot.dtype, slot.shape
+            )));
+        }
+        given[index] = true;
+        let view = View::new(slot.data, slot.dtype, &slot.shape);
+        let c = view.to_c();
+        ctx.kept.push(view);
+        return Ok(c);
+    }
+    let Outputs::Allocated { expected, made } = &mut ctx.outputs else {
+        return Err(fail("the kernel has no outputs to give".into()));
+    };
     let ty = expected.get(index).ok_or_else(|| {
         fail(format!(
             "output index {index}: the op has {} outputs",

@@ -559,11 +559,68 @@ static void attributes(void) {
   EXPECT_STATUS(KILN_STATUS_NULL_ARGUMENT, "ctx", kiln_gradient_context_set_input_grad(NULL, 0, x));
 }
 
+/* The CPU backend hands the kernel the planned buffers: with
+ * KILN_CUSTOM_OP_MAY_RUN_IN_PLACE the output of Relu -> op -> Neg is the dying input's
+ * buffer; without it, never. */
+static int ran_in_place = 0, ran = 0;
+static kiln_status probe_compute(kiln_kernel_context *ctx, void *user_data) {
+  (void)user_data;
+  kiln_tensor_view x, y;
+  kiln_status s = kiln_kernel_context_input(ctx, 0, &x);
+  if (s == KILN_STATUS_OK) s = kiln_kernel_context_output(ctx, 0, x.dims, x.rank, &y);
+  if (s != KILN_STATUS_OK) return s;
+  ran++;
+  if (x.data == y.data) ran_in_place++;
+  CHECK(x.strides[x.rank - 1] == 1 && y.strides[0] == x.dims[1]);
+  size_t n = elements(&x);
+  for (size_t i = 0; i < n; i++) ((float *)y.data)[i] = 2.0f * ((const float *)x.data)[i];
+  return KILN_STATUS_OK;
+}
+
+static void in_place(void) {
+  int counter = 0;
+  for (int allowed = 0; allowed < 2; allowed++) {
+    kiln_custom_op d = swish_def(allowed ? "Twice" : "TwiceCopying", &counter);
+    d.compute = probe_compute;
+    d.flags = allowed ? KILN_CUSTOM_OP_MAY_RUN_IN_PLACE : 0;
+    OK(kiln_register_op(&d));
+    kiln_graph *g = NULL;
+    OK(kiln_graph_new(&g));
+    int64_t dims[2] = {N, D};
+    kiln_value x, y;
+    size_t n = 0;
+    OK(kiln_graph_add_parameter(g, "x", KILN_DTYPE_F32, dims, NULL, 2, &x));
+    kiln_value r = op1(g, "Relu", x);
+    OK(kiln_graph_add_op(g, allowed ? "com.example::Twice" : "com.example::TwiceCopying", &r, 1, NULL, 0, &y, 1, &n));
+    OK(kiln_graph_set_output(g, "y", op1(g, "Neg", y)));
+    ran = ran_in_place = 0;
+    float xs[N * D];
+    for (int i = 0; i < N * D; i++) xs[i] = (float)(i % 7) - 3.0f;
+    kiln_executable *e = NULL;
+    OK(kiln_compile(g, NULL, &e)); /* the default backend: cpu */
+    kiln_tensor *xt = NULL, *out = NULL;
+    OK(kiln_tensor_wrap(KILN_DTYPE_F32, dims, 2, xs, sizeof xs, &xt));
+    const kiln_tensor *ins[1] = {xt};
+    OK(kiln_executable_run(e, ins, 1, &out, 1));
+    const float *ys = out ? kiln_tensor_data(out) : NULL;
+    for (int i = 0; ys && i < N * D; i++) CHECK(ys[i] == -2.0f * fmaxf(xs[i], 0.0f));
+    kiln_tensor_free(out);
+    kiln_tensor_free(xt);
+    kiln_executable_free(e);
+    CHECK(ran == 1);
+    CHECK(ran_in_place == allowed);
+    kiln_graph_free(g);
+    OK(kiln_unregister_op("com.example", allowed ? "Twice" : "TwiceCopying"));
+  }
+  CHECK(counter == 2);
+}
+
 int main(void) {
   differential();
   registration_errors();
   versioning();
   run_errors();
   attributes();
+  in_place();
   return check_report("custom_op");
 }

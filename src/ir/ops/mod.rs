@@ -261,6 +261,24 @@ pub trait Op: Send + Sync + 'static {
         false
     }
 
+    /// Whether the op computes directly on planned buffers ([`Op::compute_buffers`]);
+    /// the CPU backend then hands it the arena's buffers instead of copies.
+    fn has_buffer_kernel(&self) -> bool {
+        false
+    }
+
+    /// Computes on buffers the caller planned: inputs (`None`: omitted) and outputs as
+    /// row-major tensors of the node's concrete types. An output may be an input's
+    /// buffer when the op allows in-place runs. Only called if `has_buffer_kernel`.
+    fn compute_buffers(
+        &self,
+        _inputs: &[Option<custom::RawTensor>],
+        _outputs: &[custom::RawTensor],
+        _attrs: &Attrs,
+    ) -> Result<(), String> {
+        Err(format!("{} has no buffer kernel", self.schema().name))
+    }
+
     /// An op's own gradient rule (registered ops: the user's gradient callback), which
     /// appends to `g` the gradients of node `node`'s inputs from its outputs' gradients
     /// `gys` (`None`: an output the loss does not use). `None` when the op brings no
