@@ -898,7 +898,9 @@ kiln_status kiln_graph_add_constant(struct kiln_graph *g, const char *name, kiln
 kiln_status kiln_graph_add_variable(struct kiln_graph *g, const char *name, kiln_dtype dtype, const int64_t *dims, size_t rank, const void *initial, size_t nbytes, struct kiln_value *out);
 
 /**
- * Applies catalogue op `op_type` (see `kiln ops`) to `inputs`, with `attrs`. Output
+ * Applies catalogue op `op_type` (see `kiln ops`), or the external op registered as
+ * `"domain::name"` (`kiln_register_op`; the graph then keeps it alive), to `inputs`,
+ * with `attrs`. Output
  * types are inferred now, so a bad operand, attribute or shape fails here with a message
  * naming the node. On success the node's outputs are written to
  * `outputs[0..*n_outputs]`; if `outputs_capacity` is too small nothing is added,

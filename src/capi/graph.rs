@@ -320,7 +320,9 @@ pub unsafe extern "C" fn kiln_graph_add_variable(
     guard(|| add_data_node(g, name, dtype, dims, rank, initial, nbytes, out, true))
 }
 
-/// Applies catalogue op `op_type` (see `kiln ops`) to `inputs`, with `attrs`. Output
+/// Applies catalogue op `op_type` (see `kiln ops`), or the external op registered as
+/// `"domain::name"` (`kiln_register_op`; the graph then keeps it alive), to `inputs`,
+/// with `attrs`. Output
 /// types are inferred now, so a bad operand, attribute or shape fails here with a message
 /// naming the node. On success the node's outputs are written to
 /// `outputs[0..*n_outputs]`; if `outputs_capacity` is too small nothing is added,
