@@ -146,8 +146,9 @@ typedef void (*kiln_custom_destroy_fn)(void *user_data);
 
 /**
  * The CUDA kernel: as the CPU one, with device pointers in the views and the stream
- * (a `CUstream`) to enqueue on. Reserved: no CUDA backend calls it yet (issue 9);
- * registering one is accepted and it is kept for that backend.
+ * (a `CUstream`) to enqueue on. Reserved: no CUDA backend exists yet (issue 9), so a
+ * registration may set it but nothing calls it; the interface is fixed now so that
+ * libraries built today keep working when that backend arrives.
  */
 typedef kiln_status (*kiln_custom_cuda_compute_fn)(struct kiln_kernel_context *ctx, void *stream, void *user_data);
 

@@ -416,3 +416,34 @@ fn registry_refuses_duplicates_and_bad_names_and_pins_ops_in_graphs() {
         "the graph held the last other reference"
     );
 }
+
+#[test]
+fn the_registry_is_safe_to_use_from_many_threads() {
+    // Each thread registers, uses and unregisters its own ops while the others do too;
+    // all of them also build graphs with one shared op, registered throughout.
+    register(swish("org.test::Shared", true, None));
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let name: &'static str = Box::leak(format!("org.test::T{t}").into_boxed_str());
+                for round in 0..25 {
+                    custom::register(swish(name, round % 2 == 0, None)).unwrap();
+                    let mut g = Graph::new("t");
+                    let ty = TensorType::new(kiln::DType::F32, kiln::Shape::fixed(&[3]));
+                    let x: Value = g.add_parameter("x", ty).unwrap().into();
+                    let a: Value = g.op(name, &[x], Attrs::new(), "a").unwrap().into();
+                    let b = g.op("org.test::Shared", &[a], Attrs::new(), "b").unwrap();
+                    g.add_output("y", b.into()).unwrap();
+                    custom::unregister(name).unwrap();
+                    // Still runs: the graph pinned both ops.
+                    let out = run(&g, Device::Interp, &[tensor(&[3], round)]).unwrap();
+                    assert_eq!(out[0].shape(), &[3]);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    custom::unregister("org.test::Shared").unwrap();
+}

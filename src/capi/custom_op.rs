@@ -115,8 +115,9 @@ pub type kiln_custom_compute_fn = Option<
     unsafe extern "C" fn(ctx: *mut kiln_kernel_context, user_data: *mut c_void) -> kiln_status,
 >;
 /// The CUDA kernel: as the CPU one, with device pointers in the views and the stream
-/// (a `CUstream`) to enqueue on. Reserved: no CUDA backend calls it yet (issue 9);
-/// registering one is accepted and it is kept for that backend.
+/// (a `CUstream`) to enqueue on. Reserved: no CUDA backend exists yet (issue 9), so a
+/// registration may set it but nothing calls it; the interface is fixed now so that
+/// libraries built today keep working when that backend arrives.
 pub type kiln_custom_cuda_compute_fn = Option<
     unsafe extern "C" fn(
         ctx: *mut kiln_kernel_context,
