@@ -27,6 +27,8 @@ struct Swish {
     pure: bool,
     evals: AtomicUsize,
     panic_in: Option<&'static str>,
+    /// Whether it brings its own gradient rule (built from catalogue ops).
+    with_gradient: bool,
 }
 
 fn swish(name: &'static str, pure: bool, panic_in: Option<&'static str>) -> Arc<Swish> {
@@ -42,6 +44,7 @@ fn swish(name: &'static str, pure: bool, panic_in: Option<&'static str>) -> Arc<
         pure,
         evals: AtomicUsize::new(0),
         panic_in,
+        with_gradient: false,
     })
 }
 
@@ -64,6 +67,39 @@ impl Op for Swish {
         }
         Ok(vec![cx.input(0)?.clone()])
     }
+    fn gradient(
+        &self,
+        g: &mut Graph,
+        node: kiln::NodeId,
+        gys: &[Option<Value>],
+    ) -> Option<Result<Vec<Option<Value>>, String>> {
+        if !self.with_gradient {
+            return None;
+        }
+        // d/dx [x s(bx)] = s + b x s (1 - s), s = sigmoid(b x).
+        let rule = |g: &mut Graph| -> kiln::Result<Vec<Option<Value>>> {
+            let n = g.node(node).clone();
+            let x = n.inputs[0].expect("one input");
+            let gy = gys[0].expect("the loss uses the output");
+            let beta = n.attrs.float_or("beta", 1.0).map_err(kiln::Error::Graph)?;
+            let op = |g: &mut Graph, op: &str, ins: &[Value]| -> kiln::Result<Value> {
+                Ok(g.op(op, ins, Attrs::new(), "")?.into())
+            };
+            let name = g.fresh_name("beta");
+            let b: Value = g.add_constant_value(&name, Tensor::scalar(beta))?.into();
+            let name = g.fresh_name("one");
+            let one: Value = g.add_constant_value(&name, Tensor::scalar(1.0f64))?.into();
+            let bx = op(g, "Mul", &[x, b])?;
+            let sg = op(g, "Sigmoid", &[bx])?;
+            let om = op(g, "Sub", &[one, sg])?;
+            let t = op(g, "Mul", &[bx, sg])?;
+            let t = op(g, "Mul", &[t, om])?;
+            let d = op(g, "Add", &[sg, t])?;
+            Ok(vec![Some(op(g, "Mul", &[gy, d])?)])
+        };
+        Some(rule(g).map_err(|e| e.to_string()))
+    }
+
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
         self.evals.fetch_add(1, Ordering::SeqCst);
         if self.panic_in == Some("eval") {
@@ -446,4 +482,72 @@ fn the_registry_is_safe_to_use_from_many_threads() {
         t.join().unwrap();
     }
     custom::unregister("org.test::Shared").unwrap();
+}
+
+#[test]
+fn a_registered_ops_own_gradient_agrees_with_central_differences() {
+    let mut op = swish("org.test::Grad", true, None);
+    Arc::get_mut(&mut op).unwrap().with_gradient = true;
+    register(op);
+    register(swish("org.test::NoGrad", true, None));
+    let build = |name: &str| {
+        let mut g = Graph::new("g");
+        let ty = TensorType::new(kiln::DType::F64, kiln::Shape::fixed(&[5]));
+        let x: Value = g.add_parameter("x", ty).unwrap().into();
+        let y: Value = g
+            .op(
+                name,
+                &[x],
+                Attrs::new().with("beta", Attr::Float(1.3)),
+                "act",
+            )
+            .unwrap()
+            .into();
+        let w: Value = g
+            .add_constant_value(
+                "w",
+                Tensor::from_vec(&[5], vec![0.5f64, -1.0, 2.0, 0.25, 1.5]).unwrap(),
+            )
+            .unwrap()
+            .into();
+        let p: Value = g.op("Mul", &[y, w], Attrs::new(), "p").unwrap().into();
+        let loss: Value = g
+            .op("ReduceSum", &[p], Attrs::new(), "loss")
+            .unwrap()
+            .into();
+        (g, x, loss)
+    };
+    let (mut g, x, loss) = build("org.test::NoGrad");
+    let err = kiln::autodiff::grad(&mut g, loss, &[x])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'act'") && err.contains("no gradient rule for org.test::NoGrad"),
+        "{err}"
+    );
+    let (mut g, x, loss) = build("org.test::Grad");
+    let gx = kiln::autodiff::grad(&mut g, loss, &[x]).unwrap()[0];
+    g.add_output("loss", loss).unwrap();
+    g.add_output("gx", gx).unwrap();
+    let x0 = [0.3f64, -1.2, 2.0, -0.1, 0.9];
+    let at = |v: &[f64]| Tensor::from_vec(&[5], v.to_vec()).unwrap();
+    for device in [Device::Interp, Device::Cpu] {
+        let exe = backend_for(device).unwrap().compile(&g).unwrap();
+        let grad = exe.run(&[at(&x0)]).unwrap()[1].to_f64_vec();
+        let h = 1e-5;
+        for k in 0..5 {
+            let (mut plus, mut minus) = (x0, x0);
+            plus[k] += h;
+            minus[k] -= h;
+            let f = |v: &[f64]| exe.run(&[at(v)]).unwrap()[0].to_f64_vec()[0];
+            let numeric = (f(&plus) - f(&minus)) / (2.0 * h);
+            assert!(
+                (grad[k] - numeric).abs() <= 1e-7 * (1.0 + numeric.abs()),
+                "{device:?} x[{k}]: {} vs {numeric}",
+                grad[k]
+            );
+        }
+    }
+    custom::unregister("org.test::Grad").unwrap();
+    custom::unregister("org.test::NoGrad").unwrap();
 }
