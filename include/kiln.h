@@ -25,9 +25,38 @@
 
 
 /**
+ * The major version of the external-op interface this header describes; a
+ * registration's `version` must equal it.
+ */
+#define KILN_CUSTOM_OP_VERSION 1
+
+/**
+ * `max_inputs` of an op whose last input repeats (zero or more after `min_inputs`).
+ */
+#define KILN_CUSTOM_OP_VARIADIC UINT32_MAX
+
+/**
+ * `flags`: the op computes the same outputs from the same inputs and has no side
+ * effects, so a node whose inputs are all constants may be computed at compile time.
+ */
+#define KILN_CUSTOM_OP_PURE 1
+
+/**
+ * `flags`: the CPU kernel may be given an output buffer that is also one of its
+ * same-shaped inputs (it reads every element before writing that element), so the
+ * memory planner may reuse the input's buffer.
+ */
+#define KILN_CUSTOM_OP_MAY_RUN_IN_PLACE 2
+
+/**
  * `kiln_value.node` of an omitted optional input.
  */
 #define KILN_VALUE_NONE_NODE UINT32_MAX
+
+/**
+ * A node's attributes, read through `kiln_attrs_get_*` (borrowed from a context).
+ */
+typedef struct kiln_attrs kiln_attrs;
 
 /**
  * How to compile: the backend, the thread budget and the pass pipeline's options.
@@ -40,9 +69,24 @@ typedef struct kiln_compile_options kiln_compile_options;
 typedef struct kiln_executable kiln_executable;
 
 /**
+ * A gradient request handed to a gradient callback (valid during the call only).
+ */
+typedef struct kiln_gradient_context kiln_gradient_context;
+
+/**
  * A graph under construction.
  */
 typedef struct kiln_graph kiln_graph;
+
+/**
+ * Type/shape inference handed to an infer callback (valid during the call only).
+ */
+typedef struct kiln_infer_context kiln_infer_context;
+
+/**
+ * A kernel invocation handed to a compute callback (valid during the call only).
+ */
+typedef struct kiln_kernel_context kiln_kernel_context;
 
 /**
  * An optimizer's settings.
@@ -74,6 +118,134 @@ typedef struct kiln_value {
   uint32_t node;
   uint32_t output;
 } kiln_value;
+
+/**
+ * Infers the op's output types from its input types and attributes: reads them with
+ * `kiln_infer_context_*`, sets every output with `kiln_infer_context_set_output` (or
+ * `_set_output_like`), returns `KILN_STATUS_OK` or another status after
+ * `kiln_infer_context_set_error`. Called whenever a node of the op is added or its
+ * graph re-inferred (passes, specialization), with symbolic or concrete dims.
+ */
+typedef kiln_status (*kiln_custom_infer_fn)(struct kiln_infer_context *ctx, void *user_data);
+
+/**
+ * The CPU kernel: reads inputs with `kiln_kernel_context_input`, obtains each output
+ * buffer with `kiln_kernel_context_output` (giving the dims it computes, checked against
+ * inference), fills it, returns `KILN_STATUS_OK` or another status after
+ * `kiln_kernel_context_set_error` (the run then fails with `KILN_STATUS_RUN_FAILED`
+ * naming the node). May be called from several threads at once (one executable runs
+ * from many threads): it must not mutate `user_data` without its own locking.
+ */
+typedef kiln_status (*kiln_custom_compute_fn)(struct kiln_kernel_context *ctx, void *user_data);
+
+/**
+ * Called once with `user_data` when the registration is dropped: after
+ * `kiln_unregister_op`, once no graph or executable uses the op any more.
+ */
+typedef void (*kiln_custom_destroy_fn)(void *user_data);
+
+/**
+ * The CUDA kernel: as the CPU one, with device pointers in the views and the stream
+ * (a `CUstream`) to enqueue on. Reserved: no CUDA backend exists yet (issue 9), so a
+ * registration may set it but nothing calls it; the interface is fixed now so that
+ * libraries built today keep working when that backend arrives.
+ */
+typedef kiln_status (*kiln_custom_cuda_compute_fn)(struct kiln_kernel_context *ctx, void *stream, void *user_data);
+
+/**
+ * The gradient: appends to `graph` (with the ordinary `kiln_graph_add_op` & co.; the
+ * handle is borrowed, never freed) the nodes computing the gradients of the node's
+ * inputs from its outputs' gradients (`kiln_gradient_context_output_grad`), and sets
+ * each with `kiln_gradient_context_set_input_grad`. Inputs left unset are not
+ * differentiable (an error if the loss needs them).
+ */
+typedef kiln_status (*kiln_custom_gradient_fn)(struct kiln_gradient_context *ctx, struct kiln_graph *graph, void *user_data);
+
+/**
+ * An external op's registration, copied by `kiln_register_op`.
+ *
+ * Versioning within a major version (`version == KILN_CUSTOM_OP_VERSION`): set
+ * `struct_size = sizeof(kiln_custom_op)` as your header defines it. Kiln reads only
+ * `struct_size` bytes, so a library built against an older, shorter header works with a
+ * newer Kiln (fields it does not have are NULL/0; at least `KILN_CUSTOM_OP_MIN_SIZE`
+ * bytes, through `destroy`, are required). A library built against a newer, longer
+ * header works with an older Kiln as long as the fields this Kiln does not know are zero
+ * (unused); a nonzero one is refused with `KILN_STATUS_UNSUPPORTED_VERSION`, as is any
+ * other `version`. New fields are only ever appended.
+ *
+ * Callbacks must not unwind into Kiln (catch C++ exceptions; `kiln.hpp`'s
+ * `kiln::register_op` does) and must be callable from any thread.
+ */
+typedef struct kiln_custom_op {
+  /**
+   * `sizeof(kiln_custom_op)` of the header the caller was compiled with.
+   */
+  uint32_t struct_size;
+  /**
+   * `KILN_CUSTOM_OP_VERSION`.
+   */
+  uint32_t version;
+  /**
+   * The op's domain (`"com.example"`, matched against ONNX nodes' domain) and name;
+   * each `[A-Za-z_][A-Za-z0-9_.]*`. Graphs name the op `domain::name`. Copied.
+   */
+  const char *domain;
+  const char *name;
+  /**
+   * Inputs `0..min_inputs` are required; `min_inputs..max_inputs` optional (may be
+   * omitted with `KILN_VALUE_NONE_NODE`); `max_inputs == KILN_CUSTOM_OP_VARIADIC`
+   * takes any number from `min_inputs` on.
+   */
+  uint32_t min_inputs;
+  uint32_t max_inputs;
+  /**
+   * At least 1.
+   */
+  uint32_t num_outputs;
+  /**
+   * `KILN_CUSTOM_OP_PURE | KILN_CUSTOM_OP_MAY_RUN_IN_PLACE`; other bits are refused.
+   */
+  uint32_t flags;
+  /**
+   * Required.
+   */
+  kiln_custom_infer_fn infer;
+  /**
+   * Required (the CPU backend and the interpreter call it).
+   */
+  kiln_custom_compute_fn compute;
+  /**
+   * Passed to every callback.
+   */
+  void *user_data;
+  /**
+   * Optional.
+   */
+  kiln_custom_destroy_fn destroy;
+  /**
+   * Optional (reserved for the CUDA backend).
+   */
+  kiln_custom_cuda_compute_fn compute_cuda;
+  /**
+   * Optional: without it, differentiating through the op is an error naming the node.
+   */
+  kiln_custom_gradient_fn gradient;
+} kiln_custom_op;
+
+/**
+ * A tensor handed to a kernel: `data` (for inputs read-only; for outputs writable, and
+ * possibly the same buffer as an input when the op is `KILN_CUSTOM_OP_MAY_RUN_IN_PLACE`),
+ * its element type, `rank` dims and strides (in elements, row-major today). An omitted
+ * optional input has `data == NULL`, `rank == 0` and dtype `KILN_DTYPE_INVALID`. The
+ * pointers are valid until the callback returns. Kiln may append fields (never reorder).
+ */
+typedef struct kiln_tensor_view {
+  void *data;
+  kiln_dtype dtype;
+  uint32_t rank;
+  const int64_t *dims;
+  const int64_t *strides;
+} kiln_tensor_view;
 
 /**
  * Which field of a `kiln_attr` holds its value.
@@ -152,6 +324,12 @@ typedef struct kiln_attr {
  * Reading or writing a file failed.
  */
 #define KILN_STATUS_IO 103
+
+/**
+ * A versioned struct (e.g. `kiln_custom_op`) from an interface version or with fields
+ * this library does not implement.
+ */
+#define KILN_STATUS_UNSUPPORTED_VERSION 104
 
 /**
  * The graph is invalid: types, shapes, axis names, attributes, names, references.
@@ -386,6 +564,262 @@ size_t kiln_graph_output_count(const struct kiln_graph *g);
 kiln_status kiln_graph_value_type(const struct kiln_graph *g, struct kiln_value v, kiln_dtype *dtype, int64_t *dims, size_t dims_capacity, size_t *rank);
 
 /**
+ * Registers an external op (see `kiln_custom_op`; the struct and its strings are
+ * copied). From then on `kiln_graph_add_op(g, "domain::name", ...)` and ONNX nodes of
+ * that domain and op type use it. Fails with `KILN_STATUS_NULL_ARGUMENT` for a NULL
+ * `def`, `KILN_STATUS_INVALID_ARGUMENT` for a missing or malformed field (named in the
+ * message) or an already registered `(domain, name)`, `KILN_STATUS_UNSUPPORTED_VERSION`
+ * for a `version`, `struct_size` or field this Kiln does not know. On failure nothing is
+ * registered and `destroy` is not called: `user_data` stays the caller's. Thread-safe.
+ *
+ * # Safety
+ * `def` is NULL or points to `def->struct_size` readable bytes laid out as
+ * `kiln_custom_op`; its callbacks are valid for as long as the registration lives.
+ */
+kiln_status kiln_register_op(const struct kiln_custom_op *def);
+
+/**
+ * Unregisters the op `(domain, name)`: new graphs (`kiln_graph_add_op`, ONNX import,
+ * `.kir` text) can no longer use it. Graphs and executables that already use it keep
+ * working; the registration's `destroy` runs when the last of them is freed (at once if
+ * none). `KILN_STATUS_UNKNOWN_OP` if no such op is registered. Thread-safe.
+ *
+ * # Safety
+ * `domain` and `name` are NUL-terminated strings.
+ */
+kiln_status kiln_unregister_op(const char *domain, const char *name);
+
+/**
+ * The int attribute `name`, or `default_value` if the node has none. A different kind
+ * is `KILN_STATUS_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `attrs` comes from a live context; `name` is a string; `out` is valid.
+ */
+kiln_status kiln_attrs_get_int(const struct kiln_attrs *attrs, const char *name, int64_t default_value, int64_t *out);
+
+/**
+ * The float attribute `name` (an int converts), or `default_value` if none.
+ *
+ * # Safety
+ * As `kiln_attrs_get_int`.
+ */
+kiln_status kiln_attrs_get_float(const struct kiln_attrs *attrs, const char *name, double default_value, double *out);
+
+/**
+ * The ints attribute `name`: `*data` (borrowed, valid during the callback) and `*len`;
+ * NULL and 0 if the node has none.
+ *
+ * # Safety
+ * As `kiln_attrs_get_int`; `data` and `len` are valid.
+ */
+kiln_status kiln_attrs_get_ints(const struct kiln_attrs *attrs, const char *name, const int64_t **data, size_t *len);
+
+/**
+ * The floats attribute `name`, as `kiln_attrs_get_ints`.
+ *
+ * # Safety
+ * As `kiln_attrs_get_ints`.
+ */
+kiln_status kiln_attrs_get_floats(const struct kiln_attrs *attrs, const char *name, const double **data, size_t *len);
+
+/**
+ * How many inputs the node has (omitted optional ones included); 0 for NULL.
+ *
+ * # Safety
+ * `ctx` is NULL or the live context of the current callback.
+ */
+size_t kiln_infer_context_num_inputs(const struct kiln_infer_context *ctx);
+
+/**
+ * Input `index`'s dtype and rank. An omitted optional input gives `KILN_DTYPE_INVALID`
+ * and rank 0 (and `KILN_STATUS_OK`); an index past the inputs is
+ * `KILN_STATUS_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * `ctx` is the live context of the current callback; `dtype` and `rank` are valid.
+ */
+kiln_status kiln_infer_context_input(const struct kiln_infer_context *ctx, size_t index, kiln_dtype *dtype, size_t *rank);
+
+/**
+ * Dim `axis` of input `index`: a fixed size (`*symbol` NULL), or `*size == -1` and
+ * `*symbol` the symbol's name (borrowed, valid during the callback), which
+ * `kiln_infer_context_set_output` accepts to say "the same size".
+ *
+ * # Safety
+ * `ctx` is the live context of the current callback; `size` and `symbol` are valid.
+ */
+kiln_status kiln_infer_context_input_dim(const struct kiln_infer_context *ctx, size_t index, size_t axis, int64_t *size, const char **symbol);
+
+/**
+ * The node's attributes (borrowed from the context).
+ *
+ * # Safety
+ * `ctx` is NULL or the live context of the current callback.
+ */
+const struct kiln_attrs *kiln_infer_context_attrs(const struct kiln_infer_context *ctx);
+
+/**
+ * Sets output `index`'s type: `dtype` and `rank` dims, where `dims[k] >= 0` is a fixed
+ * size and `dims[k] == -1` a symbolic one named `symbols[k]` (e.g. an input's symbol
+ * from `kiln_infer_context_input_dim`, so the sizes are known equal), or a fresh symbol
+ * when `symbols` or `symbols[k]` is NULL.
+ *
+ * # Safety
+ * `ctx` is the live context; `dims` (and `symbols` unless NULL) point to `rank` entries.
+ */
+kiln_status kiln_infer_context_set_output(struct kiln_infer_context *ctx, size_t index, kiln_dtype dtype, const int64_t *dims, const char *const *symbols, size_t rank);
+
+/**
+ * Sets output `index`'s type to input `input`'s (dtype, dims, symbols and axis names):
+ * the common case of an elementwise op.
+ *
+ * # Safety
+ * `ctx` is the live context of the current callback.
+ */
+kiln_status kiln_infer_context_set_output_like(struct kiln_infer_context *ctx, size_t index, size_t input);
+
+/**
+ * Records why inference fails (copied); the callback then returns a non-OK status, and
+ * adding the node fails with `KILN_STATUS_INVALID_GRAPH` naming it and quoting this.
+ *
+ * # Safety
+ * `ctx` is the live context; `msg` NULL or a string.
+ */
+kiln_status kiln_infer_context_set_error(struct kiln_infer_context *ctx, const char *msg);
+
+/**
+ * How many inputs the node has (omitted optional ones included); 0 for NULL.
+ *
+ * # Safety
+ * `ctx` is NULL or the live context of the current callback.
+ */
+size_t kiln_kernel_context_num_inputs(const struct kiln_kernel_context *ctx);
+
+/**
+ * How many outputs the op has; 0 for NULL.
+ *
+ * # Safety
+ * `ctx` is NULL or the live context of the current callback.
+ */
+size_t kiln_kernel_context_num_outputs(const struct kiln_kernel_context *ctx);
+
+/**
+ * Input `index` as a view (read-only; an omitted optional input has `data == NULL`).
+ *
+ * # Safety
+ * `ctx` is the live context of the current callback; `view` is valid.
+ */
+kiln_status kiln_kernel_context_input(const struct kiln_kernel_context *ctx, size_t index, struct kiln_tensor_view *view);
+
+/**
+ * Output `index`'s buffer, for an output of `rank` dims `dims` (what the kernel
+ * computes): Kiln checks them against the op's inference for this run's inputs and
+ * fails with `KILN_STATUS_RUN_FAILED` on a mismatch (the run then fails, naming the
+ * node, whatever the callback returns). The buffer is writable until the callback
+ * returns; call once per output.
+ *
+ * # Safety
+ * `ctx` is the live context; `dims` points to `rank` values; `view` is valid.
+ */
+kiln_status kiln_kernel_context_output(struct kiln_kernel_context *ctx, size_t index, const int64_t *dims, size_t rank, struct kiln_tensor_view *view);
+
+/**
+ * `bytes` of scratch memory, 64-byte aligned, zeroed, valid until the callback returns
+ * (Kiln frees it).
+ *
+ * # Safety
+ * `ctx` is the live context of the current callback; `out` is valid.
+ */
+kiln_status kiln_kernel_context_scratch(struct kiln_kernel_context *ctx, size_t bytes, void **out);
+
+/**
+ * The node's attributes (borrowed from the context).
+ *
+ * # Safety
+ * `ctx` is NULL or the live context of the current callback.
+ */
+const struct kiln_attrs *kiln_kernel_context_attrs(const struct kiln_kernel_context *ctx);
+
+/**
+ * Records why the kernel fails (copied); the callback then returns a non-OK status and
+ * `kiln_executable_run` fails with `KILN_STATUS_RUN_FAILED`, naming the op and node and
+ * quoting this.
+ *
+ * # Safety
+ * `ctx` is the live context; `msg` NULL or a string.
+ */
+kiln_status kiln_kernel_context_set_error(struct kiln_kernel_context *ctx, const char *msg);
+
+/**
+ * How many inputs the node has; 0 for NULL.
+ *
+ * # Safety
+ * `ctx` is NULL or the live context of the current callback.
+ */
+size_t kiln_gradient_context_num_inputs(const struct kiln_gradient_context *ctx);
+
+/**
+ * How many outputs the node has; 0 for NULL.
+ *
+ * # Safety
+ * `ctx` is NULL or the live context of the current callback.
+ */
+size_t kiln_gradient_context_num_outputs(const struct kiln_gradient_context *ctx);
+
+/**
+ * The node's input `index` as a value of the graph (`node == KILN_VALUE_NONE_NODE` if
+ * omitted), to use in the backward computation.
+ *
+ * # Safety
+ * `ctx` is the live context; `out` is valid.
+ */
+kiln_status kiln_gradient_context_input(const struct kiln_gradient_context *ctx, size_t index, struct kiln_value *out);
+
+/**
+ * The node's output `index` (the forward result) as a value of the graph.
+ *
+ * # Safety
+ * `ctx` is the live context; `out` is valid.
+ */
+kiln_status kiln_gradient_context_output(const struct kiln_gradient_context *ctx, size_t index, struct kiln_value *out);
+
+/**
+ * The gradient of the loss with respect to output `index` (same type as the output), or
+ * `node == KILN_VALUE_NONE_NODE` when the loss does not depend on that output.
+ *
+ * # Safety
+ * `ctx` is the live context; `out` is valid.
+ */
+kiln_status kiln_gradient_context_output_grad(const struct kiln_gradient_context *ctx, size_t index, struct kiln_value *out);
+
+/**
+ * Sets the gradient of the loss with respect to input `index`: a value the callback
+ * built in the graph, of the input's dtype and rank.
+ *
+ * # Safety
+ * `ctx` is the live context of the current callback.
+ */
+kiln_status kiln_gradient_context_set_input_grad(struct kiln_gradient_context *ctx, size_t index, struct kiln_value grad);
+
+/**
+ * The node's attributes (borrowed from the context).
+ *
+ * # Safety
+ * `ctx` is NULL or the live context of the current callback.
+ */
+const struct kiln_attrs *kiln_gradient_context_attrs(const struct kiln_gradient_context *ctx);
+
+/**
+ * Records why the gradient cannot be built (copied); the callback then returns a
+ * non-OK status and `kiln_graph_add_gradients` fails naming the node.
+ *
+ * # Safety
+ * `ctx` is the live context; `msg` NULL or a string.
+ */
+kiln_status kiln_gradient_context_set_error(struct kiln_gradient_context *ctx, const char *msg);
+
+/**
  * Creates an empty graph. On success `*out` is a new handle the caller frees with
  * `kiln_graph_free`.
  *
@@ -465,7 +899,9 @@ kiln_status kiln_graph_add_constant(struct kiln_graph *g, const char *name, kiln
 kiln_status kiln_graph_add_variable(struct kiln_graph *g, const char *name, kiln_dtype dtype, const int64_t *dims, size_t rank, const void *initial, size_t nbytes, struct kiln_value *out);
 
 /**
- * Applies catalogue op `op_type` (see `kiln ops`) to `inputs`, with `attrs`. Output
+ * Applies catalogue op `op_type` (see `kiln ops`), or the external op registered as
+ * `"domain::name"` (`kiln_register_op`; the graph then keeps it alive), to `inputs`,
+ * with `attrs`. Output
  * types are inferred now, so a bad operand, attribute or shape fails here with a message
  * naming the node. On success the node's outputs are written to
  * `outputs[0..*n_outputs]`; if `outputs_capacity` is too small nothing is added,
@@ -527,6 +963,27 @@ kiln_status kiln_graph_to_text(const struct kiln_graph *g, char **out);
  * `s` is NULL or a string Kiln returned as caller-owned, not used again.
  */
 void kiln_string_free(char *s);
+
+/**
+ * The value of the graph's input (parameter) `index`, in the order inputs are fed to
+ * `kiln_executable_run`: how a program finds the inputs of an imported graph (to feed
+ * them or differentiate with respect to them). `KILN_STATUS_INVALID_ARGUMENT` past the
+ * last input.
+ *
+ * # Safety
+ * `g` is a live graph; `out` is valid.
+ */
+kiln_status kiln_graph_input_value(const struct kiln_graph *g, size_t index, struct kiln_value *out);
+
+/**
+ * The value behind the graph's output `index` (in the order outputs were set or
+ * imported), e.g. to build a loss on an imported model's prediction.
+ * `KILN_STATUS_INVALID_ARGUMENT` past the last output.
+ *
+ * # Safety
+ * `g` is a live graph; `out` is valid.
+ */
+kiln_status kiln_graph_output_value(const struct kiln_graph *g, size_t index, struct kiln_value *out);
 
 /**
  * The message of the last failed call on this thread, or "" if none has failed.
@@ -764,3 +1221,8 @@ kiln_status kiln_executable_load_checkpoint(const struct kiln_executable *e, con
 #endif  // __cplusplus
 
 #endif  /* KILN_H */
+
+/* The bytes of kiln_custom_op every registration provides: the fields through
+ * `destroy`. A struct_size between this and sizeof(kiln_custom_op) is a registration
+ * built against an older header; see kiln_custom_op. */
+#define KILN_CUSTOM_OP_MIN_SIZE offsetof(kiln_custom_op, compute_cuda)

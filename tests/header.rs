@@ -164,7 +164,11 @@ fn every_exported_name_is_kilns() {
         } else if let Some(rest) = line.strip_prefix("typedef struct ") {
             rest.split_whitespace().next()
         } else if let Some(rest) = line.strip_prefix("typedef ") {
-            rest.trim_end_matches(';').split_whitespace().last()
+            // A function pointer type, `typedef R (*name)(args);`, or an alias.
+            match rest.split_once("(*") {
+                Some((_, tail)) => tail.split(')').next(),
+                None => rest.trim_end_matches(';').split_whitespace().last(),
+            }
         } else {
             None
         };

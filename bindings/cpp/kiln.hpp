@@ -8,9 +8,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -225,19 +227,47 @@ class Graph {
     check(kiln_graph_parse(text.c_str(), &g));
     return Graph(g);
   }
-  Graph(Graph &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  /// Imports an ONNX model (nodes of a registered op's domain become that op).
+  static Graph import_onnx(const std::string &path) {
+    kiln_graph *g = nullptr;
+    check(kiln_graph_import_onnx(path.c_str(), &g));
+    return Graph(g);
+  }
+  /// A non-owning Graph over `h` (a gradient callback's graph): never frees it.
+  static Graph borrow(kiln_graph *h) noexcept {
+    Graph g(h);
+    g.owned_ = false;
+    return g;
+  }
+  Graph(Graph &&o) noexcept : h_(std::exchange(o.h_, nullptr)), owned_(o.owned_) {}
   Graph &operator=(Graph &&o) noexcept {
     if (this != &o) {
-      kiln_graph_free(h_);
+      if (owned_) kiln_graph_free(h_);
       h_ = std::exchange(o.h_, nullptr);
+      owned_ = o.owned_;
     }
     return *this;
   }
   Graph(const Graph &) = delete;
   Graph &operator=(const Graph &) = delete;
-  ~Graph() { kiln_graph_free(h_); }
+  ~Graph() {
+    if (owned_) kiln_graph_free(h_);
+  }
 
   kiln_graph *get() const noexcept { return h_; }
+
+  /// The value of input (parameter) `i`, in run order.
+  kiln_value input_value(std::size_t i) const {
+    kiln_value v{};
+    check(kiln_graph_input_value(h_, i, &v));
+    return v;
+  }
+  /// The value behind output `i`.
+  kiln_value output_value(std::size_t i) const {
+    kiln_value v{};
+    check(kiln_graph_output_value(h_, i, &v));
+    return v;
+  }
 
   /// A graph input; -1 dims are symbolic, named axes share their symbol.
   kiln_value add_parameter(const std::string &name, kiln_dtype dtype, const std::vector<std::int64_t> &dims,
@@ -345,6 +375,7 @@ class Graph {
  private:
   explicit Graph(kiln_graph *h) noexcept : h_(h) {}
   kiln_graph *h_ = nullptr;
+  bool owned_ = true;
 };
 
 /// How to compile.
@@ -480,6 +511,245 @@ class Executable {
   }
   kiln_executable *h_ = nullptr;
 };
+
+// ---- external ops ----------------------------------------------------------------
+
+/// A node's attributes, as the contexts below lend them.
+class Attrs {
+ public:
+  explicit Attrs(const kiln_attrs *a) noexcept : a_(a) {}
+  double get_float(const std::string &name, double default_value) const {
+    double v = 0;
+    check(kiln_attrs_get_float(a_, name.c_str(), default_value, &v));
+    return v;
+  }
+  std::int64_t get_int(const std::string &name, std::int64_t default_value) const {
+    std::int64_t v = 0;
+    check(kiln_attrs_get_int(a_, name.c_str(), default_value, &v));
+    return v;
+  }
+  /// Empty if the node has no such attribute.
+  Span<std::int64_t> get_ints(const std::string &name) const {
+    const std::int64_t *p = nullptr;
+    std::size_t n = 0;
+    check(kiln_attrs_get_ints(a_, name.c_str(), &p, &n));
+    return Span<std::int64_t>(p, n);
+  }
+  Span<double> get_floats(const std::string &name) const {
+    const double *p = nullptr;
+    std::size_t n = 0;
+    check(kiln_attrs_get_floats(a_, name.c_str(), &p, &n));
+    return Span<double>(p, n);
+  }
+
+ private:
+  const kiln_attrs *a_;
+};
+
+/// What an op's `infer` member sees (see kiln_infer_context_*).
+class InferContext {
+ public:
+  explicit InferContext(kiln_infer_context *c) noexcept : c_(c) {}
+  std::size_t num_inputs() const noexcept { return kiln_infer_context_num_inputs(c_); }
+  /// KILN_DTYPE_INVALID for an omitted optional input.
+  kiln_dtype input_dtype(std::size_t i) const {
+    kiln_dtype d = KILN_DTYPE_INVALID;
+    std::size_t r = 0;
+    check(kiln_infer_context_input(c_, i, &d, &r));
+    return d;
+  }
+  std::size_t input_rank(std::size_t i) const {
+    kiln_dtype d = KILN_DTYPE_INVALID;
+    std::size_t r = 0;
+    check(kiln_infer_context_input(c_, i, &d, &r));
+    return r;
+  }
+  /// A fixed size, or -1 for a symbolic dim (then `symbol`, if given, gets its name).
+  std::int64_t input_dim(std::size_t i, std::size_t axis, const char **symbol = nullptr) const {
+    std::int64_t size = 0;
+    const char *sym = nullptr;
+    check(kiln_infer_context_input_dim(c_, i, axis, &size, &sym));
+    if (symbol) *symbol = sym;
+    return size;
+  }
+  Attrs attrs() const noexcept { return Attrs(kiln_infer_context_attrs(c_)); }
+  void set_output_like(std::size_t output, std::size_t input) {
+    check(kiln_infer_context_set_output_like(c_, output, input));
+  }
+  /// dims[k] == -1 with symbols[k] (or a fresh symbol when absent or null).
+  void set_output(std::size_t output, kiln_dtype dtype, const std::vector<std::int64_t> &dims,
+                  const std::vector<const char *> &symbols = {}) {
+    if (!symbols.empty() && symbols.size() != dims.size())
+      throw Error(KILN_STATUS_INVALID_ARGUMENT, "one symbol (or nullptr) per dim");
+    check(kiln_infer_context_set_output(c_, output, dtype, dims.data(), symbols.empty() ? nullptr : symbols.data(),
+                                        dims.size()));
+  }
+  kiln_infer_context *get() const noexcept { return c_; }
+
+ private:
+  kiln_infer_context *c_;
+};
+
+/// What an op's `compute` member sees (see kiln_kernel_context_*).
+class KernelContext {
+ public:
+  explicit KernelContext(kiln_kernel_context *c) noexcept : c_(c) {}
+  std::size_t num_inputs() const noexcept { return kiln_kernel_context_num_inputs(c_); }
+  std::size_t num_outputs() const noexcept { return kiln_kernel_context_num_outputs(c_); }
+  kiln_tensor_view input(std::size_t i) const {
+    kiln_tensor_view v{};
+    check(kiln_kernel_context_input(c_, i, &v));
+    return v;
+  }
+  /// Output `i`'s buffer for the dims the kernel computes (checked against inference).
+  kiln_tensor_view output(std::size_t i, const std::int64_t *dims, std::size_t rank) {
+    kiln_tensor_view v{};
+    check(kiln_kernel_context_output(c_, i, dims, rank, &v));
+    return v;
+  }
+  kiln_tensor_view output(std::size_t i, const std::vector<std::int64_t> &dims) {
+    return output(i, dims.data(), dims.size());
+  }
+  /// Scratch memory valid until `compute` returns.
+  void *scratch(std::size_t bytes) {
+    void *p = nullptr;
+    check(kiln_kernel_context_scratch(c_, bytes, &p));
+    return p;
+  }
+  Attrs attrs() const noexcept { return Attrs(kiln_kernel_context_attrs(c_)); }
+  kiln_kernel_context *get() const noexcept { return c_; }
+
+ private:
+  kiln_kernel_context *c_;
+};
+
+/// What an op's `gradient` member sees (see kiln_gradient_context_*).
+class GradientContext {
+ public:
+  explicit GradientContext(kiln_gradient_context *c) noexcept : c_(c) {}
+  std::size_t num_inputs() const noexcept { return kiln_gradient_context_num_inputs(c_); }
+  std::size_t num_outputs() const noexcept { return kiln_gradient_context_num_outputs(c_); }
+  kiln_value input(std::size_t i) const { return get_value(kiln_gradient_context_input, i); }
+  kiln_value output(std::size_t i) const { return get_value(kiln_gradient_context_output, i); }
+  /// `node == KILN_VALUE_NONE_NODE` when the loss does not use output `i`.
+  kiln_value output_grad(std::size_t i) const { return get_value(kiln_gradient_context_output_grad, i); }
+  void set_input_grad(std::size_t i, kiln_value grad) { check(kiln_gradient_context_set_input_grad(c_, i, grad)); }
+  Attrs attrs() const noexcept { return Attrs(kiln_gradient_context_attrs(c_)); }
+
+ private:
+  template <class F>
+  kiln_value get_value(F f, std::size_t i) const {
+    kiln_value v{};
+    check(f(c_, i, &v));
+    return v;
+  }
+  kiln_gradient_context *c_;
+};
+
+/// The shape of an op's signature and its flags (see kiln_custom_op).
+struct OpSignature {
+  std::uint32_t min_inputs = 1;
+  std::uint32_t max_inputs = 1;  // KILN_CUSTOM_OP_VARIADIC for any number
+  std::uint32_t num_outputs = 1;
+  std::uint32_t flags = 0;       // KILN_CUSTOM_OP_PURE | KILN_CUSTOM_OP_MAY_RUN_IN_PLACE
+};
+
+namespace detail {
+template <class T, class = void>
+struct has_gradient : std::false_type {};
+template <class T>
+struct has_gradient<T, std::void_t<decltype(std::declval<T &>().gradient(std::declval<GradientContext &>(),
+                                                                         std::declval<Graph &>()))>>
+    : std::true_type {};
+
+/// Runs `body`; an exception becomes `status` with its message (exceptions must not
+/// unwind into Kiln).
+template <class SetError, class Body>
+kiln_status trampoline(SetError set_error, kiln_status status, Body body) noexcept {
+  try {
+    body();
+    return KILN_STATUS_OK;
+  } catch (const Error &e) {
+    set_error(e.what());
+    return e.status();
+  } catch (const std::exception &e) {
+    set_error(e.what());
+    return status;
+  } catch (...) {
+    set_error("an unknown C++ exception");
+    return status;
+  }
+}
+
+template <class Op>
+kiln_status infer(kiln_infer_context *c, void *user_data) {
+  return trampoline([c](const char *m) { kiln_infer_context_set_error(c, m); }, KILN_STATUS_INVALID_GRAPH, [&] {
+    InferContext ctx(c);
+    static_cast<Op *>(user_data)->infer(ctx);
+  });
+}
+
+template <class Op>
+kiln_status compute(kiln_kernel_context *c, void *user_data) {
+  return trampoline([c](const char *m) { kiln_kernel_context_set_error(c, m); }, KILN_STATUS_RUN_FAILED, [&] {
+    KernelContext ctx(c);
+    static_cast<Op *>(user_data)->compute(ctx);
+  });
+}
+
+template <class Op>
+kiln_status gradient(kiln_gradient_context *c, kiln_graph *g, void *user_data) {
+  return trampoline([c](const char *m) { kiln_gradient_context_set_error(c, m); }, KILN_STATUS_INVALID_GRAPH, [&] {
+    GradientContext ctx(c);
+    Graph graph = Graph::borrow(g);
+    static_cast<Op *>(user_data)->gradient(ctx, graph);
+  });
+}
+
+template <class Op>
+void destroy(void *user_data) {
+  delete static_cast<Op *>(user_data);
+}
+}  // namespace detail
+
+/// Registers `op`, an object of a class with members
+///   void infer(kiln::InferContext &);      // sets every output's type
+///   void compute(kiln::KernelContext &);   // the CPU kernel
+/// and optionally
+///   void gradient(kiln::GradientContext &, kiln::Graph &);  // builds the backward pass
+/// as the external op `domain::name`. The object is moved to the heap and deleted when
+/// the registration is dropped (after kiln::unregister_op, once no executable uses it).
+/// Members report failure by throwing (kiln::Error keeps its status); the message reaches
+/// the caller of the Kiln function that called them. They may run on several threads at
+/// once.
+template <class Op>
+void register_op(const std::string &domain, const std::string &name, const OpSignature &sig, Op op) {
+  Op *heap = new Op(std::move(op));
+  kiln_custom_op def{};
+  def.struct_size = sizeof def;
+  def.version = KILN_CUSTOM_OP_VERSION;
+  def.domain = domain.c_str();
+  def.name = name.c_str();
+  def.min_inputs = sig.min_inputs;
+  def.max_inputs = sig.max_inputs;
+  def.num_outputs = sig.num_outputs;
+  def.flags = sig.flags;
+  def.infer = &detail::infer<Op>;
+  def.compute = &detail::compute<Op>;
+  if constexpr (detail::has_gradient<Op>::value) def.gradient = &detail::gradient<Op>;
+  def.user_data = heap;
+  def.destroy = &detail::destroy<Op>;
+  kiln_status s = kiln_register_op(&def);
+  if (s != KILN_STATUS_OK) {
+    delete heap;  // a refused registration never calls destroy
+    check(s);
+  }
+}
+
+/// Unregisters `domain::name` (graphs and executables using it keep working).
+inline void unregister_op(const std::string &domain, const std::string &name) {
+  check(kiln_unregister_op(domain.c_str(), name.c_str()));
+}
 
 }  // namespace kiln
 

@@ -92,7 +92,20 @@ pub fn grad(g: &mut Graph, loss: Value, wrt: &[Value]) -> Result<Vec<Value>> {
         }
         let node = cx.g.node(id).clone();
         let what = || format!("node '{}' ({})", node.name, node.op);
-        let gxs = rules::backward(&mut cx, id, &gys).map_err(|e| match e {
+        // A registered op brings its own rule (the user's gradient callback).
+        let own = match cx.g.op_impl(&node.op) {
+            Some(op) => op.gradient(cx.g, id, &gys),
+            None => None,
+        };
+        let result = match own {
+            Some(r) => r.map_err(Error::Graph),
+            None if node.op.contains("::") => Err(Error::Graph(format!(
+                "no gradient rule for {} (register the op with a gradient callback)",
+                node.op
+            ))),
+            None => rules::backward(&mut cx, id, &gys),
+        };
+        let gxs = result.map_err(|e| match e {
             Error::Graph(m) => Error::Graph(format!("gradient of {}: {m}", what())),
             e => e,
         })?;

@@ -320,7 +320,9 @@ pub unsafe extern "C" fn kiln_graph_add_variable(
     guard(|| add_data_node(g, name, dtype, dims, rank, initial, nbytes, out, true))
 }
 
-/// Applies catalogue op `op_type` (see `kiln ops`) to `inputs`, with `attrs`. Output
+/// Applies catalogue op `op_type` (see `kiln ops`), or the external op registered as
+/// `"domain::name"` (`kiln_register_op`; the graph then keeps it alive), to `inputs`,
+/// with `attrs`. Output
 /// types are inferred now, so a bad operand, attribute or shape fails here with a message
 /// naming the node. On success the node's outputs are written to
 /// `outputs[0..*n_outputs]`; if `outputs_capacity` is too small nothing is added,
@@ -512,5 +514,60 @@ pub unsafe extern "C" fn kiln_string_free(s: *mut c_char) {
         if !s.is_null() {
             drop(CString::from_raw(s));
         }
+    })
+}
+
+/// The value of the graph's input (parameter) `index`, in the order inputs are fed to
+/// `kiln_executable_run`: how a program finds the inputs of an imported graph (to feed
+/// them or differentiate with respect to them). `KILN_STATUS_INVALID_ARGUMENT` past the
+/// last input.
+///
+/// # Safety
+/// `g` is a live graph; `out` is valid.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_input_value(
+    g: *const kiln_graph,
+    index: usize,
+    out: *mut kiln_value,
+) -> kiln_status {
+    guard(|| {
+        let g = arg(g, "g")?;
+        let out = out_ptr(out, "out")?;
+        let inputs = g.graph.inputs();
+        let id = inputs.get(index).ok_or_else(|| {
+            Failure::invalid(format!(
+                "index {index}: the graph has {} inputs",
+                inputs.len()
+            ))
+        })?;
+        *out = Value::from(*id).into();
+        Ok(())
+    })
+}
+
+/// The value behind the graph's output `index` (in the order outputs were set or
+/// imported), e.g. to build a loss on an imported model's prediction.
+/// `KILN_STATUS_INVALID_ARGUMENT` past the last output.
+///
+/// # Safety
+/// `g` is a live graph; `out` is valid.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_output_value(
+    g: *const kiln_graph,
+    index: usize,
+    out: *mut kiln_value,
+) -> kiln_status {
+    guard(|| {
+        let g = arg(g, "g")?;
+        let out = out_ptr(out, "out")?;
+        let outputs = g.graph.outputs();
+        let o = outputs.get(index).ok_or_else(|| {
+            Failure::invalid(format!(
+                "index {index}: the graph has {} outputs",
+                outputs.len()
+            ))
+        })?;
+        *out = o.value.into();
+        Ok(())
     })
 }

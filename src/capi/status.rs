@@ -18,6 +18,9 @@ pub const KILN_STATUS_INVALID_ARGUMENT: kiln_status = 101;
 pub const KILN_STATUS_BUFFER_TOO_SMALL: kiln_status = 102;
 /// Reading or writing a file failed.
 pub const KILN_STATUS_IO: kiln_status = 103;
+/// A versioned struct (e.g. `kiln_custom_op`) from an interface version or with fields
+/// this library does not implement.
+pub const KILN_STATUS_UNSUPPORTED_VERSION: kiln_status = 104;
 /// The graph is invalid: types, shapes, axis names, attributes, names, references.
 pub const KILN_STATUS_INVALID_GRAPH: kiln_status = 200;
 /// An op type the catalogue does not know.
@@ -47,6 +50,10 @@ const STATUS_NAMES: &[(kiln_status, &str)] = &[
         "KILN_STATUS_BUFFER_TOO_SMALL\0",
     ),
     (KILN_STATUS_IO, "KILN_STATUS_IO\0"),
+    (
+        KILN_STATUS_UNSUPPORTED_VERSION,
+        "KILN_STATUS_UNSUPPORTED_VERSION\0",
+    ),
     (KILN_STATUS_INVALID_GRAPH, "KILN_STATUS_INVALID_GRAPH\0"),
     (KILN_STATUS_UNKNOWN_OP, "KILN_STATUS_UNKNOWN_OP\0"),
     (KILN_STATUS_PARSE, "KILN_STATUS_PARSE\0"),
@@ -77,6 +84,16 @@ pub extern "C" fn kiln_status_string(status: kiln_status) -> *const c_char {
         .find(|(s, _)| *s == status)
         .map_or(c"KILN_STATUS_UNKNOWN".as_ptr(), |(_, name)| {
             name.as_ptr().cast()
+        })
+}
+
+/// A status's name without the NUL, for messages.
+pub(crate) fn status_name(status: kiln_status) -> &'static str {
+    STATUS_NAMES
+        .iter()
+        .find(|(s, _)| *s == status)
+        .map_or("KILN_STATUS_UNKNOWN", |(_, name)| {
+            name.trim_end_matches('\0')
         })
 }
 

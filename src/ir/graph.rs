@@ -75,6 +75,8 @@ pub struct Graph {
     pub name: String,
     nodes: Vec<Node>,
     outputs: Vec<GraphOutput>,
+    /// The registered (user) ops the nodes use, held so they outlive unregistration.
+    pinned: ops::custom::Pinned,
 }
 
 impl Graph {
@@ -159,6 +161,7 @@ impl Graph {
     }
 
     fn push(&mut self, node: Node) -> NodeId {
+        self.pinned.pin(&node.op);
         self.nodes.push(node);
         NodeId(self.nodes.len() as u32 - 1)
     }
@@ -291,13 +294,30 @@ impl Graph {
         Ok(())
     }
 
+    /// The op called `name` as this graph knows it: a registered op it uses (even if
+    /// unregistered since), else the catalogue's or the registry's.
+    pub fn op_impl(&self, name: &str) -> Option<ops::custom::OpRef> {
+        match self.pinned.get(name) {
+            Some(op) => Some(ops::custom::OpRef::Registered(op.clone())),
+            None => ops::custom::resolve(name),
+        }
+    }
+
     /// The node's output types as the catalogue infers them from its current inputs.
     /// Errors do not name the node (callers add that).
     pub fn infer_node(&self, node: &Node) -> Result<Vec<TensorType>> {
-        let op = ops::lookup(&node.op)
-            .ok_or_else(|| Error::UnknownOp(format!("'{}' is not in the catalogue", node.op)))?;
+        let op = self.op_impl(&node.op).ok_or_else(|| {
+            Error::UnknownOp(if node.op.contains("::") {
+                format!(
+                    "'{}' is not a registered op (kiln_register_op; it may have been unregistered)",
+                    node.op
+                )
+            } else {
+                format!("'{}' is not in the catalogue", node.op)
+            })
+        })?;
         let schema = op.schema();
-        schema.validate_attrs(&node.attrs).map_err(Error::Graph)?;
+        op.validate_attrs(&node.attrs).map_err(Error::Graph)?;
         if schema.family == "source" {
             return Ok(node.outputs.clone());
         }
@@ -325,7 +345,11 @@ impl Graph {
                 None => {
                     return Err(Error::Graph(format!(
                         "input {i} ({}) is required",
-                        schema.inputs[i]
+                        schema
+                            .inputs
+                            .get(i)
+                            .or(schema.inputs.last())
+                            .unwrap_or(&"?")
                     )))
                 }
                 Some(v) => {
@@ -345,7 +369,7 @@ impl Graph {
             consts: &consts,
             attrs: &node.attrs,
         };
-        op.infer(&cx).map_err(Error::Graph)
+        ops::custom::contain(&op, || op.infer(&cx)).map_err(Error::Graph)
     }
 
     /// A deterministic topological order over data and control edges: among the nodes

@@ -34,6 +34,19 @@ pub fn rule(op: &str) -> InPlace {
     }
 }
 
+/// The in-place rule of op `op` in graph `g`: [`rule`], and for a registered op the
+/// rule it declared (its kernel reads each element before writing that element; the
+/// CPU backend hands it the planned buffers as they are). Asked of the op the graph
+/// holds, not of the registry, which may have another op under that name by now.
+pub fn rule_in(g: &Graph, op: &str) -> InPlace {
+    match rule(op) {
+        InPlace::No if op.contains("::") && g.op_impl(op).is_some_and(|o| o.may_run_in_place()) => {
+            InPlace::AnySameShape
+        }
+        r => r,
+    }
+}
+
 /// A chain of values that share one buffer, live from the first one's def to the last
 /// one's last use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +110,11 @@ pub fn group(g: &Graph, schedule: &[NodeId], lv: &Liveness, inplace: bool) -> Bu
     let mut taken: Vec<usize> = vec![];
     for (s, &id) in schedule.iter().enumerate() {
         let node = g.node(id);
-        let rule = if inplace { rule(&node.op) } else { InPlace::No };
+        let rule = if inplace {
+            rule_in(g, &node.op)
+        } else {
+            InPlace::No
+        };
         taken.clear();
         for k in 0..node.outputs.len() {
             let Some(vo) = lv.index_of(id.out(k as u32)) else {

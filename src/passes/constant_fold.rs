@@ -5,7 +5,7 @@
 //! re-infers after every pass that changed something).
 use super::{add_const, sweep, Changed, Pass, PassContext};
 use crate::error::{Error, Result};
-use crate::ir::ops::{self, EvalCtx};
+use crate::ir::ops::EvalCtx;
 use crate::ir::{Graph, NodeId, TensorType};
 use crate::tensor::Tensor;
 
@@ -73,7 +73,14 @@ fn fold(g: &Graph, id: NodeId, limit: usize) -> Result<Option<Vec<Tensor>>> {
     if n.inputs.is_empty() || !out_types.iter().all(small) {
         return Ok(None);
     }
-    let op = ops::lookup(&n.op).ok_or_else(|| Error::UnknownOp(n.op.clone()))?;
+    let op = g
+        .op_impl(&n.op)
+        .ok_or_else(|| Error::UnknownOp(n.op.clone()))?;
+    // A registered op folds only if it says it is pure (same inputs, same outputs, no
+    // side effects); catalogue ops are.
+    if !op.pure() {
+        return Ok(None);
+    }
     let types: Vec<Option<&TensorType>> = n
         .inputs
         .iter()
@@ -85,7 +92,7 @@ fn fold(g: &Graph, id: NodeId, limit: usize) -> Result<Option<Vec<Tensor>>> {
         attrs: &n.attrs,
     };
     // A node that fails on its constants fails at run time too: leave it to say so there.
-    let Ok(values) = op.eval(&cx) else {
+    let Ok(values) = crate::ir::ops::custom::contain(&op, || op.eval(&cx)) else {
         return Ok(None);
     };
     let fits = values.len() == out_types.len()

@@ -170,7 +170,9 @@ pub fn run_graph(
                 vec![]
             }
             _ => {
-                let op = ops::lookup(&node.op).expect("verified");
+                let op = graph
+                    .op_impl(&node.op)
+                    .ok_or_else(|| Error::Runtime(format!("{}: unknown op", graph.describe(id))))?;
                 let args: Vec<Option<&Tensor>> = node
                     .inputs
                     .iter()
@@ -186,8 +188,7 @@ pub fn run_graph(
                     input_types: &types,
                     attrs: &node.attrs,
                 };
-                let outs = op
-                    .eval(&cx)
+                let outs = ops::custom::contain(&op, || op.eval(&cx))
                     .map_err(|e| Error::Runtime(format!("{}: {e}", graph.describe(id))))?;
                 if outs.len() != node.outputs.len() {
                     return Err(Error::Runtime(format!(

@@ -345,12 +345,49 @@ impl Importer<'_> {
         Ok(self.g.value_type(v)?.clone())
     }
 
+    /// A node of a registered op's domain: the op, with the node's attributes (tensor
+    /// attributes have no Kiln form for registered ops).
+    fn custom_node(&mut self, node: &NodeProto, op: &str) -> Result<Vec<Value>> {
+        let inputs: Vec<Option<Value>> = node
+            .input
+            .iter()
+            .map(|n| self.input(n))
+            .collect::<Result<_>>()?;
+        let mut attrs = Attrs::new();
+        for a in &node.attribute {
+            match attr(a, self.base_dir)? {
+                AttrValue::Plain(v) => attrs.set(a.name(), v),
+                AttrValue::Tensor(_) => {
+                    return Err(Error::Graph(format!(
+                        "attribute '{}': tensor attributes are not passed to registered ops",
+                        a.name()
+                    )))
+                }
+            }
+        }
+        let name = if node.name().is_empty() {
+            node.output.first().map_or("", |s| s.as_str())
+        } else {
+            node.name()
+        };
+        // Added as is: registered ops are never evaluated at import (they may be impure).
+        let name = self.unique_name(name);
+        let id = self.g.add_op(op, &inputs, attrs, &name)?;
+        Ok((0..self.g.node(id).outputs.len())
+            .map(|i| id.out(i as u32))
+            .collect())
+    }
+
     /// Converts one node; returns its outputs in ONNX order.
     fn node(&mut self, node: &NodeProto) -> Result<Vec<Value>> {
         let domain = match node.domain() {
             "" => "ai.onnx",
             d => d,
         };
+        let custom = crate::ir::ops::custom::qualified(domain, node.op_type());
+        if crate::ir::ops::custom::registered(&custom).is_some() {
+            return self.custom_node(node, &custom);
+        }
         if !matches!(
             domain,
             "ai.onnx" | "ai.onnx.ml" | "ai.onnx.preview.training"

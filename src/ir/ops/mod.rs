@@ -15,6 +15,7 @@ use crate::tensor::Tensor;
 pub mod attention;
 pub mod bitwise;
 pub mod conv;
+pub mod custom;
 pub mod elementwise;
 pub mod fused;
 pub mod gather;
@@ -241,6 +242,56 @@ pub trait Op: Send + Sync + 'static {
 
     /// The reference computation: plain loops, obviously correct, slow on purpose.
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String>;
+
+    /// Checks a node's attributes before `infer`. Catalogue ops check them against their
+    /// schema; ops registered at run time (`custom`) take any and check them in `infer`.
+    fn validate_attrs(&self, attrs: &Attrs) -> Result<(), String> {
+        self.schema().validate_attrs(attrs)
+    }
+
+    /// Whether a node whose inputs are all constants may be replaced by its result at
+    /// compile time (constant folding). A registered op says so itself.
+    fn pure(&self) -> bool {
+        true
+    }
+
+    /// Whether an output may take over the buffer of a same-shaped input that dies at
+    /// the node (elementwise ops say so through their family; registered ops here).
+    fn may_run_in_place(&self) -> bool {
+        false
+    }
+
+    /// Whether the op computes directly on planned buffers ([`Op::compute_buffers`]);
+    /// the CPU backend then hands it the arena's buffers instead of copies.
+    fn has_buffer_kernel(&self) -> bool {
+        false
+    }
+
+    /// Computes on buffers the caller planned: inputs (`None`: omitted) and outputs as
+    /// row-major tensors of the node's concrete types. An output may be an input's
+    /// buffer when the op allows in-place runs. Only called if `has_buffer_kernel`.
+    fn compute_buffers(
+        &self,
+        _inputs: &[Option<custom::RawTensor>],
+        _outputs: &[custom::RawTensor],
+        _attrs: &Attrs,
+    ) -> Result<(), String> {
+        Err(format!("{} has no buffer kernel", self.schema().name))
+    }
+
+    /// An op's own gradient rule (registered ops: the user's gradient callback), which
+    /// appends to `g` the gradients of node `node`'s inputs from its outputs' gradients
+    /// `gys` (`None`: an output the loss does not use). `None` when the op brings no
+    /// rule of its own (catalogue ops: autodiff's rules apply).
+    #[allow(clippy::type_complexity)]
+    fn gradient(
+        &self,
+        _g: &mut super::Graph,
+        _node: super::NodeId,
+        _gys: &[Option<super::Value>],
+    ) -> Option<Result<Vec<Option<super::Value>>, String>> {
+        None
+    }
 }
 
 /// Every op, by name.

@@ -85,16 +85,30 @@ impl Lexer<'_> {
         s
     }
 
+    /// An identifier; `domain::name` (a registered op) is one identifier.
     fn ident(&mut self) -> String {
         let mut s = String::new();
-        while let Some(c) = self
-            .peek()
-            .filter(|&c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
-        {
-            s.push(c);
+        loop {
+            while let Some(c) = self
+                .peek()
+                .filter(|&c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+            {
+                s.push(c);
+                self.bump();
+            }
+            let mut ahead = self.chars.clone();
+            let qualified = ahead.next() == Some(':')
+                && ahead.next() == Some(':')
+                && ahead
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+            if !qualified {
+                return s;
+            }
+            s.push_str("::");
+            self.bump();
             self.bump();
         }
-        s
     }
 
     fn string(&mut self, line: usize, col: usize) -> Result<String, LexError> {

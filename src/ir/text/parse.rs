@@ -237,8 +237,13 @@ impl Parser<'_> {
             return self.expected("an op name");
         };
         self.next();
-        if crate::ir::ops::lookup(&op).is_none() {
-            return self.error(&op_tok, format!("unknown op '{op}' (see `kiln ops`)"));
+        if g.op_impl(&op).is_none() {
+            let hint = if op.contains("::") {
+                "no op is registered under this name (kiln_register_op)"
+            } else {
+                "see `kiln ops`"
+            };
+            return self.error(&op_tok, format!("unknown op '{op}' ({hint})"));
         }
         let mut inputs = vec![];
         if self.is_punct('(') {

@@ -3,14 +3,15 @@
 //! types and copies it back. It allocates per run; it is what keeps every op of the
 //! catalogue runnable on the CPU backend while the hot ones have kernels.
 use crate::backend::cpu::program::{Cx, Kernel, Slot};
-use crate::ir::ops::{self, EvalCtx, Op};
+use crate::ir::ops::custom::{self, OpRef};
+use crate::ir::ops::EvalCtx;
 use crate::ir::{Attrs, TensorType};
 use crate::tensor::Tensor;
 
 use super::Build;
 
 pub struct Fallback {
-    op: &'static dyn Op,
+    op: OpRef,
     attrs: Attrs,
     ins: Vec<Option<Slot>>,
     in_types: Vec<Option<TensorType>>,
@@ -18,7 +19,9 @@ pub struct Fallback {
 }
 
 pub fn build(b: &Build) -> Result<Box<dyn Kernel>, String> {
-    let op = ops::lookup(&b.node.op).ok_or_else(|| format!("unknown op {}", b.node.op))?;
+    let op =
+        b.g.op_impl(&b.node.op)
+            .ok_or_else(|| format!("unknown op {}", b.node.op))?;
     let in_types = b
         .node
         .inputs
@@ -71,10 +74,12 @@ impl Kernel for Fallback {
             .collect::<Result<Vec<_>, _>>()?;
         let args: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
         let types: Vec<Option<&TensorType>> = self.in_types.iter().map(Option::as_ref).collect();
-        let outs = self.op.eval(&EvalCtx {
-            inputs: &args,
-            input_types: &types,
-            attrs: &self.attrs,
+        let outs = custom::contain(&self.op, || {
+            self.op.eval(&EvalCtx {
+                inputs: &args,
+                input_types: &types,
+                attrs: &self.attrs,
+            })
         })?;
         if outs.len() != self.outs.len() {
             return Err(format!(

@@ -10,6 +10,7 @@ use crate::tensor::Tensor;
 pub mod backward;
 pub mod conv;
 pub mod conv_grad;
+pub mod custom;
 pub mod eltwise;
 pub mod fallback;
 pub mod matmul;
@@ -63,6 +64,7 @@ type Builder = fn(&Build) -> Result<Option<Box<dyn Kernel>>, String>;
 
 /// The family builders, tried in order.
 const FAMILIES: &[Builder] = &[
+    custom::build,
     matmul::build,
     conv_grad::build,
     conv::build,
