@@ -112,42 +112,42 @@ unsafe impl Sync for Epilogue {}
 ///
 /// Runs Kiln's packed kernel (AVX-512F, AVX2+FMA or portable, by [`isa::isa`]), not
 /// OpenBLAS ([`gemm_openblas`] keeps that path). Measured with `cargo bench --bench
-/// gemm` (criterion medians, GFLOP/s, one thread unless noted, all from one run; Intel
-/// Xeon (Ice Lake class, AVX-512) VM with 2 cores shared with two other agents'
-/// builds, load average ~4.8, so absolute numbers are about half a quiet core's and
-/// noisy: the FMA peaks measured in the same run were 93.6 (ymm) and 166.9 (zmm);
-/// OpenBLAS here runs far below its usual speed and is listed only as measured):
+/// gemm -- gemm/` and `-- gemm_mlp_train` (criterion medians, GFLOP/s, one thread
+/// unless noted; Intel Xeon VM with AVX-512 and 2 cores, otherwise idle, at bff114d;
+/// an earlier run under load measured the FMA peaks at 93.6 (ymm) and 166.9 (zmm)
+/// GFLOP/s; OpenBLAS here runs far below its usual speed, probably not recognising
+/// the CPU, and is listed only as measured):
 ///
 /// | shape (M×N×K)    | AVX-512 | AVX2 | OpenBLAS | AVX-512, B pre-packed | 2 threads |
 /// |------------------|---------|------|----------|-----------------------|-----------|
-/// | 1024×1024×1024   | 76.5    | 52.0 | 19.2     |                       |           |
-/// | 64×3136×256      | 62.0    | 47.3 | 18.5     |                       |           |
-/// | 256×3136×64      | 58.1    | 45.0 | 17.1     |                       |           |
-/// | 128×784×512      | 87.0    | 55.5 | 19.0     |                       |           |
-/// | 256×196×1024     | 87.2    | 50.5 | 14.9     |                       |           |
-/// | 2048×49×512      | 58.2    | 37.3 | 14.1     |                       |           |
-/// | 128×768×768      | 81.8    | 53.0 | 20.9     | 95.2                  | 92.4      |
-/// | 128×3072×768     | 102.2   | 64.9 | 29.2     | 138.5                 | 122.0     |
-/// | 128×768×3072     | 82.2    | 51.9 | 18.9     | 89.7                  | 56.8      |
-/// | 64×512×784       | 74.2    | 64.8 | 29.1     | 99.7                  | 75.5      |
+/// | 1024×1024×1024   | 136.6   | 83.0 | 32.4     |                       |           |
+/// | 64×3136×256      | 101.9   | 69.1 | 31.2     |                       |           |
+/// | 256×3136×64      | 83.1    | 79.1 | 29.7     |                       |           |
+/// | 128×784×512      | 136.5   | 81.9 | 32.5     |                       |           |
+/// | 256×196×1024     | 133.3   | 78.0 | 32.2     |                       |           |
+/// | 2048×49×512      | 91.9    | 58.1 | 26.5     |                       |           |
+/// | 128×768×768      | 133.2   | 77.3 | 32.4     | 150.3                 | 239.2     |
+/// | 128×3072×768     | 121.0   | 72.2 | 31.6     | 138.3                 | 232.5     |
+/// | 128×768×3072     | 120.8   | 73.8 | 31.7     | 147.0                 | 224.6     |
+/// | 64×512×784       | 126.1   | 73.2 | 31.2     | 150.2                 | 215.8     |
 ///
 /// The MLP 784-512-512-10 training step at batch 64 (ᵀ: that operand is transposed, as
 /// the matmul step passes it; B packed per call):
 ///
 /// | shape (M×N×K)      | AVX-512 | AVX2 | OpenBLAS | 2 threads |
 /// |--------------------|---------|------|----------|-----------|
-/// | 64×512×784, Bᵀ     | 82.5    | 49.7 | 19.8     | 75.4      |
-/// | 64×512×512, Bᵀ     | 74.6    | 52.8 | 20.4     | 55.8      |
-/// | 64×10×512, Bᵀ      | 17.7    | 20.4 | 10.5     | 23.7      |
-/// | 64×512×512         | 80.1    | 47.3 | 15.9     | 67.4      |
-/// | 64×512×10          | 28.1    | 31.7 | 13.6     | 28.2      |
-/// | 512×784×64, Aᵀ     | 81.2    | 50.0 | 19.3     | 65.9      |
-/// | 512×512×64, Aᵀ     | 73.8    | 58.0 | 20.7     | 75.3      |
-/// | 10×512×64, Aᵀ      | 44.8    | 30.8 | 13.7     | 47.1      |
+/// | 64×512×784, Bᵀ     | 118.4   | 72.7 | 29.9     | 190.3     |
+/// | 64×512×512, Bᵀ     | 125.5   | 75.3 | 30.8     | 197.0     |
+/// | 64×10×512, Bᵀ      | 41.4    | 29.0 | 20.0     | 41.5      |
+/// | 64×512×512         | 131.1   | 78.0 | 31.6     | 206.6     |
+/// | 64×512×10          | 42.9    | 44.8 | 20.6     | 42.7      |
+/// | 512×784×64, Aᵀ     | 134.3   | 80.2 | 29.9     | 231.4     |
+/// | 512×512×64, Aᵀ     | 110.0   | 80.1 | 30.0     | 154.2     |
+/// | 10×512×64, Aᵀ      | 64.3    | 46.1 | 23.3     | 64.8      |
 ///
-/// AVX-512 over AVX2 (same packing code): 1.3–1.7× on every shape with N ≥ 49 and
-/// K ≥ 64; on par for N = 10 or K = 10, where the stores dominate. Two threads gain
-/// nothing on this shared machine (the second core is busy with other work).
+/// AVX-512 over AVX2 (same packing code): 1.4–1.7× on every shape with N ≥ 49 and
+/// K ≥ 64 except 256×3136×64 (1.05×); on par for N = 10 or K = 10, where the stores
+/// dominate. Two threads give 1.4–1.8× on the large shapes; the small ones stay on one.
 ///
 /// # Safety
 /// `a`, `b` must address valid m×k and k×n matrices, `c` an m×n one with row stride
