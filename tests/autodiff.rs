@@ -435,6 +435,43 @@ fn an_mlp_loss_over_a_symbolic_batch() {
     check_params(&c, &mut rng, 2);
 }
 
+/// A convolution and a MaxPool over a symbolic batch, with respect to the filter: the
+/// pool's gradient scatters into a flattened input whose length is a symbol.
+#[test]
+fn a_max_pool_over_a_symbolic_batch() {
+    let mut rng = Rng(5);
+    let mut g = Graph::new("pool");
+    let ty = TensorType::new(
+        DType::F64,
+        Shape::new([
+            Dim::Sym("N".into()),
+            Dim::Fixed(2),
+            Dim::Fixed(4),
+            Dim::Fixed(4),
+        ]),
+    );
+    let x: Value = g.add_parameter("x", ty).unwrap().into();
+    let mut c = Case::new("pool");
+    c.g = g;
+    let w = c.param(&mut rng, &[3, 2, 3, 3], 0.0);
+    let pads = Attrs::new().with("pads", Attr::Ints(vec![1, 1, 1, 1]));
+    let y = op(&mut c.g, "Conv", &[x, w], pads);
+    let pool = Attrs::new()
+        .with("kernel_shape", Attr::Ints(vec![2, 2]))
+        .with("strides", Attr::Ints(vec![2, 2]));
+    let p = op(&mut c.g, "MaxPool", &[y], pool);
+    let p = op(&mut c.g, "Mul", &[p, p], Attrs::new());
+    let a = axes(&mut c.g, &[0, 1, 2, 3]);
+    c.out = op(
+        &mut c.g,
+        "ReduceMean",
+        &[p, a],
+        Attrs::new().with("keepdims", Attr::Int(0)),
+    );
+    c.values.insert(0, rng.tensor(&[3, 2, 4, 4], 0.0));
+    check_params(&c, &mut rng, 1);
+}
+
 /// SoftmaxCrossEntropyLoss with each reduction, through its loss and its log_prob.
 #[test]
 fn softmax_cross_entropy() {

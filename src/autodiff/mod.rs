@@ -252,8 +252,7 @@ impl Cx<'_> {
             let a = self.ints(&axes)?;
             s = self.op("ReduceSum", &[gy, a], Attrs::new())?;
         }
-        let shape = self.shape_of(x)?;
-        self.op("Reshape", &[s, shape], Attrs::new())
+        self.reshape_like(s, x)
     }
 
     /// size(a) / size(b) as a scalar of `a`'s dtype, at run time (dims may be symbolic):
@@ -274,5 +273,22 @@ impl Cx<'_> {
             Some(d) => self.ints(&d.iter().map(|&d| d as i64).collect::<Vec<_>>()),
             None => self.op("Shape", &[v], Attrs::new()),
         }
+    }
+
+    /// `x` reshaped to `like`'s shape. With one symbolic dim (a batch) and the others
+    /// fixed and non-zero, the target is a constant with -1 there, so the result keeps
+    /// the fixed dims in its type (a `Shape` operand would make every dim a new symbol,
+    /// and the rules below, a convolution's filter gradient, need them static).
+    pub fn reshape_like(&mut self, x: Value, like: Value) -> Result<Value> {
+        let dims = self.ty(like).shape.dims();
+        let fixed: Vec<Option<usize>> = dims.iter().map(|d| d.fixed()).collect();
+        let symbolic = fixed.iter().filter(|d| d.is_none()).count();
+        let shape = if symbolic == 1 && fixed.iter().all(|d| *d != Some(0)) {
+            let target: Vec<i64> = fixed.iter().map(|d| d.map_or(-1, |d| d as i64)).collect();
+            self.ints(&target)?
+        } else {
+            self.shape_of(like)?
+        };
+        self.op("Reshape", &[x, shape], Attrs::new())
     }
 }

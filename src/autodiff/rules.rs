@@ -205,8 +205,7 @@ pub(crate) fn backward(
             let z = cx.op("Reshape", &[z, flat], none.clone())?;
             let add = Attrs::new().with("reduction", Attr::String("add".into()));
             let d = cx.op("ScatterElements", &[z, i, u], add)?;
-            let shape = cx.shape_of(xv)?;
-            some(cx.op("Reshape", &[d, shape], none)?)
+            some(cx.reshape_like(d, xv)?)
         }
         "GlobalAveragePool" | "GlobalMaxPool"
             if attrs.int_or("block", 0).map_err(Error::Graph)? == 0 =>
@@ -243,8 +242,7 @@ pub(crate) fn backward(
             Ok(g)
         }
         "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => {
-            let shape = cx.shape_of(x(0)?)?;
-            Ok(vec![Some(cx.op("Reshape", &[gy, shape], none)?), None])
+            Ok(vec![Some(cx.reshape_like(gy, x(0)?)?), None])
         }
         "Transpose" => {
             let rank = cx.ty(y).rank();

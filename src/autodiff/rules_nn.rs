@@ -337,8 +337,7 @@ fn scatter_back(
     let z = cx.op("Reshape", &[z, flat], none.clone())?;
     let add = Attrs::new().with("reduction", Attr::String("add".into()));
     let d = cx.op("ScatterElements", &[z, from, updates], add)?;
-    let shape = cx.shape_of(x)?;
-    cx.op("Reshape", &[d, shape], none)
+    cx.reshape_like(d, x)
 }
 
 /// Slice: with unit steps and constant bounds over static dims, `gy` padded back with
@@ -411,8 +410,7 @@ fn pad(cx: &mut Cx, node: &Node, gy: Value) -> Result<Grads> {
         let total = cx.op("ReduceSum", &[gy], all.clone())?;
         let inside = cx.op("ReduceSum", &[gx], all)?;
         let gv = bin(cx, "Sub", total, inside)?;
-        let shape = cx.shape_of(input(node, 2)?)?;
-        out[2] = Some(cx.op("Reshape", &[gv, shape], Attrs::new())?);
+        out[2] = Some(cx.reshape_like(gv, input(node, 2)?)?);
     }
     out[0] = Some(gx);
     Ok(out)

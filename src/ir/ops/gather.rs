@@ -187,7 +187,16 @@ impl Op for ScatterElements {
         index_type(idx, 1)?;
         same_rank(x, idx)?;
         same_dtype("ScatterElements", &[x, upd])?;
-        if idx.shape.dims() != upd.shape.dims() {
+        // Two different symbols may be one size (a gradient flattens two tensors of one
+        // shape, each Reshape naming its own symbol): assumed equal here, checked at
+        // run time, as broadcasting does.
+        let (di, du) = (idx.shape.dims(), upd.shape.dims());
+        let may_match = di.len() == du.len()
+            && di
+                .iter()
+                .zip(&du)
+                .all(|(a, b)| a == b || a.fixed().is_none() || b.fixed().is_none());
+        if !may_match {
             return Err(format!(
                 "updates ({upd}) must have the shape of indices ({idx})"
             ));
