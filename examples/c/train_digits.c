@@ -140,10 +140,6 @@ static double now_seconds(void) {
 typedef struct {
   const char *name;
   int cnn;        /* input [N, 1, 8, 8] rather than [N, 64] */
-  /* Train on batches of exactly 64, dropping each epoch's last partial batch, rather
-     than a symbolic batch axis: MaxPool's gradient rule cannot yet take a symbolic
-     batch (its ScatterElements fails type inference), so the CNN needs this. */
-  int fixed_batch;
   int epochs;
   float lr;
   double target;  /* the test accuracy it must reach */
@@ -246,7 +242,7 @@ static int add_images(kiln_graph *g, const Model *m, int64_t batch, kiln_value *
 static int training_graph(const Model *m, kiln_graph **out, Weights *w) {
   kiln_graph *g = NULL;
   kiln_value x, labels, lr, logits, loss, grads[MAX_WEIGHTS];
-  const int64_t label_dims[1] = {m->fixed_batch ? BATCH : -1};
+  const int64_t label_dims[1] = {-1};
   static const char *label_names[1] = {"batch"};
   TRY(kiln_graph_new(&g));
   *out = g;
@@ -334,7 +330,6 @@ static int epoch(const Model *m, const kiln_executable *train_exe, const Split *
   TRY(kiln_tensor_wrap(KILN_DTYPE_F32, NULL, 0, &lr, sizeof lr, &lt));
   for (int start = 0; start < train->n; start += BATCH) {
     int n = train->n - start < BATCH ? train->n - start : BATCH;
-    if (n < BATCH && m->fixed_batch) break;
     for (int i = 0; i < n; i++) {
       memcpy(bx + i * PIXELS, train->x + order[start + i] * PIXELS, sizeof(float) * PIXELS);
       by[i] = train->y[order[start + i]];
@@ -369,9 +364,8 @@ static int run_model(const Model *m, const Split *train, const Split *test, cons
   if (training_graph(m, &tg, &w) || inference_graph(m, &ig)) return 1;
   TRY(kiln_compile(tg, opts, &train_exe));
   TRY(kiln_compile(ig, opts, &infer));
-  printf("%s: %zu weights in %zu variables (+%zu of Adam state), Adam lr %g, batch %d%s, %d epochs\n", m->name,
-         w.count, w.n, kiln_executable_variable_count(train_exe) - w.n, (double)m->lr, BATCH,
-         m->fixed_batch ? " (the last partial batch dropped)" : "", m->epochs);
+  printf("%s: %zu weights in %zu variables (+%zu of Adam state), Adam lr %g, batch %d, %d epochs\n", m->name,
+         w.count, w.n, kiln_executable_variable_count(train_exe) - w.n, (double)m->lr, BATCH, m->epochs);
 
   int *order = malloc(sizeof(int) * (size_t)train->n);
   float *bx = malloc(sizeof(float) * BATCH * PIXELS);
@@ -440,8 +434,8 @@ int main(int argc, char **argv) {
   TRY(kiln_compile_options_new(&opts));
   TRY(kiln_compile_options_set_backend(opts, backend));
   static const Model models[2] = {
-      {"mlp", 0, 0, MLP_EPOCHS, 0.003f, 97.0},
-      {"cnn", 1, 1, CNN_EPOCHS, 0.003f, 98.0},
+      {"mlp", 0, MLP_EPOCHS, 0.003f, 97.0},
+      {"cnn", 1, CNN_EPOCHS, 0.003f, 98.0},
   };
   int all_ok = 1;
   for (int i = 0; i < 2; i++) {
