@@ -1,7 +1,8 @@
 //! CUDA C generated from the optimized, shape-specialized IR (issue 9): one kernel per
 //! node for elementwise ops and `Fused` chains (with broadcasting and exported steps),
-//! reductions, Softmax/LogSoftmax, LayerNormalization, global pools, and the epilogue
-//! (bias, residual, activation) of FusedMatMul/FusedConv, whose GEMM cuBLAS does.
+//! reductions, Softmax/LogSoftmax, LayerNormalization, global pools, 1-D/2-D Conv and
+//! FusedConv as implicit GEMMs (epilogue fused), and the epilogue (bias, residual,
+//! activation) of FusedMatMul, whose GEMM cuBLAS does.
 //!
 //! The source is self-contained (NVRTC's built-in math functions, no headers), and
 //! deterministic: the same graph gives byte-identical source, since it is cached by
@@ -23,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::ir::{DType, Graph, NodeId, TensorType};
 
 pub mod cexpr;
+mod conv;
 pub mod emulation;
 mod eltwise;
 mod epilogue;
@@ -144,11 +146,13 @@ pub fn kernel_for_node(graph: &Graph, node: NodeId) -> Result<Option<GeneratedKe
         Some(reduce::reduction(graph, node, &entry).map_err(fail)?)
     } else if op == "Softmax" || op == "LogSoftmax" {
         Some(reduce::softmax(graph, node, &entry).map_err(fail)?)
+    } else if op == "Conv" || op == "FusedConv" {
+        conv::conv(graph, node, &entry).map_err(fail)?
     } else if op == "LayerNormalization" {
         Some(reduce::layer_norm(graph, node, &entry).map_err(fail)?)
     } else if matches!(
         op,
-        "Parameter" | "Constant" | "Variable" | "Assign" | "FusedMatMul" | "FusedConv"
+        "Parameter" | "Constant" | "Variable" | "Assign" | "FusedMatMul"
     ) {
         None
     } else if cexpr::covers(op) {
@@ -295,15 +299,15 @@ pub fn epilogue_kernel(graph: &Graph, node: NodeId) -> Result<Option<GeneratedKe
         .map_err(|e| unsupported(graph, node, &e))
 }
 
-/// Every kernel the generator emits for a graph, in schedule order (a FusedMatMul's or
-/// FusedConv's epilogue under its node's id).
+/// Every kernel the generator emits for a graph, in schedule order: per node its
+/// [`kernel_for_node`], or when there is none its [`epilogue_kernel`] (a FusedMatMul's,
+/// whose product cuBLAS computes).
 pub fn kernels_for_graph(graph: &Graph) -> Result<Vec<(NodeId, GeneratedKernel)>> {
     let mut out = vec![];
     for id in graph.schedule()? {
         if let Some(k) = kernel_for_node(graph, id)? {
             out.push((id, k));
-        }
-        if let Some(k) = epilogue_kernel(graph, id)? {
+        } else if let Some(k) = epilogue_kernel(graph, id)? {
             out.push((id, k));
         }
     }

@@ -3,7 +3,8 @@
 //! reductions of every kind over several axis sets (row and column kernels, one warp to
 //! 1024 threads), softmaxes along the last and an outer axis, LayerNormalization with
 //! and without B, global pools, and FusedMatMul/FusedConv epilogues with every
-//! activation. `template_samples` generates them; the host-emulation test runs them.
+//! activation, convolutions (tiles, groups, strides, pads, dilations, 1-D).
+//! `template_samples` generates them; the host-emulation test runs them.
 use crate::error::Result;
 use crate::ir::ops::fused::ACTIVATIONS;
 use crate::ir::{Attr, Attrs, DType, Graph, NodeId, Shape, TensorType, Value};
@@ -297,6 +298,50 @@ fn epilogues() -> Result<Graph> {
     Ok(b.g)
 }
 
+fn convolutions() -> Result<Graph> {
+    let mut b = Builder::new("convolutions");
+    let ints = |v: &[i64]| Attr::Ints(v.to_vec());
+    // Several tiles in every direction of the implicit GEMM, with a bias.
+    let x = b.f32("x", &[2, 8, 11, 11])?;
+    let w = b.f32("w", &[70, 8, 3, 3])?;
+    let bias = b.f32("bias", &[70])?;
+    b.v("Conv", &[x, w, bias], attrs(&[("pads", ints(&[1, 1, 1, 1]))]))?;
+    // Groups, strides, asymmetric pads.
+    let x = b.f32("xg", &[1, 6, 7, 7])?;
+    let w = b.f32("wg", &[9, 2, 3, 3])?;
+    b.v(
+        "Conv",
+        &[x, w],
+        attrs(&[
+            ("group", Attr::Int(3)),
+            ("strides", ints(&[2, 2])),
+            ("pads", ints(&[1, 0, 0, 1])),
+        ]),
+    )?;
+    // Depthwise with dilation; SAME padding.
+    let x = b.f32("xd", &[1, 4, 9, 9])?;
+    let w = b.f32("wd", &[4, 1, 3, 3])?;
+    b.v(
+        "Conv",
+        &[x, w],
+        attrs(&[
+            ("group", Attr::Int(4)),
+            ("dilations", ints(&[2, 2])),
+            ("pads", ints(&[2, 2, 2, 2])),
+        ]),
+    )?;
+    b.v(
+        "Conv",
+        &[x, w],
+        attrs(&[("group", Attr::Int(4)), ("auto_pad", s("SAME_UPPER")), ("strides", ints(&[2, 2]))]),
+    )?;
+    // 1-D.
+    let x = b.f32("x1", &[2, 3, 20])?;
+    let w = b.f32("w1", &[5, 3, 4])?;
+    b.v("Conv", &[x, w], attrs(&[("strides", ints(&[3]))]))?;
+    Ok(b.g)
+}
+
 /// The sample graphs, by name.
 pub fn graphs() -> Result<Vec<Graph>> {
     Ok(vec![
@@ -306,6 +351,7 @@ pub fn graphs() -> Result<Vec<Graph>> {
         reductions()?,
         normalizations()?,
         epilogues()?,
+        convolutions()?,
     ])
 }
 
