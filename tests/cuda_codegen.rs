@@ -110,7 +110,10 @@ fn eval_node(g: &Graph, id: NodeId, inputs: &[Option<Tensor>], attrs: &Attrs) ->
         .inputs
         .iter()
         .enumerate()
-        .map(|(i, v)| v.filter(|_| inputs[i].is_some()).map(|v| g.value_type(v).unwrap()))
+        .map(|(i, v)| {
+            v.filter(|_| inputs[i].is_some())
+                .map(|v| g.value_type(v).unwrap())
+        })
         .collect();
     let cx = EvalCtx {
         inputs: &args,
@@ -126,7 +129,9 @@ fn eval_node(g: &Graph, id: NodeId, inputs: &[Option<Tensor>], attrs: &Attrs) ->
 fn poison(t: &TensorType) -> Vec<u8> {
     let n: usize = t.shape.to_fixed().unwrap().iter().product();
     match t.dtype {
-        DType::F32 => std::iter::repeat_n(f32::NAN.to_le_bytes(), n).flatten().collect(),
+        DType::F32 => std::iter::repeat_n(f32::NAN.to_le_bytes(), n)
+            .flatten()
+            .collect(),
         DType::Bool => vec![0xAB; n],
         d => vec![0x5A; n * d.size_in_bytes()],
     }
@@ -159,7 +164,12 @@ fn epilogue_reference(g: &Graph, id: NodeId, y: &Tensor, inputs: &[Option<Tensor
         let mut step = format!("{act}({last}");
         let mut attrs = String::new();
         let mut bounds = [None, None];
-        for kv in node.attrs.strings("activation_attrs").unwrap().unwrap_or(&[]) {
+        for kv in node
+            .attrs
+            .strings("activation_attrs")
+            .unwrap()
+            .unwrap_or(&[])
+        {
             let (k, v) = kv.split_once('=').unwrap();
             match k {
                 "min" | "max" if act == "Clip" => {
@@ -208,7 +218,9 @@ fn cpu_reference(g: &Graph, id: NodeId, inputs: &[Option<Tensor>]) -> Vec<Tensor
             one.add_parameter(&format!("in{i}"), ty).unwrap().into()
         }));
     }
-    let n = one.add_op(&node.op, &args, node.attrs.clone(), "node").unwrap();
+    let n = one
+        .add_op(&node.op, &args, node.attrs.clone(), "node")
+        .unwrap();
     for o in 0..node.outputs.len() {
         one.add_output(&format!("out{o}"), n.out(o as u32)).unwrap();
     }
@@ -246,7 +258,10 @@ fn case(g: &Graph, id: NodeId, kernel: GeneratedKernel, rng: &mut Rng) -> Case {
     };
     let (before, outs) = if epilogue && cost() > FULL_REFERENCE_LIMIT {
         // The epilogue starts from a random bare product.
-        let y = rng.tensor(node.outputs[0].dtype, &node.outputs[0].shape.to_fixed().unwrap());
+        let y = rng.tensor(
+            node.outputs[0].dtype,
+            &node.outputs[0].shape.to_fixed().unwrap(),
+        );
         let want = epilogue_reference(g, id, &y, &inputs);
         (Some(y), vec![want])
     } else if epilogue {
@@ -364,8 +379,19 @@ fn sample_kernels_match_the_interpreter_in_host_emulation() {
     }
     let counts = check(&cases);
     report("sample graphs", &counts);
-    for f in ["elementwise", "fused", "reduction", "softmax", "layernorm", "epilogue", "conv"] {
-        assert!(counts.get(f).is_some_and(|&n| n > 0), "no {f} kernel checked");
+    for f in [
+        "elementwise",
+        "fused",
+        "reduction",
+        "softmax",
+        "layernorm",
+        "epilogue",
+        "conv",
+    ] {
+        assert!(
+            counts.get(f).is_some_and(|&n| n > 0),
+            "no {f} kernel checked"
+        );
     }
 }
 
@@ -379,7 +405,11 @@ fn optimized_model(path: &Path, dims: &[(&str, usize)]) -> Graph {
     };
     let bindings: HashMap<String, usize> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
     let unbound = g.specialize(&bindings).unwrap();
-    assert!(unbound.is_empty(), "{}: unbound {unbound:?}", path.display());
+    assert!(
+        unbound.is_empty(),
+        "{}: unbound {unbound:?}",
+        path.display()
+    );
     let options = PassOptions {
         layout_block: Some(0),
         ..PassOptions::default()
@@ -410,7 +440,10 @@ fn models() -> Vec<Model> {
         ("bert_encoder", vec![("B", 1), ("S", 16)]),
     ];
     for (name, dims) in suite {
-        let p = root.join("target/real-models").join(name).join("model.onnx");
+        let p = root
+            .join("target/real-models")
+            .join(name)
+            .join("model.onnx");
         if p.exists() {
             out.push((p, dims));
         } else {
@@ -468,9 +501,7 @@ fn unsupported_dtype_is_an_error_naming_the_node() {
     let mut g = Graph::new("f64");
     let ty = TensorType::new(DType::F64, Shape::fixed(&[4]));
     let x = g.add_parameter("x", ty).unwrap();
-    let y = g
-        .op("Exp", &[x.into()], Attrs::new(), "the_exp")
-        .unwrap();
+    let y = g.op("Exp", &[x.into()], Attrs::new(), "the_exp").unwrap();
     let e = kernel_for_node(&g, y).unwrap_err().to_string();
     assert!(e.contains("the_exp") && e.contains("f64"), "{e}");
     let s = g
@@ -524,7 +555,9 @@ fn the_emulated_barrier_is_real() {
     if !have_gxx() {
         return;
     }
-    let x: Vec<f32> = (0..384).map(|i| (i % 7) as f32 + 0.5 * (i / 128) as f32).collect();
+    let x: Vec<f32> = (0..384)
+        .map(|i| (i % 7) as f32 + 0.5 * (i / 128) as f32)
+        .collect();
     let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
     let expected: Vec<f32> = (0..384)
         .map(|i| {

@@ -6,8 +6,8 @@
 //! so they are adjacent for stride 1. The epilogue (Conv's bias; FusedConv's bias,
 //! residual and activation) is applied to the accumulators before the one store.
 use super::cexpr::{self, CVal, Ty};
-use super::epilogue::activation_step;
 use super::eltwise::EltArg;
+use super::epilogue::activation_step;
 use super::{fixed, ty_of, GeneratedKernel, KernelParam, Source};
 use crate::ir::ops::conv::windows;
 use crate::ir::{Graph, NodeId};
@@ -29,7 +29,10 @@ pub fn conv(graph: &Graph, id: NodeId, entry: &str) -> Result<Option<GeneratedKe
             Some(v) => {
                 let t = graph.value_type(v).map_err(|e| e.to_string())?;
                 if ty_of(t.dtype, &format!("input {i}"))? != Ty::F32 {
-                    return Err(format!("input {i} is {}; convolutions are f32 here", t.dtype));
+                    return Err(format!(
+                        "input {i} is {}; convolutions are f32 here",
+                        t.dtype
+                    ));
                 }
                 fixed(t).map(Some)
             }
@@ -41,7 +44,10 @@ pub fn conv(graph: &Graph, id: NodeId, entry: &str) -> Result<Option<GeneratedKe
     let z = if fused { input(3)? } else { None };
     let y = fixed(&n.outputs[0])?;
     if ty_of(n.outputs[0].dtype, "output 0")? != Ty::F32 {
-        return Err(format!("output 0 is {}; convolutions are f32 here", n.outputs[0].dtype));
+        return Err(format!(
+            "output 0 is {}; convolutions are f32 here",
+            n.outputs[0].dtype
+        ));
     }
     // 1-D and 2-D; a 1-D convolution is a 2-D one of height 1.
     let (h, wd, kh, kw) = match x.len() {
@@ -61,19 +67,31 @@ pub fn conv(graph: &Graph, id: NodeId, entry: &str) -> Result<Option<GeneratedKe
     let (batch, c) = (x[0], x[1]);
     let m = w[0];
     let group = n.attrs.int_or("group", 1)? as usize;
-    if group == 0 || c % group != 0 || m % group != 0 || w[1] * group != c {
-        return Err(format!("group {group} does not divide X's {c} and W's {m} channels"));
+    if group == 0 || !c.is_multiple_of(group) || !m.is_multiple_of(group) || w[1] * group != c {
+        return Err(format!(
+            "group {group} does not divide X's {c} and W's {m} channels"
+        ));
     }
-    let (oh, ow) = if y.len() == 4 { (y[2], y[3]) } else { (1, y[2]) };
+    let (oh, ow) = if y.len() == 4 {
+        (y[2], y[3])
+    } else {
+        (1, y[2])
+    };
     let (mg, cg) = (m / group, c / group);
     let k = cg * kh * kw;
     let p = batch * oh * ow;
-    let total: usize = [x.iter().product::<usize>(), w.iter().product(), y.iter().product()]
-        .into_iter()
-        .max()
-        .unwrap_or(0);
+    let total: usize = [
+        x.iter().product::<usize>(),
+        w.iter().product(),
+        y.iter().product(),
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
     if total >= 1 << 31 {
-        return Err(format!("{total} elements: more than the generator indexes (2^31)"));
+        return Err(format!(
+            "{total} elements: more than the generator indexes (2^31)"
+        ));
     }
 
     // The epilogue on accumulator `v` of output channel `mc`, element `yi`.
@@ -122,12 +140,11 @@ pub fn conv(graph: &Graph, id: NodeId, entry: &str) -> Result<Option<GeneratedKe
     src.line(&format!("  __shared__ float xs[{BK}][{BN}];"));
     src.line("  const unsigned tid = threadIdx.x;");
     src.line("  const unsigned tx = tid % 16u, ty = tid / 16u;");
-    src.line(&format!("  const unsigned p0 = blockIdx.x * {BN}u, m0 = blockIdx.y * {BM}u;"));
-    src.line("  const unsigned g = blockIdx.z;");
     src.line(&format!(
-        "  const float* wg = w + g * {};",
-        mg * k
+        "  const unsigned p0 = blockIdx.x * {BN}u, m0 = blockIdx.y * {BM}u;"
     ));
+    src.line("  const unsigned g = blockIdx.z;");
+    src.line(&format!("  const float* wg = w + g * {};", mg * k));
     src.line(&format!("  const float* xg = x + g * {};", cg * h * wd));
     src.line("  float acc[4][4];");
     src.line("#pragma unroll");
@@ -135,7 +152,9 @@ pub fn conv(graph: &Graph, id: NodeId, entry: &str) -> Result<Option<GeneratedKe
     src.line("#pragma unroll");
     src.line("    for (int j = 0; j < 4; ++j) { acc[i][j] = 0.0f; }");
     src.line("  }");
-    src.line(&format!("  for (unsigned k0 = 0; k0 < {k}u; k0 += {BK}u) {{"));
+    src.line(&format!(
+        "  for (unsigned k0 = 0; k0 < {k}u; k0 += {BK}u) {{"
+    ));
     // W slice: BM x BK, read along k.
     src.line(&format!(
         "    for (unsigned e = tid; e < {}u; e += {THREADS}u) {{",
@@ -154,7 +173,9 @@ pub fn conv(graph: &Graph, id: NodeId, entry: &str) -> Result<Option<GeneratedKe
         "    for (unsigned e = tid; e < {}u; e += {THREADS}u) {{",
         BK * BN
     ));
-    src.line(&format!("      const unsigned kk = e / {BN}u, pp = e % {BN}u;"));
+    src.line(&format!(
+        "      const unsigned kk = e / {BN}u, pp = e % {BN}u;"
+    ));
     src.line("      const unsigned gk = k0 + kk, gp = p0 + pp;");
     src.line("      float v = 0.0f;");
     src.line(&format!("      if (gk < {k}u && gp < {p}u) {{"));
@@ -163,13 +184,17 @@ pub fn conv(graph: &Graph, id: NodeId, entry: &str) -> Result<Option<GeneratedKe
         kh * kw,
         kh * kw
     ));
-    src.line(&format!("        const unsigned ki = r / {kw}u, kj = r % {kw}u;"));
+    src.line(&format!(
+        "        const unsigned ki = r / {kw}u, kj = r % {kw}u;"
+    ));
     src.line(&format!(
         "        const unsigned bn = gp / {}u, q = gp % {}u;",
         oh * ow,
         oh * ow
     ));
-    src.line(&format!("        const unsigned oi = q / {ow}u, oj = q % {ow}u;"));
+    src.line(&format!(
+        "        const unsigned oi = q / {ow}u, oj = q % {ow}u;"
+    ));
     src.line(&format!(
         "        const int ih = (int)(oi * {sh}u + ki * {dh}u) - {ph};"
     ));

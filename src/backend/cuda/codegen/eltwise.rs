@@ -59,7 +59,9 @@ pub struct EltProgram {
 pub fn generate(entry: &str, prog: &EltProgram) -> Result<GeneratedKernel, String> {
     let n: usize = prog.shape.iter().product();
     if n >= 1 << 31 {
-        return Err(format!("{n} elements: more than the generator indexes (2^31)"));
+        return Err(format!(
+            "{n} elements: more than the generator indexes (2^31)"
+        ));
     }
     // Types first: each step's value through the table, with placeholder names.
     let mut step_vals: Vec<CVal> = vec![];
@@ -145,7 +147,7 @@ pub fn generate(entry: &str, prog: &EltProgram) -> Result<GeneratedKernel, Strin
     let walk = Walk::new(&prog.shape, &shapes)
         .ok_or_else(|| format!("the operands do not broadcast to {:?}", prog.shape))?;
     let vector = n > 0
-        && n % 4 == 0
+        && n.is_multiple_of(4)
         && prog
             .inputs
             .iter()
@@ -247,7 +249,11 @@ pub fn generate(entry: &str, prog: &EltProgram) -> Result<GeneratedKernel, Strin
             .iter()
             .enumerate()
             .map(|(o, (_, s))| {
-                format!("p{}[i] = {};", out_slot[o], out_tys[o].store(&format!("t{s}")))
+                format!(
+                    "p{}[i] = {};",
+                    out_slot[o],
+                    out_tys[o].store(&format!("t{s}"))
+                )
             })
             .collect();
         body(&mut src, "    ", &loads, &stores);

@@ -117,7 +117,10 @@ pub fn have_gxx() -> bool {
 /// runs it, and returns per launch, per parameter, the buffer after the launch (the
 /// initial contents for parameters the kernel only reads). Err carries g++'s log or the
 /// program's error output.
-pub fn run_on_host(launches: &[HostLaunch<'_>], flags: &[&str]) -> Result<Vec<Vec<Vec<u8>>>, String> {
+pub fn run_on_host(
+    launches: &[HostLaunch<'_>],
+    flags: &[&str],
+) -> Result<Vec<Vec<Vec<u8>>>, String> {
     for (i, l) in launches.iter().enumerate() {
         if l.buffers.len() != l.kernel.params.len() {
             return Err(format!(

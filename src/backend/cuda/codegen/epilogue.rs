@@ -30,7 +30,12 @@ pub fn activation_step(attrs: &Attrs, x: EltArg) -> Result<Option<EltStep>, Stri
             bounds[(k == "max") as usize] = Some(EltArg::Lit(CVal::f32(x)));
             continue;
         }
-        let kind = op.schema().attrs.iter().find(|s| s.name == k).map(|s| s.kind);
+        let kind = op
+            .schema()
+            .attrs
+            .iter()
+            .find(|s| s.name == k)
+            .map(|s| s.kind);
         let value = match kind {
             Some(AttrKind::Int) => Attr::Int(v.parse().map_err(|_| bad())?),
             Some(AttrKind::Float) => Attr::Float(v.parse().map_err(|_| bad())?),

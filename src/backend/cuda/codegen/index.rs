@@ -50,7 +50,11 @@ impl Walk {
             }
             let st: Vec<usize> = all.iter().map(|s| s[ax]).collect();
             if let Some(last) = dims.last_mut() {
-                if strides.iter().zip(&st).all(|(l, s)| l.last() == Some(&(s * size))) {
+                if strides
+                    .iter()
+                    .zip(&st)
+                    .all(|(l, s)| l.last() == Some(&(s * size)))
+                {
                     *last *= size;
                     for (l, s) in strides.iter_mut().zip(&st) {
                         *l.last_mut().expect("merged") = *s;

@@ -25,8 +25,8 @@ use crate::ir::{DType, Graph, NodeId, TensorType};
 
 pub mod cexpr;
 mod conv;
-pub mod emulation;
 mod eltwise;
+pub mod emulation;
 mod epilogue;
 pub mod index;
 mod reduce;
@@ -212,7 +212,11 @@ fn common_output_shape(graph: &Graph, id: NodeId) -> std::result::Result<Vec<usi
     Ok(shape)
 }
 
-fn plain_kernel(graph: &Graph, id: NodeId, entry: &str) -> std::result::Result<GeneratedKernel, String> {
+fn plain_kernel(
+    graph: &Graph,
+    id: NodeId,
+    entry: &str,
+) -> std::result::Result<GeneratedKernel, String> {
     let n = graph.node(id);
     let ins = node_inputs(graph, id)?;
     let args = ins
@@ -238,7 +242,11 @@ fn plain_kernel(graph: &Graph, id: NodeId, entry: &str) -> std::result::Result<G
     eltwise::generate(entry, &prog)
 }
 
-fn fused_kernel(graph: &Graph, id: NodeId, entry: &str) -> std::result::Result<GeneratedKernel, String> {
+fn fused_kernel(
+    graph: &Graph,
+    id: NodeId,
+    entry: &str,
+) -> std::result::Result<GeneratedKernel, String> {
     use crate::ir::ops::fused::{body, exported_steps, Arg};
     let n = graph.node(id);
     let ins = node_inputs(graph, id)?;
@@ -295,8 +303,12 @@ fn output_tys(graph: &Graph, id: NodeId) -> std::result::Result<Vec<Ty>, String>
 /// bias / residual inputs as Input(i)]. Ok(None) when the node has no epilogue or is not
 /// one of those ops.
 pub fn epilogue_kernel(graph: &Graph, node: NodeId) -> Result<Option<GeneratedKernel>> {
-    epilogue::epilogue(graph, node, &entry_name(node, &graph.node(node).op, "_epilogue"))
-        .map_err(|e| unsupported(graph, node, &e))
+    epilogue::epilogue(
+        graph,
+        node,
+        &entry_name(node, &graph.node(node).op, "_epilogue"),
+    )
+    .map_err(|e| unsupported(graph, node, &e))
 }
 
 /// Every kernel the generator emits for a graph, in schedule order: per node its

@@ -140,7 +140,9 @@ fn offset(var: &str, groups: &[(usize, usize)], p: &str) -> (Vec<String>, String
                 if k == 0 {
                     stmts.push(format!("const unsigned {p}c{k} = {p}r;"));
                 } else {
-                    stmts.push(format!("const unsigned {p}c{k} = {p}r % {d}u; {p}r /= {d}u;"));
+                    stmts.push(format!(
+                        "const unsigned {p}c{k} = {p}r % {d}u; {p}r /= {d}u;"
+                    ));
                 }
                 terms.push(format!("{p}c{k} * {s}u"));
             }
@@ -210,7 +212,10 @@ fn f32_io(graph: &Graph, id: NodeId) -> Result<(Vec<usize>, usize), String> {
     let xt = graph.value_type(x).map_err(|e| e.to_string())?;
     for (what, t) in [("input 0", xt), ("output 0", &n.outputs[0])] {
         if ty_of(t.dtype, what)? != Ty::F32 {
-            return Err(format!("{what} is {}; the CUDA generator supports f32 here", t.dtype));
+            return Err(format!(
+                "{what} is {}; the CUDA generator supports f32 here",
+                t.dtype
+            ));
         }
     }
     if n.attrs.int_or("block", 0)? != 0 {
@@ -231,7 +236,9 @@ pub fn reduction(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKern
     let axes: Vec<usize> = if n.op.starts_with("Global") {
         (2..rank).collect()
     } else {
-        let xt = graph.value_type(n.inputs[0].expect("checked")).map_err(|e| e.to_string())?;
+        let xt = graph
+            .value_type(n.inputs[0].expect("checked"))
+            .map_err(|e| e.to_string())?;
         let axes_input = match n.inputs.get(1).copied().flatten() {
             None => None,
             Some(v) => {
@@ -302,9 +309,15 @@ pub fn reduction(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKern
         }
         let c = k.combine;
         src.line(&format!("  float acc = {};", c.identity));
-        each(&mut src, &format!("acc = kiln_comb_{}(acc, {});", c.name, map("v")));
+        each(
+            &mut src,
+            &format!("acc = kiln_comb_{}(acc, {});", c.name, map("v")),
+        );
         src.line(&format!("  acc = kiln_block_{}(acc, red);", c.name));
-        src.line(&format!("  if (threadIdx.x == 0u) {{ y[row] = {}; }}", finish("acc")));
+        src.line(&format!(
+            "  if (threadIdx.x == 0u) {{ y[row] = {}; }}",
+            finish("acc")
+        ));
         src.line("}");
         Ok(GeneratedKernel {
             entry: entry.into(),
@@ -345,16 +358,31 @@ pub fn reduction(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKern
             src.line("    m = fabsf(m) <= 3.40282347e38f ? m : 0.0f;");
         }
         src.line(&format!("    float acc = {};", c.identity));
-        each(&mut src, &format!("acc = kiln_comb_{}(acc, {});", c.name, map("v")));
+        each(
+            &mut src,
+            &format!("acc = kiln_comb_{}(acc, {});", c.name, map("v")),
+        );
         src.line(&format!("    y[row] = {};", finish("acc")));
         src.line("  }");
         src.line("}");
-        Ok(column_kernel(entry, src, rows, vec![KernelParam::Input(0), KernelParam::Output(0)]))
+        Ok(column_kernel(
+            entry,
+            src,
+            rows,
+            vec![KernelParam::Input(0), KernelParam::Output(0)],
+        ))
     }
 }
 
-fn column_kernel(entry: &str, src: Source, rows: usize, params: Vec<KernelParam>) -> GeneratedKernel {
-    let blocks = (rows as u64).div_ceil(COLUMN_BLOCK as u64).clamp(1, MAX_BLOCKS) as u32;
+fn column_kernel(
+    entry: &str,
+    src: Source,
+    rows: usize,
+    params: Vec<KernelParam>,
+) -> GeneratedKernel {
+    let blocks = (rows as u64)
+        .div_ceil(COLUMN_BLOCK as u64)
+        .clamp(1, MAX_BLOCKS) as u32;
     GeneratedKernel {
         entry: entry.into(),
         source: src.text,
@@ -460,7 +488,10 @@ pub fn layer_norm(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKer
     let (dims, _) = f32_io(graph, id)?;
     for (o, t) in n.outputs.iter().enumerate() {
         if ty_of(t.dtype, &format!("output {o}"))? != Ty::F32 {
-            return Err(format!("output {o} is {}; LayerNormalization is f32 here", t.dtype));
+            return Err(format!(
+                "output {o} is {}; LayerNormalization is f32 here",
+                t.dtype
+            ));
         }
     }
     let axis = crate::ir::shape::norm_axis(n.attrs.int_or("axis", -1)?, dims.len())?;
@@ -475,7 +506,10 @@ pub fn layer_norm(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKer
         if let Some(v) = n.inputs.get(i).copied().flatten() {
             let t = graph.value_type(v).map_err(|e| e.to_string())?;
             if ty_of(t.dtype, what)? != Ty::F32 {
-                return Err(format!("{what} is {}; LayerNormalization is f32 here", t.dtype));
+                return Err(format!(
+                    "{what} is {}; LayerNormalization is f32 here",
+                    t.dtype
+                ));
             }
             operands.push(fixed(t)?);
             params.push(KernelParam::Input(i));
@@ -483,9 +517,14 @@ pub fn layer_norm(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKer
         }
     }
     let shapes: Vec<&[usize]> = operands.iter().map(|s| s.as_slice()).collect();
-    let walk = Walk::new(norm, &shapes).ok_or("Scale or B does not broadcast to the normalized axes")?;
+    let walk =
+        Walk::new(norm, &shapes).ok_or("Scale or B does not broadcast to the normalized axes")?;
     let (wstmts, woffs) = walk.offsets("j", "unsigned", "w");
-    params.extend([KernelParam::Output(0), KernelParam::Output(1), KernelParam::Output(2)]);
+    params.extend([
+        KernelParam::Output(0),
+        KernelParam::Output(1),
+        KernelParam::Output(2),
+    ]);
     let threads = row_threads(len, rows);
     let mut src = Source::new(entry);
     src.line(cexpr::PRELUDE);
@@ -520,7 +559,9 @@ pub fn layer_norm(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKer
     };
     src.line("  float s = 0.0f;");
     each(&mut src, &["s += xr[j];".into()]);
-    src.line(&format!("  const float mean = kiln_block_sum(s, red) / {lenf};"));
+    src.line(&format!(
+        "  const float mean = kiln_block_sum(s, red) / {lenf};"
+    ));
     src.line("  float q = 0.0f;");
     each(
         &mut src,

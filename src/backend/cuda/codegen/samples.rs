@@ -77,10 +77,43 @@ fn unary() -> Result<Graph> {
     let mut b = Builder::new("unary");
     let x = b.f32("x", &[5, 33])?;
     let plain = [
-        "Neg", "Abs", "Sign", "Relu", "Exp", "Log", "Sqrt", "Reciprocal", "Tanh", "Sigmoid",
-        "Erf", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh",
-        "Atanh", "Floor", "Ceil", "Round", "Softplus", "Softsign", "Mish", "HardSwish",
-        "LeakyRelu", "Elu", "Celu", "ThresholdedRelu", "Selu", "HardSigmoid", "Gelu", "IsNaN",
+        "Neg",
+        "Abs",
+        "Sign",
+        "Relu",
+        "Exp",
+        "Log",
+        "Sqrt",
+        "Reciprocal",
+        "Tanh",
+        "Sigmoid",
+        "Erf",
+        "Sin",
+        "Cos",
+        "Tan",
+        "Asin",
+        "Acos",
+        "Atan",
+        "Sinh",
+        "Cosh",
+        "Asinh",
+        "Acosh",
+        "Atanh",
+        "Floor",
+        "Ceil",
+        "Round",
+        "Softplus",
+        "Softsign",
+        "Mish",
+        "HardSwish",
+        "LeakyRelu",
+        "Elu",
+        "Celu",
+        "ThresholdedRelu",
+        "Selu",
+        "HardSigmoid",
+        "Gelu",
+        "IsNaN",
         "IsInf",
     ];
     for op in plain {
@@ -129,7 +162,14 @@ fn binary() -> Result<Graph> {
     b.op("Clip", &[Some(x), None, Some(hi)], Attrs::new())?;
     b.op("Clip", &[Some(x), Some(lo)], Attrs::new())?;
     let i = b.param("i", DType::I32, &[3, 7])?;
-    for (v, to) in [(x, "i32"), (x, "bool"), (x, "i64"), (p, "f32"), (i, "f32"), (i, "bool")] {
+    for (v, to) in [
+        (x, "i32"),
+        (x, "bool"),
+        (x, "i64"),
+        (p, "f32"),
+        (i, "f32"),
+        (i, "bool"),
+    ] {
         b.v("Cast", &[v], attrs(&[("to", s(to))]))?;
     }
     Ok(b.g)
@@ -148,7 +188,13 @@ fn fused() -> Result<Graph> {
         attrs(&[
             (
                 "body",
-                body(&["Add(i0, i1)", "Mul(t0, i2)", "Relu(t1)", "Sigmoid(t2)", "Sub(t3, t0)"]),
+                body(&[
+                    "Add(i0, i1)",
+                    "Mul(t0, i2)",
+                    "Relu(t1)",
+                    "Sigmoid(t2)",
+                    "Sub(t3, t0)",
+                ]),
             ),
             ("outputs", Attr::Ints(vec![1, 2])),
         ]),
@@ -161,7 +207,15 @@ fn fused() -> Result<Graph> {
         "Fused",
         &[y, z, c],
         attrs(&[
-            ("body", body(&["Mul(i0, i2)", "Add(t0, i1)", "Tanh(t1)", "Gelu(t2) approximate=tanh"])),
+            (
+                "body",
+                body(&[
+                    "Mul(i0, i2)",
+                    "Add(t0, i1)",
+                    "Tanh(t1)",
+                    "Gelu(t2) approximate=tanh",
+                ]),
+            ),
             ("outputs", Attr::Ints(vec![0])),
         ]),
     )?;
@@ -172,7 +226,12 @@ fn fused() -> Result<Graph> {
         &[w, bias],
         attrs(&[(
             "body",
-            body(&["Greater(i0, i0)", "Exp(i0)", "Where(t0, t1, i0)", "LeakyRelu(t2) alpha=0.2"]),
+            body(&[
+                "Greater(i0, i0)",
+                "Exp(i0)",
+                "Where(t0, t1, i0)",
+                "LeakyRelu(t2) alpha=0.2",
+            ]),
         )]),
     )?;
     Ok(b.g)
@@ -292,7 +351,10 @@ fn epilogues() -> Result<Graph> {
         &[Some(x), Some(k), Some(cb)],
         attrs(&[
             ("activation", s("Clip")),
-            ("activation_attrs", Attr::Strings(vec!["min=0".into(), "max=6".into()])),
+            (
+                "activation_attrs",
+                Attr::Strings(vec!["min=0".into(), "max=6".into()]),
+            ),
         ]),
     )?;
     Ok(b.g)
@@ -305,7 +367,11 @@ fn convolutions() -> Result<Graph> {
     let x = b.f32("x", &[2, 8, 11, 11])?;
     let w = b.f32("w", &[70, 8, 3, 3])?;
     let bias = b.f32("bias", &[70])?;
-    b.v("Conv", &[x, w, bias], attrs(&[("pads", ints(&[1, 1, 1, 1]))]))?;
+    b.v(
+        "Conv",
+        &[x, w, bias],
+        attrs(&[("pads", ints(&[1, 1, 1, 1]))]),
+    )?;
     // Groups, strides, asymmetric pads.
     let x = b.f32("xg", &[1, 6, 7, 7])?;
     let w = b.f32("wg", &[9, 2, 3, 3])?;
@@ -333,7 +399,11 @@ fn convolutions() -> Result<Graph> {
     b.v(
         "Conv",
         &[x, w],
-        attrs(&[("group", Attr::Int(4)), ("auto_pad", s("SAME_UPPER")), ("strides", ints(&[2, 2]))]),
+        attrs(&[
+            ("group", Attr::Int(4)),
+            ("auto_pad", s("SAME_UPPER")),
+            ("strides", ints(&[2, 2])),
+        ]),
     )?;
     // 1-D.
     let x = b.f32("x1", &[2, 3, 20])?;
