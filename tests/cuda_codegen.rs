@@ -97,6 +97,7 @@ fn family(op: &str, epilogue: bool) -> &'static str {
         "LayerNormalization" => "layernorm",
         "Fused" => "fused",
         "Conv" | "FusedConv" => "conv",
+        "MaxPool" | "AveragePool" => "pool",
         o if o.starts_with("Reduce") || o.starts_with("Global") => "reduction",
         _ => "elementwise",
     }

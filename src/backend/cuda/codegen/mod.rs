@@ -1,6 +1,7 @@
 //! CUDA C generated from the optimized, shape-specialized IR (issue 9): one kernel per
 //! node for elementwise ops and `Fused` chains (with broadcasting and exported steps),
-//! reductions, Softmax/LogSoftmax, LayerNormalization, global pools, 1-D/2-D Conv and
+//! reductions, Softmax/LogSoftmax, LayerNormalization, global pools, 1-D/2-D
+//! MaxPool/AveragePool, 1-D/2-D Conv and
 //! FusedConv as implicit GEMMs (epilogue fused), and the epilogue (bias, residual,
 //! activation) of FusedMatMul, whose GEMM cuBLAS does.
 //!
@@ -29,6 +30,7 @@ mod eltwise;
 pub mod emulation;
 mod epilogue;
 pub mod index;
+mod pool;
 mod reduce;
 pub mod samples;
 
@@ -148,6 +150,8 @@ pub fn kernel_for_node(graph: &Graph, node: NodeId) -> Result<Option<GeneratedKe
         Some(reduce::softmax(graph, node, &entry).map_err(fail)?)
     } else if op == "Conv" || op == "FusedConv" {
         conv::conv(graph, node, &entry).map_err(fail)?
+    } else if op == "MaxPool" || op == "AveragePool" {
+        pool::pool(graph, node, &entry).map_err(fail)?
     } else if op == "LayerNormalization" {
         Some(reduce::layer_norm(graph, node, &entry).map_err(fail)?)
     } else if matches!(

@@ -409,6 +409,48 @@ fn convolutions() -> Result<Graph> {
     let x = b.f32("x1", &[2, 3, 20])?;
     let w = b.f32("w1", &[5, 3, 4])?;
     b.v("Conv", &[x, w], attrs(&[("strides", ints(&[3]))]))?;
+    // Pools: padding, strides, ceil mode, the padding counted or not, 1-D.
+    let img = b.f32("img", &[2, 3, 9, 10])?;
+    let k3 = || ("kernel_shape", Attr::Ints(vec![3, 3]));
+    b.v(
+        "MaxPool",
+        &[img],
+        attrs(&[
+            k3(),
+            ("strides", ints(&[2, 2])),
+            ("pads", ints(&[1, 1, 1, 1])),
+        ]),
+    )?;
+    b.v(
+        "MaxPool",
+        &[img],
+        attrs(&[
+            k3(),
+            ("strides", ints(&[2, 2])),
+            ("ceil_mode", Attr::Int(1)),
+        ]),
+    )?;
+    b.v(
+        "AveragePool",
+        &[img],
+        attrs(&[k3(), ("pads", ints(&[1, 0, 1, 2]))]),
+    )?;
+    b.v(
+        "AveragePool",
+        &[img],
+        attrs(&[
+            k3(),
+            ("strides", ints(&[2, 2])),
+            ("pads", ints(&[1, 1, 1, 1])),
+            ("count_include_pad", Attr::Int(1)),
+            ("ceil_mode", Attr::Int(1)),
+        ]),
+    )?;
+    b.v(
+        "MaxPool",
+        &[x],
+        attrs(&[("kernel_shape", ints(&[4])), ("strides", ints(&[3]))]),
+    )?;
     Ok(b.g)
 }
 
