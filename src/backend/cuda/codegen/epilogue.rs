@@ -1,6 +1,7 @@
 //! The epilogue of a FusedMatMul/FusedConv (bias, residual Z, activation) as an in-place
 //! elementwise kernel over the GEMM's (or convolution's) output, in the order the
-//! reference applies them: `act((y + bias) + Z)`.
+//! reference applies them: `act((y + bias) + Z)`. A Gemm's `+ beta·C` is one too, over
+//! cuBLAS's `alpha·A'·B'`.
 use super::cexpr::{CVal, Ty};
 use super::eltwise::{self, EltArg, EltInput, EltProgram, EltStep};
 use super::{fixed, ty_of, GeneratedKernel, KernelParam};
@@ -70,6 +71,7 @@ pub fn epilogue(graph: &Graph, id: NodeId, entry: &str) -> Result<Option<Generat
     let conv = match n.op.as_str() {
         "FusedMatMul" => false,
         "FusedConv" => true,
+        "Gemm" => return gemm_epilogue(graph, id, entry),
         _ => return Ok(None),
     };
     if conv && n.attrs.int_or("block", 0)? != 0 {
@@ -121,6 +123,57 @@ pub fn epilogue(graph: &Graph, id: NodeId, entry: &str) -> Result<Option<Generat
     if steps.is_empty() {
         return Ok(None);
     }
+    let prog = EltProgram {
+        inputs,
+        outputs: vec![(KernelParam::Output(0), steps.len() - 1)],
+        steps,
+        shape,
+        expect: vec![Ty::F32],
+    };
+    eltwise::generate(entry, &prog).map(Some)
+}
+
+/// Gemm's `y + beta·C` (C broadcast to Y) over `y = alpha·A'·B'`; Ok(None) without C.
+fn gemm_epilogue(
+    graph: &Graph,
+    id: NodeId,
+    entry: &str,
+) -> Result<Option<GeneratedKernel>, String> {
+    let n = graph.node(id);
+    let Some(c) = n.inputs.get(2).copied().flatten() else {
+        return Ok(None);
+    };
+    let ct = graph.value_type(c).map_err(|e| e.to_string())?;
+    for (what, t) in [("C", ct), ("output 0", &n.outputs[0])] {
+        if ty_of(t.dtype, what)? != Ty::F32 {
+            return Err(format!("{what} is {}; epilogues are f32", t.dtype));
+        }
+    }
+    let shape = fixed(&n.outputs[0])?;
+    let beta = n.attrs.float_or("beta", 1.0)?;
+    let inputs = vec![
+        EltInput {
+            param: KernelParam::Output(0),
+            ty: Ty::F32,
+            shape: shape.clone(),
+        },
+        EltInput {
+            param: KernelParam::Input(2),
+            ty: Ty::F32,
+            shape: fixed(ct).map_err(|e| format!("C: {e}"))?,
+        },
+    ];
+    let mut steps = vec![];
+    let mut c_arg = EltArg::Input(1);
+    if beta != 1.0 {
+        steps.push(EltStep {
+            op: "Mul".into(),
+            attrs: Attrs::new(),
+            args: vec![Some(EltArg::Input(1)), Some(EltArg::Lit(CVal::f32(beta)))],
+        });
+        c_arg = EltArg::Step(0);
+    }
+    steps.push(add(EltArg::Input(0), c_arg));
     let prog = EltProgram {
         inputs,
         outputs: vec![(KernelParam::Output(0), steps.len() - 1)],

@@ -337,6 +337,18 @@ fn epilogues() -> Result<Graph> {
         b.op("FusedMatMul", &ins, at)?;
     }
     b.op("FusedMatMul", &[Some(a), Some(w), Some(bias)], Attrs::new())?;
+    // Gemm: cuBLAS's alpha·A'·B', then beta·C (C broadcast) by the generator.
+    let at = b.f32("at", &[5, 3])?;
+    b.v(
+        "Gemm",
+        &[at, w, bias],
+        attrs(&[
+            ("transA", Attr::Int(1)),
+            ("alpha", Attr::Float(0.5)),
+            ("beta", Attr::Float(1.5)),
+        ]),
+    )?;
+    b.v("Gemm", &[a, w, z], Attrs::new())?;
     let x = b.f32("x", &[1, 2, 6, 6])?;
     let k = b.f32("kw", &[4, 2, 3, 3])?;
     let cb = b.f32("cb", &[4])?;
@@ -468,12 +480,13 @@ pub fn graphs() -> Result<Vec<Graph>> {
 }
 
 pub fn all() -> Vec<GeneratedKernel> {
-    let graphs = graphs().expect("the sample graphs are well formed (a unit test checks)");
+    let graphs =
+        graphs().expect("the sample graphs are well formed (tests/cuda_codegen.rs checks)");
     graphs
         .iter()
         .flat_map(|g| {
             kernels_for_graph(g)
-                .expect("every sample kernel generates (a unit test checks)")
+                .expect("every sample kernel generates (tests/cuda_codegen.rs checks)")
                 .into_iter()
                 .map(|(_, k)| k)
         })
