@@ -54,7 +54,10 @@ pub struct GeneratedKernel {
     /// The kernel's parameters in order. Every buffer is a pointer to the tensor's
     /// first element, dense row-major, of the dtype's C type (`float`, `unsigned char`
     /// for bool, `int`, `long long`), and 16-byte aligned: elementwise kernels load
-    /// float4 when the sizes allow.
+    /// float4 when the sizes allow. Buffers may alias only as the memory planner's
+    /// in-place rules allow (an elementwise, Fused, softmax or layernorm output over a
+    /// same-shaped input, FusedConv's output over Z): every kernel reads such an element
+    /// before it writes it, in the same thread.
     pub params: Vec<KernelParam>,
 }
 
