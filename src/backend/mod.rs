@@ -12,6 +12,7 @@ use crate::passes::PassOptions;
 use crate::tensor::Tensor;
 
 pub mod cpu;
+pub mod cuda;
 pub mod interp;
 
 /// Where a graph runs: `"interp"`, `"cpu"` or `"cuda:N"`.

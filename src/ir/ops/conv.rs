@@ -10,7 +10,7 @@ use crate::tensor::Tensor;
 
 /// How a window slides along one spatial axis.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Window {
+pub struct Window {
     pub kernel: usize,
     pub stride: usize,
     pub dilation: usize,
@@ -86,7 +86,7 @@ fn per_axis(
 
 /// The windows of an op with `kernel` over spatial dims `input` (None where unknown):
 /// strides, dilations, pads and auto_pad applied.
-pub(super) fn windows(
+pub fn windows(
     attrs: &Attrs,
     kernel: &[usize],
     input: &[Option<usize>],
