@@ -12,6 +12,7 @@ use crate::passes::PassOptions;
 use crate::tensor::Tensor;
 
 pub mod cpu;
+pub mod cuda;
 pub mod interp;
 
 /// Where a graph runs: `"interp"`, `"cpu"` or `"cuda:N"`.
@@ -140,9 +141,14 @@ pub fn backend_with(
             threads,
             tuning: cpu::tune::Tuning::from_env(),
         })),
-        Device::Cuda(n) if cfg!(feature = "cuda") => Err(Error::Device(format!(
-            "cuda:{n}: the CUDA backend is not built yet"
-        ))),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(n) => {
+            cuda::probe::probe(n)?;
+            Err(Error::Device(format!(
+                "cuda:{n}: the CUDA backend is not built yet"
+            )))
+        }
+        #[cfg(not(feature = "cuda"))]
         Device::Cuda(n) => Err(Error::Device(format!(
             "cuda:{n}: Kiln was built without CUDA (the `cuda` feature)"
         ))),

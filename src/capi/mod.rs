@@ -59,6 +59,7 @@ impl From<Error> for Failure {
             Error::Parse { .. } => KILN_STATUS_PARSE,
             Error::UnknownOp(_) => KILN_STATUS_UNKNOWN_OP,
             Error::Graph(_) => KILN_STATUS_INVALID_GRAPH,
+            Error::Compile(_) => KILN_STATUS_COMPILE_FAILED,
             Error::Runtime(_) => KILN_STATUS_RUN_FAILED,
             Error::Device(_) => KILN_STATUS_DEVICE_UNAVAILABLE,
         };
