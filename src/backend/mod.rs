@@ -120,6 +120,21 @@ pub fn cpu_pass_options(mut passes: PassOptions) -> PassOptions {
     passes
 }
 
+/// Ok if graphs can be compiled for `device` in this build on this machine, else the
+/// `Error::Device` saying why (built without CUDA, no driver, no such device, ...).
+/// Never panics, whatever the machine lacks.
+pub fn device_available(device: Device) -> Result<()> {
+    match device {
+        Device::Interp | Device::Cpu => Ok(()),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(n) => cuda::probe::probe(n),
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda(n) => Err(Error::Device(format!(
+            "cuda:{n}: Kiln was built without CUDA (the `cuda` feature)"
+        ))),
+    }
+}
+
 /// The backend for `device` with the pass options of the environment (`KILN_*`) and a
 /// thread per core, or why there is none.
 pub fn backend_for(device: Device) -> Result<Box<dyn Backend>> {
@@ -141,16 +156,11 @@ pub fn backend_with(
             threads,
             tuning: cpu::tune::Tuning::from_env(),
         })),
-        #[cfg(feature = "cuda")]
         Device::Cuda(n) => {
-            cuda::probe::probe(n)?;
+            device_available(device)?;
             Err(Error::Device(format!(
                 "cuda:{n}: the CUDA backend is not built yet"
             )))
         }
-        #[cfg(not(feature = "cuda"))]
-        Device::Cuda(n) => Err(Error::Device(format!(
-            "cuda:{n}: Kiln was built without CUDA (the `cuda` feature)"
-        ))),
     }
 }

@@ -20,6 +20,7 @@ use crate::error::Error;
 
 pub mod compile;
 pub mod custom_op;
+pub mod device;
 pub mod graph;
 pub mod status;
 pub mod tensor;
