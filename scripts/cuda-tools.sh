@@ -14,9 +14,9 @@ sys.exit(any(m.version(p) != '$version' for p in ('nvidia-cuda-nvrtc-cu12', 'nvi
   "$python" -m pip install --quiet --disable-pip-version-check \
     "nvidia-cuda-nvrtc-cu12==$version" "nvidia-cuda-nvcc-cu12==$version" >&2
 fi
-site=$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-nvrtc_lib="$PWD/${site#"$PWD/"}/nvidia/cuda_nvrtc/lib"
-ptxas="$PWD/${site#"$PWD/"}/nvidia/cuda_nvcc/bin/ptxas"
+site=$(cd "$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")" && pwd)
+nvrtc_lib="$site/nvidia/cuda_nvrtc/lib"
+ptxas="$site/nvidia/cuda_nvcc/bin/ptxas"
 [ -f "$nvrtc_lib/libnvrtc.so.12" ] || { echo "cuda-tools: no libnvrtc.so.12 in $nvrtc_lib" >&2; exit 1; }
 [ -x "$ptxas" ] || { echo "cuda-tools: no ptxas at $ptxas" >&2; exit 1; }
 echo "export LD_LIBRARY_PATH=$nvrtc_lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
