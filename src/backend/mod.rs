@@ -129,10 +129,15 @@ pub fn device_available(device: Device) -> Result<()> {
         #[cfg(feature = "cuda")]
         Device::Cuda(n) => cuda::probe::probe(n),
         #[cfg(not(feature = "cuda"))]
-        Device::Cuda(n) => Err(Error::Device(format!(
-            "cuda:{n}: Kiln was built without CUDA (the `cuda` feature)"
-        ))),
+        Device::Cuda(n) => Err(built_without_cuda(n)),
     }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn built_without_cuda(n: u32) -> Error {
+    Error::Device(format!(
+        "cuda:{n}: Kiln was built without CUDA (the `cuda` feature)"
+    ))
 }
 
 /// The backend for `device` with the pass options of the environment (`KILN_*`) and a
@@ -156,11 +161,16 @@ pub fn backend_with(
             threads,
             tuning: cpu::tune::Tuning::from_env(),
         })),
+        #[cfg(feature = "cuda")]
         Device::Cuda(n) => {
-            device_available(device)?;
-            Err(Error::Device(format!(
-                "cuda:{n}: the CUDA backend is not built yet"
-            )))
+            cuda::probe::probe(n)?;
+            Ok(Box::new(cuda::runtime::CudaBackend {
+                ordinal: n,
+                passes,
+                kernels: std::sync::Arc::new(cuda::kernels::NoGeneratedKernels),
+            }))
         }
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda(n) => Err(built_without_cuda(n)),
     }
 }
