@@ -378,3 +378,91 @@ fn no_device_means_a_clean_error_never_a_panic() {
         "{msg}"
     );
 }
+
+/// An external op (y = x) whose CUDA kernel records what it was handed.
+struct Recorder {
+    schema: kiln::ir::ops::OpSchema,
+    cuda: bool,
+    calls: std::sync::Mutex<Vec<(usize, Vec<usize>, bool)>>,
+}
+
+impl kiln::ir::ops::Op for Recorder {
+    fn schema(&self) -> &kiln::ir::ops::OpSchema {
+        &self.schema
+    }
+    fn validate_attrs(&self, _: &Attrs) -> Result<(), String> {
+        Ok(())
+    }
+    fn infer(&self, cx: &kiln::ir::ops::InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        Ok(vec![cx.input(0)?.clone()])
+    }
+    fn eval(&self, cx: &kiln::ir::ops::EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        Ok(vec![cx.input(0)?.clone()])
+    }
+    fn has_cuda_kernel(&self) -> bool {
+        self.cuda
+    }
+    fn compute_cuda_buffers(
+        &self,
+        inputs: &[Option<kiln::ir::ops::custom::RawTensor>],
+        outputs: &[kiln::ir::ops::custom::RawTensor],
+        _attrs: &Attrs,
+        stream: *mut std::ffi::c_void,
+    ) -> Result<(), String> {
+        let x = inputs[0].as_ref().ok_or("no input")?;
+        let all_set = !x.data.is_null() && !outputs[0].data.is_null() && !stream.is_null();
+        self.calls
+            .lock()
+            .unwrap()
+            .push((inputs.len(), outputs[0].shape.clone(), all_set));
+        Ok(())
+    }
+}
+
+#[test]
+fn external_ops_run_their_cuda_callback_or_are_refused_by_name() {
+    let ops: Vec<std::sync::Arc<Recorder>> =
+        [("cudatest::with_cuda", true), ("cudatest::cpu_only", false)]
+            .into_iter()
+            .map(|(name, cuda)| {
+                let op = std::sync::Arc::new(Recorder {
+                    schema: kiln::ir::ops::OpSchema {
+                        name,
+                        family: "custom",
+                        inputs: &["x"],
+                        outputs: &["y"],
+                        attrs: &[],
+                        doc: "records its CUDA calls",
+                    },
+                    cuda,
+                    calls: Default::default(),
+                });
+                kiln::ir::ops::custom::register(op.clone()).unwrap();
+                op
+            })
+            .collect();
+    let graph = |op: &str| {
+        let mut g = Graph::new("ext");
+        let x = param(&mut g, "x", &[2, 3]);
+        let y = g.op(op, &[x], Attrs::new(), "ext").unwrap();
+        g.add_output("y", y.into()).unwrap();
+        g
+    };
+    let (with_cuda, cpu_only) = (graph("cudatest::with_cuda"), graph("cudatest::cpu_only"));
+    if !device("external ops") {
+        return;
+    }
+    let exe = cuda_exe(&with_cuda);
+    exe.run(&[Rng(1).tensor(&[2, 3])]).unwrap();
+    assert_eq!(*ops[0].calls.lock().unwrap(), vec![(1, vec![2, 3], true)]);
+    let err = backend_with(Device::Cuda(0), PassOptions::default(), 0)
+        .unwrap()
+        .compile(&cpu_only)
+        .err()
+        .expect("no CUDA kernel");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("cudatest::cpu_only") && msg.contains("compute_cuda"),
+        "{msg}"
+    );
+}

@@ -8,7 +8,8 @@
 //! transpose trick: `Cᵀ = Bᵀ·Aᵀ` in cuBLAS's column-major) followed by the generator's
 //! epilogue kernel, everything else is the generator's kernel, compiled by NVRTC for the
 //! device's architecture and loaded once. An op with no kernel is a compile error
-//! naming the op and the node.
+//! naming the op and the node. An external op runs its `compute_cuda` callback on
+//! device pointers and the run's stream.
 //!
 //! The arena holds the plan's values, then the graph inputs, then the largest scratch
 //! any launch asks for. Constants are uploaded once, at compile, into one device buffer.
@@ -19,6 +20,7 @@
 //! Not yet: graphs with variables (training) on CUDA, and f16/bf16/int GEMMs; both are
 //! compile errors saying so.
 use std::collections::HashMap;
+use std::ffi::c_void;
 use std::sync::{Arc, Mutex, RwLock};
 
 use cudarc::cublas::{result as blas, sys as blas_sys};
@@ -32,7 +34,8 @@ use super::kernels::{DeviceKernel, DeviceParam, KernelSource};
 use super::{nvrtc, probe};
 use crate::backend::{interp, unknown_variable, Backend, Executable};
 use crate::error::{Error, Result};
-use crate::ir::{verify, DType, Dim, Graph, NodeId, TensorType, Value};
+use crate::ir::ops::custom::{self, OpRef, RawTensor};
+use crate::ir::{verify, Attrs, DType, Dim, Graph, NodeId, TensorType, Value};
 use crate::memory;
 use crate::passes::{run_pipeline, PassOptions};
 use crate::tensor::Tensor;
@@ -151,6 +154,14 @@ enum Step {
     },
     /// Row-major `y[i] = alpha·op(a[i])·op(b[i]) + beta·y[i]` for each batch offset pair.
     Gemm(Box<Gemm>),
+    /// An external op's `compute_cuda` callback, on device pointers and the run's stream.
+    Custom {
+        node: String,
+        op: OpRef,
+        attrs: Attrs,
+        ins: Vec<Option<Slot>>,
+        outs: Vec<Slot>,
+    },
     /// A device-to-device copy (a view the plan did not alias, Gemm's C).
     Copy { from: Loc, to: Loc, bytes: usize },
 }
@@ -411,6 +422,21 @@ impl CudaExecutable {
                                 }
                             }
                         }
+                        op if op.contains("::") => {
+                            let ext = g.op_impl(op).filter(|o| o.has_cuda_kernel()).ok_or_else(|| {
+                                Error::Compile(format!(
+                                    "{}: external op {op} at node {what} has no compute_cuda callback (no CUDA kernel)",
+                                    self.device
+                                ))
+                            })?;
+                            steps.push(Step::Custom {
+                                node: what.clone(),
+                                op: ext,
+                                attrs: node.attrs.clone(),
+                                ins: ins.clone(),
+                                outs: outs.clone(),
+                            });
+                        }
                         op => match self.kernels.kernel_for_node(g, id)? {
                             Some(k) => launch(k, &mut steps)?,
                             None => {
@@ -539,6 +565,26 @@ impl CudaExecutable {
         }
         for step in &p.steps {
             match step {
+                Step::Custom {
+                    node,
+                    op,
+                    attrs,
+                    ins,
+                    outs,
+                } => {
+                    let raw = |s: &Slot| RawTensor {
+                        data: ptr(s.loc) as *mut u8,
+                        dtype: s.dtype,
+                        shape: s.shape.clone(),
+                    };
+                    let ins: Vec<Option<RawTensor>> =
+                        ins.iter().map(|s| s.as_ref().map(raw)).collect();
+                    let outs: Vec<RawTensor> = outs.iter().map(raw).collect();
+                    custom::contain(op, || {
+                        op.compute_cuda_buffers(&ins, &outs, attrs, cu_stream as *mut c_void)
+                    })
+                    .map_err(|e| Error::Runtime(format!("{node}: {e}")))?;
+                }
                 Step::Copy { from, to, bytes } => {
                     // SAFETY: both ranges lie in device buffers of the program.
                     unsafe { drv::memcpy_dtod_async(ptr(*to), ptr(*from), *bytes, cu_stream) }
