@@ -151,10 +151,11 @@ typedef kiln_status (*kiln_custom_compute_fn)(struct kiln_kernel_context *ctx, v
 typedef void (*kiln_custom_destroy_fn)(void *user_data);
 
 /**
- * The CUDA kernel: as the CPU one, with device pointers in the views and the stream
- * (a `CUstream`) to enqueue on. Reserved: no CUDA backend exists yet (issue 9), so a
- * registration may set it but nothing calls it; the interface is fixed now so that
- * libraries built today keep working when that backend arrives.
+ * The CUDA kernel: as the CPU one, with device pointers in the views (inputs and the
+ * planned outputs) and the run's stream (a `CUstream`) to enqueue on; it must not
+ * synchronize the device. The CUDA backend calls it for the op's nodes (without it,
+ * compiling such a graph for `"cuda:N"` fails naming the op). Memory from
+ * `kiln_kernel_context_scratch` is host memory.
  */
 typedef kiln_status (*kiln_custom_cuda_compute_fn)(struct kiln_kernel_context *ctx, void *stream, void *user_data);
 
@@ -229,7 +230,7 @@ typedef struct kiln_custom_op {
    */
   kiln_custom_destroy_fn destroy;
   /**
-   * Optional (reserved for the CUDA backend).
+   * Optional: the CUDA backend's kernel.
    */
   kiln_custom_cuda_compute_fn compute_cuda;
   /**
