@@ -409,16 +409,26 @@ impl CudaExecutable {
                                 (ins.get(2).cloned().flatten(), node.op.as_str())
                             {
                                 // Gemm's C of Y's shape: copied into Y, then beta·Y is added.
-                                steps.push(Step::Copy {
-                                    from: c.loc,
-                                    to: outs[0].loc,
-                                    bytes: outs[0].bytes(),
-                                });
+                                if c.loc != outs[0].loc {
+                                    steps.push(Step::Copy {
+                                        from: c.loc,
+                                        to: outs[0].loc,
+                                        bytes: outs[0].bytes(),
+                                    });
+                                }
                             }
                             steps.push(Step::Gemm(Box::new(gemm)));
                             if node.op == "FusedMatMul" {
-                                if let Some(k) = self.kernels.epilogue_kernel(g, id)? {
-                                    launch(k, &mut steps)?;
+                                match self.kernels.epilogue_kernel(g, id)? {
+                                    Some(k) => launch(k, &mut steps)?,
+                                    // Without it the bias / Z / activation would be lost.
+                                    None if has_epilogue(g, id) => {
+                                        return Err(Error::Compile(format!(
+                                            "{}: no CUDA epilogue kernel for the FusedMatMul at node {what}",
+                                            self.device
+                                        )))
+                                    }
+                                    None => {}
                                 }
                             }
                         }
@@ -823,6 +833,13 @@ fn gemm_step(
         beta,
         batches,
     })
+}
+
+/// Whether a `FusedMatMul` adds anything after its product (bias, Z, activation).
+fn has_epilogue(g: &Graph, id: NodeId) -> bool {
+    let node = g.node(id);
+    let activation = node.attrs.string_or("activation", "none").unwrap_or("?");
+    node.inputs.iter().skip(2).any(Option::is_some) || !activation.eq_ignore_ascii_case("none")
 }
 
 fn broadcast(a: &[usize], b: &[usize]) -> std::result::Result<Vec<usize>, String> {
