@@ -165,6 +165,84 @@ fn stored_values_are_computed_in_the_variables() {
 }
 
 #[test]
+fn optimizer_state_is_updated_in_place() {
+    // Nothing after Adam's loops can fail, so each loop writes its moments over the
+    // ones it read: no second buffer to swap in. The weights' new values take over the
+    // gradient's buffer instead (in the second buffer, swapped in).
+    let g = mlp(&[16, 8, 4], Some(6), adam());
+    let exe = cpu(&g, 1);
+    let Compiled::Program(p) = &*exe.program(&[vec![6, 16], vec![6], vec![]]).unwrap() else {
+        panic!("the static training graph is lowered");
+    };
+    let in_place = p.stores.len() - p.swaps.len();
+    assert_eq!(
+        in_place,
+        2 * 4 + 1,
+        "both moments of 4 parameters and the step count"
+    );
+    assert!(p.steps.iter().any(|s| s.updates_variable));
+}
+
+/// `v ← v + 1`, then row `i` of the new value: the gather, which fails on a bad index,
+/// runs after the update.
+fn update_then_gather() -> Graph {
+    let mut g = Graph::new("update_then_gather");
+    let v: Value = g
+        .add_variable(
+            "v",
+            f32s(&[3, 2]),
+            Tensor::from_vec(&[3, 2], vec![1f32; 6]).unwrap(),
+        )
+        .unwrap()
+        .into();
+    let i: Value = g
+        .add_parameter("i", TensorType::new(DType::I64, Shape::fixed(&[1])))
+        .unwrap()
+        .into();
+    let one: Value = g
+        .add_constant_value("one", Tensor::scalar(1f32))
+        .unwrap()
+        .into();
+    let next: Value = g
+        .add_op("Add", &[Some(v), Some(one)], Attrs::new(), "next")
+        .unwrap()
+        .into();
+    g.add_op("Assign", &[Some(v), Some(next)], Attrs::new(), "store")
+        .unwrap();
+    let row: Value = g
+        .add_op("Gather", &[Some(next), Some(i)], Attrs::new(), "row")
+        .unwrap()
+        .into();
+    g.add_output("row", row).unwrap();
+    g
+}
+
+#[test]
+fn a_step_that_can_fail_after_the_update_keeps_it_out_of_place() {
+    let exe = cpu(&update_then_gather(), 1);
+    let Compiled::Program(p) = &*exe.program(&[vec![1]]).unwrap() else {
+        panic!("lowered");
+    };
+    assert_eq!(p.swaps, p.stores, "the gather can fail after the update");
+    let before = exe.read_variable("v").unwrap();
+    let bad = Tensor::from_vec(&[1], vec![5i64]).unwrap();
+    let err = exe.run(&[bad]).unwrap_err().to_string();
+    assert!(err.contains("out of range"), "{err}");
+    assert_eq!(
+        exe.read_variable("v").unwrap(),
+        before,
+        "the failed run stored nothing"
+    );
+    let good = Tensor::from_vec(&[1], vec![2i64]).unwrap();
+    let row = exe.run(&[good]).unwrap();
+    assert_eq!(row[0], Tensor::from_vec(&[1, 2], vec![2f32; 2]).unwrap());
+    assert_eq!(
+        exe.read_variable("v").unwrap(),
+        Tensor::from_vec(&[3, 2], vec![2f32; 6]).unwrap()
+    );
+}
+
+#[test]
 fn a_failed_run_stores_nothing_and_writes_are_checked() {
     let g = mlp(&[4, 3], Some(2), adam());
     let exe = cpu(&g, 1);

@@ -16,6 +16,10 @@
 //! lives to the end of the run like an output, and its buffer (with the values before
 //! it that took it over in place) is the variable's next-value storage, which the
 //! executable owns ([`MemoryPlan::stored`]); it counts in none of the numbers below.
+//! When that buffer's first value is computed by the last node reading the variable,
+//! from the variable itself under the in-place rules below, it may overwrite the
+//! variable's current value ([`StoredBuffer::in_place`]): an optimizer's moment
+//! `m ← β·m + (1−β)·g` needs no second buffer.
 //!
 //! # Liveness ([`liveness`])
 //!
@@ -63,6 +67,6 @@ mod plan;
 pub mod planner;
 pub mod report;
 
-pub use plan::{plan, BufferPlan, MemoryPlan, StepDetail, ValuePlan};
+pub use plan::{plan, BufferPlan, MemoryPlan, StepDetail, StoredBuffer, ValuePlan};
 pub use planner::ALIGN;
 pub use report::{to_json, to_svg};

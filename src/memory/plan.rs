@@ -1,7 +1,7 @@
 //! [`plan`]: liveness, in-place grouping and arena placement put together.
 use std::collections::HashMap;
 
-use super::inplace::{self, Buffers};
+use super::inplace::{self, Buffers, InPlace};
 use super::liveness::{self, Liveness};
 use super::planner::{self, Interval};
 use crate::error::Result;
@@ -36,6 +36,13 @@ pub struct StoredBuffer {
     pub bytes: usize,
     /// Its values in schedule order; the last is the stored one.
     pub values: Vec<Value>,
+    /// Whether the first value may be computed over the variable's current value
+    /// instead of a second buffer: its node is the last to read the variable, reads it
+    /// as an operand the node's in-place rule lets that output overwrite, and the
+    /// variable's value is not a graph output. Every read then sees the run's start
+    /// value, but the store is no longer all or nothing: a backend that uses this must
+    /// have no step after the write that can fail.
+    pub in_place: bool,
 }
 
 /// One arena value.
@@ -115,10 +122,12 @@ impl MemoryPlan {
     /// The variable whose storage holds `v`, when `v` is computed there (see
     /// [`StoredBuffer`]).
     pub fn variable_of(&self, v: Value) -> Option<NodeId> {
-        self.stored
-            .iter()
-            .find(|b| b.values.contains(&v))
-            .map(|b| b.variable)
+        self.stored_of(v).map(|b| b.variable)
+    }
+
+    /// The buffer in a variable's storage that holds `v`, if any.
+    pub fn stored_of(&self, v: Value) -> Option<&StoredBuffer> {
+        self.stored.iter().find(|b| b.values.contains(&v))
     }
 
     /// `planned_bytes / lower_bound_bytes` (1 when both are 0).
@@ -141,16 +150,21 @@ pub fn plan(g: &Graph, schedule: &[NodeId]) -> Result<MemoryPlan> {
     // stored to two variables goes to the first; the lowering copies it to the other).
     let mut stored = vec![];
     let mut stored_chain = vec![false; merged.chains.len()];
+    let last_reads = variable_last_reads(g, schedule);
     for (var, v) in liveness::stored_values(g, schedule) {
         let Some(i) = lv.index_of(v) else { continue };
         let c = merged.chain_of[i];
         if !stored_chain[c] {
             stored_chain[c] = true;
             let chain = &merged.chains[c];
+            let head = &lv.values[chain.values[0]];
+            let in_place = last_reads.get(&var).copied().flatten() == Some(head.def)
+                && overwrites(g, schedule[head.def], head, var.out(0));
             stored.push(StoredBuffer {
                 variable: var,
                 bytes: chain.bytes,
                 values: chain.values.iter().map(|&j| lv.values[j].value).collect(),
+                in_place,
             });
         }
     }
@@ -247,6 +261,48 @@ pub fn plan(g: &Graph, schedule: &[NodeId]) -> Result<MemoryPlan> {
         stored,
         index,
     })
+}
+
+/// Per variable read in the schedule: the last step reading its value, or `None` when
+/// the value is also a graph output (it must then survive the run). An `Assign`'s
+/// target is not a read.
+fn variable_last_reads(g: &Graph, schedule: &[NodeId]) -> HashMap<NodeId, Option<usize>> {
+    let mut last = HashMap::new();
+    for (s, &id) in schedule.iter().enumerate() {
+        let node = g.node(id);
+        let skip = usize::from(node.op == "Assign");
+        for v in node.inputs.iter().skip(skip).flatten() {
+            if g.node(v.node).op == "Variable" {
+                last.insert(v.node, Some(s));
+            }
+        }
+    }
+    for out in g.outputs() {
+        if g.node(out.value.node).op == "Variable" {
+            last.insert(out.value.node, None);
+        }
+    }
+    last
+}
+
+/// Whether node `id`'s output `out` may overwrite its operand `var` (a variable's
+/// value, which dies there) under the node's in-place rule.
+fn overwrites(g: &Graph, id: NodeId, out: &liveness::ValueLife, var: Value) -> bool {
+    let node = g.node(id);
+    let ty = &g.node(var.node).outputs[0];
+    let bytes = out.dims.iter().product::<usize>() * ty.dtype.size_in_bytes();
+    if ty.shape.to_fixed().as_deref() != Some(&out.dims[..]) || bytes != out.bytes {
+        return false;
+    }
+    let reads_at = |p: usize| node.inputs.get(p).copied().flatten() == Some(var);
+    match inplace::rule_in(g, &node.op) {
+        InPlace::AnySameShape => (0..node.inputs.len()).any(reads_at),
+        // The convolution's residual must not also be one of its other operands.
+        InPlace::InputSameShape(p) => {
+            reads_at(p) && node.inputs.iter().filter(|&&u| u == Some(var)).count() == 1
+        }
+        InPlace::View | InPlace::No => false,
+    }
 }
 
 fn intervals(b: &Buffers) -> Vec<Interval> {

@@ -24,9 +24,13 @@ pub struct Program {
     pub inputs: Vec<Slot>,
     pub outputs: Vec<Slot>,
     pub memory: MemoryPlan,
-    /// The variables (by number) a run stores to: their next values become current when
-    /// it succeeds.
+    /// The variables (by number) a run stores to.
     pub stores: Vec<usize>,
+    /// Those whose next value is computed into their second buffer, which becomes
+    /// current when the run succeeds. The others are updated in place (see
+    /// [`memory::MemoryPlan::stored`]), and no step after the first such update can
+    /// fail, so a failed run still leaves every variable as it was.
+    pub swaps: Vec<usize>,
     /// Floating-point operations of one run (matrix products and convolutions).
     pub flops: f64,
     /// Keeps the constants that `Loc::Const` points into alive.
@@ -36,10 +40,29 @@ pub struct Program {
 /// Lowers `g`, whose types must all be static, for runs on `pool` with the executable's
 /// variables `vars` (those of `g` are found by name).
 pub fn lower(g: &Graph, pool: Option<&Pool>, tuning: &Tuning, vars: &Variables) -> Result<Program> {
+    let p = lower_with(g, pool, tuning, vars, true)?;
+    let first_update = p.steps.iter().position(|s| s.updates_variable);
+    match first_update {
+        Some(i) if p.steps[i..].iter().any(|s| s.kernel.can_fail()) => {
+            lower_with(g, pool, tuning, vars, false)
+        }
+        _ => Ok(p),
+    }
+}
+
+/// [`lower`], updating variables in place where the plan allows it if `in_place`.
+fn lower_with(
+    g: &Graph,
+    pool: Option<&Pool>,
+    tuning: &Tuning,
+    vars: &Variables,
+    in_place: bool,
+) -> Result<Program> {
     let schedule = g.schedule()?;
     let plan = memory::plan(g, &schedule)?;
     let stored = memory::liveness::stored_values(g, &schedule);
     let mut stores = vec![];
+    let mut swaps = vec![];
     let params = g.inputs();
     let mut slots: HashMap<Value, Slot> = HashMap::new();
     let mut consts = vec![];
@@ -110,7 +133,11 @@ pub fn lower(g: &Graph, pool: Option<&Pool>, tuning: &Tuning, vars: &Variables) 
                     continue;
                 }
                 stores.push(k);
-                if plan.variable_of(value) != Some(target.node) {
+                let stored = plan.stored_of(value).filter(|b| b.variable == target.node);
+                if !stored.is_some_and(|b| in_place && b.in_place) {
+                    swaps.push(k);
+                }
+                if stored.is_none() {
                     let from = slots[&value].clone();
                     let to = Slot {
                         loc: vars.next(k),
@@ -119,6 +146,7 @@ pub fn lower(g: &Graph, pool: Option<&Pool>, tuning: &Tuning, vars: &Variables) 
                     steps.push(Step {
                         node: g.describe(id),
                         kernel: Box::new(view::Copy::new(from, to)),
+                        updates_variable: false,
                     });
                 }
             }
@@ -139,11 +167,20 @@ pub fn lower(g: &Graph, pool: Option<&Pool>, tuning: &Tuning, vars: &Variables) 
                     })
                     .collect::<Vec<_>>();
                 let mut outs = vec![];
+                let mut updates_variable = false;
                 for k in 0..node.outputs.len() {
                     let (dtype, shape) = static_shape(id, k)?;
                     let v = id.out(k as u32);
-                    let loc = match plan.variable_of(v) {
-                        Some(var) => vars.next(vars.index(&g.node(var).name)?),
+                    let loc = match plan.stored_of(v) {
+                        Some(b) => {
+                            let var = vars.index(&g.node(b.variable).name)?;
+                            if in_place && b.in_place {
+                                updates_variable = true;
+                                vars.current(var)
+                            } else {
+                                vars.next(var)
+                            }
+                        }
                         None => Loc::Arena(
                             plan.offset_of(v)
                                 .expect("every op output is in the arena or a variable"),
@@ -168,6 +205,7 @@ pub fn lower(g: &Graph, pool: Option<&Pool>, tuning: &Tuning, vars: &Variables) 
                 steps.push(Step {
                     node: g.describe(id),
                     kernel,
+                    updates_variable,
                 });
                 for (k, s) in outs.into_iter().enumerate() {
                     slots.insert(id.out(k as u32), s);
@@ -188,6 +226,7 @@ pub fn lower(g: &Graph, pool: Option<&Pool>, tuning: &Tuning, vars: &Variables) 
         outputs,
         memory: plan,
         stores,
+        swaps,
         flops: graph_flops(g),
         _consts: consts,
     })

@@ -246,7 +246,7 @@ impl CpuExecutable {
                 .collect()
         });
         if let (Ok(_), Some(vars)) = (&outputs, stores.as_deref_mut()) {
-            vars.commit(&p.stores);
+            vars.commit(&p.swaps);
         }
         self.arenas
             .lock()

@@ -84,12 +84,19 @@ pub trait Kernel: Send + Sync {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String>;
     /// A short name for profiles and dumps (`gemm`, `conv-blocked`, `fallback`…).
     fn kind(&self) -> &'static str;
+    /// Whether `run` may return an error. Kernels whose run has no error path say no;
+    /// lowering updates variables in place only when no step after the update can fail.
+    fn can_fail(&self) -> bool {
+        true
+    }
 }
 
 /// A step: the node it came from (for errors and profiles) and its kernel.
 pub struct Step {
     pub node: String,
     pub kernel: Box<dyn Kernel>,
+    /// Whether it writes a variable's next value over its current one.
+    pub updates_variable: bool,
 }
 
 /// 64-byte aligned, zero-initialised storage: arenas and packed constants.

@@ -2,7 +2,10 @@
 //! runs read, and the buffer its next value is computed into by a run that stores to it
 //! (the memory planner puts the stored value there instead of in the arena). A run that
 //! succeeds swaps the two for every variable it stored to, so a failed run leaves the
-//! variables as they were and storing costs no copy.
+//! variables as they were and storing costs no copy. A variable the plan lets a run
+//! update in place (its last reader computes its next value over it) is written in its
+//! current buffer, and not swapped; lowering allows that only when no step after the
+//! first such update can fail, so a failed run still stores nothing.
 use super::program::{AlignedBuf, Loc};
 use crate::backend::{check_variable_write, unknown_variable};
 use crate::error::{Error, Result};

@@ -717,6 +717,13 @@ impl Kernel for BwdStep {
         }
         Ok(())
     }
+    fn can_fail(&self) -> bool {
+        // Indices and labels out of range are run-time errors.
+        matches!(
+            self.what,
+            Bwd::Scatter { .. } | Bwd::SoftmaxCrossEntropy { .. }
+        )
+    }
     fn kind(&self) -> &'static str {
         match self.what {
             Bwd::ConvTranspose { .. } => "conv-transpose",

@@ -381,6 +381,9 @@ impl Kernel for Blocked {
         self.algo.run(cx.pool, x, z, y, self.act, scratch);
         Ok(())
     }
+    fn can_fail(&self) -> bool {
+        false
+    }
     fn kind(&self) -> &'static str {
         match &self.algo {
             BlockedAlgo::Direct(_) => "conv-blocked",
@@ -409,6 +412,9 @@ impl Kernel for Plain {
             }
         }
         Ok(())
+    }
+    fn can_fail(&self) -> bool {
+        false
     }
     fn kind(&self) -> &'static str {
         match self.algo {

@@ -240,6 +240,9 @@ impl Kernel for BlockedPerPosition {
         reorder::to_blocked(ys, yb, s.n, s.oc, s.oh * s.ow, block, pool);
         Ok(())
     }
+    fn can_fail(&self) -> bool {
+        false
+    }
     fn kind(&self) -> &'static str {
         "conv-per-position-blocked"
     }
@@ -259,6 +262,9 @@ impl Kernel for PerPosition {
             cx.ptr(self.scratch) as *mut f32,
         );
         Ok(())
+    }
+    fn can_fail(&self) -> bool {
+        false
     }
     fn kind(&self) -> &'static str {
         "conv-per-position"

@@ -236,6 +236,9 @@ impl Kernel for EltStep {
         }
         Ok(())
     }
+    fn can_fail(&self) -> bool {
+        false
+    }
     fn kind(&self) -> &'static str {
         match self.what {
             Elt::Binary { .. } => "binary",

@@ -284,6 +284,9 @@ impl Kernel for MatMulStep {
         }
         Ok(())
     }
+    fn can_fail(&self) -> bool {
+        false
+    }
     fn kind(&self) -> &'static str {
         "gemm"
     }

@@ -319,6 +319,9 @@ impl Kernel for NnStep {
         }
         Ok(())
     }
+    fn can_fail(&self) -> bool {
+        false
+    }
     fn kind(&self) -> &'static str {
         match self.what {
             Nn::Pool { block: 0, .. } => "pool",

@@ -66,6 +66,9 @@ impl Kernel for ReduceStep {
         reduce::reduce(isa::isa(), self.kind, &self.plan, x, y, scratch, cx.pool);
         Ok(())
     }
+    fn can_fail(&self) -> bool {
+        false
+    }
     fn kind(&self) -> &'static str {
         "reduce"
     }

@@ -47,6 +47,9 @@ impl Kernel for Copy {
         }
         Ok(())
     }
+    fn can_fail(&self) -> bool {
+        false
+    }
     fn kind(&self) -> &'static str {
         "copy"
     }
@@ -139,6 +142,9 @@ impl Kernel for Transpose {
             _ => (0..rows).for_each(body),
         }
         Ok(())
+    }
+    fn can_fail(&self) -> bool {
+        false
     }
     fn kind(&self) -> &'static str {
         "transpose"
