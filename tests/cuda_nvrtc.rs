@@ -9,8 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use kiln::backend::cuda::nvrtc;
-use kiln::Error;
+use std::collections::HashMap;
+
+use kiln::backend::cuda::{codegen, nvrtc};
+use kiln::frontend::onnx;
+use kiln::ir::text;
+use kiln::passes::{run_pipeline, PassOptions};
+use kiln::{Error, Graph};
 
 /// The tools, or why not (then fails under CI=true, else prints SKIPPED).
 fn tools(test: &str) -> Option<PathBuf> {
@@ -46,46 +51,90 @@ struct Kernel {
     source: String,
 }
 
-/// The kernels to check.
-///
-/// Until the generator (src/backend/cuda/codegen) is on this branch, these are two
-/// hand-written kernels shaped like its output (an elementwise chain, and a row
-/// reduction through shared memory); with it, this becomes `codegen::template_samples()`
-/// plus `codegen::kernels_for_graph` over tests/graphs and the real models.
+/// The kernels to check: every template instantiated once, then every kernel the
+/// generator emits for the test graphs and (when `scripts/test-onnx-models.sh` wrote
+/// them) the real models, optimized as the CUDA backend compiles them.
 fn kernels() -> Vec<Kernel> {
-    let add_relu = r#"
-extern "C" __global__ void k0_add_relu(const float* __restrict__ a, const float* __restrict__ b,
-                                       float* __restrict__ out, unsigned n) {
-  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) { float v = a[i] + b[i]; out[i] = v > 0.0f ? v : 0.0f; }
+    let mut out: Vec<Kernel> = codegen::template_samples()
+        .into_iter()
+        .map(|k| Kernel {
+            entry: k.entry,
+            source: k.source,
+        })
+        .collect();
+    for (path, dims) in models() {
+        let g = optimized(&path, &dims);
+        let kernels =
+            codegen::kernels_for_graph(&g).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        for (_, k) in kernels {
+            out.push(Kernel {
+                // Entries are unique within a graph only.
+                entry: k.entry,
+                source: k.source,
+            });
+        }
+    }
+    out
 }
-"#;
-    let row_sum = r#"
-extern "C" __global__ void k1_row_sum(const float* __restrict__ x, float* __restrict__ out,
-                                      unsigned cols) {
-  extern __shared__ float partial[];
-  const float* row = x + (unsigned long long)blockIdx.x * cols;
-  float acc = 0.0f;
-  for (unsigned c = threadIdx.x; c < cols; c += blockDim.x) acc += row[c];
-  partial[threadIdx.x] = acc;
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) partial[threadIdx.x] += partial[threadIdx.x + s];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[blockIdx.x] = partial[0];
+
+type Model = (PathBuf, Vec<(&'static str, usize)>);
+
+fn models() -> Vec<Model> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out: Vec<Model> = vec![
+        (
+            root.join("tests/graphs/attention.kir"),
+            vec![("B", 2), ("H", 3), ("Q", 5), ("K", 7)],
+        ),
+        (root.join("tests/graphs/convnet.kir"), vec![("N", 2)]),
+        (root.join("examples/graphs/mlp.kir"), vec![("N", 3)]),
+    ];
+    let suite = [
+        ("mlp", vec![("N", 2)]),
+        ("small_cnn", vec![("N", 2)]),
+        ("resnet18", vec![("N", 1), ("H", 32), ("W", 32)]),
+        ("resnet50", vec![("N", 1), ("H", 32), ("W", 32)]),
+        ("bert_encoder", vec![("B", 1), ("S", 16)]),
+    ];
+    for (name, dims) in suite {
+        let p = root
+            .join("target/real-models")
+            .join(name)
+            .join("model.onnx");
+        if p.exists() {
+            out.push((p, dims));
+        } else {
+            assert!(
+                std::env::var_os("KILN_REQUIRE_ONNX_SUITE").is_none(),
+                "{} is missing: run scripts/test-onnx-models.sh",
+                p.display()
+            );
+            println!(
+                "skipped: {} is missing (scripts/test-onnx-models.sh writes it)",
+                p.display()
+            );
+        }
+    }
+    out
 }
-"#;
-    vec![
-        Kernel {
-            entry: "k0_add_relu".into(),
-            source: add_relu.into(),
-        },
-        Kernel {
-            entry: "k1_row_sum".into(),
-            source: row_sum.into(),
-        },
-    ]
+
+/// Imported, specialized to `dims`, optimized by the default pipeline without layout
+/// blocking (as the CUDA backend runs it).
+fn optimized(path: &Path, dims: &[(&str, usize)]) -> Graph {
+    let mut g = if path.extension().is_some_and(|e| e == "kir") {
+        text::parse_file(path).unwrap()
+    } else {
+        onnx::import_file(path).unwrap()
+    };
+    let bindings: HashMap<String, usize> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let unbound = g.specialize(&bindings).unwrap();
+    assert!(
+        unbound.is_empty(),
+        "{}: unbound {unbound:?}",
+        path.display()
+    );
+    run_pipeline(&mut g, &PassOptions::default()).unwrap();
+    g
 }
 
 fn scratch() -> PathBuf {
@@ -122,9 +171,12 @@ fn every_kernel_compiles_with_nvrtc_and_assembles_with_ptxas() {
     let Some(ptxas_path) = tools("nvrtc+ptxas") else {
         return;
     };
-    let kernels = kernels();
+    let mut kernels = kernels();
+    // The same source twice (a template reached by several graphs) is checked once.
+    let mut seen = std::collections::HashSet::new();
+    kernels.retain(|k| seen.insert(k.source.clone()));
     let mut failures = vec![];
-    for k in &kernels {
+    for (i, k) in kernels.iter().enumerate() {
         for (arch, sm) in nvrtc::ARCHES.iter().zip(["sm_80", "sm_90"]) {
             let ptx = match nvrtc::compile_ptx(&k.entry, &k.source, arch, &[]) {
                 Ok(ptx) => ptx,
@@ -138,13 +190,18 @@ fn every_kernel_compiles_with_nvrtc_and_assembles_with_ptxas() {
                 "{}: PTX for {arch} lacks `.target {sm}` or the entry",
                 k.entry
             );
-            if let Err(log) = ptxas(&ptxas_path, &ptx, &k.entry, sm) {
+            if let Err(log) = ptxas(&ptxas_path, &ptx, &format!("{i}_{}", k.entry), sm) {
                 failures.push(format!("kernel {}: ptxas -arch={sm}:\n{log}", k.entry));
             }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
     println!("nvrtc+ptxas: {} kernels, sm_80 and sm_90", kernels.len());
+    assert!(
+        kernels.len() > 20,
+        "only {} kernels: the generator emitted almost nothing",
+        kernels.len()
+    );
 }
 
 #[test]

@@ -167,7 +167,7 @@ pub fn backend_with(
             Ok(Box::new(cuda::runtime::CudaBackend {
                 ordinal: n,
                 passes,
-                kernels: std::sync::Arc::new(cuda::kernels::NoGeneratedKernels),
+                kernels: std::sync::Arc::new(cuda::kernels::Generated),
             }))
         }
         #[cfg(not(feature = "cuda"))]

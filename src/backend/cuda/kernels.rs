@@ -46,8 +46,7 @@ pub trait KernelSource: Send + Sync {
 }
 
 /// A source with no generated kernels: GEMMs (cuBLAS), views and external ops with a
-/// CUDA callback run; any other op is a compile error naming it. The default until
-/// the generator is wired in.
+/// CUDA callback run; any other op is a compile error naming it.
 pub struct NoGeneratedKernels;
 
 impl KernelSource for NoGeneratedKernels {
@@ -57,5 +56,40 @@ impl KernelSource for NoGeneratedKernels {
 
     fn epilogue_kernel(&self, _: &Graph, _: NodeId) -> Result<Option<DeviceKernel>> {
         Ok(None)
+    }
+}
+
+/// The generator's kernels (`codegen`): what the CUDA backend launches.
+pub struct Generated;
+
+impl From<super::codegen::GeneratedKernel> for DeviceKernel {
+    fn from(k: super::codegen::GeneratedKernel) -> DeviceKernel {
+        use super::codegen::KernelParam;
+        DeviceKernel {
+            entry: k.entry,
+            source: k.source,
+            grid: k.grid,
+            block: k.block,
+            shared_bytes: k.shared_bytes,
+            params: k
+                .params
+                .into_iter()
+                .map(|p| match p {
+                    KernelParam::Input(i) => DeviceParam::Input(i),
+                    KernelParam::Output(i) => DeviceParam::Output(i),
+                    KernelParam::Scratch(n) => DeviceParam::Scratch(n),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl KernelSource for Generated {
+    fn kernel_for_node(&self, graph: &Graph, node: NodeId) -> Result<Option<DeviceKernel>> {
+        Ok(super::codegen::kernel_for_node(graph, node)?.map(DeviceKernel::from))
+    }
+
+    fn epilogue_kernel(&self, graph: &Graph, node: NodeId) -> Result<Option<DeviceKernel>> {
+        Ok(super::codegen::epilogue_kernel(graph, node)?.map(DeviceKernel::from))
     }
 }
