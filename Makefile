@@ -17,10 +17,13 @@ demo: deps
 lint: deps
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --all-targets --features cuda -- -D warnings
 
 # Every test: format, lints, exporter-style ONNX models against onnxruntime (before and
 # after the pass pipeline; they stay in target/real-models for the compiler's tests),
-# the Rust suites (the CPU backend's again on its portable kernels; snapshots must match: no .snap.new may be left; the ONNX node suite
+# the Rust suites (the CPU backend's again on its portable kernels; the CUDA backend's
+# tests built with the `cuda` feature: NVRTC + ptxas from pinned wheels, device tests
+# that skip without a GPU; snapshots must match: no .snap.new may be left; the ONNX node suite
 # is generated first, by a pinned onnx in target/py), the C ABI tests under valgrind,
 # the CMake package (install, find_package from a consumer, shared and static, ctest,
 # pkg-config), and the demo under valgrind so that the CLI path is leak- and error-free.
@@ -29,6 +32,7 @@ test: lint
 	scripts/test-onnx-models.sh
 	INSTA_UPDATE=no KILN_REQUIRE_ONNX_SUITE=1 $(CARGO) test --all-targets
 	KILN_CPU_ISA=portable $(CARGO) test --test cpu_backend
+	env=$$(scripts/cuda-tools.sh) && eval "$$env" && $(CARGO) test --features cuda --test cuda_nvrtc --test cuda_device --test cuda_cli
 	@if find . -name '*.snap.new' -not -path './target/*' | grep -q .; then \
 	  echo "stale insta snapshots (review with cargo insta review):"; \
 	  find . -name '*.snap.new' -not -path './target/*'; exit 1; fi

@@ -3,7 +3,7 @@
 # (native-libs.txt). cargo replays the note when nothing changed, so this is cheap.
 execute_process(
   COMMAND "${CARGO}" rustc --release --lib --manifest-path "${SOURCE_DIR}/Cargo.toml"
-          --target-dir "${TARGET_DIR}" -- --print native-static-libs
+          --target-dir "${TARGET_DIR}" --features "${FEATURES}" -- --print native-static-libs
   RESULT_VARIABLE rc
   ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)

@@ -22,6 +22,12 @@
 /* major * 10000 + minor * 100 + patch, as kiln_version_number() returns */
 #define KILN_VERSION_NUMBER 100
 #define KILN_VERSION_STRING "0.1.0"
+/* 1 if the library was built with the CUDA backend (the `cuda` cargo feature). The
+ * CMake package installs this header with the value it was built with; kiln_has_cuda()
+ * tells at run time. */
+#ifndef KILN_HAS_CUDA
+#define KILN_HAS_CUDA 0
+#endif
 
 
 /**
@@ -145,10 +151,11 @@ typedef kiln_status (*kiln_custom_compute_fn)(struct kiln_kernel_context *ctx, v
 typedef void (*kiln_custom_destroy_fn)(void *user_data);
 
 /**
- * The CUDA kernel: as the CPU one, with device pointers in the views and the stream
- * (a `CUstream`) to enqueue on. Reserved: no CUDA backend exists yet (issue 9), so a
- * registration may set it but nothing calls it; the interface is fixed now so that
- * libraries built today keep working when that backend arrives.
+ * The CUDA kernel: as the CPU one, with device pointers in the views (inputs and the
+ * planned outputs) and the run's stream (a `CUstream`) to enqueue on; it must not
+ * synchronize the device. The CUDA backend calls it for the op's nodes (without it,
+ * compiling such a graph for `"cuda:N"` fails naming the op). Memory from
+ * `kiln_kernel_context_scratch` is host memory.
  */
 typedef kiln_status (*kiln_custom_cuda_compute_fn)(struct kiln_kernel_context *ctx, void *stream, void *user_data);
 
@@ -223,7 +230,7 @@ typedef struct kiln_custom_op {
    */
   kiln_custom_destroy_fn destroy;
   /**
-   * Optional (reserved for the CUDA backend).
+   * Optional: the CUDA backend's kernel.
    */
   kiln_custom_cuda_compute_fn compute_cuda;
   /**
@@ -435,7 +442,9 @@ void kiln_compile_options_free(struct kiln_compile_options *o);
 /**
  * Selects the backend by name: `"cpu"` (the best CPU path), `"interp"` (the reference
  * interpreter) or `"cuda:N"`. An unknown name fails here; a known but unavailable
- * device fails at `kiln_compile` with `KILN_STATUS_DEVICE_UNAVAILABLE`.
+ * device fails at `kiln_compile` with `KILN_STATUS_DEVICE_UNAVAILABLE`
+ * (`kiln_device_available` asks beforehand). On `"cuda:N"`, runs still take and
+ * return host tensors: the copies to and from the device happen inside the run.
  *
  * # Safety
  * `o` is a live options handle; `device` a string.
@@ -818,6 +827,26 @@ const struct kiln_attrs *kiln_gradient_context_attrs(const struct kiln_gradient_
  * `ctx` is the live context; `msg` NULL or a string.
  */
 kiln_status kiln_gradient_context_set_error(struct kiln_gradient_context *ctx, const char *msg);
+
+/**
+ * 1 if this library was built with the CUDA backend (the `cuda` cargo feature), else
+ * 0; the header's `KILN_HAS_CUDA` says what the installed package was built with.
+ * Thread-safe.
+ */
+uint32_t kiln_has_cuda(void);
+
+/**
+ * `KILN_STATUS_OK` if graphs can be compiled for `device` (`"cpu"`, `"interp"`,
+ * `"cuda:N"`) here; otherwise `KILN_STATUS_DEVICE_UNAVAILABLE` with the reason in
+ * `kiln_last_error_message()` (built without CUDA, no CUDA driver, no such device), or
+ * `KILN_STATUS_INVALID_ARGUMENT` for a name that is no device. Loads and initializes
+ * the CUDA driver the first time a CUDA device is asked about; never aborts on a
+ * machine without one. Thread-safe.
+ *
+ * # Safety
+ * `device` is a NUL-terminated string.
+ */
+kiln_status kiln_device_available(const char *device);
 
 /**
  * Creates an empty graph. On success `*out` is a new handle the caller frees with

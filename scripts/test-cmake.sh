@@ -14,7 +14,11 @@ cmake -S . -B "$work/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/build"
 cmake --install "$work/build" --prefix "$prefix" >/dev/null
 
-cmake -S examples -B "$work/examples" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+# The package says whether it has CUDA (this build: without): the config's variable,
+# the installed header's macro, and the library itself agree.
+cmake -S examples -B "$work/examples" -DCMAKE_PREFIX_PATH="$prefix" > "$work/examples.log"
+grep -q "KILN_HAS_CUDA=0" "$work/examples.log" \
+  || { echo "test-cmake: the package does not set KILN_HAS_CUDA=0"; exit 1; }
 cmake --build "$work/examples" -j 2 >/dev/null
 ctest --test-dir "$work/examples" --output-on-failure
 
@@ -26,4 +30,7 @@ cc -std=c11 -Wall -Wextra -Werror examples/c/mlp.c $(pkg-config --cflags kiln) \
 "$work/mlp_pkgconfig" >/dev/null
 cc -std=c11 examples/c/mlp.c $(pkg-config --cflags --libs kiln) -lm -Wl,-rpath,"$prefix/lib" -o "$work/mlp_pkgconfig_shared"
 "$work/mlp_pkgconfig_shared" >/dev/null
-echo "test-cmake: install, find_package (shared + static), ctest and pkg-config all passed"
+printf '#include "kiln.h"\nint main(void) { return KILN_HAS_CUDA == 0 && kiln_has_cuda() == 0 ? 0 : 1; }\n' > "$work/has_cuda.c"
+cc -std=c11 -Wall -Werror "$work/has_cuda.c" $(pkg-config --cflags --libs kiln) -Wl,-rpath,"$prefix/lib" -o "$work/has_cuda"
+"$work/has_cuda" || { echo "test-cmake: KILN_HAS_CUDA or kiln_has_cuda() is not 0"; exit 1; }
+echo "test-cmake: install, find_package (shared + static), ctest, pkg-config and KILN_HAS_CUDA all passed"

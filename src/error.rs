@@ -22,6 +22,10 @@ pub enum Error {
     /// A graph that fails verification: bad types, shapes, axis names, attributes.
     #[error("{0}")]
     Graph(String),
+    /// Compiling a valid graph failed in a backend (e.g. NVRTC rejected a generated
+    /// kernel); the message names the node or kernel and carries the compiler's log.
+    #[error("compile failed: {0}")]
+    Compile(String),
     /// A failure while running a graph.
     #[error("run failed: {0}")]
     Runtime(String),

@@ -251,7 +251,8 @@ fn run_rejects_wrong_inputs() {
     assert_fails(&kiln(&["run", &f, "--inputs", &x, &junk]), &["junk.npy"]);
     assert_ok(&kiln(&["run", &f, "--inputs", &x, &x, "--backend", "cpu"]));
     let o = kiln(&["run", &f, "--inputs", &x, &x, "--backend", "cuda:0"]);
-    assert_fails(&o, &["cuda:0", "without CUDA"]);
+    // tests/cuda_cli.rs checks the reason in either build.
+    assert_fails(&o, &["cuda:0"]);
     let o = kiln(&["run", &f, "--inputs", &x, &x, "--backend", "tpu"]);
     assert_fails(&o, &["unknown device 'tpu'"]);
 }

@@ -120,6 +120,26 @@ pub fn cpu_pass_options(mut passes: PassOptions) -> PassOptions {
     passes
 }
 
+/// Ok if graphs can be compiled for `device` in this build on this machine, else the
+/// `Error::Device` saying why (built without CUDA, no driver, no such device, ...).
+/// Never panics, whatever the machine lacks.
+pub fn device_available(device: Device) -> Result<()> {
+    match device {
+        Device::Interp | Device::Cpu => Ok(()),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(n) => cuda::probe::probe(n),
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda(n) => Err(built_without_cuda(n)),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn built_without_cuda(n: u32) -> Error {
+    Error::Device(format!(
+        "cuda:{n}: Kiln was built without CUDA (the `cuda` feature)"
+    ))
+}
+
 /// The backend for `device` with the pass options of the environment (`KILN_*`) and a
 /// thread per core, or why there is none.
 pub fn backend_for(device: Device) -> Result<Box<dyn Backend>> {
@@ -141,11 +161,16 @@ pub fn backend_with(
             threads,
             tuning: cpu::tune::Tuning::from_env(),
         })),
-        Device::Cuda(n) if cfg!(feature = "cuda") => Err(Error::Device(format!(
-            "cuda:{n}: the CUDA backend is not built yet"
-        ))),
-        Device::Cuda(n) => Err(Error::Device(format!(
-            "cuda:{n}: Kiln was built without CUDA (the `cuda` feature)"
-        ))),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(n) => {
+            cuda::probe::probe(n)?;
+            Ok(Box::new(cuda::runtime::CudaBackend {
+                ordinal: n,
+                passes,
+                kernels: std::sync::Arc::new(cuda::kernels::Generated),
+            }))
+        }
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda(n) => Err(built_without_cuda(n)),
     }
 }

@@ -52,7 +52,9 @@ pub unsafe extern "C" fn kiln_compile_options_free(o: *mut kiln_compile_options)
 
 /// Selects the backend by name: `"cpu"` (the best CPU path), `"interp"` (the reference
 /// interpreter) or `"cuda:N"`. An unknown name fails here; a known but unavailable
-/// device fails at `kiln_compile` with `KILN_STATUS_DEVICE_UNAVAILABLE`.
+/// device fails at `kiln_compile` with `KILN_STATUS_DEVICE_UNAVAILABLE`
+/// (`kiln_device_available` asks beforehand). On `"cuda:N"`, runs still take and
+/// return host tensors: the copies to and from the device happen inside the run.
 ///
 /// # Safety
 /// `o` is a live options handle; `device` a string.

@@ -114,10 +114,11 @@ pub type kiln_custom_infer_fn = Option<
 pub type kiln_custom_compute_fn = Option<
     unsafe extern "C" fn(ctx: *mut kiln_kernel_context, user_data: *mut c_void) -> kiln_status,
 >;
-/// The CUDA kernel: as the CPU one, with device pointers in the views and the stream
-/// (a `CUstream`) to enqueue on. Reserved: no CUDA backend exists yet (issue 9), so a
-/// registration may set it but nothing calls it; the interface is fixed now so that
-/// libraries built today keep working when that backend arrives.
+/// The CUDA kernel: as the CPU one, with device pointers in the views (inputs and the
+/// planned outputs) and the run's stream (a `CUstream`) to enqueue on; it must not
+/// synchronize the device. The CUDA backend calls it for the op's nodes (without it,
+/// compiling such a graph for `"cuda:N"` fails naming the op). Memory from
+/// `kiln_kernel_context_scratch` is host memory.
 pub type kiln_custom_cuda_compute_fn = Option<
     unsafe extern "C" fn(
         ctx: *mut kiln_kernel_context,
@@ -182,7 +183,7 @@ pub struct kiln_custom_op {
     pub user_data: *mut c_void,
     /// Optional.
     pub destroy: kiln_custom_destroy_fn,
-    /// Optional (reserved for the CUDA backend).
+    /// Optional: the CUDA backend's kernel.
     pub compute_cuda: kiln_custom_cuda_compute_fn,
     /// Optional: without it, differentiating through the op is an error naming the node.
     pub gradient: kiln_custom_gradient_fn,
@@ -198,6 +199,7 @@ struct FfiOp {
     flags: u32,
     infer: unsafe extern "C" fn(*mut kiln_infer_context, *mut c_void) -> kiln_status,
     compute: unsafe extern "C" fn(*mut kiln_kernel_context, *mut c_void) -> kiln_status,
+    compute_cuda: kiln_custom_cuda_compute_fn,
     gradient: kiln_custom_gradient_fn,
     user_data: *mut c_void,
     destroy: kiln_custom_destroy_fn,
@@ -286,7 +288,7 @@ impl Op for FfiOp {
             expected,
             made: (0..self.num_outputs).map(|_| None).collect(),
         };
-        let outputs = self.run_kernel(inputs, outputs, cx.attrs)?;
+        let outputs = self.run_kernel(inputs, outputs, cx.attrs, None)?;
         drop(in_bufs);
         let Outputs::Allocated { made, .. } = outputs else {
             return Err("the kernel's outputs went astray".into());
@@ -317,7 +319,30 @@ impl Op for FfiOp {
             slots: outputs.to_vec(),
             given: vec![false; outputs.len()],
         };
-        self.run_kernel(inputs, outputs, attrs).map(drop)
+        self.run_kernel(inputs, outputs, attrs, None).map(drop)
+    }
+
+    fn has_cuda_kernel(&self) -> bool {
+        self.compute_cuda.is_some()
+    }
+
+    fn compute_cuda_buffers(
+        &self,
+        inputs: &[Option<RawTensor>],
+        outputs: &[RawTensor],
+        attrs: &Attrs,
+        stream: *mut c_void,
+    ) -> Result<(), String> {
+        let inputs = inputs
+            .iter()
+            .map(|t| t.as_ref().map(|t| View::new(t.data, t.dtype, &t.shape)))
+            .collect();
+        let outputs = Outputs::Planned {
+            slots: outputs.to_vec(),
+            given: vec![false; outputs.len()],
+        };
+        self.run_kernel(inputs, outputs, attrs, Some(stream))
+            .map(drop)
     }
 
     fn gradient(
@@ -418,11 +443,13 @@ impl FfiOp {
     }
 
     /// Calls the compute callback; checks that it made every output.
+    /// Calls the compute callback, or with `stream` the CUDA one (on device buffers).
     fn run_kernel(
         &self,
         inputs: Vec<Option<View>>,
         outputs: Outputs,
         attrs: &Attrs,
+        stream: Option<*mut c_void>,
     ) -> Result<Outputs, String> {
         let mut ctx = kiln_kernel_context {
             inputs,
@@ -434,14 +461,20 @@ impl FfiOp {
             kept: vec![],
             error: None,
         };
-        // SAFETY: the registration's callback with a live context.
-        let status = unsafe { (self.compute)(&mut ctx, self.user_data) };
-        if status != KILN_STATUS_OK || ctx.error.is_some() {
-            return Err(callback_failure(
+        let (status, what) = match (stream, self.compute_cuda) {
+            // SAFETY: the registration's callbacks with a live context (and stream).
+            (None, _) => (
+                unsafe { (self.compute)(&mut ctx, self.user_data) },
                 "the compute callback",
-                status,
-                ctx.error.take(),
-            ));
+            ),
+            (Some(stream), Some(cuda)) => (
+                unsafe { cuda(&mut ctx, stream, self.user_data) },
+                "the compute_cuda callback",
+            ),
+            (Some(_), None) => return Err("the op has no compute_cuda callback".into()),
+        };
+        if status != KILN_STATUS_OK || ctx.error.is_some() {
+            return Err(callback_failure(what, status, ctx.error.take()));
         }
         if let Some(k) = ctx.outputs.missing() {
             return Err(format!(
@@ -685,6 +718,7 @@ fn build_op(d: &kiln_custom_op) -> CResult<FfiOp> {
         flags: d.flags,
         infer,
         compute,
+        compute_cuda: d.compute_cuda,
         gradient: d.gradient,
         user_data: d.user_data,
         destroy: d.destroy,

@@ -20,6 +20,7 @@ use crate::error::Error;
 
 pub mod compile;
 pub mod custom_op;
+pub mod device;
 pub mod graph;
 pub mod status;
 pub mod tensor;
@@ -59,6 +60,7 @@ impl From<Error> for Failure {
             Error::Parse { .. } => KILN_STATUS_PARSE,
             Error::UnknownOp(_) => KILN_STATUS_UNKNOWN_OP,
             Error::Graph(_) => KILN_STATUS_INVALID_GRAPH,
+            Error::Compile(_) => KILN_STATUS_COMPILE_FAILED,
             Error::Runtime(_) => KILN_STATUS_RUN_FAILED,
             Error::Device(_) => KILN_STATUS_DEVICE_UNAVAILABLE,
         };

@@ -279,6 +279,25 @@ pub trait Op: Send + Sync + 'static {
         Err(format!("{} has no buffer kernel", self.schema().name))
     }
 
+    /// Whether the op computes on CUDA device buffers ([`Op::compute_cuda_buffers`]):
+    /// registered ops with a `compute_cuda` callback.
+    fn has_cuda_kernel(&self) -> bool {
+        false
+    }
+
+    /// As [`Op::compute_buffers`], on CUDA device buffers (the pointers are device
+    /// addresses), enqueuing the work on `stream` (a `CUstream`). Only called if
+    /// `has_cuda_kernel`.
+    fn compute_cuda_buffers(
+        &self,
+        _inputs: &[Option<custom::RawTensor>],
+        _outputs: &[custom::RawTensor],
+        _attrs: &Attrs,
+        _stream: *mut std::ffi::c_void,
+    ) -> Result<(), String> {
+        Err(format!("{} has no CUDA kernel", self.schema().name))
+    }
+
     /// An op's own gradient rule (registered ops: the user's gradient callback), which
     /// appends to `g` the gradients of node `node`'s inputs from its outputs' gradients
     /// `gys` (`None`: an output the loss does not use). `None` when the op brings no
