@@ -30,6 +30,7 @@ mod eltwise;
 pub mod emulation;
 mod epilogue;
 pub mod index;
+mod layout;
 mod pool;
 mod reduce;
 pub mod samples;
@@ -155,6 +156,8 @@ pub fn kernel_for_node(graph: &Graph, node: NodeId) -> Result<Option<GeneratedKe
         conv::conv(graph, node, &entry).map_err(fail)?
     } else if op == "MaxPool" || op == "AveragePool" {
         pool::pool(graph, node, &entry).map_err(fail)?
+    } else if op == "Transpose" {
+        Some(layout::transpose(graph, node, &entry).map_err(fail)?)
     } else if op == "LayerNormalization" {
         Some(reduce::layer_norm(graph, node, &entry).map_err(fail)?)
     } else if matches!(

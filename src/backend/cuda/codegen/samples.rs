@@ -2,7 +2,7 @@
 //! table (plain and in `Fused` bodies, broadcasting, exported steps, the float4 path),
 //! reductions of every kind over several axis sets (row and column kernels, one warp to
 //! 1024 threads), softmaxes along the last and an outer axis, LayerNormalization with
-//! and without B, global pools, and FusedMatMul/FusedConv epilogues with every
+//! and without B, transposes, global pools, and FusedMatMul/FusedConv epilogues with every
 //! activation, convolutions (tiles, groups, strides, pads, dilations, 1-D).
 //! `template_samples` generates them; the host-emulation test runs them.
 use crate::error::Result;
@@ -293,6 +293,21 @@ fn normalizations() -> Result<Graph> {
         b.v(op, &[y], attrs(&[("axis", Attr::Int(1))]))?;
         b.v(op, &[y], attrs(&[("axis", Attr::Int(0))]))?;
     }
+    // Transposes: the last axis moved and kept, the default reversal, a bool tensor.
+    b.v(
+        "Transpose",
+        &[y],
+        attrs(&[("perm", Attr::Ints(vec![2, 0, 1]))]),
+    )?;
+    let t = b.f32("t", &[5, 3, 8])?;
+    b.v(
+        "Transpose",
+        &[t],
+        attrs(&[("perm", Attr::Ints(vec![1, 0, 2]))]),
+    )?;
+    b.v("Transpose", &[x], Attrs::new())?;
+    let flags = b.param("flags", DType::Bool, &[3, 5])?;
+    b.v("Transpose", &[flags], Attrs::new())?;
     let big = b.f32("big", &[2, 700])?;
     b.v("Softmax", &[big], Attrs::new())?;
     let h = b.f32("h", &[4, 7, 96])?;
