@@ -3,11 +3,9 @@
 //! reads the input at the permuted strides. Writes are coalesced; reads are strided
 //! unless the last axis stays last.
 use super::cexpr;
+use super::pool::{BLOCK, MAX_BLOCKS};
 use super::{fixed, ty_of, GeneratedKernel, KernelParam, Source};
 use crate::ir::{Graph, NodeId};
-
-const BLOCK: u32 = 256;
-const MAX_BLOCKS: u64 = 65535;
 
 pub fn transpose(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKernel, String> {
     let n = graph.node(id);

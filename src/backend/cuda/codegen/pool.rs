@@ -6,8 +6,9 @@ use super::{fixed, ty_of, GeneratedKernel, KernelParam, Source};
 use crate::ir::ops::conv::windows;
 use crate::ir::{Graph, NodeId};
 
-const BLOCK: u32 = 256;
-const MAX_BLOCKS: u64 = 65535;
+/// Threads per block and the most blocks of the one-thread-per-element kernels.
+pub(super) const BLOCK: u32 = 256;
+pub(super) const MAX_BLOCKS: u64 = 65535;
 
 pub fn pool(graph: &Graph, id: NodeId, entry: &str) -> Result<Option<GeneratedKernel>, String> {
     let n = graph.node(id);
