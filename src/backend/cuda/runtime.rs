@@ -32,6 +32,7 @@ use cudarc::nvrtc::Ptx;
 
 use super::kernels::{DeviceKernel, DeviceParam, KernelSource};
 use super::{nvrtc, probe};
+use crate::backend::cpu::steps::matmul::batch_offsets;
 use crate::backend::{interp, unknown_variable, Backend, Executable};
 use crate::error::{Error, Result};
 use crate::ir::ops::custom::{self, OpRef, RawTensor};
@@ -856,40 +857,6 @@ fn broadcast(a: &[usize], b: &[usize]) -> std::result::Result<Vec<usize>, String
             (x, y) if x == y || y == 1 => Ok(x),
             (1, y) => Ok(y),
             (x, y) => Err(format!("batch sizes {x} and {y} do not broadcast")),
-        })
-        .collect()
-}
-
-/// For each index of the broadcast batch `shape`: the element offsets of its A and B.
-fn batch_offsets(
-    shape: &[usize],
-    a_batch: &[usize],
-    a_size: usize,
-    b_batch: &[usize],
-    b_size: usize,
-) -> Vec<(usize, usize)> {
-    let strides = |batch: &[usize], size: usize| {
-        let mut st = vec![0; shape.len()];
-        let mut s = size;
-        for (i, &d) in batch.iter().enumerate().rev() {
-            let axis = shape.len() - batch.len() + i;
-            st[axis] = if d == 1 { 0 } else { s };
-            s *= d;
-        }
-        st
-    };
-    let (sa, sb) = (strides(a_batch, a_size), strides(b_batch, b_size));
-    let total: usize = shape.iter().product();
-    (0..total)
-        .map(|mut idx| {
-            let (mut oa, mut ob) = (0, 0);
-            for axis in (0..shape.len()).rev() {
-                let i = idx % shape[axis];
-                idx /= shape[axis];
-                oa += i * sa[axis];
-                ob += i * sb[axis];
-            }
-            (oa, ob)
         })
         .collect()
 }

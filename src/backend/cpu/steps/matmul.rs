@@ -204,7 +204,7 @@ fn bias_kind(s: &Slot, m: usize, n: usize) -> Option<BiasKind> {
 
 /// For each index of the broadcast batch `shape`: the element offsets of the A and B
 /// matrices (`a_batch`/`b_batch` right-aligned, size-1 axes broadcast).
-fn batch_offsets(
+pub(crate) fn batch_offsets(
     shape: &[usize],
     a_batch: &[usize],
     a_size: usize,
