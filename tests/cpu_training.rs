@@ -183,6 +183,23 @@ fn optimizer_state_is_updated_in_place() {
     assert!(p.steps.iter().any(|s| s.updates_variable));
 }
 
+#[test]
+fn adam_updates_run_in_their_own_loop() {
+    // The body the optimizer builder's ops fuse into is the one the Adam loop knows: if
+    // either changes, the update silently falls back to the generic loop; this says so.
+    if !kiln::backend::cpu::kernels::adam::available(kiln::backend::cpu::isa::isa()) {
+        eprintln!("skipped: this CPU has no AVX-512F, which the Adam loop needs");
+        return;
+    }
+    let g = mlp(&[16, 8, 4], Some(6), adam());
+    let exe = cpu(&g, 1);
+    let Compiled::Program(p) = &*exe.program(&[vec![6, 16], vec![6], vec![]]).unwrap() else {
+        panic!("the static training graph is lowered");
+    };
+    let loops = p.steps.iter().filter(|s| s.kernel.kind() == "adam-update");
+    assert_eq!(loops.count(), 4, "one per parameter");
+}
+
 /// `v ← v + 1`, then row `i` of the new value: the gather, which fails on a bad index,
 /// runs after the update.
 fn update_then_gather() -> Graph {

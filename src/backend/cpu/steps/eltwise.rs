@@ -3,6 +3,7 @@
 //! the output an input's buffer (same shape): unary ops and fused loops then run in
 //! place; a binary op first copies that operand to scratch.
 use crate::backend::cpu::isa;
+use crate::backend::cpu::kernels::adam;
 use crate::backend::cpu::kernels::binary::{self, BinOp, Broadcast, UnaryOp};
 use crate::backend::cpu::kernels::fused::{FusedLoop, Operand, StepOp, MAX_BUFFERS, MAX_INPUTS};
 use crate::backend::cpu::kernels::Act;
@@ -27,6 +28,12 @@ enum Elt {
         lp: FusedLoop,
         ins: Vec<Slot>,
         /// Outputs 1, 2, …: the exported steps' results.
+        extra: Vec<Slot>,
+    },
+    /// A `Fused` body that is Adam's update ([`adam::BODY`]): its own loop.
+    Adam {
+        ins: Vec<Slot>,
+        /// m', v'.
         extra: Vec<Slot>,
     },
 }
@@ -68,6 +75,10 @@ fn build_fused(b: &Build, y: &Slot) -> Result<Option<Elt>, String> {
     };
     if ins.len() > MAX_INPUTS {
         return Ok(None);
+    }
+    if is_adam(b, &ins, y) {
+        let extra = b.outs[1..].to_vec();
+        return Ok(Some(Elt::Adam { ins, extra }));
     }
     let body = fused::body(&b.node.attrs, ins.len())?;
     // A constant scalar input's value (Clip's bounds).
@@ -144,6 +155,30 @@ fn build_fused(b: &Build, y: &Slot) -> Result<Option<Elt>, String> {
     )
 }
 
+/// Whether the `Fused` node is Adam's update, in the form [`adam::run`] takes: the
+/// body [`adam::BODY`] exporting [`adam::EXPORTS`], its tensors of the output's shape,
+/// scalars elsewhere, on a CPU that runs the loop.
+fn is_adam(b: &Build, ins: &[Slot], y: &Slot) -> bool {
+    let attrs = &b.node.attrs;
+    attrs
+        .strings("body")
+        .ok()
+        .flatten()
+        .is_some_and(|body| body == adam::BODY)
+        && attrs.ints("outputs").ok().flatten() == Some(&adam::EXPORTS[..])
+        && ins.len() == 11
+        && b.outs.len() == 3
+        && b.outs.iter().all(|o| o.shape == y.shape)
+        && ins.iter().enumerate().all(|(k, s)| {
+            if adam::TENSOR_INPUTS.contains(&k) {
+                s.shape == y.shape
+            } else {
+                s.elements() == 1
+            }
+        })
+        && adam::available(isa::isa())
+}
+
 struct EltStep {
     what: Elt,
     y: Slot,
@@ -216,6 +251,11 @@ impl Kernel for EltStep {
                 let b_s = std::slice::from_raw_parts(ptrs[1], b.elements());
                 binary::binary_planned(isa::isa(), *op, plan, a_s, b_s, y, cx.pool);
             }
+            Elt::Adam { ins, extra } => {
+                let ptrs: [*const f32; 11] = std::array::from_fn(|k| cx.f32(&ins[k]));
+                let outs = [y.as_mut_ptr(), cx.f32_mut(&extra[0]), cx.f32_mut(&extra[1])];
+                adam::run(isa::isa(), &ptrs, &outs, y.len(), cx.pool);
+            }
             Elt::Fused { lp, ins, extra } => {
                 let mut ptrs = [std::ptr::null::<f32>(); MAX_INPUTS];
                 for (p, s) in ptrs.iter_mut().zip(ins) {
@@ -244,6 +284,7 @@ impl Kernel for EltStep {
             Elt::Binary { .. } => "binary",
             Elt::Unary { .. } => "unary",
             Elt::Fused { .. } => "fused-eltwise",
+            Elt::Adam { .. } => "adam-update",
         }
     }
 }
