@@ -16,7 +16,7 @@ use crate::backend::cpu::pool::Pool;
 /// `fuse-elementwise` writes it for the optimizer builder's ops; exported steps
 /// [`EXPORTS`] are m' and v'. Inputs: i0 m, i1 β₁, i2 g, i3 1 − β₁, i4 lr/(1 − β₁ᵗ),
 /// i5 v, i6 β₂, i7 1 − β₂, i8 1/(1 − β₂ᵗ), i9 ε, i10 w.
-pub const BODY: [&str; 13] = [
+pub(crate) const BODY: [&str; 13] = [
     "Mul(i0, i1)",
     "Mul(i2, i3)",
     "Add(t0, t1)",
@@ -32,10 +32,10 @@ pub const BODY: [&str; 13] = [
     "Sub(i10, t11)",
 ];
 /// The steps [`BODY`] exports (m', v').
-pub const EXPORTS: [i64; 2] = [2, 7];
+pub(crate) const EXPORTS: [i64; 2] = [2, 7];
 /// The inputs of [`BODY`] that are tensors of the output's shape (m, g, v, w); the
 /// others are scalars.
-pub const TENSOR_INPUTS: [usize; 4] = [0, 2, 5, 10];
+pub(crate) const TENSOR_INPUTS: [usize; 4] = [0, 2, 5, 10];
 
 /// Elements per parallel task.
 const CHUNK: usize = 8192;
