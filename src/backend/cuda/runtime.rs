@@ -32,7 +32,7 @@ use cudarc::nvrtc::Ptx;
 
 use super::kernels::{DeviceKernel, DeviceParam, KernelSource};
 use super::{nvrtc, probe};
-use crate::backend::cpu::steps::matmul::batch_offsets;
+use crate::backend::cpu::steps::matmul::{geometry, Geometry};
 use crate::backend::{interp, unknown_variable, Backend, Executable};
 use crate::error::{Error, Result};
 use crate::ir::ops::custom::{self, OpRef, RawTensor};
@@ -762,51 +762,13 @@ fn gemm_step(
     }
     let trans_a = attrs.int_or("transA", 0)? != 0;
     let trans_b = attrs.int_or("transB", 0)? != 0;
-    let a_mat = if a.shape.len() == 1 {
-        vec![1, a.shape[0]]
-    } else {
-        a.shape.clone()
-    };
-    let b_mat = if b.shape.len() == 1 {
-        vec![b.shape[0], 1]
-    } else {
-        b.shape.clone()
-    };
-    let (ra, rb) = (a_mat.len(), b_mat.len());
-    let (m, k) = if trans_a {
-        (a_mat[ra - 1], a_mat[ra - 2])
-    } else {
-        (a_mat[ra - 2], a_mat[ra - 1])
-    };
-    let (k2, n) = if trans_b {
-        (b_mat[rb - 1], b_mat[rb - 2])
-    } else {
-        (b_mat[rb - 2], b_mat[rb - 1])
-    };
-    if k != k2 {
-        return Err(format!("inner sizes {k} and {k2} differ"));
-    }
-    let batch_shape = broadcast(&a_mat[..ra - 2], &b_mat[..rb - 2])?;
-    let mut m = m;
-    let mut batches = batch_offsets(
-        &batch_shape,
-        &a_mat[..ra - 2],
-        m * k,
-        &b_mat[..rb - 2],
-        k * n,
-    );
-    if y.shape.iter().product::<usize>() != batches.len() * m * n {
-        return Err(format!(
-            "Y {:?} does not hold {}×{m}×{n}",
-            y.shape,
-            batches.len()
-        ));
-    }
-    // A weight matrix shared by every batch: fold A's batch into its rows (one GEMM).
-    if rb == 2 && !trans_a && ra > 2 && batches.len() > 1 {
-        m *= batches.len();
-        batches = vec![(0, 0)];
-    }
+    let Geometry { m, n, k, batches } = geometry(
+        &a.shape,
+        &b.shape,
+        y.shape.iter().product(),
+        trans_a,
+        trans_b,
+    )?;
     let (mut alpha, mut beta) = (1.0, 0.0);
     if node.op == "Gemm" {
         alpha = attrs.float_or("alpha", 1.0)? as f32;
@@ -843,24 +805,6 @@ fn has_epilogue(g: &Graph, id: NodeId) -> bool {
     node.inputs.iter().skip(2).any(Option::is_some) || !activation.eq_ignore_ascii_case("none")
 }
 
-fn broadcast(a: &[usize], b: &[usize]) -> std::result::Result<Vec<usize>, String> {
-    let r = a.len().max(b.len());
-    let at = |s: &[usize], i: usize| {
-        if i + s.len() >= r {
-            s[i + s.len() - r]
-        } else {
-            1
-        }
-    };
-    (0..r)
-        .map(|i| match (at(a, i), at(b, i)) {
-            (x, y) if x == y || y == 1 => Ok(x),
-            (1, y) => Ok(y),
-            (x, y) => Err(format!("batch sizes {x} and {y} do not broadcast")),
-        })
-        .collect()
-}
-
 impl Executable for CudaExecutable {
     fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
         interp::check_input_types(&self.input_types, inputs)?;
@@ -886,22 +830,5 @@ impl Executable for CudaExecutable {
             None => Ok(()),
             Some((name, _)) => Err(unknown_variable(name, &[])),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batch_offsets_broadcast_like_numpy() {
-        // A [2,1] batches against B [3]: 2×3 products.
-        let offs = batch_offsets(&[2, 3], &[2, 1], 10, &[3], 100);
-        assert_eq!(
-            offs,
-            vec![(0, 0), (0, 100), (0, 200), (10, 0), (10, 100), (10, 200)]
-        );
-        assert_eq!(broadcast(&[2, 1], &[3]).unwrap(), vec![2, 3]);
-        assert!(broadcast(&[2], &[3]).is_err());
     }
 }

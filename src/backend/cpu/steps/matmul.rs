@@ -47,55 +47,8 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     if a.shape.len() < 2 && trans_a || bm.shape.len() < 2 && trans_b {
         return Ok(None);
     }
-    // Vectors become one-row / one-column matrices.
-    let a_mat = if a.shape.len() == 1 {
-        vec![1, a.shape[0]]
-    } else {
-        a.shape.clone()
-    };
-    let b_mat = if bm.shape.len() == 1 {
-        vec![bm.shape[0], 1]
-    } else {
-        bm.shape.clone()
-    };
-    let (ra, rb) = (a_mat.len(), b_mat.len());
-    let (m, k) = if trans_a {
-        (a_mat[ra - 1], a_mat[ra - 2])
-    } else {
-        (a_mat[ra - 2], a_mat[ra - 1])
-    };
-    let (k2, n) = if trans_b {
-        (b_mat[rb - 1], b_mat[rb - 2])
-    } else {
-        (b_mat[rb - 2], b_mat[rb - 1])
-    };
-    if k != k2 {
-        return Err(format!("inner sizes {k} and {k2} differ"));
-    }
-    // The batch: A's and B's leading axes broadcast (Y's, unless a vector dropped one).
-    let batch_shape = broadcast(&a_mat[..ra - 2], &b_mat[..rb - 2])?;
-    let (mut m, mut batches) = (
-        m,
-        batch_offsets(
-            &batch_shape,
-            &a_mat[..ra - 2],
-            m * k,
-            &b_mat[..rb - 2],
-            k * n,
-        ),
-    );
-    if y.elements() != batches.len() * m * n {
-        return Err(format!(
-            "Y {:?} does not hold {}×{m}×{n}",
-            y.shape,
-            batches.len()
-        ));
-    }
-    // A weight matrix shared by every batch: fold A's batch into its rows (one GEMM).
-    if rb == 2 && !trans_a && ra > 2 && batches.len() > 1 {
-        m *= batches.len();
-        batches = vec![(0, 0)];
-    }
+    let Geometry { m, n, k, batches } =
+        geometry(&a.shape, &bm.shape, y.elements(), trans_a, trans_b)?;
     let mut bias = None;
     let mut residual = None;
     let mut act = Act::None;
@@ -171,6 +124,76 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         act,
         packed,
     })))
+}
+
+/// A matrix product's sizes after transposition, and the GEMMs it takes: per GEMM the
+/// element offsets of its A and B matrices.
+pub(crate) struct Geometry {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub batches: Vec<(usize, usize)>,
+}
+
+/// The geometry of `A' · B'` (A', B' transposed in their last two axes if asked),
+/// batched and broadcast like numpy's matmul, vectors as one-row / one-column matrices,
+/// for a Y of `y_elements`. A weight matrix shared by every batch folds A's batch into
+/// its rows (one GEMM).
+pub(crate) fn geometry(
+    a_shape: &[usize],
+    b_shape: &[usize],
+    y_elements: usize,
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<Geometry, String> {
+    let a_mat = if a_shape.len() == 1 {
+        vec![1, a_shape[0]]
+    } else {
+        a_shape.to_vec()
+    };
+    let b_mat = if b_shape.len() == 1 {
+        vec![b_shape[0], 1]
+    } else {
+        b_shape.to_vec()
+    };
+    let (ra, rb) = (a_mat.len(), b_mat.len());
+    if ra < 2 || rb < 2 {
+        return Err("a matrix product needs operands of rank >= 1".into());
+    }
+    let (m, k) = if trans_a {
+        (a_mat[ra - 1], a_mat[ra - 2])
+    } else {
+        (a_mat[ra - 2], a_mat[ra - 1])
+    };
+    let (k2, n) = if trans_b {
+        (b_mat[rb - 1], b_mat[rb - 2])
+    } else {
+        (b_mat[rb - 2], b_mat[rb - 1])
+    };
+    if k != k2 {
+        return Err(format!("inner sizes {k} and {k2} differ"));
+    }
+    // The batch: A's and B's leading axes broadcast (Y's, unless a vector dropped one).
+    let batch_shape = broadcast(&a_mat[..ra - 2], &b_mat[..rb - 2])?;
+    let mut batches = batch_offsets(
+        &batch_shape,
+        &a_mat[..ra - 2],
+        m * k,
+        &b_mat[..rb - 2],
+        k * n,
+    );
+    if y_elements != batches.len() * m * n {
+        return Err(format!(
+            "Y of {y_elements} elements does not hold {}×{m}×{n}",
+            batches.len()
+        ));
+    }
+    let mut m = m;
+    if rb == 2 && !trans_a && ra > 2 && batches.len() > 1 {
+        m *= batches.len();
+        batches = vec![(0, 0)];
+    }
+    Ok(Geometry { m, n, k, batches })
 }
 
 fn broadcast(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
@@ -289,5 +312,22 @@ impl Kernel for MatMulStep {
     }
     fn kind(&self) -> &'static str {
         "gemm"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_offsets_broadcast_like_numpy() {
+        // A [2,1] batches against B [3]: 2×3 products.
+        let offs = batch_offsets(&[2, 3], &[2, 1], 10, &[3], 100);
+        assert_eq!(
+            offs,
+            vec![(0, 0), (0, 100), (0, 200), (10, 0), (10, 100), (10, 200)]
+        );
+        assert_eq!(broadcast(&[2, 1], &[3]).unwrap(), vec![2, 3]);
+        assert!(broadcast(&[2], &[3]).is_err());
     }
 }
