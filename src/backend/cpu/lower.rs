@@ -13,7 +13,7 @@ use super::state::Variables;
 use super::steps::{self, view, Build};
 use super::tune::Tuning;
 use crate::error::{Error, Result};
-use crate::ir::{Graph, NodeId, Value};
+use crate::ir::{DType, Graph, NodeId, Value};
 use crate::memory::{self, MemoryPlan};
 
 /// A lowered graph for one set of input shapes.
@@ -69,18 +69,7 @@ fn lower_with(
     let mut steps = vec![];
     let scratch_at = plan.planned_bytes.next_multiple_of(memory::ALIGN);
     let scratch_bytes = std::cell::Cell::new(0);
-    let static_shape = |id, k: usize| {
-        let ty = &g.node(id).outputs[k];
-        ty.shape
-            .to_fixed()
-            .map(|shape| (ty.dtype, shape))
-            .ok_or_else(|| {
-                Error::Graph(format!(
-                    "{}: output {k} has type {ty}, not static",
-                    g.describe(id)
-                ))
-            })
-    };
+    let static_shape = |id, k| static_output(g, id, k);
     for &id in &schedule {
         let node = g.node(id);
         match node.op.as_str() {
@@ -266,4 +255,19 @@ fn node_flops(g: &Graph, id: NodeId) -> f64 {
         }),
         _ => 0.0,
     }
+}
+
+/// Output `k` of node `id` as a dtype and fixed dims, or an error naming the node when
+/// its type is not static (a program is made for one input-shape signature).
+pub(crate) fn static_output(g: &Graph, id: NodeId, k: usize) -> Result<(DType, Vec<usize>)> {
+    let ty = &g.node(id).outputs[k];
+    ty.shape
+        .to_fixed()
+        .map(|shape| (ty.dtype, shape))
+        .ok_or_else(|| {
+            Error::Graph(format!(
+                "{}: output {k} has type {ty}, not static",
+                g.describe(id)
+            ))
+        })
 }

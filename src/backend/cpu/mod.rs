@@ -76,7 +76,8 @@ impl CpuBackend {
     }
 }
 
-fn static_input_shapes(g: &Graph) -> Option<Vec<Vec<usize>>> {
+/// The graph inputs' dims when all are static (one program serves every run).
+pub(crate) fn static_input_shapes(g: &Graph) -> Option<Vec<Vec<usize>>> {
     g.inputs()
         .iter()
         .map(|&id| g.node(id).outputs[0].shape.to_fixed())

@@ -32,6 +32,8 @@ use cudarc::nvrtc::Ptx;
 
 use super::kernels::{DeviceKernel, DeviceParam, KernelSource};
 use super::{nvrtc, probe};
+use crate::backend::cpu::lower::static_output;
+use crate::backend::cpu::static_input_shapes;
 use crate::backend::cpu::steps::matmul::{geometry, Geometry};
 use crate::backend::{interp, unknown_variable, Backend, Executable};
 use crate::error::{Error, Result};
@@ -109,13 +111,6 @@ impl CudaBackend {
         }
         Ok(exe)
     }
-}
-
-fn static_input_shapes(g: &Graph) -> Option<Vec<Vec<usize>>> {
-    g.inputs()
-        .iter()
-        .map(|&id| g.node(id).outputs[0].shape.to_fixed())
-        .collect()
 }
 
 /// Where a value lives on the device while a program runs.
@@ -291,18 +286,7 @@ impl CudaExecutable {
         let mut scratch_bytes = 0usize;
         let mut steps = vec![];
         let mut inputs = vec![None; params.len()];
-        let static_type = |id: NodeId, k: usize| {
-            let ty = &g.node(id).outputs[k];
-            ty.shape
-                .to_fixed()
-                .map(|shape| (ty.dtype, shape))
-                .ok_or_else(|| {
-                    Error::Graph(format!(
-                        "{}: output {k} has type {ty}, not static",
-                        g.describe(id)
-                    ))
-                })
-        };
+        let static_type = |id, k| static_output(g, id, k);
         for &id in &schedule {
             let node = g.node(id);
             let what = g.describe(id);
