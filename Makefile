@@ -30,9 +30,9 @@ lint: deps
 test: lint
 	scripts/onnx-node-tests.sh
 	scripts/test-onnx-models.sh
-	INSTA_UPDATE=no KILN_REQUIRE_ONNX_SUITE=1 $(CARGO) test --all-targets
+	INSTA_UPDATE=no KILN_REQUIRE=onnx-suite,avx512f,cuda-tools,gxx $(CARGO) test --all-targets
 	KILN_CPU_ISA=portable $(CARGO) test --test cpu_backend
-	env=$$(scripts/cuda-tools.sh) && eval "$$env" && $(CARGO) test --features cuda --test cuda_nvrtc --test cuda_device --test cuda_cli
+	env=$$(scripts/cuda-tools.sh) && eval "$$env" && KILN_REQUIRE=onnx-suite,cuda-tools,gxx $(CARGO) test --features cuda --test cuda_nvrtc --test cuda_device --test cuda_cli
 	@if find . -name '*.snap.new' -not -path './target/*' | grep -q .; then \
 	  echo "stale insta snapshots (review with cargo insta review):"; \
 	  find . -name '*.snap.new' -not -path './target/*'; exit 1; fi

@@ -4,8 +4,8 @@
 //! repeated runs on 1 and 2 threads. `KILN_PROFILE=1` adds the time per kernel kind.
 //!
 //! `cargo bench --bench backward_step [-- mlp|cnn] [-- --runs N]`
-#[path = "../tests/common/train_graphs.rs"]
-mod train_graphs;
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 use std::time::Instant;
 
@@ -14,7 +14,7 @@ use kiln::backend::{cpu_pass_options, Executable};
 use kiln::passes::PassOptions;
 
 /// A training graph at a batch size.
-type MakeGraph = fn(usize) -> train_graphs::TrainGraph;
+type MakeGraph = fn(usize) -> common::train_graphs::TrainGraph;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -30,7 +30,10 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(30usize);
-    let cases: [(&str, MakeGraph); 2] = [("mlp", train_graphs::mlp), ("cnn", train_graphs::cnn)];
+    let cases: [(&str, MakeGraph); 2] = [
+        ("mlp", common::train_graphs::mlp),
+        ("cnn", common::train_graphs::cnn),
+    ];
     let wanted: Vec<&String> = args
         .iter()
         .filter(|a| !a.starts_with("--") && a.parse::<usize>().is_err())

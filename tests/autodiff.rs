@@ -1,45 +1,15 @@
 //! Reverse-mode gradients against central finite differences, in f64 on the reference
 //! interpreter: every rule on random inputs (relative error ≤ 1e-6), composites with
 //! symbolic dims, a gradient of a gradient, and the errors for what has no gradient.
+mod common;
+
 use kiln::autodiff::grad;
 use kiln::backend::{backend_with, Device};
 use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
 use kiln::passes::PassOptions;
 use kiln::{Dim, Tensor};
 
-/// splitmix64: every run checks the same points.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-    }
-    /// Values in ±[lo, 1): away from 0 by `lo` (kinks of Relu and Abs, poles of 1/x).
-    fn tensor(&mut self, dims: &[usize], lo: f64) -> Tensor {
-        let n = dims.iter().product();
-        let v: Vec<f64> = (0..n)
-            .map(|_| {
-                let r = self.next();
-                r.signum() * (lo + (1.0 - lo) * r.abs())
-            })
-            .collect();
-        Tensor::from_vec(dims, v).unwrap()
-    }
-}
-
-fn f64_type(dims: &[usize]) -> TensorType {
-    TensorType::new(DType::F64, Shape::fixed(dims))
-}
-
-fn op(g: &mut Graph, op: &str, inputs: &[Value], attrs: Attrs) -> Value {
-    g.op(op, inputs, attrs, "")
-        .unwrap_or_else(|e| panic!("{e}\n{}", text::print(g)))
-        .into()
-}
+use common::{check_gradients, f64_type, op, Rng};
 
 fn axes(g: &mut Graph, v: &[i64]) -> Value {
     let name = g.fresh_name("axes");
@@ -73,7 +43,7 @@ impl Case {
         let name = format!("p{}", self.params.len());
         let v: Value = self.g.add_parameter(&name, f64_type(dims)).unwrap().into();
         self.params.push(v);
-        self.values.push(rng.tensor(dims, lo));
+        self.values.push(rng.f64_tensor_away_from_zero(dims, lo));
         v
     }
 }
@@ -84,7 +54,7 @@ fn check(mut c: Case, rng: &mut Rng) {
     let ty = c.g.value_type(c.out).unwrap().clone();
     let dims = ty.shape.to_fixed().expect("give the output static dims");
     let r: Value =
-        c.g.add_constant_value("r", rng.tensor(&dims, 0.1))
+        c.g.add_constant_value("r", rng.f64_tensor_away_from_zero(&dims, 0.1))
             .unwrap()
             .into();
     let weighted = op(&mut c.g, "Mul", &[c.out, r], Attrs::new());
@@ -100,50 +70,11 @@ fn check(mut c: Case, rng: &mut Rng) {
 fn check_params(c: &Case, rng: &mut Rng, data: usize) {
     let mut g = c.g.clone();
     let r: Value = g
-        .add_constant_value("r_loss", rng.tensor(&[], 0.1))
+        .add_constant_value("r_loss", rng.f64_tensor_away_from_zero(&[], 0.1))
         .unwrap()
         .into();
     let loss = op(&mut g, "Mul", &[c.out, r], Attrs::new());
-    let grads =
-        grad(&mut g, loss, &c.params).unwrap_or_else(|e| panic!("{e}\n{}", text::print(&g)));
-    g.add_output("loss", loss).unwrap();
-    for (i, gv) in grads.iter().enumerate() {
-        g.add_output(&format!("grad{i}"), *gv).unwrap();
-    }
-    let exe = backend_with(Device::Interp, PassOptions::default(), 1)
-        .unwrap()
-        .compile(&g)
-        .unwrap_or_else(|e| panic!("{e}\n{}", text::print(&g)));
-    let run = |vals: &[Tensor]| {
-        exe.run(vals)
-            .unwrap_or_else(|e| panic!("{e}\n{}", text::print(&g)))
-    };
-    let base = run(&c.values);
-    let h = 1e-5;
-    let mut worst = 0.0f64;
-    for p in 0..c.params.len() {
-        let value = &c.values[data + p];
-        assert_eq!(base[1 + p].shape(), value.shape(), "gradient {p}'s shape");
-        let x = value.to_f64_vec();
-        for (k, &ana) in base[1 + p].to_f64_vec().iter().enumerate() {
-            let at = |d: f64| {
-                let mut xs = x.clone();
-                xs[k] += d;
-                let mut vals = c.values.clone();
-                vals[data + p] = Tensor::from_vec(value.shape(), xs).unwrap();
-                run(&vals)[0].to_f64_vec()[0]
-            };
-            let numeric = (at(h) - at(-h)) / (2.0 * h);
-            let err = (ana - numeric).abs() / ana.abs().max(numeric.abs()).max(1e-2);
-            worst = worst.max(err);
-            assert!(
-                err <= 1e-6,
-                "{}: d loss / d p{p}[{k}]: {ana} by the rules, {numeric} by differences (rel {err:.1e})\n{}",
-                g.name,
-                text::print(&g)
-            );
-        }
-    }
+    let worst = check_gradients(&g, loss, &c.params, &c.values, data);
     // `--nocapture` shows each case's worst error.
     eprintln!("case '{}': max rel err {worst:.1e}", g.name);
 }
@@ -213,7 +144,7 @@ fn selections_bounds_expansions_and_concatenations() {
     let mut c = Case::new("where");
     // The condition is data (a parameter's only path to the loss through it would be
     // boolean: an error, tested below).
-    let mask = rng.tensor(&[3, 4], 0.0);
+    let mask = rng.f64_tensor_away_from_zero(&[3, 4], 0.0);
     let cond: Value = c.g.add_constant_value("mask", mask).unwrap().into();
     let zero: Value =
         c.g.add_constant_value("zero", Tensor::scalar(0.0f64))
@@ -428,7 +359,7 @@ fn an_mlp_loss_over_a_symbolic_batch() {
         labels[i * 4 + i % 4] = 1.0;
     }
     let data = [
-        rng.tensor(&[n, 6], 0.0),
+        rng.f64_tensor_away_from_zero(&[n, 6], 0.0),
         Tensor::from_vec(&[n, 4], labels).unwrap(),
     ];
     c.values.splice(0..0, data);
@@ -468,7 +399,8 @@ fn a_max_pool_over_a_symbolic_batch() {
         &[p, a],
         Attrs::new().with("keepdims", Attr::Int(0)),
     );
-    c.values.insert(0, rng.tensor(&[3, 2, 4, 4], 0.0));
+    c.values
+        .insert(0, rng.f64_tensor_away_from_zero(&[3, 2, 4, 4], 0.0));
     check_params(&c, &mut rng, 1);
 }
 
@@ -513,7 +445,7 @@ fn a_gradient_of_a_gradient() {
     let mut c = Case::new("second order");
     c.g = g;
     c.params = vec![x];
-    c.values = vec![rng.tensor(&[7], 0.0)];
+    c.values = vec![rng.f64_tensor_away_from_zero(&[7], 0.0)];
     c.out = dx;
     check(c, &mut rng);
 }
@@ -1176,7 +1108,7 @@ impl Net {
         let name = format!("in{}", self.values.len());
         let ty = TensorType::new(self.dt, Shape::fixed(dims));
         let v: Value = self.g.add_parameter(&name, ty).unwrap().into();
-        let t = self.rng.tensor(dims, 0.0);
+        let t = self.rng.f64_tensor_away_from_zero(dims, 0.0);
         let x: Vec<f64> = t.to_f64_vec().iter().map(|v| v * scale).collect();
         self.values
             .push(Tensor::from_f64s(self.dt, dims, &x).unwrap());

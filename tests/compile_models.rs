@@ -2,9 +2,11 @@
 //! `scripts/test-onnx-models.sh`, which also checks the optimized graphs' outputs
 //! against onnxruntime): what the pipeline leaves of each, and the memory plan's
 //! numbers against the goals. `make test` runs the script first; a bare
-//! `cargo test` skips with a message when the models are missing.
+//! `cargo test` skips through `common::require` when the models are missing.
+mod common;
+
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use kiln::backend::cpu_pass_options;
 use kiln::frontend::onnx;
@@ -13,25 +15,7 @@ use kiln::memory::{self, MemoryPlan};
 use kiln::passes::{run_pipeline, PassOptions};
 use kiln::Graph;
 
-fn model(name: &str) -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target/real-models")
-        .join(name)
-        .join("model.onnx");
-    if p.exists() {
-        return Some(p);
-    }
-    assert!(
-        std::env::var_os("KILN_REQUIRE_ONNX_SUITE").is_none(),
-        "{} is missing: run scripts/test-onnx-models.sh",
-        p.display()
-    );
-    eprintln!(
-        "skipped: {} is missing (scripts/test-onnx-models.sh writes it)",
-        p.display()
-    );
-    None
-}
+use common::real_model;
 
 /// Imported, specialized to `dims`, optimized by the default pipeline as the cpu
 /// backend runs it (verifying after every pass), and planned.
@@ -64,7 +48,7 @@ fn count(g: &Graph, op: &str) -> usize {
 
 #[test]
 fn resnet50_fuses_every_conv_epilogue_and_plans_near_the_bound() {
-    let Some(path) = model("resnet50") else {
+    let Some(path) = real_model("resnet50") else {
         return;
     };
     let (g, plan) = compile(&path, &[("N", 1), ("H", 224), ("W", 224)]);
@@ -121,7 +105,7 @@ fn resnet50_fuses_every_conv_epilogue_and_plans_near_the_bound() {
 
 #[test]
 fn bert_encoder_recognizes_its_decomposed_layer_and_plans_near_the_bound() {
-    let Some(path) = model("bert_encoder") else {
+    let Some(path) = real_model("bert_encoder") else {
         return;
     };
     let (g, plan) = compile(&path, &[("B", 1), ("S", 128)]);
@@ -140,7 +124,7 @@ fn small_models_plan_near_the_bound() {
         ("small_cnn", vec![("N", 1)]),
         ("resnet18", vec![("N", 1), ("H", 64), ("W", 64)]),
     ] {
-        let Some(path) = model(name) else { return };
+        let Some(path) = real_model(name) else { return };
         let (_, plan) = compile(&path, &dims);
         assert!(
             plan.planned_bytes as f64 <= 1.05 * plan.lower_bound_bytes as f64,

@@ -3,6 +3,8 @@
 //! strides, dilation, groups), at 1 and 2 threads, plus per-shape specialization,
 //! concurrent runs and bad inputs. `KILN_CPU_ISA=portable` reruns it all on the plain
 //! Rust paths (`make test` does).
+mod common;
+
 use kiln::backend::cpu::tune::Tuning;
 use kiln::backend::cpu::CpuBackend;
 use kiln::backend::{backend_with, cpu_pass_options, Backend, Device, Executable};
@@ -10,71 +12,10 @@ use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
 use kiln::passes::PassOptions;
 use kiln::{Dim, Tensor};
 
-/// splitmix64: every run tests the same cases.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn float(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-    fn tensor(&mut self, dims: &[usize]) -> Tensor {
-        let n = dims.iter().product();
-        Tensor::from_vec(dims, (0..n).map(|_| self.float()).collect::<Vec<f32>>()).unwrap()
-    }
-}
-
-fn f32_type(dims: &[usize]) -> TensorType {
-    TensorType::new(DType::F32, Shape::fixed(dims))
-}
-
-fn param(g: &mut Graph, name: &str, dims: &[usize]) -> Value {
-    g.add_parameter(name, f32_type(dims)).unwrap().into()
-}
-
-fn weight(g: &mut Graph, rng: &mut Rng, name: &str, dims: &[usize]) -> Value {
-    g.add_constant_value(name, rng.tensor(dims)).unwrap().into()
-}
-
-fn op(g: &mut Graph, op: &str, inputs: &[Value], attrs: Attrs) -> Value {
-    g.op(op, inputs, attrs, "")
-        .unwrap_or_else(|e| panic!("{e}\n{}", text::print(g)))
-        .into()
-}
-
-fn ints(pairs: &[(&str, &[i64])]) -> Attrs {
-    pairs
-        .iter()
-        .fold(Attrs::new(), |a, (k, v)| a.with(k, Attr::Ints(v.to_vec())))
-}
+use common::{ints, op, param, random_inputs, weight, Rng};
 
 fn cpu(threads: usize) -> Box<dyn kiln::backend::Backend> {
     backend_with(Device::Cpu, PassOptions::default(), threads).unwrap()
-}
-
-/// Random inputs for `g`'s parameters (symbolic dims are `sym`).
-fn inputs_for(g: &Graph, rng: &mut Rng, sym: usize) -> Vec<Tensor> {
-    g.inputs()
-        .iter()
-        .map(|&id| {
-            let dims: Vec<usize> = g.node(id).outputs[0]
-                .shape
-                .axes
-                .iter()
-                .map(|a| match a.dim {
-                    Dim::Fixed(n) => n,
-                    Dim::Sym(_) => sym,
-                })
-                .collect();
-            rng.tensor(&dims)
-        })
-        .collect()
 }
 
 /// The CPU backend on `threads` threads, choosing algorithms as `tuning` says (not as
@@ -102,7 +43,7 @@ fn kinds(g: &Graph) -> Vec<&'static str> {
 
 fn kinds_with(g: &Graph, tuning: &Tuning) -> Vec<&'static str> {
     let exe = cpu_with(1, tuning).compile_cpu(g).unwrap();
-    let shapes: Vec<Vec<usize>> = inputs_for(g, &mut Rng(0), 3)
+    let shapes: Vec<Vec<usize>> = random_inputs(g, &mut Rng(0), 3, 1.0)
         .iter()
         .map(|t| t.shape().to_vec())
         .collect();
@@ -128,7 +69,7 @@ fn check(g: &Graph, seed: u64) {
 
 fn check_with(g: &Graph, seed: u64, tuning: &Tuning) {
     let mut rng = Rng(seed);
-    let inputs = inputs_for(g, &mut rng, 3);
+    let inputs = random_inputs(g, &mut rng, 3, 1.0);
     let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
     let want = interp.compile(g).unwrap().run(&inputs).unwrap();
     for threads in [1, 2] {
@@ -397,7 +338,7 @@ fn residual_blocks_write_over_their_residual() {
         for i in 0..2 {
             // Scaled like a trained net's (1/sqrt(fan-in)), so values stay O(1) and the
             // comparison measures the kernels, not f32 cancellation.
-            let t = rng.tensor(&[c, c, k, k]).to_f64_array() / ((c * k * k) as f64).sqrt();
+            let t = rng.f32_tensor(&[c, c, k, k], 1.0).to_f64_array() / ((c * k * k) as f64).sqrt();
             let t = Tensor::from_f64_array(DType::F32, t);
             let w: Value = g
                 .add_constant_value(&format!("w{}", i + 1), t)
@@ -676,7 +617,7 @@ fn symbolic_batches_and_concurrent_runs() {
     let cases: Vec<(Vec<Tensor>, Vec<Tensor>)> = [1, 3, 1, 4]
         .iter()
         .map(|&n| {
-            let inputs = vec![rng.tensor(&[n, 16, 6, 6])];
+            let inputs = vec![rng.f32_tensor(&[n, 16, 6, 6], 1.0)];
             let want = oracle.run(&inputs).unwrap();
             (inputs, want)
         })
@@ -705,7 +646,10 @@ fn bad_inputs_are_errors_naming_the_input() {
     let y = op(&mut g, "MatMul", &[x, w], Attrs::new());
     g.add_output("y", y).unwrap();
     let exe = cpu(2).compile(&g).unwrap();
-    let e = exe.run(&[rng.tensor(&[3, 8])]).unwrap_err().to_string();
+    let e = exe
+        .run(&[rng.f32_tensor(&[3, 8], 1.0)])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("input 'x'"), "{e}");
     let e = exe
         .run(&[Tensor::from_vec(&[2, 8], vec![0i64; 16]).unwrap()])

@@ -4,40 +4,17 @@
 //! shapes at 1 and 2 threads, each asserting the kernel it lowered to; then the
 //! training graphs of issue 7 (MLP and small CNN, forward + backward) with no step left
 //! on the fallback. `KILN_CPU_ISA=portable` reruns it on the plain Rust paths.
-#[path = "common/train_graphs.rs"]
-mod train_graphs;
+mod common;
 
+use common::train_graphs;
+use common::{constant, ints, op, typed_param, Rng};
 use kiln::autodiff::grad;
 use kiln::backend::cpu::tune::Tuning;
 use kiln::backend::cpu::{Compiled, CpuBackend};
 use kiln::backend::{backend_with, cpu_pass_options, Device};
-use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
+use kiln::ir::{text, Attr, Attrs, DType, Graph};
 use kiln::passes::PassOptions;
 use kiln::Tensor;
-use train_graphs::Rng;
-
-fn param(g: &mut Graph, name: &str, dtype: DType, dims: &[usize]) -> Value {
-    g.add_parameter(name, TensorType::new(dtype, Shape::fixed(dims)))
-        .unwrap()
-        .into()
-}
-
-fn op(g: &mut Graph, op: &str, inputs: &[Value], attrs: Attrs) -> Value {
-    g.op(op, inputs, attrs, "")
-        .unwrap_or_else(|e| panic!("{e}\n{}", text::print(g)))
-        .into()
-}
-
-fn ints(pairs: &[(&str, &[i64])]) -> Attrs {
-    pairs
-        .iter()
-        .fold(Attrs::new(), |a, (k, v)| a.with(k, Attr::Ints(v.to_vec())))
-}
-
-fn constant(g: &mut Graph, t: Tensor) -> Value {
-    let name = g.fresh_name("c");
-    g.add_constant_value(&name, t).unwrap().into()
-}
 
 fn cpu(threads: usize) -> CpuBackend {
     CpuBackend {
@@ -193,8 +170,8 @@ fn conv_transposes_with_pads_strides_dilations_groups_and_output_padding() {
     let mut rng = Rng(1);
     for &(n, c, h, w, mg, k, st, p, d, op_, group, bias) in cases {
         let mut g = Graph::new("convt");
-        let x = param(&mut g, "x", DType::F32, &[n, c, h, w]);
-        let wt = param(
+        let x = typed_param(&mut g, "x", DType::F32, &[n, c, h, w]);
+        let wt = typed_param(
             &mut g,
             "w",
             DType::F32,
@@ -202,13 +179,13 @@ fn conv_transposes_with_pads_strides_dilations_groups_and_output_padding() {
         );
         let mut ins = vec![x, wt];
         let mut inputs = vec![
-            rng.tensor(&[n, c, h, w], 1.0),
-            rng.tensor(&[c, mg, k[0] as usize, k[1] as usize], 1.0),
+            rng.f32_tensor(&[n, c, h, w], 1.0),
+            rng.f32_tensor(&[c, mg, k[0] as usize, k[1] as usize], 1.0),
         ];
         if bias {
             let m = mg * group as usize;
-            ins.push(param(&mut g, "b", DType::F32, &[m]));
-            inputs.push(rng.tensor(&[m], 1.0));
+            ins.push(typed_param(&mut g, "b", DType::F32, &[m]));
+            inputs.push(rng.f32_tensor(&[m], 1.0));
         }
         let attrs = ints(&[
             ("kernel_shape", &k),
@@ -231,7 +208,7 @@ fn scatters_of_pool_gradients_and_on_every_axis() {
     // The pool gradient as autodiff writes it, on a ragged image with overlapping windows.
     for (kernel, strides) in [([2, 2], [2, 2]), ([3, 3], [2, 2])] {
         let mut g = Graph::new("pool_grad");
-        let x = param(&mut g, "x", DType::F32, &[2, 3, 9, 7]);
+        let x = typed_param(&mut g, "x", DType::F32, &[2, 3, 9, 7]);
         let attrs = ints(&[("kernel_shape", &kernel), ("strides", &strides)]);
         let y = op(&mut g, "MaxPool", &[x], attrs);
         let yy = op(&mut g, "Mul", &[y, y], Attrs::new());
@@ -243,7 +220,7 @@ fn scatters_of_pool_gradients_and_on_every_axis() {
         );
         let gx = grad(&mut g, loss, &[x]).unwrap()[0];
         g.add_output("gx", gx).unwrap();
-        let inputs = vec![rng.tensor(&[2, 3, 9, 7], 1.0)];
+        let inputs = vec![rng.f32_tensor(&[2, 3, 9, 7], 1.0)];
         check(&g, &inputs, "scatter");
     }
     // MaxPool's Indices over tiling windows (ragged images drop the last row/column).
@@ -253,12 +230,12 @@ fn scatters_of_pool_gradients_and_on_every_axis() {
         ([3, 2, 5, 5], [1, 1]),
     ] {
         let mut g = Graph::new("pool_indices");
-        let x = param(&mut g, "x", DType::F32, &dims);
+        let x = typed_param(&mut g, "x", DType::F32, &dims);
         let attrs = ints(&[("kernel_shape", &k), ("strides", &k)]);
         let id = g.op("MaxPool", &[x], attrs, "").unwrap();
         g.add_output("y", id.into()).unwrap();
         g.add_output("indices", id.out(1)).unwrap();
-        check(&g, &[rng.tensor(&dims, 1.0)], "pool-indices");
+        check(&g, &[rng.f32_tensor(&dims, 1.0)], "pool-indices");
     }
     for (data, ind, axis, reduction) in [
         (&[5, 6][..], &[3, 6][..], 0, "add"),
@@ -267,14 +244,14 @@ fn scatters_of_pool_gradients_and_on_every_axis() {
         (&[4, 3, 5], &[2, 3, 5], 0, "mul"),
     ] {
         let mut g = Graph::new("scatter");
-        let d = param(&mut g, "d", DType::F32, data);
+        let d = typed_param(&mut g, "d", DType::F32, data);
         let n: usize = ind.iter().product();
         let size = data[(axis + data.len() as i64) as usize % data.len()] as u64;
         let idx: Vec<i64> = (0..n)
-            .map(|_| (rng.next() % size) as i64 - (rng.next() % 2) as i64 * size as i64)
+            .map(|_| (rng.next_u64() % size) as i64 - (rng.next_u64() % 2) as i64 * size as i64)
             .collect();
         let i = constant(&mut g, Tensor::from_vec(ind, idx).unwrap());
-        let u = param(&mut g, "u", DType::F32, ind);
+        let u = typed_param(&mut g, "u", DType::F32, ind);
         let attrs = Attrs::new()
             .with("axis", Attr::Int(axis))
             .with("reduction", Attr::String(reduction.into()));
@@ -282,7 +259,7 @@ fn scatters_of_pool_gradients_and_on_every_axis() {
         g.add_output("y", y).unwrap();
         check(
             &g,
-            &[rng.tensor(data, 1.0), rng.tensor(ind, 1.0)],
+            &[rng.f32_tensor(data, 1.0), rng.f32_tensor(ind, 1.0)],
             "scatter",
         );
     }
@@ -300,8 +277,8 @@ fn masks_selects_and_casts() {
     ] {
         for cmp in ["Greater", "Less", "Equal", "GreaterOrEqual", "LessOrEqual"] {
             let mut g = Graph::new("cmp");
-            let x = param(&mut g, "x", DType::F32, a);
-            let y = param(&mut g, "y", DType::F32, b);
+            let x = typed_param(&mut g, "x", DType::F32, a);
+            let y = typed_param(&mut g, "y", DType::F32, b);
             let m = op(&mut g, cmp, &[x, y], Attrs::new());
             let s = op(&mut g, "Where", &[m, x, y], Attrs::new());
             let to = |d: &str| Attrs::new().with("to", Attr::String(d.into()));
@@ -318,7 +295,10 @@ fn masks_selects_and_casts() {
                     .collect();
                 Tensor::from_vec(t.shape(), v).unwrap()
             };
-            let inputs = [quarters(rng.tensor(a, 1.0)), quarters(rng.tensor(b, 1.0))];
+            let inputs = [
+                quarters(rng.f32_tensor(a, 1.0)),
+                quarters(rng.f32_tensor(b, 1.0)),
+            ];
             check(&g, &inputs, "compare");
             check(&g, &inputs, "where");
             check(&g, &inputs, "cast");
@@ -326,7 +306,7 @@ fn masks_selects_and_casts() {
     }
     // An integer comparison (SoftmaxCrossEntropyLoss's one-hot) and integer casts.
     let mut g = Graph::new("onehot");
-    let l = param(&mut g, "labels", DType::I64, &[6, 1]);
+    let l = typed_param(&mut g, "labels", DType::I64, &[6, 1]);
     let range = constant(&mut g, Tensor::from_vec(&[7], (0..7i64).collect()).unwrap());
     let eq = op(&mut g, "Equal", &[l, range], Attrs::new());
     let to = |d: &str| Attrs::new().with("to", Attr::String(d.into()));
@@ -341,9 +321,9 @@ fn masks_selects_and_casts() {
     // The fused Relu gradient.
     for dims in [&[64, 512][..], &[2, 5, 7, 3]] {
         let mut g = Graph::new("relu_grad");
-        let x = param(&mut g, "x", DType::F32, dims);
+        let x = typed_param(&mut g, "x", DType::F32, dims);
         let r = op(&mut g, "Relu", &[x], Attrs::new());
-        let w = param(&mut g, "w", DType::F32, dims);
+        let w = typed_param(&mut g, "w", DType::F32, dims);
         let p = op(&mut g, "Mul", &[r, w], Attrs::new());
         let loss = op(
             &mut g,
@@ -355,7 +335,7 @@ fn masks_selects_and_casts() {
         g.add_output("gx", gx).unwrap();
         check(
             &g,
-            &[rng.tensor(dims, 1.0), rng.tensor(dims, 1.0)],
+            &[rng.f32_tensor(dims, 1.0), rng.f32_tensor(dims, 1.0)],
             "compare-select",
         );
     }
@@ -368,8 +348,8 @@ fn softmax_cross_entropy_losses() {
         for reduction in ["mean", "sum", "none"] {
             for ignore in [None, Some(1)] {
                 let mut g = Graph::new("sce");
-                let s = param(&mut g, "scores", DType::F32, &[n, c]);
-                let l = param(&mut g, "labels", DType::I64, &[n]);
+                let s = typed_param(&mut g, "scores", DType::F32, &[n, c]);
+                let l = typed_param(&mut g, "labels", DType::I64, &[n]);
                 let mut attrs = Attrs::new().with("reduction", Attr::String(reduction.into()));
                 if let Some(i) = ignore {
                     attrs = attrs.with("ignore_index", Attr::Int(i));
@@ -377,9 +357,9 @@ fn softmax_cross_entropy_losses() {
                 let id = g.op("SoftmaxCrossEntropyLoss", &[s, l], attrs, "").unwrap();
                 g.add_output("loss", id.into()).unwrap();
                 g.add_output("log_prob", id.out(1)).unwrap();
-                let labels: Vec<i64> = (0..n).map(|_| (rng.next() % c as u64) as i64).collect();
+                let labels: Vec<i64> = (0..n).map(|_| (rng.next_u64() % c as u64) as i64).collect();
                 let inputs = [
-                    rng.tensor(&[n, c], 3.0),
+                    rng.f32_tensor(&[n, c], 3.0),
                     Tensor::from_vec(&[n], labels).unwrap(),
                 ];
                 check(&g, &inputs, "softmax-xent");
@@ -399,8 +379,8 @@ fn filter_gradients_run_per_output_position() {
         (3, 10, [8, 8], 3, [1, 1], [2, 2, 2, 2], [2, 1]),
     ] {
         let mut g = Graph::new("filter_grad");
-        let x = param(&mut g, "x", DType::F32, &[n, c, hw[0], hw[1]]);
-        let w = param(&mut g, "w", DType::F32, &[m, c, 3, 3]);
+        let x = typed_param(&mut g, "x", DType::F32, &[n, c, hw[0], hw[1]]);
+        let w = typed_param(&mut g, "w", DType::F32, &[m, c, 3, 3]);
         let attrs = ints(&[("pads", &pads), ("strides", &strides), ("dilations", &dil)]);
         let y = op(&mut g, "Conv", &[x, w], attrs);
         let yy = op(&mut g, "Mul", &[y, y], Attrs::new());
@@ -413,8 +393,8 @@ fn filter_gradients_run_per_output_position() {
         let gw = grad(&mut g, loss, &[w]).unwrap()[0];
         g.add_output("gw", gw).unwrap();
         let inputs = [
-            rng.tensor(&[n, c, hw[0], hw[1]], 1.0),
-            rng.tensor(&[m, c, 3, 3], 1.0),
+            rng.f32_tensor(&[n, c, hw[0], hw[1]], 1.0),
+            rng.f32_tensor(&[m, c, 3, 3], 1.0),
         ];
         check(&g, &inputs, "conv-per-position");
     }

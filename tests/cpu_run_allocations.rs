@@ -1,13 +1,17 @@
 //! A run of a compiled CPU executable allocates only its output tensors: no kernel, no
 //! step, no thread-pool loop and no lookup allocates per run (counted by a global
 //! allocator; this binary has one test so that nothing else allocates meanwhile).
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kiln::backend::{backend_with, Device};
-use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
+use kiln::ir::{Attr, Attrs, DType, Graph, Shape, TensorType, Value};
 use kiln::passes::PassOptions;
 use kiln::{Dim, Tensor};
+
+use common::op;
 
 struct Counting;
 
@@ -40,12 +44,6 @@ fn tensor(dims: &[usize], seed: usize) -> Tensor {
         .map(|i| ((i * 7 + seed * 13) % 23) as f32 / 23.0 - 0.5)
         .collect::<Vec<f32>>();
     Tensor::from_vec(dims, v).unwrap()
-}
-
-fn op(g: &mut Graph, op: &str, inputs: &[Value], attrs: Attrs) -> Value {
-    g.op(op, inputs, attrs, "")
-        .unwrap_or_else(|e| panic!("{e}\n{}", text::print(g)))
-        .into()
 }
 
 fn ints(v: &[i64]) -> Attr {

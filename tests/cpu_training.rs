@@ -1,6 +1,8 @@
 //! Training graphs on the CPU backend: the variables live in the executable, the values
 //! `Assign` stores are computed straight into them, and the steps match the
 //! interpreter's. Runs that store are serialized; a failed run stores nothing.
+mod common;
+
 use std::sync::Arc;
 
 use kiln::autodiff::grad;
@@ -12,18 +14,7 @@ use kiln::optim::{add_optimizer, Optimizer, Rule};
 use kiln::passes::PassOptions;
 use kiln::{Dim, Tensor};
 
-/// Deterministic values in [-scale, scale).
-fn values(n: usize, seed: u64, scale: f32) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
+use common::{Need, Rng};
 
 fn f32s(dims: &[usize]) -> TensorType {
     TensorType::new(DType::F32, Shape::fixed(dims))
@@ -53,14 +44,14 @@ pub fn mlp(sizes: &[usize], batch: Option<usize>, opt: Rule) -> Graph {
     let mut weights = vec![];
     for (i, w) in sizes.windows(2).enumerate() {
         let scale = (2.0 / w[0] as f32).sqrt();
-        let wv = Tensor::from_vec(&[w[0], w[1]], values(w[0] * w[1], i as u64 + 1, scale));
-        let bv = Tensor::from_vec(&[w[1]], values(w[1], i as u64 + 100, 0.1));
+        let wv = Rng(i as u64 + 1).f32_tensor(&[w[0], w[1]], scale);
+        let bv = Rng(i as u64 + 100).f32_tensor(&[w[1]], 0.1);
         let wt: Value = g
-            .add_variable(&format!("w{i}"), f32s(&[w[0], w[1]]), wv.unwrap())
+            .add_variable(&format!("w{i}"), f32s(&[w[0], w[1]]), wv)
             .unwrap()
             .into();
         let bt: Value = g
-            .add_variable(&format!("b{i}"), f32s(&[w[1]]), bv.unwrap())
+            .add_variable(&format!("b{i}"), f32s(&[w[1]]), bv)
             .unwrap()
             .into();
         weights.extend([wt, bt]);
@@ -110,7 +101,7 @@ pub fn cpu(g: &Graph, threads: usize) -> CpuExecutable {
 }
 
 pub fn batch(n: usize, features: usize, classes: usize, seed: u64) -> Vec<Tensor> {
-    let x = Tensor::from_vec(&[n, features], values(n * features, seed, 1.0)).unwrap();
+    let x = Rng(seed).f32_tensor(&[n, features], 1.0);
     let labels: Vec<i64> = (0..n as i64)
         .map(|i| (i * 7 + seed as i64) % classes as i64)
         .collect();
@@ -187,8 +178,13 @@ fn optimizer_state_is_updated_in_place() {
 fn adam_updates_run_in_their_own_loop() {
     // The body the optimizer builder's ops fuse into is the one the Adam loop knows: if
     // either changes, the update silently falls back to the generic loop; this says so.
-    if !kiln::backend::cpu::kernels::adam::available(kiln::backend::cpu::isa::isa()) {
-        eprintln!("skipped: this CPU has no AVX-512F, which the Adam loop needs");
+    let isa = kiln::backend::cpu::isa::isa();
+    let found = if kiln::backend::cpu::kernels::adam::available(isa) {
+        Ok(())
+    } else {
+        Err(format!("the Adam loop needs AVX-512F; kiln runs {isa:?}"))
+    };
+    if !common::require(Need::Avx512f, found) {
         return;
     }
     let g = mlp(&[16, 8, 4], Some(6), adam());

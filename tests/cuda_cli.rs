@@ -2,6 +2,8 @@
 //! `cuda` feature a clean "built without CUDA"; with it, on a machine without a usable
 //! device, the probe's reason (exit status 1, never a panic); with a device, the same
 //! numbers as the cpu backend.
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -93,7 +95,11 @@ fn run_and_bench_on_cuda_fail_cleanly_or_match_the_cpu() {
         Some(reason) => {
             assert_clean_failure(&cuda, &reason);
             assert_clean_failure(&bench, &reason);
-            println!("SKIPPED: no CUDA device ({reason}); the CLI failed cleanly");
+            // The clean failure is checked; the comparison with cpu is what skips.
+            common::require(
+                common::Need::CudaDevice,
+                Err(format!("no CUDA device ({reason}); the CLI failed cleanly")),
+            );
         }
         None => {
             let (cpu, cpu_z) = run("cpu");

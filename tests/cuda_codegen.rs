@@ -3,9 +3,12 @@
 //! g++ against the emulation header, run on random inputs, and compared with the
 //! reference interpreter's evaluation of its node on the same inputs.
 //!
-//! Without g++ the check prints `SKIPPED: no g++`, or fails when `CI=true`.
+//! Without g++ the checks skip through `common::require` (`KILN_REQUIRE=gxx` makes that
+//! a failure).
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use kiln::backend::cuda::codegen::emulation::{self, HostLaunch};
 use kiln::backend::cuda::codegen::{
@@ -18,53 +21,18 @@ use kiln::ir::{Attr, Attrs, DType, Graph, NodeId, Shape, TensorType};
 use kiln::passes::{run_pipeline, PassOptions};
 use kiln::Tensor;
 
-/// Whether the host-emulation checks can run; without g++ they fail in CI and skip
-/// elsewhere.
+use common::{require, test_graphs_and_real_models, Need, Rng};
+
+/// Whether the host-emulation checks can run (`Need::Gxx`).
 fn have_gxx() -> bool {
-    if emulation::have_gxx() {
-        return true;
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "g++ is missing: CI must run the CUDA host-emulation check (install g++)"
-    );
-    println!("SKIPPED: no g++");
-    false
-}
-
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in [lo, hi).
-    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn tensor(&mut self, dtype: DType, shape: &[usize]) -> Tensor {
-        let n: usize = shape.iter().product();
-        match dtype {
-            DType::Bool => {
-                let v: Vec<bool> = (0..n).map(|_| self.next() & 1 == 1).collect();
-                Tensor::from_vec(shape, v).unwrap()
-            }
-            d if d.is_int() => {
-                let v: Vec<i64> = (0..n).map(|_| (self.next() % 201) as i64 - 100).collect();
-                Tensor::from_i64s(d, shape, &v).unwrap()
-            }
-            d => {
-                let v: Vec<f64> = (0..n).map(|_| self.uniform(-2.0, 2.0)).collect();
-                Tensor::from_f64s(d, shape, &v).unwrap()
-            }
-        }
-    }
+    require(
+        Need::Gxx,
+        if emulation::have_gxx() {
+            Ok(())
+        } else {
+            Err("no g++ for the CUDA host emulation".into())
+        },
+    )
 }
 
 /// One kernel to check: its buffers before the launch and what each output must hold.
@@ -254,7 +222,7 @@ fn case(g: &Graph, id: NodeId, kernel: GeneratedKernel, rng: &mut Rng) -> Case {
                     ("Constant", Some(t)) => (**t).clone(),
                     _ => {
                         let t = g.value_type(v).unwrap();
-                        rng.tensor(t.dtype, &t.shape.to_fixed().unwrap())
+                        rng.tensor_of(t.dtype, &t.shape.to_fixed().unwrap())
                     }
                 }
             })
@@ -268,7 +236,7 @@ fn case(g: &Graph, id: NodeId, kernel: GeneratedKernel, rng: &mut Rng) -> Case {
     };
     let (before, outs) = if epilogue && cost() > FULL_REFERENCE_LIMIT {
         // The epilogue starts from a random bare product.
-        let y = rng.tensor(
+        let y = rng.tensor_of(
             node.outputs[0].dtype,
             &node.outputs[0].shape.to_fixed().unwrap(),
         );
@@ -428,44 +396,6 @@ fn optimized_model(path: &Path, dims: &[(&str, usize)]) -> Graph {
     g
 }
 
-type Model = (PathBuf, Vec<(&'static str, usize)>);
-
-/// The repo's test graphs, then the real models when `scripts/test-onnx-models.sh`
-/// has written them.
-fn models() -> Vec<Model> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut out: Vec<Model> = vec![
-        (
-            root.join("tests/graphs/attention.kir"),
-            vec![("B", 2), ("H", 3), ("Q", 5), ("K", 7)],
-        ),
-        (root.join("tests/graphs/convnet.kir"), vec![("N", 2)]),
-        (root.join("examples/graphs/mlp.kir"), vec![("N", 3)]),
-    ];
-    let suite = [
-        ("mlp", vec![("N", 2)]),
-        ("small_cnn", vec![("N", 2)]),
-        ("resnet18", vec![("N", 1), ("H", 32), ("W", 32)]),
-        ("resnet50", vec![("N", 1), ("H", 32), ("W", 32)]),
-        ("bert_encoder", vec![("B", 1), ("S", 16)]),
-    ];
-    for (name, dims) in suite {
-        let p = root
-            .join("target/real-models")
-            .join(name)
-            .join("model.onnx");
-        if p.exists() {
-            out.push((p, dims));
-        } else {
-            println!(
-                "skipped: {} is missing (scripts/test-onnx-models.sh writes it)",
-                p.display()
-            );
-        }
-    }
-    out
-}
-
 #[test]
 fn model_kernels_match_the_interpreter_in_host_emulation() {
     if !have_gxx() {
@@ -473,7 +403,7 @@ fn model_kernels_match_the_interpreter_in_host_emulation() {
     }
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     let mut cases = vec![];
-    for (path, dims) in models() {
+    for (path, dims) in test_graphs_and_real_models() {
         let g = optimized_model(&path, &dims);
         let kernels = kernels_for_graph(&g).unwrap();
         // What the generator leaves to cuBLAS, views or other means, for the record.
@@ -503,7 +433,7 @@ fn generated_source_is_deterministic() {
     let b = template_samples();
     assert!(!a.is_empty());
     assert_eq!(a, b);
-    let (path, dims) = models().remove(0);
+    let (path, dims) = test_graphs_and_real_models().remove(0);
     let k1 = kernels_for_graph(&optimized_model(&path, &dims)).unwrap();
     let k2 = kernels_for_graph(&optimized_model(&path, &dims)).unwrap();
     assert_eq!(k1, k2);

@@ -2,72 +2,26 @@
 //! family (cuBLAS GEMMs with transposes, batches and broadcasts; fused GEMM epilogues;
 //! generated elementwise/broadcast chains, reductions, softmax, layernorm, gelu,
 //! convolutions, pooling; views), per-shape programs for symbolic inputs, concurrent
-//! runs, and the errors. Without a usable device each test prints
-//! `SKIPPED: no CUDA device (<reason>)` and passes; `KILN_REQUIRE_CUDA=1` makes that a
-//! failure (for a machine that has a GPU).
+//! runs, and the errors. Without a usable device each test skips through
+//! `common::require` (`KILN_REQUIRE=cuda-device` makes that a failure, for a machine
+//! that has a GPU).
 #![cfg(feature = "cuda")]
+
+mod common;
 
 use kiln::backend::{backend_with, device_available, Device, Executable};
 use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
 use kiln::passes::PassOptions;
 use kiln::{Dim, Error, Tensor};
 
-/// Whether cuda:0 can be used; otherwise says SKIPPED (or fails under
-/// KILN_REQUIRE_CUDA=1).
-fn device(test: &str) -> bool {
-    match device_available(Device::Cuda(0)) {
-        Ok(()) => true,
-        Err(e) => {
-            assert!(
-                std::env::var("KILN_REQUIRE_CUDA").as_deref() != Ok("1"),
-                "{test}: KILN_REQUIRE_CUDA=1 but {e}"
-            );
-            println!("{test}: SKIPPED: no CUDA device ({e})");
-            false
-        }
-    }
-}
+use common::{ints, op, param, random_inputs, require, weight, Need, Rng};
 
-/// splitmix64: every run tests the same cases.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn float(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-    fn tensor(&mut self, dims: &[usize]) -> Tensor {
-        let n = dims.iter().product();
-        Tensor::from_vec(dims, (0..n).map(|_| self.float()).collect::<Vec<f32>>()).unwrap()
-    }
-}
-
-fn param(g: &mut Graph, name: &str, dims: &[usize]) -> Value {
-    g.add_parameter(name, TensorType::new(DType::F32, Shape::fixed(dims)))
-        .unwrap()
-        .into()
-}
-
-fn weight(g: &mut Graph, rng: &mut Rng, name: &str, dims: &[usize]) -> Value {
-    g.add_constant_value(name, rng.tensor(dims)).unwrap().into()
-}
-
-fn op(g: &mut Graph, op: &str, inputs: &[Value], attrs: Attrs) -> Value {
-    g.op(op, inputs, attrs, "")
-        .unwrap_or_else(|e| panic!("{e}\n{}", text::print(g)))
-        .into()
-}
-
-fn ints(pairs: &[(&str, &[i64])]) -> Attrs {
-    pairs
-        .iter()
-        .fold(Attrs::new(), |a, (k, v)| a.with(k, Attr::Ints(v.to_vec())))
+/// Whether cuda:0 can be used; otherwise the test skips (`Need::CudaDevice`).
+fn device() -> bool {
+    require(
+        Need::CudaDevice,
+        device_available(Device::Cuda(0)).map_err(|e| format!("no CUDA device ({e})")),
+    )
 }
 
 fn cuda_exe(g: &Graph) -> Box<dyn Executable> {
@@ -77,28 +31,9 @@ fn cuda_exe(g: &Graph) -> Box<dyn Executable> {
         .unwrap_or_else(|e| panic!("compiling for cuda:0: {e}\n{}", text::print(g)))
 }
 
-/// Random inputs for `g`'s parameters (symbolic dims are `sym`).
-fn inputs_for(g: &Graph, rng: &mut Rng, sym: usize) -> Vec<Tensor> {
-    g.inputs()
-        .iter()
-        .map(|&id| {
-            let dims: Vec<usize> = g.node(id).outputs[0]
-                .shape
-                .axes
-                .iter()
-                .map(|a| match a.dim {
-                    Dim::Fixed(n) => n,
-                    Dim::Sym(_) => sym,
-                })
-                .collect();
-            rng.tensor(&dims)
-        })
-        .collect()
-}
-
 /// `g` on cuda:0 gives the interpreter's outputs (f32 tolerance for reordered sums).
 fn check(test: &str, g: &Graph, seed: u64) {
-    if !device(test) {
+    if !device() {
         return;
     }
     let exe = cuda_exe(g);
@@ -106,7 +41,7 @@ fn check(test: &str, g: &Graph, seed: u64) {
         .unwrap()
         .compile(g)
         .unwrap();
-    let inputs = inputs_for(g, &mut Rng(seed), 5);
+    let inputs = random_inputs(g, &mut Rng(seed), 5, 1.0);
     let want = interp.run(&inputs).unwrap();
     let got = exe.run(&inputs).unwrap_or_else(|e| panic!("{test}: {e}"));
     assert_eq!(got.len(), want.len());
@@ -304,7 +239,7 @@ fn symbolic_batch_runs_per_shape_and_from_many_threads() {
 }
 "#;
     let g = text::parse(kir, "mlp.kir", None).unwrap();
-    if !device("symbolic batch") {
+    if !device() {
         return;
     }
     let exe = cuda_exe(&g);
@@ -318,7 +253,7 @@ fn symbolic_batch_runs_per_shape_and_from_many_threads() {
             s.spawn(move || {
                 let mut rng = Rng(t);
                 for batch in [1, 3, 64, 3] {
-                    let x = rng.tensor(&[batch, 8]);
+                    let x = rng.f32_tensor(&[batch, 8], 1.0);
                     let got = exe.run(std::slice::from_ref(&x)).unwrap();
                     let want = interp.run(&[x]).unwrap();
                     got[0].check_close(&want[0], 1e-5, 1e-4).unwrap();
@@ -335,7 +270,7 @@ fn errors_name_the_problem() {
     let y = op(&mut g, "Exp", &[x], Attrs::new());
     g.add_output("y", y).unwrap();
     let state = text::parse(STATE, "state.kir", None).unwrap();
-    if !device("errors") {
+    if !device() {
         return;
     }
     // Bad inputs are caught before anything reaches the device.
@@ -456,11 +391,11 @@ fn external_ops_run_their_cuda_callback_or_are_refused_by_name() {
         g
     };
     let (with_cuda, cpu_only) = (graph("cudatest::with_cuda"), graph("cudatest::cpu_only"));
-    if !device("external ops") {
+    if !device() {
         return;
     }
     let exe = cuda_exe(&with_cuda);
-    exe.run(&[Rng(1).tensor(&[2, 3])]).unwrap();
+    exe.run(&[Rng(1).f32_tensor(&[2, 3], 1.0)]).unwrap();
     assert_eq!(*ops[0].calls.lock().unwrap(), vec![(1, vec![2, 3], true)]);
     let err = backend_with(Device::Cuda(0), PassOptions::default(), 0)
         .unwrap()

@@ -1,9 +1,11 @@
 //! The GPU-less check of generated CUDA code: every kernel compiled to PTX by NVRTC for
 //! compute_80 and compute_90, then assembled by `ptxas` for sm_80 and sm_90. Needs
 //! NVRTC on the loader's path and ptxas at `KILN_PTXAS` (or on PATH): both come from
-//! `eval "$(scripts/cuda-tools.sh)"`. Without them the tests fail under CI=true and say
-//! SKIPPED otherwise.
+//! `eval "$(scripts/cuda-tools.sh)"`. Without them the tests skip through
+//! `common::require` (`KILN_REQUIRE=cuda-tools` makes that a failure).
 #![cfg(feature = "cuda")]
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,32 +19,22 @@ use kiln::ir::text;
 use kiln::passes::{run_pipeline, PassOptions};
 use kiln::{Error, Graph};
 
-/// The tools, or why not (then fails under CI=true, else prints SKIPPED).
-fn tools(test: &str) -> Option<PathBuf> {
+use common::{require, test_graphs_and_real_models, Need};
+
+/// ptxas, when NVRTC and ptxas are both here (`Need::CudaTools`).
+fn tools() -> Option<PathBuf> {
     let ptxas = std::env::var_os("KILN_PTXAS")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("ptxas"));
-    let why = match nvrtc::available() {
-        Err(why) => Some(why),
-        Ok(()) => match Command::new(&ptxas).arg("--version").output() {
-            Ok(o) if o.status.success() => None,
-            _ => Some(format!(
+    let found =
+        nvrtc::available().and_then(|()| match Command::new(&ptxas).arg("--version").output() {
+            Ok(o) if o.status.success() => Ok(()),
+            _ => Err(format!(
                 "no ptxas at {} (set KILN_PTXAS; scripts/cuda-tools.sh prints it)",
                 ptxas.display()
             )),
-        },
-    };
-    match why {
-        None => Some(ptxas),
-        Some(why) => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "{test}: {why}"
-            );
-            println!("{test}: SKIPPED: {why}");
-            None
-        }
-    }
+        });
+    require(Need::CudaTools, found).then_some(ptxas)
 }
 
 /// One kernel to check: its entry point and CUDA C source.
@@ -62,7 +54,7 @@ fn kernels() -> Vec<Kernel> {
             source: k.source,
         })
         .collect();
-    for (path, dims) in models() {
+    for (path, dims) in test_graphs_and_real_models() {
         let g = optimized(&path, &dims);
         let kernels =
             codegen::kernels_for_graph(&g).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -72,47 +64,6 @@ fn kernels() -> Vec<Kernel> {
                 entry: k.entry,
                 source: k.source,
             });
-        }
-    }
-    out
-}
-
-type Model = (PathBuf, Vec<(&'static str, usize)>);
-
-fn models() -> Vec<Model> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut out: Vec<Model> = vec![
-        (
-            root.join("tests/graphs/attention.kir"),
-            vec![("B", 2), ("H", 3), ("Q", 5), ("K", 7)],
-        ),
-        (root.join("tests/graphs/convnet.kir"), vec![("N", 2)]),
-        (root.join("examples/graphs/mlp.kir"), vec![("N", 3)]),
-    ];
-    let suite = [
-        ("mlp", vec![("N", 2)]),
-        ("small_cnn", vec![("N", 2)]),
-        ("resnet18", vec![("N", 1), ("H", 32), ("W", 32)]),
-        ("resnet50", vec![("N", 1), ("H", 32), ("W", 32)]),
-        ("bert_encoder", vec![("B", 1), ("S", 16)]),
-    ];
-    for (name, dims) in suite {
-        let p = root
-            .join("target/real-models")
-            .join(name)
-            .join("model.onnx");
-        if p.exists() {
-            out.push((p, dims));
-        } else {
-            assert!(
-                std::env::var_os("KILN_REQUIRE_ONNX_SUITE").is_none(),
-                "{} is missing: run scripts/test-onnx-models.sh",
-                p.display()
-            );
-            println!(
-                "skipped: {} is missing (scripts/test-onnx-models.sh writes it)",
-                p.display()
-            );
         }
     }
     out
@@ -168,7 +119,7 @@ fn ptxas(ptxas: &Path, ptx: &str, entry: &str, sm: &str) -> Result<(), String> {
 
 #[test]
 fn every_kernel_compiles_with_nvrtc_and_assembles_with_ptxas() {
-    let Some(ptxas_path) = tools("nvrtc+ptxas") else {
+    let Some(ptxas_path) = tools() else {
         return;
     };
     let mut kernels = kernels();
@@ -206,7 +157,7 @@ fn every_kernel_compiles_with_nvrtc_and_assembles_with_ptxas() {
 
 #[test]
 fn a_rejected_kernel_names_its_entry_and_carries_the_log() {
-    if tools("nvrtc errors").is_none() {
+    if tools().is_none() {
         return;
     }
     let bad = "extern \"C\" __global__ void k7_broken(float* out) { out[0] = undeclared_thing; }";
@@ -233,7 +184,7 @@ fn a_rejected_kernel_names_its_entry_and_carries_the_log() {
 
 #[test]
 fn programs_are_compiled_once_per_source_arch_and_options() {
-    if tools("nvrtc cache").is_none() {
+    if tools().is_none() {
         return;
     }
     // A source no other test uses, so that the counts are this test's own.

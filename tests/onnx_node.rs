@@ -5,6 +5,8 @@
 //! `tests/onnx/node_expected.txt` records every case's outcome with a one-line reason
 //! for each failure; a case recorded as passing that fails is a regression and fails
 //! this test. `BLESS=1 cargo test --test onnx_node -- --nocapture` rewrites the record.
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -90,12 +92,8 @@ fn group(case: &str) -> String {
 #[test]
 fn onnx_node_suite() {
     let dir = suite_dir();
-    if !dir.join(".onnx-1.23.2").exists() {
-        assert!(
-            std::env::var_os("KILN_REQUIRE_ONNX_SUITE").is_none(),
-            "the suite is missing: run scripts/onnx-node-tests.sh"
-        );
-        eprintln!("skipped: target/onnx-node is missing (scripts/onnx-node-tests.sh generates it; make test does)");
+    let found = common::exists(&dir.join(".onnx-1.23.2"), "scripts/onnx-node-tests.sh");
+    if !common::require(common::Need::OnnxSuite, found) {
         return;
     }
     // KILN_NODE_CASES=substring runs only the matching cases (no manifest check).

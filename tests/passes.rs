@@ -2,59 +2,17 @@
 //! checked by differential testing (the reference interpreter gives the same outputs
 //! before and after), random valid graphs through the whole pipeline (a seeded
 //! property test), and the pass manager's switches and errors.
+mod common;
+
 use kiln::backend::interp::InterpExecutable;
 use kiln::backend::Executable;
 use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
 use kiln::passes::{
     self, run_passes, run_pipeline, Changed, DumpIr, Pass, PassContext, PassOptions,
 };
-use kiln::{Dim, Result, Tensor};
+use kiln::{Result, Tensor};
 
-/// splitmix64: a tiny seeded generator, so every run tests the same graphs.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn float(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
-    }
-    fn tensor(&mut self, dims: &[usize]) -> Tensor {
-        let n = dims.iter().product();
-        Tensor::from_vec(dims, (0..n).map(|_| self.float()).collect::<Vec<f32>>()).unwrap()
-    }
-}
-
-fn f32_type(dims: &[usize]) -> TensorType {
-    TensorType::new(DType::F32, Shape::fixed(dims))
-}
-
-/// Inputs for `g`'s parameters (symbolic dims are 2).
-fn inputs_for(g: &Graph, rng: &mut Rng) -> Vec<Tensor> {
-    g.inputs()
-        .iter()
-        .map(|&id| {
-            let dims: Vec<usize> = g.node(id).outputs[0]
-                .shape
-                .axes
-                .iter()
-                .map(|a| match a.dim {
-                    Dim::Fixed(n) => n,
-                    Dim::Sym(_) => 2,
-                })
-                .collect();
-            rng.tensor(&dims)
-        })
-        .collect()
-}
+use common::{f32_type, named_op, param, random_inputs, Rng};
 
 fn run(g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
     InterpExecutable::new(g.clone())
@@ -66,7 +24,7 @@ fn run(g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
 /// Both graphs give the same outputs on the same random inputs.
 fn assert_same(before: &Graph, after: &Graph, seed: u64) {
     let mut rng = Rng(seed);
-    let inputs = inputs_for(before, &mut rng);
+    let inputs = random_inputs(before, &mut rng, 2, 2.0);
     let (want, got) = (run(before, &inputs), run(after, &inputs));
     assert_eq!(want.len(), got.len());
     for (i, (w, g)) in want.iter().zip(&got).enumerate() {
@@ -100,10 +58,6 @@ fn c(g: &mut Graph, name: &str, dims: &[usize], values: &[f32]) -> Value {
     g.add_constant_value(name, t).unwrap().into()
 }
 
-fn op(g: &mut Graph, op: &str, inputs: &[Value], attrs: Attrs, name: &str) -> Value {
-    g.op(op, inputs, attrs, name).unwrap().into()
-}
-
 fn none() -> Attrs {
     Attrs::new()
 }
@@ -112,21 +66,17 @@ fn ints(name: &str, v: &[i64]) -> Attrs {
     Attrs::new().with(name, Attr::Ints(v.to_vec()))
 }
 
-fn param(g: &mut Graph, name: &str, dims: &[usize]) -> Value {
-    g.add_parameter(name, f32_type(dims)).unwrap().into()
-}
-
 #[test]
 fn constant_fold_evaluates_constants_and_static_shapes() {
     let mut g = Graph::new("fold");
     let x = param(&mut g, "x", &[2, 3]);
     let a = c(&mut g, "a", &[3], &[1.0, 2.0, 3.0]);
     let b = c(&mut g, "b", &[3], &[0.5, 0.5, 0.5]);
-    let ab = op(&mut g, "Mul", &[a, b], none(), "ab");
-    let y = op(&mut g, "Add", &[x, ab], none(), "y");
+    let ab = named_op(&mut g, "Mul", &[a, b], none(), "ab");
+    let y = named_op(&mut g, "Add", &[x, ab], none(), "y");
     // Shape of a static shape folds; the Reshape then reads a constant.
-    let s = op(&mut g, "Shape", &[x], none(), "s");
-    let r = op(&mut g, "Reshape", &[y, s], none(), "r");
+    let s = named_op(&mut g, "Shape", &[x], none(), "s");
+    let r = named_op(&mut g, "Reshape", &[y, s], none(), "r");
     g.add_output("r", r).unwrap();
     insta::assert_snapshot!(text::print(&optimized(&g, "constant-fold")));
 }
@@ -138,22 +88,22 @@ fn simplify_removes_identities_and_folds_transposes() {
     let w = param(&mut g, "w", &[4, 3]);
     let one = c(&mut g, "one", &[], &[1.0]);
     let zero = c(&mut g, "zero", &[1], &[0.0]);
-    let a = op(&mut g, "Mul", &[x, one], none(), "times_one");
-    let b = op(&mut g, "Add", &[zero, a], none(), "plus_zero");
-    let i = op(&mut g, "Identity", &[b], none(), "identity");
-    let t1 = op(&mut g, "Transpose", &[i], ints("perm", &[1, 0]), "t1");
-    let t2 = op(&mut g, "Transpose", &[t1], ints("perm", &[1, 0]), "t2");
+    let a = named_op(&mut g, "Mul", &[x, one], none(), "times_one");
+    let b = named_op(&mut g, "Add", &[zero, a], none(), "plus_zero");
+    let i = named_op(&mut g, "Identity", &[b], none(), "identity");
+    let t1 = named_op(&mut g, "Transpose", &[i], ints("perm", &[1, 0]), "t1");
+    let t2 = named_op(&mut g, "Transpose", &[t1], ints("perm", &[1, 0]), "t2");
     // MatMul(x, w^T): the transpose becomes FusedMatMul's transB.
-    let wt = op(&mut g, "Transpose", &[w], ints("perm", &[1, 0]), "wt");
-    let mm = op(&mut g, "MatMul", &[t2, wt], none(), "mm");
+    let wt = named_op(&mut g, "Transpose", &[w], ints("perm", &[1, 0]), "wt");
+    let mm = named_op(&mut g, "MatMul", &[t2, wt], none(), "mm");
     let shape = g
         .add_constant_value("shape", Tensor::from_vec(&[1], vec![8i64]).unwrap())
         .unwrap();
     let shape2 = g
         .add_constant_value("shape2", Tensor::from_vec(&[2], vec![4i64, 2]).unwrap())
         .unwrap();
-    let r1 = op(&mut g, "Reshape", &[mm, shape.into()], none(), "r1");
-    let r2 = op(&mut g, "Reshape", &[r1, shape2.into()], none(), "r2");
+    let r1 = named_op(&mut g, "Reshape", &[mm, shape.into()], none(), "r1");
+    let r2 = named_op(&mut g, "Reshape", &[r1, shape2.into()], none(), "r2");
     g.add_output("y", r2).unwrap();
     insta::assert_snapshot!(text::print(&optimized(&g, "simplify")));
 }
@@ -165,8 +115,8 @@ fn simplify_folds_integer_self_subtraction_only() {
         .add_parameter("i", TensorType::new(DType::I32, Shape::fixed(&[3])))
         .unwrap();
     let x = param(&mut g, "x", &[3]);
-    let zi = op(&mut g, "Sub", &[i.into(), i.into()], none(), "zi");
-    let zx = op(&mut g, "Sub", &[x, x], none(), "zx");
+    let zi = named_op(&mut g, "Sub", &[i.into(), i.into()], none(), "zi");
+    let zx = named_op(&mut g, "Sub", &[x, x], none(), "zx");
     g.add_output("zi", zi).unwrap();
     g.add_output("zx", zx).unwrap();
     let mut after = g.clone();
@@ -184,20 +134,23 @@ fn cse_and_canonicalize_merge_equal_work() {
     let c1 = c(&mut g, "c1", &[3], &[1.0, 2.0, 3.0]);
     let c2 = c(&mut g, "c2", &[3], &[1.0, 2.0, 3.0]);
     // c1 + x and x + c2 are the same once the constant goes second and c1 == c2.
-    let a = op(&mut g, "Add", &[c1, x], none(), "a");
-    let b = op(&mut g, "Add", &[x, c2], none(), "b");
-    let ra = op(&mut g, "Relu", &[a], none(), "ra");
-    let rb = op(&mut g, "Relu", &[b], none(), "rb");
-    let y = op(&mut g, "Mul", &[ra, rb], none(), "y");
+    let a = named_op(&mut g, "Add", &[c1, x], none(), "a");
+    let b = named_op(&mut g, "Add", &[x, c2], none(), "b");
+    let ra = named_op(&mut g, "Relu", &[a], none(), "ra");
+    let rb = named_op(&mut g, "Relu", &[b], none(), "rb");
+    let y = named_op(&mut g, "Mul", &[ra, rb], none(), "y");
     g.add_output("y", y).unwrap();
     insta::assert_snapshot!(text::print(&optimized(&g, "canonicalize,cse")));
 }
 
 fn conv_bn(g: &mut Graph, rng: &mut Rng, x: Value, cin: usize, cout: usize, name: &str) -> Value {
     let w = g
-        .add_constant_value(&format!("{name}.w"), rng.tensor(&[cout, cin, 3, 3]))
+        .add_constant_value(
+            &format!("{name}.w"),
+            rng.f32_tensor(&[cout, cin, 3, 3], 2.0),
+        )
         .unwrap();
-    let conv = op(
+    let conv = named_op(
         g,
         "Conv",
         &[x, w.into()],
@@ -207,7 +160,7 @@ fn conv_bn(g: &mut Graph, rng: &mut Rng, x: Value, cin: usize, cout: usize, name
     let params: Vec<Value> = ["scale", "bias", "mean", "var"]
         .iter()
         .map(|p| {
-            let mut t = rng.tensor(&[cout]);
+            let mut t = rng.f32_tensor(&[cout], 2.0);
             if *p == "var" {
                 t = Tensor::from_vec(
                     &[cout],
@@ -223,7 +176,7 @@ fn conv_bn(g: &mut Graph, rng: &mut Rng, x: Value, cin: usize, cout: usize, name
                 .into()
         })
         .collect();
-    op(
+    named_op(
         g,
         "BatchNormalization",
         &[conv, params[0], params[1], params[2], params[3]],
@@ -238,10 +191,10 @@ fn residual_block() -> Graph {
     let mut g = Graph::new("residual");
     let x = param(&mut g, "x", &[1, 4, 5, 5]);
     let h = conv_bn(&mut g, &mut rng, x, 4, 4, "c1");
-    let h = op(&mut g, "Relu", &[h], none(), "relu1");
+    let h = named_op(&mut g, "Relu", &[h], none(), "relu1");
     let h = conv_bn(&mut g, &mut rng, h, 4, 4, "c2");
-    let h = op(&mut g, "Add", &[h, x], none(), "add");
-    let y = op(&mut g, "Relu", &[h], none(), "relu2");
+    let h = named_op(&mut g, "Add", &[h, x], none(), "add");
+    let y = named_op(&mut g, "Relu", &[h], none(), "relu2");
     g.add_output("y", y).unwrap();
     g
 }
@@ -273,7 +226,7 @@ fn batchnorm_without_a_conv_becomes_scale_and_shift() {
     let x = param(&mut g, "x", &[2, 3, 2]);
     let p: Vec<Value> = (0..4)
         .map(|i| {
-            let t = rng.tensor(&[3]);
+            let t = rng.f32_tensor(&[3], 2.0);
             let t = if i == 3 {
                 Tensor::from_vec(
                     &[3],
@@ -289,7 +242,7 @@ fn batchnorm_without_a_conv_becomes_scale_and_shift() {
             g.add_constant_value(&format!("p{i}"), t).unwrap().into()
         })
         .collect();
-    let y = op(
+    let y = named_op(
         &mut g,
         "BatchNormalization",
         &[x, p[0], p[1], p[2], p[3]],
@@ -310,14 +263,20 @@ fn matmul_bias_gelu_and_residual_fuse() {
     let mut rng = Rng(9);
     let mut g = Graph::new("dense");
     let x = param(&mut g, "x", &[2, 3, 4]);
-    let w = g.add_constant_value("w", rng.tensor(&[4, 4])).unwrap();
-    let b = g.add_constant_value("b", rng.tensor(&[4])).unwrap();
-    let mm = op(&mut g, "MatMul", &[x, w.into()], none(), "mm");
-    let biased = op(&mut g, "Add", &[mm, b.into()], none(), "biased");
-    let act = op(&mut g, "Gelu", &[biased], none(), "gelu");
-    let w2 = g.add_constant_value("w2", rng.tensor(&[4, 4])).unwrap();
-    let mm2 = op(&mut g, "MatMul", &[act, w2.into()], none(), "mm2");
-    let res = op(&mut g, "Add", &[x, mm2], none(), "residual");
+    let w = g
+        .add_constant_value("w", rng.f32_tensor(&[4, 4], 2.0))
+        .unwrap();
+    let b = g
+        .add_constant_value("b", rng.f32_tensor(&[4], 2.0))
+        .unwrap();
+    let mm = named_op(&mut g, "MatMul", &[x, w.into()], none(), "mm");
+    let biased = named_op(&mut g, "Add", &[mm, b.into()], none(), "biased");
+    let act = named_op(&mut g, "Gelu", &[biased], none(), "gelu");
+    let w2 = g
+        .add_constant_value("w2", rng.f32_tensor(&[4, 4], 2.0))
+        .unwrap();
+    let mm2 = named_op(&mut g, "MatMul", &[act, w2.into()], none(), "mm2");
+    let res = named_op(&mut g, "Add", &[x, mm2], none(), "residual");
     g.add_output("y", res).unwrap();
     insta::assert_snapshot!(text::print(&optimized(&g, "fuse-epilogue")));
 }
@@ -327,13 +286,13 @@ fn elementwise_chains_fuse_into_one_loop() {
     let mut g = Graph::new("chain");
     let x = param(&mut g, "x", &[2, 3]);
     let y = param(&mut g, "y", &[3]);
-    let a = op(&mut g, "Mul", &[x, y], none(), "a");
-    let b = op(&mut g, "Sigmoid", &[a], none(), "b");
+    let a = named_op(&mut g, "Mul", &[x, y], none(), "a");
+    let b = named_op(&mut g, "Sigmoid", &[a], none(), "b");
     let alpha = Attrs::new().with("alpha", Attr::Float(0.1));
-    let d = op(&mut g, "LeakyRelu", &[b], alpha, "d");
-    let e = op(&mut g, "Sub", &[d, x], none(), "e");
+    let d = named_op(&mut g, "LeakyRelu", &[b], alpha, "d");
+    let e = named_op(&mut g, "Sub", &[d, x], none(), "e");
     // `a` has a second reader, the root: it fuses too, with no output of its own.
-    let f = op(&mut g, "Add", &[e, a], none(), "f");
+    let f = named_op(&mut g, "Add", &[e, a], none(), "f");
     g.add_output("f", f).unwrap();
     insta::assert_snapshot!(text::print(&optimized(&g, "fuse-elementwise")));
 }
@@ -351,13 +310,13 @@ fn shared_results_become_extra_outputs() {
         .unwrap()
         .into();
     // m is read by the root and by a reduction outside: exported.
-    let m = op(&mut g, "Mul", &[x, y], none(), "m");
-    let total = op(&mut g, "ReduceSum", &[m, axes], none(), "total");
+    let m = named_op(&mut g, "Mul", &[x, y], none(), "m");
+    let total = named_op(&mut g, "ReduceSum", &[m, axes], none(), "total");
     // s is read by the chain and by a reduction whose result the chain reads: s stays.
-    let s = op(&mut g, "Add", &[x, y], none(), "s");
-    let s_max = op(&mut g, "ReduceMax", &[s, axes], none(), "s_max");
-    let shifted = op(&mut g, "Sub", &[s, s_max], none(), "shifted");
-    let root = op(&mut g, "Div", &[shifted, m], none(), "root");
+    let s = named_op(&mut g, "Add", &[x, y], none(), "s");
+    let s_max = named_op(&mut g, "ReduceMax", &[s, axes], none(), "s_max");
+    let shifted = named_op(&mut g, "Sub", &[s, s_max], none(), "shifted");
+    let root = named_op(&mut g, "Div", &[shifted, m], none(), "root");
     g.add_output("root", root).unwrap();
     g.add_output("total", total).unwrap();
     insta::assert_snapshot!(text::print(&optimized(&g, "fuse-elementwise")));
@@ -371,34 +330,34 @@ fn recognize_finds_gelu_softmax_and_layernorm() {
     let half = c(&mut g, "half", &[], &[0.5]);
     let sqrt2 = c(&mut g, "sqrt2", &[], &[std::f32::consts::SQRT_2]);
     let one = c(&mut g, "one", &[], &[1.0]);
-    let xh = op(&mut g, "Mul", &[x, half], none(), "xh");
-    let xd = op(&mut g, "Div", &[x, sqrt2], none(), "xd");
-    let erf = op(&mut g, "Erf", &[xd], none(), "erf");
-    let e1 = op(&mut g, "Add", &[erf, one], none(), "e1");
-    let gelu = op(&mut g, "Mul", &[xh, e1], none(), "gelu");
+    let xh = named_op(&mut g, "Mul", &[x, half], none(), "xh");
+    let xd = named_op(&mut g, "Div", &[x, sqrt2], none(), "xd");
+    let erf = named_op(&mut g, "Erf", &[xd], none(), "erf");
+    let e1 = named_op(&mut g, "Add", &[erf, one], none(), "e1");
+    let gelu = named_op(&mut g, "Mul", &[xh, e1], none(), "gelu");
     // Softmax over the last axis.
     let axes = g
         .add_constant_value("axes", Tensor::from_vec(&[1], vec![-1i64]).unwrap())
         .unwrap();
-    let mx = op(&mut g, "ReduceMax", &[gelu, axes.into()], none(), "max");
-    let sh = op(&mut g, "Sub", &[gelu, mx], none(), "shifted");
-    let ex = op(&mut g, "Exp", &[sh], none(), "exp");
-    let sm = op(&mut g, "ReduceSum", &[ex, axes.into()], none(), "sum");
-    let soft = op(&mut g, "Div", &[ex, sm], none(), "softmax");
+    let mx = named_op(&mut g, "ReduceMax", &[gelu, axes.into()], none(), "max");
+    let sh = named_op(&mut g, "Sub", &[gelu, mx], none(), "shifted");
+    let ex = named_op(&mut g, "Exp", &[sh], none(), "exp");
+    let sm = named_op(&mut g, "ReduceSum", &[ex, axes.into()], none(), "sum");
+    let soft = named_op(&mut g, "Div", &[ex, sm], none(), "softmax");
     // LayerNorm over the last axis.
-    let mean = op(&mut g, "ReduceMean", &[soft, axes.into()], none(), "mean");
-    let d = op(&mut g, "Sub", &[soft, mean], none(), "d");
+    let mean = named_op(&mut g, "ReduceMean", &[soft, axes.into()], none(), "mean");
+    let d = named_op(&mut g, "Sub", &[soft, mean], none(), "d");
     let two = c(&mut g, "two", &[], &[2.0]);
-    let sq = op(&mut g, "Pow", &[d, two], none(), "sq");
-    let var = op(&mut g, "ReduceMean", &[sq, axes.into()], none(), "var");
+    let sq = named_op(&mut g, "Pow", &[d, two], none(), "sq");
+    let var = named_op(&mut g, "ReduceMean", &[sq, axes.into()], none(), "var");
     let eps = c(&mut g, "eps", &[], &[1e-5]);
-    let ve = op(&mut g, "Add", &[var, eps], none(), "ve");
-    let sd = op(&mut g, "Sqrt", &[ve], none(), "sd");
-    let n = op(&mut g, "Div", &[d, sd], none(), "normed");
+    let ve = named_op(&mut g, "Add", &[var, eps], none(), "ve");
+    let sd = named_op(&mut g, "Sqrt", &[ve], none(), "sd");
+    let n = named_op(&mut g, "Div", &[d, sd], none(), "normed");
     let gamma = c(&mut g, "gamma", &[4], &[1.0, 2.0, 0.5, 1.5]);
     let beta = c(&mut g, "beta", &[4], &[0.1, 0.0, -0.1, 0.2]);
-    let gm = op(&mut g, "Mul", &[n, gamma], none(), "gm");
-    let ln = op(&mut g, "Add", &[gm, beta], none(), "ln");
+    let gm = named_op(&mut g, "Mul", &[n, gamma], none(), "gm");
+    let ln = named_op(&mut g, "Add", &[gm, beta], none(), "ln");
     g.add_output("y", ln).unwrap();
     let after = optimized(&g, "recognize");
     let ops: Vec<&str> = after
@@ -416,8 +375,8 @@ fn dce_drops_dead_nodes_and_renumbers_from_the_outputs() {
     let mut g = Graph::new("dce");
     let x = param(&mut g, "x", &[2]);
     let unused = param(&mut g, "unused", &[2]);
-    op(&mut g, "Neg", &[x], none(), "dead");
-    let y = op(&mut g, "Relu", &[x], none(), "y");
+    named_op(&mut g, "Neg", &[x], none(), "dead");
+    let y = named_op(&mut g, "Relu", &[x], none(), "y");
     let _ = unused;
     g.add_output("y", y).unwrap();
     insta::assert_snapshot!(text::print(&optimized(&g, "dce")));
@@ -470,17 +429,17 @@ fn random_graph(rng: &mut Rng) -> Graph {
             "neutral" => {
                 let (o, x) = [("Mul", 1.0), ("Add", 0.0), ("Div", 1.0), ("Sub", 0.0)][rng.below(4)];
                 let k = c(&mut g, &format!("{name}.k"), &[1], &[x]);
-                Some(op(&mut g, o, &[pick, k], none(), &name))
+                Some(named_op(&mut g, o, &[pick, k], none(), &name))
             }
             "const" => {
                 let dims = shapes[1 + rng.below(3)];
                 let a = g
-                    .add_constant_value(&format!("{name}.a"), rng.tensor(dims))
+                    .add_constant_value(&format!("{name}.a"), rng.f32_tensor(dims, 2.0))
                     .unwrap();
                 let b = g
-                    .add_constant_value(&format!("{name}.b"), rng.tensor(dims))
+                    .add_constant_value(&format!("{name}.b"), rng.f32_tensor(dims, 2.0))
                     .unwrap();
-                let ab = op(
+                let ab = named_op(
                     &mut g,
                     "Mul",
                     &[a.into(), b.into()],
@@ -492,7 +451,7 @@ fn random_graph(rng: &mut Rng) -> Graph {
             "transpose2" => {
                 let r = g.value_type(pick).unwrap().rank() as i64;
                 let p: Vec<i64> = (0..r).rev().collect();
-                let t = op(
+                let t = named_op(
                     &mut g,
                     "Transpose",
                     &[pick],
@@ -504,7 +463,13 @@ fn random_graph(rng: &mut Rng) -> Graph {
                 } else {
                     (0..r).collect()
                 };
-                Some(op(&mut g, "Transpose", &[t], ints("perm", &back), &name))
+                Some(named_op(
+                    &mut g,
+                    "Transpose",
+                    &[t],
+                    ints("perm", &back),
+                    &name,
+                ))
             }
             "reshape2" => {
                 let n: usize = g.value_type(pick).unwrap().shape.num_elements().unwrap();
@@ -529,39 +494,39 @@ fn random_graph(rng: &mut Rng) -> Graph {
                         Tensor::from_vec(&[dims.len()], dims).unwrap(),
                     )
                     .unwrap();
-                let r1 = op(
+                let r1 = named_op(
                     &mut g,
                     "Reshape",
                     &[pick, s1.into()],
                     none(),
                     &format!("{name}.r"),
                 );
-                Some(op(&mut g, "Reshape", &[r1, s2.into()], none(), &name))
+                Some(named_op(&mut g, "Reshape", &[r1, s2.into()], none(), &name))
             }
             "matmul" => {
                 let w = g
-                    .add_constant_value(&format!("{name}.w"), rng.tensor(&[4, 4]))
+                    .add_constant_value(&format!("{name}.w"), rng.f32_tensor(&[4, 4], 2.0))
                     .unwrap();
                 let b = g
-                    .add_constant_value(&format!("{name}.b"), rng.tensor(&[4]))
+                    .add_constant_value(&format!("{name}.b"), rng.f32_tensor(&[4], 2.0))
                     .unwrap();
-                let mm = op(
+                let mm = named_op(
                     &mut g,
                     "MatMul",
                     &[pick, w.into()],
                     none(),
                     &format!("{name}.mm"),
                 );
-                let ab = op(
+                let ab = named_op(
                     &mut g,
                     "Add",
                     &[mm, b.into()],
                     none(),
                     &format!("{name}.bias"),
                 );
-                Some(op(&mut g, "Relu", &[ab], none(), &name))
+                Some(named_op(&mut g, "Relu", &[ab], none(), &name))
             }
-            "softmax" => Some(op(&mut g, "Softmax", &[pick], none(), &name)),
+            "softmax" => Some(named_op(&mut g, "Softmax", &[pick], none(), &name)),
             "gelu" => {
                 let half = c(&mut g, &format!("{name}.half"), &[], &[0.5]);
                 let s2 = c(
@@ -571,18 +536,18 @@ fn random_graph(rng: &mut Rng) -> Graph {
                     &[std::f32::consts::SQRT_2],
                 );
                 let one = c(&mut g, &format!("{name}.one"), &[], &[1.0]);
-                let xh = op(&mut g, "Mul", &[pick, half], none(), &format!("{name}.xh"));
-                let xd = op(&mut g, "Div", &[pick, s2], none(), &format!("{name}.xd"));
-                let e = op(&mut g, "Erf", &[xd], none(), &format!("{name}.erf"));
-                let e1 = op(&mut g, "Add", &[e, one], none(), &format!("{name}.e1"));
-                Some(op(&mut g, "Mul", &[xh, e1], none(), &name))
+                let xh = named_op(&mut g, "Mul", &[pick, half], none(), &format!("{name}.xh"));
+                let xd = named_op(&mut g, "Div", &[pick, s2], none(), &format!("{name}.xd"));
+                let e = named_op(&mut g, "Erf", &[xd], none(), &format!("{name}.erf"));
+                let e1 = named_op(&mut g, "Add", &[e, one], none(), &format!("{name}.e1"));
+                Some(named_op(&mut g, "Mul", &[xh, e1], none(), &name))
             }
             "cse" => {
-                let a = op(&mut g, "Tanh", &[pick], none(), &format!("{name}.a"));
-                let b = op(&mut g, "Tanh", &[pick], none(), &format!("{name}.b"));
-                Some(op(&mut g, "Add", &[a, b], none(), &name))
+                let a = named_op(&mut g, "Tanh", &[pick], none(), &format!("{name}.a"));
+                let b = named_op(&mut g, "Tanh", &[pick], none(), &format!("{name}.b"));
+                Some(named_op(&mut g, "Add", &[a, b], none(), &name))
             }
-            unary => Some(op(&mut g, unary, &[pick], none(), &name)),
+            unary => Some(named_op(&mut g, unary, &[pick], none(), &name)),
         };
         if let Some(o) = out {
             vals.push(o);
@@ -814,24 +779,24 @@ fn small_cnn() -> Graph {
     let x = param(&mut g, "x", &[2, 1, 9, 8]);
     let pads = || ints("pads", &[1, 1, 1, 1]);
     let w1 = g
-        .add_constant_value("w1", rng.tensor(&[6, 1, 3, 3]))
+        .add_constant_value("w1", rng.f32_tensor(&[6, 1, 3, 3], 2.0))
         .unwrap();
-    let h = op(&mut g, "Conv", &[x, w1.into()], pads(), "conv1");
-    let h = op(&mut g, "Relu", &[h], none(), "relu1");
+    let h = named_op(&mut g, "Conv", &[x, w1.into()], pads(), "conv1");
+    let h = named_op(&mut g, "Relu", &[h], none(), "relu1");
     let pool = |k: i64, s: i64| {
         ints("kernel_shape", &[k, k])
             .with("strides", Attr::Ints(vec![s, s]))
             .with("pads", Attr::Ints(vec![0, 0, 1, 1]))
     };
-    let h = op(&mut g, "MaxPool", &[h], pool(2, 2), "pool1");
+    let h = named_op(&mut g, "MaxPool", &[h], pool(2, 2), "pool1");
     let w2 = g
-        .add_constant_value("w2", rng.tensor(&[8, 6, 3, 3]))
+        .add_constant_value("w2", rng.f32_tensor(&[8, 6, 3, 3], 2.0))
         .unwrap();
-    let h = op(&mut g, "Conv", &[h, w2.into()], pads(), "conv2");
-    let h = op(&mut g, "Relu", &[h], none(), "relu2");
-    let a = op(&mut g, "AveragePool", &[h], pool(3, 1), "pool2");
-    let gm = op(&mut g, "GlobalMaxPool", &[a], none(), "gmax");
-    let y = op(
+    let h = named_op(&mut g, "Conv", &[h, w2.into()], pads(), "conv2");
+    let h = named_op(&mut g, "Relu", &[h], none(), "relu2");
+    let a = named_op(&mut g, "AveragePool", &[h], pool(3, 1), "pool2");
+    let gm = named_op(&mut g, "GlobalMaxPool", &[a], none(), "gmax");
+    let y = named_op(
         &mut g,
         "Flatten",
         &[gm],
@@ -893,19 +858,19 @@ fn layout_blocks_pools_and_first_layers() {
 fn reorder_round_trips_and_pads_channels() {
     // 5 channels in blocks of 4: the second block has 3 pad lanes.
     let mut rng = Rng(13);
-    let x = rng.tensor(&[2, 5, 3]);
+    let x = rng.f32_tensor(&[2, 5, 3], 2.0);
     let mut g = Graph::new("reorder");
     let p = g.add_parameter("x", f32_type(&[2, 5, 3])).unwrap();
     let blocked = Attrs::new()
         .with("to", Attr::String("blocked".into()))
         .with("block", Attr::Int(4));
-    let b = op(&mut g, "Reorder", &[p.into()], blocked, "b");
+    let b = named_op(&mut g, "Reorder", &[p.into()], blocked, "b");
     assert_eq!(g.value_type(b).unwrap().to_string(), "f32[2, 2, 3, 4]");
     let plain = Attrs::new()
         .with("to", Attr::String("plain".into()))
         .with("block", Attr::Int(4))
         .with("channels", Attr::Int(5));
-    let back = op(&mut g, "Reorder", &[b], plain, "back");
+    let back = named_op(&mut g, "Reorder", &[b], plain, "back");
     g.add_output("b", b).unwrap();
     g.add_output("back", back).unwrap();
     let out = run(&g, std::slice::from_ref(&x));

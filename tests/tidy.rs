@@ -1,4 +1,6 @@
 //! Source hygiene that review would otherwise have to catch.
+mod common;
+
 use std::path::{Path, PathBuf};
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -60,4 +62,15 @@ fn only_capi_speaks_c() {
             );
         }
     }
+}
+
+#[test]
+fn kiln_require_names_needs_and_rejects_typos() {
+    use common::{required_by, Need};
+    assert_eq!(required_by("", Need::Gxx), Ok(false));
+    assert_eq!(required_by("all", Need::CudaDevice), Ok(true));
+    assert_eq!(required_by("onnx-suite, gxx", Need::Gxx), Ok(true));
+    assert_eq!(required_by("onnx-suite,gxx", Need::Avx512f), Ok(false));
+    let e = required_by("onnx-suite,avx512", Need::Gxx).unwrap_err();
+    assert!(e.contains("'avx512'") && e.contains("avx512f"), "{e}");
 }

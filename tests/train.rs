@@ -1,46 +1,16 @@
 //! Training-mode ops and layers (`kiln::train`): Dropout's and MseLoss's gradient rules
 //! and training batch normalization's gradients against central finite differences in
 //! f64; running statistics and fresh dropout masks across runs of one executable.
+mod common;
+
 use kiln::autodiff::grad;
 use kiln::backend::interp::InterpExecutable;
-use kiln::backend::{backend_with, Device, Executable};
-use kiln::ir::{text, Attr, Attrs, DType, Dim, Graph, Shape, TensorType, Value};
-use kiln::passes::PassOptions;
+use kiln::backend::Executable;
+use kiln::ir::{Attr, Attrs, DType, Dim, Graph, Shape, TensorType, Value};
 use kiln::train::{batch_norm_training, dropout_training};
 use kiln::Tensor;
 
-/// splitmix64: every run checks the same points.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-    }
-
-    fn tensor(&mut self, dims: &[usize]) -> Tensor {
-        let n = dims.iter().product();
-        Tensor::from_vec(dims, (0..n).map(|_| self.next()).collect::<Vec<f64>>()).unwrap()
-    }
-}
-
-fn f64_type(dims: &[usize]) -> TensorType {
-    TensorType::new(DType::F64, Shape::fixed(dims))
-}
-
-fn op(g: &mut Graph, op: &str, inputs: &[Value], attrs: Attrs) -> Value {
-    g.op(op, inputs, attrs, "")
-        .unwrap_or_else(|e| panic!("{e}\n{}", text::print(g)))
-        .into()
-}
-
-fn constant(g: &mut Graph, t: Tensor) -> Value {
-    let name = g.fresh_name("c");
-    g.add_constant_value(&name, t).unwrap().into()
-}
+use common::{check_gradients, constant, f64_type, op, Rng};
 
 /// A graph from parameters (with their values) to `out`.
 struct Case {
@@ -62,7 +32,7 @@ impl Case {
         let name = format!("p{}", self.params.len());
         let v: Value = self.g.add_parameter(&name, f64_type(dims)).unwrap().into();
         self.params.push(v);
-        self.values.push(rng.tensor(dims));
+        self.values.push(rng.f64_tensor(dims));
         v
     }
 
@@ -70,45 +40,11 @@ impl Case {
     /// differences, element by element: relative error ≤ 1e-6 (absolute below 1e-2).
     fn check(mut self, out: Value, rng: &mut Rng) {
         let dims = self.g.value_type(out).unwrap().shape.to_fixed().unwrap();
-        let r = constant(&mut self.g, rng.tensor(&dims));
+        let r = constant(&mut self.g, rng.f64_tensor(&dims));
         let weighted = op(&mut self.g, "Mul", &[out, r], Attrs::new());
         let keep0 = Attrs::new().with("keepdims", Attr::Int(0));
         let loss = op(&mut self.g, "ReduceSum", &[weighted], keep0);
-        let mut g = self.g.clone();
-        let grads =
-            grad(&mut g, loss, &self.params).unwrap_or_else(|e| panic!("{e}\n{}", text::print(&g)));
-        g.add_output("loss", loss).unwrap();
-        for (i, gv) in grads.iter().enumerate() {
-            g.add_output(&format!("grad{i}"), *gv).unwrap();
-        }
-        let exe = backend_with(Device::Interp, PassOptions::default(), 1)
-            .unwrap()
-            .compile(&g)
-            .unwrap_or_else(|e| panic!("{e}\n{}", text::print(&g)));
-        let run = |vals: &[Tensor]| exe.run(vals).unwrap();
-        let base = run(&self.values);
-        let h = 1e-5;
-        for p in 0..self.params.len() {
-            let value = &self.values[p];
-            assert_eq!(base[1 + p].shape(), value.shape(), "gradient {p}'s shape");
-            let x = value.to_f64_vec();
-            for (k, &ana) in base[1 + p].to_f64_vec().iter().enumerate() {
-                let at = |d: f64| {
-                    let mut xs = x.clone();
-                    xs[k] += d;
-                    let mut vals = self.values.clone();
-                    vals[p] = Tensor::from_vec(value.shape(), xs).unwrap();
-                    run(&vals)[0].to_f64_vec()[0]
-                };
-                let numeric = (at(h) - at(-h)) / (2.0 * h);
-                let err = (ana - numeric).abs() / ana.abs().max(numeric.abs()).max(1e-2);
-                assert!(
-                    err <= 1e-6,
-                    "{}: d loss / d p{p}[{k}]: {ana} by the rules, {numeric} by differences (rel {err:.1e})",
-                    g.name
-                );
-            }
-        }
+        check_gradients(&self.g, loss, &self.params, &self.values, 0);
     }
 }
 
@@ -221,7 +157,7 @@ fn batch_norm_training_normalizes_and_updates_running_statistics() {
     let (mut want_m, mut want_v) = (m0.to_vec(), v0.to_vec());
     // Two runs with different batch sizes.
     for n in [3, 5] {
-        let xt = rng.tensor(&[n, c, l]);
+        let xt = rng.f64_tensor(&[n, c, l]);
         let xs = xt.to_f64_vec();
         let out = exe.run(&[xt]).unwrap();
         let (mean, var) = channel_stats(&xs, (n, c, l));
@@ -289,7 +225,7 @@ fn training_dropout_draws_a_fresh_mask_every_run() {
     g.add_output("mask", d.mask).unwrap();
     g.add_output("gx", gx).unwrap();
     let exe = InterpExecutable::new(g).unwrap();
-    let xs = Rng(5).tensor(&[64]);
+    let xs = Rng(5).f64_tensor(&[64]);
     let mut masks = vec![];
     for run in 0..3i64 {
         let out = exe.run(std::slice::from_ref(&xs)).unwrap();

@@ -3,35 +3,16 @@
 //! with SoftmaxCrossEntropyLoss (mean) on integer labels. The weights are parameters
 //! (after the images and labels) and the outputs are the loss, then one gradient per
 //! weight, in order. Shared by `tests/cpu_backward.rs` and `benches/backward_step.rs`.
-#![allow(dead_code)]
 use kiln::autodiff::grad;
 use kiln::ir::{Attr, Attrs, DType, Graph, Shape, TensorType, Value};
 use kiln::Tensor;
+
+use super::Rng;
 
 /// A training graph and inputs to run it on.
 pub struct TrainGraph {
     pub g: Graph,
     pub inputs: Vec<Tensor>,
-}
-
-/// splitmix64 floats in [-scale, scale): every run sees the same numbers.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    pub fn tensor(&mut self, dims: &[usize], scale: f32) -> Tensor {
-        let n = dims.iter().product();
-        let v: Vec<f32> = (0..n)
-            .map(|_| ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale)
-            .collect();
-        Tensor::from_vec(dims, v).unwrap()
-    }
 }
 
 struct Builder {
@@ -59,7 +40,7 @@ impl Builder {
         let name = format!("w{}", self.weights.len());
         let v = self.param(&name, DType::F32, dims);
         let fan_in: usize = dims[1..].iter().product::<usize>().max(1);
-        let t = self.rng.tensor(dims, 1.0 / (fan_in as f32).sqrt());
+        let t = self.rng.f32_tensor(dims, 1.0 / (fan_in as f32).sqrt());
         self.weights.push(v);
         self.values.push(t);
         v
@@ -98,7 +79,7 @@ impl Builder {
 
 fn labels(rng: &mut Rng, batch: usize, classes: usize) -> Tensor {
     let v: Vec<i64> = (0..batch)
-        .map(|_| (rng.next() % classes as u64) as i64)
+        .map(|_| (rng.next_u64() % classes as u64) as i64)
         .collect();
     Tensor::from_vec(&[batch], v).unwrap()
 }
@@ -112,7 +93,10 @@ pub fn mlp(batch: usize) -> TrainGraph {
     let h = b.dense(h, 512, 512, true);
     let logits = b.dense(h, 512, 10, false);
     let mut rng = Rng(11);
-    let data = vec![rng.tensor(&[batch, 784], 1.0), labels(&mut rng, batch, 10)];
+    let data = vec![
+        rng.f32_tensor(&[batch, 784], 1.0),
+        labels(&mut rng, batch, 10),
+    ];
     b.finish(logits, y, data)
 }
 
@@ -141,7 +125,7 @@ pub fn cnn(batch: usize) -> TrainGraph {
     let logits = b.dense(h, 128, 10, false);
     let mut rng = Rng(12);
     let data = vec![
-        rng.tensor(&[batch, 1, 28, 28], 1.0),
+        rng.f32_tensor(&[batch, 1, 28, 28], 1.0),
         labels(&mut rng, batch, 10),
     ];
     b.finish(logits, y, data)
