@@ -7,6 +7,7 @@
 //! the reference interpreter, the numerical oracle every kernel is tested against.
 //! See `ARCHITECTURE.md` for the code map and its invariants.
 
+pub(crate) mod aligned;
 pub mod autodiff;
 pub mod backend;
 pub mod capi;

@@ -1,10 +1,9 @@
 //! Tensors: dense, row-major buffers that carry run inputs and outputs.
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ffi::c_void;
-use std::ptr::NonNull;
 
 use super::{arg, arg_slice, free_handle, guard, guard_or, into_handle, out_ptr, CResult, Failure};
 use super::{kiln_status, KILN_STATUS_INVALID_ARGUMENT};
+use crate::aligned::AlignedBuf;
 use crate::ir::DType;
 use crate::tensor::Tensor;
 
@@ -58,30 +57,11 @@ pub(crate) fn dims_from_c(dims: &[i64], arg: &str) -> CResult<Vec<usize>> {
     Ok(out)
 }
 
-/// 64-byte aligned, zeroed memory that a tensor owns.
-struct AlignedBuf {
-    ptr: NonNull<u8>,
-    layout: Layout,
-}
-
-impl AlignedBuf {
-    const ALIGN: usize = 64;
-
-    fn zeroed(len: usize) -> CResult<AlignedBuf> {
-        let layout = Layout::from_size_align(len.max(1), Self::ALIGN)
-            .map_err(|_| Failure::invalid(format!("a tensor of {len} bytes is too large")))?;
-        // SAFETY: the layout's size is non-zero.
-        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) })
-            .ok_or_else(|| Failure::invalid(format!("cannot allocate a tensor of {len} bytes")))?;
-        Ok(AlignedBuf { ptr, layout })
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated by `zeroed` with this layout.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
-    }
+/// Zeroed, aligned memory for a tensor the library owns; running out of memory is an
+/// argument error (the caller asked for too much), not an abort.
+fn owned_storage(nbytes: usize) -> CResult<AlignedBuf> {
+    AlignedBuf::try_zeroed(nbytes)
+        .map_err(|_| Failure::invalid(format!("cannot allocate a tensor of {nbytes} bytes")))
 }
 
 enum Storage {
@@ -101,7 +81,8 @@ pub struct kiln_tensor {
 impl kiln_tensor {
     fn data_ptr(&self) -> *mut u8 {
         match &self.storage {
-            Storage::Owned(b) => b.ptr.as_ptr(),
+            // The buffer is the handle's; C may write through the pointer.
+            Storage::Owned(b) => b.as_ptr().cast_mut(),
             Storage::Borrowed(p) => *p,
         }
     }
@@ -126,9 +107,8 @@ impl kiln_tensor {
     /// A new owned handle holding a copy of `t`.
     pub(crate) fn from_tensor(t: &Tensor) -> CResult<kiln_tensor> {
         let bytes = t.to_le_bytes();
-        let buf = AlignedBuf::zeroed(bytes.len())?;
-        // SAFETY: `buf` holds at least `bytes.len()` bytes and does not overlap `bytes`.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.ptr.as_ptr(), bytes.len()) };
+        let mut buf = owned_storage(bytes.len())?;
+        buf.as_mut_bytes().copy_from_slice(&bytes);
         Ok(kiln_tensor {
             dtype: t.dtype(),
             dims: t.shape().iter().map(|&d| d as i64).collect(),
@@ -161,7 +141,7 @@ pub unsafe extern "C" fn kiln_tensor_new(
             dtype,
             dims: dims.to_vec(),
             nbytes,
-            storage: Storage::Owned(AlignedBuf::zeroed(nbytes)?),
+            storage: Storage::Owned(owned_storage(nbytes)?),
         };
         *out = into_handle(t);
         Ok(())

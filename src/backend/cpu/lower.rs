@@ -8,10 +8,11 @@
 use std::collections::HashMap;
 
 use super::pool::Pool;
-use super::program::{AlignedBuf, Loc, Slot, Step};
+use super::program::{Loc, Slot, Step};
 use super::state::Variables;
 use super::steps::{self, view, Build};
 use super::tune::Tuning;
+use crate::aligned::AlignedBuf;
 use crate::error::{Error, Result};
 use crate::ir::{DType, Graph, NodeId, Value};
 use crate::memory::{self, MemoryPlan};
@@ -88,7 +89,7 @@ fn lower_with(
             "Constant" => {
                 let (dtype, shape) = static_shape(id, 0)?;
                 let t = node.data.as_deref().expect("verified");
-                let buf = AlignedBuf::from_bytes(&t.to_le_bytes());
+                let buf = AlignedBuf::try_from_bytes(&t.to_le_bytes())?;
                 slots.insert(
                     id.out(0),
                     Slot {

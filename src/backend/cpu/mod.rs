@@ -27,9 +27,10 @@ pub mod state;
 pub mod steps;
 pub mod tune;
 
+use crate::aligned::AlignedBuf;
 use lower::Program;
 use pool::Pool;
-use program::{AlignedBuf, Cx};
+use program::Cx;
 use state::Variables;
 
 /// The CPU backend: `passes` then lowering; runs use `threads` (0 = one per core);
@@ -200,9 +201,9 @@ impl CpuExecutable {
         };
         let mut arena = {
             let mut free = self.arenas.lock().unwrap_or_else(|e| e.into_inner());
-            match free.iter().position(|a| a.bytes() >= p.arena_bytes) {
+            match free.iter().position(|a| a.len() >= p.arena_bytes) {
                 Some(i) => free.swap_remove(i),
-                None => AlignedBuf::zeroed(p.arena_bytes),
+                None => AlignedBuf::try_zeroed(p.arena_bytes)?,
             }
         };
         // A run that stores holds the variables alone from its first read to its commit.

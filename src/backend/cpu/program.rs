@@ -98,39 +98,3 @@ pub struct Step {
     /// Whether it writes a variable's next value over its current one.
     pub updates_variable: bool,
 }
-
-/// 64-byte aligned, zero-initialised storage: arenas and packed constants.
-pub struct AlignedBuf {
-    blocks: Vec<Align64>,
-}
-
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Align64([u8; 64]);
-
-impl AlignedBuf {
-    pub fn zeroed(bytes: usize) -> AlignedBuf {
-        AlignedBuf {
-            blocks: vec![Align64([0; 64]); bytes.div_ceil(64)],
-        }
-    }
-    pub fn from_bytes(b: &[u8]) -> AlignedBuf {
-        let mut buf = AlignedBuf::zeroed(b.len());
-        buf.as_mut_bytes()[..b.len()].copy_from_slice(b);
-        buf
-    }
-    pub fn bytes(&self) -> usize {
-        self.blocks.len() * 64
-    }
-    pub fn as_ptr(&self) -> *const u8 {
-        self.blocks.as_ptr() as *const u8
-    }
-    pub fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.blocks.as_mut_ptr() as *mut u8
-    }
-    pub fn as_mut_bytes(&mut self) -> &mut [u8] {
-        let n = self.bytes();
-        // SAFETY: the blocks are `n` initialised bytes.
-        unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), n) }
-    }
-}

@@ -6,7 +6,8 @@
 //! update in place (its last reader computes its next value over it) is written in its
 //! current buffer, and not swapped; lowering allows that only when no step after the
 //! first such update can fail, so a failed run still stores nothing.
-use super::program::{AlignedBuf, Loc};
+use super::program::Loc;
+use crate::aligned::AlignedBuf;
 use crate::backend::{check_variable_write, unknown_variable};
 use crate::error::{Error, Result};
 use crate::ir::{Graph, TensorType};
@@ -46,8 +47,8 @@ impl Variables {
                 )));
             }
             let bytes = t.to_le_bytes();
-            let mut current = AlignedBuf::from_bytes(&bytes);
-            let mut spare = AlignedBuf::zeroed(bytes.len());
+            let mut current = AlignedBuf::try_from_bytes(&bytes)?;
+            let mut spare = AlignedBuf::try_zeroed(bytes.len())?;
             vars.ptrs.push(current.as_mut_ptr());
             next.push(spare.as_mut_ptr());
             vars._buffers.push(current);

@@ -2,10 +2,11 @@
 //! with weights packed at compile time, plain NCHW ones (any groups) by im2col + GEMM
 //! or, with one input channel per group, the direct depthwise kernel. Where a shape has
 //! several algorithms, [`tune::choose`] picks (cost model, tune cache or measurement).
+use crate::aligned::AlignedBuf;
 use crate::backend::cpu::kernels::conv::{self, ConvShape, PackedConv, PackedWinograd};
 use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::pool::Pool;
-use crate::backend::cpu::program::{AlignedBuf, Cx, Kernel, Loc, Slot};
+use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::backend::cpu::tune::{self, Choice};
 
 use super::Build;
@@ -110,16 +111,23 @@ fn choose_blocked(
     let scratch_bytes = built.iter().map(|a| a.scratch_bytes(b.pool)).max();
     let mut trial = None;
     let (i, _) = tune::choose(b.tuning, b.pool, &choice, &mut |i| {
-        let t = trial.get_or_insert_with(|| {
-            let scratch = AlignedBuf::zeroed(scratch_bytes.unwrap_or(0));
-            (Trial::new(x_len, y_len, residual), scratch)
+        let t = trial.get_or_insert_with(|| -> crate::Result<_> {
+            let scratch = AlignedBuf::try_zeroed(scratch_bytes.unwrap_or(0))?;
+            Ok((Trial::new(x_len, y_len, residual)?, scratch))
         });
+        // Without its buffers nothing is timed; the error is returned after the choice.
+        let Ok(t) = t else {
+            return;
+        };
         let (xp, zp, yp) = t.0.ptrs();
         let scratch = t.1.as_mut_ptr() as *mut f32;
         // SAFETY: the trial buffers have the packed conv's lengths, the scratch the
         // largest candidate's.
         unsafe { built[i].run(b.pool, xp, zp, yp, act, scratch) }
     });
+    if let Some(Err(e)) = trial {
+        return Err(format!("timing the convolution's algorithms: {e}"));
+    }
     match built.into_iter().nth(i) {
         Some(algo) => Ok(algo),
         None => make(candidates[i]),
@@ -266,12 +274,16 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             model: 0,
         };
         let (i, _) = tune::choose(b.tuning, b.pool, &choice, &mut |i| {
-            let mut t = Trial::new(
+            let trial = Trial::new(
                 shape.n * shape.ic * shape.ih * shape.iw,
                 y.elements(),
                 false,
             );
-            let w = Trial::filled(w.elements());
+            // Without memory to time them the candidates go untimed: the choice only
+            // affects speed, and the step's own buffers are allocated (and checked) later.
+            let (Ok(mut t), Ok(w)) = (trial, Trial::filled(w.elements())) else {
+                return;
+            };
             let mut scratch = vec![0.0f32; conv::conv_plain_scratch_len(&shape)];
             let (xp, _, yp) = t.ptrs();
             let (p, s, wp) = (b.pool, &shape, w.as_ptr() as *const f32);
@@ -348,19 +360,19 @@ struct Trial {
 }
 
 impl Trial {
-    fn new(x: usize, y: usize, residual: bool) -> Trial {
-        Trial {
-            x: Trial::filled(x),
-            z: residual.then(|| Trial::filled(y)),
-            y: AlignedBuf::zeroed(y * 4),
-        }
+    fn new(x: usize, y: usize, residual: bool) -> crate::Result<Trial> {
+        Ok(Trial {
+            x: Trial::filled(x)?,
+            z: residual.then(|| Trial::filled(y)).transpose()?,
+            y: AlignedBuf::try_zeroed(y * 4)?,
+        })
     }
-    fn filled(floats: usize) -> AlignedBuf {
-        let mut b = AlignedBuf::zeroed(floats * 4);
+    fn filled(floats: usize) -> crate::Result<AlignedBuf> {
+        let mut b = AlignedBuf::try_zeroed(floats * 4)?;
         for (i, v) in b.as_mut_bytes().chunks_exact_mut(4).enumerate() {
             v.copy_from_slice(&(((i % 17) as f32 - 8.0) * 0.01).to_le_bytes());
         }
-        b
+        Ok(b)
     }
     fn ptrs(&mut self) -> (*const f32, Option<*const f32>, *mut f32) {
         (
