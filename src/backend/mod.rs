@@ -11,6 +11,7 @@ use crate::ir::{Graph, TensorType};
 use crate::passes::PassOptions;
 use crate::tensor::Tensor;
 
+pub(crate) mod broadcast;
 pub mod cpu;
 pub mod cuda;
 pub mod interp;

@@ -5,8 +5,9 @@
 //! broadcast over rows, and a column broadcast along the last axis all become a loop of
 //! contiguous inner runs in one of three vectorized forms: (vector, vector),
 //! (scalar, vector), (vector, scalar). Anything else walks the outer axes by index.
+use super::broadcast::Runs;
 use super::math;
-use super::par::{for_ranges, SyncPtr};
+use super::par::SyncPtr;
 use crate::backend::cpu::isa::{self, Isa};
 use crate::backend::cpu::pool::Pool;
 
@@ -40,23 +41,6 @@ impl BinOp {
     }
 }
 
-/// Strides (in elements) of `shape` broadcast to `out` (rank-aligned on the right);
-/// `None` when it does not broadcast.
-pub(crate) fn broadcast_strides(shape: &[usize], out: &[usize]) -> Option<Vec<usize>> {
-    let lead = out.len().checked_sub(shape.len())?;
-    let mut strides = vec![0; out.len()];
-    let mut s = 1;
-    for i in (0..shape.len()).rev() {
-        let d = shape[i];
-        if d != out[lead + i] && d != 1 {
-            return None;
-        }
-        strides[lead + i] = if d == 1 { 0 } else { s };
-        s *= d;
-    }
-    Some(strides)
-}
-
 /// `out = a op b` with numpy broadcasting of `a` (shape `a_shape`) and `b` to
 /// `out_shape`.
 #[allow(clippy::too_many_arguments)]
@@ -86,63 +70,14 @@ pub fn binary_isa(
     out_shape: &[usize],
     pool: Option<&Pool>,
 ) {
-    let plan = Broadcast::new(a_shape, b_shape, out_shape);
+    let plan = Broadcast::new(&[a_shape, b_shape], out_shape)
+        .unwrap_or_else(|| panic!("{a_shape:?} and {b_shape:?} do not broadcast to {out_shape:?}"));
     binary_planned(isa, op, &plan, a, b, out, pool)
 }
 
 /// How two operands broadcast to an output, worked out once (a step does it at
-/// compile time, so that a run allocates nothing): the output's axes with size-1 axes
-/// dropped and runs of axes merged where both operands' strides continue.
-#[derive(Debug, Clone)]
-pub struct Broadcast {
-    /// The outer axes: (size, stride in a, stride in b).
-    outer: Vec<(usize, usize, usize)>,
-    /// The innermost merged axis and the operands' strides along it.
-    inner: usize,
-    ia: usize,
-    ib: usize,
-    a_len: usize,
-    b_len: usize,
-    total: usize,
-}
-
-impl Broadcast {
-    /// Panics if a shape does not broadcast to `out_shape` (the verifier checked it).
-    pub fn new(a_shape: &[usize], b_shape: &[usize], out_shape: &[usize]) -> Broadcast {
-        let total: usize = out_shape.iter().product();
-        let strides = |s: &[usize]| {
-            broadcast_strides(s, out_shape)
-                .unwrap_or_else(|| panic!("shape {s:?} does not broadcast to {out_shape:?}"))
-        };
-        let (sa, sb) = (strides(a_shape), strides(b_shape));
-        let mut dims: Vec<(usize, usize, usize)> = vec![]; // (size, stride a, stride b)
-        for i in 0..out_shape.len() {
-            let d = (out_shape[i], sa[i], sb[i]);
-            if d.0 == 1 {
-                continue;
-            }
-            if let Some(last) = dims.last_mut() {
-                let merge_a = last.1 == d.1 * d.0;
-                let merge_b = last.2 == d.2 * d.0;
-                if merge_a && merge_b {
-                    *last = (last.0 * d.0, d.1, d.2);
-                    continue;
-                }
-            }
-            dims.push(d);
-        }
-        let (inner, ia, ib) = dims.pop().unwrap_or((1, 0, 0));
-        Broadcast {
-            outer: dims,
-            inner,
-            ia,
-            ib,
-            a_len: a_shape.iter().product(),
-            b_len: b_shape.iter().product(),
-            total,
-        }
-    }
-}
+/// compile time, so that a run allocates nothing).
+pub type Broadcast = Runs<2>;
 
 /// [`binary`] with the broadcast worked out beforehand.
 pub fn binary_planned(
@@ -154,59 +89,27 @@ pub fn binary_planned(
     out: &mut [f32],
     pool: Option<&Pool>,
 ) {
-    let Broadcast {
-        outer: ref dims,
-        inner,
-        ia,
-        ib,
-        total,
-        ..
-    } = *plan;
+    let total = plan.total();
     assert!(out.len() >= total);
-    assert_eq!(a.len(), plan.a_len);
-    assert_eq!(b.len(), plan.b_len);
-    if total == 0 {
-        return;
-    }
-    let outer: usize = dims.iter().map(|d| d.0).product();
+    assert_eq!([a.len(), b.len()], plan.lens());
+    let [ia, ib] = *plan.inner_strides();
     let op_avx2 = math::use_avx2(isa) && op != BinOp::Pow;
     let op_avx2 = op_avx2 && [ia, ib].iter().all(|&s| s <= 1);
     let op_avx2 = op_avx2 && (ia == 1 || ib == 1);
     let o = SyncPtr(out.as_mut_ptr());
-    // Split long single runs so that the pool has work to share.
-    let chunk = if outer == 1 {
-        inner.div_ceil(64).max(4096)
-    } else {
-        inner
-    };
-    let pieces = inner.div_ceil(chunk);
-    for_ranges(pool, outer * pieces, chunk, &|r| {
-        for t in r {
-            let (row, piece) = (t / pieces, t % pieces);
-            // The outer index → operand offsets.
-            let (mut oa, mut ob, mut rem) = (0, 0, row);
-            for &(size, sa, sb) in dims.iter().rev() {
-                let k = rem % size;
-                rem /= size;
-                oa += k * sa;
-                ob += k * sb;
-            }
-            let j0 = piece * chunk;
-            let len = chunk.min(inner - j0);
-            let (oa, ob) = (oa + j0 * ia, ob + j0 * ib);
-            // SAFETY: each task writes its own run of out; row·inner + j0 + len ≤ total.
-            let dst = unsafe { std::slice::from_raw_parts_mut(o.get().add(row * inner + j0), len) };
-            #[cfg(target_arch = "x86_64")]
-            if op_avx2 {
-                // SAFETY: AVX2 checked; the strides are 0 or 1, so each operand's run
-                // (len floats, or 1 if broadcast) lies inside it by the shape checks.
-                unsafe { run_avx2(op, a.as_ptr().add(oa), ia, b.as_ptr().add(ob), ib, dst) };
-                continue;
-            }
-            let _ = op_avx2;
-            for (k, d) in dst.iter_mut().enumerate() {
-                *d = op.scalar(a[oa + k * ia], b[ob + k * ib]);
-            }
+    plan.for_each(pool, 1, |[oa, ob], at, len| {
+        // SAFETY: each call writes its own piece of out, inside the output's total.
+        let dst = unsafe { std::slice::from_raw_parts_mut(o.get().add(at), len) };
+        #[cfg(target_arch = "x86_64")]
+        if op_avx2 {
+            // SAFETY: AVX2 checked; the strides are 0 or 1, so each operand's run
+            // (len floats, or 1 if broadcast) lies inside it by the shape checks.
+            unsafe { run_avx2(op, a.as_ptr().add(oa), ia, b.as_ptr().add(ob), ib, dst) };
+            return;
+        }
+        let _ = op_avx2;
+        for (k, d) in dst.iter_mut().enumerate() {
+            *d = op.scalar(a[oa + k * ia], b[ob + k * ib]);
         }
     });
 }

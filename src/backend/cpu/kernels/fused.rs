@@ -9,16 +9,14 @@
 //! output may take over the buffer of an input of its shape without a later step of the
 //! tile reading what an output wrote.
 //!
-//! The inputs broadcast to the output (numpy rules); as for two operands in
-//! [`super::binary::Broadcast`], size-1 axes are dropped and axes merged where every
-//! input's strides continue, so each tile reads every input either contiguously or as
-//! one repeated value.
-use std::ops::Range;
-
+//! The inputs broadcast to the output (numpy rules) as [`Runs`] walks them: size-1 axes
+//! dropped and axes merged where every input's strides continue, so each tile reads
+//! every input either contiguously or as one repeated value.
 use super::activation::Act;
-use super::binary::{self, broadcast_strides, BinOp, UnaryOp};
+use super::binary::{self, BinOp, UnaryOp};
+use super::broadcast::Runs;
 use super::math;
-use super::par::{for_ranges, SyncPtr};
+use super::par::SyncPtr;
 use crate::backend::cpu::isa::Isa;
 use crate::backend::cpu::pool::Pool;
 
@@ -72,15 +70,10 @@ struct Instr {
 pub struct FusedLoop {
     instrs: Vec<Instr>,
     buffers: usize,
-    /// The outer axes' sizes and, per axis, every input's stride (`inputs` per axis).
-    outer: Vec<usize>,
-    strides: Vec<usize>,
-    /// The innermost merged axis and whether each input runs along it (else it repeats
-    /// one value).
-    inner: usize,
+    /// How the inputs broadcast to the output.
+    runs: Runs<MAX_INPUTS>,
+    /// Whether each input runs along a run of the output (else it repeats one value).
     contiguous: Vec<bool>,
-    input_lens: Vec<usize>,
-    total: usize,
     /// The tile buffer of each exported step, in output order (outputs 1, 2, …).
     exports: Vec<usize>,
 }
@@ -163,36 +156,12 @@ impl FusedLoop {
                 dst,
             });
         }
-        // Merge the output's axes where every input's strides continue.
-        let all: Vec<Vec<usize>> = input_shapes
-            .iter()
-            .map(|s| broadcast_strides(s, out_shape))
-            .collect::<Option<_>>()?;
-        let mut dims: Vec<(usize, Vec<usize>)> = vec![];
-        for (ax, &size) in out_shape.iter().enumerate() {
-            if size == 1 {
-                continue;
-            }
-            let st: Vec<usize> = all.iter().map(|s| s[ax]).collect();
-            if let Some((lsize, lst)) = dims.last_mut() {
-                if lst.iter().zip(&st).all(|(l, s)| *l == s * size) {
-                    *lsize *= size;
-                    *lst = st;
-                    continue;
-                }
-            }
-            dims.push((size, st));
-        }
-        let (inner, inner_strides) = dims.pop().unwrap_or((1, vec![0; n]));
+        let runs = Runs::new(input_shapes, out_shape)?;
         Some(FusedLoop {
             instrs,
             buffers,
-            outer: dims.iter().map(|d| d.0).collect(),
-            strides: dims.iter().flat_map(|d| d.1.iter().copied()).collect(),
-            inner,
-            contiguous: inner_strides.iter().map(|&s| s == 1).collect(),
-            input_lens: input_shapes.iter().map(|s| s.iter().product()).collect(),
-            total: out_shape.iter().product(),
+            contiguous: runs.inner_strides()[..n].iter().map(|&s| s == 1).collect(),
+            runs,
             exports: exported.iter().map(|&k| home[k]).collect(),
         })
     }
@@ -204,7 +173,7 @@ impl FusedLoop {
 
     /// How many elements each input must hold.
     pub fn input_lens(&self) -> &[usize] {
-        &self.input_lens
+        self.runs.lens()
     }
 
     /// How many outputs the loop writes (1 + the exported steps).
@@ -227,85 +196,60 @@ impl FusedLoop {
         outs: &[*mut f32],
         pool: Option<&Pool>,
     ) {
-        assert_eq!(inputs.len(), self.input_lens.len());
+        assert_eq!(inputs.len(), self.input_lens().len());
         assert_eq!(outs.len(), self.outputs());
-        if self.total == 0 {
-            return;
-        }
-        let rows: usize = self.outer.iter().product();
-        // Split long single rows so that the pool has work to share.
-        let chunk = if rows == 1 {
-            self.inner.div_ceil(64).max(4096)
-        } else {
-            self.inner
-        };
-        let pieces = self.inner.div_ceil(chunk);
         let ins = SyncPtr(inputs.as_ptr() as *mut *const f32);
         let o = SyncPtr(outs.as_ptr() as *mut *mut f32);
-        let work = chunk * self.instrs.len();
-        for_ranges(pool, rows * pieces, work, &|r| {
-            // SAFETY: as for `run`; tasks write disjoint runs of the outputs.
-            unsafe { self.run_tasks(isa, ins.get(), o.get(), r, pieces, chunk) }
-        });
+        self.runs
+            .for_each(pool, self.instrs.len(), |base, at, len| {
+                // SAFETY: as for `run`; each call writes its own piece of the outputs.
+                unsafe { self.run_piece(isa, ins.get(), o.get(), &base, at, len) }
+            });
     }
 
+    /// The loop over one piece of a run: `len` output elements from `at`, the inputs'
+    /// offsets at its start being `base`.
+    ///
     /// # Safety
     /// As for [`FusedLoop::run`].
-    unsafe fn run_tasks(
+    unsafe fn run_piece(
         &self,
         isa: Isa,
         inputs: *const *const f32,
         outs: *const *mut f32,
-        tasks: Range<usize>,
-        pieces: usize,
-        chunk: usize,
+        base: &[usize; MAX_INPUTS],
+        at: usize,
+        len: usize,
     ) {
-        let n = self.input_lens.len();
         // Every buffer is written by its step before a later step reads it.
         let mut bufs = std::mem::MaybeUninit::<[[f32; TILE]; MAX_BUFFERS]>::uninit();
         let bufs = bufs.as_mut_ptr() as *mut f32;
-        let mut base = [0usize; MAX_INPUTS];
-        for t in tasks {
-            let (row, piece) = (t / pieces, t % pieces);
-            // The row index → each input's offset.
-            base[..n].fill(0);
-            let mut rem = row;
-            for (ax, &size) in self.outer.iter().enumerate().rev() {
-                let k = rem % size;
-                rem /= size;
-                for (b, s) in base[..n].iter_mut().zip(&self.strides[ax * n..]) {
-                    *b += k * s;
-                }
-            }
-            let j0 = piece * chunk;
-            let j1 = (j0 + chunk).min(self.inner);
-            let mut j = j0;
-            while j < j1 {
-                let len = TILE.min(j1 - j);
-                let at = |s: Src| -> (*const f32, usize) {
-                    match s {
-                        Src::Input(k) if self.contiguous[k] => {
-                            (inputs.add(k).read().add(base[k] + j), 1)
-                        }
-                        Src::Input(k) => (inputs.add(k).read().add(base[k]), 0),
-                        Src::Buffer(b) => (bufs.add(b * TILE) as *const f32, 1),
+        let mut j = 0;
+        while j < len {
+            let n = TILE.min(len - j);
+            let at_src = |s: Src| -> (*const f32, usize) {
+                match s {
+                    Src::Input(k) if self.contiguous[k] => {
+                        (inputs.add(k).read().add(base[k] + j), 1)
                     }
+                    Src::Input(k) => (inputs.add(k).read().add(base[k]), 0),
+                    Src::Buffer(b) => (bufs.add(b * TILE) as *const f32, 1),
+                }
+            };
+            for ins in &self.instrs {
+                let a = at_src(ins.args[0]);
+                let b = at_src(ins.args[1]);
+                let dst = match ins.dst {
+                    Dst::Output => outs.read().add(at + j),
+                    Dst::Buffer(b) => bufs.add(b * TILE),
                 };
-                for ins in &self.instrs {
-                    let a = at(ins.args[0]);
-                    let b = at(ins.args[1]);
-                    let dst = match ins.dst {
-                        Dst::Output => outs.read().add(row * self.inner + j),
-                        Dst::Buffer(b) => bufs.add(b * TILE),
-                    };
-                    step(isa, ins.op, a, b, dst, len);
-                }
-                for (k, &b) in self.exports.iter().enumerate() {
-                    let dst = outs.add(k + 1).read().add(row * self.inner + j);
-                    std::ptr::copy_nonoverlapping(bufs.add(b * TILE), dst, len);
-                }
-                j += len;
+                step(isa, ins.op, a, b, dst, n);
             }
+            for (k, &b) in self.exports.iter().enumerate() {
+                let dst = outs.add(k + 1).read().add(at + j);
+                std::ptr::copy_nonoverlapping(bufs.add(b * TILE), dst, n);
+            }
+            j += n;
         }
     }
 }

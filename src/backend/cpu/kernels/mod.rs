@@ -4,6 +4,7 @@ pub mod activation;
 pub mod adam;
 pub mod binary;
 pub mod blas;
+pub(crate) mod broadcast;
 pub mod conv;
 pub mod conv_grad;
 pub mod conv_transpose;

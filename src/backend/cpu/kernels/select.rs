@@ -3,101 +3,15 @@
 //! SoftmaxCrossEntropyLoss's one-hot an `Equal` cast to float). Booleans are one byte,
 //! 0 or 1. Rows whose operands are contiguous or broadcast scalars run loops the
 //! compiler vectorizes; other strides run an indexed loop.
-use super::binary::broadcast_strides;
+use super::broadcast::Runs;
 use super::par::{for_ranges, SyncPtr};
 use crate::backend::cpu::pool::Pool;
 
 /// Operands a [`Walk`] follows at most.
 const OPERANDS: usize = 4;
 
-/// How up to four operands broadcast to an output, worked out once: the output's axes
-/// with size-1 axes dropped and runs of axes merged where every operand's strides
-/// continue; the last merged axis is the inner run.
-#[derive(Debug, Clone)]
-pub struct Walk {
-    /// The outer axes: (size, each operand's stride).
-    outer: Vec<(usize, [usize; OPERANDS])>,
-    inner: usize,
-    inner_strides: [usize; OPERANDS],
-    total: usize,
-    lens: [usize; OPERANDS],
-}
-
-impl Walk {
-    /// `None` when a shape does not broadcast to `out` (or there are more than four).
-    pub fn new(shapes: &[&[usize]], out: &[usize]) -> Option<Walk> {
-        if shapes.len() > OPERANDS {
-            return None;
-        }
-        let mut strides: [Vec<usize>; OPERANDS] = std::array::from_fn(|_| vec![0; out.len()]);
-        let mut lens = [1; OPERANDS];
-        for (k, s) in shapes.iter().enumerate() {
-            strides[k] = broadcast_strides(s, out)?;
-            lens[k] = s.iter().product();
-        }
-        let mut dims: Vec<(usize, [usize; OPERANDS])> = vec![];
-        for (i, &size) in out.iter().enumerate() {
-            if size == 1 {
-                continue;
-            }
-            let d: [usize; OPERANDS] = std::array::from_fn(|k| strides[k][i]);
-            if let Some(last) = dims.last_mut() {
-                if (0..OPERANDS).all(|k| last.1[k] == d[k] * size) {
-                    *last = (last.0 * size, d);
-                    continue;
-                }
-            }
-            dims.push((size, d));
-        }
-        let (inner, inner_strides) = dims.pop().unwrap_or((1, [0; OPERANDS]));
-        Some(Walk {
-            outer: dims,
-            inner,
-            inner_strides,
-            total: out.iter().product(),
-            lens,
-        })
-    }
-
-    /// Elements of the output.
-    pub fn total(&self) -> usize {
-        self.total
-    }
-
-    /// Calls `row(offsets, out_offset, len)` for every inner run, split over `pool`.
-    fn rows(&self, pool: Option<&Pool>, row: &(dyn Fn([usize; OPERANDS], usize, usize) + Sync)) {
-        if self.total == 0 {
-            return;
-        }
-        let outer: usize = self.outer.iter().map(|d| d.0).product();
-        // A single long run is cut into pieces so that the pool has work to share.
-        let chunk = if outer == 1 {
-            self.inner.div_ceil(16).max(4096)
-        } else {
-            self.inner
-        };
-        let pieces = self.inner.div_ceil(chunk);
-        for_ranges(pool, outer * pieces, chunk, &|r| {
-            for t in r {
-                let (mut rest, piece) = (t / pieces, t % pieces);
-                let out_row = rest;
-                let mut offs = [0; OPERANDS];
-                for &(size, s) in self.outer.iter().rev() {
-                    let i = rest % size;
-                    rest /= size;
-                    for (o, s) in offs.iter_mut().zip(s) {
-                        *o += i * s;
-                    }
-                }
-                let j0 = piece * chunk;
-                for (o, s) in offs.iter_mut().zip(self.inner_strides) {
-                    *o += j0 * s;
-                }
-                row(offs, out_row * self.inner + j0, chunk.min(self.inner - j0));
-            }
-        });
-    }
-}
+/// How up to four operands broadcast to an output, worked out once.
+pub type Walk = Runs<OPERANDS>;
 
 /// A comparison producing a boolean.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,10 +62,10 @@ fn compare_with<T: Copy + Send + Sync>(
     out: &mut [u8],
     pool: Option<&Pool>,
 ) {
-    assert!(a.len() == walk.lens[0] && b.len() == walk.lens[1] && out.len() == walk.total);
+    assert!(a.len() == walk.lens()[0] && b.len() == walk.lens()[1] && out.len() == walk.total());
     let o = SyncPtr(out.as_mut_ptr());
-    let [sa, sb, ..] = walk.inner_strides;
-    walk.rows(pool, &|offs, at, len| {
+    let [sa, sb, ..] = *walk.inner_strides();
+    walk.for_each(pool, 1, |offs, at, len| {
         // SAFETY: each run writes its own part of `out`.
         let d = unsafe { std::slice::from_raw_parts_mut(o.get().add(at), len) };
         let (a, b) = (&a[offs[0]..], &b[offs[1]..]);
@@ -197,8 +111,8 @@ pub unsafe fn select<T: Copy + Send + Sync>(
         SyncPtr(y as *mut T),
         SyncPtr(out),
     );
-    let [sc, sx, sy, _] = walk.inner_strides;
-    walk.rows(pool, &|offs, at, len| {
+    let [sc, sx, sy, _] = *walk.inner_strides();
+    walk.for_each(pool, 1, |offs, at, len| {
         // SAFETY: the walk keeps every offset inside its operand; each run writes its
         // own part of `out`, reading each aliased element before writing it.
         unsafe {
@@ -252,12 +166,12 @@ pub unsafe fn compare_select(
 ) {
     #[cfg(target_arch = "x86_64")]
     if crate::backend::cpu::kernels::math::use_avx512(crate::backend::cpu::isa::isa())
-        && walk.inner_strides.iter().all(|&s| s <= 1)
+        && walk.inner_strides().iter().all(|&s| s <= 1)
     {
         let ptrs = operands.map(|p| SyncPtr(p as *mut f32));
         let o = SyncPtr(out);
-        let strides = walk.inner_strides;
-        walk.rows(pool, &|offs, at, len| {
+        let strides = *walk.inner_strides();
+        walk.for_each(pool, 1, |offs, at, len| {
             // SAFETY: AVX-512F checked; the walk keeps offsets inside the operands and
             // each run writes its own part of `out`.
             unsafe {
@@ -372,8 +286,8 @@ unsafe fn compare_select_with(
     const BLOCK: usize = 256;
     let ptrs = operands.map(|p| SyncPtr(p as *mut f32));
     let o = SyncPtr(out);
-    let strides = walk.inner_strides;
-    walk.rows(pool, &|offs, at, len| {
+    let strides = *walk.inner_strides();
+    walk.for_each(pool, 1, |offs, at, len| {
         let mut start = 0;
         while start < len {
             let n = BLOCK.min(len - start);
@@ -484,6 +398,7 @@ pub unsafe fn cast<S: CastElem, D: CastElem>(
 mod tests {
     use super::super::testutil::{lcg_data, pools};
     use super::*;
+    use crate::backend::broadcast::broadcast_strides;
 
     /// Every comparison, operands broadcast several ways, ragged lengths, NaNs, and the
     /// output written over x:

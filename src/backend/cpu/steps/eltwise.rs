@@ -204,9 +204,12 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             .iter()
             .position(|s| s.loc == y.loc)
             .map(|k| (k, b.scratch(y.bytes())));
+        let Some(plan) = Broadcast::new(&[&a.shape, &bb.shape], &y.shape) else {
+            return Ok(None);
+        };
         let what = Elt::Binary {
             op,
-            plan: Broadcast::new(&a.shape, &bb.shape, &y.shape),
+            plan,
             a: a.clone(),
             b: bb.clone(),
             copy,

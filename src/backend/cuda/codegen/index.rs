@@ -2,30 +2,10 @@
 //! each input that broadcasts into it (numpy rules), as C statements with the sizes as
 //! constants.
 
-/// Strides (in elements) of `shape` broadcast into `out`, right-aligned; `None` when it
-/// does not broadcast.
-pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Option<Vec<usize>> {
-    if shape.len() > out.len() {
-        return None;
-    }
-    let lead = out.len() - shape.len();
-    let mut strides = vec![0; out.len()];
-    let mut step = 1;
-    for (k, &d) in shape.iter().enumerate().rev() {
-        let o = out[lead + k];
-        if d == o && d != 1 {
-            strides[lead + k] = step;
-        } else if d != 1 {
-            return None;
-        }
-        step *= d;
-    }
-    Some(strides)
-}
+use crate::backend::broadcast::MergedAxes;
 
-/// An output walked in merged axes: size-1 axes dropped, neighbours merged where every
-/// operand's strides continue, so each operand is contiguous, repeated or strided by as
-/// few axes as possible.
+/// An output walked in its [`MergedAxes`], so each operand is contiguous, repeated or
+/// strided by as few axes as possible.
 #[derive(Debug, Clone)]
 pub struct Walk {
     /// Merged sizes, outermost first.
@@ -38,35 +18,7 @@ impl Walk {
     /// The walk of an output of `out` over operands of `shapes`; `None` when one does
     /// not broadcast.
     pub fn new(out: &[usize], shapes: &[&[usize]]) -> Option<Walk> {
-        let all: Vec<Vec<usize>> = shapes
-            .iter()
-            .map(|s| broadcast_strides(s, out))
-            .collect::<Option<_>>()?;
-        let mut dims: Vec<usize> = vec![];
-        let mut strides: Vec<Vec<usize>> = vec![vec![]; shapes.len()];
-        for (ax, &size) in out.iter().enumerate() {
-            if size == 1 {
-                continue;
-            }
-            let st: Vec<usize> = all.iter().map(|s| s[ax]).collect();
-            if let Some(last) = dims.last_mut() {
-                if strides
-                    .iter()
-                    .zip(&st)
-                    .all(|(l, s)| l.last() == Some(&(s * size)))
-                {
-                    *last *= size;
-                    for (l, s) in strides.iter_mut().zip(&st) {
-                        *l.last_mut().expect("merged") = *s;
-                    }
-                    continue;
-                }
-            }
-            dims.push(size);
-            for (l, s) in strides.iter_mut().zip(&st) {
-                l.push(*s);
-            }
-        }
+        let MergedAxes { dims, strides } = MergedAxes::new(shapes, out)?;
         Some(Walk { dims, strides })
     }
 
