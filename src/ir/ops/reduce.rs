@@ -10,8 +10,9 @@ use crate::ir::shape::norm_axis;
 use crate::ir::{AttrKind, Attrs, DType, Dim, Shape, TensorType};
 use crate::tensor::Tensor;
 
-#[derive(Clone, Copy, PartialEq)]
-enum Kind {
+/// What a reduction computes: one per `Reduce*` op. Backends map it to their kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceKind {
     Sum,
     Mean,
     Max,
@@ -24,19 +25,58 @@ enum Kind {
     SumSquare,
 }
 
-impl Kind {
+impl ReduceKind {
+    pub const ALL: [ReduceKind; 10] = [
+        ReduceKind::Sum,
+        ReduceKind::Mean,
+        ReduceKind::Max,
+        ReduceKind::Min,
+        ReduceKind::Prod,
+        ReduceKind::L1,
+        ReduceKind::L2,
+        ReduceKind::LogSum,
+        ReduceKind::LogSumExp,
+        ReduceKind::SumSquare,
+    ];
+
+    /// The op that computes the kind.
+    pub fn op(self) -> &'static str {
+        match self {
+            ReduceKind::Sum => "ReduceSum",
+            ReduceKind::Mean => "ReduceMean",
+            ReduceKind::Max => "ReduceMax",
+            ReduceKind::Min => "ReduceMin",
+            ReduceKind::Prod => "ReduceProd",
+            ReduceKind::L1 => "ReduceL1",
+            ReduceKind::L2 => "ReduceL2",
+            ReduceKind::LogSum => "ReduceLogSum",
+            ReduceKind::LogSumExp => "ReduceLogSumExp",
+            ReduceKind::SumSquare => "ReduceSumSquare",
+        }
+    }
+
+    /// The kind an op name asks for (`None` for ops that are not reductions).
+    pub fn from_op(op: &str) -> Option<ReduceKind> {
+        ReduceKind::ALL.into_iter().find(|k| k.op() == op)
+    }
+
     /// Whether the reduction is defined on integers.
     fn takes_ints(self) -> bool {
         matches!(
             self,
-            Kind::Sum | Kind::Max | Kind::Min | Kind::Prod | Kind::L1 | Kind::SumSquare
+            ReduceKind::Sum
+                | ReduceKind::Max
+                | ReduceKind::Min
+                | ReduceKind::Prod
+                | ReduceKind::L1
+                | ReduceKind::SumSquare
         )
     }
 }
 
 struct Reduce {
     schema: OpSchema,
-    kind: Kind,
+    kind: ReduceKind,
 }
 
 const REDUCE_ATTRS: &[AttrSpec] = &[
@@ -112,7 +152,8 @@ impl Op for Reduce {
 
     fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
         let x = cx.input(0)?;
-        let bool_ok = x.dtype == DType::Bool && matches!(self.kind, Kind::Max | Kind::Min);
+        let bool_ok =
+            x.dtype == DType::Bool && matches!(self.kind, ReduceKind::Max | ReduceKind::Min);
         if !(bool_ok || x.dtype.is_float() || (x.dtype.is_int() && self.kind.takes_ints())) {
             let what = if self.kind.takes_ints() {
                 "numeric"
@@ -194,32 +235,32 @@ fn fold<T: Clone>(mut a: ArrayD<T>, axes: &[usize], init: T, f: impl Fn(&T, &T) 
     a
 }
 
-fn reduce_f64(kind: Kind, a: ArrayD<f64>, axes: &[usize]) -> ArrayD<f64> {
+fn reduce_f64(kind: ReduceKind, a: ArrayD<f64>, axes: &[usize]) -> ArrayD<f64> {
     let count: usize = axes.iter().map(|&ax| a.shape()[ax]).product();
     let sum = |a: ArrayD<f64>| fold(a, axes, 0.0, |x, y| x + y);
     match kind {
-        Kind::Sum => sum(a),
-        Kind::Mean => sum(a).mapv(|v| v / count as f64),
-        Kind::Max => fold(a, axes, f64::NEG_INFINITY, |x, y| {
+        ReduceKind::Sum => sum(a),
+        ReduceKind::Mean => sum(a).mapv(|v| v / count as f64),
+        ReduceKind::Max => fold(a, axes, f64::NEG_INFINITY, |x, y| {
             if y > x || y.is_nan() {
                 *y
             } else {
                 *x
             }
         }),
-        Kind::Min => fold(a, axes, f64::INFINITY, |x, y| {
+        ReduceKind::Min => fold(a, axes, f64::INFINITY, |x, y| {
             if y < x || y.is_nan() {
                 *y
             } else {
                 *x
             }
         }),
-        Kind::Prod => fold(a, axes, 1.0, |x, y| x * y),
-        Kind::L1 => sum(a.mapv(f64::abs)),
-        Kind::L2 => sum(a.mapv(|v| v * v)).mapv(f64::sqrt),
-        Kind::LogSum => sum(a).mapv(f64::ln),
-        Kind::SumSquare => sum(a.mapv(|v| v * v)),
-        Kind::LogSumExp => {
+        ReduceKind::Prod => fold(a, axes, 1.0, |x, y| x * y),
+        ReduceKind::L1 => sum(a.mapv(f64::abs)),
+        ReduceKind::L2 => sum(a.mapv(|v| v * v)).mapv(f64::sqrt),
+        ReduceKind::LogSum => sum(a).mapv(f64::ln),
+        ReduceKind::SumSquare => sum(a.mapv(|v| v * v)),
+        ReduceKind::LogSumExp => {
             let m = fold(a.clone(), axes, f64::NEG_INFINITY, |x, y| x.max(*y));
             let m = m.mapv(|v| if v.is_finite() { v } else { 0.0 });
             let shifted = &a - &m;
@@ -228,26 +269,26 @@ fn reduce_f64(kind: Kind, a: ArrayD<f64>, axes: &[usize]) -> ArrayD<f64> {
     }
 }
 
-fn reduce_i64(kind: Kind, a: ArrayD<i64>, axes: &[usize]) -> ArrayD<i64> {
+fn reduce_i64(kind: ReduceKind, a: ArrayD<i64>, axes: &[usize]) -> ArrayD<i64> {
     match kind {
-        Kind::Sum => fold(a, axes, 0, |x, y| x.wrapping_add(*y)),
-        Kind::Max => fold(a, axes, i64::MIN, |x, y| *x.max(y)),
-        Kind::Min => fold(a, axes, i64::MAX, |x, y| *x.min(y)),
-        Kind::Prod => fold(a, axes, 1, |x, y| x.wrapping_mul(*y)),
-        Kind::L1 => fold(a.mapv(i64::wrapping_abs), axes, 0, |x, y| {
+        ReduceKind::Sum => fold(a, axes, 0, |x, y| x.wrapping_add(*y)),
+        ReduceKind::Max => fold(a, axes, i64::MIN, |x, y| *x.max(y)),
+        ReduceKind::Min => fold(a, axes, i64::MAX, |x, y| *x.min(y)),
+        ReduceKind::Prod => fold(a, axes, 1, |x, y| x.wrapping_mul(*y)),
+        ReduceKind::L1 => fold(a.mapv(i64::wrapping_abs), axes, 0, |x, y| {
             x.wrapping_add(*y)
         }),
-        Kind::SumSquare => fold(a.mapv(|v| v.wrapping_mul(v)), axes, 0, |x, y| {
+        ReduceKind::SumSquare => fold(a.mapv(|v| v.wrapping_mul(v)), axes, 0, |x, y| {
             x.wrapping_add(*y)
         }),
         _ => unreachable!("infer admits integers only for the kinds above"),
     }
 }
 
-fn reduce(name: &'static str, doc: &'static str, kind: Kind) -> &'static dyn Op {
+fn reduce(kind: ReduceKind, doc: &'static str) -> &'static dyn Op {
     leak(Reduce {
         schema: OpSchema {
-            name,
+            name: kind.op(),
             family: "reduce",
             inputs: &["data", "axes?"],
             outputs: &["reduced"],
@@ -318,16 +359,16 @@ impl Op for Arg {
 
 pub fn ops() -> Vec<&'static dyn Op> {
     vec![
-        reduce("ReduceSum", "Sum over `axes` (all when omitted).", Kind::Sum),
-        reduce("ReduceMean", "Mean over `axes`.", Kind::Mean),
-        reduce("ReduceMax", "Maximum over `axes`; -inf over an empty set.", Kind::Max),
-        reduce("ReduceMin", "Minimum over `axes`; +inf over an empty set.", Kind::Min),
-        reduce("ReduceProd", "Product over `axes`.", Kind::Prod),
-        reduce("ReduceL1", "Sum of absolute values over `axes`.", Kind::L1),
-        reduce("ReduceL2", "Square root of the sum of squares over `axes`.", Kind::L2),
-        reduce("ReduceLogSum", "log of the sum over `axes`.", Kind::LogSum),
-        reduce("ReduceLogSumExp", "log(sum(exp(x))) over `axes`, computed stably.", Kind::LogSumExp),
-        reduce("ReduceSumSquare", "Sum of squares over `axes`.", Kind::SumSquare),
+        reduce(ReduceKind::Sum, "Sum over `axes` (all when omitted)."),
+        reduce(ReduceKind::Mean, "Mean over `axes`."),
+        reduce(ReduceKind::Max, "Maximum over `axes`; -inf over an empty set."),
+        reduce(ReduceKind::Min, "Minimum over `axes`; +inf over an empty set."),
+        reduce(ReduceKind::Prod, "Product over `axes`."),
+        reduce(ReduceKind::L1, "Sum of absolute values over `axes`."),
+        reduce(ReduceKind::L2, "Square root of the sum of squares over `axes`."),
+        reduce(ReduceKind::LogSum, "log of the sum over `axes`."),
+        reduce(ReduceKind::LogSumExp, "log(sum(exp(x))) over `axes`, computed stably."),
+        reduce(ReduceKind::SumSquare, "Sum of squares over `axes`."),
         leak(Arg {
             schema: OpSchema {
                 name: "ArgMax",

@@ -13,59 +13,27 @@ use super::math;
 use super::par::{for_ranges, SyncPtr};
 use crate::backend::cpu::isa::Isa;
 use crate::backend::cpu::pool::Pool;
+use crate::ir::ops::reduce::ReduceKind;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReduceKind {
-    Sum,
-    Mean,
-    Max,
-    Min,
-    Prod,
-    L1,
-    L2,
-    LogSum,
-    LogSumExp,
-    SumSquare,
+/// The fold that accumulates the kind (LogSumExp's second pass is `ExpSum`).
+fn fold_of(kind: ReduceKind) -> Fold {
+    match kind {
+        ReduceKind::Sum | ReduceKind::Mean | ReduceKind::LogSum => Fold::Sum,
+        ReduceKind::Max | ReduceKind::LogSumExp => Fold::Max,
+        ReduceKind::Min => Fold::Min,
+        ReduceKind::Prod => Fold::Prod,
+        ReduceKind::L1 => Fold::AbsSum,
+        ReduceKind::L2 | ReduceKind::SumSquare => Fold::SquareSum,
+    }
 }
 
-impl ReduceKind {
-    /// The kind an op name asks for.
-    pub fn from_op(op: &str) -> Option<ReduceKind> {
-        Some(match op {
-            "ReduceSum" => ReduceKind::Sum,
-            "ReduceMean" => ReduceKind::Mean,
-            "ReduceMax" => ReduceKind::Max,
-            "ReduceMin" => ReduceKind::Min,
-            "ReduceProd" => ReduceKind::Prod,
-            "ReduceL1" => ReduceKind::L1,
-            "ReduceL2" => ReduceKind::L2,
-            "ReduceLogSum" => ReduceKind::LogSum,
-            "ReduceLogSumExp" => ReduceKind::LogSumExp,
-            "ReduceSumSquare" => ReduceKind::SumSquare,
-            _ => return None,
-        })
-    }
-
-    /// The fold that accumulates the kind (LogSumExp's second pass is `ExpSum`).
-    fn fold(self) -> Fold {
-        match self {
-            ReduceKind::Sum | ReduceKind::Mean | ReduceKind::LogSum => Fold::Sum,
-            ReduceKind::Max | ReduceKind::LogSumExp => Fold::Max,
-            ReduceKind::Min => Fold::Min,
-            ReduceKind::Prod => Fold::Prod,
-            ReduceKind::L1 => Fold::AbsSum,
-            ReduceKind::L2 | ReduceKind::SumSquare => Fold::SquareSum,
-        }
-    }
-
-    /// The accumulated value → the result (`count`: the elements reduced).
-    fn finish(self, acc: f32, count: usize) -> f32 {
-        match self {
-            ReduceKind::Mean => acc / count as f32,
-            ReduceKind::L2 => acc.sqrt(),
-            ReduceKind::LogSum => acc.ln(),
-            _ => acc,
-        }
+/// The accumulated value → the result (`count`: the elements reduced).
+fn finish(kind: ReduceKind, acc: f32, count: usize) -> f32 {
+    match kind {
+        ReduceKind::Mean => acc / count as f32,
+        ReduceKind::L2 => acc.sqrt(),
+        ReduceKind::LogSum => acc.ln(),
+        _ => acc,
     }
 }
 
@@ -219,7 +187,7 @@ pub fn reduce(
     }
     if plan.count == 0 {
         // Nothing to fold: the identity, finished (LogSumExp's is -inf = ln 0).
-        y.fill(kind.finish(kind.fold().init(), 0));
+        y.fill(finish(kind, fold_of(kind).init(), 0));
         return;
     }
     let yp = SyncPtr(y.as_mut_ptr());
@@ -283,7 +251,7 @@ fn runs_reduced(
             let m = if m.is_finite() { m } else { 0.0 };
             fold_all(base, Fold::ExpSum, m).ln() + m
         } else {
-            kind.finish(fold_all(base, kind.fold(), 0.0), plan.count)
+            finish(kind, fold_all(base, fold_of(kind), 0.0), plan.count)
         };
     }
 }
@@ -320,8 +288,8 @@ fn rows_kept(
             *v = v.ln() + m;
         }
     } else {
-        pass(kind.fold(), y, &[]);
-        y.iter_mut().for_each(|v| *v = kind.finish(*v, plan.count));
+        pass(fold_of(kind), y, &[]);
+        y.iter_mut().for_each(|v| *v = finish(kind, *v, plan.count));
     }
 }
 

@@ -2,9 +2,10 @@
 //! input or `axis_names`): one vectorized kernel over the arena. Axes computed at run
 //! time go to the fallback.
 use crate::backend::cpu::isa;
-use crate::backend::cpu::kernels::reduce::{self, ReduceKind, ReducePlan};
+use crate::backend::cpu::kernels::reduce::{self, ReducePlan};
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::ir::ops::reduce::reduce_axes;
+use crate::ir::ops::reduce::ReduceKind;
 use crate::ir::DType;
 
 use super::Build;

@@ -10,7 +10,7 @@
 use super::cexpr::{self, Ty};
 use super::index::Walk;
 use super::{fixed, ty_of, GeneratedKernel, KernelParam, Source};
-use crate::ir::ops::reduce::reduce_axes;
+use crate::ir::ops::reduce::{reduce_axes, ReduceKind};
 use crate::ir::{Graph, NodeId};
 
 /// Threads per block of column kernels.
@@ -168,7 +168,7 @@ fn too_big(n: usize) -> Result<(), String> {
 }
 
 /// How a reduction maps, combines and finishes.
-struct Kind {
+struct Recipe {
     map: &'static str,
     combine: Combine,
     /// `A` is the accumulator, `R` the count.
@@ -177,31 +177,34 @@ struct Kind {
     lse: bool,
 }
 
-fn kind(op: &str) -> Option<Kind> {
-    let k = |map, combine, finish| Kind {
+fn recipe(op: &str) -> Option<Recipe> {
+    let k = |map, combine, finish| Recipe {
         map,
         combine,
         finish,
         lse: false,
     };
-    Some(match op {
-        "ReduceSum" => k("X", SUM, "A"),
-        "ReduceMean" | "GlobalAveragePool" => k("X", SUM, "A / R"),
-        "ReduceMax" => k("X", MAX, "A"),
-        "GlobalMaxPool" => k("X", FMAX, "A"),
-        "ReduceMin" => k("X", MIN, "A"),
-        "ReduceProd" => k("X", PROD, "A"),
-        "ReduceL1" => k("fabsf(X)", SUM, "A"),
-        "ReduceL2" => k("X * X", SUM, "sqrtf(A)"),
-        "ReduceLogSum" => k("X", SUM, "logf(A)"),
-        "ReduceSumSquare" => k("X * X", SUM, "A"),
-        "ReduceLogSumExp" => Kind {
+    let reduce = match op {
+        "GlobalAveragePool" => ReduceKind::Mean,
+        "GlobalMaxPool" => return Some(k("X", FMAX, "A")),
+        _ => ReduceKind::from_op(op)?,
+    };
+    Some(match reduce {
+        ReduceKind::Sum => k("X", SUM, "A"),
+        ReduceKind::Mean => k("X", SUM, "A / R"),
+        ReduceKind::Max => k("X", MAX, "A"),
+        ReduceKind::Min => k("X", MIN, "A"),
+        ReduceKind::Prod => k("X", PROD, "A"),
+        ReduceKind::L1 => k("fabsf(X)", SUM, "A"),
+        ReduceKind::L2 => k("X * X", SUM, "sqrtf(A)"),
+        ReduceKind::LogSum => k("X", SUM, "logf(A)"),
+        ReduceKind::SumSquare => k("X * X", SUM, "A"),
+        ReduceKind::LogSumExp => Recipe {
             map: "expf(X - m)",
             combine: SUM,
             finish: "logf(A) + m",
             lse: true,
         },
-        _ => return None,
     })
 }
 
@@ -230,7 +233,7 @@ fn f32_io(graph: &Graph, id: NodeId) -> Result<(Vec<usize>, usize), String> {
 /// A reduction (`Reduce*`, `GlobalAveragePool`, `GlobalMaxPool`).
 pub fn reduction(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKernel, String> {
     let n = graph.node(id);
-    let k = kind(&n.op).ok_or_else(|| format!("{} is not a reduction", n.op))?;
+    let k = recipe(&n.op).ok_or_else(|| format!("{} is not a reduction", n.op))?;
     let (dims, out) = f32_io(graph, id)?;
     let rank = dims.len();
     let axes: Vec<usize> = if n.op.starts_with("Global") {
