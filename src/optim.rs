@@ -80,7 +80,7 @@ pub fn add_optimizer(
     let lr = if lr_ty.dtype == dtype {
         lr
     } else {
-        b.op(
+        b.g.apply(
             "Cast",
             &[lr],
             Attrs::new().with("to", Attr::String(dtype.to_string())),
@@ -94,8 +94,8 @@ pub fn add_optimizer(
     let step = match opt.rule {
         Rule::Adam { .. } => {
             let t = b.state("adam_step", &TensorType::new(dtype, Shape::scalar()))?;
-            let one = b.scalar(dtype, 1.0)?;
-            let t1 = b.op("Add", &[t, one], Attrs::new())?;
+            let one = b.g.scalar("optim_const", dtype, 1.0)?;
+            let t1 = b.g.apply("Add", &[t, one], Attrs::new())?;
             b.assign(t, t1)?;
             Some(t1)
         }
@@ -103,7 +103,7 @@ pub fn add_optimizer(
     };
     for (w, gr, ty, name) in specs {
         let mut d = match scale {
-            Some(s) => b.op("Mul", &[gr, s], Attrs::new())?,
+            Some(s) => b.g.apply("Mul", &[gr, s], Attrs::new())?,
             None => gr,
         };
         let decay_into_grad = !matches!(
@@ -114,21 +114,21 @@ pub fn add_optimizer(
             }
         );
         if opt.weight_decay != 0.0 && decay_into_grad {
-            let wd = b.scalar(dtype, opt.weight_decay)?;
-            let dw = b.op("Mul", &[w, wd], Attrs::new())?;
-            d = b.op("Add", &[d, dw], Attrs::new())?;
+            let wd = b.g.scalar("optim_const", dtype, opt.weight_decay)?;
+            let dw = b.g.apply("Mul", &[w, wd], Attrs::new())?;
+            d = b.g.apply("Add", &[d, dw], Attrs::new())?;
         }
         let update = match opt.rule {
             Rule::Sgd { momentum: 0.0, .. } => d,
             Rule::Sgd { momentum, nesterov } => {
                 let v = b.state(&format!("{name}_momentum"), &ty)?;
-                let mu = b.scalar(dtype, momentum)?;
-                let mv = b.op("Mul", &[v, mu], Attrs::new())?;
-                let v1 = b.op("Add", &[mv, d], Attrs::new())?;
+                let mu = b.g.scalar("optim_const", dtype, momentum)?;
+                let mv = b.g.apply("Mul", &[v, mu], Attrs::new())?;
+                let v1 = b.g.apply("Add", &[mv, d], Attrs::new())?;
                 b.assign(v, v1)?;
                 if nesterov {
-                    let mv1 = b.op("Mul", &[v1, mu], Attrs::new())?;
-                    b.op("Add", &[d, mv1], Attrs::new())?
+                    let mv1 = b.g.apply("Mul", &[v1, mu], Attrs::new())?;
+                    b.g.apply("Add", &[d, mv1], Attrs::new())?
                 } else {
                     v1
                 }
@@ -143,7 +143,7 @@ pub fn add_optimizer(
                 let m = b.state(&format!("{name}_m"), &ty)?;
                 let v = b.state(&format!("{name}_v"), &ty)?;
                 let m1 = b.ema(m, d, beta1, dtype)?;
-                let dd = b.op("Mul", &[d, d], Attrs::new())?;
+                let dd = b.g.apply("Mul", &[d, d], Attrs::new())?;
                 let v1 = b.ema(v, dd, beta2, dtype)?;
                 b.assign(m, m1)?;
                 b.assign(v, v1)?;
@@ -151,15 +151,15 @@ pub fn add_optimizer(
                 // element pays one multiplication for both.
                 let mh = b.debias(m1, beta1, t, Some(lr), dtype)?;
                 let vh = b.debias(v1, beta2, t, None, dtype)?;
-                let root = b.op("Sqrt", &[vh], Attrs::new())?;
-                let eps = b.scalar(dtype, epsilon)?;
-                let den = b.op("Add", &[root, eps], Attrs::new())?;
-                let u = b.op("Div", &[mh, den], Attrs::new())?;
+                let root = b.g.apply("Sqrt", &[vh], Attrs::new())?;
+                let eps = b.g.scalar("optim_const", dtype, epsilon)?;
+                let den = b.g.apply("Add", &[root, eps], Attrs::new())?;
+                let u = b.g.apply("Div", &[mh, den], Attrs::new())?;
                 if decoupled && opt.weight_decay != 0.0 {
-                    let wd = b.scalar(dtype, opt.weight_decay)?;
-                    let wd_lr = b.op("Mul", &[wd, lr], Attrs::new())?;
-                    let dw = b.op("Mul", &[w, wd_lr], Attrs::new())?;
-                    b.op("Add", &[u, dw], Attrs::new())?
+                    let wd = b.g.scalar("optim_const", dtype, opt.weight_decay)?;
+                    let wd_lr = b.g.apply("Mul", &[wd, lr], Attrs::new())?;
+                    let dw = b.g.apply("Mul", &[w, wd_lr], Attrs::new())?;
+                    b.g.apply("Add", &[u, dw], Attrs::new())?
                 } else {
                     u
                 }
@@ -167,9 +167,9 @@ pub fn add_optimizer(
         };
         let step = match opt.rule {
             Rule::Adam { .. } => update,
-            Rule::Sgd { .. } => b.op("Mul", &[update, lr], Attrs::new())?,
+            Rule::Sgd { .. } => b.g.apply("Mul", &[update, lr], Attrs::new())?,
         };
-        let w1 = b.op("Sub", &[w, step], Attrs::new())?;
+        let w1 = b.g.apply("Sub", &[w, step], Attrs::new())?;
         b.assign(w, w1)?;
     }
     Ok(b.assigns)
@@ -181,16 +181,6 @@ struct Builder<'g> {
 }
 
 impl Builder<'_> {
-    fn op(&mut self, op: &str, inputs: &[Value], attrs: Attrs) -> Result<Value> {
-        Ok(self.g.op(op, inputs, attrs, "")?.into())
-    }
-
-    fn scalar(&mut self, dtype: DType, v: f64) -> Result<Value> {
-        let name = self.g.fresh_name("optim_const");
-        let t = Tensor::from_f64s(dtype, &[], &[v]).map_err(Error::Graph)?;
-        Ok(self.g.add_constant_value(&name, t)?.into())
-    }
-
     /// A new zero-initialized state variable.
     fn state(&mut self, base: &str, ty: &TensorType) -> Result<Value> {
         let dims = ty.shape.to_fixed().ok_or_else(|| {
@@ -209,10 +199,13 @@ impl Builder<'_> {
 
     /// β·s + (1 − β)·x
     fn ema(&mut self, s: Value, x: Value, beta: f64, dtype: DType) -> Result<Value> {
-        let (b, c) = (self.scalar(dtype, beta)?, self.scalar(dtype, 1.0 - beta)?);
-        let bs = self.op("Mul", &[s, b], Attrs::new())?;
-        let cx = self.op("Mul", &[x, c], Attrs::new())?;
-        self.op("Add", &[bs, cx], Attrs::new())
+        let (b, c) = (
+            self.g.scalar("optim_const", dtype, beta)?,
+            self.g.scalar("optim_const", dtype, 1.0 - beta)?,
+        );
+        let bs = self.g.apply("Mul", &[s, b], Attrs::new())?;
+        let cx = self.g.apply("Mul", &[x, c], Attrs::new())?;
+        self.g.apply("Add", &[bs, cx], Attrs::new())
     }
 
     /// `s / (1 − βᵗ)` (times `by`, a scalar, if given), as `s · (1 / (1 − βᵗ))`: the
@@ -226,14 +219,17 @@ impl Builder<'_> {
         by: Option<Value>,
         dtype: DType,
     ) -> Result<Value> {
-        let (b, one) = (self.scalar(dtype, beta)?, self.scalar(dtype, 1.0)?);
-        let bt = self.op("Pow", &[b, t], Attrs::new())?;
-        let den = self.op("Sub", &[one, bt], Attrs::new())?;
-        let mut scale = self.op("Reciprocal", &[den], Attrs::new())?;
+        let (b, one) = (
+            self.g.scalar("optim_const", dtype, beta)?,
+            self.g.scalar("optim_const", dtype, 1.0)?,
+        );
+        let bt = self.g.apply("Pow", &[b, t], Attrs::new())?;
+        let den = self.g.apply("Sub", &[one, bt], Attrs::new())?;
+        let mut scale = self.g.apply("Reciprocal", &[den], Attrs::new())?;
         if let Some(by) = by {
-            scale = self.op("Mul", &[scale, by], Attrs::new())?;
+            scale = self.g.apply("Mul", &[scale, by], Attrs::new())?;
         }
-        self.op("Mul", &[s, scale], Attrs::new())
+        self.g.apply("Mul", &[s, scale], Attrs::new())
     }
 
     /// min(1, c / ‖grads‖₂) over all the gradients together.
@@ -241,19 +237,19 @@ impl Builder<'_> {
         let keep0 = Attrs::new().with("keepdims", Attr::Int(0));
         let mut total: Option<Value> = None;
         for &gr in grads {
-            let s = self.op("ReduceSumSquare", &[gr], keep0.clone())?;
+            let s = self.g.apply("ReduceSumSquare", &[gr], keep0.clone())?;
             total = Some(match total {
-                Some(t) => self.op("Add", &[t, s], Attrs::new())?,
+                Some(t) => self.g.apply("Add", &[t, s], Attrs::new())?,
                 None => s,
             });
         }
-        let norm = self.op(
+        let norm = self.g.apply(
             "Sqrt",
             &[total.expect("at least one gradient")],
             Attrs::new(),
         )?;
-        let cv = self.scalar(dtype, c)?;
-        let big = self.op("Max", &[norm, cv], Attrs::new())?;
-        self.op("Div", &[cv, big], Attrs::new())
+        let cv = self.g.scalar("optim_const", dtype, c)?;
+        let big = self.g.apply("Max", &[norm, cv], Attrs::new())?;
+        self.g.apply("Div", &[cv, big], Attrs::new())
     }
 }

@@ -123,58 +123,38 @@ pub fn batch_norm_training(
     }
     let none = Attrs::new();
     let dt = xt.dtype;
-    let mut b = Builder { g };
     let axes: Vec<i64> = std::iter::once(0).chain(2..xt.rank() as i64).collect();
-    let axes = b.ints(&axes)?;
+    let axes = g.ints("bn_axes", &axes)?;
     // Statistics as [1, C, 1...]: they broadcast against x.
-    let mean = b.op("ReduceMean", &[x, axes], none.clone())?;
-    let centered = b.op("Sub", &[x, mean], none.clone())?;
-    let squares = b.op("Mul", &[centered, centered], none.clone())?;
-    let var = b.op("ReduceMean", &[squares, axes], none.clone())?;
-    let eps = b.scalar(dt, epsilon)?;
-    let var_eps = b.op("Add", &[var, eps], none.clone())?;
-    let std = b.op("Sqrt", &[var_eps], none.clone())?;
-    let normalized = b.op("Div", &[centered, std], none.clone())?;
+    let mean = g.apply("ReduceMean", &[x, axes], none.clone())?;
+    let centered = g.apply("Sub", &[x, mean], none.clone())?;
+    let squares = g.apply("Mul", &[centered, centered], none.clone())?;
+    let var = g.apply("ReduceMean", &[squares, axes], none.clone())?;
+    let eps = g.scalar("bn_const", dt, epsilon)?;
+    let var_eps = g.apply("Add", &[var, eps], none.clone())?;
+    let std = g.apply("Sqrt", &[var_eps], none.clone())?;
+    let normalized = g.apply("Div", &[centered, std], none.clone())?;
     let mut stat_shape = vec![1i64; xt.rank()];
     stat_shape[1] = -1;
-    let stat_shape = b.ints(&stat_shape)?;
-    let scale_b = b.op("Reshape", &[scale, stat_shape], none.clone())?;
-    let bias_b = b.op("Reshape", &[bias, stat_shape], none.clone())?;
-    let scaled = b.op("Mul", &[normalized, scale_b], none.clone())?;
-    let y = b.op("Add", &[scaled, bias_b], none.clone())?;
+    let stat_shape = g.ints("bn_axes", &stat_shape)?;
+    let scale_b = g.apply("Reshape", &[scale, stat_shape], none.clone())?;
+    let bias_b = g.apply("Reshape", &[bias, stat_shape], none.clone())?;
+    let scaled = g.apply("Mul", &[normalized, scale_b], none.clone())?;
+    let y = g.apply("Add", &[scaled, bias_b], none.clone())?;
     // running ← momentum · running + (1 − momentum) · batch
     // The variables have static dims (they hold data): reshape the batch's to them.
     let channels_static = vector.shape.to_fixed().map(|d| d[0] as i64);
-    let flat = b.ints(&[channels_static.unwrap_or(-1)])?;
-    let (m, c) = (b.scalar(dt, momentum)?, b.scalar(dt, 1.0 - momentum)?);
+    let flat = g.ints("bn_axes", &[channels_static.unwrap_or(-1)])?;
+    let (m, c) = (
+        g.scalar("bn_const", dt, momentum)?,
+        g.scalar("bn_const", dt, 1.0 - momentum)?,
+    );
     for (running, batch) in [(running_mean, mean), (running_var, var)] {
-        let batch = b.op("Reshape", &[batch, flat], none.clone())?;
-        let kept = b.op("Mul", &[running, m], none.clone())?;
-        let new = b.op("Mul", &[batch, c], none.clone())?;
-        let updated = b.op("Add", &[kept, new], none.clone())?;
-        b.g.op("Assign", &[running, updated], none.clone(), "")?;
+        let batch = g.apply("Reshape", &[batch, flat], none.clone())?;
+        let kept = g.apply("Mul", &[running, m], none.clone())?;
+        let new = g.apply("Mul", &[batch, c], none.clone())?;
+        let updated = g.apply("Add", &[kept, new], none.clone())?;
+        g.op("Assign", &[running, updated], none.clone(), "")?;
     }
     Ok(y)
-}
-
-struct Builder<'g> {
-    g: &'g mut Graph,
-}
-
-impl Builder<'_> {
-    fn op(&mut self, op: &str, inputs: &[Value], attrs: Attrs) -> Result<Value> {
-        Ok(self.g.op(op, inputs, attrs, "")?.into())
-    }
-
-    fn scalar(&mut self, dtype: DType, v: f64) -> Result<Value> {
-        let name = self.g.fresh_name("bn_const");
-        let t = Tensor::from_f64s(dtype, &[], &[v]).map_err(Error::Graph)?;
-        Ok(self.g.add_constant_value(&name, t)?.into())
-    }
-
-    fn ints(&mut self, v: &[i64]) -> Result<Value> {
-        let name = self.g.fresh_name("bn_axes");
-        let t = Tensor::from_vec(&[v.len()], v.to_vec()).map_err(Error::Graph)?;
-        Ok(self.g.add_constant_value(&name, t)?.into())
-    }
 }

@@ -4,6 +4,7 @@
 //! Architecture invariant: `ir` depends on nothing else in the crate but `tensor` (the
 //! payload of constants) and `error`.
 pub mod attr;
+mod build;
 pub mod dtype;
 pub mod graph;
 pub mod ops;

@@ -38,12 +38,6 @@ impl Builder {
         Ok(self.g.add_constant_value(name, t)?.into())
     }
 
-    fn axes(&mut self, axes: &[i64]) -> Result<Value> {
-        let name = self.g.fresh_name("axes");
-        let t = Tensor::from_i64s(DType::I64, &[axes.len()], axes).map_err(crate::Error::Graph)?;
-        self.constant(&name, t)
-    }
-
     /// Applies `op` and makes every output of it a graph output.
     fn op(&mut self, op: &str, ins: &[Option<Value>], attrs: Attrs) -> Result<NodeId> {
         let id = self.g.add_op(op, ins, attrs, "")?;
@@ -259,7 +253,7 @@ fn reductions() -> Result<Graph> {
             if (i + j) % 3 != 0 && j != i % 5 {
                 continue;
             }
-            let a = b.axes(axes)?;
+            let a = b.g.ints("axes", axes)?;
             let keep = ((i + j) % 2) as i64;
             b.v(op, &[x, a], attrs(&[("keepdims", Attr::Int(keep))]))?;
         }
@@ -268,15 +262,15 @@ fn reductions() -> Result<Graph> {
     b.op("ReduceSum", &[Some(x)], Attrs::new())?;
     // Long rows: several warps, then a 1024-thread block.
     let wide = b.f32("wide", &[4, 1000])?;
-    let a = b.axes(&[1])?;
+    let a = b.g.ints("axes", &[1])?;
     b.v("ReduceSum", &[wide, a], Attrs::new())?;
     b.v("ReduceMax", &[wide, a], Attrs::new())?;
     let long = b.f32("long", &[2, 3000])?;
-    let a = b.axes(&[-1])?;
+    let a = b.g.ints("axes", &[-1])?;
     b.v("ReduceMean", &[long, a], Attrs::new())?;
     b.v("ReduceLogSumExp", &[long, a], Attrs::new())?;
     // An outer axis of a long row: the column kernel.
-    let a = b.axes(&[0])?;
+    let a = b.g.ints("axes", &[0])?;
     b.v("ReduceSum", &[wide, a], Attrs::new())?;
     let img = b.f32("img", &[2, 3, 5, 5])?;
     b.v("GlobalAveragePool", &[img], Attrs::new())?;
