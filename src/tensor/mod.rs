@@ -93,34 +93,7 @@ pub trait Elem:
 }
 
 macro_rules! impl_elem_num {
-    ($t:ty, $variant:ident, float) => {
-        impl Elem for $t {
-            const DTYPE: DType = DType::$variant;
-            fn to_f64(self) -> f64 {
-                self as f64
-            }
-            fn from_f64(v: f64) -> Self {
-                v as $t
-            }
-            fn to_i64(self) -> i64 {
-                self as i64
-            }
-            fn from_i64(v: i64) -> Self {
-                v as $t
-            }
-            fn wrap(a: ArrayD<Self>) -> Tensor {
-                Tensor::$variant(a)
-            }
-            fn view(t: &Tensor) -> Option<&ArrayD<Self>> {
-                if let Tensor::$variant(a) = t {
-                    Some(a)
-                } else {
-                    None
-                }
-            }
-        }
-    };
-    ($t:ty, $variant:ident, int) => {
+    ($t:ty, $variant:ident) => {
         impl Elem for $t {
             const DTYPE: DType = DType::$variant;
             fn to_f64(self) -> f64 {
@@ -148,16 +121,16 @@ macro_rules! impl_elem_num {
         }
     };
 }
-impl_elem_num!(f32, F32, float);
-impl_elem_num!(f64, F64, float);
-impl_elem_num!(i8, I8, int);
-impl_elem_num!(u8, U8, int);
-impl_elem_num!(i32, I32, int);
-impl_elem_num!(i64, I64, int);
-impl_elem_num!(i16, I16, int);
-impl_elem_num!(u16, U16, int);
-impl_elem_num!(u32, U32, int);
-impl_elem_num!(u64, U64, int);
+impl_elem_num!(f32, F32);
+impl_elem_num!(f64, F64);
+impl_elem_num!(i8, I8);
+impl_elem_num!(u8, U8);
+impl_elem_num!(i32, I32);
+impl_elem_num!(i64, I64);
+impl_elem_num!(i16, I16);
+impl_elem_num!(u16, U16);
+impl_elem_num!(u32, U32);
+impl_elem_num!(u64, U64);
 
 macro_rules! impl_elem_half {
     ($t:ty, $variant:ident) => {
