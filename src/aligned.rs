@@ -96,7 +96,7 @@ mod tests {
             assert_eq!(b.len(), len);
             assert_eq!(b.as_ptr() as usize % ALIGN, 0);
             assert!(b.as_mut_bytes().iter().all(|&x| x == 0));
-            assert!(b.layout.size() >= len.max(1) && b.layout.size() % ALIGN == 0);
+            assert!(b.layout.size() >= len.max(1) && b.layout.size().is_multiple_of(ALIGN));
             b.as_mut_bytes().fill(7);
         }
         let mut b = AlignedBuf::try_from_bytes(&[1, 2, 3]).unwrap();

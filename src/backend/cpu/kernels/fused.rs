@@ -70,8 +70,9 @@ struct Instr {
 pub struct FusedLoop {
     instrs: Vec<Instr>,
     buffers: usize,
-    /// How the inputs broadcast to the output.
-    runs: Runs<MAX_INPUTS>,
+    /// How the inputs broadcast to the output (boxed: it holds arrays for every input a
+    /// loop may have).
+    runs: Box<Runs<MAX_INPUTS>>,
     /// Whether each input runs along a run of the output (else it repeats one value).
     contiguous: Vec<bool>,
     /// The tile buffer of each exported step, in output order (outputs 1, 2, …).
@@ -161,7 +162,7 @@ impl FusedLoop {
             instrs,
             buffers,
             contiguous: runs.inner_strides()[..n].iter().map(|&s| s == 1).collect(),
-            runs,
+            runs: Box::new(runs),
             exports: exported.iter().map(|&k| home[k]).collect(),
         })
     }
