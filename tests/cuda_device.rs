@@ -10,9 +10,9 @@
 mod common;
 
 use kiln::backend::{backend_with, device_available, Device, Executable};
-use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
+use kiln::ir::{text, Attr, Attrs, Graph, TensorType, Value};
 use kiln::passes::PassOptions;
-use kiln::{Dim, Error, Tensor};
+use kiln::{Error, Tensor};
 
 use common::{ints, op, param, random_inputs, require, weight, Need, Rng};
 
