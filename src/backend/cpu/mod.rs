@@ -54,7 +54,6 @@ impl CpuBackend {
     /// The executable, as its concrete type.
     pub fn compile_cpu(&self, graph: &Graph) -> Result<CpuExecutable> {
         verify(graph)?;
-        kernels::blas::single_threaded();
         let exe = CpuExecutable {
             graph: graph.clone(),
             variables: RwLock::new(Variables::new(graph)?),

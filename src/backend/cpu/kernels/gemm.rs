@@ -27,7 +27,6 @@ mod avx2;
 mod avx512;
 mod portable;
 
-use super::blas;
 use super::Act;
 use crate::backend::cpu::isa::{self, Isa};
 use crate::backend::cpu::pool::Pool;
@@ -111,7 +110,7 @@ unsafe impl Sync for Epilogue {}
 /// `C[m×n] (row stride ldc) = A[m×k]·B[k×n]`, then `ep`.
 ///
 /// Runs Kiln's packed kernel (AVX-512F, AVX2+FMA or portable, by [`isa::isa`]), not
-/// OpenBLAS ([`gemm_openblas`] keeps that path). Measured with `cargo bench --bench
+/// OpenBLAS (`blas::gemm_openblas`, with the `openblas` feature, keeps that path). Measured with `cargo bench --bench
 /// gemm -- gemm/` and `-- gemm_mlp_train` (criterion medians, GFLOP/s, one thread
 /// unless noted; Intel Xeon VM with AVX-512 and 2 cores, otherwise idle, at bff114d;
 /// an earlier run under load measured the FMA peaks at 93.6 (ymm) and 166.9 (zmm)
@@ -205,65 +204,6 @@ pub unsafe fn gemm_with_isa(
     }
 }
 
-/// The same product through OpenBLAS `cblas_sgemm` (single-threaded), with the epilogue
-/// applied row by row afterwards: the baseline the kernel is measured against.
-///
-/// # Safety
-/// As for [`gemm`]; additionally each operand needs one unit-stride axis (`cs == 1` or
-/// `rs == 1`), else it falls back to Kiln's kernel.
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn gemm_openblas(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: Mat,
-    b: Mat,
-    c: *mut f32,
-    ldc: usize,
-    ep: &Epilogue,
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    let (Some((ta, lda)), Some((tb, ldb))) = (blas_operand(a), blas_operand(b)) else {
-        // SAFETY: the caller's contract is gemm's.
-        return unsafe { gemm(None, m, n, k, a, b, c, ldc, ep) };
-    };
-    blas::single_threaded();
-    // SAFETY: operands and C are valid (the caller's contract); the leading dimensions
-    // describe them as OpenBLAS expects.
-    unsafe {
-        blas::cblas_sgemm(
-            blas::CBLAS_ROW_MAJOR,
-            ta,
-            tb,
-            m as i32,
-            n as i32,
-            k as i32,
-            1.0,
-            a.ptr,
-            lda as i32,
-            b.ptr,
-            ldb as i32,
-            0.0,
-            c,
-            ldc as i32,
-        );
-    }
-    for i in 0..m {
-        // SAFETY: row i of C has n elements at c + i·ldc.
-        unsafe {
-            apply_epilogue(
-                ep,
-                i,
-                0,
-                std::slice::from_raw_parts_mut(c.add(i * ldc), n),
-                ldc,
-            )
-        };
-    }
-}
-
 /// Applies `ep` to `row[..]`, the elements (i, j0..j0+len) of C.
 ///
 /// # Safety
@@ -288,16 +228,6 @@ pub unsafe fn apply_epilogue(ep: &Epilogue, i: usize, j0: usize, row: &mut [f32]
         row.iter_mut().zip(r).for_each(|(x, v)| *x += v);
     }
     ep.act.apply(row);
-}
-
-fn blas_operand(m: Mat) -> Option<(i32, usize)> {
-    if m.cs == 1 {
-        Some((blas::CBLAS_NO_TRANS, m.rs.max(1)))
-    } else if m.rs == 1 {
-        Some((blas::CBLAS_TRANS, m.cs.max(1)))
-    } else {
-        None
-    }
 }
 
 /// A constant B (k×n, e.g. a layer's weights) packed once in the layout the kernel
@@ -1584,6 +1514,7 @@ mod tests {
     }
 
     /// The public entry points (default dispatch and size threshold) against OpenBLAS.
+    #[cfg(feature = "openblas")]
     #[test]
     fn public_entry_points_agree_with_openblas() {
         let pool = Pool::new(2);
@@ -1603,7 +1534,7 @@ mod tests {
             let mut got_packed = vec![0f32; m * n];
             // SAFETY: all buffers cover their extents.
             unsafe {
-                gemm_openblas(m, n, k, am, bm, want.as_mut_ptr(), n, &ep);
+                super::super::blas::gemm_openblas(m, n, k, am, bm, want.as_mut_ptr(), n, &ep);
                 gemm(Some(&pool), m, n, k, am, bm, got.as_mut_ptr(), n, &ep);
                 let pb = PackedB::new(k, n, bm);
                 gemm_packed(None, m, n, k, am, &pb, got_packed.as_mut_ptr(), n, &ep);
