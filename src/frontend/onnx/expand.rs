@@ -87,6 +87,12 @@ impl<'i, 'a> Builder<'i, 'a> {
         if self.rank(x)? == 0 {
             return Ok(x);
         }
+        if axis >= rank {
+            return Err(Error::Graph(format!(
+                "a per-axis operand (rank {}) lines up with axis {axis}, but the input has rank {rank}",
+                self.rank(x)?
+            )));
+        }
         let mut shape = vec![1i64; rank];
         shape[axis] = -1;
         let shape = self.ints(&shape)?;
@@ -111,7 +117,7 @@ impl<'i, 'a> Builder<'i, 'a> {
     }
 }
 
-fn need(inputs: &[Option<Value>], i: usize, what: &str) -> Result<Value> {
+pub(super) fn need(inputs: &[Option<Value>], i: usize, what: &str) -> Result<Value> {
     inputs
         .get(i)
         .copied()
@@ -651,8 +657,8 @@ pub(super) fn eye_like(
     }
     let dtype = match attrs.int("dtype").map_err(Error::Graph)? {
         Some(code) => {
-            let name = super::tensor::dtype_name(code).map_err(Error::UnknownOp)?;
-            name.parse::<DType>().map_err(Error::UnknownOp)?
+            let name = super::tensor::dtype_name(code).map_err(Error::Unsupported)?;
+            name.parse::<DType>().map_err(Error::Unsupported)?
         }
         None => b.dtype(x)?,
     };
