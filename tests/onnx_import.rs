@@ -392,6 +392,21 @@ fn malformed_rewritten_nodes_are_errors_not_panics() {
         e.contains("'Pad_node' (Pad") && e.contains("input 0 (data) is required"),
         "{e}"
     );
+    // DepthToSpace whose blocksize squared overflows.
+    let mut d2s = node("DepthToSpace", &["x"], &["y"]);
+    d2s.attribute.push(proto::AttributeProto {
+        name: Some("blocksize".into()),
+        r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
+        i: Some(i64::MAX),
+        ..Default::default()
+    });
+    let mut m = model(vec![d2s], vec![], 13);
+    m.graph.as_mut().unwrap().input[0] = input("x", FLOAT, &[Ok(1), Ok(4), Ok(2), Ok(2)]);
+    let e = err(&m);
+    assert!(
+        e.contains("'DepthToSpace_node'") && e.contains("too large"),
+        "{e}"
+    );
     // ConvInteger / MatMulInteger with a rank-0 data operand and a per-axis zero point.
     for (op, ins, inits) in [
         (
@@ -1498,7 +1513,7 @@ fn real_models() -> Vec<(String, Vec<u8>)> {
 /// unbounded cargo-fuzz targets; `tests/ir.rs` does the same for `.kir` graphs.)
 #[test]
 fn mutated_models_never_panic() {
-    const MUTANTS_PER_SEED: usize = 60;
+    const MUTANTS_PER_SEED: usize = 150;
     let mut seeds: Vec<(String, proto::ModelProto)> = rewritten_op_models();
     for (name, m) in &seeds {
         if let Err(e) = import_bytes(&m.encode_to_vec(), None) {

@@ -579,7 +579,10 @@ pub(super) fn depth_space(
     let [n, c, h, w] = [0, 1, 2, 3].map(|a| b.dim(x, a));
     let (n, c, h, w) = (n?, c?, h?, w?);
     let bs = b.ints(&[block])?;
-    let bb = b.ints(&[block * block])?;
+    let squared = block
+        .checked_mul(block)
+        .ok_or_else(|| Error::Graph(format!("blocksize {block} is too large")))?;
+    let bb = b.ints(&[squared])?;
     let (split, perm, joined) = if op == "DepthToSpace" {
         let c_out = b.binary("Div", c, bb)?;
         let split = if crd {
