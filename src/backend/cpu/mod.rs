@@ -54,6 +54,7 @@ impl CpuBackend {
     /// The executable, as its concrete type.
     pub fn compile_cpu(&self, graph: &Graph) -> Result<CpuExecutable> {
         verify(graph)?;
+        isa::cap_from_env().map_err(Error::InvalidArgument)?;
         kernels::blas::single_threaded();
         let exe = CpuExecutable {
             graph: graph.clone(),
