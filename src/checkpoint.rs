@@ -359,7 +359,7 @@ mod tests {
                 g.add_output("seen", next).unwrap();
             }
         }
-        Interpreter::default().compile(&g).unwrap()
+        Interpreter.compile(&g).unwrap()
     }
 
     const VARS: &[VarSpec] = &[

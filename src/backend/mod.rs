@@ -155,7 +155,7 @@ pub fn backend_with(
     threads: usize,
 ) -> Result<Box<dyn Backend>> {
     match device {
-        Device::Interp => Ok(Box::new(interp::Interpreter::default())),
+        Device::Interp => Ok(Box::new(interp::Interpreter)),
         Device::Cpu => Ok(Box::new(cpu::CpuBackend {
             passes: cpu_pass_options(passes),
             threads,
