@@ -1,8 +1,11 @@
 //! Backends: what turns a verified graph into something that runs.
 //!
 //! The reference interpreter (`interp`) is the oracle; the optimizing CPU backend
-//! (`cpu`) lowers the optimized graph to kernels; the CUDA backend (issue 9) will plug in
-//! behind the same [`Backend`] trait. [`Device`] chooses.
+//! (`cpu`) lowers the optimized graph to kernels; the CUDA backend (`cuda`) lowers it to
+//! generated kernels and cuBLAS, behind the same [`Backend`] trait. [`Device`] chooses.
+//! What the compiling backends share sits here, beside them: per-shape specialization
+//! and its program cache ([`specialize`]), the geometry of a matrix product
+//! ([`matmul_geometry`]) and the FLOP count of a graph ([`flops`]).
 use std::fmt;
 use std::str::FromStr;
 
@@ -13,7 +16,10 @@ use crate::tensor::Tensor;
 
 pub mod cpu;
 pub mod cuda;
+pub mod flops;
 pub mod interp;
+pub(crate) mod matmul_geometry;
+pub(crate) mod specialize;
 
 /// Where a graph runs: `"interp"`, `"cpu"` or `"cuda:N"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

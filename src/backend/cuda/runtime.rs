@@ -21,7 +21,7 @@
 //! compile errors saying so.
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::{
@@ -32,15 +32,16 @@ use cudarc::nvrtc::Ptx;
 
 use super::kernels::{DeviceKernel, DeviceParam, KernelSource};
 use super::{nvrtc, probe};
-use crate::backend::cpu::lower::static_output;
-use crate::backend::cpu::static_input_shapes;
-use crate::backend::cpu::steps::matmul::{geometry, Geometry};
+use crate::backend::matmul_geometry::{geometry, Geometry};
+use crate::backend::specialize::{
+    specialize_for_shapes, static_input_shapes, static_output, ProgramCache,
+};
 use crate::backend::{interp, unknown_variable, Backend, Executable};
 use crate::error::{Error, Result};
 use crate::ir::ops::custom::{self, OpRef, RawTensor};
-use crate::ir::{verify, Attrs, DType, Dim, Graph, NodeId, TensorType, Value};
+use crate::ir::{verify, Attrs, DType, Graph, NodeId, TensorType, Value};
 use crate::memory;
-use crate::passes::{run_pipeline, PassOptions};
+use crate::passes::PassOptions;
 use crate::tensor::Tensor;
 
 /// The CUDA backend for device `ordinal`.
@@ -103,7 +104,7 @@ impl CudaBackend {
             kernels: self.kernels.clone(),
             arch: format!("compute_{major}{minor}"),
             ctx,
-            programs: RwLock::new(HashMap::new()),
+            programs: ProgramCache::new(),
             idle: Mutex::new(vec![]),
         };
         if let Some(shapes) = static_input_shapes(graph) {
@@ -226,35 +227,16 @@ pub struct CudaExecutable {
     /// NVRTC's `--gpu-architecture` for this device.
     arch: String,
     ctx: Arc<CudaContext>,
-    programs: RwLock<HashMap<Vec<Vec<usize>>, Arc<Program>>>,
+    programs: ProgramCache<Program>,
     idle: Mutex<Vec<RunResources>>,
 }
 
 impl CudaExecutable {
     /// The program for these input shapes, built on first sight.
     fn program(&self, shapes: &[Vec<usize>]) -> Result<Arc<Program>> {
-        if let Some(p) = self
-            .programs
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(shapes)
-        {
-            return Ok(p.clone());
-        }
-        let mut g = self.graph.clone();
-        let mut bindings = HashMap::new();
-        for (&id, shape) in g.inputs().iter().zip(shapes) {
-            for (axis, &size) in g.node(id).outputs[0].shape.axes.iter().zip(shape) {
-                if let Dim::Sym(s) = &axis.dim {
-                    bindings.insert(s.clone(), size);
-                }
-            }
-        }
-        g.specialize(&bindings)?;
-        run_pipeline(&mut g, &self.passes)?;
-        let program = Arc::new(self.lower(&g)?);
-        let mut map = self.programs.write().unwrap_or_else(|e| e.into_inner());
-        Ok(map.entry(shapes.to_vec()).or_insert(program).clone())
+        self.programs.get_or_build(shapes, || {
+            self.lower(&specialize_for_shapes(&self.graph, shapes, &self.passes)?)
+        })
     }
 
     /// A generated kernel compiled (NVRTC, cached), loaded, and its launch shape.
