@@ -4,7 +4,8 @@
 //! (`cpu`) lowers the optimized graph to kernels; the CUDA backend (`cuda`) lowers it to
 //! generated kernels and cuBLAS, behind the same [`Backend`] trait. [`Device`] chooses.
 //! What the compiling backends share sits here, beside them: per-shape specialization
-//! and its program cache ([`specialize`]), the geometry of a matrix product
+//! and its program cache ([`specialize`]), the check of a run's inputs ([`inputs`]),
+//! the geometry of a matrix product
 //! ([`matmul_geometry`]) and the FLOP count of a graph ([`flops`]).
 use std::fmt;
 use std::str::FromStr;
@@ -17,6 +18,7 @@ use crate::tensor::Tensor;
 pub mod cpu;
 pub mod cuda;
 pub mod flops;
+pub(crate) mod inputs;
 pub mod interp;
 pub(crate) mod matmul_geometry;
 pub(crate) mod specialize;

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::backend::inputs::{check_input_types, input_types};
 use crate::backend::interp::{self, InterpExecutable};
 use crate::backend::specialize::{specialize_for_shapes, static_input_shapes, ProgramCache};
 use crate::backend::{Backend, Executable};
@@ -59,7 +60,7 @@ impl CpuBackend {
         let exe = CpuExecutable {
             graph: graph.clone(),
             variables: RwLock::new(Variables::new(graph)?),
-            input_types: interp::input_types(graph),
+            input_types: input_types(graph),
             passes: self.passes.clone(),
             pool: Pool::new(self.threads),
             tuning: self.tuning.clone(),
@@ -304,7 +305,7 @@ impl Executable for CpuExecutable {
         let program = match self.programs.find(inputs) {
             Some(p) if dtypes_match() => p,
             _ => {
-                interp::check_input_types(&self.input_types, inputs)?;
+                check_input_types(&self.input_types, inputs)?;
                 let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
                 self.program(&shapes)?
             }

@@ -19,8 +19,9 @@ use super::kernels::KernelSource;
 use super::lower::{lower, Target};
 use super::probe;
 use super::program::{Loc, Program, Slot, Step};
+use crate::backend::inputs::{check_input_types, input_types};
 use crate::backend::specialize::{specialize_for_shapes, static_input_shapes, ProgramCache};
-use crate::backend::{interp, unknown_variable, Backend, Executable};
+use crate::backend::{unknown_variable, Backend, Executable};
 use crate::error::{Error, Result};
 use crate::ir::ops::custom::{self, RawTensor};
 use crate::ir::{verify, Graph, TensorType};
@@ -82,7 +83,7 @@ impl CudaBackend {
         let exe = CudaExecutable {
             device: name,
             graph: graph.clone(),
-            input_types: interp::input_types(graph),
+            input_types: input_types(graph),
             passes,
             kernels: self.kernels.clone(),
             arch: format!("compute_{major}{minor}"),
@@ -277,7 +278,7 @@ impl CudaExecutable {
 
 impl Executable for CudaExecutable {
     fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        interp::check_input_types(&self.input_types, inputs)?;
+        check_input_types(&self.input_types, inputs)?;
         let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
         let program = self.program(&shapes)?;
         self.run_program(&program, inputs)
