@@ -57,7 +57,6 @@ impl CpuBackend {
     pub fn compile_cpu(&self, graph: &Graph) -> Result<CpuExecutable> {
         verify(graph)?;
         isa::cap_from_env().map_err(Error::InvalidArgument)?;
-        kernels::blas::single_threaded();
         let exe = CpuExecutable {
             graph: graph.clone(),
             variables: RwLock::new(Variables::new(graph)?),
