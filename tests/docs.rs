@@ -29,7 +29,11 @@ fn code_spans(line: &str) -> impl Iterator<Item = &str> {
 fn modules(dir: &Path, out: &mut BTreeSet<String>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
-        let rel = path.strip_prefix(root()).unwrap().to_string_lossy().into_owned();
+        let rel = path
+            .strip_prefix(root())
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         if path.is_dir() {
             out.insert(format!("{rel}/"));
             modules(&path, out);
@@ -65,16 +69,26 @@ fn the_code_map_names_every_module_and_only_existing_ones() {
                 && span
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || "_./".contains(c));
-            let elsewhere = ["tests/", "include/", "scripts/", "bindings/", "examples/", "bench"]
-                .iter()
-                .any(|top| span.starts_with(top));
+            let elsewhere = [
+                "tests/",
+                "include/",
+                "scripts/",
+                "bindings/",
+                "examples/",
+                "bench",
+            ]
+            .iter()
+            .any(|top| span.starts_with(top));
             if !is_module || elsewhere {
                 continue;
             }
             let path = if span.starts_with("src/") {
                 span.to_string()
             } else {
-                assert!(!dir.is_empty(), "`{span}` is named before any directory heading");
+                assert!(
+                    !dir.is_empty(),
+                    "`{span}` is named before any directory heading"
+                );
                 format!("{dir}{span}")
             };
             named.insert(path);
@@ -102,7 +116,10 @@ fn the_code_map_names_every_module_and_only_existing_ones() {
 #[test]
 fn architecture_is_a_map_not_an_atlas() {
     let lines = read("ARCHITECTURE.md").lines().count();
-    assert!(lines <= 320, "ARCHITECTURE.md has {lines} lines; a map has at most 320");
+    assert!(
+        lines <= 320,
+        "ARCHITECTURE.md has {lines} lines; a map has at most 320"
+    );
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
