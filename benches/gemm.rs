@@ -4,12 +4,12 @@
 //!
 //! `cargo bench --bench gemm`; throughput is printed in Gelem/s = GFLOP/s (2·m·n·k).
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kiln::backend::cpu::isa::Isa;
-use kiln::backend::cpu::kernels::blas;
-use kiln::backend::cpu::kernels::gemm::{
+use kiln::internals::cpu::blas;
+use kiln::internals::cpu::gemm::{
     gemm, gemm_openblas, gemm_packed, gemm_with_isa, Epilogue, Mat, PackedB,
 };
-use kiln::backend::cpu::pool::Pool;
+use kiln::internals::cpu::Isa;
+use kiln::internals::cpu::Pool;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
