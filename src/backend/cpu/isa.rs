@@ -51,8 +51,3 @@ pub fn isa() -> Isa {
         detected().min(cap)
     })
 }
-
-/// Whether the AVX2+FMA kernels may run (true on AVX-512 machines too).
-pub fn has_avx2() -> bool {
-    isa() >= Isa::Avx2
-}

@@ -63,10 +63,6 @@ impl Variables {
         self.list.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-
     /// The number of the variable `name`.
     pub fn index(&self, name: &str) -> Result<usize> {
         self.list

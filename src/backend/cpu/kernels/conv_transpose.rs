@@ -50,12 +50,6 @@ impl ConvTransposeShape {
     pub fn scratch_len(&self) -> usize {
         self.m / self.groups * self.kh * self.kw * self.h * self.w
     }
-
-    /// Multiply-adds times two.
-    pub fn flops(&self) -> f64 {
-        2.0 * (self.n * self.c * self.h * self.w) as f64
-            * (self.m / self.groups * self.kh * self.kw) as f64
-    }
 }
 
 /// The input positions `i` in `0..len` whose output `i·stride + tap - pad` lies in

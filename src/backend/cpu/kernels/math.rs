@@ -3,13 +3,13 @@
 //! Each function has a portable scalar form (`exp`, `tanh`, ...) and an AVX2+FMA form on
 //! eight lanes (`avx2::exp`, ...) that evaluate the same range reductions and the same
 //! polynomials, so the two paths agree to within rounding (the vector form fuses the
-//! multiply-adds). The slice functions (`exp_inplace`, ...) pick the path with
-//! [`isa::isa`]; the `_isa` forms take the path explicitly so tests can run both.
+//! multiply-adds). The kernels call them per element or per vector; the tests run both
+//! paths over slices (`exp_inplace_isa`, ...).
 //!
 //! Accuracy (see the tests): a few ulp against f64 over the whole f32 range, with
 //! overflow to inf, underflow to 0 (through the subnormals), and NaN propagated.
 //! The polynomial coefficients are Chebyshev interpolants fitted for this file.
-use crate::backend::cpu::isa::{self, Isa};
+use crate::backend::cpu::isa::Isa;
 
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// ln 2 split so that `n · LN2_HI` is exact for the |n| ≤ 150 used here.
@@ -334,6 +334,7 @@ pub mod avx2 {
         }
     }
 
+    #[cfg(test)]
     macro_rules! slice_fn {
         ($name:ident, $f:ident) => {
             /// The function over `n` floats from `src` into `dst` (which may equal `src`).
@@ -346,21 +347,24 @@ pub mod avx2 {
             }
         };
     }
+    #[cfg(test)]
     slice_fn!(exp_slice, exp);
+    #[cfg(test)]
     slice_fn!(tanh_slice, tanh);
+    #[cfg(test)]
     slice_fn!(erf_slice, erf);
+    #[cfg(test)]
     slice_fn!(sigmoid_slice, sigmoid);
 }
 
-macro_rules! public_slice_fns {
-    ($inplace:ident, $inplace_isa:ident, $to:ident, $to_isa:ident, $scalar:ident, $vec:ident, $what:literal) => {
-        #[doc = concat!("Replaces every element of `x` with its ", $what, ".")]
-        pub fn $inplace(x: &mut [f32]) {
-            $inplace_isa(isa::isa(), x)
-        }
-
-        #[doc = concat!("[`", stringify!($inplace), "`] on the path `isa` asks for.")]
-        pub fn $inplace_isa(isa: Isa, x: &mut [f32]) {
+/// The slice forms the accuracy tests drive both paths through (the kernels call the
+/// scalar and vector functions directly).
+#[cfg(test)]
+macro_rules! slice_fn_isa {
+    ($name:ident, $scalar:ident, $vec:ident) => {
+        /// Replaces every element of `x` with the function's value, on the path `isa`
+        /// asks for.
+        pub(crate) fn $name(isa: Isa, x: &mut [f32]) {
             #[cfg(target_arch = "x86_64")]
             if use_avx2(isa) {
                 let p = x.as_mut_ptr();
@@ -371,63 +375,17 @@ macro_rules! public_slice_fns {
             let _ = isa;
             x.iter_mut().for_each(|v| *v = $scalar(*v));
         }
-
-        #[doc = concat!("Writes the ", $what, " of each `src` element to `dst` (same lengths).")]
-        pub fn $to(src: &[f32], dst: &mut [f32]) {
-            $to_isa(isa::isa(), src, dst)
-        }
-
-        #[doc = concat!("[`", stringify!($to), "`] on the path `isa` asks for.")]
-        pub fn $to_isa(isa: Isa, src: &[f32], dst: &mut [f32]) {
-            assert_eq!(src.len(), dst.len());
-            #[cfg(target_arch = "x86_64")]
-            if use_avx2(isa) {
-                // SAFETY: AVX2+FMA checked; both slices hold src.len() floats.
-                unsafe { avx2::$vec(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
-                return;
-            }
-            let _ = isa;
-            dst.iter_mut().zip(src).for_each(|(d, &s)| *d = $scalar(s));
-        }
     };
 }
 
-public_slice_fns!(
-    exp_inplace,
-    exp_inplace_isa,
-    exp_to,
-    exp_to_isa,
-    exp,
-    exp_slice,
-    "exponential"
-);
-public_slice_fns!(
-    tanh_inplace,
-    tanh_inplace_isa,
-    tanh_to,
-    tanh_to_isa,
-    tanh,
-    tanh_slice,
-    "tanh"
-);
-public_slice_fns!(
-    erf_inplace,
-    erf_inplace_isa,
-    erf_to,
-    erf_to_isa,
-    erf,
-    erf_slice,
-    "erf"
-);
-public_slice_fns!(
-    sigmoid_inplace,
-    sigmoid_inplace_isa,
-    sigmoid_to,
-    sigmoid_to_isa,
-    sigmoid,
-    sigmoid_slice,
-    "logistic sigmoid"
-);
+#[cfg(test)]
+slice_fn_isa!(exp_inplace_isa, exp, exp_slice);
+#[cfg(test)]
+slice_fn_isa!(tanh_inplace_isa, tanh, tanh_slice);
+#[cfg(test)]
+slice_fn_isa!(erf_inplace_isa, erf, erf_slice);
+#[cfg(test)]
+slice_fn_isa!(sigmoid_inplace_isa, sigmoid, sigmoid_slice);
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -585,15 +543,12 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn to_matches_inplace_and_ragged_tails() {
+    fn ragged_tails() {
         for isa in isas() {
             for n in [0, 1, 7, 8, 9, 33, 100] {
                 let src: Vec<f32> = (0..n).map(|i| i as f32 * 0.37 - 5.0).collect();
                 let mut a = src.clone();
                 tanh_inplace_isa(isa, &mut a);
-                let mut b = vec![0.0; n];
-                tanh_to_isa(isa, &src, &mut b);
-                assert_eq!(a, b);
                 for (x, y) in src.iter().zip(&a) {
                     assert_eq!(*y, tanh(*x).clamp(*y - 1e-6, *y + 1e-6));
                 }

@@ -32,7 +32,8 @@ pub struct Pool2d {
 
 impl Pool2d {
     /// A `kh × kw` window with stride 1, no padding and no dilation.
-    pub fn new(kernel: [usize; 2]) -> Pool2d {
+    #[cfg(test)]
+    pub(crate) fn new(kernel: [usize; 2]) -> Pool2d {
         Pool2d {
             kernel,
             strides: [1, 1],

@@ -177,10 +177,6 @@ impl ReducePlan {
         }
     }
 
-    pub fn in_len(&self) -> usize {
-        self.in_len
-    }
-
     pub fn out_len(&self) -> usize {
         self.out_len
     }
