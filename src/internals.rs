@@ -9,7 +9,9 @@
 /// The CPU backend's kernels, thread pool and ISA dispatch.
 pub mod cpu {
     pub use crate::backend::cpu::isa::{isa, Isa};
-    pub use crate::backend::cpu::kernels::{adam, blas, conv, gemm, Act};
+    #[cfg(feature = "openblas")]
+    pub use crate::backend::cpu::kernels::blas;
+    pub use crate::backend::cpu::kernels::{adam, conv, gemm, Act};
     pub use crate::backend::cpu::pool::Pool;
 }
 

@@ -58,7 +58,7 @@ impl CpuBackend {
     /// The executable, as its concrete type.
     pub fn compile_cpu(&self, graph: &Graph) -> Result<CpuExecutable> {
         verify(graph)?;
-        kernels::blas::single_threaded();
+        isa::cap_from_env().map_err(Error::InvalidArgument)?;
         let exe = CpuExecutable {
             graph: graph.clone(),
             variables: RwLock::new(Variables::new(graph)?),
