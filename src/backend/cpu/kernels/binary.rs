@@ -58,24 +58,11 @@ pub(crate) fn broadcast_strides(shape: &[usize], out: &[usize]) -> Option<Vec<us
 }
 
 /// `out = a op b` with numpy broadcasting of `a` (shape `a_shape`) and `b` to
-/// `out_shape`.
+/// `out_shape`, on the path `isa` asks for (the tests' entry point; a step plans its
+/// broadcast once, at compile time).
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
-pub fn binary(
-    op: BinOp,
-    a: &[f32],
-    a_shape: &[usize],
-    b: &[f32],
-    b_shape: &[usize],
-    out: &mut [f32],
-    out_shape: &[usize],
-    pool: Option<&Pool>,
-) {
-    binary_isa(isa::isa(), op, a, a_shape, b, b_shape, out, out_shape, pool)
-}
-
-/// [`binary`] on the path `isa` asks for.
-#[allow(clippy::too_many_arguments)]
-pub fn binary_isa(
+pub(crate) fn binary_isa(
     isa: Isa,
     op: BinOp,
     a: &[f32],

@@ -71,6 +71,7 @@ struct Instr {
 #[derive(Debug, Clone)]
 pub struct FusedLoop {
     instrs: Vec<Instr>,
+    #[cfg(test)]
     buffers: usize,
     /// The outer axes' sizes and, per axis, every input's stride (`inputs` per axis).
     outer: Vec<usize>,
@@ -186,6 +187,7 @@ impl FusedLoop {
         let (inner, inner_strides) = dims.pop().unwrap_or((1, vec![0; n]));
         Some(FusedLoop {
             instrs,
+            #[cfg(test)]
             buffers,
             outer: dims.iter().map(|d| d.0).collect(),
             strides: dims.iter().flat_map(|d| d.1.iter().copied()).collect(),
@@ -198,13 +200,9 @@ impl FusedLoop {
     }
 
     /// How many tile buffers the loop keeps live.
-    pub fn buffers(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn buffers(&self) -> usize {
         self.buffers
-    }
-
-    /// How many elements each input must hold.
-    pub fn input_lens(&self) -> &[usize] {
-        &self.input_lens
     }
 
     /// How many outputs the loop writes (1 + the exported steps).

@@ -59,11 +59,6 @@ impl Walk {
         })
     }
 
-    /// Elements of the output.
-    pub fn total(&self) -> usize {
-        self.total
-    }
-
     /// Calls `row(offsets, out_offset, len)` for every inner run, split over `pool`.
     fn rows(&self, pool: Option<&Pool>, row: &(dyn Fn([usize; OPERANDS], usize, usize) + Sync)) {
         if self.total == 0 {
