@@ -75,7 +75,7 @@ const ALIASES: &[(&str, &str)] = &[("fuse", "fold-batchnorm,fuse-epilogue,fuse-e
 pub const MAX_ITERATIONS: usize = 10;
 
 /// The pass called `name`.
-pub fn lookup(name: &str) -> Option<&'static dyn Pass> {
+pub(crate) fn lookup(name: &str) -> Option<&'static dyn Pass> {
     PASSES.iter().copied().find(|p| p.name() == name)
 }
 
@@ -277,7 +277,7 @@ pub struct PassContext<'a> {
 impl PassContext<'_> {
     /// Asks to apply one rewrite; false once the `rewrite-limit` is spent, and the pass
     /// must then leave the match alone.
-    pub fn allow_rewrite(&mut self) -> bool {
+    pub(crate) fn allow_rewrite(&mut self) -> bool {
         if self
             .options
             .rewrite_limit
@@ -313,12 +313,12 @@ pub struct PassReport {
 }
 
 impl PassReport {
-    pub fn total_time(&self) -> Duration {
+    pub(crate) fn total_time(&self) -> Duration {
         self.records.iter().map(|r| r.time).sum()
     }
 
     /// The timing table `pass-timing` prints.
-    pub fn timing_table(&self) -> String {
+    pub(crate) fn timing_table(&self) -> String {
         let mut s = String::from("pass                 rounds  rewrites  nodes   time (ms)\n");
         for r in &self.records {
             let note = if r.skipped { "  (disabled)" } else { "" };

@@ -1037,7 +1037,7 @@ impl Op for GatherNd {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![
         leak(Nms),
         leak(GatherNd),

@@ -25,7 +25,7 @@ pub enum BinOp {
 impl BinOp {
     /// The op on one pair (the portable path).
     #[inline]
-    pub fn scalar(self, a: f32, b: f32) -> f32 {
+    pub(crate) fn scalar(self, a: f32, b: f32) -> f32 {
         match self {
             BinOp::Add => a + b,
             BinOp::Sub => a - b,
@@ -95,7 +95,7 @@ pub struct Broadcast {
 
 impl Broadcast {
     /// Panics if a shape does not broadcast to `out_shape` (the verifier checked it).
-    pub fn new(a_shape: &[usize], b_shape: &[usize], out_shape: &[usize]) -> Broadcast {
+    pub(crate) fn new(a_shape: &[usize], b_shape: &[usize], out_shape: &[usize]) -> Broadcast {
         let total: usize = out_shape.iter().product();
         let strides = |s: &[usize]| {
             broadcast_strides(s, out_shape)
@@ -132,7 +132,7 @@ impl Broadcast {
 }
 
 /// [`binary`] with the broadcast worked out beforehand.
-pub fn binary_planned(
+pub(crate) fn binary_planned(
     isa: Isa,
     op: BinOp,
     plan: &Broadcast,
@@ -447,7 +447,7 @@ pub enum UnaryOp {
 impl UnaryOp {
     /// The op on one value (the portable path).
     #[inline]
-    pub fn scalar(self, x: f32) -> f32 {
+    pub(crate) fn scalar(self, x: f32) -> f32 {
         match self {
             UnaryOp::Neg => -x,
             UnaryOp::Abs => x.abs(),
@@ -464,23 +464,23 @@ impl UnaryOp {
 }
 
 /// `dst[i] = op(src[i])`.
-pub fn unary(op: UnaryOp, src: &[f32], dst: &mut [f32]) {
+pub(crate) fn unary(op: UnaryOp, src: &[f32], dst: &mut [f32]) {
     unary_isa(isa::isa(), op, src, dst)
 }
 
 /// `x[i] = op(x[i])`.
-pub fn unary_inplace(op: UnaryOp, x: &mut [f32]) {
+pub(crate) fn unary_inplace(op: UnaryOp, x: &mut [f32]) {
     unary_inplace_isa(isa::isa(), op, x)
 }
 
 /// [`unary`] on the path `isa` asks for.
-pub fn unary_isa(isa: Isa, op: UnaryOp, src: &[f32], dst: &mut [f32]) {
+pub(crate) fn unary_isa(isa: Isa, op: UnaryOp, src: &[f32], dst: &mut [f32]) {
     assert_eq!(src.len(), dst.len());
     unary_ptr(isa, op, src.as_ptr(), dst.as_mut_ptr(), src.len())
 }
 
 /// [`unary_inplace`] on the path `isa` asks for.
-pub fn unary_inplace_isa(isa: Isa, op: UnaryOp, x: &mut [f32]) {
+pub(crate) fn unary_inplace_isa(isa: Isa, op: UnaryOp, x: &mut [f32]) {
     let p = x.as_mut_ptr();
     unary_ptr(isa, op, p, p, x.len())
 }

@@ -93,7 +93,7 @@ impl FusedLoop {
     /// does not fit: more inputs or live results than the loop holds, an operand count
     /// the operation does not take, an exported step that is not an earlier one, or a
     /// shape that does not broadcast.
-    pub fn new(
+    pub(crate) fn new(
         steps: &[(StepOp, Vec<Operand>)],
         exported: &[usize],
         input_shapes: &[&[usize]],
@@ -206,7 +206,7 @@ impl FusedLoop {
     }
 
     /// How many outputs the loop writes (1 + the exported steps).
-    pub fn outputs(&self) -> usize {
+    pub(crate) fn outputs(&self) -> usize {
         1 + self.exports.len()
     }
 
@@ -218,7 +218,7 @@ impl FusedLoop {
     /// `inputs[k]` points to [`FusedLoop::input_lens`]`[k]` readable floats and each of
     /// `outs` to the output's writable floats; the outputs are disjoint, and no input
     /// overlaps an output unless it is that output itself.
-    pub unsafe fn run(
+    pub(crate) unsafe fn run(
         &self,
         isa: Isa,
         inputs: &[*const f32],

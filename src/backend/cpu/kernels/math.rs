@@ -96,7 +96,7 @@ fn pow2(n: i32) -> f32 {
 
 /// max(x, 0) that keeps NaN, as the Relu op does (`f32::max` would drop it).
 #[inline(always)]
-pub fn relu(x: f32) -> f32 {
+pub(crate) fn relu(x: f32) -> f32 {
     if x > 0.0 || x.is_nan() {
         x
     } else {
@@ -106,7 +106,7 @@ pub fn relu(x: f32) -> f32 {
 
 /// e^x (portable).
 #[inline]
-pub fn exp(x: f32) -> f32 {
+pub(crate) fn exp(x: f32) -> f32 {
     // NaN passes through clamp.
     let x = x.clamp(EXP_MIN, EXP_MAX);
     let t = x * LOG2E + ROUND_MAGIC;
@@ -121,7 +121,7 @@ pub fn exp(x: f32) -> f32 {
 
 /// tanh(x) (portable).
 #[inline]
-pub fn tanh(x: f32) -> f32 {
+pub(crate) fn tanh(x: f32) -> f32 {
     let a = x.abs();
     if a < TANH_SMALL {
         let z = x * x;
@@ -134,7 +134,7 @@ pub fn tanh(x: f32) -> f32 {
 
 /// erf(x) (portable).
 #[inline]
-pub fn erf(x: f32) -> f32 {
+pub(crate) fn erf(x: f32) -> f32 {
     let a = x.abs();
     if a < ERF_SMALL {
         x * horner(&ERF_C, x * x)
@@ -148,14 +148,14 @@ pub fn erf(x: f32) -> f32 {
 
 /// 1 / (1 + e^{-x}) (portable), without overflow or cancellation for large |x|.
 #[inline]
-pub fn sigmoid(x: f32) -> f32 {
+pub(crate) fn sigmoid(x: f32) -> f32 {
     let e = exp(-x.abs());
     let num = if x < 0.0 { e } else { 1.0 };
     num / (1.0 + e)
 }
 
 /// Whether this CPU can run the AVX2+FMA forms.
-pub fn avx2_available() -> bool {
+pub(crate) fn avx2_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
@@ -168,12 +168,12 @@ pub fn avx2_available() -> bool {
 
 /// Whether `isa` asks for the AVX2 path and the CPU has it.
 #[inline]
-pub fn use_avx2(isa: Isa) -> bool {
+pub(crate) fn use_avx2(isa: Isa) -> bool {
     isa >= Isa::Avx2 && avx2_available()
 }
 
 /// Whether the AVX-512F forms may run for `isa` on this CPU.
-pub fn use_avx512(isa: Isa) -> bool {
+pub(crate) fn use_avx512(isa: Isa) -> bool {
     isa >= Isa::Avx512 && crate::backend::cpu::isa::detected() >= Isa::Avx512
 }
 
@@ -214,7 +214,7 @@ pub mod avx2 {
     /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn max_min_nan(max: bool, x: __m256, y: __m256) -> __m256 {
+    pub(crate) unsafe fn max_min_nan(max: bool, x: __m256, y: __m256) -> __m256 {
         let r = if max {
             _mm256_max_ps(x, y)
         } else {
@@ -231,7 +231,7 @@ pub mod avx2 {
     /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn abs(x: __m256) -> __m256 {
+    pub(crate) unsafe fn abs(x: __m256) -> __m256 {
         _mm256_andnot_ps(splat(-0.0), x)
     }
 
@@ -249,7 +249,7 @@ pub mod avx2 {
     /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn exp(x: __m256) -> __m256 {
+    pub(crate) unsafe fn exp(x: __m256) -> __m256 {
         // Constant first: max/min return the second operand when either is NaN.
         let x = _mm256_min_ps(splat(EXP_MAX), _mm256_max_ps(splat(EXP_MIN), x));
         let t = _mm256_fmadd_ps(x, splat(LOG2E), splat(ROUND_MAGIC));
@@ -272,7 +272,7 @@ pub mod avx2 {
     /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn tanh(x: __m256) -> __m256 {
+    pub(crate) unsafe fn tanh(x: __m256) -> __m256 {
         let a = abs(x);
         let z = _mm256_mul_ps(x, x);
         let small = _mm256_fmadd_ps(x, _mm256_mul_ps(z, horner8(&TANH_C, z)), x);
@@ -290,7 +290,7 @@ pub mod avx2 {
     /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn erf(x: __m256) -> __m256 {
+    pub(crate) unsafe fn erf(x: __m256) -> __m256 {
         let a = abs(x);
         let small = _mm256_mul_ps(x, horner8(&ERF_C, _mm256_mul_ps(x, x)));
         let ac = _mm256_min_ps(splat(ERF_MAX), a);
@@ -308,7 +308,7 @@ pub mod avx2 {
     /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn sigmoid(x: __m256) -> __m256 {
+    pub(crate) unsafe fn sigmoid(x: __m256) -> __m256 {
         let e = exp(_mm256_or_ps(x, splat(-0.0))); // e^{-|x|}
         let one = splat(1.0);
         let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
@@ -321,7 +321,12 @@ pub mod avx2 {
     /// # Safety
     /// AVX2+FMA; `src` readable and `dst` writable for `n` floats; `f` inlinable.
     #[inline(always)]
-    pub unsafe fn map(src: *const f32, dst: *mut f32, n: usize, f: impl Fn(__m256) -> __m256) {
+    pub(crate) unsafe fn map(
+        src: *const f32,
+        dst: *mut f32,
+        n: usize,
+        f: impl Fn(__m256) -> __m256,
+    ) {
         let mut i = 0;
         while i + 8 <= n {
             _mm256_storeu_ps(dst.add(i), f(_mm256_loadu_ps(src.add(i))));
@@ -343,7 +348,7 @@ pub mod avx2 {
             /// # Safety
             /// AVX2+FMA; `src` readable and `dst` writable for `n` floats.
             #[target_feature(enable = "avx2,fma")]
-            pub unsafe fn $name(src: *const f32, dst: *mut f32, n: usize) {
+            pub(crate) unsafe fn $name(src: *const f32, dst: *mut f32, n: usize) {
                 map(src, dst, n, |v| $f(v))
             }
         };

@@ -16,7 +16,7 @@ pub struct NormStats<'a> {
 /// LayerNormalization of each length-`n` row of `src` into `dst`; `gamma` (and `beta`
 /// if given) hold `n` values. `stats`, if given, receives each row's mean and 1/σ.
 #[allow(clippy::too_many_arguments)]
-pub fn layer_norm(
+pub(crate) fn layer_norm(
     src: &[f32],
     dst: &mut [f32],
     rows: usize,

@@ -5,17 +5,23 @@ use crate::backend::cpu::isa::{self, Isa};
 use crate::backend::cpu::pool::Pool;
 
 /// Softmax of each length-`n` row of `src` into `dst`.
-pub fn softmax(src: &[f32], dst: &mut [f32], rows: usize, n: usize, pool: Option<&Pool>) {
+pub(crate) fn softmax(src: &[f32], dst: &mut [f32], rows: usize, n: usize, pool: Option<&Pool>) {
     softmax_isa(isa::isa(), src, dst, rows, n, pool)
 }
 
 /// LogSoftmax of each length-`n` row of `src` into `dst`.
-pub fn log_softmax(src: &[f32], dst: &mut [f32], rows: usize, n: usize, pool: Option<&Pool>) {
+pub(crate) fn log_softmax(
+    src: &[f32],
+    dst: &mut [f32],
+    rows: usize,
+    n: usize,
+    pool: Option<&Pool>,
+) {
     log_softmax_isa(isa::isa(), src, dst, rows, n, pool)
 }
 
 /// [`softmax`] on the path `isa` asks for.
-pub fn softmax_isa(
+pub(crate) fn softmax_isa(
     isa: Isa,
     src: &[f32],
     dst: &mut [f32],
@@ -42,7 +48,7 @@ pub(crate) fn softmax_inplace_isa(
 }
 
 /// [`log_softmax`] on the path `isa` asks for.
-pub fn log_softmax_isa(
+pub(crate) fn log_softmax_isa(
     isa: Isa,
     src: &[f32],
     dst: &mut [f32],

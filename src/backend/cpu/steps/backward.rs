@@ -103,7 +103,7 @@ fn cast_dtype(d: DType) -> bool {
     )
 }
 
-pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let y = b.outs[0].clone();
     let what = match b.node.op.as_str() {
         "ConvTranspose" => conv_transpose_step(b)?,
@@ -174,7 +174,7 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 /// MaxPool with Indices over tiling windows; tried before the pooling family, whose
 /// general kernel also writes Indices but walks each window tap by tap.
-pub fn build_max_pool_indices(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+pub(crate) fn build_max_pool_indices(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     if b.node.op != "MaxPool" {
         return Ok(None);
     }
