@@ -12,7 +12,7 @@ fn value_name(g: &Graph, v: Value) -> String {
 }
 
 /// `s` as a JSON string literal.
-pub fn json_string(s: &str) -> String {
+pub(crate) fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -112,7 +112,7 @@ pub fn to_json(plan: &MemoryPlan, g: &Graph, notes: &[String]) -> String {
 
 /// Bytes in binary units with up to `decimals` decimals, trailing zeros dropped:
 /// `0 B`, `512 B`, `1.5 KiB`, `12 MiB`.
-pub fn human_bytes(n: usize, decimals: usize) -> String {
+pub(crate) fn human_bytes(n: usize, decimals: usize) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;
