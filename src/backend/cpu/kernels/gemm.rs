@@ -104,8 +104,11 @@ impl Epilogue {
 
 // SAFETY: the pointers are read-only views of buffers the caller keeps alive for the call.
 unsafe impl Send for Mat {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for Mat {}
+// SAFETY: as for `Mat`: the epilogue's pointers are read-only views kept alive for the call.
 unsafe impl Send for Epilogue {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for Epilogue {}
 
 /// `C[m×n] (row stride ldc) = A[m×k]·B[k×n]`, then `ep`.
@@ -312,6 +315,7 @@ pub struct PackedB {
 
 // SAFETY: PackedB owns its buffer and is immutable after construction.
 unsafe impl Send for PackedB {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for PackedB {}
 
 impl PackedB {
@@ -440,6 +444,7 @@ enum BSrc {
 
 // SAFETY: read-only views of buffers kept alive for the call.
 unsafe impl Send for BSrc {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for BSrc {}
 
 /// One micro-tile's store: where it goes and what the epilogue adds.
@@ -698,6 +703,7 @@ struct Ep {
 
 // SAFETY: read-only views of buffers kept alive for the call.
 unsafe impl Send for Ep {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for Ep {}
 
 impl Ep {
@@ -757,6 +763,7 @@ unsafe fn offset(p: *const f32, n: usize) -> *const f32 {
 struct SendMut(*mut f32);
 // SAFETY: tasks write disjoint sub-matrices of C.
 unsafe impl Send for SendMut {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for SendMut {}
 
 /// Splits the problem across `pool` (when worth it) and runs each part serially.
@@ -995,16 +1002,20 @@ unsafe fn serial(
 /// # Safety
 /// `b` addresses a kc×w matrix.
 unsafe fn prefetch_block(b: *const f32, kc: usize, w: usize, rs: usize, cs: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-        let (runs, len, step) = if cs == 1 { (kc, w, rs) } else { (w, kc, cs) };
-        for r in 0..runs {
-            let row = b.add(r * step);
-            let mut e = 0;
-            while e < len {
-                _mm_prefetch::<_MM_HINT_T1>(row.add(e) as *const i8);
-                e += 16;
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+            let (runs, len, step) = if cs == 1 { (kc, w, rs) } else { (w, kc, cs) };
+            for r in 0..runs {
+                let row = b.add(r * step);
+                let mut e = 0;
+                while e < len {
+                    _mm_prefetch::<_MM_HINT_T1>(row.add(e) as *const i8);
+                    e += 16;
+                }
             }
         }
     }

@@ -520,202 +520,206 @@ macro_rules! with_cast {
 
 impl Kernel for BwdStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let pool = cx.pool;
-        let y = cx.ptr(self.y.loc);
-        match &self.what {
-            Bwd::ConvTranspose {
-                shape,
-                x,
-                w,
-                bias,
-                scratch,
-            } => {
-                let bias = bias.as_ref().map(|s| cx.f32(s));
-                let scratch = cx.ptr(*scratch) as *mut f32;
-                conv_transpose(
-                    isa::isa(),
-                    pool,
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let pool = cx.pool;
+            let y = cx.ptr(self.y.loc);
+            match &self.what {
+                Bwd::ConvTranspose {
                     shape,
-                    cx.f32(x),
-                    cx.f32(w),
+                    x,
+                    w,
                     bias,
-                    y as *mut f32,
                     scratch,
-                );
-            }
-            Bwd::Scatter {
-                plan,
-                reduce,
-                data,
-                zeros,
-                indices,
-                updates,
-            } => {
-                let out = std::slice::from_raw_parts_mut(y as *mut f32, self.y.elements());
-                if *zeros {
-                    out.fill(0.0);
-                } else if cx.ptr(data.loc) != y {
-                    std::ptr::copy_nonoverlapping(cx.f32(data), out.as_mut_ptr(), out.len());
+                } => {
+                    let bias = bias.as_ref().map(|s| cx.f32(s));
+                    let scratch = cx.ptr(*scratch) as *mut f32;
+                    conv_transpose(
+                        isa::isa(),
+                        pool,
+                        shape,
+                        cx.f32(x),
+                        cx.f32(w),
+                        bias,
+                        y as *mut f32,
+                        scratch,
+                    );
                 }
-                let upd = std::slice::from_raw_parts(cx.f32(updates), updates.elements());
-                let ip = cx.ptr(indices.loc);
-                let n = indices.elements();
-                match indices.dtype {
-                    DType::I32 => {
-                        let idx = std::slice::from_raw_parts(ip as *const i32, n);
-                        scatter_elements(plan, *reduce, idx, upd, out)?
+                Bwd::Scatter {
+                    plan,
+                    reduce,
+                    data,
+                    zeros,
+                    indices,
+                    updates,
+                } => {
+                    let out = std::slice::from_raw_parts_mut(y as *mut f32, self.y.elements());
+                    if *zeros {
+                        out.fill(0.0);
+                    } else if cx.ptr(data.loc) != y {
+                        std::ptr::copy_nonoverlapping(cx.f32(data), out.as_mut_ptr(), out.len());
                     }
-                    _ => {
-                        let idx = std::slice::from_raw_parts(ip as *const i64, n);
-                        scatter_elements(plan, *reduce, idx, upd, out)?
+                    let upd = std::slice::from_raw_parts(cx.f32(updates), updates.elements());
+                    let ip = cx.ptr(indices.loc);
+                    let n = indices.elements();
+                    match indices.dtype {
+                        DType::I32 => {
+                            let idx = std::slice::from_raw_parts(ip as *const i32, n);
+                            scatter_elements(plan, *reduce, idx, upd, out)?
+                        }
+                        _ => {
+                            let idx = std::slice::from_raw_parts(ip as *const i64, n);
+                            scatter_elements(plan, *reduce, idx, upd, out)?
+                        }
                     }
                 }
-            }
-            Bwd::Compare { op, walk, a, b } => {
-                let out = std::slice::from_raw_parts_mut(y, self.y.elements());
-                with_plain!(a.dtype, T => {
-                    let a = std::slice::from_raw_parts(cx.ptr(a.loc) as *const T, a.elements());
-                    let b = std::slice::from_raw_parts(cx.ptr(b.loc) as *const T, b.elements());
-                    compare(*op, walk, a, b, out, pool)
-                })
-            }
-            Bwd::Where {
-                walk,
-                cond,
-                x,
-                y: yv,
-            } => {
-                with_plain!(x.dtype, T => select(
+                Bwd::Compare { op, walk, a, b } => {
+                    let out = std::slice::from_raw_parts_mut(y, self.y.elements());
+                    with_plain!(a.dtype, T => {
+                        let a = std::slice::from_raw_parts(cx.ptr(a.loc) as *const T, a.elements());
+                        let b = std::slice::from_raw_parts(cx.ptr(b.loc) as *const T, b.elements());
+                        compare(*op, walk, a, b, out, pool)
+                    })
+                }
+                Bwd::Where {
                     walk,
-                    cx.ptr(cond.loc),
-                    cx.ptr(x.loc) as *const T,
-                    cx.ptr(yv.loc) as *const T,
-                    y as *mut T,
-                    pool,
-                ))
-            }
-            Bwd::Cast { x } => {
-                let n = x.elements();
-                if x.dtype == self.y.dtype {
-                    if cx.ptr(x.loc) != y {
-                        std::ptr::copy_nonoverlapping(cx.ptr(x.loc), y, x.bytes());
-                    }
-                } else {
-                    with_cast!(x.dtype, S => with_cast!(self.y.dtype, D => {
-                        cast(cx.ptr(x.loc) as *const S, y as *mut D, n, pool)
-                    }))
+                    cond,
+                    x,
+                    y: yv,
+                } => {
+                    with_plain!(x.dtype, T => select(
+                        walk,
+                        cx.ptr(cond.loc),
+                        cx.ptr(x.loc) as *const T,
+                        cx.ptr(yv.loc) as *const T,
+                        y as *mut T,
+                        pool,
+                    ))
                 }
-            }
-            Bwd::Slice {
-                x,
-                dims,
-                strides,
-                base,
-            } => {
-                let es = x.dtype.size_in_bytes();
-                let r = dims.len();
-                let total = self.y.elements();
-                if r == 0 || total == 0 {
-                    std::ptr::copy_nonoverlapping(cx.ptr(x.loc), y, self.y.bytes());
-                    return Ok(());
-                }
-                let inner = dims[r - 1];
-                let src = cx.ptr(x.loc).add(base * es) as *const u8;
-                for row in 0..total / inner {
-                    let (mut rest, mut off) = (row, 0isize);
-                    for a in (0..r - 1).rev() {
-                        off += (rest % dims[a]) as isize * strides[a];
-                        rest /= dims[a];
-                    }
-                    let (s, d) = (src.offset(off * es as isize), y.add(row * inner * es));
-                    if strides[r - 1] == 1 {
-                        std::ptr::copy_nonoverlapping(s, d, inner * es);
+                Bwd::Cast { x } => {
+                    let n = x.elements();
+                    if x.dtype == self.y.dtype {
+                        if cx.ptr(x.loc) != y {
+                            std::ptr::copy_nonoverlapping(cx.ptr(x.loc), y, x.bytes());
+                        }
                     } else {
-                        for i in 0..inner {
-                            let from = s.offset(i as isize * strides[r - 1] * es as isize);
-                            std::ptr::copy_nonoverlapping(from, d.add(i * es), es);
+                        with_cast!(x.dtype, S => with_cast!(self.y.dtype, D => {
+                            cast(cx.ptr(x.loc) as *const S, y as *mut D, n, pool)
+                        }))
+                    }
+                }
+                Bwd::Slice {
+                    x,
+                    dims,
+                    strides,
+                    base,
+                } => {
+                    let es = x.dtype.size_in_bytes();
+                    let r = dims.len();
+                    let total = self.y.elements();
+                    if r == 0 || total == 0 {
+                        std::ptr::copy_nonoverlapping(cx.ptr(x.loc), y, self.y.bytes());
+                        return Ok(());
+                    }
+                    let inner = dims[r - 1];
+                    let src = cx.ptr(x.loc).add(base * es) as *const u8;
+                    for row in 0..total / inner {
+                        let (mut rest, mut off) = (row, 0isize);
+                        for a in (0..r - 1).rev() {
+                            off += (rest % dims[a]) as isize * strides[a];
+                            rest /= dims[a];
+                        }
+                        let (s, d) = (src.offset(off * es as isize), y.add(row * inner * es));
+                        if strides[r - 1] == 1 {
+                            std::ptr::copy_nonoverlapping(s, d, inner * es);
+                        } else {
+                            for i in 0..inner {
+                                let from = s.offset(i as isize * strides[r - 1] * es as isize);
+                                std::ptr::copy_nonoverlapping(from, d.add(i * es), es);
+                            }
+                        }
+                    }
+                }
+                Bwd::MaxPoolIndices {
+                    x,
+                    indices,
+                    planes,
+                    hw,
+                    kernel,
+                } => {
+                    let xs = std::slice::from_raw_parts(cx.f32(x), x.elements());
+                    let ys = std::slice::from_raw_parts_mut(y as *mut f32, self.y.elements());
+                    let is = std::slice::from_raw_parts_mut(
+                        cx.ptr(indices.loc) as *mut i64,
+                        indices.elements(),
+                    );
+                    max_pool_tiles(xs, *planes, *hw, *kernel, ys, is, pool)
+                }
+                Bwd::Fill { element } => {
+                    let out = std::slice::from_raw_parts_mut(y, self.y.bytes());
+                    if element.iter().all(|&b| b == 0) {
+                        out.fill(0);
+                    } else {
+                        for chunk in out.chunks_exact_mut(element.len()) {
+                            chunk.copy_from_slice(element);
+                        }
+                    }
+                }
+                Bwd::CompareSelect { op, walk, operands } => compare_select(
+                    *op,
+                    walk,
+                    operands.each_ref().map(|s| cx.f32(s)),
+                    y as *mut f32,
+                    pool,
+                ),
+                Bwd::SoftmaxCrossEntropy {
+                    classes,
+                    reduction,
+                    ignore_index,
+                    scores,
+                    labels,
+                    log_prob,
+                } => {
+                    let s = std::slice::from_raw_parts(cx.f32(scores), scores.elements());
+                    let lp = std::slice::from_raw_parts_mut(cx.ptr(*log_prob) as *mut f32, s.len());
+                    let loss = std::slice::from_raw_parts_mut(y as *mut f32, self.y.elements());
+                    let n = labels.elements();
+                    let isa = isa::isa();
+                    match labels.dtype {
+                        DType::I32 => {
+                            let l = std::slice::from_raw_parts(cx.ptr(labels.loc) as *const i32, n);
+                            softmax_cross_entropy(
+                                isa,
+                                s,
+                                l,
+                                *classes,
+                                *reduction,
+                                *ignore_index,
+                                lp,
+                                loss,
+                                pool,
+                            )?
+                        }
+                        _ => {
+                            let l = std::slice::from_raw_parts(cx.ptr(labels.loc) as *const i64, n);
+                            softmax_cross_entropy(
+                                isa,
+                                s,
+                                l,
+                                *classes,
+                                *reduction,
+                                *ignore_index,
+                                lp,
+                                loss,
+                                pool,
+                            )?
                         }
                     }
                 }
             }
-            Bwd::MaxPoolIndices {
-                x,
-                indices,
-                planes,
-                hw,
-                kernel,
-            } => {
-                let xs = std::slice::from_raw_parts(cx.f32(x), x.elements());
-                let ys = std::slice::from_raw_parts_mut(y as *mut f32, self.y.elements());
-                let is = std::slice::from_raw_parts_mut(
-                    cx.ptr(indices.loc) as *mut i64,
-                    indices.elements(),
-                );
-                max_pool_tiles(xs, *planes, *hw, *kernel, ys, is, pool)
-            }
-            Bwd::Fill { element } => {
-                let out = std::slice::from_raw_parts_mut(y, self.y.bytes());
-                if element.iter().all(|&b| b == 0) {
-                    out.fill(0);
-                } else {
-                    for chunk in out.chunks_exact_mut(element.len()) {
-                        chunk.copy_from_slice(element);
-                    }
-                }
-            }
-            Bwd::CompareSelect { op, walk, operands } => compare_select(
-                *op,
-                walk,
-                operands.each_ref().map(|s| cx.f32(s)),
-                y as *mut f32,
-                pool,
-            ),
-            Bwd::SoftmaxCrossEntropy {
-                classes,
-                reduction,
-                ignore_index,
-                scores,
-                labels,
-                log_prob,
-            } => {
-                let s = std::slice::from_raw_parts(cx.f32(scores), scores.elements());
-                let lp = std::slice::from_raw_parts_mut(cx.ptr(*log_prob) as *mut f32, s.len());
-                let loss = std::slice::from_raw_parts_mut(y as *mut f32, self.y.elements());
-                let n = labels.elements();
-                let isa = isa::isa();
-                match labels.dtype {
-                    DType::I32 => {
-                        let l = std::slice::from_raw_parts(cx.ptr(labels.loc) as *const i32, n);
-                        softmax_cross_entropy(
-                            isa,
-                            s,
-                            l,
-                            *classes,
-                            *reduction,
-                            *ignore_index,
-                            lp,
-                            loss,
-                            pool,
-                        )?
-                    }
-                    _ => {
-                        let l = std::slice::from_raw_parts(cx.ptr(labels.loc) as *const i64, n);
-                        softmax_cross_entropy(
-                            isa,
-                            s,
-                            l,
-                            *classes,
-                            *reduction,
-                            *ignore_index,
-                            lp,
-                            loss,
-                            pool,
-                        )?
-                    }
-                }
-            }
+            Ok(())
         }
-        Ok(())
     }
     fn can_fail(&self) -> bool {
         // Indices and labels out of range are run-time errors.
