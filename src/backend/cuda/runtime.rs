@@ -680,44 +680,51 @@ unsafe fn run_gemm(
     if even {
         let (sa, sb) = stride(1);
         let (oa, ob) = g.batches[0];
-        return blas::sgemm_strided_batched(
-            h,
-            op_b,
-            op_a,
-            n,
-            m,
-            k,
-            alpha,
-            f(b, ob),
-            ldb,
-            sb,
-            f(a, oa),
-            lda,
-            sa,
-            beta,
-            f(y, 0) as *mut f32,
-            n,
-            (g.m * g.n) as i64,
-            g.batches.len() as i32,
-        );
+        // SAFETY: the device pointers cover every batch's operands (this fn's contract),
+        // the strides and leading dimensions are the step's geometry.
+        return unsafe {
+            blas::sgemm_strided_batched(
+                h,
+                op_b,
+                op_a,
+                n,
+                m,
+                k,
+                alpha,
+                f(b, ob),
+                ldb,
+                sb,
+                f(a, oa),
+                lda,
+                sa,
+                beta,
+                f(y, 0) as *mut f32,
+                n,
+                (g.m * g.n) as i64,
+                g.batches.len() as i32,
+            )
+        };
     }
     for (i, &(oa, ob)) in g.batches.iter().enumerate() {
-        blas::sgemm(
-            h,
-            op_b,
-            op_a,
-            n,
-            m,
-            k,
-            alpha,
-            f(b, ob),
-            ldb,
-            f(a, oa),
-            lda,
-            beta,
-            f(y, i * g.m * g.n) as *mut f32,
-            n,
-        )?;
+        // SAFETY: as above, for batch i's operands and output.
+        unsafe {
+            blas::sgemm(
+                h,
+                op_b,
+                op_a,
+                n,
+                m,
+                k,
+                alpha,
+                f(b, ob),
+                ldb,
+                f(a, oa),
+                lda,
+                beta,
+                f(y, i * g.m * g.n) as *mut f32,
+                n,
+            )
+        }?;
     }
     Ok(())
 }
