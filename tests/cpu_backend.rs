@@ -5,8 +5,8 @@
 //! Rust paths (`make test` does).
 mod common;
 
-use kiln::backend::cpu::tune::Tuning;
 use kiln::backend::cpu::CpuBackend;
+use kiln::backend::cpu::Tuning;
 use kiln::backend::{backend_with, cpu_pass_options, Backend, Device, Executable};
 use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
 use kiln::passes::PassOptions;

@@ -9,7 +9,7 @@ mod common;
 use common::train_graphs;
 use common::{constant, ints, op, typed_param, Rng};
 use kiln::autodiff::grad;
-use kiln::backend::cpu::tune::Tuning;
+use kiln::backend::cpu::Tuning;
 use kiln::backend::cpu::{Compiled, CpuBackend};
 use kiln::backend::{backend_with, cpu_pass_options, Device};
 use kiln::ir::{text, Attr, Attrs, DType, Graph};

@@ -178,8 +178,8 @@ fn optimizer_state_is_updated_in_place() {
 fn adam_updates_run_in_their_own_loop() {
     // The body the optimizer builder's ops fuse into is the one the Adam loop knows: if
     // either changes, the update silently falls back to the generic loop; this says so.
-    let isa = kiln::backend::cpu::isa::isa();
-    let found = if kiln::backend::cpu::kernels::adam::available(isa) {
+    let isa = kiln::internals::cpu::isa();
+    let found = if kiln::internals::cpu::adam::available(isa) {
         Ok(())
     } else {
         Err(format!("the Adam loop needs AVX-512F; kiln runs {isa:?}"))

@@ -6,9 +6,10 @@
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 
-use crate::ir::DType;
-
+pub mod dtype;
 pub mod npy;
+
+pub use dtype::DType;
 
 /// A dense tensor. The variant is the dtype.
 #[derive(Debug, Clone, PartialEq)]
@@ -203,19 +204,19 @@ fn convert<S: Elem, D: Elem>(a: &ArrayD<S>) -> ArrayD<D> {
 macro_rules! with_dtype {
     ($dtype:expr, $f:ident ( $($arg:expr),* )) => {
         match $dtype {
-            $crate::ir::DType::F32 => $f::<f32>($($arg),*),
-            $crate::ir::DType::F64 => $f::<f64>($($arg),*),
-            $crate::ir::DType::F16 => $f::<half::f16>($($arg),*),
-            $crate::ir::DType::BF16 => $f::<half::bf16>($($arg),*),
-            $crate::ir::DType::I8 => $f::<i8>($($arg),*),
-            $crate::ir::DType::U8 => $f::<u8>($($arg),*),
-            $crate::ir::DType::I32 => $f::<i32>($($arg),*),
-            $crate::ir::DType::I64 => $f::<i64>($($arg),*),
-            $crate::ir::DType::Bool => $f::<bool>($($arg),*),
-            $crate::ir::DType::I16 => $f::<i16>($($arg),*),
-            $crate::ir::DType::U16 => $f::<u16>($($arg),*),
-            $crate::ir::DType::U32 => $f::<u32>($($arg),*),
-            $crate::ir::DType::U64 => $f::<u64>($($arg),*),
+            $crate::tensor::DType::F32 => $f::<f32>($($arg),*),
+            $crate::tensor::DType::F64 => $f::<f64>($($arg),*),
+            $crate::tensor::DType::F16 => $f::<half::f16>($($arg),*),
+            $crate::tensor::DType::BF16 => $f::<half::bf16>($($arg),*),
+            $crate::tensor::DType::I8 => $f::<i8>($($arg),*),
+            $crate::tensor::DType::U8 => $f::<u8>($($arg),*),
+            $crate::tensor::DType::I32 => $f::<i32>($($arg),*),
+            $crate::tensor::DType::I64 => $f::<i64>($($arg),*),
+            $crate::tensor::DType::Bool => $f::<bool>($($arg),*),
+            $crate::tensor::DType::I16 => $f::<i16>($($arg),*),
+            $crate::tensor::DType::U16 => $f::<u16>($($arg),*),
+            $crate::tensor::DType::U32 => $f::<u32>($($arg),*),
+            $crate::tensor::DType::U64 => $f::<u64>($($arg),*),
         }
     };
 }
@@ -300,17 +301,17 @@ impl Tensor {
         self.shape().iter().product()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// The inner array, if the dtype is `T`.
-    pub fn view<T: Elem>(&self) -> Option<&ArrayD<T>> {
+    pub(crate) fn view<T: Elem>(&self) -> Option<&ArrayD<T>> {
         T::view(self)
     }
 
     /// The inner array of dtype `T`, or an error naming both dtypes.
-    pub fn expect<T: Elem>(&self) -> Result<&ArrayD<T>, String> {
+    pub(crate) fn expect<T: Elem>(&self) -> Result<&ArrayD<T>, String> {
         T::view(self).ok_or_else(|| format!("expected a {} tensor, got {}", T::DTYPE, self.dtype()))
     }
 
@@ -426,11 +427,11 @@ impl Tensor {
         match_tensor!(self, a => a.mapv(|v| v.to_f64()))
     }
 
-    pub fn to_i64_array(&self) -> ArrayD<i64> {
+    pub(crate) fn to_i64_array(&self) -> ArrayD<i64> {
         match_tensor!(self, a => a.mapv(|v| v.to_i64()))
     }
 
-    pub fn to_bool_array(&self) -> ArrayD<bool> {
+    pub(crate) fn to_bool_array(&self) -> ArrayD<bool> {
         match_tensor!(self, a => a.mapv(|v| v.to_f64() != 0.0))
     }
 
@@ -440,7 +441,7 @@ impl Tensor {
     }
 
     /// `a` converted to `dtype`.
-    pub fn from_i64_array(dtype: DType, a: ArrayD<i64>) -> Tensor {
+    pub(crate) fn from_i64_array(dtype: DType, a: ArrayD<i64>) -> Tensor {
         Tensor::I64(a).cast(dtype)
     }
 }

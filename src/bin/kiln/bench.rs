@@ -3,7 +3,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kiln::backend::cpu::lower::graph_flops;
+use kiln::backend::flops::graph_flops;
 use kiln::backend::{backend_with, Device};
 use kiln::passes::PassOptions;
 use kiln::{DType, Result, Tensor};
@@ -24,7 +24,7 @@ pub struct Request<'a> {
     pub json: bool,
 }
 
-pub fn run(req: &Request) -> Result<()> {
+pub(crate) fn run(req: &Request) -> Result<()> {
     let mut g = load(req.file)?;
     let mut given = bindings(req.shapes)?;
     let inputs = if req.inputs.is_empty() {

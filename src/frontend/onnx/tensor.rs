@@ -1,13 +1,14 @@
 //! ONNX `TensorProto` to `Tensor`: element types, raw and typed data, external data
 //! files (which must stay inside the model's folder).
-use std::path::{Component, Path};
+use std::path::Path;
 
 use super::proto::{tensor_proto, TensorProto};
+use crate::ir::text::weights::inside_folder;
 use crate::ir::DType;
 use crate::tensor::Tensor;
 
 /// The Kiln dtype of an ONNX `TensorProto.DataType` code.
-pub fn dtype(code: i32) -> Result<DType, String> {
+pub(crate) fn dtype(code: i32) -> Result<DType, String> {
     use tensor_proto::DataType as D;
     Ok(match D::try_from(code) {
         Ok(D::Float) => DType::F32,
@@ -34,7 +35,7 @@ pub fn dtype(code: i32) -> Result<DType, String> {
 }
 
 /// Kiln's text name of an ONNX element type (for `Cast`'s `to`).
-pub fn dtype_name(code: i64) -> Result<&'static str, String> {
+pub(crate) fn dtype_name(code: i64) -> Result<&'static str, String> {
     let code = i32::try_from(code).map_err(|_| format!("unknown ONNX element type {code}"))?;
     Ok(dtype(code)?.name())
 }
@@ -49,16 +50,7 @@ fn external(t: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, String>
             .map(|e| e.value().to_string())
     };
     let location = get("location").ok_or("external data without a location")?;
-    let rel = Path::new(&location);
-    if rel.is_absolute()
-        || rel
-            .components()
-            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-    {
-        return Err(format!(
-            "external data location '{location}' leaves the model's folder"
-        ));
-    }
+    let rel = inside_folder(&location, "the model's folder")?;
     let dir = base_dir.ok_or("external data needs the model's folder (import from a file)")?;
     let path = dir.join(rel);
     let bytes =
@@ -81,7 +73,7 @@ fn external(t: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, String>
 }
 
 /// The tensor a `TensorProto` holds; `what` names it in errors.
-pub fn tensor(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, String> {
+pub(crate) fn tensor(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, String> {
     let dtype = dtype(t.data_type())?;
     let shape: Vec<usize> = t
         .dims

@@ -94,7 +94,7 @@ fn parse_scalar(name: &str, v: &str, kind: Option<AttrKind>) -> Result<Attr, Str
 }
 
 /// The text of an attribute for `activation_attrs` and `Fused` bodies.
-pub fn scalar_text(a: &Attr) -> Option<String> {
+pub(crate) fn scalar_text(a: &Attr) -> Option<String> {
     match a {
         Attr::Int(i) => Some(i.to_string()),
         Attr::Float(f) => Some(format!("{f:?}")),
@@ -447,7 +447,7 @@ pub enum Arg {
 
 impl Step {
     /// The body text of this step.
-    pub fn text(&self) -> Result<String, String> {
+    pub(crate) fn text(&self) -> Result<String, String> {
         let args: Vec<String> = self
             .args
             .iter()
@@ -485,12 +485,16 @@ impl Step {
             let parsed = if a == "_" {
                 None
             } else {
-                let k: usize = a[1..]
-                    .parse()
-                    .map_err(|_| bad("operands are iN, tN or _"))?;
-                Some(match &a[..1] {
-                    "i" if k < n_inputs => Arg::Input(k),
-                    "t" if k < index => Arg::Step(k),
+                let not_an_operand = || bad(&format!("operand '{a}' is not iN, tN or _"));
+                let (step, k) = match (a.strip_prefix('i'), a.strip_prefix('t')) {
+                    (Some(k), _) => (false, k),
+                    (_, Some(k)) => (true, k),
+                    _ => return Err(not_an_operand()),
+                };
+                let k: usize = k.parse().map_err(|_| not_an_operand())?;
+                Some(match step {
+                    false if k < n_inputs => Arg::Input(k),
+                    true if k < index => Arg::Step(k),
                     _ => return Err(bad(&format!("operand {a} does not exist here"))),
                 })
             };
@@ -515,7 +519,7 @@ impl Step {
 
 /// The steps a `Fused` node also exports, as outputs 1, 2, …: its `outputs` attribute,
 /// checked against a body of `steps` steps (each an earlier step than the last, once).
-pub fn exported_steps(attrs: &Attrs, steps: usize) -> Result<Vec<usize>, String> {
+pub(crate) fn exported_steps(attrs: &Attrs, steps: usize) -> Result<Vec<usize>, String> {
     let Some(list) = attrs.ints("outputs")? else {
         return Ok(vec![]);
     };
@@ -535,7 +539,7 @@ pub fn exported_steps(attrs: &Attrs, steps: usize) -> Result<Vec<usize>, String>
 }
 
 /// The steps of a `Fused` node's `body`.
-pub fn body(attrs: &Attrs, n_inputs: usize) -> Result<Vec<Step>, String> {
+pub(crate) fn body(attrs: &Attrs, n_inputs: usize) -> Result<Vec<Step>, String> {
     let lines = attrs
         .strings("body")?
         .ok_or("missing required attribute 'body'")?;
@@ -640,6 +644,6 @@ fn exported<T: Clone>(mut results: Vec<T>, attrs: &Attrs) -> Result<Vec<T>, Stri
     Ok(outs)
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![leak(FusedConv), leak(FusedMatMul), leak(Fused)]
 }

@@ -58,11 +58,6 @@ impl<const N: usize> Runs<N> {
         &self.lens[..self.n]
     }
 
-    /// The length of a run.
-    pub fn inner(&self) -> usize {
-        self.inner
-    }
-
     /// Each operand's stride along a run.
     pub fn inner_strides(&self) -> &[usize; N] {
         &self.inner_strides
