@@ -7,12 +7,30 @@ DEMO_OUT := target/demo
 deps:
 	@scripts/ensure-deps.sh
 
-# The main job: a real graph (a small MLP in .kir text) checked, then run through the
-# reference interpreter from the command line, its output written as .npy and printed.
+# The main job: what Kiln is for, in two parts.
+# 1. A real ONNX model (a digits CNN written as PyTorch exports it, made by
+#    scripts/make-digits-cnn.py) imported, optimized and memory-planned for the cpu
+#    backend (ops left, naive vs planned arena bytes), run on 16 test images (their
+#    labels: 7 9 4 7 0 2 6 1 3 1 3 7 3 6 7 1), and timed.
+# 2. Training through the C library: examples/c/train_digits.c builds an MLP graph
+#    through the C ABI, differentiates it, and trains it with Adam on the digits,
+#    printing the loss per epoch and the test accuracy.
+DEMO_MODEL := examples/data/digits_cnn.onnx
 demo: deps
-	$(CARGO) build --release --bin kiln
-	target/release/kiln check examples/graphs/mlp.kir
-	target/release/kiln run examples/graphs/mlp.kir --inputs examples/graphs/mlp_input.npy --outputs $(DEMO_OUT) --print
+	$(CARGO) build --release --bin kiln --lib
+	@echo; echo "== import, optimize and plan $(DEMO_MODEL) for cpu (batch 16)"
+	target/release/kiln info $(DEMO_MODEL)
+	target/release/kiln compile $(DEMO_MODEL) --shape batch=16
+	@echo; echo "== run it on 16 test digits (true labels: 7 9 4 7 0 2 6 1 3 1 3 7 3 6 7 1)"
+	target/release/kiln run $(DEMO_MODEL) --inputs examples/data/digits_test16.npy --outputs $(DEMO_OUT) --print
+	@echo; echo "== latency on cpu, batch 16 and batch 1"
+	target/release/kiln bench $(DEMO_MODEL) --inputs examples/data/digits_test16.npy --threads 1
+	target/release/kiln bench $(DEMO_MODEL) --shape batch=1 --threads 1
+	@echo; echo "== train an MLP on the digits through the C ABI (examples/c/train_digits.c)"
+	mkdir -p $(DEMO_OUT)
+	cc -std=c11 -O2 -Iinclude examples/c/train_digits.c -Ltarget/release -lkiln \
+	  -Wl,-rpath,$(CURDIR)/target/release -lm -o $(DEMO_OUT)/train_digits
+	$(DEMO_OUT)/train_digits examples/data/digits.bin $(DEMO_OUT) cpu mlp
 
 lint: deps
 	$(CARGO) fmt --check
@@ -26,7 +44,8 @@ lint: deps
 # that skip without a GPU; snapshots must match: no .snap.new may be left; the ONNX node suite
 # is generated first, by a pinned onnx in target/py), the C ABI tests under valgrind,
 # the CMake package (install, find_package from a consumer, shared and static, ctest,
-# pkg-config), and the demo under valgrind so that the CLI path is leak- and error-free.
+# pkg-config), and the demo model under valgrind on both backends so that the CLI path
+# is leak- and error-free.
 test: lint
 	scripts/onnx-node-tests.sh
 	scripts/test-onnx-models.sh
@@ -39,5 +58,8 @@ test: lint
 	scripts/test-capi.sh
 	scripts/test-cmake.sh
 	$(CARGO) build --bin kiln
-	valgrind --quiet --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
-	  target/debug/kiln run examples/graphs/mlp.kir --inputs examples/graphs/mlp_input.npy --outputs $(DEMO_OUT)
+	for backend in cpu interp; do \
+	  valgrind --quiet --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+	    target/debug/kiln run $(DEMO_MODEL) --inputs examples/data/digits_test16.npy --backend $$backend \
+	    --outputs $(DEMO_OUT)/$$backend || exit 1; \
+	done

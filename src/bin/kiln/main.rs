@@ -60,8 +60,9 @@ enum Command {
         /// Where to write the outputs (created if missing).
         #[arg(long)]
         outputs: Option<PathBuf>,
-        /// interp, cpu or cuda:N.
-        #[arg(long, default_value = "interp")]
+        /// cpu (the optimizing backend), interp (the reference interpreter, to check
+        /// against) or cuda:N.
+        #[arg(long, default_value = "cpu")]
         backend: String,
         /// Print each output.
         #[arg(long)]

@@ -1,0 +1,231 @@
+//! The documents say what the code does: what can be checked mechanically is checked
+//! here, so that README.md, ARCHITECTURE.md and STATUS.md cannot drift silently.
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(name: &str) -> String {
+    std::fs::read_to_string(root().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The lines of the `## {title}` section of a markdown document.
+fn section<'a>(doc: &'a str, title: &str) -> Vec<&'a str> {
+    let heading = format!("## {title}");
+    let mut lines = doc.lines().skip_while(|l| l.trim_end() != heading);
+    assert!(lines.next().is_some(), "no '{heading}' section");
+    lines.take_while(|l| !l.starts_with("## ")).collect()
+}
+
+/// The spans between backticks on a line.
+fn code_spans(line: &str) -> impl Iterator<Item = &str> {
+    line.split('`').skip(1).step_by(2)
+}
+
+/// Every `.rs` file and directory under `dir`, relative to the repository root, except
+/// `mod.rs` (its directory stands for it).
+fn modules(dir: &Path, out: &mut BTreeSet<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let rel = path.strip_prefix(root()).unwrap().to_string_lossy().into_owned();
+        if path.is_dir() {
+            out.insert(format!("{rel}/"));
+            modules(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs")
+            && path.file_name().is_some_and(|n| n != "mod.rs")
+        {
+            out.insert(rel);
+        }
+    }
+}
+
+/// ARCHITECTURE.md's code map: `### \`src/dir/\`` headings set the directory; inside,
+/// a code span `name.rs`, `sub/name.rs` or `name/` names a module relative to it, and one
+/// starting with `src/` names it from the root.
+#[test]
+fn the_code_map_names_every_module_and_only_existing_ones() {
+    let doc = read("ARCHITECTURE.md");
+    let mut named = BTreeSet::new();
+    let mut dir = String::new();
+    for line in section(&doc, "Code map") {
+        if let Some(h) = line.strip_prefix("### ") {
+            let d = h.trim().trim_matches('`');
+            assert!(
+                d.starts_with("src/") && d.ends_with('/'),
+                "code map heading '{h}' is not a `src/.../` directory"
+            );
+            dir = d.to_string();
+            named.insert(dir.clone());
+            continue;
+        }
+        for span in code_spans(line) {
+            let is_module = (span.ends_with(".rs") || span.ends_with('/'))
+                && span
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_./".contains(c));
+            let elsewhere = ["tests/", "include/", "scripts/", "bindings/", "examples/", "bench"]
+                .iter()
+                .any(|top| span.starts_with(top));
+            if !is_module || elsewhere {
+                continue;
+            }
+            let path = if span.starts_with("src/") {
+                span.to_string()
+            } else {
+                assert!(!dir.is_empty(), "`{span}` is named before any directory heading");
+                format!("{dir}{span}")
+            };
+            named.insert(path);
+        }
+    }
+    let mut actual = BTreeSet::new();
+    modules(&root().join("src"), &mut actual);
+    actual.insert("src/".to_string());
+    named.insert("src/".to_string());
+    let missing: Vec<_> = actual.difference(&named).collect();
+    let stale: Vec<_> = named
+        .iter()
+        .filter(|p| !actual.contains(*p) && !root().join(p).exists())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md's code map does not name {missing:?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "ARCHITECTURE.md's code map names {stale:?}, which do not exist"
+    );
+}
+
+#[test]
+fn architecture_is_a_map_not_an_atlas() {
+    let lines = read("ARCHITECTURE.md").lines().count();
+    assert!(lines <= 320, "ARCHITECTURE.md has {lines} lines; a map has at most 320");
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `KILN_*` names read through `env::var("…")` / `env::var_os("…")` in `text`.
+fn env_reads(text: &str, out: &mut BTreeSet<String>) {
+    for call in ["var(\"", "var_os(\""] {
+        for (at, _) in text.match_indices(call) {
+            let rest = &text[at + call.len()..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            if name.starts_with("KILN_") && rest[name.len()..].starts_with('"') {
+                out.insert(name);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_readme_lists_every_environment_variable_the_code_reads() {
+    let mut read_by_code = BTreeSet::new();
+    let mut files = vec![];
+    for dir in ["src", "tests", "benches"] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    for f in files {
+        env_reads(&std::fs::read_to_string(&f).unwrap(), &mut read_by_code);
+    }
+    // The pass options are read as KILN_<KEY> for each of their keys.
+    for key in kiln::passes::PassOptions::KEYS {
+        read_by_code.insert(format!(
+            "KILN_{}",
+            key.to_ascii_uppercase().replace('-', "_")
+        ));
+    }
+    let readme = read("README.md");
+    let rows: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("| `KILN_"))
+        .collect();
+    let in_table: BTreeSet<String> = rows
+        .iter()
+        .map(|l| code_spans(l).next().unwrap().to_string())
+        .collect();
+    assert_eq!(rows.len(), in_table.len(), "a variable has two rows");
+    // One table: the rows are consecutive lines.
+    let first = readme.lines().position(|l| l.starts_with("| `KILN_"));
+    if let Some(first) = first {
+        let run = readme
+            .lines()
+            .skip(first)
+            .take_while(|l| l.starts_with("| `KILN_"))
+            .count();
+        assert_eq!(run, rows.len(), "the KILN_* rows are not one table");
+    }
+    let missing: Vec<_> = read_by_code.difference(&in_table).collect();
+    let unread: Vec<_> = in_table.difference(&read_by_code).collect();
+    assert!(
+        missing.is_empty(),
+        "README.md's environment table lacks {missing:?}"
+    );
+    assert!(
+        unread.is_empty(),
+        "README.md's environment table lists {unread:?}, which no code reads"
+    );
+}
+
+/// The leading integer of the second cell of the STATUS.md table row `| {what} | …`.
+fn status_count(status: &str, what: &str) -> usize {
+    let prefix = format!("| {what} |");
+    let row = status
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("STATUS.md has no row '{prefix}'"));
+    let cell = row[prefix.len()..].trim_start();
+    let digits: String = cell
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == ',')
+        .filter(|c| *c != ',')
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("STATUS.md row '{prefix}' has no count: {row}"))
+}
+
+#[test]
+fn the_counts_status_quotes_match_the_code() {
+    let status = read("STATUS.md");
+    assert_eq!(
+        status_count(&status, "ops in the catalogue"),
+        kiln::ir::ops::catalogue().len(),
+        "STATUS.md: ops in the catalogue"
+    );
+    let header = read("include/kiln.h");
+    let functions: BTreeSet<&str> = header
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('*') && !l.trim_start().starts_with("/*"))
+        .filter_map(|l| {
+            let open = l.find("kiln_")?;
+            let name = &l[open..];
+            let end = name.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
+            name[end..].starts_with('(').then_some(&name[..end])
+        })
+        .collect();
+    assert_eq!(
+        status_count(&status, "exported C functions"),
+        functions.len(),
+        "STATUS.md: exported C functions"
+    );
+    assert_eq!(
+        status_count(&status, "dtypes"),
+        kiln::ir::DType::ALL.len(),
+        "STATUS.md: dtypes"
+    );
+}
