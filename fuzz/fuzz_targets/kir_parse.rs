@@ -22,5 +22,8 @@ fuzz_target!(|data: &[u8]| {
         Err(e) => panic!("the printed graph does not parse back: {e}\n{printed}"),
     };
     let reprinted = print(&reparsed);
-    assert_eq!(printed, reprinted, "print → parse → print is not the identity");
+    assert_eq!(
+        printed, reprinted,
+        "print → parse → print is not the identity"
+    );
 });
