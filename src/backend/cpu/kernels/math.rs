@@ -6,7 +6,8 @@
 //! multiply-adds). The slice functions (`exp_inplace`, ...) pick the path with
 //! [`isa::isa`]; the `_isa` forms take the path explicitly so tests can run both.
 //!
-//! Accuracy (see the tests): a few ulp against f64 over the whole f32 range, with
+//! Accuracy against f64 over the whole f32 range, each bound asserted by its test: exp
+//! 1.2 ulp, tanh 1.3, sigmoid 2.2, erf 2.4 (and 1.5e-7 absolute), with
 //! overflow to inf, underflow to 0 (through the subnormals), and NaN propagated.
 //! The polynomial coefficients are Chebyshev interpolants fitted for this file.
 use crate::backend::cpu::isa::{self, Isa};
@@ -499,12 +500,16 @@ pub(crate) mod tests {
         v
     }
 
+    /// The worst error of `f` over `xs` in ulp of the f32 result, asserted to be at most
+    /// `bound`: each function's bound is the accuracy the documents claim for it, so a
+    /// regression fails here rather than hiding under one loose shared limit.
     fn max_ulp(
         name: &str,
         isa: Isa,
         f: fn(Isa, &mut [f32]),
         reference: fn(f64) -> f64,
         xs: &[f32],
+        bound: f64,
     ) -> f64 {
         let mut y = xs.to_vec();
         f(isa, &mut y);
@@ -512,8 +517,8 @@ pub(crate) mod tests {
         for (&x, &got) in xs.iter().zip(&y) {
             let e = ulp_err(got, reference(x as f64));
             assert!(
-                e <= 4.0,
-                "{name} ({}) at {x:e}: got {got:e}, want {:e} ({e} ulp)",
+                e <= bound,
+                "{name} ({}) at {x:e}: got {got:e}, want {:e} ({e} ulp > {bound})",
                 isa.name(),
                 reference(x as f64)
             );
@@ -535,7 +540,7 @@ pub(crate) mod tests {
     fn exp_accuracy() {
         let xs = sweep(-110.0, 95.0, 400_000);
         for isa in isas() {
-            max_ulp("exp", isa, exp_inplace_isa, f64::exp, &xs);
+            max_ulp("exp", isa, exp_inplace_isa, f64::exp, &xs, 1.2);
         }
     }
 
@@ -543,7 +548,7 @@ pub(crate) mod tests {
     fn tanh_accuracy() {
         let xs = sweep(-12.0, 12.0, 400_000);
         for isa in isas() {
-            max_ulp("tanh", isa, tanh_inplace_isa, f64::tanh, &xs);
+            max_ulp("tanh", isa, tanh_inplace_isa, f64::tanh, &xs, 1.3);
         }
     }
 
@@ -551,7 +556,7 @@ pub(crate) mod tests {
     fn erf_accuracy() {
         let xs = sweep(-6.0, 6.0, 400_000);
         for isa in isas() {
-            max_ulp("erf", isa, erf_inplace_isa, libm::erf, &xs);
+            max_ulp("erf", isa, erf_inplace_isa, libm::erf, &xs, 2.4);
         }
     }
 
@@ -565,6 +570,7 @@ pub(crate) mod tests {
                 sigmoid_inplace_isa,
                 |x| 1.0 / (1.0 + (-x).exp()),
                 &xs,
+                2.2,
             );
         }
     }
