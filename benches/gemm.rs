@@ -2,13 +2,11 @@
 //! on two threads for the BERT and MLP shapes, and this machine's FMA peak. With
 //! `--features gemm-crate`, the `gemm` crate beside them (1 and 2 threads).
 //!
-//! `cargo bench --bench gemm`; throughput is printed in Gelem/s = GFLOP/s (2·m·n·k).
+//! `cargo bench --bench gemm --features openblas`; throughput is printed in Gelem/s = GFLOP/s (2·m·n·k).
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use kiln::backend::cpu::isa::Isa;
-use kiln::backend::cpu::kernels::blas;
-use kiln::backend::cpu::kernels::gemm::{
-    gemm, gemm_openblas, gemm_packed, gemm_with_isa, Epilogue, Mat, PackedB,
-};
+use kiln::backend::cpu::kernels::blas::{self, gemm_openblas};
+use kiln::backend::cpu::kernels::gemm::{gemm, gemm_packed, gemm_with_isa, Epilogue, Mat, PackedB};
 use kiln::backend::cpu::pool::Pool;
 use std::hint::black_box;
 use std::time::{Duration, Instant};

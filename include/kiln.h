@@ -354,6 +354,12 @@ typedef struct kiln_attr {
 #define KILN_STATUS_PARSE 202
 
 /**
+ * A well-formed model or graph uses something Kiln does not implement (an attribute
+ * value, a dtype, an ONNX domain or opset, an attribute type).
+ */
+#define KILN_STATUS_UNSUPPORTED 203
+
+/**
  * Compiling a valid graph failed.
  */
 #define KILN_STATUS_COMPILE_FAILED 300

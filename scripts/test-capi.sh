@@ -9,14 +9,13 @@ $CARGO build --lib --quiet
 out=target/capi-tests
 mkdir -p "$out"
 # What Rust's staticlib needs from the system (`cargo rustc --lib --crate-type staticlib
-# -- --print native-static-libs`), plus OpenBLAS from build.rs.
-libs="-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc -lopenblas"
+# -- --print native-static-libs`).
+libs="-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
 status=0
 for src in tests/capi/*.c; do
   name=$(basename "$src" .c)
   cc -std=c11 -Wall -Wextra -Wpedantic -Werror -Iinclude -Itests/capi "$src" target/debug/libkiln.a $libs -o "$out/$name"
-  # One OpenBLAS thread: its pool threads would only add noise to valgrind's report.
-  if ! OPENBLAS_NUM_THREADS=1 valgrind --quiet --error-exitcode=1 --leak-check=full \
+  if ! valgrind --quiet --error-exitcode=1 --leak-check=full \
       --errors-for-leak-kinds=definite,indirect "$out/$name"; then
     echo "test-capi: $name failed"
     status=1

@@ -335,8 +335,7 @@ pub fn load(exe: &dyn Executable, path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::interp::Interpreter;
-    use crate::backend::Backend;
+    use crate::backend::{backend_with, Device};
     use crate::ir::{Attrs, Graph, Shape, Value};
 
     /// A variable: name, dtype, dims.
@@ -359,7 +358,8 @@ mod tests {
                 g.add_output("seen", next).unwrap();
             }
         }
-        Interpreter::default().compile(&g).unwrap()
+        let interp = backend_with(Device::Interp, Default::default(), 1).unwrap();
+        interp.compile(&g).unwrap()
     }
 
     const VARS: &[VarSpec] = &[

@@ -1,5 +1,5 @@
-//! The crate's one error type. Each variant maps onto a range of C status codes later
-//! (1xx argument, 2xx graph, 3xx compile, 4xx run, 5xx device), so keep them coarse and
+//! The crate's one error type. Each variant maps onto one C status code (1xx argument,
+//! 2xx graph, 3xx compile, 4xx run, 5xx device; `capi::Failure`), so keep them coarse and
 //! put the detail (node name, op, axis names) into the message.
 
 /// Every fallible Kiln operation returns this.
@@ -19,6 +19,10 @@ pub enum Error {
     /// An op name the catalogue does not know.
     #[error("unknown op: {0}")]
     UnknownOp(String),
+    /// Something well-formed that Kiln does not implement: an attribute value, a dtype,
+    /// an ONNX domain or opset, an attribute type.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
     /// A graph that fails verification: bad types, shapes, axis names, attributes.
     #[error("{0}")]
     Graph(String),

@@ -551,3 +551,103 @@ fn a_registered_ops_own_gradient_agrees_with_central_differences() {
     custom::unregister("org.test::Grad").unwrap();
     custom::unregister("org.test::NoGrad").unwrap();
 }
+
+/// The statuses `kiln_kernel_context_output` gave the `Huge` kernel below, in call order.
+static HUGE_STATUSES: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
+/// One f32 output of two fresh symbolic dims.
+unsafe extern "C" fn huge_infer(
+    ctx: *mut kiln::capi::custom_op::kiln_infer_context,
+    _: *mut std::ffi::c_void,
+) -> u32 {
+    let dims = [-1i64, -1];
+    // SAFETY: the live context; `dims` has rank 2 entries; NULL symbols means fresh.
+    unsafe {
+        kiln::capi::custom_op::kiln_infer_context_set_output(
+            ctx,
+            0,
+            kiln::capi::tensor::KILN_DTYPE_F32,
+            dims.as_ptr(),
+            std::ptr::null(),
+            2,
+        )
+    }
+}
+
+/// Asks for outputs whose byte count overflows, then for one no machine can allocate.
+unsafe extern "C" fn huge_compute(
+    ctx: *mut kiln::capi::custom_op::kiln_kernel_context,
+    _: *mut std::ffi::c_void,
+) -> u32 {
+    let cases: [&[i64]; 3] = [&[1 << 32, 1 << 32], &[i64::MAX / 2, 1], &[1 << 50, 1]];
+    for dims in cases {
+        let mut view = std::mem::MaybeUninit::uninit();
+        // SAFETY: the live context; `dims` has `dims.len()` entries; `view` is writable.
+        let status = unsafe {
+            kiln::capi::custom_op::kiln_kernel_context_output(
+                ctx,
+                0,
+                dims.as_ptr(),
+                dims.len(),
+                view.as_mut_ptr(),
+            )
+        };
+        HUGE_STATUSES.lock().unwrap().push(status);
+    }
+    kiln::capi::KILN_STATUS_OK
+}
+
+/// A kernel's requested output size for a symbolic dim is checked (no wrapped byte
+/// count, no buffer smaller than its shape), and a size that cannot be allocated is an
+/// error status, not an abort of the process.
+#[test]
+fn a_kernels_huge_output_request_is_an_error_not_an_overflow_or_abort() {
+    use kiln::capi::custom_op::{kiln_custom_op, kiln_register_op, KILN_CUSTOM_OP_VERSION};
+    use kiln::capi::{KILN_STATUS_INVALID_ARGUMENT, KILN_STATUS_RUN_FAILED};
+    let def = kiln_custom_op {
+        struct_size: std::mem::size_of::<kiln_custom_op>() as u32,
+        version: KILN_CUSTOM_OP_VERSION,
+        domain: c"org.test".as_ptr(),
+        name: c"Huge".as_ptr(),
+        min_inputs: 1,
+        max_inputs: 1,
+        num_outputs: 1,
+        flags: 0,
+        infer: Some(huge_infer),
+        compute: Some(huge_compute),
+        user_data: std::ptr::null_mut(),
+        destroy: None,
+        compute_cuda: None,
+        gradient: None,
+    };
+    // SAFETY: a complete registration whose strings are static.
+    assert_eq!(
+        unsafe { kiln_register_op(&def) },
+        kiln::capi::KILN_STATUS_OK
+    );
+    let mut g = Graph::new("g");
+    let x = g
+        .add_parameter(
+            "x",
+            TensorType::new(
+                kiln::DType::F32,
+                kiln::ir::Shape::new(vec![kiln::ir::Dim::Fixed(2)]),
+            ),
+        )
+        .unwrap()
+        .into();
+    let y = g.op("org.test::Huge", &[x], Attrs::new(), "huge").unwrap();
+    g.add_output("y", y.into()).unwrap();
+    let e = run(&g, Device::Interp, &[tensor(&[2], 1)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("huge") && e.contains("too many elements"), "{e}");
+    assert_eq!(
+        *HUGE_STATUSES.lock().unwrap(),
+        [
+            KILN_STATUS_INVALID_ARGUMENT,
+            KILN_STATUS_INVALID_ARGUMENT,
+            KILN_STATUS_RUN_FAILED
+        ]
+    );
+}

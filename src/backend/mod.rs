@@ -1,8 +1,12 @@
 //! Backends: what turns a verified graph into something that runs.
 //!
 //! The reference interpreter (`interp`) is the oracle; the optimizing CPU backend
-//! (`cpu`) lowers the optimized graph to kernels; the CUDA backend (issue 9) will plug in
-//! behind the same [`Backend`] trait. [`Device`] chooses.
+//! (`cpu`) lowers the optimized graph to kernels; the CUDA backend (`cuda`) lowers it to
+//! generated kernels and cuBLAS, behind the same [`Backend`] trait. [`Device`] chooses.
+//! What the compiling backends share sits here, beside them: per-shape specialization
+//! and its program cache ([`specialize`]), the check of a run's inputs ([`inputs`]),
+//! the geometry of a matrix product
+//! ([`matmul_geometry`]) and the FLOP count of a graph ([`flops`]).
 use std::fmt;
 use std::str::FromStr;
 
@@ -13,7 +17,11 @@ use crate::tensor::Tensor;
 
 pub mod cpu;
 pub mod cuda;
+pub mod flops;
+pub(crate) mod inputs;
 pub mod interp;
+pub(crate) mod matmul_geometry;
+pub(crate) mod specialize;
 
 /// Where a graph runs: `"interp"`, `"cpu"` or `"cuda:N"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,7 +163,7 @@ pub fn backend_with(
     threads: usize,
 ) -> Result<Box<dyn Backend>> {
     match device {
-        Device::Interp => Ok(Box::new(interp::Interpreter::default())),
+        Device::Interp => Ok(Box::new(interp::Interpreter)),
         Device::Cpu => Ok(Box::new(cpu::CpuBackend {
             passes: cpu_pass_options(passes),
             threads,

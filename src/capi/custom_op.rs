@@ -21,7 +21,7 @@ use std::ffi::{c_char, c_void, CString};
 use std::sync::Arc;
 
 use super::graph::{kiln_graph, kiln_value, KILN_VALUE_NONE_NODE};
-use super::tensor::{dtype_from_c, dtype_to_c, kiln_dtype, KILN_DTYPE_INVALID};
+use super::tensor::{dims_from_c, dtype_from_c, dtype_to_c, kiln_dtype, KILN_DTYPE_INVALID};
 use super::{arg, arg_mut, arg_slice, arg_str, guard, guard_or, out_ptr, CResult, Failure};
 use super::{kiln_status, status_name, KILN_STATUS_OK, KILN_STATUS_RUN_FAILED};
 use super::{KILN_STATUS_UNKNOWN_OP, KILN_STATUS_UNSUPPORTED_VERSION};
@@ -277,7 +277,7 @@ impl Op for FfiOp {
             match t {
                 None => inputs.push(None),
                 Some(t) => {
-                    let mut buf = AlignedBuf::new(t.len() * t.dtype().size_in_bytes());
+                    let mut buf = AlignedBuf::new(t.len() * t.dtype().size_in_bytes())?;
                     buf.bytes_mut().copy_from_slice(&t.to_le_bytes());
                     inputs.push(Some(View::new(buf.ptr, t.dtype(), t.shape())));
                     in_bufs.push(buf);
@@ -294,8 +294,9 @@ impl Op for FfiOp {
             return Err("the kernel's outputs went astray".into());
         };
         made.into_iter()
-            .map(|m| {
-                let (buf, dtype, dims) = m.expect("run_kernel checked every output was made");
+            .enumerate()
+            .map(|(k, m)| {
+                let (buf, dtype, dims) = m.ok_or_else(|| format!("output {k} was not made"))?;
                 Tensor::from_le_bytes(dtype, &dims, buf.bytes())
             })
             .collect()
@@ -508,14 +509,17 @@ struct AlignedBuf {
 }
 
 impl AlignedBuf {
-    fn new(len: usize) -> AlignedBuf {
-        let layout = Layout::from_size_align(len.max(1), 64).expect("a valid layout");
+    /// An error, not an abort, when `len` bytes cannot be had: the size comes from a
+    /// user's kernel.
+    fn new(len: usize) -> Result<AlignedBuf, String> {
+        let layout = Layout::from_size_align(len.max(1), 64)
+            .map_err(|_| format!("a buffer of {len} bytes is too large"))?;
         // SAFETY: the layout has a nonzero size.
         let ptr = unsafe { alloc_zeroed(layout) };
         if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
+            return Err(format!("could not allocate a buffer of {len} bytes"));
         }
-        AlignedBuf { ptr, layout, len }
+        Ok(AlignedBuf { ptr, layout, len })
     }
     fn bytes(&self) -> &[u8] {
         // SAFETY: `len` initialized bytes at `ptr`.
@@ -1239,9 +1243,10 @@ fn output_view(
             "the kernel asked for output {index} with dims {dims:?}, inconsistent with inference ({ty})"
         )));
     }
-    let shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+    // Fits in memory (or the call fails), so the byte count below cannot overflow.
+    let shape = dims_from_c(dims, "dims")?;
     let n: usize = shape.iter().product();
-    let buf = AlignedBuf::new(n * ty.dtype.size_in_bytes());
+    let buf = AlignedBuf::new(n * ty.dtype.size_in_bytes()).map_err(fail)?;
     let view = View::new(buf.ptr, ty.dtype, &shape);
     let c = view.to_c();
     made[index] = Some((buf, ty.dtype, shape));

@@ -59,6 +59,7 @@ impl From<Error> for Failure {
             Error::Io(_) => KILN_STATUS_IO,
             Error::Parse { .. } => KILN_STATUS_PARSE,
             Error::UnknownOp(_) => KILN_STATUS_UNKNOWN_OP,
+            Error::Unsupported(_) => KILN_STATUS_UNSUPPORTED,
             Error::Graph(_) => KILN_STATUS_INVALID_GRAPH,
             Error::Compile(_) => KILN_STATUS_COMPILE_FAILED,
             Error::Runtime(_) => KILN_STATUS_RUN_FAILED,
@@ -212,5 +213,8 @@ mod tests {
             "unknown op: 'X' \\0 is unknown",
             "success keeps the last error"
         );
+        let status = guard(|| Err(Error::Unsupported("spatial = 0".into()).into()));
+        assert_eq!(status, KILN_STATUS_UNSUPPORTED);
+        assert_eq!(last_error(), "unsupported: spatial = 0");
     }
 }

@@ -27,6 +27,9 @@ pub const KILN_STATUS_INVALID_GRAPH: kiln_status = 200;
 pub const KILN_STATUS_UNKNOWN_OP: kiln_status = 201;
 /// `.kir` text that does not parse.
 pub const KILN_STATUS_PARSE: kiln_status = 202;
+/// A well-formed model or graph uses something Kiln does not implement (an attribute
+/// value, a dtype, an ONNX domain or opset, an attribute type).
+pub const KILN_STATUS_UNSUPPORTED: kiln_status = 203;
 /// Compiling a valid graph failed.
 pub const KILN_STATUS_COMPILE_FAILED: kiln_status = 300;
 /// A run failed while computing (e.g. an index out of range in the data).
@@ -57,6 +60,7 @@ const STATUS_NAMES: &[(kiln_status, &str)] = &[
     (KILN_STATUS_INVALID_GRAPH, "KILN_STATUS_INVALID_GRAPH\0"),
     (KILN_STATUS_UNKNOWN_OP, "KILN_STATUS_UNKNOWN_OP\0"),
     (KILN_STATUS_PARSE, "KILN_STATUS_PARSE\0"),
+    (KILN_STATUS_UNSUPPORTED, "KILN_STATUS_UNSUPPORTED\0"),
     (KILN_STATUS_COMPILE_FAILED, "KILN_STATUS_COMPILE_FAILED\0"),
     (KILN_STATUS_RUN_FAILED, "KILN_STATUS_RUN_FAILED\0"),
     (KILN_STATUS_RUN_BAD_INPUT, "KILN_STATUS_RUN_BAD_INPUT\0"),

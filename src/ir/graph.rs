@@ -588,6 +588,7 @@ fn strip_kind(e: Error) -> String {
         Error::Graph(m)
         | Error::InvalidArgument(m)
         | Error::UnknownOp(m)
+        | Error::Unsupported(m)
         | Error::Runtime(m)
         | Error::Device(m)
         | Error::Io(m) => m,

@@ -6,9 +6,10 @@
 use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 
-use crate::ir::DType;
-
+pub mod dtype;
 pub mod npy;
+
+pub use dtype::DType;
 
 /// A dense tensor. The variant is the dtype.
 #[derive(Debug, Clone, PartialEq)]
@@ -230,19 +231,19 @@ fn convert<S: Elem, D: Elem>(a: &ArrayD<S>) -> ArrayD<D> {
 macro_rules! with_dtype {
     ($dtype:expr, $f:ident ( $($arg:expr),* )) => {
         match $dtype {
-            $crate::ir::DType::F32 => $f::<f32>($($arg),*),
-            $crate::ir::DType::F64 => $f::<f64>($($arg),*),
-            $crate::ir::DType::F16 => $f::<half::f16>($($arg),*),
-            $crate::ir::DType::BF16 => $f::<half::bf16>($($arg),*),
-            $crate::ir::DType::I8 => $f::<i8>($($arg),*),
-            $crate::ir::DType::U8 => $f::<u8>($($arg),*),
-            $crate::ir::DType::I32 => $f::<i32>($($arg),*),
-            $crate::ir::DType::I64 => $f::<i64>($($arg),*),
-            $crate::ir::DType::Bool => $f::<bool>($($arg),*),
-            $crate::ir::DType::I16 => $f::<i16>($($arg),*),
-            $crate::ir::DType::U16 => $f::<u16>($($arg),*),
-            $crate::ir::DType::U32 => $f::<u32>($($arg),*),
-            $crate::ir::DType::U64 => $f::<u64>($($arg),*),
+            $crate::tensor::DType::F32 => $f::<f32>($($arg),*),
+            $crate::tensor::DType::F64 => $f::<f64>($($arg),*),
+            $crate::tensor::DType::F16 => $f::<half::f16>($($arg),*),
+            $crate::tensor::DType::BF16 => $f::<half::bf16>($($arg),*),
+            $crate::tensor::DType::I8 => $f::<i8>($($arg),*),
+            $crate::tensor::DType::U8 => $f::<u8>($($arg),*),
+            $crate::tensor::DType::I32 => $f::<i32>($($arg),*),
+            $crate::tensor::DType::I64 => $f::<i64>($($arg),*),
+            $crate::tensor::DType::Bool => $f::<bool>($($arg),*),
+            $crate::tensor::DType::I16 => $f::<i16>($($arg),*),
+            $crate::tensor::DType::U16 => $f::<u16>($($arg),*),
+            $crate::tensor::DType::U32 => $f::<u32>($($arg),*),
+            $crate::tensor::DType::U64 => $f::<u64>($($arg),*),
         }
     };
 }

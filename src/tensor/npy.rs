@@ -5,8 +5,7 @@
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::ir::DType;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 

@@ -11,7 +11,8 @@ static void versions_and_statuses(void) {
   const kiln_status all[] = {KILN_STATUS_NULL_ARGUMENT,   KILN_STATUS_INVALID_ARGUMENT,
                              KILN_STATUS_BUFFER_TOO_SMALL, KILN_STATUS_IO,
                              KILN_STATUS_INVALID_GRAPH,    KILN_STATUS_UNKNOWN_OP,
-                             KILN_STATUS_PARSE,            KILN_STATUS_COMPILE_FAILED,
+                             KILN_STATUS_PARSE,            KILN_STATUS_UNSUPPORTED,
+                             KILN_STATUS_UNSUPPORTED_VERSION, KILN_STATUS_COMPILE_FAILED,
                              KILN_STATUS_RUN_FAILED,       KILN_STATUS_RUN_BAD_INPUT,
                              KILN_STATUS_DEVICE_UNAVAILABLE, KILN_STATUS_INTERNAL};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {

@@ -268,3 +268,57 @@ fn absurd_sizes_are_errors_not_overflows() {
         .to_string();
     assert!(e.contains("add_parameter"), "{e}");
 }
+
+/// A `Fused` body operand that starts with a multi-byte character is an error naming the
+/// step, from `.kir` text and from the API alike (it once sliced the text at a byte).
+#[test]
+fn fused_body_operands_are_checked_not_sliced() {
+    for operand in ["é", "é0", "i", "t", "x0", "i-1", "iΩ"] {
+        let body =
+            format!("  %1 \"f\" = Fused(%0) {{body = [\"Relu({operand})\"]}} : f32[2, 3]\n}}\n");
+        parse_fails(&body, 3, 3, &format!("body step 0 'Relu({operand})'"));
+
+        let mut g = Graph::new("g");
+        let x = param(&mut g, "x", &[2, 3], &["B", "C"]);
+        let attrs = Attrs::new().with("body", Attr::Strings(vec![format!("Relu({operand})")]));
+        let e = g.op("Fused", &[x], attrs, "f").unwrap_err().to_string();
+        assert!(
+            e.contains("node #1 'f' (Fused)") && e.contains("body step 0"),
+            "{operand}: {e}"
+        );
+    }
+}
+
+/// `external("file", ..)` reads only inside the `.kir` file's folder, as ONNX external
+/// data does: no absolute path, no `..`.
+#[test]
+fn external_weights_stay_inside_the_kir_files_folder() {
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ir_external_confined");
+    let dir = root.join("model");
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    let four_floats: Vec<u8> = [1.0f32, 2.0, 3.0, 4.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    std::fs::write(root.join("secret.bin"), &four_floats).unwrap();
+    std::fs::write(dir.join("sub/w.bin"), &four_floats).unwrap();
+    let kir = |file: &str| {
+        let text = format!(
+            "graph \"g\" {{\n  %0 \"a\" = Constant : f32[2] = external(\"{file}\", 0, 8)\n  %1 \"b\" = Constant : f32[2] = external(\"{file}\", 8, 8)\n  return \"y\" = %1\n}}\n"
+        );
+        let path = dir.join("model.kir");
+        std::fs::write(&path, text).unwrap();
+        kiln::ir::text::parse_file(&path)
+    };
+    let g = kir("sub/w.bin").unwrap();
+    assert_eq!(g.len(), 2);
+    for file in ["../secret.bin", "sub/../../secret.bin", "/etc/passwd", ""] {
+        let e = kir(file).unwrap_err();
+        assert!(
+            matches!(e, Error::Parse { line: 2, .. })
+                && (e.to_string().contains("leaves the .kir file's folder")
+                    || e.to_string().contains("needs a name")),
+            "{file}: {e}"
+        );
+    }
+}

@@ -12,8 +12,9 @@ use super::program::{AlignedBuf, Loc, Slot, Step};
 use super::state::Variables;
 use super::steps::{self, view, Build};
 use super::tune::Tuning;
+use crate::backend::specialize::static_output;
 use crate::error::{Error, Result};
-use crate::ir::{DType, Graph, NodeId, Value};
+use crate::ir::{Graph, Value};
 use crate::memory::{self, MemoryPlan};
 
 /// A lowered graph for one set of input shapes.
@@ -31,8 +32,6 @@ pub struct Program {
     /// [`memory::MemoryPlan::stored`]), and no step after the first such update can
     /// fail, so a failed run still leaves every variable as it was.
     pub swaps: Vec<usize>,
-    /// Floating-point operations of one run (matrix products and convolutions).
-    pub flops: f64,
     /// Keeps the constants that `Loc::Const` points into alive.
     _consts: Vec<AlignedBuf>,
 }
@@ -216,58 +215,6 @@ fn lower_with(
         memory: plan,
         stores,
         swaps,
-        flops: graph_flops(g),
         _consts: consts,
     })
-}
-
-/// Floating-point operations of one run of `g` (static types): its matrix products and
-/// convolutions, two per multiply-add; the rest is memory-bound and not counted.
-pub fn graph_flops(g: &Graph) -> f64 {
-    g.node_ids().map(|id| node_flops(g, id)).sum()
-}
-
-fn node_flops(g: &Graph, id: NodeId) -> f64 {
-    let node = g.node(id);
-    let shape = |k: usize| -> Option<Vec<usize>> {
-        let v = node.inputs.get(k).copied().flatten()?;
-        g.node(v.node).outputs[v.output as usize].shape.to_fixed()
-    };
-    let outputs = node
-        .outputs
-        .first()
-        .and_then(|t| t.shape.num_elements())
-        .unwrap_or(0) as f64;
-    match node.op.as_str() {
-        // Each output: a dot product over (input channels per group × kernel size).
-        "Conv" | "FusedConv" => shape(1).map_or(0.0, |w| {
-            2.0 * outputs * w[1..].iter().product::<usize>() as f64
-        }),
-        "MatMul" | "FusedMatMul" | "Gemm" => shape(0).map_or(0.0, |a| {
-            let trans_a = node.attrs.int_or("transA", 0).unwrap_or(0) != 0;
-            let k = match a.len() {
-                0 => 1,
-                1 => a[0],
-                r if trans_a => a[r - 2],
-                r => a[r - 1],
-            };
-            2.0 * outputs * k as f64
-        }),
-        _ => 0.0,
-    }
-}
-
-/// Output `k` of node `id` as a dtype and fixed dims, or an error naming the node when
-/// its type is not static (a program is made for one input-shape signature).
-pub(crate) fn static_output(g: &Graph, id: NodeId, k: usize) -> Result<(DType, Vec<usize>)> {
-    let ty = &g.node(id).outputs[k];
-    ty.shape
-        .to_fixed()
-        .map(|shape| (ty.dtype, shape))
-        .ok_or_else(|| {
-            Error::Graph(format!(
-                "{}: output {k} has type {ty}, not static",
-                g.describe(id)
-            ))
-        })
 }

@@ -10,11 +10,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::backend::inputs::{check_input_types, input_types};
 use crate::backend::interp::{self, InterpExecutable};
+use crate::backend::specialize::{specialize_for_shapes, static_input_shapes, ProgramCache};
 use crate::backend::{Backend, Executable};
 use crate::error::{Error, Result};
-use crate::ir::{verify, Dim, Graph, TensorType};
-use crate::passes::{run_pipeline, PassOptions};
+use crate::ir::{verify, Graph, TensorType};
+use crate::passes::PassOptions;
 use crate::tensor::Tensor;
 
 pub mod denormals;
@@ -54,15 +56,15 @@ impl CpuBackend {
     /// The executable, as its concrete type.
     pub fn compile_cpu(&self, graph: &Graph) -> Result<CpuExecutable> {
         verify(graph)?;
-        kernels::blas::single_threaded();
+        isa::cap_from_env().map_err(Error::InvalidArgument)?;
         let exe = CpuExecutable {
             graph: graph.clone(),
             variables: RwLock::new(Variables::new(graph)?),
-            input_types: interp::input_types(graph),
+            input_types: input_types(graph),
             passes: self.passes.clone(),
             pool: Pool::new(self.threads),
             tuning: self.tuning.clone(),
-            programs: RwLock::new(HashMap::new()),
+            programs: ProgramCache::new(),
             arenas: Mutex::new(vec![]),
             profile: std::env::var("KILN_PROFILE")
                 .is_ok_and(|v| v == "1")
@@ -74,14 +76,6 @@ impl CpuBackend {
         }
         Ok(exe)
     }
-}
-
-/// The graph inputs' dims when all are static (one program serves every run).
-pub(crate) fn static_input_shapes(g: &Graph) -> Option<Vec<Vec<usize>>> {
-    g.inputs()
-        .iter()
-        .map(|&id| g.node(id).outputs[0].shape.to_fixed())
-        .collect()
 }
 
 /// How one input-shape signature runs: lowered, or (when some type stays dynamic after
@@ -105,7 +99,7 @@ pub struct CpuExecutable {
     passes: PassOptions,
     pool: Pool,
     tuning: tune::Tuning,
-    programs: RwLock<HashMap<Vec<Vec<usize>>, Arc<Compiled>>>,
+    programs: ProgramCache<Compiled>,
     /// Arenas of finished runs, reused by the next ones (one per concurrent run).
     arenas: Mutex<Vec<AlignedBuf>>,
     /// `KILN_PROFILE=1`: time per step, summed over runs and printed when dropped.
@@ -115,29 +109,8 @@ pub struct CpuExecutable {
 impl CpuExecutable {
     /// The program for these input shapes, built on first sight.
     pub fn program(&self, shapes: &[Vec<usize>]) -> Result<Arc<Compiled>> {
-        if let Some(p) = self
-            .programs
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(shapes)
-        {
-            return Ok(p.clone());
-        }
-        let compiled = Arc::new(self.specialize(shapes)?);
-        let mut map = self.programs.write().unwrap_or_else(|e| e.into_inner());
-        Ok(map.entry(shapes.to_vec()).or_insert(compiled).clone())
-    }
-
-    /// The program already built for these inputs' shapes (found without allocating).
-    fn cached_program(&self, inputs: &[Tensor]) -> Option<Arc<Compiled>> {
-        let programs = self.programs.read().unwrap_or_else(|e| e.into_inner());
-        programs
-            .iter()
-            .find(|(shapes, _)| {
-                shapes.len() == inputs.len()
-                    && shapes.iter().zip(inputs).all(|(s, t)| s == t.shape())
-            })
-            .map(|(_, p)| p.clone())
+        self.programs
+            .get_or_build(shapes, || self.specialize(shapes))
     }
 
     /// The kernel kind of each step of the program for these input shapes (`None` when
@@ -152,17 +125,7 @@ impl CpuExecutable {
     }
 
     fn specialize(&self, shapes: &[Vec<usize>]) -> Result<Compiled> {
-        let mut g = self.graph.clone();
-        let mut bindings = HashMap::new();
-        for (&id, shape) in g.inputs().iter().zip(shapes) {
-            for (axis, &size) in g.node(id).outputs[0].shape.axes.iter().zip(shape) {
-                if let Dim::Sym(s) = &axis.dim {
-                    bindings.insert(s.clone(), size);
-                }
-            }
-        }
-        g.specialize(&bindings)?;
-        run_pipeline(&mut g, &self.passes)?;
+        let g = specialize_for_shapes(&self.graph, shapes, &self.passes)?;
         let dynamic = g
             .nodes()
             .iter()
@@ -339,10 +302,10 @@ impl Executable for CpuExecutable {
                     .zip(inputs)
                     .all(|((_, ty), t)| ty.dtype == t.dtype())
         };
-        let program = match self.cached_program(inputs) {
+        let program = match self.programs.find(inputs) {
             Some(p) if dtypes_match() => p,
             _ => {
-                interp::check_input_types(&self.input_types, inputs)?;
+                check_input_types(&self.input_types, inputs)?;
                 let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
                 self.program(&shapes)?
             }

@@ -7,19 +7,18 @@
 use std::collections::HashMap;
 use std::sync::RwLock;
 
+use crate::backend::inputs::{bind, check_input_types, input_types};
 use crate::backend::{check_variable_write, unknown_variable, Backend, Executable};
 use crate::error::{Error, Result};
 use crate::ir::ops::{self, EvalCtx};
-use crate::ir::{verify, Dim, Graph, NodeId, TensorType};
-use crate::passes::{run_pipeline, PassOptions};
+use crate::ir::{verify, Graph, NodeId, TensorType};
 use crate::tensor::Tensor;
 
-/// The interpreter backend: the graph as given, or (`passes`) after a pass pipeline,
-/// which is how the pipeline is tested against the unoptimized graph.
+/// The interpreter backend: it runs the graph exactly as given. It knows nothing of the
+/// pass pipeline, so it can check it: to interpret an optimized graph, run
+/// `passes::run_pipeline` on it first and compile the result here.
 #[derive(Default)]
-pub struct Interpreter {
-    pub passes: Option<PassOptions>,
-}
+pub struct Interpreter;
 
 impl Backend for Interpreter {
     fn name(&self) -> &'static str {
@@ -27,12 +26,7 @@ impl Backend for Interpreter {
     }
 
     fn compile(&self, graph: &Graph) -> Result<Box<dyn Executable>> {
-        let mut graph = graph.clone();
-        if let Some(options) = &self.passes {
-            verify(&graph)?;
-            run_pipeline(&mut graph, options)?;
-        }
-        Ok(Box::new(InterpExecutable::new(graph)?))
+        Ok(Box::new(InterpExecutable::new(graph.clone())?))
     }
 }
 
@@ -218,70 +212,6 @@ pub fn run_graph(
 
 /// Checks `inputs` against the graph's parameters (count, dtype, rank, fixed sizes, one
 /// size per symbol); returns the symbols' sizes.
-pub fn check_inputs(graph: &Graph, inputs: &[Tensor]) -> Result<HashMap<String, usize>> {
+fn check_inputs(graph: &Graph, inputs: &[Tensor]) -> Result<HashMap<String, usize>> {
     check_input_types(&input_types(graph), inputs)
-}
-
-/// The graph's parameters' names and types, in order (what [`check_input_types`] needs,
-/// worked out once by executables that check every run).
-pub fn input_types(graph: &Graph) -> Vec<(String, TensorType)> {
-    graph
-        .inputs()
-        .into_iter()
-        .map(|id| {
-            let node = graph.node(id);
-            (node.name.clone(), node.outputs[0].clone())
-        })
-        .collect()
-}
-
-/// [`check_inputs`] against [`input_types`]' list.
-pub fn check_input_types(
-    params: &[(String, TensorType)],
-    inputs: &[Tensor],
-) -> Result<HashMap<String, usize>> {
-    if inputs.len() != params.len() {
-        return Err(Error::InvalidArgument(format!(
-            "the graph takes {} inputs, {} given",
-            params.len(),
-            inputs.len()
-        )));
-    }
-    let mut symbols: HashMap<String, usize> = HashMap::new();
-    for ((name, ty), t) in params.iter().zip(inputs) {
-        bind(ty, t, &mut symbols)
-            .map_err(|e| Error::InvalidArgument(format!("input '{name}': {e}")))?;
-    }
-    Ok(symbols)
-}
-
-/// Checks `t` against `ty`, binding `ty`'s symbols to sizes on first sight.
-fn bind(
-    ty: &TensorType,
-    t: &Tensor,
-    symbols: &mut HashMap<String, usize>,
-) -> std::result::Result<(), String> {
-    let mismatch = || format!("expected {ty}, got {}{:?}", t.dtype(), t.shape());
-    if t.dtype() != ty.dtype || t.rank() != ty.rank() {
-        return Err(mismatch());
-    }
-    for (axis, &size) in ty.shape.axes.iter().zip(t.shape()) {
-        match &axis.dim {
-            Dim::Fixed(n) if *n != size => return Err(mismatch()),
-            Dim::Fixed(_) => {}
-            Dim::Sym(s) => match symbols.get(s) {
-                Some(&bound) if bound != size => {
-                    return Err(format!(
-                        "{}: symbol {s} is {bound} elsewhere, {size} here",
-                        mismatch()
-                    ))
-                }
-                Some(_) => {}
-                None => {
-                    symbols.insert(s.clone(), size);
-                }
-            },
-        }
-    }
-    Ok(())
 }

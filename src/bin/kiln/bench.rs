@@ -3,7 +3,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kiln::backend::cpu::lower::graph_flops;
+use kiln::backend::flops::graph_flops;
 use kiln::backend::{backend_with, Device};
 use kiln::passes::PassOptions;
 use kiln::{DType, Result, Tensor};

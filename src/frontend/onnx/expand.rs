@@ -87,6 +87,12 @@ impl<'i, 'a> Builder<'i, 'a> {
         if self.rank(x)? == 0 {
             return Ok(x);
         }
+        if axis >= rank {
+            return Err(Error::Graph(format!(
+                "a per-axis operand (rank {}) lines up with axis {axis}, but the input has rank {rank}",
+                self.rank(x)?
+            )));
+        }
         let mut shape = vec![1i64; rank];
         shape[axis] = -1;
         let shape = self.ints(&shape)?;
@@ -111,7 +117,7 @@ impl<'i, 'a> Builder<'i, 'a> {
     }
 }
 
-fn need(inputs: &[Option<Value>], i: usize, what: &str) -> Result<Value> {
+pub(super) fn need(inputs: &[Option<Value>], i: usize, what: &str) -> Result<Value> {
     inputs
         .get(i)
         .copied()
@@ -573,7 +579,10 @@ pub(super) fn depth_space(
     let [n, c, h, w] = [0, 1, 2, 3].map(|a| b.dim(x, a));
     let (n, c, h, w) = (n?, c?, h?, w?);
     let bs = b.ints(&[block])?;
-    let bb = b.ints(&[block * block])?;
+    let squared = block
+        .checked_mul(block)
+        .ok_or_else(|| Error::Graph(format!("blocksize {block} is too large")))?;
+    let bb = b.ints(&[squared])?;
     let (split, perm, joined) = if op == "DepthToSpace" {
         let c_out = b.binary("Div", c, bb)?;
         let split = if crd {
@@ -651,8 +660,8 @@ pub(super) fn eye_like(
     }
     let dtype = match attrs.int("dtype").map_err(Error::Graph)? {
         Some(code) => {
-            let name = super::tensor::dtype_name(code).map_err(Error::UnknownOp)?;
-            name.parse::<DType>().map_err(Error::UnknownOp)?
+            let name = super::tensor::dtype_name(code).map_err(Error::Unsupported)?;
+            name.parse::<DType>().map_err(Error::Unsupported)?
         }
         None => b.dtype(x)?,
     };

@@ -54,7 +54,7 @@ fn import_model(model: &ModelProto, base_dir: Option<&Path>) -> Result<Graph> {
         .find(|o| matches!(o.domain(), "" | "ai.onnx"))
         .map(|o| o.version());
     if let Some(v) = opset.filter(|v| !(1..=28).contains(v)) {
-        return Err(Error::InvalidArgument(format!(
+        return Err(Error::Unsupported(format!(
             "ai.onnx opset {v} is not supported (1 to 28 are)"
         )));
     }
@@ -111,6 +111,7 @@ fn import_model(model: &ModelProto, base_dir: Option<&Path>) -> Result<Graph> {
         };
         let outs = imp.node(node).map_err(|e| match e {
             Error::UnknownOp(m) => Error::UnknownOp(format!("{}: {m}", what())),
+            Error::Unsupported(m) => Error::Unsupported(format!("{}: {m}", what())),
             Error::Graph(m) | Error::InvalidArgument(m) => Error::Graph(format!("{}: {m}", what())),
             e => e,
         })?;
@@ -276,7 +277,12 @@ impl Importer<'_> {
             let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
             let start = clamp(attrs.int_or("start", 0).map_err(Error::Graph)?);
             let end = clamp(attrs.int_or("end", r).map_err(Error::Graph)?).max(start);
-            let v: Vec<i64> = dims[start..end].iter().map(|&d| d as i64).collect();
+            let kept = dims.get(start..end).ok_or_else(|| {
+                Error::Graph(format!(
+                    "Shape: start {start} and end {end} do not select within rank {r}"
+                ))
+            })?;
+            let v: Vec<i64> = kept.iter().map(|&d| d as i64).collect();
             return Ok(Some(vec![self.ints(name, &v)?]));
         }
         let Some(catalogue_op) = crate::ir::ops::lookup(op) else {
@@ -392,7 +398,7 @@ impl Importer<'_> {
             domain,
             "ai.onnx" | "ai.onnx.ml" | "ai.onnx.preview.training"
         ) {
-            return Err(Error::UnknownOp(format!(
+            return Err(Error::Unsupported(format!(
                 "domain '{domain}' is not supported"
             )));
         }
@@ -459,7 +465,7 @@ fn attr(a: &AttributeProto, base_dir: Option<&Path>) -> Result<AttrValue> {
                 .map_err(|e| Error::InvalidArgument(format!("attribute '{}': {e}", a.name())));
         }
         other => {
-            return Err(Error::UnknownOp(format!(
+            return Err(Error::Unsupported(format!(
                 "attribute '{}' of type {} is not supported",
                 a.name(),
                 other.as_str_name()

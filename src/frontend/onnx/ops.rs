@@ -64,6 +64,15 @@ const DEFINED_BEFORE_OPSET_7: &[(&str, i64)] = &[
     ("Transpose", 1), ("Unsqueeze", 1),
 ];
 
+/// Whether a model may not name this catalogue op: the graph's own sources and state (a
+/// model's inputs and weights come from its graph, not from nodes), the forms the passes
+/// build (families `fused` and `layout`), and every op the catalogue marks "Kiln-only".
+pub(crate) fn kiln_internal(schema: &ops::OpSchema) -> bool {
+    matches!(schema.family, "fused" | "layout" | "state")
+        || (schema.family == "source" && schema.name != "Constant")
+        || schema.doc.starts_with("Kiln-only")
+}
+
 /// What `convert` needs to know of the ONNX node besides its operands.
 pub(super) struct NodeKind<'s> {
     pub domain: &'s str,
@@ -99,7 +108,7 @@ pub(super) fn convert(
         match DEFINED_BEFORE_OPSET_7.iter().find(|(o, _)| *o == op) {
             Some(&(_, since)) if since <= opset => opset = 7,
             _ => {
-                return Err(Error::UnknownOp(format!(
+                return Err(Error::Unsupported(format!(
                     "op '{op}' at opset {opset} is not supported (Kiln reads opsets 1-6 only for ops unchanged since; this one changed by opset 7)"
                 )))
             }
@@ -121,7 +130,7 @@ pub(super) fn convert(
     if op == "BatchNormalization" {
         if let Some(Attr::Int(s)) = attrs.0.remove("spatial") {
             if s != 1 {
-                return Err(Error::UnknownOp("spatial = 0 is not supported".into()));
+                return Err(Error::Unsupported("spatial = 0 is not supported".into()));
             }
         }
     }
@@ -197,7 +206,7 @@ pub(super) fn convert(
             for key in ["output_dtype", "output_datatype"] {
                 if let Some(Attr::Int(code)) = attrs.0.remove(key) {
                     if code != 0 {
-                        let d = super::tensor::dtype_name(code).map_err(Error::UnknownOp)?;
+                        let d = super::tensor::dtype_name(code).map_err(Error::Unsupported)?;
                         attrs.set(key, Attr::String(d.into()));
                     }
                 }
@@ -205,7 +214,7 @@ pub(super) fn convert(
         }
         "Cast" | "BitCast" => {
             if let Some(Attr::Int(code)) = attrs.0.remove("to") {
-                let to = super::tensor::dtype_name(code).map_err(Error::UnknownOp)?;
+                let to = super::tensor::dtype_name(code).map_err(Error::Unsupported)?;
                 attrs.set("to", Attr::String(to.into()));
             }
         }
@@ -263,7 +272,7 @@ pub(super) fn convert(
         "Pad" if opset < 11 => {
             attr_to_input(imp, &mut inputs, &mut attrs, "pads", 1, name)?;
             if let Some(Attr::Float(v)) = attrs.0.remove("value") {
-                let x = inputs[0].ok_or_else(|| Error::Graph("Pad needs data".into()))?;
+                let x = expand::need(&inputs, 0, "data")?;
                 let c = scalar_like(imp, x, v, &format!("{name}.value"))?;
                 inputs.push(Some(c));
             }
@@ -338,8 +347,13 @@ pub(super) fn convert(
         }
         _ => {}
     }
-    if ops::lookup(op).is_none() || matches!(op, "Parameter" | "Variable" | "Assign" | "Dot") {
+    let Some(catalogue_op) = ops::lookup(op) else {
         return Err(Error::UnknownOp(format!("op '{op}' is not supported")));
+    };
+    if kiln_internal(catalogue_op.schema()) {
+        return Err(Error::UnknownOp(format!(
+            "op '{op}' is Kiln-internal, not an ONNX op"
+        )));
     }
     // Trailing omitted optional inputs are simply absent.
     while inputs.last().is_some_and(|v| v.is_none()) {
@@ -364,7 +378,7 @@ fn constant_value(attrs: Attrs, tensors: HashMap<String, Tensor>) -> Result<Tens
             Tensor::from_vec(&[v.len()], v).map_err(Error::InvalidArgument)?
         }
         Some((k, _)) => {
-            return Err(Error::UnknownOp(format!(
+            return Err(Error::Unsupported(format!(
                 "Constant attribute '{k}' is not supported"
             )))
         }

@@ -1,8 +1,9 @@
 //! ONNX `TensorProto` to `Tensor`: element types, raw and typed data, external data
 //! files (which must stay inside the model's folder).
-use std::path::{Component, Path};
+use std::path::Path;
 
 use super::proto::{tensor_proto, TensorProto};
+use crate::ir::text::weights::inside_folder;
 use crate::ir::DType;
 use crate::tensor::Tensor;
 
@@ -49,16 +50,7 @@ fn external(t: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, String>
             .map(|e| e.value().to_string())
     };
     let location = get("location").ok_or("external data without a location")?;
-    let rel = Path::new(&location);
-    if rel.is_absolute()
-        || rel
-            .components()
-            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-    {
-        return Err(format!(
-            "external data location '{location}' leaves the model's folder"
-        ));
-    }
+    let rel = inside_folder(&location, "the model's folder")?;
     let dir = base_dir.ok_or("external data needs the model's folder (import from a file)")?;
     let path = dir.join(rel);
     let bytes =

@@ -485,12 +485,16 @@ impl Step {
             let parsed = if a == "_" {
                 None
             } else {
-                let k: usize = a[1..]
-                    .parse()
-                    .map_err(|_| bad("operands are iN, tN or _"))?;
-                Some(match &a[..1] {
-                    "i" if k < n_inputs => Arg::Input(k),
-                    "t" if k < index => Arg::Step(k),
+                let not_an_operand = || bad(&format!("operand '{a}' is not iN, tN or _"));
+                let (step, k) = match (a.strip_prefix('i'), a.strip_prefix('t')) {
+                    (Some(k), _) => (false, k),
+                    (_, Some(k)) => (true, k),
+                    _ => return Err(not_an_operand()),
+                };
+                let k: usize = k.parse().map_err(|_| not_an_operand())?;
+                Some(match step {
+                    false if k < n_inputs => Arg::Input(k),
+                    true if k < index => Arg::Step(k),
                     _ => return Err(bad(&format!("operand {a} does not exist here"))),
                 })
             };

@@ -28,6 +28,7 @@
 mod lex;
 mod parse;
 mod print;
+pub(crate) mod weights;
 
 pub use parse::{parse, parse_file};
 pub use print::{print, print_with, save, PrintOptions};

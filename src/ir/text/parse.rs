@@ -1,9 +1,12 @@
 //! The parser (see the module docs for the grammar): recursive descent over the lexer's
 //! tokens, then the verifier, whose errors are reported at the offending node's line.
+use std::collections::HashMap;
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use super::lex::{lex, Tok, Token};
+use super::weights::inside_folder;
 use crate::error::{Error, Result};
 use crate::ir::graph::{GraphOutput, Node};
 use crate::ir::{verify, Attr, Attrs, DType, Dim, Graph, NodeId, Shape, TensorType, Value};
@@ -24,10 +27,13 @@ pub fn parse(text: &str, file: &str, base_dir: Option<&Path>) -> Result<Graph> {
         file,
         base_dir,
         node_pos: vec![],
+        weights_files: HashMap::new(),
     };
     let g = p.graph()?;
     verify::verify_located(&g).map_err(|(node, e)| {
-        let (line, col) = node.map_or((1, 1), |id| p.node_pos[id.index()]);
+        let (line, col) = node
+            .and_then(|id| p.node_pos.get(id.index()).copied())
+            .unwrap_or((1, 1));
         let msg = match e {
             Error::Graph(m) => m,
             Error::UnknownOp(m) => format!("unknown op: {m}"),
@@ -51,6 +57,8 @@ struct Parser<'a> {
     base_dir: Option<&'a Path>,
     /// Where each node starts, for verifier errors.
     node_pos: Vec<(usize, usize)>,
+    /// The external weights files read so far, by name: each is read once per parse.
+    weights_files: HashMap<String, Rc<[u8]>>,
 }
 
 type PResult<T> = Result<T>;
@@ -473,14 +481,27 @@ impl Parser<'_> {
             let Some(dir) = self.base_dir else {
                 return self.error(&file_tok, "external weights need the .kir file's directory");
             };
-            let path = dir.join(&file);
-            let bytes = std::fs::read(&path).map_err(|e| {
-                self.error_at(
-                    file_tok.line,
-                    file_tok.col,
-                    format!("{}: {e}", path.display()),
-                )
-            })?;
+            let rel = match inside_folder(&file, "the .kir file's folder") {
+                Ok(rel) => rel,
+                Err(e) => return self.error(&file_tok, e),
+            };
+            let path = dir.join(rel);
+            let bytes = match self.weights_files.get(&file) {
+                Some(bytes) => bytes.clone(),
+                None => {
+                    let bytes: Rc<[u8]> = std::fs::read(&path)
+                        .map_err(|e| {
+                            self.error_at(
+                                file_tok.line,
+                                file_tok.col,
+                                format!("{}: {e}", path.display()),
+                            )
+                        })?
+                        .into();
+                    self.weights_files.insert(file.clone(), bytes.clone());
+                    bytes
+                }
+            };
             let range = usize::try_from(offset)
                 .ok()
                 .zip(usize::try_from(len).ok())

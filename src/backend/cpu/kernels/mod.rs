@@ -3,6 +3,7 @@
 pub mod activation;
 pub mod adam;
 pub mod binary;
+#[cfg(feature = "openblas")]
 pub mod blas;
 pub mod conv;
 pub mod conv_grad;

@@ -1,4 +1,4 @@
-//! Element types.
+//! Element types. A leaf: `tensor` and `ir` both build on it.
 use std::fmt;
 use std::str::FromStr;
 

@@ -1,0 +1,157 @@
+//! Per-shape specialization, shared by the compiling backends (CPU, CUDA).
+//!
+//! A graph with symbolic input dims becomes one program per input-shape signature: the
+//! first run with new shapes binds the symbols, runs the pass pipeline on the now-static
+//! graph ([`specialize_for_shapes`]) and hands it to the backend's lowering; later runs
+//! with those shapes reuse that program from the [`ProgramCache`]. A graph whose inputs
+//! are all static has one signature ([`static_input_shapes`]), built at compile time so
+//! that its errors show there.
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use crate::error::{Error, Result};
+use crate::ir::{DType, Dim, Graph, NodeId};
+use crate::passes::{run_pipeline, PassOptions};
+use crate::tensor::Tensor;
+
+/// `graph` with its input symbols bound to the sizes in `shapes` (one shape per graph
+/// input, in order), then optimized by the pass pipeline under `passes`.
+pub(crate) fn specialize_for_shapes(
+    graph: &Graph,
+    shapes: &[Vec<usize>],
+    passes: &PassOptions,
+) -> Result<Graph> {
+    let mut g = graph.clone();
+    let mut bindings = HashMap::new();
+    for (&id, shape) in g.inputs().iter().zip(shapes) {
+        for (axis, &size) in g.node(id).outputs[0].shape.axes.iter().zip(shape) {
+            if let Dim::Sym(s) = &axis.dim {
+                bindings.insert(s.clone(), size);
+            }
+        }
+    }
+    g.specialize(&bindings)?;
+    run_pipeline(&mut g, passes)?;
+    Ok(g)
+}
+
+/// The graph inputs' dims when all are static (one program serves every run).
+pub(crate) fn static_input_shapes(g: &Graph) -> Option<Vec<Vec<usize>>> {
+    g.inputs()
+        .iter()
+        .map(|&id| g.node(id).outputs[0].shape.to_fixed())
+        .collect()
+}
+
+/// Output `k` of node `id` as a dtype and fixed dims, or an error naming the node when
+/// its type is not static (a program is made for one input-shape signature).
+pub(crate) fn static_output(g: &Graph, id: NodeId, k: usize) -> Result<(DType, Vec<usize>)> {
+    let ty = &g.node(id).outputs[k];
+    ty.shape
+        .to_fixed()
+        .map(|shape| (ty.dtype, shape))
+        .ok_or_else(|| {
+            Error::Graph(format!(
+                "{}: output {k} has type {ty}, not static",
+                g.describe(id)
+            ))
+        })
+}
+
+/// An executable's programs by input-shape signature. Runs from many threads share it;
+/// a program is built outside the lock, and when two runs build the same signature at
+/// once the first to finish is kept.
+pub(crate) struct ProgramCache<P> {
+    programs: RwLock<HashMap<Vec<Vec<usize>>, Arc<P>>>,
+}
+
+impl<P> ProgramCache<P> {
+    pub(crate) fn new() -> ProgramCache<P> {
+        ProgramCache {
+            programs: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The program for `shapes`, built by `build` on first sight.
+    pub(crate) fn get_or_build(
+        &self,
+        shapes: &[Vec<usize>],
+        build: impl FnOnce() -> Result<P>,
+    ) -> Result<Arc<P>> {
+        if let Some(p) = self
+            .programs
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(shapes)
+        {
+            return Ok(p.clone());
+        }
+        let built = Arc::new(build()?);
+        let mut map = self.programs.write().unwrap_or_else(|e| e.into_inner());
+        Ok(map.entry(shapes.to_vec()).or_insert(built).clone())
+    }
+
+    /// The program already built for these inputs' shapes, found without allocating
+    /// (the hot path of a run).
+    pub(crate) fn find(&self, inputs: &[Tensor]) -> Option<Arc<P>> {
+        let programs = self.programs.read().unwrap_or_else(|e| e.into_inner());
+        programs
+            .iter()
+            .find(|(shapes, _)| {
+                shapes.len() == inputs.len()
+                    && shapes.iter().zip(inputs).all(|(s, t)| s == t.shape())
+            })
+            .map(|(_, p)| p.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ir::text::parse;
+
+    #[test]
+    fn the_cache_builds_a_signature_once_and_finds_it_by_the_inputs_shapes() {
+        let cache: ProgramCache<usize> = ProgramCache::new();
+        let mut builds = 0;
+        let mut build = |n| {
+            builds += 1;
+            Ok(n)
+        };
+        assert_eq!(*cache.get_or_build(&[vec![2, 3]], || build(1)).unwrap(), 1);
+        assert_eq!(*cache.get_or_build(&[vec![2, 3]], || build(2)).unwrap(), 1);
+        assert_eq!(builds, 1);
+        let input = Tensor::zeros(DType::F32, &[2, 3]);
+        assert_eq!(
+            cache.find(std::slice::from_ref(&input)).as_deref(),
+            Some(&1)
+        );
+        let other = Tensor::zeros(DType::F32, &[3, 2]);
+        assert!(cache.find(&[other]).is_none());
+        assert!(cache.find(&[input.clone(), input]).is_none());
+        // A failed build caches nothing.
+        assert!(cache
+            .get_or_build(&[vec![4]], || Err(Error::Graph("no".into())))
+            .is_err());
+        assert!(cache.find(&[Tensor::zeros(DType::F32, &[4])]).is_none());
+    }
+
+    #[test]
+    fn specializing_binds_the_input_symbols_and_static_shapes_follow() {
+        let g = parse(
+            "graph \"g\" {\n  %0 \"x\" = Parameter : f32[n, 3]\n  \
+             %1 \"y\" = Relu(%0) : f32[n, 3]\n  return \"y\" = %1\n}\n",
+            "t.kir",
+            None,
+        )
+        .unwrap();
+        assert_eq!(static_input_shapes(&g), None);
+        let s = specialize_for_shapes(&g, &[vec![5, 3]], &PassOptions::default()).unwrap();
+        assert_eq!(static_input_shapes(&s), Some(vec![vec![5, 3]]));
+        let y = s.outputs()[0].value.node;
+        assert_eq!(static_output(&s, y, 0).unwrap(), (DType::F32, vec![5, 3]));
+        let y = g.outputs()[0].value.node;
+        let err = static_output(&g, y, 0).unwrap_err().to_string();
+        assert!(err.contains("not static"), "{err}");
+    }
+}
