@@ -19,15 +19,17 @@ use crate::ir::{verify, Graph, TensorType};
 use crate::passes::PassOptions;
 use crate::tensor::Tensor;
 
-pub mod denormals;
-pub mod isa;
-pub mod kernels;
-pub mod lower;
-pub mod pool;
-pub mod program;
-pub mod state;
-pub mod steps;
-pub mod tune;
+pub(crate) mod denormals;
+pub(crate) mod isa;
+pub(crate) mod kernels;
+pub(crate) mod lower;
+pub(crate) mod pool;
+pub(crate) mod program;
+pub(crate) mod state;
+pub(crate) mod steps;
+pub(crate) mod tune;
+
+pub use tune::Tuning;
 
 use lower::Program;
 use pool::Pool;
@@ -283,11 +285,15 @@ fn contiguous_bytes(t: &Tensor) -> Option<*const u8> {
 }
 
 unsafe fn read_output(cx: &Cx, s: &program::Slot) -> Result<Tensor> {
-    if s.dtype == crate::ir::DType::F32 {
-        let v = std::slice::from_raw_parts(cx.ptr(s.loc) as *const f32, s.elements()).to_vec();
-        return Tensor::from_vec(&s.shape, v).map_err(Error::Runtime);
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        if s.dtype == crate::ir::DType::F32 {
+            let v = std::slice::from_raw_parts(cx.ptr(s.loc) as *const f32, s.elements()).to_vec();
+            return Tensor::from_vec(&s.shape, v).map_err(Error::Runtime);
+        }
+        steps::fallback::read(cx, s).map_err(Error::Runtime)
     }
-    steps::fallback::read(cx, s).map_err(Error::Runtime)
 }
 
 impl Executable for CpuExecutable {

@@ -30,7 +30,7 @@ pub enum ReduceKind {
 
 impl ReduceKind {
     /// The kind an op name asks for.
-    pub fn from_op(op: &str) -> Option<ReduceKind> {
+    pub(crate) fn from_op(op: &str) -> Option<ReduceKind> {
         Some(match op {
             "ReduceSum" => ReduceKind::Sum,
             "ReduceMean" => ReduceKind::Mean,
@@ -133,7 +133,7 @@ pub struct ReducePlan {
 
 impl ReducePlan {
     /// `axes`: the reduced axes of `shape` (any order, each once).
-    pub fn new(shape: &[usize], axes: &[usize]) -> ReducePlan {
+    pub(crate) fn new(shape: &[usize], axes: &[usize]) -> ReducePlan {
         // Size-1 axes dropped; adjacent axes of the same kind merged (the input is dense).
         let mut runs: Vec<(usize, bool)> = vec![];
         for (ax, &size) in shape.iter().enumerate() {
@@ -177,11 +177,7 @@ impl ReducePlan {
         }
     }
 
-    pub fn in_len(&self) -> usize {
-        self.in_len
-    }
-
-    pub fn out_len(&self) -> usize {
+    pub(crate) fn out_len(&self) -> usize {
         self.out_len
     }
 
@@ -203,7 +199,7 @@ impl ReducePlan {
 
 /// Reduces `x` into `y` as `plan` says. LogSumExp with a kept innermost run needs
 /// `scratch` of `y.len()` floats (the per-output maxima); otherwise it may be empty.
-pub fn reduce(
+pub(crate) fn reduce(
     isa: Isa,
     kind: ReduceKind,
     plan: &ReducePlan,
@@ -362,103 +358,127 @@ mod avx2 {
 
     #[inline(always)]
     unsafe fn map(fold: Fold, x: __m256, shift: __m256) -> __m256 {
-        match fold {
-            Fold::AbsSum => vm::abs(x),
-            Fold::SquareSum => _mm256_mul_ps(x, x),
-            Fold::ExpSum => vm::exp(_mm256_sub_ps(x, shift)),
-            _ => x,
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            match fold {
+                Fold::AbsSum => vm::abs(x),
+                Fold::SquareSum => _mm256_mul_ps(x, x),
+                Fold::ExpSum => vm::exp(_mm256_sub_ps(x, shift)),
+                _ => x,
+            }
         }
     }
 
     #[inline(always)]
     unsafe fn combine(fold: Fold, acc: __m256, v: __m256) -> __m256 {
-        match fold {
-            Fold::Prod => _mm256_mul_ps(acc, v),
-            Fold::Max | Fold::Min => vm::max_min_nan(fold == Fold::Max, acc, v),
-            _ => _mm256_add_ps(acc, v),
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            match fold {
+                Fold::Prod => _mm256_mul_ps(acc, v),
+                Fold::Max | Fold::Min => vm::max_min_nan(fold == Fold::Max, acc, v),
+                _ => _mm256_add_ps(acc, v),
+            }
         }
     }
 
     /// # Safety
     /// AVX2+FMA.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn fold_run(fold: Fold, x: &[f32], shift: f32) -> f32 {
-        // One instantiation per fold, so that the loop has no branch in it.
-        macro_rules! with {
+    pub(crate) unsafe fn fold_run(fold: Fold, x: &[f32], shift: f32) -> f32 {
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            // One instantiation per fold, so that the loop has no branch in it.
+            macro_rules! with {
             ($($f:ident)*) => {
                 match fold {
                     $(Fold::$f => run(Fold::$f, x, shift),)*
                 }
             };
         }
-        with!(Sum AbsSum SquareSum ExpSum Prod Max Min)
+            with!(Sum AbsSum SquareSum ExpSum Prod Max Min)
+        }
     }
 
     #[inline(always)]
     unsafe fn run(fold: Fold, x: &[f32], shift: f32) -> f32 {
-        let n = x.len();
-        let p = x.as_ptr();
-        let s = _mm256_set1_ps(shift);
-        // Four accumulators hide the add latency.
-        let mut acc = [_mm256_set1_ps(fold.init()); 4];
-        let mut i = 0;
-        while i + 32 <= n {
-            for (k, a) in acc.iter_mut().enumerate() {
-                *a = combine(fold, *a, map(fold, _mm256_loadu_ps(p.add(i + 8 * k)), s));
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let n = x.len();
+            let p = x.as_ptr();
+            let s = _mm256_set1_ps(shift);
+            // Four accumulators hide the add latency.
+            let mut acc = [_mm256_set1_ps(fold.init()); 4];
+            let mut i = 0;
+            while i + 32 <= n {
+                for (k, a) in acc.iter_mut().enumerate() {
+                    *a = combine(fold, *a, map(fold, _mm256_loadu_ps(p.add(i + 8 * k)), s));
+                }
+                i += 32;
             }
-            i += 32;
+            while i + 8 <= n {
+                acc[0] = combine(fold, acc[0], map(fold, _mm256_loadu_ps(p.add(i)), s));
+                i += 8;
+            }
+            let mut lanes = [0f32; 32];
+            for (k, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(lanes.as_mut_ptr().add(8 * k), *a);
+            }
+            let mut r = fold.init();
+            for v in lanes {
+                r = fold.combine(r, v);
+            }
+            for &v in &x[i..] {
+                r = fold.combine(r, fold.map(v, shift));
+            }
+            r
         }
-        while i + 8 <= n {
-            acc[0] = combine(fold, acc[0], map(fold, _mm256_loadu_ps(p.add(i)), s));
-            i += 8;
-        }
-        let mut lanes = [0f32; 32];
-        for (k, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(lanes.as_mut_ptr().add(8 * k), *a);
-        }
-        let mut r = fold.init();
-        for v in lanes {
-            r = fold.combine(r, v);
-        }
-        for &v in &x[i..] {
-            r = fold.combine(r, fold.map(v, shift));
-        }
-        r
     }
 
     /// # Safety
     /// AVX2+FMA; `x` as long as `acc`, and `shift` too for `ExpSum`.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn fold_rows(fold: Fold, acc: &mut [f32], x: &[f32], shift: &[f32]) {
-        macro_rules! with {
+    pub(crate) unsafe fn fold_rows(fold: Fold, acc: &mut [f32], x: &[f32], shift: &[f32]) {
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            macro_rules! with {
             ($($f:ident)*) => {
                 match fold {
                     $(Fold::$f => rows(Fold::$f, acc, x, shift),)*
                 }
             };
         }
-        with!(Sum AbsSum SquareSum ExpSum Prod Max Min)
+            with!(Sum AbsSum SquareSum ExpSum Prod Max Min)
+        }
     }
 
     #[inline(always)]
     unsafe fn rows(fold: Fold, acc: &mut [f32], x: &[f32], shift: &[f32]) {
-        let n = acc.len();
-        let (a, p) = (acc.as_mut_ptr(), x.as_ptr());
-        let exp = fold == Fold::ExpSum;
-        let mut i = 0;
-        while i + 8 <= n {
-            let s = if exp {
-                _mm256_loadu_ps(shift.as_ptr().add(i))
-            } else {
-                _mm256_setzero_ps()
-            };
-            let v = map(fold, _mm256_loadu_ps(p.add(i)), s);
-            _mm256_storeu_ps(a.add(i), combine(fold, _mm256_loadu_ps(a.add(i)), v));
-            i += 8;
-        }
-        for k in i..n {
-            let s = if exp { shift[k] } else { 0.0 };
-            acc[k] = fold.combine(acc[k], fold.map(x[k], s));
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let n = acc.len();
+            let (a, p) = (acc.as_mut_ptr(), x.as_ptr());
+            let exp = fold == Fold::ExpSum;
+            let mut i = 0;
+            while i + 8 <= n {
+                let s = if exp {
+                    _mm256_loadu_ps(shift.as_ptr().add(i))
+                } else {
+                    _mm256_setzero_ps()
+                };
+                let v = map(fold, _mm256_loadu_ps(p.add(i)), s);
+                _mm256_storeu_ps(a.add(i), combine(fold, _mm256_loadu_ps(a.add(i)), v));
+                i += 8;
+            }
+            for k in i..n {
+                let s = if exp { shift[k] } else { 0.0 };
+                acc[k] = fold.combine(acc[k], fold.map(x[k], s));
+            }
         }
     }
 }

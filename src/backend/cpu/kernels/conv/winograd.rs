@@ -173,22 +173,20 @@ impl PackedWinograd {
     }
 
     /// The output tile size: 2 for F(2,3), 4 for F(4,3).
-    pub fn m(&self) -> usize {
+    pub(crate) fn m(&self) -> usize {
         self.m
     }
 
-    pub fn shape(&self) -> &ConvShape {
-        &self.shape
-    }
-
     /// f32 count of the NCHW16c input.
-    pub fn x_len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn x_len(&self) -> usize {
         let s = &self.shape;
         s.n * self.icb * s.ih * s.iw * BLOCK
     }
 
     /// f32 count of the NCHW16c output (and residual).
-    pub fn y_len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn y_len(&self) -> usize {
         let s = &self.shape;
         s.n * self.ocb * s.oh * s.ow * BLOCK
     }
@@ -730,7 +728,7 @@ unsafe fn kernel_avx2<const R: usize>(
     ldo: usize,
 ) {
     use std::arch::x86_64::*;
-    // SAFETY (whole body): b holds k×16 floats, a R rows of k (lda apart), out R rows
+    // SAFETY: (whole body) b holds k×16 floats, a R rows of k (lda apart), out R rows
     // of 16 (ldo apart); unaligned loads and stores throughout.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
