@@ -194,7 +194,7 @@ impl Cx<'_> {
     }
 
     pub(crate) fn op(&mut self, op: &str, inputs: &[Value], attrs: Attrs) -> Result<Value> {
-        Ok(self.g.op(op, inputs, attrs, "")?.into())
+        self.g.apply(op, inputs, attrs)
     }
 
     /// A constant filled with `v`, typed `ty` (static).
@@ -211,14 +211,12 @@ impl Cx<'_> {
 
     /// A scalar constant of `dtype`.
     pub(crate) fn scalar(&mut self, dtype: DType, v: f64) -> Result<Value> {
-        self.constant(&TensorType::new(dtype, crate::ir::Shape::scalar()), v)
+        self.g.scalar("grad_const", dtype, v)
     }
 
     /// An i64 vector constant (axes, shapes).
     pub(crate) fn ints(&mut self, v: &[i64]) -> Result<Value> {
-        let t = Tensor::from_vec(&[v.len()], v.to_vec()).map_err(Error::Graph)?;
-        let name = self.g.fresh_name("grad_axes");
-        Ok(self.g.add_constant_value(&name, t)?.into())
+        self.g.ints("grad_axes", v)
     }
 
     /// Zeros shaped like `like` (its dims may be symbolic).

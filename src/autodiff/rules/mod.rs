@@ -348,7 +348,7 @@ pub(super) fn op_opt(
     inputs: &[Option<Value>],
     attrs: Attrs,
 ) -> Result<Value> {
-    Ok(cx.g.add_op(op, inputs, attrs, "")?.into())
+    cx.g.apply_opt(op, inputs, attrs)
 }
 
 pub(super) fn mul(cx: &mut Cx, a: Value, b: Value) -> Result<Value> {
