@@ -1,5 +1,7 @@
 //! The ONNX importer on hand-built models: what it keeps (symbolic dims, initializers,
 //! external data) and every kind of bad input, each a clear error and never a panic.
+mod common;
+
 use std::path::Path;
 
 use kiln::backend::interp::InterpExecutable;
@@ -8,6 +10,8 @@ use kiln::frontend::onnx::{import_bytes, import_file, proto};
 use kiln::{Error, Tensor};
 use prost::Message;
 use proto::tensor_shape_proto::{dimension, Dimension};
+
+use common::Rng;
 
 fn input(name: &str, elem: i32, dims: &[Result<i64, &str>]) -> proto::ValueInfoProto {
     let dim = dims
@@ -431,21 +435,6 @@ fn malformed_rewritten_nodes_are_errors_not_panics() {
 }
 
 // ---------------------------------------------------------------- mutation testing
-
-/// Deterministic xorshift64 for the mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n.max(1) as u64) as usize
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
 
 fn attr_int(name: &str, v: i64) -> proto::AttributeProto {
     proto::AttributeProto {
@@ -1478,21 +1467,17 @@ fn panic_of(f: impl FnOnce()) -> Option<String> {
 }
 
 /// The repository's real models (`target/real-models/*/model.onnx`, made by
-/// `scripts/test-onnx-models.sh`); absent, the test says so, and fails when
-/// `KILN_REQUIRE_ONNX_SUITE=1`.
+/// `scripts/test-onnx-models.sh`); absent, the test skips them through
+/// `common::require` (`KILN_REQUIRE=onnx-suite` makes that a failure).
 fn real_models() -> Vec<(String, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/real-models");
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        let why = format!(
-            "{} is missing (scripts/test-onnx-models.sh makes it): the mutation test skips the real models",
-            dir.display()
-        );
-        assert!(
-            std::env::var("KILN_REQUIRE_ONNX_SUITE").as_deref() != Ok("1"),
-            "KILN_REQUIRE_ONNX_SUITE=1: {why}"
-        );
-        eprintln!("SKIPPED: {why}");
+    let found = common::exists(&dir, "scripts/test-onnx-models.sh")
+        .map_err(|why| format!("{why}: the mutation test skips the real models"));
+    if !common::require(common::Need::OnnxSuite, found) {
         return vec![];
+    }
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        panic!("{} cannot be read", dir.display());
     };
     let mut models: Vec<(String, Vec<u8>)> = entries
         .filter_map(|e| {

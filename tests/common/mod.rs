@@ -125,14 +125,19 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    /// Uniform in 0..n.
+    /// Uniform in 0..n (0 when n is 0).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
+        (self.next_u64() % n.max(1) as u64) as usize
     }
 
     /// Uniform in [-1, 1), from 24 bits (exact in f32).
     pub fn f32(&mut self) -> f32 {
         (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+
+    /// One of `items`, uniformly.
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
     }
 
     /// Uniform in [0, 1), from 53 bits.
