@@ -11,8 +11,6 @@ use kiln::{Error, Tensor};
 use prost::Message;
 use proto::tensor_shape_proto::{dimension, Dimension};
 
-use common::Rng;
-
 fn input(name: &str, elem: i32, dims: &[Result<i64, &str>]) -> proto::ValueInfoProto {
     let dim = dims
         .iter()
@@ -435,6 +433,21 @@ fn malformed_rewritten_nodes_are_errors_not_panics() {
 }
 
 // ---------------------------------------------------------------- mutation testing
+
+/// Deterministic xorshift64 for the mutations.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n.max(1) as u64) as usize
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
 
 fn attr_int(name: &str, v: i64) -> proto::AttributeProto {
     proto::AttributeProto {

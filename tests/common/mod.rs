@@ -135,11 +135,6 @@ impl Rng {
         (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
     }
 
-    /// One of `items`, uniformly.
-    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-
     /// Uniform in [0, 1), from 53 bits.
     pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
