@@ -328,7 +328,7 @@ impl Tensor {
         self.shape().iter().product()
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
