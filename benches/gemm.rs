@@ -229,32 +229,39 @@ fn bench(cr: &mut Criterion) {
             .measurement_time(Duration::from_millis(1200))
             .throughput(Throughput::Elements((2 * m * n * k) as u64));
         let cp = c.as_mut_ptr();
-        // SAFETY (all closures): a, b, c cover m×k, k×n, m×n.
         g.bench_function(BenchmarkId::new("kiln_1t", name), |bn| {
+            // SAFETY: a, b, c cover m×k, k×n, m×n.
             bn.iter(|| unsafe { gemm(None, m, n, k, am, bm, cp, n, &ep) })
         });
         g.bench_function(BenchmarkId::new("kiln_avx2_1t", name), |bn| {
+            // SAFETY: a, b, c cover m×k, k×n, m×n.
             bn.iter(|| unsafe { gemm_with_isa(Isa::Avx2, None, m, n, k, am, bm, cp, n, &ep) })
         });
         g.bench_function(BenchmarkId::new("openblas_1t", name), |bn| {
+            // SAFETY: a, b, c cover m×k, k×n, m×n.
             bn.iter(|| unsafe { gemm_openblas(m, n, k, am, bm, cp, n, &ep) })
         });
         #[cfg(feature = "gemm-crate")]
         g.bench_function(BenchmarkId::new("gemm_crate_1t", name), |bn| {
+            // SAFETY: a, b, c cover m×k, k×n, m×n.
             bn.iter(|| unsafe { gemm_crate(m, n, k, &a, &b, cp, gemm::Parallelism::None) })
         });
         if name.starts_with("bert") || name.starts_with("mlp") {
             g.bench_function(BenchmarkId::new("kiln_packed_1t", name), |bn| {
+                // SAFETY: a, b, c cover m×k, k×n, m×n.
                 bn.iter(|| unsafe { gemm_packed(None, m, n, k, am, &packed, cp, n, &ep) })
             });
             g.bench_function(BenchmarkId::new("kiln_2t", name), |bn| {
+                // SAFETY: a, b, c cover m×k, k×n, m×n.
                 bn.iter(|| unsafe { gemm(Some(&pool), m, n, k, am, bm, cp, n, &ep) })
             });
             g.bench_function(BenchmarkId::new("kiln_packed_2t", name), |bn| {
+                // SAFETY: a, b, c cover m×k, k×n, m×n.
                 bn.iter(|| unsafe { gemm_packed(Some(&pool), m, n, k, am, &packed, cp, n, &ep) })
             });
             #[cfg(feature = "gemm-crate")]
             g.bench_function(BenchmarkId::new("gemm_crate_2t", name), |bn| {
+                // SAFETY: a, b, c cover m×k, k×n, m×n.
                 bn.iter(|| unsafe { gemm_crate(m, n, k, &a, &b, cp, gemm::Parallelism::Rayon(2)) })
             });
         }
@@ -272,16 +279,18 @@ fn bench(cr: &mut Criterion) {
             .measurement_time(Duration::from_millis(1000))
             .throughput(Throughput::Elements((2 * m * n * k) as u64));
         let cp = c.as_mut_ptr();
-        // SAFETY (all closures): a, b, c cover m×k, k×n, m×n.
         for (id, isa) in [("kiln_avx512_1t", Isa::Avx512), ("kiln_avx2_1t", Isa::Avx2)] {
             g.bench_function(BenchmarkId::new(id, name), |bn| {
+                // SAFETY: a, b, c cover m×k, k×n, m×n.
                 bn.iter(|| unsafe { gemm_with_isa(isa, None, m, n, k, am, bm, cp, n, &ep) })
             });
         }
         g.bench_function(BenchmarkId::new("openblas_1t", name), |bn| {
+            // SAFETY: a, b, c cover m×k, k×n, m×n.
             bn.iter(|| unsafe { gemm_openblas(m, n, k, am, bm, cp, n, &ep) })
         });
         g.bench_function(BenchmarkId::new("kiln_2t", name), |bn| {
+            // SAFETY: a, b, c cover m×k, k×n, m×n.
             bn.iter(|| unsafe { gemm(Some(&pool), m, n, k, am, bm, cp, n, &ep) })
         });
         g.finish();

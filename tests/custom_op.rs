@@ -301,6 +301,7 @@ fn panics_in_a_registered_op_become_errors_naming_it() {
         }
     }
     // Through the C ABI: a status and a message, no unwinding.
+    // SAFETY: handles from kiln_graph_new, used before being freed; C strings are literals.
     unsafe {
         let mut cg = std::ptr::null_mut();
         assert_eq!(kiln_graph_new(&mut cg), 0);
@@ -621,10 +622,8 @@ fn a_kernels_huge_output_request_is_an_error_not_an_overflow_or_abort() {
         gradient: None,
     };
     // SAFETY: a complete registration whose strings are static.
-    assert_eq!(
-        unsafe { kiln_register_op(&def) },
-        kiln::capi::KILN_STATUS_OK
-    );
+    let status = unsafe { kiln_register_op(&def) };
+    assert_eq!(status, kiln::capi::KILN_STATUS_OK);
     let mut g = Graph::new("g");
     let x = g
         .add_parameter(

@@ -75,7 +75,8 @@ fn the_code_map_names_every_module_and_only_existing_ones() {
                 "scripts/",
                 "bindings/",
                 "examples/",
-                "bench",
+                "bench/",
+                "benches/",
             ]
             .iter()
             .any(|top| span.starts_with(top));

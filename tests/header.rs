@@ -50,6 +50,7 @@ fn version_macros_match_the_library() {
         .parse()
         .unwrap();
     assert_eq!(number, kiln::capi::kiln_version_number());
+    // SAFETY: kiln_version_string returns a static NUL-terminated string.
     let s = unsafe { std::ffi::CStr::from_ptr(kiln::capi::kiln_version_string()) };
     assert_eq!(s.to_str().unwrap(), env!("CARGO_PKG_VERSION"));
     assert!(text.contains(&format!(

@@ -310,7 +310,7 @@ fn attr_strings(name: &str, v: &[&str]) -> proto::AttributeProto {
     proto::AttributeProto {
         name: Some(name.into()),
         r#type: Some(proto::attribute_proto::AttributeType::Strings as i32),
-        strings: v.iter().map(|s| s.as_bytes().to_vec().into()).collect(),
+        strings: v.iter().map(|s| s.as_bytes().to_vec()).collect(),
         ..Default::default()
     }
 }
@@ -478,7 +478,7 @@ fn attr_string(name: &str, v: &str) -> proto::AttributeProto {
     proto::AttributeProto {
         name: Some(name.into()),
         r#type: Some(proto::attribute_proto::AttributeType::String as i32),
-        s: Some(v.as_bytes().to_vec().into()),
+        s: Some(v.as_bytes().to_vec()),
         ..Default::default()
     }
 }

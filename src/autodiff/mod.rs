@@ -1,6 +1,6 @@
 //! Reverse-mode automatic differentiation on the IR: [`grad`] appends to a graph the
 //! nodes that compute the gradient of a scalar loss with respect to parameters or
-//! variables, one rule per op (`rules.rs`, and `rules_nn.rs` for the network families),
+//! variables, one rule per op (`rules/`, one file per op family as in `ir::ops`),
 //! so the backward computation is an ordinary graph: verified, optimized,
 //! memory-planned and run like any other.
 //!
@@ -16,8 +16,6 @@ use crate::ir::{Attr, Attrs, DType, Graph, NodeId, TensorType, Value};
 use crate::tensor::Tensor;
 
 mod rules;
-mod rules_nn;
-mod rules_train;
 
 /// The gradients of `loss` (a float value with one element) with respect to each of
 /// `wrt` (parameters or variables of float type), as new values of `g`, in order. A

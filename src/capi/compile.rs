@@ -30,15 +30,18 @@ pub struct kiln_compile_options {
 pub unsafe extern "C" fn kiln_compile_options_new(
     out: *mut *mut kiln_compile_options,
 ) -> kiln_status {
-    guard(|| {
-        let out = out_ptr(out, "out")?;
-        *out = into_handle(kiln_compile_options {
-            device: Device::Cpu,
-            threads: 0,
-            passes: PassOptions::from_env()?,
-        });
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let out = out_ptr(out, "out")?;
+            *out = into_handle(kiln_compile_options {
+                device: Device::Cpu,
+                threads: 0,
+                passes: PassOptions::from_env()?,
+            });
+            Ok(())
+        })
+    }
 }
 
 /// Frees options. NULL is a no-op.
@@ -47,7 +50,8 @@ pub unsafe extern "C" fn kiln_compile_options_new(
 /// `o` is NULL or a live options handle, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_compile_options_free(o: *mut kiln_compile_options) {
-    guard_or((), || free_handle(o))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or((), || free_handle(o)) }
 }
 
 /// Selects the backend by name: `"cpu"` (the best CPU path), `"interp"` (the reference
@@ -63,11 +67,14 @@ pub unsafe extern "C" fn kiln_compile_options_set_backend(
     o: *mut kiln_compile_options,
     device: *const c_char,
 ) -> kiln_status {
-    guard(|| {
-        let o = arg_mut(o, "o")?;
-        o.device = arg_str(device, "device")?.parse()?;
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let o = arg_mut(o, "o")?;
+            o.device = arg_str(device, "device")?.parse()?;
+            Ok(())
+        })
+    }
 }
 
 /// The number of threads one run may use; 0 means one per core. The `"cpu"` device
@@ -83,10 +90,13 @@ pub unsafe extern "C" fn kiln_compile_options_set_threads(
     o: *mut kiln_compile_options,
     n: u32,
 ) -> kiln_status {
-    guard(|| {
-        arg_mut(o, "o")?.threads = n;
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            arg_mut(o, "o")?.threads = n;
+            Ok(())
+        })
+    }
 }
 
 /// Sets a pass-pipeline option by name, the same text as the CLI and the `KILN_<NAME>`
@@ -108,13 +118,16 @@ pub unsafe extern "C" fn kiln_compile_options_set_option(
     name: *const c_char,
     value: *const c_char,
 ) -> kiln_status {
-    guard(|| {
-        let o = arg_mut(o, "o")?;
-        let name = arg_str(name, "name")?;
-        let value = arg_str(value, "value")?;
-        o.passes.set(name, value)?;
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let o = arg_mut(o, "o")?;
+            let name = arg_str(name, "name")?;
+            let value = arg_str(value, "value")?;
+            o.passes.set(name, value)?;
+            Ok(())
+        })
+    }
 }
 
 /// A graph input or output (or an executable's variable) as discovery reports it.
@@ -182,33 +195,36 @@ pub unsafe extern "C" fn kiln_compile(
     o: *const kiln_compile_options,
     out: *mut *mut kiln_executable,
 ) -> kiln_status {
-    guard(|| {
-        let g = &arg(g, "g")?.graph;
-        let out = out_ptr(out, "out")?;
-        let (device, passes, threads) = match o.as_ref() {
-            Some(o) => (o.device, o.passes.clone(), o.threads as usize),
-            None => (Device::Cpu, PassOptions::from_env()?, 0),
-        };
-        if g.outputs().is_empty() {
-            return Err(Failure::from(Error::Graph(
-                "the graph has no outputs (kiln_graph_set_output)".into(),
-            )));
-        }
-        let exe = backend_with(device, passes, threads)?.compile(g)?;
-        let (inputs, outputs) = io_of(g)?;
-        let variables = exe
-            .variables()
-            .iter()
-            .map(|(name, ty)| IoInfo::new(name, ty))
-            .collect::<CResult<_>>()?;
-        *out = into_handle(kiln_executable {
-            exe,
-            inputs,
-            outputs,
-            variables,
-        });
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let g = &arg(g, "g")?.graph;
+            let out = out_ptr(out, "out")?;
+            let (device, passes, threads) = match o.as_ref() {
+                Some(o) => (o.device, o.passes.clone(), o.threads as usize),
+                None => (Device::Cpu, PassOptions::from_env()?, 0),
+            };
+            if g.outputs().is_empty() {
+                return Err(Failure::from(Error::Graph(
+                    "the graph has no outputs (kiln_graph_set_output)".into(),
+                )));
+            }
+            let exe = backend_with(device, passes, threads)?.compile(g)?;
+            let (inputs, outputs) = io_of(g)?;
+            let variables = exe
+                .variables()
+                .iter()
+                .map(|(name, ty)| IoInfo::new(name, ty))
+                .collect::<CResult<_>>()?;
+            *out = into_handle(kiln_executable {
+                exe,
+                inputs,
+                outputs,
+                variables,
+            });
+            Ok(())
+        })
+    }
 }
 
 /// Frees an executable. NULL is a no-op. No run may be in progress on it.
@@ -217,7 +233,8 @@ pub unsafe extern "C" fn kiln_compile(
 /// `e` is NULL or a live executable, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_executable_free(e: *mut kiln_executable) {
-    guard_or((), || free_handle(e))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or((), || free_handle(e)) }
 }
 
 /// The number of inputs `kiln_executable_run` takes; 0 for NULL.
@@ -226,7 +243,8 @@ pub unsafe extern "C" fn kiln_executable_free(e: *mut kiln_executable) {
 /// `e` is NULL or a live executable.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_executable_input_count(e: *const kiln_executable) -> usize {
-    guard_or(0, || arg(e, "e").map_or(0, |e| e.inputs.len()))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or(0, || arg(e, "e").map_or(0, |e| e.inputs.len())) }
 }
 
 /// The number of outputs `kiln_executable_run` returns; 0 for NULL.
@@ -235,7 +253,8 @@ pub unsafe extern "C" fn kiln_executable_input_count(e: *const kiln_executable) 
 /// `e` is NULL or a live executable.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_executable_output_count(e: *const kiln_executable) -> usize {
-    guard_or(0, || arg(e, "e").map_or(0, |e| e.outputs.len()))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or(0, || arg(e, "e").map_or(0, |e| e.outputs.len())) }
 }
 
 /// # Safety
@@ -249,26 +268,29 @@ pub(crate) unsafe fn write_info(
     dims: *mut *const i64,
     rank: *mut usize,
 ) -> CResult<()> {
-    let info = list.get(index).ok_or_else(|| {
-        Failure::invalid(format!(
-            "index {index} is out of range: there are {} {what}s",
-            list.len()
-        ))
-    })?;
-    // Each out-pointer may be NULL: ask only for what you need.
-    if !name.is_null() {
-        *name = info.name.as_ptr();
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        let info = list.get(index).ok_or_else(|| {
+            Failure::invalid(format!(
+                "index {index} is out of range: there are {} {what}s",
+                list.len()
+            ))
+        })?;
+        // Each out-pointer may be NULL: ask only for what you need.
+        if !name.is_null() {
+            *name = info.name.as_ptr();
+        }
+        if !dtype.is_null() {
+            *dtype = dtype_to_c(info.ty.dtype);
+        }
+        if !dims.is_null() {
+            *dims = info.dims.as_ptr();
+        }
+        if !rank.is_null() {
+            *rank = info.dims.len();
+        }
+        Ok(())
     }
-    if !dtype.is_null() {
-        *dtype = dtype_to_c(info.ty.dtype);
-    }
-    if !dims.is_null() {
-        *dims = info.dims.as_ptr();
-    }
-    if !rank.is_null() {
-        *rank = info.dims.len();
-    }
-    Ok(())
 }
 
 /// Describes input `index`: its name, dtype, and `rank` dims (-1 where symbolic). Any
@@ -286,10 +308,13 @@ pub unsafe extern "C" fn kiln_executable_input_info(
     dims: *mut *const i64,
     rank: *mut usize,
 ) -> kiln_status {
-    guard(|| {
-        let e = arg(e, "e")?;
-        write_info(&e.inputs, "input", index, name, dtype, dims, rank)
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let e = arg(e, "e")?;
+            write_info(&e.inputs, "input", index, name, dtype, dims, rank)
+        })
+    }
 }
 
 /// Describes output `index`, as `kiln_executable_input_info`.
@@ -305,10 +330,13 @@ pub unsafe extern "C" fn kiln_executable_output_info(
     dims: *mut *const i64,
     rank: *mut usize,
 ) -> kiln_status {
-    guard(|| {
-        let e = arg(e, "e")?;
-        write_info(&e.outputs, "output", index, name, dtype, dims, rank)
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let e = arg(e, "e")?;
+            write_info(&e.outputs, "output", index, name, dtype, dims, rank)
+        })
+    }
 }
 
 /// Runs the executable. `inputs` are in parameter order and must match the graph's
@@ -329,52 +357,55 @@ pub unsafe extern "C" fn kiln_executable_run(
     outputs: *mut *mut kiln_tensor,
     n_outputs: usize,
 ) -> kiln_status {
-    guard(|| {
-        let e = arg(e, "e")?;
-        let ins = arg_slice(inputs, n_inputs, "inputs")?;
-        if outputs.is_null() && n_outputs > 0 {
-            return Err(Failure::null("outputs"));
-        }
-        if n_inputs != e.inputs.len() {
-            return Err(Failure::new(
-                KILN_STATUS_RUN_BAD_INPUT,
-                format!(
-                    "the graph takes {} inputs, {n_inputs} given",
-                    e.inputs.len()
-                ),
-            ));
-        }
-        if n_outputs != e.outputs.len() {
-            return Err(Failure::new(
-                KILN_STATUS_BUFFER_TOO_SMALL,
-                format!(
-                    "the graph has {} outputs, n_outputs is {n_outputs}",
-                    e.outputs.len()
-                ),
-            ));
-        }
-        let mut tensors = Vec::with_capacity(n_inputs);
-        for (i, (&t, info)) in ins.iter().zip(&e.inputs).enumerate() {
-            let name = info.name.to_string_lossy();
-            let t = arg(t, &format!("inputs[{i}] ('{name}')"))?;
-            let t = t
-                .to_tensor(&format!("inputs[{i}] ('{name}')"))
-                .map_err(|f| Failure::new(KILN_STATUS_RUN_BAD_INPUT, f.message))?;
-            tensors.push(t);
-        }
-        let results = e.exe.run(&tensors).map_err(|err| match err {
-            Error::InvalidArgument(m) => Failure::new(KILN_STATUS_RUN_BAD_INPUT, m),
-            other => Failure::from(other),
-        })?;
-        let handles: Vec<kiln_tensor> = results
-            .iter()
-            .map(kiln_tensor::from_tensor)
-            .collect::<CResult<_>>()?;
-        for (i, h) in handles.into_iter().enumerate() {
-            *outputs.add(i) = into_handle(h);
-        }
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let e = arg(e, "e")?;
+            let ins = arg_slice(inputs, n_inputs, "inputs")?;
+            if outputs.is_null() && n_outputs > 0 {
+                return Err(Failure::null("outputs"));
+            }
+            if n_inputs != e.inputs.len() {
+                return Err(Failure::new(
+                    KILN_STATUS_RUN_BAD_INPUT,
+                    format!(
+                        "the graph takes {} inputs, {n_inputs} given",
+                        e.inputs.len()
+                    ),
+                ));
+            }
+            if n_outputs != e.outputs.len() {
+                return Err(Failure::new(
+                    KILN_STATUS_BUFFER_TOO_SMALL,
+                    format!(
+                        "the graph has {} outputs, n_outputs is {n_outputs}",
+                        e.outputs.len()
+                    ),
+                ));
+            }
+            let mut tensors = Vec::with_capacity(n_inputs);
+            for (i, (&t, info)) in ins.iter().zip(&e.inputs).enumerate() {
+                let name = info.name.to_string_lossy();
+                let t = arg(t, &format!("inputs[{i}] ('{name}')"))?;
+                let t = t
+                    .to_tensor(&format!("inputs[{i}] ('{name}')"))
+                    .map_err(|f| Failure::new(KILN_STATUS_RUN_BAD_INPUT, f.message))?;
+                tensors.push(t);
+            }
+            let results = e.exe.run(&tensors).map_err(|err| match err {
+                Error::InvalidArgument(m) => Failure::new(KILN_STATUS_RUN_BAD_INPUT, m),
+                other => Failure::from(other),
+            })?;
+            let handles: Vec<kiln_tensor> = results
+                .iter()
+                .map(kiln_tensor::from_tensor)
+                .collect::<CResult<_>>()?;
+            for (i, h) in handles.into_iter().enumerate() {
+                *outputs.add(i) = into_handle(h);
+            }
+            Ok(())
+        })
+    }
 }
 
 /// The number of inputs (parameters) of a graph; 0 for NULL.
@@ -383,7 +414,8 @@ pub unsafe extern "C" fn kiln_executable_run(
 /// `g` is NULL or a live graph.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_graph_input_count(g: *const kiln_graph) -> usize {
-    guard_or(0, || arg(g, "g").map_or(0, |g| g.graph.inputs().len()))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or(0, || arg(g, "g").map_or(0, |g| g.graph.inputs().len())) }
 }
 
 /// The number of outputs set on a graph; 0 for NULL.
@@ -392,7 +424,8 @@ pub unsafe extern "C" fn kiln_graph_input_count(g: *const kiln_graph) -> usize {
 /// `g` is NULL or a live graph.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_graph_output_count(g: *const kiln_graph) -> usize {
-    guard_or(0, || arg(g, "g").map_or(0, |g| g.graph.outputs().len()))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or(0, || arg(g, "g").map_or(0, |g| g.graph.outputs().len())) }
 }
 
 /// The inferred type of value `v`: its dtype, and its dims (-1 where symbolic) written to
@@ -410,31 +443,34 @@ pub unsafe extern "C" fn kiln_graph_value_type(
     dims_capacity: usize,
     rank: *mut usize,
 ) -> kiln_status {
-    guard(|| {
-        let g = arg(g, "g")?;
-        let rank = out_ptr(rank, "rank")?;
-        let ty = g.graph.value_type(Value {
-            node: NodeId(v.node),
-            output: v.output,
-        })?;
-        let info = IoInfo::new("", ty)?;
-        if info.dims.len() > dims_capacity {
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let g = arg(g, "g")?;
+            let rank = out_ptr(rank, "rank")?;
+            let ty = g.graph.value_type(Value {
+                node: NodeId(v.node),
+                output: v.output,
+            })?;
+            let info = IoInfo::new("", ty)?;
+            if info.dims.len() > dims_capacity {
+                *rank = info.dims.len();
+                return Err(Failure::new(
+                    KILN_STATUS_BUFFER_TOO_SMALL,
+                    format!("rank {} > dims_capacity {dims_capacity}", info.dims.len()),
+                ));
+            }
+            if dims.is_null() && !info.dims.is_empty() {
+                return Err(Failure::null("dims"));
+            }
+            for (i, &d) in info.dims.iter().enumerate() {
+                *dims.add(i) = d;
+            }
+            if !dtype.is_null() {
+                *dtype = dtype_to_c(ty.dtype);
+            }
             *rank = info.dims.len();
-            return Err(Failure::new(
-                KILN_STATUS_BUFFER_TOO_SMALL,
-                format!("rank {} > dims_capacity {dims_capacity}", info.dims.len()),
-            ));
-        }
-        if dims.is_null() && !info.dims.is_empty() {
-            return Err(Failure::null("dims"));
-        }
-        for (i, &d) in info.dims.iter().enumerate() {
-            *dims.add(i) = d;
-        }
-        if !dtype.is_null() {
-            *dtype = dtype_to_c(ty.dtype);
-        }
-        *rank = info.dims.len();
-        Ok(())
-    })
+            Ok(())
+        })
+    }
 }

@@ -208,6 +208,7 @@ struct FfiOp {
 // SAFETY: the header requires the callbacks (and what they do with `user_data`) to be
 // callable from any thread, concurrently.
 unsafe impl Send for FfiOp {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for FfiOp {}
 
 impl Drop for FfiOp {
@@ -463,12 +464,13 @@ impl FfiOp {
             error: None,
         };
         let (status, what) = match (stream, self.compute_cuda) {
-            // SAFETY: the registration's callbacks with a live context (and stream).
             (None, _) => (
+                // SAFETY: the registration's callback with a live context.
                 unsafe { (self.compute)(&mut ctx, self.user_data) },
                 "the compute callback",
             ),
             (Some(stream), Some(cuda)) => (
+                // SAFETY: the registration's callback with a live context and stream.
                 unsafe { cuda(&mut ctx, stream, self.user_data) },
                 "the compute_cuda callback",
             ),
@@ -605,30 +607,32 @@ impl Outputs {
 /// # Safety
 /// `def` points to at least `def->struct_size` readable bytes.
 unsafe fn read_def(def: *const kiln_custom_op) -> CResult<kiln_custom_op> {
-    if def.is_null() {
-        return Err(Failure::null("def"));
-    }
-    let size = std::ptr::read_unaligned(def.cast::<u32>()) as usize;
-    let ours = std::mem::size_of::<kiln_custom_op>();
-    if size < MIN_SIZE {
-        return Err(Failure::new(
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        if def.is_null() {
+            return Err(Failure::null("def"));
+        }
+        let size = std::ptr::read_unaligned(def.cast::<u32>()) as usize;
+        let ours = std::mem::size_of::<kiln_custom_op>();
+        if size < MIN_SIZE {
+            return Err(Failure::new(
             KILN_STATUS_UNSUPPORTED_VERSION,
             format!(
                 "def->struct_size is {size}: a kiln_custom_op has at least {MIN_SIZE} bytes (KILN_CUSTOM_OP_MIN_SIZE; set struct_size = sizeof(kiln_custom_op))"
             ),
         ));
-    }
-    // SAFETY: all-zero is a valid kiln_custom_op (NULL pointers, no callbacks).
-    let mut d: kiln_custom_op = std::mem::zeroed();
-    std::ptr::copy_nonoverlapping(
-        def.cast::<u8>(),
-        (&mut d as *mut kiln_custom_op).cast::<u8>(),
-        size.min(ours),
-    );
-    if size > ours {
-        let tail = std::slice::from_raw_parts(def.cast::<u8>().add(ours), size - ours);
-        if let Some(k) = tail.iter().position(|&b| b != 0) {
-            return Err(Failure::new(
+        }
+        // SAFETY: all-zero is a valid kiln_custom_op (NULL pointers, no callbacks).
+        let mut d: kiln_custom_op = std::mem::zeroed();
+        std::ptr::copy_nonoverlapping(
+            def.cast::<u8>(),
+            (&mut d as *mut kiln_custom_op).cast::<u8>(),
+            size.min(ours),
+        );
+        if size > ours {
+            let tail = std::slice::from_raw_parts(def.cast::<u8>().add(ours), size - ours);
+            if let Some(k) = tail.iter().position(|&b| b != 0) {
+                return Err(Failure::new(
                 KILN_STATUS_UNSUPPORTED_VERSION,
                 format!(
                     "def sets a field this Kiln ({}) does not know: struct_size is {size}, this library's kiln_custom_op has {ours} bytes and byte {} is nonzero (built against a newer kiln.h; use a newer Kiln or leave the new fields zero)",
@@ -636,23 +640,25 @@ unsafe fn read_def(def: *const kiln_custom_op) -> CResult<kiln_custom_op> {
                     ours + k
                 ),
             ));
+            }
         }
-    }
-    if d.version != KILN_CUSTOM_OP_VERSION {
-        return Err(Failure::new(
+        if d.version != KILN_CUSTOM_OP_VERSION {
+            return Err(Failure::new(
             KILN_STATUS_UNSUPPORTED_VERSION,
             format!(
                 "def->version is {}: this Kiln implements external-op interface version {KILN_CUSTOM_OP_VERSION} (KILN_CUSTOM_OP_VERSION)",
                 d.version
             ),
         ));
+        }
+        Ok(d)
     }
-    Ok(d)
 }
 
 fn build_op(d: &kiln_custom_op) -> CResult<FfiOp> {
     // SAFETY: the header requires NUL-terminated strings.
     let domain = unsafe { arg_str(d.domain, "def->domain") }?;
+    // SAFETY: as for the domain.
     let name = unsafe { arg_str(d.name, "def->name") }?;
     for (what, s) in [("def->domain", domain), ("def->name", name)] {
         if !custom::valid_part(s) {
@@ -742,19 +748,22 @@ fn build_op(d: &kiln_custom_op) -> CResult<FfiOp> {
 /// `kiln_custom_op`; its callbacks are valid for as long as the registration lives.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_register_op(def: *const kiln_custom_op) -> kiln_status {
-    guard(|| {
-        let d = read_def(def)?;
-        let op = build_op(&d)?;
-        // On a duplicate the new FfiOp must not run the caller's destructor.
-        let op = Arc::new(op);
-        if let Err(e) = custom::register(op.clone()) {
-            if let Ok(mut op) = Arc::try_unwrap(op) {
-                op.destroy = None;
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let d = read_def(def)?;
+            let op = build_op(&d)?;
+            // On a duplicate the new FfiOp must not run the caller's destructor.
+            let op = Arc::new(op);
+            if let Err(e) = custom::register(op.clone()) {
+                if let Ok(mut op) = Arc::try_unwrap(op) {
+                    op.destroy = None;
+                }
+                return Err(Failure::invalid(e));
             }
-            return Err(Failure::invalid(e));
-        }
-        Ok(())
-    })
+            Ok(())
+        })
+    }
 }
 
 /// Unregisters the op `(domain, name)`: new graphs (`kiln_graph_add_op`, ONNX import,
@@ -769,16 +778,19 @@ pub unsafe extern "C" fn kiln_unregister_op(
     domain: *const c_char,
     name: *const c_char,
 ) -> kiln_status {
-    guard(|| {
-        let q = custom::qualified(arg_str(domain, "domain")?, arg_str(name, "name")?);
-        match custom::unregister(&q) {
-            Some(_) => Ok(()),
-            None => Err(Failure::new(
-                KILN_STATUS_UNKNOWN_OP,
-                format!("no op '{q}' is registered"),
-            )),
-        }
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let q = custom::qualified(arg_str(domain, "domain")?, arg_str(name, "name")?);
+            match custom::unregister(&q) {
+                Some(_) => Ok(()),
+                None => Err(Failure::new(
+                    KILN_STATUS_UNKNOWN_OP,
+                    format!("no op '{q}' is registered"),
+                )),
+            }
+        })
+    }
 }
 
 // ---- attributes -------------------------------------------------------------------
@@ -789,9 +801,12 @@ unsafe fn attr_lookup<'a>(
     attrs: *const kiln_attrs,
     name: *const c_char,
 ) -> CResult<(&'a str, Option<&'a Attr>)> {
-    let attrs = arg(attrs, "attrs")?;
-    let name = arg_str(name, "name")?;
-    Ok((name, attrs.attrs.get(name)))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        let attrs = arg(attrs, "attrs")?;
+        let name = arg_str(name, "name")?;
+        Ok((name, attrs.attrs.get(name)))
+    }
 }
 
 fn wrong_kind(name: &str, a: &Attr, want: &str) -> Failure {
@@ -810,16 +825,19 @@ pub unsafe extern "C" fn kiln_attrs_get_int(
     default_value: i64,
     out: *mut i64,
 ) -> kiln_status {
-    guard(|| {
-        let out = out_ptr(out, "out")?;
-        let (name, a) = attr_lookup(attrs, name)?;
-        *out = match a {
-            None => default_value,
-            Some(Attr::Int(v)) => *v,
-            Some(a) => return Err(wrong_kind(name, a, "an int")),
-        };
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let out = out_ptr(out, "out")?;
+            let (name, a) = attr_lookup(attrs, name)?;
+            *out = match a {
+                None => default_value,
+                Some(Attr::Int(v)) => *v,
+                Some(a) => return Err(wrong_kind(name, a, "an int")),
+            };
+            Ok(())
+        })
+    }
 }
 
 /// The float attribute `name` (an int converts), or `default_value` if none.
@@ -833,17 +851,20 @@ pub unsafe extern "C" fn kiln_attrs_get_float(
     default_value: f64,
     out: *mut f64,
 ) -> kiln_status {
-    guard(|| {
-        let out = out_ptr(out, "out")?;
-        let (name, a) = attr_lookup(attrs, name)?;
-        *out = match a {
-            None => default_value,
-            Some(Attr::Float(v)) => *v,
-            Some(Attr::Int(v)) => *v as f64,
-            Some(a) => return Err(wrong_kind(name, a, "a float")),
-        };
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let out = out_ptr(out, "out")?;
+            let (name, a) = attr_lookup(attrs, name)?;
+            *out = match a {
+                None => default_value,
+                Some(Attr::Float(v)) => *v,
+                Some(Attr::Int(v)) => *v as f64,
+                Some(a) => return Err(wrong_kind(name, a, "a float")),
+            };
+            Ok(())
+        })
+    }
 }
 
 /// The ints attribute `name`: `*data` (borrowed, valid during the callback) and `*len`;
@@ -858,19 +879,22 @@ pub unsafe extern "C" fn kiln_attrs_get_ints(
     data: *mut *const i64,
     len: *mut usize,
 ) -> kiln_status {
-    guard(|| {
-        let data = out_ptr(data, "data")?;
-        let len = out_ptr(len, "len")?;
-        let (name, a) = attr_lookup(attrs, name)?;
-        let (p, n) = match a {
-            None => (std::ptr::null(), 0),
-            Some(Attr::Ints(v)) => (v.as_ptr(), v.len()),
-            Some(a) => return Err(wrong_kind(name, a, "ints")),
-        };
-        *data = p;
-        *len = n;
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let data = out_ptr(data, "data")?;
+            let len = out_ptr(len, "len")?;
+            let (name, a) = attr_lookup(attrs, name)?;
+            let (p, n) = match a {
+                None => (std::ptr::null(), 0),
+                Some(Attr::Ints(v)) => (v.as_ptr(), v.len()),
+                Some(a) => return Err(wrong_kind(name, a, "ints")),
+            };
+            *data = p;
+            *len = n;
+            Ok(())
+        })
+    }
 }
 
 /// The floats attribute `name`, as `kiln_attrs_get_ints`.
@@ -884,19 +908,22 @@ pub unsafe extern "C" fn kiln_attrs_get_floats(
     data: *mut *const f64,
     len: *mut usize,
 ) -> kiln_status {
-    guard(|| {
-        let data = out_ptr(data, "data")?;
-        let len = out_ptr(len, "len")?;
-        let (name, a) = attr_lookup(attrs, name)?;
-        let (p, n) = match a {
-            None => (std::ptr::null(), 0),
-            Some(Attr::Floats(v)) => (v.as_ptr(), v.len()),
-            Some(a) => return Err(wrong_kind(name, a, "floats")),
-        };
-        *data = p;
-        *len = n;
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let data = out_ptr(data, "data")?;
+            let len = out_ptr(len, "len")?;
+            let (name, a) = attr_lookup(attrs, name)?;
+            let (p, n) = match a {
+                None => (std::ptr::null(), 0),
+                Some(Attr::Floats(v)) => (v.as_ptr(), v.len()),
+                Some(a) => return Err(wrong_kind(name, a, "floats")),
+            };
+            *data = p;
+            *len = n;
+            Ok(())
+        })
+    }
 }
 
 // ---- inference --------------------------------------------------------------------
@@ -904,10 +931,13 @@ pub unsafe extern "C" fn kiln_attrs_get_floats(
 /// # Safety
 /// `msg` is NULL or a string.
 unsafe fn message(msg: *const c_char) -> String {
-    if msg.is_null() {
-        "(no message)".into()
-    } else {
-        std::ffi::CStr::from_ptr(msg).to_string_lossy().into_owned()
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        if msg.is_null() {
+            "(no message)".into()
+        } else {
+            std::ffi::CStr::from_ptr(msg).to_string_lossy().into_owned()
+        }
     }
 }
 
@@ -917,7 +947,8 @@ unsafe fn message(msg: *const c_char) -> String {
 /// `ctx` is NULL or the live context of the current callback.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_infer_context_num_inputs(ctx: *const kiln_infer_context) -> usize {
-    guard_or(0, || ctx.as_ref().map_or(0, |c| c.inputs.len()))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or(0, || ctx.as_ref().map_or(0, |c| c.inputs.len())) }
 }
 
 /// Input `index`'s dtype and rank. An omitted optional input gives `KILN_DTYPE_INVALID`
@@ -933,15 +964,18 @@ pub unsafe extern "C" fn kiln_infer_context_input(
     dtype: *mut kiln_dtype,
     rank: *mut usize,
 ) -> kiln_status {
-    guard(|| {
-        let ctx = arg(ctx, "ctx")?;
-        let dtype = out_ptr(dtype, "dtype")?;
-        let rank = out_ptr(rank, "rank")?;
-        let t = infer_input(ctx, index)?;
-        *dtype = t.map_or(KILN_DTYPE_INVALID, |t| dtype_to_c(t.dtype));
-        *rank = t.map_or(0, |t| t.rank());
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let ctx = arg(ctx, "ctx")?;
+            let dtype = out_ptr(dtype, "dtype")?;
+            let rank = out_ptr(rank, "rank")?;
+            let t = infer_input(ctx, index)?;
+            *dtype = t.map_or(KILN_DTYPE_INVALID, |t| dtype_to_c(t.dtype));
+            *rank = t.map_or(0, |t| t.rank());
+            Ok(())
+        })
+    }
 }
 
 fn infer_input(ctx: &kiln_infer_context, index: usize) -> CResult<Option<&TensorType>> {
@@ -967,29 +1001,32 @@ pub unsafe extern "C" fn kiln_infer_context_input_dim(
     size: *mut i64,
     symbol: *mut *const c_char,
 ) -> kiln_status {
-    guard(|| {
-        let ctx = arg(ctx, "ctx")?;
-        let size = out_ptr(size, "size")?;
-        let symbol = out_ptr(symbol, "symbol")?;
-        let t = infer_input(ctx, index)?
-            .ok_or_else(|| Failure::invalid(format!("input {index} is omitted")))?;
-        let a = t.shape.axes.get(axis).ok_or_else(|| {
-            Failure::invalid(format!("axis {axis}: input {index} has rank {}", t.rank()))
-        })?;
-        match &a.dim {
-            Dim::Fixed(n) => {
-                *size = *n as i64;
-                *symbol = std::ptr::null();
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let ctx = arg(ctx, "ctx")?;
+            let size = out_ptr(size, "size")?;
+            let symbol = out_ptr(symbol, "symbol")?;
+            let t = infer_input(ctx, index)?
+                .ok_or_else(|| Failure::invalid(format!("input {index} is omitted")))?;
+            let a = t.shape.axes.get(axis).ok_or_else(|| {
+                Failure::invalid(format!("axis {axis}: input {index} has rank {}", t.rank()))
+            })?;
+            match &a.dim {
+                Dim::Fixed(n) => {
+                    *size = *n as i64;
+                    *symbol = std::ptr::null();
+                }
+                Dim::Sym(_) => {
+                    *size = -1;
+                    *symbol = ctx.symbols[index][axis]
+                        .as_ref()
+                        .map_or(std::ptr::null(), |s| s.as_ptr());
+                }
             }
-            Dim::Sym(_) => {
-                *size = -1;
-                *symbol = ctx.symbols[index][axis]
-                    .as_ref()
-                    .map_or(std::ptr::null(), |s| s.as_ptr());
-            }
-        }
-        Ok(())
-    })
+            Ok(())
+        })
+    }
 }
 
 /// The node's attributes (borrowed from the context).
@@ -1000,10 +1037,13 @@ pub unsafe extern "C" fn kiln_infer_context_input_dim(
 pub unsafe extern "C" fn kiln_infer_context_attrs(
     ctx: *const kiln_infer_context,
 ) -> *const kiln_attrs {
-    guard_or(std::ptr::null(), || {
-        ctx.as_ref()
-            .map_or(std::ptr::null(), |c| &c.attrs as *const kiln_attrs)
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard_or(std::ptr::null(), || {
+            ctx.as_ref()
+                .map_or(std::ptr::null(), |c| &c.attrs as *const kiln_attrs)
+        })
+    }
 }
 
 /// Sets output `index`'s type: `dtype` and `rank` dims, where `dims[k] >= 0` is a fixed
@@ -1022,34 +1062,37 @@ pub unsafe extern "C" fn kiln_infer_context_set_output(
     symbols: *const *const c_char,
     rank: usize,
 ) -> kiln_status {
-    guard(|| {
-        let ctx = arg_mut(ctx, "ctx")?;
-        let dtype = dtype_from_c(dtype, "dtype")?;
-        let dims = arg_slice(dims, rank, "dims")?;
-        let syms = if symbols.is_null() {
-            None
-        } else {
-            Some(arg_slice(symbols, rank, "symbols")?)
-        };
-        check_output_index(index, ctx.outputs.len())?;
-        let mut shape = Vec::with_capacity(rank);
-        for (k, &d) in dims.iter().enumerate() {
-            shape.push(match d {
-                -1 => match syms.map_or(std::ptr::null(), |s| s[k]) {
-                    p if p.is_null() => Dim::Sym(format!("{}.{index}.{k}", ctx.node_name)),
-                    p => Dim::Sym(arg_str(p, &format!("symbols[{k}]"))?.to_string()),
-                },
-                d if d >= 0 => Dim::Fixed(d as usize),
-                d => {
-                    return Err(Failure::invalid(format!(
-                        "dims[{k}] is {d}: a dim is >= 0, or -1 for symbolic"
-                    )))
-                }
-            });
-        }
-        ctx.outputs[index] = Some(TensorType::new(dtype, Shape::new(shape)));
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let ctx = arg_mut(ctx, "ctx")?;
+            let dtype = dtype_from_c(dtype, "dtype")?;
+            let dims = arg_slice(dims, rank, "dims")?;
+            let syms = if symbols.is_null() {
+                None
+            } else {
+                Some(arg_slice(symbols, rank, "symbols")?)
+            };
+            check_output_index(index, ctx.outputs.len())?;
+            let mut shape = Vec::with_capacity(rank);
+            for (k, &d) in dims.iter().enumerate() {
+                shape.push(match d {
+                    -1 => match syms.map_or(std::ptr::null(), |s| s[k]) {
+                        p if p.is_null() => Dim::Sym(format!("{}.{index}.{k}", ctx.node_name)),
+                        p => Dim::Sym(arg_str(p, &format!("symbols[{k}]"))?.to_string()),
+                    },
+                    d if d >= 0 => Dim::Fixed(d as usize),
+                    d => {
+                        return Err(Failure::invalid(format!(
+                            "dims[{k}] is {d}: a dim is >= 0, or -1 for symbolic"
+                        )))
+                    }
+                });
+            }
+            ctx.outputs[index] = Some(TensorType::new(dtype, Shape::new(shape)));
+            Ok(())
+        })
+    }
 }
 
 fn check_output_index(index: usize, n: usize) -> CResult<()> {
@@ -1072,15 +1115,18 @@ pub unsafe extern "C" fn kiln_infer_context_set_output_like(
     index: usize,
     input: usize,
 ) -> kiln_status {
-    guard(|| {
-        let ctx = arg_mut(ctx, "ctx")?;
-        check_output_index(index, ctx.outputs.len())?;
-        let t = infer_input(ctx, input)?
-            .ok_or_else(|| Failure::invalid(format!("input {input} is omitted")))?
-            .clone();
-        ctx.outputs[index] = Some(t);
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let ctx = arg_mut(ctx, "ctx")?;
+            check_output_index(index, ctx.outputs.len())?;
+            let t = infer_input(ctx, input)?
+                .ok_or_else(|| Failure::invalid(format!("input {input} is omitted")))?
+                .clone();
+            ctx.outputs[index] = Some(t);
+            Ok(())
+        })
+    }
 }
 
 /// Records why inference fails (copied); the callback then returns a non-OK status, and
@@ -1093,10 +1139,13 @@ pub unsafe extern "C" fn kiln_infer_context_set_error(
     ctx: *mut kiln_infer_context,
     msg: *const c_char,
 ) -> kiln_status {
-    guard(|| {
-        arg_mut(ctx, "ctx")?.error = Some(message(msg));
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            arg_mut(ctx, "ctx")?.error = Some(message(msg));
+            Ok(())
+        })
+    }
 }
 
 // ---- kernels ----------------------------------------------------------------------
@@ -1107,7 +1156,8 @@ pub unsafe extern "C" fn kiln_infer_context_set_error(
 /// `ctx` is NULL or the live context of the current callback.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_kernel_context_num_inputs(ctx: *const kiln_kernel_context) -> usize {
-    guard_or(0, || ctx.as_ref().map_or(0, |c| c.inputs.len()))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or(0, || ctx.as_ref().map_or(0, |c| c.inputs.len())) }
 }
 
 /// How many outputs the op has; 0 for NULL.
@@ -1116,12 +1166,15 @@ pub unsafe extern "C" fn kiln_kernel_context_num_inputs(ctx: *const kiln_kernel_
 /// `ctx` is NULL or the live context of the current callback.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_kernel_context_num_outputs(ctx: *const kiln_kernel_context) -> usize {
-    guard_or(0, || {
-        ctx.as_ref().map_or(0, |c| match &c.outputs {
-            Outputs::Allocated { made, .. } => made.len(),
-            Outputs::Planned { given, .. } => given.len(),
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard_or(0, || {
+            ctx.as_ref().map_or(0, |c| match &c.outputs {
+                Outputs::Allocated { made, .. } => made.len(),
+                Outputs::Planned { given, .. } => given.len(),
+            })
         })
-    })
+    }
 }
 
 /// Input `index` as a view (read-only; an omitted optional input has `data == NULL`).
@@ -1134,27 +1187,30 @@ pub unsafe extern "C" fn kiln_kernel_context_input(
     index: usize,
     view: *mut kiln_tensor_view,
 ) -> kiln_status {
-    guard(|| {
-        let ctx = arg(ctx, "ctx")?;
-        let view = out_ptr(view, "view")?;
-        let v = ctx.inputs.get(index).ok_or_else(|| {
-            Failure::invalid(format!(
-                "index {index}: the node has {} inputs",
-                ctx.inputs.len()
-            ))
-        })?;
-        *view = match v {
-            Some(v) => v.to_c(),
-            None => kiln_tensor_view {
-                data: std::ptr::null_mut(),
-                dtype: KILN_DTYPE_INVALID,
-                rank: 0,
-                dims: std::ptr::null(),
-                strides: std::ptr::null(),
-            },
-        };
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let ctx = arg(ctx, "ctx")?;
+            let view = out_ptr(view, "view")?;
+            let v = ctx.inputs.get(index).ok_or_else(|| {
+                Failure::invalid(format!(
+                    "index {index}: the node has {} inputs",
+                    ctx.inputs.len()
+                ))
+            })?;
+            *view = match v {
+                Some(v) => v.to_c(),
+                None => kiln_tensor_view {
+                    data: std::ptr::null_mut(),
+                    dtype: KILN_DTYPE_INVALID,
+                    rank: 0,
+                    dims: std::ptr::null(),
+                    strides: std::ptr::null(),
+                },
+            };
+            Ok(())
+        })
+    }
 }
 
 /// Output `index`'s buffer, for an output of `rank` dims `dims` (what the kernel
@@ -1173,23 +1229,26 @@ pub unsafe extern "C" fn kiln_kernel_context_output(
     rank: usize,
     view: *mut kiln_tensor_view,
 ) -> kiln_status {
-    let mut failure = None;
-    let status = guard(|| {
-        let ctx = arg_mut(ctx, "ctx")?;
-        let view = out_ptr(view, "view")?;
-        let dims = arg_slice(dims, rank, "dims")?;
-        let r = output_view(ctx, index, dims);
-        if let Err(f) = &r {
-            failure = Some(f.message.clone());
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        let mut failure = None;
+        let status = guard(|| {
+            let ctx = arg_mut(ctx, "ctx")?;
+            let view = out_ptr(view, "view")?;
+            let dims = arg_slice(dims, rank, "dims")?;
+            let r = output_view(ctx, index, dims);
+            if let Err(f) = &r {
+                failure = Some(f.message.clone());
+            }
+            *view = r?;
+            Ok(())
+        });
+        if let (Some(m), Some(ctx)) = (failure, ctx.as_mut()) {
+            // Sticky: a kernel that ignores the status still fails the run.
+            ctx.error.get_or_insert(m);
         }
-        *view = r?;
-        Ok(())
-    });
-    if let (Some(m), Some(ctx)) = (failure, ctx.as_mut()) {
-        // Sticky: a kernel that ignores the status still fails the run.
-        ctx.error.get_or_insert(m);
+        status
     }
-    status
 }
 
 fn output_view(
@@ -1266,22 +1325,25 @@ pub unsafe extern "C" fn kiln_kernel_context_scratch(
     bytes: usize,
     out: *mut *mut c_void,
 ) -> kiln_status {
-    guard(|| {
-        let ctx = arg_mut(ctx, "ctx")?;
-        let out = out_ptr(out, "out")?;
-        let layout = Layout::from_size_align(bytes.max(1), 64)
-            .map_err(|_| Failure::invalid(format!("{bytes} bytes of scratch is too many")))?;
-        let p = alloc_zeroed(layout);
-        if p.is_null() {
-            return Err(Failure::new(
-                KILN_STATUS_RUN_FAILED,
-                format!("could not allocate {bytes} bytes of scratch"),
-            ));
-        }
-        ctx.scratch.push((p, layout));
-        *out = p.cast();
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let ctx = arg_mut(ctx, "ctx")?;
+            let out = out_ptr(out, "out")?;
+            let layout = Layout::from_size_align(bytes.max(1), 64)
+                .map_err(|_| Failure::invalid(format!("{bytes} bytes of scratch is too many")))?;
+            let p = alloc_zeroed(layout);
+            if p.is_null() {
+                return Err(Failure::new(
+                    KILN_STATUS_RUN_FAILED,
+                    format!("could not allocate {bytes} bytes of scratch"),
+                ));
+            }
+            ctx.scratch.push((p, layout));
+            *out = p.cast();
+            Ok(())
+        })
+    }
 }
 
 /// The node's attributes (borrowed from the context).
@@ -1292,10 +1354,13 @@ pub unsafe extern "C" fn kiln_kernel_context_scratch(
 pub unsafe extern "C" fn kiln_kernel_context_attrs(
     ctx: *const kiln_kernel_context,
 ) -> *const kiln_attrs {
-    guard_or(std::ptr::null(), || {
-        ctx.as_ref()
-            .map_or(std::ptr::null(), |c| &c.attrs as *const kiln_attrs)
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard_or(std::ptr::null(), || {
+            ctx.as_ref()
+                .map_or(std::ptr::null(), |c| &c.attrs as *const kiln_attrs)
+        })
+    }
 }
 
 /// Records why the kernel fails (copied); the callback then returns a non-OK status and
@@ -1309,10 +1374,13 @@ pub unsafe extern "C" fn kiln_kernel_context_set_error(
     ctx: *mut kiln_kernel_context,
     msg: *const c_char,
 ) -> kiln_status {
-    guard(|| {
-        arg_mut(ctx, "ctx")?.error = Some(message(msg));
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            arg_mut(ctx, "ctx")?.error = Some(message(msg));
+            Ok(())
+        })
+    }
 }
 
 // ---- gradients --------------------------------------------------------------------
@@ -1337,7 +1405,8 @@ fn value_at(list: &[Option<Value>], index: usize, what: &str) -> CResult<kiln_va
 pub unsafe extern "C" fn kiln_gradient_context_num_inputs(
     ctx: *const kiln_gradient_context,
 ) -> usize {
-    guard_or(0, || ctx.as_ref().map_or(0, |c| c.inputs.len()))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or(0, || ctx.as_ref().map_or(0, |c| c.inputs.len())) }
 }
 
 /// How many outputs the node has; 0 for NULL.
@@ -1348,7 +1417,8 @@ pub unsafe extern "C" fn kiln_gradient_context_num_inputs(
 pub unsafe extern "C" fn kiln_gradient_context_num_outputs(
     ctx: *const kiln_gradient_context,
 ) -> usize {
-    guard_or(0, || ctx.as_ref().map_or(0, |c| c.outputs.len()))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or(0, || ctx.as_ref().map_or(0, |c| c.outputs.len())) }
 }
 
 /// The node's input `index` as a value of the graph (`node == KILN_VALUE_NONE_NODE` if
@@ -1362,12 +1432,15 @@ pub unsafe extern "C" fn kiln_gradient_context_input(
     index: usize,
     out: *mut kiln_value,
 ) -> kiln_status {
-    guard(|| {
-        let ctx = arg(ctx, "ctx")?;
-        let out = out_ptr(out, "out")?;
-        *out = value_at(&ctx.inputs, index, "inputs")?;
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let ctx = arg(ctx, "ctx")?;
+            let out = out_ptr(out, "out")?;
+            *out = value_at(&ctx.inputs, index, "inputs")?;
+            Ok(())
+        })
+    }
 }
 
 /// The node's output `index` (the forward result) as a value of the graph.
@@ -1380,13 +1453,16 @@ pub unsafe extern "C" fn kiln_gradient_context_output(
     index: usize,
     out: *mut kiln_value,
 ) -> kiln_status {
-    guard(|| {
-        let ctx = arg(ctx, "ctx")?;
-        let out = out_ptr(out, "out")?;
-        let outs: Vec<Option<Value>> = ctx.outputs.iter().copied().map(Some).collect();
-        *out = value_at(&outs, index, "outputs")?;
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let ctx = arg(ctx, "ctx")?;
+            let out = out_ptr(out, "out")?;
+            let outs: Vec<Option<Value>> = ctx.outputs.iter().copied().map(Some).collect();
+            *out = value_at(&outs, index, "outputs")?;
+            Ok(())
+        })
+    }
 }
 
 /// The gradient of the loss with respect to output `index` (same type as the output), or
@@ -1400,12 +1476,15 @@ pub unsafe extern "C" fn kiln_gradient_context_output_grad(
     index: usize,
     out: *mut kiln_value,
 ) -> kiln_status {
-    guard(|| {
-        let ctx = arg(ctx, "ctx")?;
-        let out = out_ptr(out, "out")?;
-        *out = value_at(&ctx.output_grads, index, "outputs")?;
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let ctx = arg(ctx, "ctx")?;
+            let out = out_ptr(out, "out")?;
+            *out = value_at(&ctx.output_grads, index, "outputs")?;
+            Ok(())
+        })
+    }
 }
 
 /// Sets the gradient of the loss with respect to input `index`: a value the callback
@@ -1419,19 +1498,21 @@ pub unsafe extern "C" fn kiln_gradient_context_set_input_grad(
     index: usize,
     grad: kiln_value,
 ) -> kiln_status {
-    guard(|| {
-        let ctx = arg_mut(ctx, "ctx")?;
-        let n = ctx.input_grads.len();
-        let slot = ctx
-            .input_grads
-            .get_mut(index)
-            .ok_or_else(|| Failure::invalid(format!("index {index}: the node has {n} inputs")))?;
-        *slot = (grad.node != KILN_VALUE_NONE_NODE).then_some(Value {
-            node: NodeId(grad.node),
-            output: grad.output,
-        });
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let ctx = arg_mut(ctx, "ctx")?;
+            let n = ctx.input_grads.len();
+            let slot = ctx.input_grads.get_mut(index).ok_or_else(|| {
+                Failure::invalid(format!("index {index}: the node has {n} inputs"))
+            })?;
+            *slot = (grad.node != KILN_VALUE_NONE_NODE).then_some(Value {
+                node: NodeId(grad.node),
+                output: grad.output,
+            });
+            Ok(())
+        })
+    }
 }
 
 /// The node's attributes (borrowed from the context).
@@ -1442,10 +1523,13 @@ pub unsafe extern "C" fn kiln_gradient_context_set_input_grad(
 pub unsafe extern "C" fn kiln_gradient_context_attrs(
     ctx: *const kiln_gradient_context,
 ) -> *const kiln_attrs {
-    guard_or(std::ptr::null(), || {
-        ctx.as_ref()
-            .map_or(std::ptr::null(), |c| &c.attrs as *const kiln_attrs)
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard_or(std::ptr::null(), || {
+            ctx.as_ref()
+                .map_or(std::ptr::null(), |c| &c.attrs as *const kiln_attrs)
+        })
+    }
 }
 
 /// Records why the gradient cannot be built (copied); the callback then returns a
@@ -1458,8 +1542,11 @@ pub unsafe extern "C" fn kiln_gradient_context_set_error(
     ctx: *mut kiln_gradient_context,
     msg: *const c_char,
 ) -> kiln_status {
-    guard(|| {
-        arg_mut(ctx, "ctx")?.error = Some(message(msg));
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            arg_mut(ctx, "ctx")?.error = Some(message(msg));
+            Ok(())
+        })
+    }
 }

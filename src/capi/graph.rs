@@ -69,39 +69,45 @@ pub struct kiln_attr {
 /// # Safety
 /// The pointers the kind selects are valid as `kiln_attr` documents.
 unsafe fn attr_from_c(a: &kiln_attr, i: usize) -> CResult<(String, Attr)> {
-    let name = arg_str(a.name, &format!("attrs[{i}].name"))?.to_string();
-    let at = |field: &str| format!("attrs[{i}] ('{name}').{field}");
-    let value = match a.kind {
-        KILN_ATTR_INT => Attr::Int(a.i),
-        KILN_ATTR_FLOAT => Attr::Float(a.f),
-        KILN_ATTR_STRING => Attr::String(arg_str(a.s, &at("s"))?.to_string()),
-        KILN_ATTR_INTS => Attr::Ints(arg_slice(a.ints, a.len, &at("ints"))?.to_vec()),
-        KILN_ATTR_FLOATS => Attr::Floats(arg_slice(a.floats, a.len, &at("floats"))?.to_vec()),
-        KILN_ATTR_STRINGS => {
-            let ptrs = arg_slice(a.strings, a.len, &at("strings"))?;
-            let mut v = Vec::with_capacity(ptrs.len());
-            for (k, &p) in ptrs.iter().enumerate() {
-                v.push(arg_str(p, &at(&format!("strings[{k}]")))?.to_string());
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        let name = arg_str(a.name, &format!("attrs[{i}].name"))?.to_string();
+        let at = |field: &str| format!("attrs[{i}] ('{name}').{field}");
+        let value = match a.kind {
+            KILN_ATTR_INT => Attr::Int(a.i),
+            KILN_ATTR_FLOAT => Attr::Float(a.f),
+            KILN_ATTR_STRING => Attr::String(arg_str(a.s, &at("s"))?.to_string()),
+            KILN_ATTR_INTS => Attr::Ints(arg_slice(a.ints, a.len, &at("ints"))?.to_vec()),
+            KILN_ATTR_FLOATS => Attr::Floats(arg_slice(a.floats, a.len, &at("floats"))?.to_vec()),
+            KILN_ATTR_STRINGS => {
+                let ptrs = arg_slice(a.strings, a.len, &at("strings"))?;
+                let mut v = Vec::with_capacity(ptrs.len());
+                for (k, &p) in ptrs.iter().enumerate() {
+                    v.push(arg_str(p, &at(&format!("strings[{k}]")))?.to_string());
+                }
+                Attr::Strings(v)
             }
-            Attr::Strings(v)
-        }
-        k => {
-            return Err(Failure::invalid(format!(
-                "{}: {k} is not a kiln_attr_kind (0..=5)",
-                at("kind")
-            )))
-        }
-    };
-    Ok((name, value))
+            k => {
+                return Err(Failure::invalid(format!(
+                    "{}: {k} is not a kiln_attr_kind (0..=5)",
+                    at("kind")
+                )))
+            }
+        };
+        Ok((name, value))
+    }
 }
 
 /// # Safety
 /// `p` is NULL or a NUL-terminated string.
 unsafe fn name_arg<'a>(p: *const c_char, arg: &str) -> CResult<&'a str> {
-    if p.is_null() {
-        Ok("")
-    } else {
-        arg_str(p, arg)
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        if p.is_null() {
+            Ok("")
+        } else {
+            arg_str(p, arg)
+        }
     }
 }
 
@@ -112,13 +118,16 @@ unsafe fn name_arg<'a>(p: *const c_char, arg: &str) -> CResult<&'a str> {
 /// `out` is a valid pointer.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_graph_new(out: *mut *mut kiln_graph) -> kiln_status {
-    guard(|| {
-        let out = out_ptr(out, "out")?;
-        *out = into_handle(kiln_graph {
-            graph: Graph::new("graph"),
-        });
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let out = out_ptr(out, "out")?;
+            *out = into_handle(kiln_graph {
+                graph: Graph::new("graph"),
+            });
+            Ok(())
+        })
+    }
 }
 
 /// Parses a graph from `.kir` text (see `kiln print`); errors give line and column.
@@ -131,12 +140,15 @@ pub unsafe extern "C" fn kiln_graph_parse(
     text: *const c_char,
     out: *mut *mut kiln_graph,
 ) -> kiln_status {
-    guard(|| {
-        let out = out_ptr(out, "out")?;
-        let graph = text::parse(arg_str(text, "text")?, "<text>", None)?;
-        *out = into_handle(kiln_graph { graph });
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let out = out_ptr(out, "out")?;
+            let graph = text::parse(arg_str(text, "text")?, "<text>", None)?;
+            *out = into_handle(kiln_graph { graph });
+            Ok(())
+        })
+    }
 }
 
 /// Imports the ONNX model at `path` (external data files are read from its folder and
@@ -150,13 +162,16 @@ pub unsafe extern "C" fn kiln_graph_import_onnx(
     path: *const c_char,
     out: *mut *mut kiln_graph,
 ) -> kiln_status {
-    guard(|| {
-        let out = out_ptr(out, "out")?;
-        let path = std::path::Path::new(arg_str(path, "path")?);
-        let graph = crate::frontend::onnx::import_file(path)?;
-        *out = into_handle(kiln_graph { graph });
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let out = out_ptr(out, "out")?;
+            let path = std::path::Path::new(arg_str(path, "path")?);
+            let graph = crate::frontend::onnx::import_file(path)?;
+            *out = into_handle(kiln_graph { graph });
+            Ok(())
+        })
+    }
 }
 
 /// Imports a serialized ONNX model from memory (`len` bytes at `data`, copied as needed).
@@ -171,13 +186,16 @@ pub unsafe extern "C" fn kiln_graph_import_onnx_bytes(
     len: usize,
     out: *mut *mut kiln_graph,
 ) -> kiln_status {
-    guard(|| {
-        let out = out_ptr(out, "out")?;
-        let bytes = arg_slice(data.cast::<u8>(), len, "data")?;
-        let graph = crate::frontend::onnx::import_bytes(bytes, None)?;
-        *out = into_handle(kiln_graph { graph });
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let out = out_ptr(out, "out")?;
+            let bytes = arg_slice(data.cast::<u8>(), len, "data")?;
+            let graph = crate::frontend::onnx::import_bytes(bytes, None)?;
+            *out = into_handle(kiln_graph { graph });
+            Ok(())
+        })
+    }
 }
 
 /// Frees a graph. NULL is a no-op. Executables compiled from it stay valid.
@@ -186,7 +204,8 @@ pub unsafe extern "C" fn kiln_graph_import_onnx_bytes(
 /// `g` is NULL or a live graph handle, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_graph_free(g: *mut kiln_graph) {
-    guard_or((), || free_handle(g))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or((), || free_handle(g)) }
 }
 
 /// Adds a graph input. `dims[i] == -1` makes axis `i` symbolic; `axis_names` may be NULL
@@ -208,44 +227,47 @@ pub unsafe extern "C" fn kiln_graph_add_parameter(
     rank: usize,
     out: *mut kiln_value,
 ) -> kiln_status {
-    guard(|| {
-        let g = arg_mut(g, "g")?;
-        let out = out_ptr(out, "out")?;
-        let mut name = name_arg(name, "name")?.to_string();
-        if name.is_empty() {
-            name = format!("input{}", g.graph.inputs().len());
-        }
-        let dtype = dtype_from_c(dtype, "dtype")?;
-        let dims = arg_slice(dims, rank, "dims")?;
-        let names: Vec<Option<String>> = if axis_names.is_null() {
-            vec![None; rank]
-        } else {
-            let ptrs = arg_slice(axis_names, rank, "axis_names")?;
-            let mut v = Vec::with_capacity(rank);
-            for (i, &p) in ptrs.iter().enumerate() {
-                let s = name_arg(p, &format!("axis_names[{i}]"))?;
-                v.push((!s.is_empty()).then(|| s.to_string()));
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let g = arg_mut(g, "g")?;
+            let out = out_ptr(out, "out")?;
+            let mut name = name_arg(name, "name")?.to_string();
+            if name.is_empty() {
+                name = format!("input{}", g.graph.inputs().len());
             }
-            v
-        };
-        let mut shape_dims = Vec::with_capacity(rank);
-        for (i, &d) in dims.iter().enumerate() {
-            shape_dims.push(match (d, &names[i]) {
-                (-1, Some(axis)) => Dim::Sym(axis.clone()),
-                (-1, None) => Dim::Sym(format!("{name}.{i}")),
-                (d, _) if d >= 0 => Dim::Fixed(d as usize),
-                (d, _) => {
-                    return Err(Failure::invalid(format!(
-                        "dims[{i}] is {d}: a dim is >= 0, or -1 for symbolic"
-                    )))
+            let dtype = dtype_from_c(dtype, "dtype")?;
+            let dims = arg_slice(dims, rank, "dims")?;
+            let names: Vec<Option<String>> = if axis_names.is_null() {
+                vec![None; rank]
+            } else {
+                let ptrs = arg_slice(axis_names, rank, "axis_names")?;
+                let mut v = Vec::with_capacity(rank);
+                for (i, &p) in ptrs.iter().enumerate() {
+                    let s = name_arg(p, &format!("axis_names[{i}]"))?;
+                    v.push((!s.is_empty()).then(|| s.to_string()));
                 }
-            });
-        }
-        let ty = TensorType::new(dtype, Shape::named(shape_dims, names));
-        let id = g.graph.add_parameter(&name, ty)?;
-        *out = Value::from(id).into();
-        Ok(())
-    })
+                v
+            };
+            let mut shape_dims = Vec::with_capacity(rank);
+            for (i, &d) in dims.iter().enumerate() {
+                shape_dims.push(match (d, &names[i]) {
+                    (-1, Some(axis)) => Dim::Sym(axis.clone()),
+                    (-1, None) => Dim::Sym(format!("{name}.{i}")),
+                    (d, _) if d >= 0 => Dim::Fixed(d as usize),
+                    (d, _) => {
+                        return Err(Failure::invalid(format!(
+                            "dims[{i}] is {d}: a dim is >= 0, or -1 for symbolic"
+                        )))
+                    }
+                });
+            }
+            let ty = TensorType::new(dtype, Shape::named(shape_dims, names));
+            let id = g.graph.add_parameter(&name, ty)?;
+            *out = Value::from(id).into();
+            Ok(())
+        })
+    }
 }
 
 /// # Safety
@@ -262,22 +284,25 @@ unsafe fn add_data_node(
     out: *mut kiln_value,
     variable: bool,
 ) -> CResult<()> {
-    let g = arg_mut(g, "g")?;
-    let out = out_ptr(out, "out")?;
-    let name = name_arg(name, "name")?;
-    let dtype = dtype_from_c(dtype, "dtype")?;
-    let shape = dims_from_c(arg_slice(dims, rank, "dims")?, "dims")?;
-    let bytes = arg_slice(data.cast::<u8>(), nbytes, "data")?;
-    let value = Tensor::from_le_bytes(dtype, &shape, bytes)
-        .map_err(|e| Failure::invalid(format!("data: {e}")))?;
-    let ty = TensorType::new(dtype, Shape::fixed(&shape));
-    let id = if variable {
-        g.graph.add_variable(name, ty, value)?
-    } else {
-        g.graph.add_constant(name, ty, value)?
-    };
-    *out = Value::from(id).into();
-    Ok(())
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        let g = arg_mut(g, "g")?;
+        let out = out_ptr(out, "out")?;
+        let name = name_arg(name, "name")?;
+        let dtype = dtype_from_c(dtype, "dtype")?;
+        let shape = dims_from_c(arg_slice(dims, rank, "dims")?, "dims")?;
+        let bytes = arg_slice(data.cast::<u8>(), nbytes, "data")?;
+        let value = Tensor::from_le_bytes(dtype, &shape, bytes)
+            .map_err(|e| Failure::invalid(format!("data: {e}")))?;
+        let ty = TensorType::new(dtype, Shape::fixed(&shape));
+        let id = if variable {
+            g.graph.add_variable(name, ty, value)?
+        } else {
+            g.graph.add_constant(name, ty, value)?
+        };
+        *out = Value::from(id).into();
+        Ok(())
+    }
 }
 
 /// Adds a constant of static shape `dims`, copying `nbytes` of row-major little-endian
@@ -297,7 +322,8 @@ pub unsafe extern "C" fn kiln_graph_add_constant(
     nbytes: usize,
     out: *mut kiln_value,
 ) -> kiln_status {
-    guard(|| add_data_node(g, name, dtype, dims, rank, data, nbytes, out, false))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard(|| add_data_node(g, name, dtype, dims, rank, data, nbytes, out, false)) }
 }
 
 /// Adds a variable: state that persists across runs of one executable, starting from a
@@ -317,7 +343,8 @@ pub unsafe extern "C" fn kiln_graph_add_variable(
     nbytes: usize,
     out: *mut kiln_value,
 ) -> kiln_status {
-    guard(|| add_data_node(g, name, dtype, dims, rank, initial, nbytes, out, true))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard(|| add_data_node(g, name, dtype, dims, rank, initial, nbytes, out, true)) }
 }
 
 /// Applies catalogue op `op_type` (see `kiln ops`), or the external op registered as
@@ -345,62 +372,65 @@ pub unsafe extern "C" fn kiln_graph_add_op(
     outputs_capacity: usize,
     n_outputs: *mut usize,
 ) -> kiln_status {
-    guard(|| {
-        let g = arg_mut(g, "g")?;
-        let op = arg_str(op_type, "op_type")?;
-        let n_out = out_ptr(n_outputs, "n_outputs")?;
-        if outputs.is_null() && outputs_capacity > 0 {
-            return Err(Failure::null("outputs"));
-        }
-        let ins: Vec<Option<Value>> = arg_slice(inputs, n_inputs, "inputs")?
-            .iter()
-            .map(|v| {
-                (v.node != KILN_VALUE_NONE_NODE).then_some(Value {
-                    node: NodeId(v.node),
-                    output: v.output,
-                })
-            })
-            .collect();
-        let mut attr_map = Attrs::new();
-        for (i, a) in arg_slice(attrs, n_attrs, "attrs")?.iter().enumerate() {
-            let (name, value) = attr_from_c(a, i)?;
-            if attr_map.get(&name).is_some() {
-                return Err(Failure::invalid(format!(
-                    "attrs[{i}]: attribute '{name}' is given twice"
-                )));
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let g = arg_mut(g, "g")?;
+            let op = arg_str(op_type, "op_type")?;
+            let n_out = out_ptr(n_outputs, "n_outputs")?;
+            if outputs.is_null() && outputs_capacity > 0 {
+                return Err(Failure::null("outputs"));
             }
-            attr_map.set(&name, value);
-        }
-        // Infer first, so that a too-small output array adds nothing.
-        let probe = Node {
-            name: String::new(),
-            op: op.to_string(),
-            inputs: ins.clone(),
-            attrs: attr_map.clone(),
-            outputs: vec![],
-            control_deps: vec![],
-            data: None,
-        };
-        let count = match g.graph.infer_node(&probe) {
-            Ok(types) => types.len(),
-            // Let add_op produce the error, which names the node.
-            Err(_) => 0,
-        };
-        if count > outputs_capacity {
+            let ins: Vec<Option<Value>> = arg_slice(inputs, n_inputs, "inputs")?
+                .iter()
+                .map(|v| {
+                    (v.node != KILN_VALUE_NONE_NODE).then_some(Value {
+                        node: NodeId(v.node),
+                        output: v.output,
+                    })
+                })
+                .collect();
+            let mut attr_map = Attrs::new();
+            for (i, a) in arg_slice(attrs, n_attrs, "attrs")?.iter().enumerate() {
+                let (name, value) = attr_from_c(a, i)?;
+                if attr_map.get(&name).is_some() {
+                    return Err(Failure::invalid(format!(
+                        "attrs[{i}]: attribute '{name}' is given twice"
+                    )));
+                }
+                attr_map.set(&name, value);
+            }
+            // Infer first, so that a too-small output array adds nothing.
+            let probe = Node {
+                name: String::new(),
+                op: op.to_string(),
+                inputs: ins.clone(),
+                attrs: attr_map.clone(),
+                outputs: vec![],
+                control_deps: vec![],
+                data: None,
+            };
+            let count = match g.graph.infer_node(&probe) {
+                Ok(types) => types.len(),
+                // Let add_op produce the error, which names the node.
+                Err(_) => 0,
+            };
+            if count > outputs_capacity {
+                *n_out = count;
+                return Err(Failure::new(
+                    KILN_STATUS_BUFFER_TOO_SMALL,
+                    format!("{op} has {count} outputs; outputs_capacity is {outputs_capacity}"),
+                ));
+            }
+            let id = g.graph.add_op(op, &ins, attr_map, "")?;
+            let count = g.graph.node(id).outputs.len();
+            for i in 0..count {
+                *outputs.add(i) = id.out(i as u32).into();
+            }
             *n_out = count;
-            return Err(Failure::new(
-                KILN_STATUS_BUFFER_TOO_SMALL,
-                format!("{op} has {count} outputs; outputs_capacity is {outputs_capacity}"),
-            ));
-        }
-        let id = g.graph.add_op(op, &ins, attr_map, "")?;
-        let count = g.graph.node(id).outputs.len();
-        for i in 0..count {
-            *outputs.add(i) = id.out(i as u32).into();
-        }
-        *n_out = count;
-        Ok(())
-    })
+            Ok(())
+        })
+    }
 }
 
 /// Orders node `node` after node `after` although no value flows between them (used to
@@ -414,10 +444,13 @@ pub unsafe extern "C" fn kiln_graph_add_control_dependency(
     node: u32,
     after: u32,
 ) -> kiln_status {
-    guard(|| {
-        let g = arg_mut(g, "g")?;
-        Ok(g.graph.add_control_dep(NodeId(node), NodeId(after))?)
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let g = arg_mut(g, "g")?;
+            Ok(g.graph.add_control_dep(NodeId(node), NodeId(after))?)
+        })
+    }
 }
 
 /// Appends to `g` the reverse-mode gradient of `loss` (a float value with one element)
@@ -438,28 +471,31 @@ pub unsafe extern "C" fn kiln_graph_add_gradients(
     n: usize,
     grads_out: *mut kiln_value,
 ) -> kiln_status {
-    guard(|| {
-        let g = arg_mut(g, "g")?;
-        let wrt: Vec<Value> = arg_slice(wrt, n, "wrt")?
-            .iter()
-            .map(|v| Value {
-                node: NodeId(v.node),
-                output: v.output,
-            })
-            .collect();
-        if grads_out.is_null() && n > 0 {
-            return Err(Failure::null("grads_out"));
-        }
-        let loss = Value {
-            node: NodeId(loss.node),
-            output: loss.output,
-        };
-        let grads = crate::autodiff::grad(&mut g.graph, loss, &wrt)?;
-        for (i, v) in grads.into_iter().enumerate() {
-            *grads_out.add(i) = v.into();
-        }
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let g = arg_mut(g, "g")?;
+            let wrt: Vec<Value> = arg_slice(wrt, n, "wrt")?
+                .iter()
+                .map(|v| Value {
+                    node: NodeId(v.node),
+                    output: v.output,
+                })
+                .collect();
+            if grads_out.is_null() && n > 0 {
+                return Err(Failure::null("grads_out"));
+            }
+            let loss = Value {
+                node: NodeId(loss.node),
+                output: loss.output,
+            };
+            let grads = crate::autodiff::grad(&mut g.graph, loss, &wrt)?;
+            for (i, v) in grads.into_iter().enumerate() {
+                *grads_out.add(i) = v.into();
+            }
+            Ok(())
+        })
+    }
 }
 
 /// Marks `v` as a graph output called `name` (unique and non-empty). Outputs are returned
@@ -473,15 +509,18 @@ pub unsafe extern "C" fn kiln_graph_set_output(
     name: *const c_char,
     v: kiln_value,
 ) -> kiln_status {
-    guard(|| {
-        let g = arg_mut(g, "g")?;
-        let name = arg_str(name, "name")?;
-        let v = Value {
-            node: NodeId(v.node),
-            output: v.output,
-        };
-        Ok(g.graph.add_output(name, v)?)
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let g = arg_mut(g, "g")?;
+            let name = arg_str(name, "name")?;
+            let v = Value {
+                node: NodeId(v.node),
+                output: v.output,
+            };
+            Ok(g.graph.add_output(name, v)?)
+        })
+    }
 }
 
 /// The graph as `.kir` text (deterministic; what `kiln print` shows). On success `*out`
@@ -494,14 +533,17 @@ pub unsafe extern "C" fn kiln_graph_to_text(
     g: *const kiln_graph,
     out: *mut *mut c_char,
 ) -> kiln_status {
-    guard(|| {
-        let g = arg(g, "g")?;
-        let out = out_ptr(out, "out")?;
-        let s = CString::new(text::print(&g.graph))
-            .map_err(|_| Failure::invalid("the graph's text contains a NUL byte"))?;
-        *out = s.into_raw();
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let g = arg(g, "g")?;
+            let out = out_ptr(out, "out")?;
+            let s = CString::new(text::print(&g.graph))
+                .map_err(|_| Failure::invalid("the graph's text contains a NUL byte"))?;
+            *out = s.into_raw();
+            Ok(())
+        })
+    }
 }
 
 /// Frees a string returned by Kiln. NULL is a no-op.
@@ -510,11 +552,14 @@ pub unsafe extern "C" fn kiln_graph_to_text(
 /// `s` is NULL or a string Kiln returned as caller-owned, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_string_free(s: *mut c_char) {
-    guard_or((), || {
-        if !s.is_null() {
-            drop(CString::from_raw(s));
-        }
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard_or((), || {
+            if !s.is_null() {
+                drop(CString::from_raw(s));
+            }
+        })
+    }
 }
 
 /// The value of the graph's input (parameter) `index`, in the order inputs are fed to
@@ -530,19 +575,22 @@ pub unsafe extern "C" fn kiln_graph_input_value(
     index: usize,
     out: *mut kiln_value,
 ) -> kiln_status {
-    guard(|| {
-        let g = arg(g, "g")?;
-        let out = out_ptr(out, "out")?;
-        let inputs = g.graph.inputs();
-        let id = inputs.get(index).ok_or_else(|| {
-            Failure::invalid(format!(
-                "index {index}: the graph has {} inputs",
-                inputs.len()
-            ))
-        })?;
-        *out = Value::from(*id).into();
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let g = arg(g, "g")?;
+            let out = out_ptr(out, "out")?;
+            let inputs = g.graph.inputs();
+            let id = inputs.get(index).ok_or_else(|| {
+                Failure::invalid(format!(
+                    "index {index}: the graph has {} inputs",
+                    inputs.len()
+                ))
+            })?;
+            *out = Value::from(*id).into();
+            Ok(())
+        })
+    }
 }
 
 /// The value behind the graph's output `index` (in the order outputs were set or
@@ -557,17 +605,20 @@ pub unsafe extern "C" fn kiln_graph_output_value(
     index: usize,
     out: *mut kiln_value,
 ) -> kiln_status {
-    guard(|| {
-        let g = arg(g, "g")?;
-        let out = out_ptr(out, "out")?;
-        let outputs = g.graph.outputs();
-        let o = outputs.get(index).ok_or_else(|| {
-            Failure::invalid(format!(
-                "index {index}: the graph has {} outputs",
-                outputs.len()
-            ))
-        })?;
-        *out = o.value.into();
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let g = arg(g, "g")?;
+            let out = out_ptr(out, "out")?;
+            let outputs = g.graph.outputs();
+            let o = outputs.get(index).ok_or_else(|| {
+                Failure::invalid(format!(
+                    "index {index}: the graph has {} outputs",
+                    outputs.len()
+                ))
+            })?;
+            *out = o.value.into();
+            Ok(())
+        })
+    }
 }

@@ -118,13 +118,15 @@ pub(crate) fn guard_or<T>(fallback: T, body: impl FnOnce() -> T) -> T {
 /// # Safety
 /// `p` is NULL or points to a live `T` for `'a`.
 pub(crate) unsafe fn arg<'a, T>(p: *const T, arg: &str) -> CResult<&'a T> {
-    p.as_ref().ok_or_else(|| Failure::null(arg))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { p.as_ref().ok_or_else(|| Failure::null(arg)) }
 }
 
 /// # Safety
 /// `p` is NULL or points to a live `T` not aliased for `'a`.
 pub(crate) unsafe fn arg_mut<'a, T>(p: *mut T, arg: &str) -> CResult<&'a mut T> {
-    p.as_mut().ok_or_else(|| Failure::null(arg))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { p.as_mut().ok_or_else(|| Failure::null(arg)) }
 }
 
 /// A NUL-terminated UTF-8 string argument.
@@ -132,12 +134,15 @@ pub(crate) unsafe fn arg_mut<'a, T>(p: *mut T, arg: &str) -> CResult<&'a mut T> 
 /// # Safety
 /// `p` is NULL or a NUL-terminated string live for `'a`.
 pub(crate) unsafe fn arg_str<'a>(p: *const c_char, arg: &str) -> CResult<&'a str> {
-    if p.is_null() {
-        return Err(Failure::null(arg));
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        if p.is_null() {
+            return Err(Failure::null(arg));
+        }
+        CStr::from_ptr(p)
+            .to_str()
+            .map_err(|_| Failure::invalid(format!("{arg} is not valid UTF-8")))
     }
-    CStr::from_ptr(p)
-        .to_str()
-        .map_err(|_| Failure::invalid(format!("{arg} is not valid UTF-8")))
 }
 
 /// `len` elements at `p`; `p` may be NULL only when `len` is 0.
@@ -145,13 +150,16 @@ pub(crate) unsafe fn arg_str<'a>(p: *const c_char, arg: &str) -> CResult<&'a str
 /// # Safety
 /// When `len > 0`, `p` points to `len` initialized `T`s live for `'a`.
 pub(crate) unsafe fn arg_slice<'a, T>(p: *const T, len: usize, arg: &str) -> CResult<&'a [T]> {
-    if len == 0 {
-        return Ok(&[]);
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        if len == 0 {
+            return Ok(&[]);
+        }
+        if p.is_null() {
+            return Err(Failure::null(arg));
+        }
+        Ok(std::slice::from_raw_parts(p, len))
     }
-    if p.is_null() {
-        return Err(Failure::null(arg));
-    }
-    Ok(std::slice::from_raw_parts(p, len))
 }
 
 /// Checks an out-parameter before any work is done, so that a NULL one fails early.
@@ -173,8 +181,11 @@ pub(crate) fn into_handle<T>(value: T) -> *mut T {
 /// # Safety
 /// `p` is NULL or came from `into_handle::<T>` and is not used again.
 pub(crate) unsafe fn free_handle<T>(p: *mut T) {
-    if !p.is_null() {
-        drop(Box::from_raw(p));
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        if !p.is_null() {
+            drop(Box::from_raw(p));
+        }
     }
 }
 

@@ -151,21 +151,24 @@ pub unsafe extern "C" fn kiln_tensor_new(
     rank: usize,
     out: *mut *mut kiln_tensor,
 ) -> kiln_status {
-    guard(|| {
-        let out = out_ptr(out, "out")?;
-        let dtype = dtype_from_c(dtype, "dtype")?;
-        let dims = arg_slice(dims, rank, "dims")?;
-        let shape = dims_from_c(dims, "dims")?;
-        let nbytes = shape.iter().product::<usize>() * dtype.size_in_bytes();
-        let t = kiln_tensor {
-            dtype,
-            dims: dims.to_vec(),
-            nbytes,
-            storage: Storage::Owned(AlignedBuf::zeroed(nbytes)?),
-        };
-        *out = into_handle(t);
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let out = out_ptr(out, "out")?;
+            let dtype = dtype_from_c(dtype, "dtype")?;
+            let dims = arg_slice(dims, rank, "dims")?;
+            let shape = dims_from_c(dims, "dims")?;
+            let nbytes = shape.iter().product::<usize>() * dtype.size_in_bytes();
+            let t = kiln_tensor {
+                dtype,
+                dims: dims.to_vec(),
+                nbytes,
+                storage: Storage::Owned(AlignedBuf::zeroed(nbytes)?),
+            };
+            *out = into_handle(t);
+            Ok(())
+        })
+    }
 }
 
 /// Creates a tensor over caller memory, without copying: `data` must hold exactly
@@ -184,29 +187,32 @@ pub unsafe extern "C" fn kiln_tensor_wrap(
     nbytes: usize,
     out: *mut *mut kiln_tensor,
 ) -> kiln_status {
-    guard(|| {
-        let out = out_ptr(out, "out")?;
-        let dtype = dtype_from_c(dtype, "dtype")?;
-        let dims = arg_slice(dims, rank, "dims")?;
-        let shape = dims_from_c(dims, "dims")?;
-        let want = shape.iter().product::<usize>() * dtype.size_in_bytes();
-        if nbytes != want {
-            return Err(Failure::invalid(format!(
-                "nbytes is {nbytes}, but {dtype}{shape:?} needs {want}"
-            )));
-        }
-        if data.is_null() && nbytes > 0 {
-            return Err(Failure::null("data"));
-        }
-        let t = kiln_tensor {
-            dtype,
-            dims: dims.to_vec(),
-            nbytes,
-            storage: Storage::Borrowed(data.cast()),
-        };
-        *out = into_handle(t);
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let out = out_ptr(out, "out")?;
+            let dtype = dtype_from_c(dtype, "dtype")?;
+            let dims = arg_slice(dims, rank, "dims")?;
+            let shape = dims_from_c(dims, "dims")?;
+            let want = shape.iter().product::<usize>() * dtype.size_in_bytes();
+            if nbytes != want {
+                return Err(Failure::invalid(format!(
+                    "nbytes is {nbytes}, but {dtype}{shape:?} needs {want}"
+                )));
+            }
+            if data.is_null() && nbytes > 0 {
+                return Err(Failure::null("data"));
+            }
+            let t = kiln_tensor {
+                dtype,
+                dims: dims.to_vec(),
+                nbytes,
+                storage: Storage::Borrowed(data.cast()),
+            };
+            *out = into_handle(t);
+            Ok(())
+        })
+    }
 }
 
 /// The tensor's data (row-major, little-endian); NULL for a NULL handle. Valid until the
@@ -216,9 +222,12 @@ pub unsafe extern "C" fn kiln_tensor_wrap(
 /// `t` is NULL or a live tensor handle.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_tensor_data(t: *mut kiln_tensor) -> *mut c_void {
-    guard_or(std::ptr::null_mut(), || {
-        arg(t, "t").map_or(std::ptr::null_mut(), |t| t.data_ptr().cast())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard_or(std::ptr::null_mut(), || {
+            arg(t, "t").map_or(std::ptr::null_mut(), |t| t.data_ptr().cast())
+        })
+    }
 }
 
 /// The size of the tensor's data in bytes; 0 for a NULL handle.
@@ -227,7 +236,8 @@ pub unsafe extern "C" fn kiln_tensor_data(t: *mut kiln_tensor) -> *mut c_void {
 /// `t` is NULL or a live tensor handle.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_tensor_nbytes(t: *const kiln_tensor) -> usize {
-    guard_or(0, || arg(t, "t").map_or(0, |t| t.nbytes))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or(0, || arg(t, "t").map_or(0, |t| t.nbytes)) }
 }
 
 /// The tensor's dtype; `KILN_DTYPE_INVALID` for a NULL handle.
@@ -236,9 +246,12 @@ pub unsafe extern "C" fn kiln_tensor_nbytes(t: *const kiln_tensor) -> usize {
 /// `t` is NULL or a live tensor handle.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_tensor_dtype(t: *const kiln_tensor) -> kiln_dtype {
-    guard_or(KILN_DTYPE_INVALID, || {
-        arg(t, "t").map_or(KILN_DTYPE_INVALID, |t| dtype_to_c(t.dtype))
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard_or(KILN_DTYPE_INVALID, || {
+            arg(t, "t").map_or(KILN_DTYPE_INVALID, |t| dtype_to_c(t.dtype))
+        })
+    }
 }
 
 /// The tensor's rank; 0 for a NULL handle.
@@ -247,7 +260,8 @@ pub unsafe extern "C" fn kiln_tensor_dtype(t: *const kiln_tensor) -> kiln_dtype 
 /// `t` is NULL or a live tensor handle.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_tensor_rank(t: *const kiln_tensor) -> usize {
-    guard_or(0, || arg(t, "t").map_or(0, |t| t.dims.len()))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or(0, || arg(t, "t").map_or(0, |t| t.dims.len())) }
 }
 
 /// The tensor's `rank` dims, owned by the handle and valid until it is freed; NULL for
@@ -257,9 +271,12 @@ pub unsafe extern "C" fn kiln_tensor_rank(t: *const kiln_tensor) -> usize {
 /// `t` is NULL or a live tensor handle.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_tensor_dims(t: *const kiln_tensor) -> *const i64 {
-    guard_or(std::ptr::null(), || {
-        arg(t, "t").map_or(std::ptr::null(), |t| t.dims.as_ptr())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard_or(std::ptr::null(), || {
+            arg(t, "t").map_or(std::ptr::null(), |t| t.dims.as_ptr())
+        })
+    }
 }
 
 /// Frees a tensor handle (and its memory, unless wrapped). NULL is a no-op.
@@ -268,5 +285,6 @@ pub unsafe extern "C" fn kiln_tensor_dims(t: *const kiln_tensor) -> *const i64 {
 /// `t` is NULL or a live tensor handle, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_tensor_free(t: *mut kiln_tensor) {
-    guard_or((), || free_handle(t))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or((), || free_handle(t)) }
 }

@@ -25,37 +25,40 @@ pub unsafe extern "C" fn kiln_optimizer_new(
     kind: *const c_char,
     out: *mut *mut kiln_optimizer,
 ) -> kiln_status {
-    guard(|| {
-        let kind = arg_str(kind, "kind")?;
-        let out = out_ptr(out, "out")?;
-        let adam = |decoupled| Rule::Adam {
-            beta1: 0.9,
-            beta2: 0.999,
-            epsilon: 1e-8,
-            decoupled,
-        };
-        let rule = match kind {
-            "sgd" => Rule::Sgd {
-                momentum: 0.0,
-                nesterov: false,
-            },
-            "adam" => adam(false),
-            "adamw" => adam(true),
-            other => {
-                return Err(Failure::invalid(format!(
-                    "unknown optimizer '{other}' (sgd, adam, adamw)"
-                )))
-            }
-        };
-        *out = into_handle(kiln_optimizer {
-            opt: Optimizer {
-                rule,
-                weight_decay: 0.0,
-                clip_norm: None,
-            },
-        });
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let kind = arg_str(kind, "kind")?;
+            let out = out_ptr(out, "out")?;
+            let adam = |decoupled| Rule::Adam {
+                beta1: 0.9,
+                beta2: 0.999,
+                epsilon: 1e-8,
+                decoupled,
+            };
+            let rule = match kind {
+                "sgd" => Rule::Sgd {
+                    momentum: 0.0,
+                    nesterov: false,
+                },
+                "adam" => adam(false),
+                "adamw" => adam(true),
+                other => {
+                    return Err(Failure::invalid(format!(
+                        "unknown optimizer '{other}' (sgd, adam, adamw)"
+                    )))
+                }
+            };
+            *out = into_handle(kiln_optimizer {
+                opt: Optimizer {
+                    rule,
+                    weight_decay: 0.0,
+                    clip_norm: None,
+                },
+            });
+            Ok(())
+        })
+    }
 }
 
 /// Frees an optimizer. NULL is a no-op.
@@ -64,7 +67,8 @@ pub unsafe extern "C" fn kiln_optimizer_new(
 /// `o` is NULL or a live optimizer, not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_optimizer_free(o: *mut kiln_optimizer) {
-    guard_or((), || free_handle(o))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or((), || free_handle(o)) }
 }
 
 /// Sets a hyper-parameter by name: `"momentum"` and `"nesterov"` (0 or 1) for SGD;
@@ -80,39 +84,42 @@ pub unsafe extern "C" fn kiln_optimizer_set(
     name: *const c_char,
     value: f64,
 ) -> kiln_status {
-    guard(|| {
-        let o = arg_mut(o, "o")?;
-        let name = arg_str(name, "name")?;
-        if !value.is_finite() || value < 0.0 {
-            return Err(Failure::invalid(format!(
-                "{name} must be finite and ≥ 0, got {value}"
-            )));
-        }
-        let unit = || {
-            if value < 1.0 {
-                Ok(value)
-            } else {
-                Err(Failure::invalid(format!(
-                    "{name} must be below 1, got {value}"
-                )))
-            }
-        };
-        match (&mut o.opt.rule, name) {
-            (_, "weight_decay") => o.opt.weight_decay = value,
-            (_, "clip_norm") => o.opt.clip_norm = (value > 0.0).then_some(value),
-            (Rule::Sgd { momentum, .. }, "momentum") => *momentum = unit()?,
-            (Rule::Sgd { nesterov, .. }, "nesterov") => *nesterov = value != 0.0,
-            (Rule::Adam { beta1, .. }, "beta1") => *beta1 = unit()?,
-            (Rule::Adam { beta2, .. }, "beta2") => *beta2 = unit()?,
-            (Rule::Adam { epsilon, .. }, "epsilon") => *epsilon = value,
-            (rule, _) => {
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let o = arg_mut(o, "o")?;
+            let name = arg_str(name, "name")?;
+            if !value.is_finite() || value < 0.0 {
                 return Err(Failure::invalid(format!(
-                    "{rule:?} takes no setting '{name}'"
-                )))
+                    "{name} must be finite and ≥ 0, got {value}"
+                )));
             }
-        }
-        Ok(())
-    })
+            let unit = || {
+                if value < 1.0 {
+                    Ok(value)
+                } else {
+                    Err(Failure::invalid(format!(
+                        "{name} must be below 1, got {value}"
+                    )))
+                }
+            };
+            match (&mut o.opt.rule, name) {
+                (_, "weight_decay") => o.opt.weight_decay = value,
+                (_, "clip_norm") => o.opt.clip_norm = (value > 0.0).then_some(value),
+                (Rule::Sgd { momentum, .. }, "momentum") => *momentum = unit()?,
+                (Rule::Sgd { nesterov, .. }, "nesterov") => *nesterov = value != 0.0,
+                (Rule::Adam { beta1, .. }, "beta1") => *beta1 = unit()?,
+                (Rule::Adam { beta2, .. }, "beta2") => *beta2 = unit()?,
+                (Rule::Adam { epsilon, .. }, "epsilon") => *epsilon = value,
+                (rule, _) => {
+                    return Err(Failure::invalid(format!(
+                        "{rule:?} takes no setting '{name}'"
+                    )))
+                }
+            }
+            Ok(())
+        })
+    }
 }
 
 /// Appends one optimizer step to `g`: each of `vars[0..n]` (variables) is updated from
@@ -132,26 +139,29 @@ pub unsafe extern "C" fn kiln_graph_add_optimizer(
     n: usize,
     lr: kiln_value,
 ) -> kiln_status {
-    guard(|| {
-        let g = arg_mut(g, "g")?;
-        let o = arg(o, "o")?;
-        let values = |p: *const kiln_value, name: &str| -> Result<Vec<Value>, Failure> {
-            Ok(arg_slice(p, n, name)?
-                .iter()
-                .map(|v| Value {
-                    node: NodeId(v.node),
-                    output: v.output,
-                })
-                .collect())
-        };
-        let (vars, grads) = (values(vars, "vars")?, values(grads, "grads")?);
-        let lr = Value {
-            node: NodeId(lr.node),
-            output: lr.output,
-        };
-        add_optimizer(&mut g.graph, &o.opt, &vars, &grads, lr)?;
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let g = arg_mut(g, "g")?;
+            let o = arg(o, "o")?;
+            let values = |p: *const kiln_value, name: &str| -> Result<Vec<Value>, Failure> {
+                Ok(arg_slice(p, n, name)?
+                    .iter()
+                    .map(|v| Value {
+                        node: NodeId(v.node),
+                        output: v.output,
+                    })
+                    .collect())
+            };
+            let (vars, grads) = (values(vars, "vars")?, values(grads, "grads")?);
+            let lr = Value {
+                node: NodeId(lr.node),
+                output: lr.output,
+            };
+            add_optimizer(&mut g.graph, &o.opt, &vars, &grads, lr)?;
+            Ok(())
+        })
+    }
 }
 
 fn to_value(v: kiln_value) -> Value {
@@ -179,13 +189,16 @@ pub unsafe extern "C" fn kiln_graph_add_dropout(
     seed: i64,
     y: *mut kiln_value,
 ) -> kiln_status {
-    guard(|| {
-        let g = arg_mut(g, "g")?;
-        let y = out_ptr(y, "y")?;
-        let d = crate::train::dropout_training(&mut g.graph, to_value(x), ratio, seed)?;
-        *y = d.output.into();
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let g = arg_mut(g, "g")?;
+            let y = out_ptr(y, "y")?;
+            let d = crate::train::dropout_training(&mut g.graph, to_value(x), ratio, seed)?;
+            *y = d.output.into();
+            Ok(())
+        })
+    }
 }
 
 /// Appends training-mode batch normalization of `x` [N, C, d...] to `g`: normalized
@@ -209,20 +222,23 @@ pub unsafe extern "C" fn kiln_graph_add_batch_norm_training(
     epsilon: f64,
     y: *mut kiln_value,
 ) -> kiln_status {
-    guard(|| {
-        let g = arg_mut(g, "g")?;
-        let y = out_ptr(y, "y")?;
-        let out = crate::train::batch_norm_training(
-            &mut g.graph,
-            to_value(x),
-            to_value(scale),
-            to_value(bias),
-            to_value(running_mean),
-            to_value(running_var),
-            momentum,
-            epsilon,
-        )?;
-        *y = out.into();
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let g = arg_mut(g, "g")?;
+            let y = out_ptr(y, "y")?;
+            let out = crate::train::batch_norm_training(
+                &mut g.graph,
+                to_value(x),
+                to_value(scale),
+                to_value(bias),
+                to_value(running_mean),
+                to_value(running_var),
+                momentum,
+                epsilon,
+            )?;
+            *y = out.into();
+            Ok(())
+        })
+    }
 }

@@ -17,7 +17,8 @@ use crate::checkpoint;
 /// `e` is NULL or a live executable.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_executable_variable_count(e: *const kiln_executable) -> usize {
-    guard_or(0, || arg(e, "e").map_or(0, |e| e.variables.len()))
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe { guard_or(0, || arg(e, "e").map_or(0, |e| e.variables.len())) }
 }
 
 /// Describes variable `index` (in graph order): its name, dtype, and `rank` dims
@@ -35,10 +36,13 @@ pub unsafe extern "C" fn kiln_executable_variable_info(
     dims: *mut *const i64,
     rank: *mut usize,
 ) -> kiln_status {
-    guard(|| {
-        let e = arg(e, "e")?;
-        write_info(&e.variables, "variable", index, name, dtype, dims, rank)
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let e = arg(e, "e")?;
+            write_info(&e.variables, "variable", index, name, dtype, dims, rank)
+        })
+    }
 }
 
 /// Copies variable `name`'s current value into a new tensor `*out`, which the caller
@@ -54,14 +58,17 @@ pub unsafe extern "C" fn kiln_executable_read_variable(
     name: *const c_char,
     out: *mut *mut kiln_tensor,
 ) -> kiln_status {
-    guard(|| {
-        let e = arg(e, "e")?;
-        let name = arg_str(name, "name")?;
-        let out = out_ptr(out, "out")?;
-        let value = e.exe.read_variable(name)?;
-        *out = into_handle(kiln_tensor::from_tensor(&value)?);
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let e = arg(e, "e")?;
+            let name = arg_str(name, "name")?;
+            let out = out_ptr(out, "out")?;
+            let value = e.exe.read_variable(name)?;
+            *out = into_handle(kiln_tensor::from_tensor(&value)?);
+            Ok(())
+        })
+    }
 }
 
 /// Replaces variable `name`'s value with a copy of `value`, which must have the
@@ -77,13 +84,16 @@ pub unsafe extern "C" fn kiln_executable_write_variable(
     name: *const c_char,
     value: *const kiln_tensor,
 ) -> kiln_status {
-    guard(|| {
-        let e = arg(e, "e")?;
-        let name = arg_str(name, "name")?;
-        let value = arg(value, "value")?.to_tensor("value")?;
-        e.exe.write_variables(&[(name, &value)])?;
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let e = arg(e, "e")?;
+            let name = arg_str(name, "name")?;
+            let value = arg(value, "value")?.to_tensor("value")?;
+            e.exe.write_variables(&[(name, &value)])?;
+            Ok(())
+        })
+    }
 }
 
 /// Saves every variable to a checkpoint file at `path` (a small versioned binary format
@@ -99,12 +109,15 @@ pub unsafe extern "C" fn kiln_executable_save_checkpoint(
     e: *const kiln_executable,
     path: *const c_char,
 ) -> kiln_status {
-    guard(|| {
-        let e = arg(e, "e")?;
-        let path = arg_str(path, "path")?;
-        checkpoint::save(e.exe.as_ref(), Path::new(path))?;
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let e = arg(e, "e")?;
+            let path = arg_str(path, "path")?;
+            checkpoint::save(e.exe.as_ref(), Path::new(path))?;
+            Ok(())
+        })
+    }
 }
 
 /// Loads a checkpoint saved by `kiln_executable_save_checkpoint` (from this executable
@@ -123,10 +136,13 @@ pub unsafe extern "C" fn kiln_executable_load_checkpoint(
     e: *const kiln_executable,
     path: *const c_char,
 ) -> kiln_status {
-    guard(|| {
-        let e = arg(e, "e")?;
-        let path = arg_str(path, "path")?;
-        checkpoint::load(e.exe.as_ref(), Path::new(path))?;
-        Ok(())
-    })
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let e = arg(e, "e")?;
+            let path = arg_str(path, "path")?;
+            checkpoint::load(e.exe.as_ref(), Path::new(path))?;
+            Ok(())
+        })
+    }
 }

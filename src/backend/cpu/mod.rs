@@ -285,11 +285,15 @@ fn contiguous_bytes(t: &Tensor) -> Option<*const u8> {
 }
 
 unsafe fn read_output(cx: &Cx, s: &program::Slot) -> Result<Tensor> {
-    if s.dtype == crate::ir::DType::F32 {
-        let v = std::slice::from_raw_parts(cx.ptr(s.loc) as *const f32, s.elements()).to_vec();
-        return Tensor::from_vec(&s.shape, v).map_err(Error::Runtime);
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        if s.dtype == crate::ir::DType::F32 {
+            let v = std::slice::from_raw_parts(cx.ptr(s.loc) as *const f32, s.elements()).to_vec();
+            return Tensor::from_vec(&s.shape, v).map_err(Error::Runtime);
+        }
+        steps::fallback::read(cx, s).map_err(Error::Runtime)
     }
-    steps::fallback::read(cx, s).map_err(Error::Runtime)
 }
 
 impl Executable for CpuExecutable {

@@ -27,6 +27,7 @@ struct Job {
 
 // SAFETY: `f` is `Sync` and outlives every use (see `Job::f`).
 unsafe impl Send for Job {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for Job {}
 
 impl Job {

@@ -22,6 +22,7 @@ pub enum Loc {
 
 // SAFETY: `Const` points into buffers the program owns and never mutates after lowering.
 unsafe impl Send for Loc {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for Loc {}
 
 /// A value as kernels see it: where, what dtype, what (static) shape.

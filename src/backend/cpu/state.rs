@@ -24,6 +24,7 @@ pub struct Variables {
 // SAFETY: the pointers are into `_buffers`, which the struct owns; the executable
 // guards access with a lock (runs that store hold it exclusively).
 unsafe impl Send for Variables {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for Variables {}
 
 impl Variables {

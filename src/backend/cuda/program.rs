@@ -73,4 +73,5 @@ pub(crate) struct Program {
 // SAFETY: the functions and the constant buffer are only read after lowering; the
 // driver's handles may be used from any thread once the context is bound.
 unsafe impl Send for Program {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for Program {}

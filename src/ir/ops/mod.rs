@@ -31,6 +31,9 @@ pub mod random;
 pub mod reduce;
 pub mod resize;
 pub mod rnn;
+pub mod scan;
+pub mod scatter;
+pub mod select;
 pub mod shape;
 pub mod signal;
 pub mod source;
@@ -318,7 +321,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 22] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 25] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -328,6 +331,9 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             norm::ops,
             shape::ops,
             gather::ops,
+            scatter::ops,
+            select::ops,
+            scan::ops,
             misc::ops,
             loss::ops,
             bitwise::ops,

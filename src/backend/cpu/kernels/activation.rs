@@ -118,62 +118,66 @@ impl Act {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn apply_avx2(self, x: &mut [f32]) {
-        use math::avx2;
-        use std::arch::x86_64::*;
-        let p = x.as_mut_ptr();
-        let n = x.len();
-        let zero = _mm256_setzero_ps();
-        let half = _mm256_set1_ps(0.5);
-        let one = _mm256_set1_ps(1.0);
-        // In each arm, `avx2::map` reads and writes p[..n], which x owns.
-        match self {
-            Act::None => {}
-            Act::Relu => avx2::map(p, p, n, |v| _mm256_max_ps(zero, v)),
-            Act::LeakyRelu(a) => {
-                let a = _mm256_set1_ps(a);
-                avx2::map(p, p, n, |v| {
-                    let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(v, zero);
-                    _mm256_blendv_ps(v, _mm256_mul_ps(v, a), neg)
-                })
-            }
-            Act::Clip(lo, hi) => {
-                let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
-                // max/min return the second operand when either is NaN: NaN stays NaN,
-                // as the Clip op has it.
-                avx2::map(p, p, n, |v| _mm256_min_ps(hi, _mm256_max_ps(lo, v)))
-            }
-            Act::Sigmoid => avx2::map(p, p, n, |v| avx2::sigmoid(v)),
-            Act::Tanh => avx2::map(p, p, n, |v| avx2::tanh(v)),
-            Act::HardSigmoid(a, b) => {
-                let (a, b) = (_mm256_set1_ps(a), _mm256_set1_ps(b));
-                avx2::map(p, p, n, |v| {
-                    // Constants first: NaN stays NaN, as in f32::clamp.
-                    _mm256_min_ps(one, _mm256_max_ps(zero, _mm256_fmadd_ps(a, v, b)))
-                })
-            }
-            Act::Elu(a) => {
-                let a = _mm256_set1_ps(a);
-                avx2::map(p, p, n, |v| {
-                    let e = _mm256_mul_ps(a, _mm256_sub_ps(avx2::exp(v), one));
-                    _mm256_blendv_ps(v, e, _mm256_cmp_ps::<_CMP_LT_OQ>(v, zero))
-                })
-            }
-            Act::Gelu => {
-                let k = _mm256_set1_ps(std::f32::consts::FRAC_1_SQRT_2);
-                avx2::map(p, p, n, |v| {
-                    let e = avx2::erf(_mm256_mul_ps(v, k));
-                    _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e))
-                })
-            }
-            Act::GeluTanh => {
-                let k = _mm256_set1_ps(GELU_TANH_K);
-                let c = _mm256_set1_ps(0.044715);
-                avx2::map(p, p, n, |v| {
-                    let v3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
-                    let u = _mm256_mul_ps(k, _mm256_fmadd_ps(c, v3, v));
-                    let t = avx2::tanh(u);
-                    _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, t))
-                })
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            use math::avx2;
+            use std::arch::x86_64::*;
+            let p = x.as_mut_ptr();
+            let n = x.len();
+            let zero = _mm256_setzero_ps();
+            let half = _mm256_set1_ps(0.5);
+            let one = _mm256_set1_ps(1.0);
+            // In each arm, `avx2::map` reads and writes p[..n], which x owns.
+            match self {
+                Act::None => {}
+                Act::Relu => avx2::map(p, p, n, |v| _mm256_max_ps(zero, v)),
+                Act::LeakyRelu(a) => {
+                    let a = _mm256_set1_ps(a);
+                    avx2::map(p, p, n, |v| {
+                        let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(v, zero);
+                        _mm256_blendv_ps(v, _mm256_mul_ps(v, a), neg)
+                    })
+                }
+                Act::Clip(lo, hi) => {
+                    let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+                    // max/min return the second operand when either is NaN: NaN stays NaN,
+                    // as the Clip op has it.
+                    avx2::map(p, p, n, |v| _mm256_min_ps(hi, _mm256_max_ps(lo, v)))
+                }
+                Act::Sigmoid => avx2::map(p, p, n, |v| avx2::sigmoid(v)),
+                Act::Tanh => avx2::map(p, p, n, |v| avx2::tanh(v)),
+                Act::HardSigmoid(a, b) => {
+                    let (a, b) = (_mm256_set1_ps(a), _mm256_set1_ps(b));
+                    avx2::map(p, p, n, |v| {
+                        // Constants first: NaN stays NaN, as in f32::clamp.
+                        _mm256_min_ps(one, _mm256_max_ps(zero, _mm256_fmadd_ps(a, v, b)))
+                    })
+                }
+                Act::Elu(a) => {
+                    let a = _mm256_set1_ps(a);
+                    avx2::map(p, p, n, |v| {
+                        let e = _mm256_mul_ps(a, _mm256_sub_ps(avx2::exp(v), one));
+                        _mm256_blendv_ps(v, e, _mm256_cmp_ps::<_CMP_LT_OQ>(v, zero))
+                    })
+                }
+                Act::Gelu => {
+                    let k = _mm256_set1_ps(std::f32::consts::FRAC_1_SQRT_2);
+                    avx2::map(p, p, n, |v| {
+                        let e = avx2::erf(_mm256_mul_ps(v, k));
+                        _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e))
+                    })
+                }
+                Act::GeluTanh => {
+                    let k = _mm256_set1_ps(GELU_TANH_K);
+                    let c = _mm256_set1_ps(0.044715);
+                    avx2::map(p, p, n, |v| {
+                        let v3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
+                        let u = _mm256_mul_ps(k, _mm256_fmadd_ps(c, v3, v));
+                        let t = avx2::tanh(u);
+                        _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, t))
+                    })
+                }
             }
         }
     }

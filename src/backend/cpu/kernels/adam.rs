@@ -91,28 +91,32 @@ pub(crate) unsafe fn run(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn avx512(t: [*const f32; 4], s: &[f32; 11], o: [*mut f32; 3], len: usize) {
-    use std::arch::x86_64::*;
-    let c = |k: usize| _mm512_set1_ps(s[k]);
-    let (b1, c1, s1, b2, c2, s2, eps) = (c(1), c(3), c(4), c(6), c(7), c(8), c(9));
-    let mut k = 0;
-    while k < len {
-        let mask: __mmask16 = if len - k >= 16 {
-            0xffff
-        } else {
-            (1u16 << (len - k)) - 1
-        };
-        // SAFETY (block): lanes k..k+16 under the mask lie within the len elements.
-        let ld = |p: *const f32| unsafe { _mm512_maskz_loadu_ps(mask, p.add(k)) };
-        let (m, g, v, w) = (ld(t[0]), ld(t[1]), ld(t[2]), ld(t[3]));
-        let m1 = _mm512_add_ps(_mm512_mul_ps(m, b1), _mm512_mul_ps(g, c1));
-        let step = _mm512_mul_ps(m1, s1);
-        let v1 = _mm512_add_ps(_mm512_mul_ps(v, b2), _mm512_mul_ps(_mm512_mul_ps(g, g), c2));
-        let den = _mm512_add_ps(_mm512_sqrt_ps(_mm512_mul_ps(v1, s2)), eps);
-        let w1 = _mm512_sub_ps(w, _mm512_div_ps(step, den));
-        _mm512_mask_storeu_ps(o[0].add(k), mask, w1);
-        _mm512_mask_storeu_ps(o[1].add(k), mask, m1);
-        _mm512_mask_storeu_ps(o[2].add(k), mask, v1);
-        k += 16;
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        use std::arch::x86_64::*;
+        let c = |k: usize| _mm512_set1_ps(s[k]);
+        let (b1, c1, s1, b2, c2, s2, eps) = (c(1), c(3), c(4), c(6), c(7), c(8), c(9));
+        let mut k = 0;
+        while k < len {
+            let mask: __mmask16 = if len - k >= 16 {
+                0xffff
+            } else {
+                (1u16 << (len - k)) - 1
+            };
+            // Lanes k..k+16 under the mask lie within the len elements.
+            let ld = |p: *const f32| _mm512_maskz_loadu_ps(mask, p.add(k));
+            let (m, g, v, w) = (ld(t[0]), ld(t[1]), ld(t[2]), ld(t[3]));
+            let m1 = _mm512_add_ps(_mm512_mul_ps(m, b1), _mm512_mul_ps(g, c1));
+            let step = _mm512_mul_ps(m1, s1);
+            let v1 = _mm512_add_ps(_mm512_mul_ps(v, b2), _mm512_mul_ps(_mm512_mul_ps(g, g), c2));
+            let den = _mm512_add_ps(_mm512_sqrt_ps(_mm512_mul_ps(v1, s2)), eps);
+            let w1 = _mm512_sub_ps(w, _mm512_div_ps(step, den));
+            _mm512_mask_storeu_ps(o[0].add(k), mask, w1);
+            _mm512_mask_storeu_ps(o[1].add(k), mask, m1);
+            _mm512_mask_storeu_ps(o[2].add(k), mask, v1);
+            k += 16;
+        }
     }
 }
 
@@ -194,15 +198,18 @@ mod tests {
             let ptrs: [*const f32; 11] = std::array::from_fn(|k| data[k].as_ptr());
             let mut want = vec![vec![0.0; n]; 3];
             let outs: Vec<*mut f32> = want.iter_mut().map(|o| o.as_mut_ptr()).collect();
+            // SAFETY: the buffers hold n floats each; isa is one this CPU has.
             unsafe { generic(n).run(isa, &ptrs, &outs, None) };
             for pool in pools() {
                 let mut got = vec![vec![0.0; n]; 3];
                 let outs: [*mut f32; 3] = std::array::from_fn(|k| got[k].as_mut_ptr());
+                // SAFETY: as above: n floats per buffer, a supported isa.
                 unsafe { run(isa, &ptrs, &outs, n, pool.as_ref()) };
                 assert_eq!(got, want, "n = {n}");
                 let mut io = data.clone();
                 let p: Vec<*mut f32> = io.iter_mut().map(|d| d.as_mut_ptr()).collect();
                 let ins: [*const f32; 11] = std::array::from_fn(|k| p[k] as *const f32);
+                // SAFETY: as above; the outputs alias their inputs element for element, which run allows.
                 unsafe { run(isa, &ins, &[p[10], p[2], p[5]], n, pool.as_ref()) };
                 assert_eq!([&io[10], &io[2], &io[5]], [&want[0], &want[1], &want[2]]);
             }

@@ -160,6 +160,7 @@ mod tests {
                         super::super::conv::conv_plain_scratch_len(&s)
                             .max(per_position_scratch_len(&s))
                     ];
+                    // SAFETY: x, w, y and scratch are sized from `s` as conv_im2col requires.
                     unsafe {
                         conv_im2col(
                             None,
@@ -174,6 +175,7 @@ mod tests {
                         );
                     }
                     let mut got = vec![f32::NAN; len];
+                    // SAFETY: the same buffers, with scratch sized for the per-position kernel too.
                     unsafe {
                         conv_per_position(
                             isa,

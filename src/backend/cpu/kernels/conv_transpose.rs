@@ -279,6 +279,7 @@ mod tests {
                     let want = reference(&s, &x, &wt, &bias);
                     let mut y = vec![f32::NAN; want.len()];
                     let mut scratch = vec![0.0; s.scratch_len()];
+                    // SAFETY: x, w, bias, y and scratch are sized from `s`; isa is one this CPU has.
                     unsafe {
                         conv_transpose(
                             isa,

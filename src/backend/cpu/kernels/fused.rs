@@ -258,51 +258,55 @@ impl FusedLoop {
         pieces: usize,
         chunk: usize,
     ) {
-        let n = self.input_lens.len();
-        // Every buffer is written by its step before a later step reads it.
-        let mut bufs = std::mem::MaybeUninit::<[[f32; TILE]; MAX_BUFFERS]>::uninit();
-        let bufs = bufs.as_mut_ptr() as *mut f32;
-        let mut base = [0usize; MAX_INPUTS];
-        for t in tasks {
-            let (row, piece) = (t / pieces, t % pieces);
-            // The row index → each input's offset.
-            base[..n].fill(0);
-            let mut rem = row;
-            for (ax, &size) in self.outer.iter().enumerate().rev() {
-                let k = rem % size;
-                rem /= size;
-                for (b, s) in base[..n].iter_mut().zip(&self.strides[ax * n..]) {
-                    *b += k * s;
-                }
-            }
-            let j0 = piece * chunk;
-            let j1 = (j0 + chunk).min(self.inner);
-            let mut j = j0;
-            while j < j1 {
-                let len = TILE.min(j1 - j);
-                let at = |s: Src| -> (*const f32, usize) {
-                    match s {
-                        Src::Input(k) if self.contiguous[k] => {
-                            (inputs.add(k).read().add(base[k] + j), 1)
-                        }
-                        Src::Input(k) => (inputs.add(k).read().add(base[k]), 0),
-                        Src::Buffer(b) => (bufs.add(b * TILE) as *const f32, 1),
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let n = self.input_lens.len();
+            // Every buffer is written by its step before a later step reads it.
+            let mut bufs = std::mem::MaybeUninit::<[[f32; TILE]; MAX_BUFFERS]>::uninit();
+            let bufs = bufs.as_mut_ptr() as *mut f32;
+            let mut base = [0usize; MAX_INPUTS];
+            for t in tasks {
+                let (row, piece) = (t / pieces, t % pieces);
+                // The row index → each input's offset.
+                base[..n].fill(0);
+                let mut rem = row;
+                for (ax, &size) in self.outer.iter().enumerate().rev() {
+                    let k = rem % size;
+                    rem /= size;
+                    for (b, s) in base[..n].iter_mut().zip(&self.strides[ax * n..]) {
+                        *b += k * s;
                     }
-                };
-                for ins in &self.instrs {
-                    let a = at(ins.args[0]);
-                    let b = at(ins.args[1]);
-                    let dst = match ins.dst {
-                        Dst::Output => outs.read().add(row * self.inner + j),
-                        Dst::Buffer(b) => bufs.add(b * TILE),
+                }
+                let j0 = piece * chunk;
+                let j1 = (j0 + chunk).min(self.inner);
+                let mut j = j0;
+                while j < j1 {
+                    let len = TILE.min(j1 - j);
+                    let at = |s: Src| -> (*const f32, usize) {
+                        match s {
+                            Src::Input(k) if self.contiguous[k] => {
+                                (inputs.add(k).read().add(base[k] + j), 1)
+                            }
+                            Src::Input(k) => (inputs.add(k).read().add(base[k]), 0),
+                            Src::Buffer(b) => (bufs.add(b * TILE) as *const f32, 1),
+                        }
                     };
-                    step(isa, ins.op, a, b, dst, len);
+                    for ins in &self.instrs {
+                        let a = at(ins.args[0]);
+                        let b = at(ins.args[1]);
+                        let dst = match ins.dst {
+                            Dst::Output => outs.read().add(row * self.inner + j),
+                            Dst::Buffer(b) => bufs.add(b * TILE),
+                        };
+                        step(isa, ins.op, a, b, dst, len);
+                    }
+                    for (k, &b) in self.exports.iter().enumerate() {
+                        let dst = outs.add(k + 1).read().add(row * self.inner + j);
+                        std::ptr::copy_nonoverlapping(bufs.add(b * TILE), dst, len);
+                    }
+                    j += len;
                 }
-                for (k, &b) in self.exports.iter().enumerate() {
-                    let dst = outs.add(k + 1).read().add(row * self.inner + j);
-                    std::ptr::copy_nonoverlapping(bufs.add(b * TILE), dst, len);
-                }
-                j += len;
             }
         }
     }
@@ -321,37 +325,41 @@ unsafe fn step(
     dst: *mut f32,
     len: usize,
 ) {
-    let d = std::slice::from_raw_parts_mut(dst, len);
-    match op {
-        StepOp::Binary(op) if a.1 == 0 && b.1 == 0 => d.fill(op.scalar(*a.0, *b.0)),
-        StepOp::Binary(op) => {
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        let d = std::slice::from_raw_parts_mut(dst, len);
+        match op {
+            StepOp::Binary(op) if a.1 == 0 && b.1 == 0 => d.fill(op.scalar(*a.0, *b.0)),
+            StepOp::Binary(op) => {
+                #[cfg(target_arch = "x86_64")]
+                if math::use_avx512(isa) && op != BinOp::Pow {
+                    binary::run_avx512(op, a.0, a.1, b.0, b.1, d);
+                    return;
+                }
+                #[cfg(target_arch = "x86_64")]
+                if math::use_avx2(isa) && op != BinOp::Pow {
+                    binary::run_avx2(op, a.0, a.1, b.0, b.1, d);
+                    return;
+                }
+                for (k, y) in d.iter_mut().enumerate() {
+                    *y = op.scalar(*a.0.add(k * a.1), *b.0.add(k * b.1));
+                }
+            }
+            StepOp::Unary(op) if a.1 == 0 => d.fill(op.scalar(*a.0)),
             #[cfg(target_arch = "x86_64")]
-            if math::use_avx512(isa) && op != BinOp::Pow {
-                binary::run_avx512(op, a.0, a.1, b.0, b.1, d);
-                return;
+            StepOp::Unary(op) if math::use_avx512(isa) && binary::unary_has_avx512(op) => {
+                binary::unary_avx512(op, a.0, dst, len)
             }
-            #[cfg(target_arch = "x86_64")]
-            if math::use_avx2(isa) && op != BinOp::Pow {
-                binary::run_avx2(op, a.0, a.1, b.0, b.1, d);
-                return;
+            StepOp::Unary(op) => binary::unary_ptr(isa, op, a.0, dst, len),
+            StepOp::Act(act) => {
+                if a.1 == 0 {
+                    d.fill(*a.0);
+                } else if !std::ptr::eq(a.0, dst) {
+                    std::ptr::copy_nonoverlapping(a.0, dst, len);
+                }
+                act.apply_isa(isa, std::slice::from_raw_parts_mut(dst, len));
             }
-            for (k, y) in d.iter_mut().enumerate() {
-                *y = op.scalar(*a.0.add(k * a.1), *b.0.add(k * b.1));
-            }
-        }
-        StepOp::Unary(op) if a.1 == 0 => d.fill(op.scalar(*a.0)),
-        #[cfg(target_arch = "x86_64")]
-        StepOp::Unary(op) if math::use_avx512(isa) && binary::unary_has_avx512(op) => {
-            binary::unary_avx512(op, a.0, dst, len)
-        }
-        StepOp::Unary(op) => binary::unary_ptr(isa, op, a.0, dst, len),
-        StepOp::Act(act) => {
-            if a.1 == 0 {
-                d.fill(*a.0);
-            } else if !std::ptr::eq(a.0, dst) {
-                std::ptr::copy_nonoverlapping(a.0, dst, len);
-            }
-            act.apply_isa(isa, std::slice::from_raw_parts_mut(dst, len));
         }
     }
 }
@@ -443,6 +451,7 @@ mod tests {
                         let one = FusedLoop::new(&steps[..=last], &[], &shapes, &[n]).unwrap();
                         let mut y = vec![0.0; n];
                         let ptrs: Vec<*const f32> = data.iter().map(|d| d.as_ptr()).collect();
+                        // SAFETY: each input holds n floats (or is broadcast as its shape says), y holds n.
                         unsafe { one.run(isa, &ptrs, &[y.as_mut_ptr()], pool.as_ref()) };
                         y
                     })
@@ -451,12 +460,14 @@ mod tests {
                 let mut got = vec![vec![0.0; n]; 3];
                 let ptrs: Vec<*const f32> = data.iter().map(|d| d.as_ptr()).collect();
                 let outs: Vec<*mut f32> = got.iter_mut().map(|o| o.as_mut_ptr()).collect();
+                // SAFETY: inputs and the three outputs hold n floats each.
                 unsafe { lp.run(isa, &ptrs, &outs, pool.as_ref()) };
                 assert_eq!(got, want, "{}", isa.name());
                 // w' over w, m' over g, v' over v (what the planner does for Adam).
                 let mut ins = data.clone();
                 let ptrs: Vec<*mut f32> = ins.iter_mut().map(|d| d.as_mut_ptr()).collect();
                 let consts: Vec<*const f32> = ptrs.iter().map(|&p| p as *const f32).collect();
+                // SAFETY: as above; each output overwrites the input it is planned over, element for element.
                 unsafe { lp.run(isa, &consts, &[ptrs[3], ptrs[0], ptrs[2]], pool.as_ref()) };
                 assert_eq!([&ins[3], &ins[0], &ins[2]], [&want[0], &want[1], &want[2]]);
             }
@@ -514,6 +525,7 @@ mod tests {
                     let want = unfused(isa, &gelu_ish, &ins, out);
                     let mut got = vec![0.0; want.len()];
                     let ptrs: Vec<*const f32> = ins.iter().map(|i| i.0.as_ptr()).collect();
+                    // SAFETY: inputs hold their shapes' floats, got holds the output's.
                     unsafe { lp.run(isa, &ptrs, &[got.as_mut_ptr()], pool.as_ref()) };
                     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
                         let ok = (g.is_nan() && w.is_nan()) || g.to_bits() == w.to_bits();
@@ -539,6 +551,7 @@ mod tests {
         for isa in isas() {
             let mut separate = vec![0.0; 1000];
             let mut inplace = x.clone();
+            // SAFETY: x and both outputs hold 1000 floats; in place is allowed element for element.
             unsafe {
                 lp.run(
                     isa,

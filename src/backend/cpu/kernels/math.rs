@@ -185,17 +185,23 @@ pub mod avx2 {
 
     #[inline(always)]
     unsafe fn splat(v: f32) -> __m256 {
-        _mm256_set1_ps(v)
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe { _mm256_set1_ps(v) }
     }
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn horner8(c: &[f32], x: __m256) -> __m256 {
-        let mut r = splat(c[c.len() - 1]);
-        for &k in c[..c.len() - 1].iter().rev() {
-            r = _mm256_fmadd_ps(r, x, splat(k));
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let mut r = splat(c[c.len() - 1]);
+            for &k in c[..c.len() - 1].iter().rev() {
+                r = _mm256_fmadd_ps(r, x, splat(k));
+            }
+            r
         }
-        r
     }
 
     #[inline]
@@ -232,15 +238,21 @@ pub mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn abs(x: __m256) -> __m256 {
-        _mm256_andnot_ps(splat(-0.0), x)
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe { _mm256_andnot_ps(splat(-0.0), x) }
     }
 
     /// `mag` with the sign of `sign`.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn copysign(mag: __m256, sign: __m256) -> __m256 {
-        let m = splat(-0.0);
-        _mm256_or_ps(_mm256_andnot_ps(m, mag), _mm256_and_ps(m, sign))
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let m = splat(-0.0);
+            _mm256_or_ps(_mm256_andnot_ps(m, mag), _mm256_and_ps(m, sign))
+        }
     }
 
     /// e^x on eight lanes.
@@ -250,20 +262,24 @@ pub mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn exp(x: __m256) -> __m256 {
-        // Constant first: max/min return the second operand when either is NaN.
-        let x = _mm256_min_ps(splat(EXP_MAX), _mm256_max_ps(splat(EXP_MIN), x));
-        let t = _mm256_fmadd_ps(x, splat(LOG2E), splat(ROUND_MAGIC));
-        let n = _mm256_sub_ps(t, splat(ROUND_MAGIC));
-        let r = _mm256_fnmadd_ps(n, splat(LN2_HI), x);
-        let r = _mm256_fnmadd_ps(n, splat(LN2_LO), r);
-        let p = horner8(&EXP_C, r);
-        let ni = _mm256_sub_epi32(
-            _mm256_castps_si256(t),
-            _mm256_set1_epi32(ROUND_MAGIC.to_bits() as i32),
-        );
-        let n1 = _mm256_srai_epi32::<1>(ni);
-        let n2 = _mm256_sub_epi32(ni, n1);
-        _mm256_mul_ps(_mm256_mul_ps(p, pow2(n1)), pow2(n2))
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            // Constant first: max/min return the second operand when either is NaN.
+            let x = _mm256_min_ps(splat(EXP_MAX), _mm256_max_ps(splat(EXP_MIN), x));
+            let t = _mm256_fmadd_ps(x, splat(LOG2E), splat(ROUND_MAGIC));
+            let n = _mm256_sub_ps(t, splat(ROUND_MAGIC));
+            let r = _mm256_fnmadd_ps(n, splat(LN2_HI), x);
+            let r = _mm256_fnmadd_ps(n, splat(LN2_LO), r);
+            let p = horner8(&EXP_C, r);
+            let ni = _mm256_sub_epi32(
+                _mm256_castps_si256(t),
+                _mm256_set1_epi32(ROUND_MAGIC.to_bits() as i32),
+            );
+            let n1 = _mm256_srai_epi32::<1>(ni);
+            let n2 = _mm256_sub_epi32(ni, n1);
+            _mm256_mul_ps(_mm256_mul_ps(p, pow2(n1)), pow2(n2))
+        }
     }
 
     /// tanh(x) on eight lanes.
@@ -273,15 +289,19 @@ pub mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn tanh(x: __m256) -> __m256 {
-        let a = abs(x);
-        let z = _mm256_mul_ps(x, x);
-        let small = _mm256_fmadd_ps(x, _mm256_mul_ps(z, horner8(&TANH_C, z)), x);
-        let e = exp(_mm256_add_ps(a, a));
-        let one = splat(1.0);
-        let big = _mm256_sub_ps(one, _mm256_div_ps(splat(2.0), _mm256_add_ps(e, one)));
-        let big = copysign(big, x);
-        let is_small = _mm256_cmp_ps::<_CMP_LT_OQ>(a, splat(TANH_SMALL));
-        _mm256_blendv_ps(big, small, is_small)
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let a = abs(x);
+            let z = _mm256_mul_ps(x, x);
+            let small = _mm256_fmadd_ps(x, _mm256_mul_ps(z, horner8(&TANH_C, z)), x);
+            let e = exp(_mm256_add_ps(a, a));
+            let one = splat(1.0);
+            let big = _mm256_sub_ps(one, _mm256_div_ps(splat(2.0), _mm256_add_ps(e, one)));
+            let big = copysign(big, x);
+            let is_small = _mm256_cmp_ps::<_CMP_LT_OQ>(a, splat(TANH_SMALL));
+            _mm256_blendv_ps(big, small, is_small)
+        }
     }
 
     /// erf(x) on eight lanes.
@@ -291,15 +311,19 @@ pub mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn erf(x: __m256) -> __m256 {
-        let a = abs(x);
-        let small = _mm256_mul_ps(x, horner8(&ERF_C, _mm256_mul_ps(x, x)));
-        let ac = _mm256_min_ps(splat(ERF_MAX), a);
-        let u = _mm256_fmadd_ps(ac, splat(ERF_U_A), splat(ERF_U_B));
-        let g = horner8(&ERFC_C, u);
-        let e = exp(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(ac, ac)));
-        let big = copysign(_mm256_fnmadd_ps(e, g, splat(1.0)), x);
-        let is_small = _mm256_cmp_ps::<_CMP_LT_OQ>(a, splat(ERF_SMALL));
-        _mm256_blendv_ps(big, small, is_small)
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let a = abs(x);
+            let small = _mm256_mul_ps(x, horner8(&ERF_C, _mm256_mul_ps(x, x)));
+            let ac = _mm256_min_ps(splat(ERF_MAX), a);
+            let u = _mm256_fmadd_ps(ac, splat(ERF_U_A), splat(ERF_U_B));
+            let g = horner8(&ERFC_C, u);
+            let e = exp(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(ac, ac)));
+            let big = copysign(_mm256_fnmadd_ps(e, g, splat(1.0)), x);
+            let is_small = _mm256_cmp_ps::<_CMP_LT_OQ>(a, splat(ERF_SMALL));
+            _mm256_blendv_ps(big, small, is_small)
+        }
     }
 
     /// 1 / (1 + e^{-x}) on eight lanes.
@@ -309,11 +333,15 @@ pub mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn sigmoid(x: __m256) -> __m256 {
-        let e = exp(_mm256_or_ps(x, splat(-0.0))); // e^{-|x|}
-        let one = splat(1.0);
-        let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
-        let num = _mm256_blendv_ps(one, e, neg);
-        _mm256_div_ps(num, _mm256_add_ps(one, e))
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let e = exp(_mm256_or_ps(x, splat(-0.0))); // e^{-|x|}
+            let one = splat(1.0);
+            let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
+            let num = _mm256_blendv_ps(one, e, neg);
+            _mm256_div_ps(num, _mm256_add_ps(one, e))
+        }
     }
 
     /// Applies `f` to `n` floats from `src` into `dst` (which may be `src`).
@@ -321,22 +349,21 @@ pub mod avx2 {
     /// # Safety
     /// AVX2+FMA; `src` readable and `dst` writable for `n` floats; `f` inlinable.
     #[inline(always)]
-    pub(crate) unsafe fn map(
-        src: *const f32,
-        dst: *mut f32,
-        n: usize,
-        f: impl Fn(__m256) -> __m256,
-    ) {
-        let mut i = 0;
-        while i + 8 <= n {
-            _mm256_storeu_ps(dst.add(i), f(_mm256_loadu_ps(src.add(i))));
-            i += 8;
-        }
-        if i < n {
-            let mut buf = [0f32; 8];
-            std::ptr::copy_nonoverlapping(src.add(i), buf.as_mut_ptr(), n - i);
-            _mm256_storeu_ps(buf.as_mut_ptr(), f(_mm256_loadu_ps(buf.as_ptr())));
-            std::ptr::copy_nonoverlapping(buf.as_ptr(), dst.add(i), n - i);
+    pub(crate) unsafe fn map(src: *const f32, dst: *mut f32, n: usize, f: impl Fn(__m256) -> __m256) {
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let mut i = 0;
+            while i + 8 <= n {
+                _mm256_storeu_ps(dst.add(i), f(_mm256_loadu_ps(src.add(i))));
+                i += 8;
+            }
+            if i < n {
+                let mut buf = [0f32; 8];
+                std::ptr::copy_nonoverlapping(src.add(i), buf.as_mut_ptr(), n - i);
+                _mm256_storeu_ps(buf.as_mut_ptr(), f(_mm256_loadu_ps(buf.as_ptr())));
+                std::ptr::copy_nonoverlapping(buf.as_ptr(), dst.add(i), n - i);
+            }
         }
     }
 
@@ -349,7 +376,9 @@ pub mod avx2 {
             /// AVX2+FMA; `src` readable and `dst` writable for `n` floats.
             #[target_feature(enable = "avx2,fma")]
             pub(crate) unsafe fn $name(src: *const f32, dst: *mut f32, n: usize) {
-                map(src, dst, n, |v| $f(v))
+                // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+                // used, and the CPU features it is compiled for.
+                unsafe { map(src, dst, n, |v| $f(v)) }
             }
         };
     }

@@ -158,25 +158,29 @@ unsafe fn scalar_row(
     b: Option<*const f32>,
     eps: f32,
 ) -> (f32, f32) {
-    let mut sum = 0.0f32;
-    for j in 0..n {
-        sum += *s.add(j);
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        let mut sum = 0.0f32;
+        for j in 0..n {
+            sum += *s.add(j);
+        }
+        let mean = sum / n as f32;
+        let mut ss = 0.0f32;
+        for j in 0..n {
+            let c = *s.add(j) - mean;
+            ss += c * c;
+        }
+        let inv = 1.0 / (ss / n as f32 + eps).sqrt();
+        for j in 0..n {
+            let y = (*s.add(j) - mean) * inv * *g.add(j);
+            *d.add(j) = match b {
+                Some(b) => y + *b.add(j),
+                None => y,
+            };
+        }
+        (mean, inv)
     }
-    let mean = sum / n as f32;
-    let mut ss = 0.0f32;
-    for j in 0..n {
-        let c = *s.add(j) - mean;
-        ss += c * c;
-    }
-    let inv = 1.0 / (ss / n as f32 + eps).sqrt();
-    for j in 0..n {
-        let y = (*s.add(j) - mean) * inv * *g.add(j);
-        *d.add(j) = match b {
-            Some(b) => y + *b.add(j),
-            None => y,
-        };
-    }
-    (mean, inv)
 }
 
 /// # Safety
@@ -191,63 +195,67 @@ unsafe fn avx2_row(
     b: Option<*const f32>,
     eps: f32,
 ) -> (f32, f32) {
-    use super::softmax::hsum;
-    use std::arch::x86_64::*;
-    let body = n / 8 * 8;
-    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut j = 0;
-    while j + 16 <= body {
-        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(s.add(j)));
-        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(s.add(j + 8)));
-        j += 16;
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        use super::softmax::hsum;
+        use std::arch::x86_64::*;
+        let body = n / 8 * 8;
+        let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut j = 0;
+        while j + 16 <= body {
+            a0 = _mm256_add_ps(a0, _mm256_loadu_ps(s.add(j)));
+            a1 = _mm256_add_ps(a1, _mm256_loadu_ps(s.add(j + 8)));
+            j += 16;
+        }
+        if j < body {
+            a0 = _mm256_add_ps(a0, _mm256_loadu_ps(s.add(j)));
+        }
+        let mut sum = hsum(_mm256_add_ps(a0, a1));
+        for j in body..n {
+            sum += *s.add(j);
+        }
+        let mean = sum / n as f32;
+        let vm = _mm256_set1_ps(mean);
+        let (mut q0, mut q1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        j = 0;
+        while j + 16 <= body {
+            let c0 = _mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm);
+            let c1 = _mm256_sub_ps(_mm256_loadu_ps(s.add(j + 8)), vm);
+            q0 = _mm256_fmadd_ps(c0, c0, q0);
+            q1 = _mm256_fmadd_ps(c1, c1, q1);
+            j += 16;
+        }
+        if j < body {
+            let c0 = _mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm);
+            q0 = _mm256_fmadd_ps(c0, c0, q0);
+        }
+        let mut ss = hsum(_mm256_add_ps(q0, q1));
+        for j in body..n {
+            let c = *s.add(j) - mean;
+            ss += c * c;
+        }
+        let inv = 1.0 / (ss / n as f32 + eps).sqrt();
+        let vi = _mm256_set1_ps(inv);
+        j = 0;
+        while j < body {
+            let c = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm), vi);
+            let y = match b {
+                Some(b) => _mm256_fmadd_ps(c, _mm256_loadu_ps(g.add(j)), _mm256_loadu_ps(b.add(j))),
+                None => _mm256_mul_ps(c, _mm256_loadu_ps(g.add(j))),
+            };
+            _mm256_storeu_ps(d.add(j), y);
+            j += 8;
+        }
+        for j in body..n {
+            let y = (*s.add(j) - mean) * inv * *g.add(j);
+            *d.add(j) = match b {
+                Some(b) => y + *b.add(j),
+                None => y,
+            };
+        }
+        (mean, inv)
     }
-    if j < body {
-        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(s.add(j)));
-    }
-    let mut sum = hsum(_mm256_add_ps(a0, a1));
-    for j in body..n {
-        sum += *s.add(j);
-    }
-    let mean = sum / n as f32;
-    let vm = _mm256_set1_ps(mean);
-    let (mut q0, mut q1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    j = 0;
-    while j + 16 <= body {
-        let c0 = _mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm);
-        let c1 = _mm256_sub_ps(_mm256_loadu_ps(s.add(j + 8)), vm);
-        q0 = _mm256_fmadd_ps(c0, c0, q0);
-        q1 = _mm256_fmadd_ps(c1, c1, q1);
-        j += 16;
-    }
-    if j < body {
-        let c0 = _mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm);
-        q0 = _mm256_fmadd_ps(c0, c0, q0);
-    }
-    let mut ss = hsum(_mm256_add_ps(q0, q1));
-    for j in body..n {
-        let c = *s.add(j) - mean;
-        ss += c * c;
-    }
-    let inv = 1.0 / (ss / n as f32 + eps).sqrt();
-    let vi = _mm256_set1_ps(inv);
-    j = 0;
-    while j < body {
-        let c = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm), vi);
-        let y = match b {
-            Some(b) => _mm256_fmadd_ps(c, _mm256_loadu_ps(g.add(j)), _mm256_loadu_ps(b.add(j))),
-            None => _mm256_mul_ps(c, _mm256_loadu_ps(g.add(j))),
-        };
-        _mm256_storeu_ps(d.add(j), y);
-        j += 8;
-    }
-    for j in body..n {
-        let y = (*s.add(j) - mean) * inv * *g.add(j);
-        *d.add(j) = match b {
-            Some(b) => y + *b.add(j),
-            None => y,
-        };
-    }
-    (mean, inv)
 }
 
 #[cfg(test)]

@@ -358,36 +358,40 @@ unsafe fn reduce_rows_avx2(
     mut rows: impl Iterator<Item = usize>,
     col: &mut [f32],
 ) {
-    use std::arch::x86_64::*;
-    let w = col.len();
-    let Some(first) = rows.next() else {
-        col.fill(if kind == PoolKind::Max {
-            f32::NEG_INFINITY
-        } else {
-            0.0
-        });
-        return;
-    };
-    col.copy_from_slice(&xs[first..first + w]);
-    let (cp, xp) = (col.as_mut_ptr(), xs.as_ptr());
-    let vw = w / 8 * 8;
-    for r in rows {
-        let src = &xs[r..r + w];
-        for c in (0..vw).step_by(8) {
-            let (a, v) = (_mm256_loadu_ps(cp.add(c)), _mm256_loadu_ps(xp.add(r + c)));
-            let out = match kind {
-                // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
-                PoolKind::Max => _mm256_max_ps(v, a),
-                PoolKind::Average => _mm256_add_ps(a, v),
-            };
-            _mm256_storeu_ps(cp.add(c), out);
-        }
-        for c in vw..w {
-            let v = src[c];
-            match kind {
-                PoolKind::Max if v > col[c] => col[c] = v,
-                PoolKind::Max => {}
-                PoolKind::Average => col[c] += v,
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        use std::arch::x86_64::*;
+        let w = col.len();
+        let Some(first) = rows.next() else {
+            col.fill(if kind == PoolKind::Max {
+                f32::NEG_INFINITY
+            } else {
+                0.0
+            });
+            return;
+        };
+        col.copy_from_slice(&xs[first..first + w]);
+        let (cp, xp) = (col.as_mut_ptr(), xs.as_ptr());
+        let vw = w / 8 * 8;
+        for r in rows {
+            let src = &xs[r..r + w];
+            for c in (0..vw).step_by(8) {
+                let (a, v) = (_mm256_loadu_ps(cp.add(c)), _mm256_loadu_ps(xp.add(r + c)));
+                let out = match kind {
+                    // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
+                    PoolKind::Max => _mm256_max_ps(v, a),
+                    PoolKind::Average => _mm256_add_ps(a, v),
+                };
+                _mm256_storeu_ps(cp.add(c), out);
+            }
+            for c in vw..w {
+                let v = src[c];
+                match kind {
+                    PoolKind::Max if v > col[c] => col[c] = v,
+                    PoolKind::Max => {}
+                    PoolKind::Average => col[c] += v,
+                }
             }
         }
     }
@@ -409,35 +413,39 @@ unsafe fn plain_row_avx2(
     count: usize,
     out: &mut [f32],
 ) {
-    use std::arch::x86_64::*;
-    let xp = xs.as_ptr();
-    let (kw, dw) = (p.kernel[1], p.dilations[1]);
-    let scale = _mm256_set1_ps(if count == 0 {
-        f32::NAN
-    } else {
-        1.0 / count as f32
-    });
-    for j in (0..out.len()).step_by(8) {
-        let mut acc = None;
-        for r in rows.clone() {
-            for t in 0..kw {
-                let v = _mm256_loadu_ps(xp.add(r + c0 + j + t * dw));
-                acc = Some(match (acc, kind) {
-                    (None, _) => v,
-                    // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
-                    (Some(a), PoolKind::Max) => _mm256_max_ps(v, a),
-                    (Some(a), PoolKind::Average) => _mm256_add_ps(a, v),
-                });
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        use std::arch::x86_64::*;
+        let xp = xs.as_ptr();
+        let (kw, dw) = (p.kernel[1], p.dilations[1]);
+        let scale = _mm256_set1_ps(if count == 0 {
+            f32::NAN
+        } else {
+            1.0 / count as f32
+        });
+        for j in (0..out.len()).step_by(8) {
+            let mut acc = None;
+            for r in rows.clone() {
+                for t in 0..kw {
+                    let v = _mm256_loadu_ps(xp.add(r + c0 + j + t * dw));
+                    acc = Some(match (acc, kind) {
+                        (None, _) => v,
+                        // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
+                        (Some(a), PoolKind::Max) => _mm256_max_ps(v, a),
+                        (Some(a), PoolKind::Average) => _mm256_add_ps(a, v),
+                    });
+                }
             }
+            let v = match (acc, kind) {
+                (None, PoolKind::Max) => _mm256_set1_ps(f32::NEG_INFINITY),
+                // All taps on padding: 0 (or NaN when nothing counts).
+                (None, PoolKind::Average) => _mm256_mul_ps(_mm256_setzero_ps(), scale),
+                (Some(a), PoolKind::Max) => a,
+                (Some(a), PoolKind::Average) => _mm256_mul_ps(a, scale),
+            };
+            _mm256_storeu_ps(out.as_mut_ptr().add(j), v);
         }
-        let v = match (acc, kind) {
-            (None, PoolKind::Max) => _mm256_set1_ps(f32::NEG_INFINITY),
-            // All taps on padding: 0 (or NaN when nothing counts).
-            (None, PoolKind::Average) => _mm256_mul_ps(_mm256_setzero_ps(), scale),
-            (Some(a), PoolKind::Max) => a,
-            (Some(a), PoolKind::Average) => _mm256_mul_ps(a, scale),
-        };
-        _mm256_storeu_ps(out.as_mut_ptr().add(j), v);
     }
 }
 
@@ -601,54 +609,58 @@ unsafe fn plane16_avx2<const MAX: bool>(
     ys: &mut [f32],
     [h, w]: [usize; 2],
 ) {
-    use std::arch::x86_64::*;
-    let [oh, ow] = p.out_dims(h, w);
-    let (row_step, col_step) = (p.dilations[0] * w * 16, p.dilations[1] * 16);
-    for i in 0..oh {
-        let (fh, ch) = (th.first[i], th.count[i]);
-        for j in 0..ow {
-            let (fw, cw) = (tw.first[j], tw.count[j]);
-            let out = ys.as_mut_ptr().add((i * ow + j) * 16);
-            let count = if MAX {
-                1
-            } else if p.count_include_pad {
-                th.padded[i] * tw.padded[j]
-            } else {
-                ch * cw
-            };
-            if ch * cw == 0 {
-                let v = if MAX { f32::NEG_INFINITY } else { f32::NAN };
-                let v = if !MAX && count > 0 { 0.0 } else { v };
-                std::slice::from_raw_parts_mut(out, 16).fill(v);
-                continue;
-            }
-            // Offsets stay inside the plane: the taps are the window's inside ones.
-            let x0 = xs
-                .as_ptr()
-                .add((coord(p, 0, i, fh) * w + coord(p, 1, j, fw)) * 16);
-            let (mut a0, mut a1) = (_mm256_loadu_ps(x0), _mm256_loadu_ps(x0.add(8)));
-            for r in 0..ch {
-                let xr = x0.add(r * row_step);
-                for c in usize::from(r == 0)..cw {
-                    let xt = xr.add(c * col_step);
-                    let (v0, v1) = (_mm256_loadu_ps(xt), _mm256_loadu_ps(xt.add(8)));
-                    if MAX {
-                        // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
-                        a0 = _mm256_max_ps(v0, a0);
-                        a1 = _mm256_max_ps(v1, a1);
-                    } else {
-                        a0 = _mm256_add_ps(a0, v0);
-                        a1 = _mm256_add_ps(a1, v1);
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        use std::arch::x86_64::*;
+        let [oh, ow] = p.out_dims(h, w);
+        let (row_step, col_step) = (p.dilations[0] * w * 16, p.dilations[1] * 16);
+        for i in 0..oh {
+            let (fh, ch) = (th.first[i], th.count[i]);
+            for j in 0..ow {
+                let (fw, cw) = (tw.first[j], tw.count[j]);
+                let out = ys.as_mut_ptr().add((i * ow + j) * 16);
+                let count = if MAX {
+                    1
+                } else if p.count_include_pad {
+                    th.padded[i] * tw.padded[j]
+                } else {
+                    ch * cw
+                };
+                if ch * cw == 0 {
+                    let v = if MAX { f32::NEG_INFINITY } else { f32::NAN };
+                    let v = if !MAX && count > 0 { 0.0 } else { v };
+                    std::slice::from_raw_parts_mut(out, 16).fill(v);
+                    continue;
+                }
+                // Offsets stay inside the plane: the taps are the window's inside ones.
+                let x0 = xs
+                    .as_ptr()
+                    .add((coord(p, 0, i, fh) * w + coord(p, 1, j, fw)) * 16);
+                let (mut a0, mut a1) = (_mm256_loadu_ps(x0), _mm256_loadu_ps(x0.add(8)));
+                for r in 0..ch {
+                    let xr = x0.add(r * row_step);
+                    for c in usize::from(r == 0)..cw {
+                        let xt = xr.add(c * col_step);
+                        let (v0, v1) = (_mm256_loadu_ps(xt), _mm256_loadu_ps(xt.add(8)));
+                        if MAX {
+                            // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
+                            a0 = _mm256_max_ps(v0, a0);
+                            a1 = _mm256_max_ps(v1, a1);
+                        } else {
+                            a0 = _mm256_add_ps(a0, v0);
+                            a1 = _mm256_add_ps(a1, v1);
+                        }
                     }
                 }
+                if !MAX {
+                    let scale = _mm256_set1_ps(1.0 / count as f32);
+                    a0 = _mm256_mul_ps(a0, scale);
+                    a1 = _mm256_mul_ps(a1, scale);
+                }
+                _mm256_storeu_ps(out, a0);
+                _mm256_storeu_ps(out.add(8), a1);
             }
-            if !MAX {
-                let scale = _mm256_set1_ps(1.0 / count as f32);
-                a0 = _mm256_mul_ps(a0, scale);
-                a1 = _mm256_mul_ps(a1, scale);
-            }
-            _mm256_storeu_ps(out, a0);
-            _mm256_storeu_ps(out.add(8), a1);
         }
     }
 }
@@ -672,57 +684,61 @@ struct Taps {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn reduce_avx2(kind: PoolKind, xs: &[f32], taps: &Taps, count: usize, out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    const LANES: usize = 32;
-    let block = out.len();
-    let xp = xs.as_ptr();
-    if taps.rows * taps.cols == 0 {
-        let v = match kind {
-            PoolKind::Max => f32::NEG_INFINITY,
-            PoolKind::Average if count == 0 => f32::NAN,
-            PoolKind::Average => 0.0,
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        use std::arch::x86_64::*;
+        const LANES: usize = 32;
+        let block = out.len();
+        let xp = xs.as_ptr();
+        if taps.rows * taps.cols == 0 {
+            let v = match kind {
+                PoolKind::Max => f32::NEG_INFINITY,
+                PoolKind::Average if count == 0 => f32::NAN,
+                PoolKind::Average => 0.0,
+            };
+            out.fill(v);
+            return;
         };
-        out.fill(v);
-        return;
-    };
-    let scale = _mm256_set1_ps(if count == 0 {
-        f32::NAN
-    } else {
-        1.0 / count as f32
-    });
-    let mut l0 = 0;
-    while l0 < block {
-        let nv = (block - l0).min(LANES) / 8;
-        // Loads and stores touch lanes l0..l0 + 8·nv of each tap and of out: in range
-        // by the caller's contract.
-        let mut a = [_mm256_setzero_ps(); LANES / 8];
-        let x0 = xp.add(taps.first + l0);
-        for (k, a) in a.iter_mut().enumerate().take(nv) {
-            *a = _mm256_loadu_ps(x0.add(8 * k));
-        }
-        for r in 0..taps.rows {
-            let xr = x0.add(r * taps.row_step);
-            // The first tap is already in.
-            for c in usize::from(r == 0)..taps.cols {
-                let xt = xr.add(c * taps.col_step);
-                for (k, a) in a.iter_mut().enumerate().take(nv) {
-                    let v = _mm256_loadu_ps(xt.add(8 * k));
-                    *a = match kind {
-                        // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
-                        PoolKind::Max => _mm256_max_ps(v, *a),
-                        PoolKind::Average => _mm256_add_ps(*a, v),
-                    };
+        let scale = _mm256_set1_ps(if count == 0 {
+            f32::NAN
+        } else {
+            1.0 / count as f32
+        });
+        let mut l0 = 0;
+        while l0 < block {
+            let nv = (block - l0).min(LANES) / 8;
+            // Loads and stores touch lanes l0..l0 + 8·nv of each tap and of out: in range
+            // by the caller's contract.
+            let mut a = [_mm256_setzero_ps(); LANES / 8];
+            let x0 = xp.add(taps.first + l0);
+            for (k, a) in a.iter_mut().enumerate().take(nv) {
+                *a = _mm256_loadu_ps(x0.add(8 * k));
+            }
+            for r in 0..taps.rows {
+                let xr = x0.add(r * taps.row_step);
+                // The first tap is already in.
+                for c in usize::from(r == 0)..taps.cols {
+                    let xt = xr.add(c * taps.col_step);
+                    for (k, a) in a.iter_mut().enumerate().take(nv) {
+                        let v = _mm256_loadu_ps(xt.add(8 * k));
+                        *a = match kind {
+                            // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
+                            PoolKind::Max => _mm256_max_ps(v, *a),
+                            PoolKind::Average => _mm256_add_ps(*a, v),
+                        };
+                    }
                 }
             }
+            for (k, a) in a.iter().enumerate().take(nv) {
+                let v = match kind {
+                    PoolKind::Max => *a,
+                    PoolKind::Average => _mm256_mul_ps(*a, scale),
+                };
+                _mm256_storeu_ps(out.as_mut_ptr().add(l0 + 8 * k), v);
+            }
+            l0 += 8 * nv;
         }
-        for (k, a) in a.iter().enumerate().take(nv) {
-            let v = match kind {
-                PoolKind::Max => *a,
-                PoolKind::Average => _mm256_mul_ps(*a, scale),
-            };
-            _mm256_storeu_ps(out.as_mut_ptr().add(l0 + 8 * k), v);
-        }
-        l0 += 8 * nv;
     }
 }
 
@@ -784,26 +800,30 @@ fn reduce_row(kind: PoolKind, xs: &[f32]) -> f32 {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn reduce_row_avx2(kind: PoolKind, xs: &[f32]) -> f32 {
-    use super::softmax::{hmax, hsum};
-    use std::arch::x86_64::*;
-    let body = xs.len() / 8 * 8;
-    let p = xs.as_ptr();
-    let mut a = match kind {
-        PoolKind::Max => _mm256_set1_ps(f32::NEG_INFINITY),
-        PoolKind::Average => _mm256_setzero_ps(),
-    };
-    let mut j = 0;
-    while j < body {
-        let v = _mm256_loadu_ps(p.add(j));
-        a = match kind {
-            PoolKind::Max => _mm256_max_ps(a, v),
-            PoolKind::Average => _mm256_add_ps(a, v),
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        use super::softmax::{hmax, hsum};
+        use std::arch::x86_64::*;
+        let body = xs.len() / 8 * 8;
+        let p = xs.as_ptr();
+        let mut a = match kind {
+            PoolKind::Max => _mm256_set1_ps(f32::NEG_INFINITY),
+            PoolKind::Average => _mm256_setzero_ps(),
         };
-        j += 8;
-    }
-    match kind {
-        PoolKind::Max => xs[body..].iter().fold(hmax(a), |m, &v| m.max(v)),
-        PoolKind::Average => (hsum(a) + xs[body..].iter().sum::<f32>()) / xs.len() as f32,
+        let mut j = 0;
+        while j < body {
+            let v = _mm256_loadu_ps(p.add(j));
+            a = match kind {
+                PoolKind::Max => _mm256_max_ps(a, v),
+                PoolKind::Average => _mm256_add_ps(a, v),
+            };
+            j += 8;
+        }
+        match kind {
+            PoolKind::Max => xs[body..].iter().fold(hmax(a), |m, &v| m.max(v)),
+            PoolKind::Average => (hsum(a) + xs[body..].iter().sum::<f32>()) / xs.len() as f32,
+        }
     }
 }
 

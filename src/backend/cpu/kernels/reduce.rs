@@ -358,20 +358,28 @@ mod avx2 {
 
     #[inline(always)]
     unsafe fn map(fold: Fold, x: __m256, shift: __m256) -> __m256 {
-        match fold {
-            Fold::AbsSum => vm::abs(x),
-            Fold::SquareSum => _mm256_mul_ps(x, x),
-            Fold::ExpSum => vm::exp(_mm256_sub_ps(x, shift)),
-            _ => x,
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            match fold {
+                Fold::AbsSum => vm::abs(x),
+                Fold::SquareSum => _mm256_mul_ps(x, x),
+                Fold::ExpSum => vm::exp(_mm256_sub_ps(x, shift)),
+                _ => x,
+            }
         }
     }
 
     #[inline(always)]
     unsafe fn combine(fold: Fold, acc: __m256, v: __m256) -> __m256 {
-        match fold {
-            Fold::Prod => _mm256_mul_ps(acc, v),
-            Fold::Max | Fold::Min => vm::max_min_nan(fold == Fold::Max, acc, v),
-            _ => _mm256_add_ps(acc, v),
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            match fold {
+                Fold::Prod => _mm256_mul_ps(acc, v),
+                Fold::Max | Fold::Min => vm::max_min_nan(fold == Fold::Max, acc, v),
+                _ => _mm256_add_ps(acc, v),
+            }
         }
     }
 
@@ -379,82 +387,98 @@ mod avx2 {
     /// AVX2+FMA.
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn fold_run(fold: Fold, x: &[f32], shift: f32) -> f32 {
-        // One instantiation per fold, so that the loop has no branch in it.
-        macro_rules! with {
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            // One instantiation per fold, so that the loop has no branch in it.
+            macro_rules! with {
             ($($f:ident)*) => {
                 match fold {
                     $(Fold::$f => run(Fold::$f, x, shift),)*
                 }
             };
         }
-        with!(Sum AbsSum SquareSum ExpSum Prod Max Min)
+            with!(Sum AbsSum SquareSum ExpSum Prod Max Min)
+        }
     }
 
     #[inline(always)]
     unsafe fn run(fold: Fold, x: &[f32], shift: f32) -> f32 {
-        let n = x.len();
-        let p = x.as_ptr();
-        let s = _mm256_set1_ps(shift);
-        // Four accumulators hide the add latency.
-        let mut acc = [_mm256_set1_ps(fold.init()); 4];
-        let mut i = 0;
-        while i + 32 <= n {
-            for (k, a) in acc.iter_mut().enumerate() {
-                *a = combine(fold, *a, map(fold, _mm256_loadu_ps(p.add(i + 8 * k)), s));
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let n = x.len();
+            let p = x.as_ptr();
+            let s = _mm256_set1_ps(shift);
+            // Four accumulators hide the add latency.
+            let mut acc = [_mm256_set1_ps(fold.init()); 4];
+            let mut i = 0;
+            while i + 32 <= n {
+                for (k, a) in acc.iter_mut().enumerate() {
+                    *a = combine(fold, *a, map(fold, _mm256_loadu_ps(p.add(i + 8 * k)), s));
+                }
+                i += 32;
             }
-            i += 32;
+            while i + 8 <= n {
+                acc[0] = combine(fold, acc[0], map(fold, _mm256_loadu_ps(p.add(i)), s));
+                i += 8;
+            }
+            let mut lanes = [0f32; 32];
+            for (k, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(lanes.as_mut_ptr().add(8 * k), *a);
+            }
+            let mut r = fold.init();
+            for v in lanes {
+                r = fold.combine(r, v);
+            }
+            for &v in &x[i..] {
+                r = fold.combine(r, fold.map(v, shift));
+            }
+            r
         }
-        while i + 8 <= n {
-            acc[0] = combine(fold, acc[0], map(fold, _mm256_loadu_ps(p.add(i)), s));
-            i += 8;
-        }
-        let mut lanes = [0f32; 32];
-        for (k, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(lanes.as_mut_ptr().add(8 * k), *a);
-        }
-        let mut r = fold.init();
-        for v in lanes {
-            r = fold.combine(r, v);
-        }
-        for &v in &x[i..] {
-            r = fold.combine(r, fold.map(v, shift));
-        }
-        r
     }
 
     /// # Safety
     /// AVX2+FMA; `x` as long as `acc`, and `shift` too for `ExpSum`.
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn fold_rows(fold: Fold, acc: &mut [f32], x: &[f32], shift: &[f32]) {
-        macro_rules! with {
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            macro_rules! with {
             ($($f:ident)*) => {
                 match fold {
                     $(Fold::$f => rows(Fold::$f, acc, x, shift),)*
                 }
             };
         }
-        with!(Sum AbsSum SquareSum ExpSum Prod Max Min)
+            with!(Sum AbsSum SquareSum ExpSum Prod Max Min)
+        }
     }
 
     #[inline(always)]
     unsafe fn rows(fold: Fold, acc: &mut [f32], x: &[f32], shift: &[f32]) {
-        let n = acc.len();
-        let (a, p) = (acc.as_mut_ptr(), x.as_ptr());
-        let exp = fold == Fold::ExpSum;
-        let mut i = 0;
-        while i + 8 <= n {
-            let s = if exp {
-                _mm256_loadu_ps(shift.as_ptr().add(i))
-            } else {
-                _mm256_setzero_ps()
-            };
-            let v = map(fold, _mm256_loadu_ps(p.add(i)), s);
-            _mm256_storeu_ps(a.add(i), combine(fold, _mm256_loadu_ps(a.add(i)), v));
-            i += 8;
-        }
-        for k in i..n {
-            let s = if exp { shift[k] } else { 0.0 };
-            acc[k] = fold.combine(acc[k], fold.map(x[k], s));
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let n = acc.len();
+            let (a, p) = (acc.as_mut_ptr(), x.as_ptr());
+            let exp = fold == Fold::ExpSum;
+            let mut i = 0;
+            while i + 8 <= n {
+                let s = if exp {
+                    _mm256_loadu_ps(shift.as_ptr().add(i))
+                } else {
+                    _mm256_setzero_ps()
+                };
+                let v = map(fold, _mm256_loadu_ps(p.add(i)), s);
+                _mm256_storeu_ps(a.add(i), combine(fold, _mm256_loadu_ps(a.add(i)), v));
+                i += 8;
+            }
+            for k in i..n {
+                let s = if exp { shift[k] } else { 0.0 };
+                acc[k] = fold.combine(acc[k], fold.map(x[k], s));
+            }
         }
     }
 }

@@ -245,30 +245,34 @@ pub(crate) unsafe fn compare_select(
     out: *mut f32,
     pool: Option<&Pool>,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::backend::cpu::kernels::math::use_avx512(crate::backend::cpu::isa::isa())
-        && walk.inner_strides.iter().all(|&s| s <= 1)
-    {
-        let ptrs = operands.map(|p| SyncPtr(p as *mut f32));
-        let o = SyncPtr(out);
-        let strides = walk.inner_strides;
-        walk.rows(pool, &|offs, at, len| {
-            // SAFETY: AVX-512F checked; the walk keeps offsets inside the operands and
-            // each run writes its own part of `out`.
-            unsafe {
-                let p: [*const f32; OPERANDS] =
-                    std::array::from_fn(|k| ptrs[k].get().add(offs[k]) as *const f32);
-                compare_select_avx512(op, p, strides, o.get().add(at), len)
-            }
-        });
-        return;
-    }
-    match op {
-        CmpOp::Equal => compare_select_with(|a, b| a == b, walk, operands, out, pool),
-        CmpOp::Greater => compare_select_with(|a, b| a > b, walk, operands, out, pool),
-        CmpOp::GreaterOrEqual => compare_select_with(|a, b| a >= b, walk, operands, out, pool),
-        CmpOp::Less => compare_select_with(|a, b| a < b, walk, operands, out, pool),
-        CmpOp::LessOrEqual => compare_select_with(|a, b| a <= b, walk, operands, out, pool),
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        #[cfg(target_arch = "x86_64")]
+        if crate::backend::cpu::kernels::math::use_avx512(crate::backend::cpu::isa::isa())
+            && walk.inner_strides.iter().all(|&s| s <= 1)
+        {
+            let ptrs = operands.map(|p| SyncPtr(p as *mut f32));
+            let o = SyncPtr(out);
+            let strides = walk.inner_strides;
+            walk.rows(pool, &|offs, at, len| {
+                // AVX-512F checked; the walk keeps offsets inside the operands and each run
+                // writes its own part of `out`.
+                {
+                    let p: [*const f32; OPERANDS] =
+                        std::array::from_fn(|k| ptrs[k].get().add(offs[k]) as *const f32);
+                    compare_select_avx512(op, p, strides, o.get().add(at), len)
+                }
+            });
+            return;
+        }
+        match op {
+            CmpOp::Equal => compare_select_with(|a, b| a == b, walk, operands, out, pool),
+            CmpOp::Greater => compare_select_with(|a, b| a > b, walk, operands, out, pool),
+            CmpOp::GreaterOrEqual => compare_select_with(|a, b| a >= b, walk, operands, out, pool),
+            CmpOp::Less => compare_select_with(|a, b| a < b, walk, operands, out, pool),
+            CmpOp::LessOrEqual => compare_select_with(|a, b| a <= b, walk, operands, out, pool),
+        }
     }
 }
 
@@ -289,71 +293,79 @@ unsafe fn compare_select_avx512(
     out: *mut f32,
     len: usize,
 ) {
-    use std::arch::x86_64::*;
-    #[inline(always)]
-    unsafe fn run(
-        cmp: impl Fn(__m512, __m512) -> __mmask16,
-        p: [*const f32; OPERANDS],
-        s: [usize; OPERANDS],
-        out: *mut f32,
-        len: usize,
-    ) {
-        let load = |k: usize, at: usize, m: __mmask16| {
-            if s[k] == 0 {
-                _mm512_set1_ps(*p[k])
-            } else {
-                _mm512_maskz_loadu_ps(m, p[k].add(at))
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        use std::arch::x86_64::*;
+        #[inline(always)]
+        unsafe fn run(
+            cmp: impl Fn(__m512, __m512) -> __mmask16,
+            p: [*const f32; OPERANDS],
+            s: [usize; OPERANDS],
+            out: *mut f32,
+            len: usize,
+        ) {
+            // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+            // used, and the CPU features it is compiled for.
+            unsafe {
+                let load = |k: usize, at: usize, m: __mmask16| {
+                    if s[k] == 0 {
+                        _mm512_set1_ps(*p[k])
+                    } else {
+                        _mm512_maskz_loadu_ps(m, p[k].add(at))
+                    }
+                };
+                let mut at = 0;
+                while at < len {
+                    let m: __mmask16 = if len - at >= 16 {
+                        u16::MAX
+                    } else {
+                        (1u16 << (len - at)) - 1
+                    };
+                    let take = cmp(load(0, at, m), load(1, at, m));
+                    let v = _mm512_mask_blend_ps(take, load(3, at, m), load(2, at, m));
+                    _mm512_mask_storeu_ps(out.add(at), m, v);
+                    at += 16;
+                }
             }
-        };
-        let mut at = 0;
-        while at < len {
-            let m: __mmask16 = if len - at >= 16 {
-                u16::MAX
-            } else {
-                (1u16 << (len - at)) - 1
-            };
-            let take = cmp(load(0, at, m), load(1, at, m));
-            let v = _mm512_mask_blend_ps(take, load(3, at, m), load(2, at, m));
-            _mm512_mask_storeu_ps(out.add(at), m, v);
-            at += 16;
         }
-    }
-    match op {
-        CmpOp::Equal => run(
-            |a, b| _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(a, b),
-            p,
-            strides,
-            out,
-            len,
-        ),
-        CmpOp::Greater => run(
-            |a, b| _mm512_cmp_ps_mask::<_CMP_GT_OQ>(a, b),
-            p,
-            strides,
-            out,
-            len,
-        ),
-        CmpOp::GreaterOrEqual => run(
-            |a, b| _mm512_cmp_ps_mask::<_CMP_GE_OQ>(a, b),
-            p,
-            strides,
-            out,
-            len,
-        ),
-        CmpOp::Less => run(
-            |a, b| _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b),
-            p,
-            strides,
-            out,
-            len,
-        ),
-        CmpOp::LessOrEqual => run(
-            |a, b| _mm512_cmp_ps_mask::<_CMP_LE_OQ>(a, b),
-            p,
-            strides,
-            out,
-            len,
-        ),
+        match op {
+            CmpOp::Equal => run(
+                |a, b| _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(a, b),
+                p,
+                strides,
+                out,
+                len,
+            ),
+            CmpOp::Greater => run(
+                |a, b| _mm512_cmp_ps_mask::<_CMP_GT_OQ>(a, b),
+                p,
+                strides,
+                out,
+                len,
+            ),
+            CmpOp::GreaterOrEqual => run(
+                |a, b| _mm512_cmp_ps_mask::<_CMP_GE_OQ>(a, b),
+                p,
+                strides,
+                out,
+                len,
+            ),
+            CmpOp::Less => run(
+                |a, b| _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b),
+                p,
+                strides,
+                out,
+                len,
+            ),
+            CmpOp::LessOrEqual => run(
+                |a, b| _mm512_cmp_ps_mask::<_CMP_LE_OQ>(a, b),
+                p,
+                strides,
+                out,
+                len,
+            ),
+        }
     }
 }
 
@@ -547,6 +559,7 @@ mod tests {
                     };
                     let mut got = vec![0.0; want.len()];
                     let ptrs: [*const f32; OPERANDS] = std::array::from_fn(|k| data[k].as_ptr());
+                    // SAFETY: the walk was built from the operands' shapes; got holds the output.
                     unsafe { compare_select(op, &walk, ptrs, got.as_mut_ptr(), pool.as_ref()) };
                     assert!(same(&got), "{op:?} case {c}: {got:?} vs {want:?}");
                     if shapes[2] == full {
@@ -558,6 +571,7 @@ mod tests {
                                 data[k].as_ptr()
                             }
                         });
+                        // SAFETY: as above, with the output written over operand 2 (same shape).
                         unsafe { compare_select(op, &walk, ptrs, x, pool.as_ref()) };
                         assert!(same(&data[2]), "{op:?} case {c} in place");
                     }
@@ -612,6 +626,7 @@ mod tests {
                 let walk3 = Walk::new(&[sa, sb, so], so).unwrap();
                 let y = lcg_data(n(so), 1.0, 3);
                 let mut got = vec![0f32; n(so)];
+                // SAFETY: cond, b and y cover their shapes in walk3; got holds the output.
                 unsafe {
                     select(
                         &walk3,
@@ -638,12 +653,15 @@ mod tests {
     fn casts_truncate_and_test_nonzero() {
         let src = [1.7f32, -1.7, 0.0, -0.0, 3e9, 2.5];
         let mut ints = [0i64; 6];
+        // SAFETY: src and ints hold 6 elements.
         unsafe { cast(src.as_ptr(), ints.as_mut_ptr(), 6, None) };
         assert_eq!(ints, [1, -1, 0, 0, 3_000_000_000, 2]);
         let mut bools = [9u8; 6];
+        // SAFETY: src and bools hold 6 elements.
         unsafe { cast(src.as_ptr(), bools.as_mut_ptr(), 6, None) };
         assert_eq!(bools, [1, 1, 0, 0, 1, 1]);
         let mut back = [0f32; 6];
+        // SAFETY: bools and back hold 6 elements.
         unsafe { cast(bools.as_ptr(), back.as_mut_ptr(), 6, None) };
         assert_eq!(back, [1.0, 1.0, 0.0, 0.0, 1.0, 1.0]);
     }

@@ -110,28 +110,32 @@ fn run(
 /// # Safety
 /// `s` readable and `d` writable for `n` floats (possibly the same).
 unsafe fn scalar_row(s: *const f32, d: *mut f32, n: usize, log: bool) {
-    let mut max = f32::NEG_INFINITY;
-    for j in 0..n {
-        max = max.max(*s.add(j));
-    }
-    let mut sum = 0.0f32;
-    if log {
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        let mut max = f32::NEG_INFINITY;
         for j in 0..n {
-            sum += math::exp(*s.add(j) - max);
+            max = max.max(*s.add(j));
         }
-        let k = max + sum.ln();
-        for j in 0..n {
-            *d.add(j) = *s.add(j) - k;
-        }
-    } else {
-        for j in 0..n {
-            let e = math::exp(*s.add(j) - max);
-            *d.add(j) = e;
-            sum += e;
-        }
-        let k = 1.0 / sum;
-        for j in 0..n {
-            *d.add(j) *= k;
+        let mut sum = 0.0f32;
+        if log {
+            for j in 0..n {
+                sum += math::exp(*s.add(j) - max);
+            }
+            let k = max + sum.ln();
+            for j in 0..n {
+                *d.add(j) = *s.add(j) - k;
+            }
+        } else {
+            for j in 0..n {
+                let e = math::exp(*s.add(j) - max);
+                *d.add(j) = e;
+                sum += e;
+            }
+            let k = 1.0 / sum;
+            for j in 0..n {
+                *d.add(j) *= k;
+            }
         }
     }
 }
@@ -141,65 +145,69 @@ unsafe fn scalar_row(s: *const f32, d: *mut f32, n: usize, log: bool) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn avx2_row(s: *const f32, d: *mut f32, n: usize, log: bool) {
-    use std::arch::x86_64::*;
-    let body = n / 8 * 8;
-    // Max: vector lanes, then the tail.
-    let mut vmax = _mm256_set1_ps(f32::NEG_INFINITY);
-    let mut j = 0;
-    while j < body {
-        vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s.add(j)));
-        j += 8;
-    }
-    let mut max = hmax(vmax);
-    for j in body..n {
-        max = max.max(*s.add(j));
-    }
-    let vm = _mm256_set1_ps(max);
-    let mut vsum = _mm256_setzero_ps();
-    j = 0;
-    while j < body {
-        let e = math::avx2::exp(_mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm));
-        if !log {
-            _mm256_storeu_ps(d.add(j), e);
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        use std::arch::x86_64::*;
+        let body = n / 8 * 8;
+        // Max: vector lanes, then the tail.
+        let mut vmax = _mm256_set1_ps(f32::NEG_INFINITY);
+        let mut j = 0;
+        while j < body {
+            vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s.add(j)));
+            j += 8;
         }
-        vsum = _mm256_add_ps(vsum, e);
-        j += 8;
-    }
-    let mut sum = hsum(vsum);
-    if body < n {
-        // The tail through one padded vector, so that it gets the same exp.
-        let mut buf = [f32::NEG_INFINITY; 8];
-        std::ptr::copy_nonoverlapping(s.add(body), buf.as_mut_ptr(), n - body);
-        let e = math::avx2::exp(_mm256_sub_ps(_mm256_loadu_ps(buf.as_ptr()), vm));
-        _mm256_storeu_ps(buf.as_mut_ptr(), e);
-        for (k, &v) in buf[..n - body].iter().enumerate() {
-            sum += v;
+        let mut max = hmax(vmax);
+        for j in body..n {
+            max = max.max(*s.add(j));
+        }
+        let vm = _mm256_set1_ps(max);
+        let mut vsum = _mm256_setzero_ps();
+        j = 0;
+        while j < body {
+            let e = math::avx2::exp(_mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm));
             if !log {
-                *d.add(body + k) = v;
+                _mm256_storeu_ps(d.add(j), e);
+            }
+            vsum = _mm256_add_ps(vsum, e);
+            j += 8;
+        }
+        let mut sum = hsum(vsum);
+        if body < n {
+            // The tail through one padded vector, so that it gets the same exp.
+            let mut buf = [f32::NEG_INFINITY; 8];
+            std::ptr::copy_nonoverlapping(s.add(body), buf.as_mut_ptr(), n - body);
+            let e = math::avx2::exp(_mm256_sub_ps(_mm256_loadu_ps(buf.as_ptr()), vm));
+            _mm256_storeu_ps(buf.as_mut_ptr(), e);
+            for (k, &v) in buf[..n - body].iter().enumerate() {
+                sum += v;
+                if !log {
+                    *d.add(body + k) = v;
+                }
             }
         }
-    }
-    if log {
-        let k = _mm256_set1_ps(max + sum.ln());
-        j = 0;
-        while j < body {
-            _mm256_storeu_ps(d.add(j), _mm256_sub_ps(_mm256_loadu_ps(s.add(j)), k));
-            j += 8;
-        }
-        let k = max + sum.ln();
-        for j in body..n {
-            *d.add(j) = *s.add(j) - k;
-        }
-    } else {
-        let k = 1.0 / sum;
-        let vk = _mm256_set1_ps(k);
-        j = 0;
-        while j < body {
-            _mm256_storeu_ps(d.add(j), _mm256_mul_ps(_mm256_loadu_ps(d.add(j)), vk));
-            j += 8;
-        }
-        for j in body..n {
-            *d.add(j) *= k;
+        if log {
+            let k = _mm256_set1_ps(max + sum.ln());
+            j = 0;
+            while j < body {
+                _mm256_storeu_ps(d.add(j), _mm256_sub_ps(_mm256_loadu_ps(s.add(j)), k));
+                j += 8;
+            }
+            let k = max + sum.ln();
+            for j in body..n {
+                *d.add(j) = *s.add(j) - k;
+            }
+        } else {
+            let k = 1.0 / sum;
+            let vk = _mm256_set1_ps(k);
+            j = 0;
+            while j < body {
+                _mm256_storeu_ps(d.add(j), _mm256_mul_ps(_mm256_loadu_ps(d.add(j)), vk));
+                j += 8;
+            }
+            for j in body..n {
+                *d.add(j) *= k;
+            }
         }
     }
 }

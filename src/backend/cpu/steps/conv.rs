@@ -373,13 +373,17 @@ impl Trial {
 
 impl Kernel for Blocked {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let z = self.z.as_ref().map(|z| cx.f32(z));
-        let scratch = self
-            .scratch
-            .map_or(std::ptr::null_mut(), |at| cx.ptr(at) as *mut f32);
-        let (x, y) = (cx.f32(&self.x), cx.f32_mut(&self.y));
-        self.algo.run(cx.pool, x, z, y, self.act, scratch);
-        Ok(())
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let z = self.z.as_ref().map(|z| cx.f32(z));
+            let scratch = self
+                .scratch
+                .map_or(std::ptr::null_mut(), |at| cx.ptr(at) as *mut f32);
+            let (x, y) = (cx.f32(&self.x), cx.f32_mut(&self.y));
+            self.algo.run(cx.pool, x, z, y, self.act, scratch);
+            Ok(())
+        }
     }
     fn can_fail(&self) -> bool {
         false
@@ -395,23 +399,27 @@ impl Kernel for Blocked {
 
 impl Kernel for Plain {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let mut z = self.z.as_ref().map(|z| cx.f32(z));
-        if let (Some(at), Some(src)) = (self.z_copy, z) {
-            let copy = cx.ptr(at) as *mut f32;
-            std::ptr::copy_nonoverlapping(src, copy, self.y.elements());
-            z = Some(copy);
-        }
-        let (pool, s, act) = (cx.pool, &self.shape, self.act);
-        let (w, x, y) = (cx.f32(&self.w), cx.f32(&self.x), cx.f32_mut(&self.y));
-        let bias = self.bias.as_ref().map(|b| cx.f32(b));
-        match self.algo {
-            PlainAlgo::Depthwise => conv::conv_depthwise(pool, s, w, bias, x, z, y, act),
-            PlainAlgo::Im2col => {
-                let scratch = cx.ptr(self.scratch) as *mut f32;
-                conv::conv_im2col(pool, s, w, bias, x, z, y, act, scratch)
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let mut z = self.z.as_ref().map(|z| cx.f32(z));
+            if let (Some(at), Some(src)) = (self.z_copy, z) {
+                let copy = cx.ptr(at) as *mut f32;
+                std::ptr::copy_nonoverlapping(src, copy, self.y.elements());
+                z = Some(copy);
             }
+            let (pool, s, act) = (cx.pool, &self.shape, self.act);
+            let (w, x, y) = (cx.f32(&self.w), cx.f32(&self.x), cx.f32_mut(&self.y));
+            let bias = self.bias.as_ref().map(|b| cx.f32(b));
+            match self.algo {
+                PlainAlgo::Depthwise => conv::conv_depthwise(pool, s, w, bias, x, z, y, act),
+                PlainAlgo::Im2col => {
+                    let scratch = cx.ptr(self.scratch) as *mut f32;
+                    conv::conv_im2col(pool, s, w, bias, x, z, y, act, scratch)
+                }
+            }
+            Ok(())
         }
-        Ok(())
     }
     fn can_fail(&self) -> bool {
         false

@@ -198,22 +198,26 @@ fn blocked_repack(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for BlockedRepack {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let w = std::slice::from_raw_parts(cx.f32(&self.w), self.w.elements());
-        let bias = self
-            .bias
-            .as_ref()
-            .map(|s| std::slice::from_raw_parts(cx.f32(s), s.elements()));
-        let packed = PackedConv::new(self.shape, w, bias)?.with_plain_x(self.plain_x);
-        let z = self.z.as_ref().map(|s| cx.f32(s));
-        conv_blocked(
-            cx.pool,
-            &packed,
-            cx.f32(&self.x),
-            z,
-            cx.f32_mut(&self.y),
-            self.act,
-        );
-        Ok(())
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let w = std::slice::from_raw_parts(cx.f32(&self.w), self.w.elements());
+            let bias = self
+                .bias
+                .as_ref()
+                .map(|s| std::slice::from_raw_parts(cx.f32(s), s.elements()));
+            let packed = PackedConv::new(self.shape, w, bias)?.with_plain_x(self.plain_x);
+            let z = self.z.as_ref().map(|s| cx.f32(s));
+            conv_blocked(
+                cx.pool,
+                &packed,
+                cx.f32(&self.x),
+                z,
+                cx.f32_mut(&self.y),
+                self.act,
+            );
+            Ok(())
+        }
     }
     fn kind(&self) -> &'static str {
         "conv-blocked-repack"
@@ -222,23 +226,27 @@ impl Kernel for BlockedRepack {
 
 impl Kernel for BlockedPerPosition {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let s = &self.shape;
-        let (pool, block) = (cx.pool, BLOCK);
-        let plain_x_len = s.n * s.ic * s.ih * s.iw;
-        let plain_y_len = s.n * s.oc * s.oh * s.ow;
-        let px = cx.ptr(self.scratch) as *mut f32;
-        let py = px.add(plain_x_len);
-        let rest = py.add(plain_y_len);
-        let xb = std::slice::from_raw_parts(cx.f32(&self.x), self.x.elements());
-        let xs = std::slice::from_raw_parts_mut(px, plain_x_len);
-        reorder::to_plain(xb, xs, s.n, s.ic, s.ih * s.iw, block, pool);
-        let bias = self.bias.as_ref().map(|b| cx.f32(b));
-        conv_per_position(isa::isa(), pool, s, px, cx.f32(&self.w), bias, py, rest);
-        let ys = std::slice::from_raw_parts_mut(py, plain_y_len);
-        self.act.apply(ys);
-        let yb = std::slice::from_raw_parts_mut(cx.f32_mut(&self.y), self.y.elements());
-        reorder::to_blocked(ys, yb, s.n, s.oc, s.oh * s.ow, block, pool);
-        Ok(())
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let s = &self.shape;
+            let (pool, block) = (cx.pool, BLOCK);
+            let plain_x_len = s.n * s.ic * s.ih * s.iw;
+            let plain_y_len = s.n * s.oc * s.oh * s.ow;
+            let px = cx.ptr(self.scratch) as *mut f32;
+            let py = px.add(plain_x_len);
+            let rest = py.add(plain_y_len);
+            let xb = std::slice::from_raw_parts(cx.f32(&self.x), self.x.elements());
+            let xs = std::slice::from_raw_parts_mut(px, plain_x_len);
+            reorder::to_plain(xb, xs, s.n, s.ic, s.ih * s.iw, block, pool);
+            let bias = self.bias.as_ref().map(|b| cx.f32(b));
+            conv_per_position(isa::isa(), pool, s, px, cx.f32(&self.w), bias, py, rest);
+            let ys = std::slice::from_raw_parts_mut(py, plain_y_len);
+            self.act.apply(ys);
+            let yb = std::slice::from_raw_parts_mut(cx.f32_mut(&self.y), self.y.elements());
+            reorder::to_blocked(ys, yb, s.n, s.oc, s.oh * s.ow, block, pool);
+            Ok(())
+        }
     }
     fn can_fail(&self) -> bool {
         false
@@ -250,18 +258,22 @@ impl Kernel for BlockedPerPosition {
 
 impl Kernel for PerPosition {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let bias = self.bias.as_ref().map(|s| cx.f32(s));
-        conv_per_position(
-            isa::isa(),
-            cx.pool,
-            &self.shape,
-            cx.f32(&self.x),
-            cx.f32(&self.w),
-            bias,
-            cx.f32_mut(&self.y),
-            cx.ptr(self.scratch) as *mut f32,
-        );
-        Ok(())
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let bias = self.bias.as_ref().map(|s| cx.f32(s));
+            conv_per_position(
+                isa::isa(),
+                cx.pool,
+                &self.shape,
+                cx.f32(&self.x),
+                cx.f32(&self.w),
+                bias,
+                cx.f32_mut(&self.y),
+                cx.ptr(self.scratch) as *mut f32,
+            );
+            Ok(())
+        }
     }
     fn can_fail(&self) -> bool {
         false

@@ -228,53 +228,57 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for EltStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let y = std::slice::from_raw_parts_mut(cx.f32_mut(&self.y), self.y.elements());
-        match &self.what {
-            Elt::Unary { op, x } if x.loc == self.y.loc => binary::unary_inplace(*op, y),
-            Elt::Unary { op, x } => {
-                binary::unary(*op, std::slice::from_raw_parts(cx.f32(x), x.elements()), y)
-            }
-            Elt::Binary {
-                op,
-                a,
-                b,
-                copy,
-                plan,
-            } => {
-                let mut ptrs = [cx.f32(a), cx.f32(b)];
-                if let Some((k, at)) = copy {
-                    let dst = cx.ptr(*at) as *mut f32;
-                    std::ptr::copy_nonoverlapping(ptrs[*k], dst, self.y.elements());
-                    ptrs[*k] = dst;
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let y = std::slice::from_raw_parts_mut(cx.f32_mut(&self.y), self.y.elements());
+            match &self.what {
+                Elt::Unary { op, x } if x.loc == self.y.loc => binary::unary_inplace(*op, y),
+                Elt::Unary { op, x } => {
+                    binary::unary(*op, std::slice::from_raw_parts(cx.f32(x), x.elements()), y)
                 }
-                let a_s = std::slice::from_raw_parts(ptrs[0], a.elements());
-                let b_s = std::slice::from_raw_parts(ptrs[1], b.elements());
-                binary::binary_planned(isa::isa(), *op, plan, a_s, b_s, y, cx.pool);
-            }
-            Elt::Adam { ins, extra } => {
-                let ptrs: [*const f32; 11] = std::array::from_fn(|k| cx.f32(&ins[k]));
-                let outs = [y.as_mut_ptr(), cx.f32_mut(&extra[0]), cx.f32_mut(&extra[1])];
-                adam::run(isa::isa(), &ptrs, &outs, y.len(), cx.pool);
-            }
-            Elt::Fused { lp, ins, extra } => {
-                let mut ptrs = [std::ptr::null::<f32>(); MAX_INPUTS];
-                for (p, s) in ptrs.iter_mut().zip(ins) {
-                    *p = cx.f32(s);
+                Elt::Binary {
+                    op,
+                    a,
+                    b,
+                    copy,
+                    plan,
+                } => {
+                    let mut ptrs = [cx.f32(a), cx.f32(b)];
+                    if let Some((k, at)) = copy {
+                        let dst = cx.ptr(*at) as *mut f32;
+                        std::ptr::copy_nonoverlapping(ptrs[*k], dst, self.y.elements());
+                        ptrs[*k] = dst;
+                    }
+                    let a_s = std::slice::from_raw_parts(ptrs[0], a.elements());
+                    let b_s = std::slice::from_raw_parts(ptrs[1], b.elements());
+                    binary::binary_planned(isa::isa(), *op, plan, a_s, b_s, y, cx.pool);
                 }
-                // Every exported step holds a tile buffer, so there are few of them.
-                let mut outs = [y.as_mut_ptr(); MAX_BUFFERS + 1];
-                for (o, s) in outs[1..].iter_mut().zip(extra) {
-                    *o = cx.f32_mut(s);
+                Elt::Adam { ins, extra } => {
+                    let ptrs: [*const f32; 11] = std::array::from_fn(|k| cx.f32(&ins[k]));
+                    let outs = [y.as_mut_ptr(), cx.f32_mut(&extra[0]), cx.f32_mut(&extra[1])];
+                    adam::run(isa::isa(), &ptrs, &outs, y.len(), cx.pool);
                 }
-                lp.run(
-                    isa::isa(),
-                    &ptrs[..ins.len()],
-                    &outs[..lp.outputs()],
-                    cx.pool,
-                );
+                Elt::Fused { lp, ins, extra } => {
+                    let mut ptrs = [std::ptr::null::<f32>(); MAX_INPUTS];
+                    for (p, s) in ptrs.iter_mut().zip(ins) {
+                        *p = cx.f32(s);
+                    }
+                    // Every exported step holds a tile buffer, so there are few of them.
+                    let mut outs = [y.as_mut_ptr(); MAX_BUFFERS + 1];
+                    for (o, s) in outs[1..].iter_mut().zip(extra) {
+                        *o = cx.f32_mut(s);
+                    }
+                    lp.run(
+                        isa::isa(),
+                        &ptrs[..ins.len()],
+                        &outs[..lp.outputs()],
+                        cx.pool,
+                    );
+                }
             }
+            Ok(())
         }
-        Ok(())
     }
     fn can_fail(&self) -> bool {
         false

@@ -141,49 +141,57 @@ fn bias_kind(s: &Slot, m: usize, n: usize) -> Option<BiasKind> {
 impl MatMulStep {
     /// The product of batch `i`.
     unsafe fn one(&self, cx: &Cx, i: usize, pool: Option<&crate::backend::cpu::pool::Pool>) {
-        let (oa, ob) = self.batches[i];
-        let (m, n, k) = (self.m, self.n, self.k);
-        let a = cx.f32(&self.a).add(oa);
-        let b = cx.f32(&self.b).add(ob);
-        let a = if self.trans_a {
-            Mat::rows(a, m).t()
-        } else {
-            Mat::rows(a, k)
-        };
-        let b = if self.trans_b {
-            Mat::rows(b, k).t()
-        } else {
-            Mat::rows(b, n)
-        };
-        let y_off = i * m * n;
-        let ep = Epilogue {
-            bias: match &self.bias {
-                None => Bias::None,
-                Some((s, BiasKind::PerRow)) => Bias::PerRow(cx.f32(s)),
-                Some((s, BiasKind::PerCol)) => Bias::PerCol(cx.f32(s)),
-            },
-            residual: self.residual.as_ref().map(|z| (cx.f32(z).add(y_off), n)),
-            act: self.act,
-        };
-        let y = cx.f32_mut(&self.y).add(y_off);
-        match &self.packed {
-            Some(p) => gemm::gemm_packed(pool, m, n, k, a, p, y, n, &ep),
-            None => gemm::gemm(pool, m, n, k, a, b, y, n, &ep),
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let (oa, ob) = self.batches[i];
+            let (m, n, k) = (self.m, self.n, self.k);
+            let a = cx.f32(&self.a).add(oa);
+            let b = cx.f32(&self.b).add(ob);
+            let a = if self.trans_a {
+                Mat::rows(a, m).t()
+            } else {
+                Mat::rows(a, k)
+            };
+            let b = if self.trans_b {
+                Mat::rows(b, k).t()
+            } else {
+                Mat::rows(b, n)
+            };
+            let y_off = i * m * n;
+            let ep = Epilogue {
+                bias: match &self.bias {
+                    None => Bias::None,
+                    Some((s, BiasKind::PerRow)) => Bias::PerRow(cx.f32(s)),
+                    Some((s, BiasKind::PerCol)) => Bias::PerCol(cx.f32(s)),
+                },
+                residual: self.residual.as_ref().map(|z| (cx.f32(z).add(y_off), n)),
+                act: self.act,
+            };
+            let y = cx.f32_mut(&self.y).add(y_off);
+            match &self.packed {
+                Some(p) => gemm::gemm_packed(pool, m, n, k, a, p, y, n, &ep),
+                None => gemm::gemm(pool, m, n, k, a, b, y, n, &ep),
+            }
         }
     }
 }
 
 impl Kernel for MatMulStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let threads = cx.pool.map_or(1, |p| p.threads());
-        match cx.pool {
-            // Many small products: one per task, each on one thread.
-            Some(pool) if self.batches.len() >= 2 * threads => {
-                pool.run(self.batches.len(), &|i| self.one(cx, i, None))
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let threads = cx.pool.map_or(1, |p| p.threads());
+            match cx.pool {
+                // Many small products: one per task, each on one thread.
+                Some(pool) if self.batches.len() >= 2 * threads => {
+                    pool.run(self.batches.len(), &|i| self.one(cx, i, None))
+                }
+                _ => (0..self.batches.len()).for_each(|i| self.one(cx, i, cx.pool)),
             }
-            _ => (0..self.batches.len()).for_each(|i| self.one(cx, i, cx.pool)),
+            Ok(())
         }
-        Ok(())
     }
     fn can_fail(&self) -> bool {
         false

@@ -10,13 +10,17 @@ use super::Build;
 
 /// The f32 elements of `s`, read-only.
 unsafe fn read<'a>(cx: &Cx, s: &Slot) -> &'a [f32] {
-    std::slice::from_raw_parts(cx.f32(s), s.elements())
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe { std::slice::from_raw_parts(cx.f32(s), s.elements()) }
 }
 
 /// The f32 elements of `s`, to write; `s` must not overlap what is read alongside.
 #[allow(clippy::mut_from_ref)]
 unsafe fn write<'a>(cx: &Cx, s: &Slot) -> &'a mut [f32] {
-    std::slice::from_raw_parts_mut(cx.f32_mut(s), s.elements())
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe { std::slice::from_raw_parts_mut(cx.f32_mut(s), s.elements()) }
 }
 
 enum Nn {
@@ -248,76 +252,80 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for NnStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let (x, y, pool) = (read(cx, &self.x), write(cx, &self.y), cx.pool);
-        match &self.what {
-            Nn::Pool {
-                kind,
-                p,
-                dims,
-                indices,
-                block: 0,
-            } => {
-                let idx = indices.as_ref().map(|s| {
-                    std::slice::from_raw_parts_mut(cx.ptr(s.loc) as *mut i64, s.elements())
-                });
-                pooling::pool2d_nchw(*kind, p, x, *dims, y, idx, pool)
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let (x, y, pool) = (read(cx, &self.x), write(cx, &self.y), cx.pool);
+            match &self.what {
+                Nn::Pool {
+                    kind,
+                    p,
+                    dims,
+                    indices,
+                    block: 0,
+                } => {
+                    let idx = indices.as_ref().map(|s| {
+                        std::slice::from_raw_parts_mut(cx.ptr(s.loc) as *mut i64, s.elements())
+                    });
+                    pooling::pool2d_nchw(*kind, p, x, *dims, y, idx, pool)
+                }
+                Nn::Pool {
+                    kind,
+                    p,
+                    dims,
+                    block,
+                    ..
+                } => pooling::pool2d_blocked(*kind, p, x, *dims, *block, y, pool),
+                Nn::GlobalPool {
+                    kind,
+                    n,
+                    c,
+                    hw,
+                    block: 0,
+                } => pooling::global_pool_nchw(*kind, x, n * c, *hw, y, pool),
+                Nn::GlobalPool {
+                    kind,
+                    n,
+                    c,
+                    hw,
+                    block,
+                } => pooling::global_pool_blocked(*kind, x, *n, *c, *hw, *block, y, pool),
+                Nn::Block {
+                    n,
+                    c,
+                    spatial,
+                    block,
+                } => reorder::to_blocked(x, y, *n, *c, *spatial, *block, pool),
+                Nn::Unblock {
+                    n,
+                    c,
+                    spatial,
+                    block,
+                } => reorder::to_plain(x, y, *n, *c, *spatial, *block, pool),
+                Nn::Softmax {
+                    rows,
+                    n,
+                    log: false,
+                } => softmax::softmax(x, y, *rows, *n, pool),
+                Nn::Softmax { rows, n, log: true } => softmax::log_softmax(x, y, *rows, *n, pool),
+                Nn::LayerNorm {
+                    rows,
+                    n,
+                    eps,
+                    scale,
+                    bias,
+                    stats,
+                } => {
+                    let stats = stats.as_ref().map(|(m, s)| norm::NormStats {
+                        mean: write(cx, m),
+                        inv_std: write(cx, s),
+                    });
+                    let bias = bias.as_ref().map(|s| read(cx, s));
+                    norm::layer_norm(x, y, *rows, *n, read(cx, scale), bias, *eps, stats, pool)
+                }
             }
-            Nn::Pool {
-                kind,
-                p,
-                dims,
-                block,
-                ..
-            } => pooling::pool2d_blocked(*kind, p, x, *dims, *block, y, pool),
-            Nn::GlobalPool {
-                kind,
-                n,
-                c,
-                hw,
-                block: 0,
-            } => pooling::global_pool_nchw(*kind, x, n * c, *hw, y, pool),
-            Nn::GlobalPool {
-                kind,
-                n,
-                c,
-                hw,
-                block,
-            } => pooling::global_pool_blocked(*kind, x, *n, *c, *hw, *block, y, pool),
-            Nn::Block {
-                n,
-                c,
-                spatial,
-                block,
-            } => reorder::to_blocked(x, y, *n, *c, *spatial, *block, pool),
-            Nn::Unblock {
-                n,
-                c,
-                spatial,
-                block,
-            } => reorder::to_plain(x, y, *n, *c, *spatial, *block, pool),
-            Nn::Softmax {
-                rows,
-                n,
-                log: false,
-            } => softmax::softmax(x, y, *rows, *n, pool),
-            Nn::Softmax { rows, n, log: true } => softmax::log_softmax(x, y, *rows, *n, pool),
-            Nn::LayerNorm {
-                rows,
-                n,
-                eps,
-                scale,
-                bias,
-                stats,
-            } => {
-                let stats = stats.as_ref().map(|(m, s)| norm::NormStats {
-                    mean: write(cx, m),
-                    inv_std: write(cx, s),
-                });
-                let bias = bias.as_ref().map(|s| read(cx, s));
-                norm::layer_norm(x, y, *rows, *n, read(cx, scale), bias, *eps, stats, pool)
-            }
+            Ok(())
         }
-        Ok(())
     }
     fn can_fail(&self) -> bool {
         false

@@ -57,14 +57,18 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for ReduceStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let x = std::slice::from_raw_parts(cx.f32(&self.x), self.x.elements());
-        let y = std::slice::from_raw_parts_mut(cx.f32_mut(&self.y), self.y.elements());
-        let scratch = match self.scratch {
-            Some(at) => std::slice::from_raw_parts_mut(cx.ptr(at) as *mut f32, y.len()),
-            None => &mut [],
-        };
-        reduce::reduce(isa::isa(), self.kind, &self.plan, x, y, scratch, cx.pool);
-        Ok(())
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let x = std::slice::from_raw_parts(cx.f32(&self.x), self.x.elements());
+            let y = std::slice::from_raw_parts_mut(cx.f32_mut(&self.y), self.y.elements());
+            let scratch = match self.scratch {
+                Some(at) => std::slice::from_raw_parts_mut(cx.ptr(at) as *mut f32, y.len()),
+                None => &mut [],
+            };
+            reduce::reduce(isa::isa(), self.kind, &self.plan, x, y, scratch, cx.pool);
+            Ok(())
+        }
     }
     fn can_fail(&self) -> bool {
         false

@@ -41,11 +41,15 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for Copy {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let (src, dst) = (cx.ptr(self.from.loc), cx.ptr(self.to.loc));
-        if src != dst {
-            std::ptr::copy_nonoverlapping(src, dst, self.to.bytes());
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let (src, dst) = (cx.ptr(self.from.loc), cx.ptr(self.to.loc));
+            if src != dst {
+                std::ptr::copy_nonoverlapping(src, dst, self.to.bytes());
+            }
+            Ok(())
         }
-        Ok(())
     }
     fn can_fail(&self) -> bool {
         false
@@ -98,50 +102,54 @@ pub(crate) fn build_transpose(b: &Build) -> Result<Option<Box<dyn Kernel>>, Stri
 
 impl Kernel for Transpose {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let es = self.x.dtype.size_in_bytes();
-        let (src, dst) = (cx.ptr(self.x.loc) as *const u8, cx.ptr(self.y.loc));
-        let r = self.dims.len();
-        if r == 0 || self.y.elements() == 0 {
-            std::ptr::copy_nonoverlapping(src, dst, self.y.bytes());
-            return Ok(());
-        }
-        let inner = self.dims[r - 1];
-        let rows = self.y.elements() / inner;
-        let contiguous = self.strides[r - 1] == 1;
-        let (src, dst) = (src as usize, dst as usize);
-        let body = |row: usize| {
-            // The input offset of output row `row` (all axes but the last).
-            let (mut rest, mut off) = (row, 0);
-            for a in (0..r - 1).rev() {
-                off += (rest % self.dims[a]) * self.strides[a];
-                rest /= self.dims[a];
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let es = self.x.dtype.size_in_bytes();
+            let (src, dst) = (cx.ptr(self.x.loc) as *const u8, cx.ptr(self.y.loc));
+            let r = self.dims.len();
+            if r == 0 || self.y.elements() == 0 {
+                std::ptr::copy_nonoverlapping(src, dst, self.y.bytes());
+                return Ok(());
             }
-            let (s, d) = (
-                (src + off * es) as *const u8,
-                (dst + row * inner * es) as *mut u8,
-            );
-            // SAFETY: offsets stay inside the input and this row of the output.
-            unsafe {
-                if contiguous {
-                    std::ptr::copy_nonoverlapping(s, d, inner * es);
-                } else {
-                    let step = self.strides[r - 1] * es;
-                    for i in 0..inner {
-                        std::ptr::copy_nonoverlapping(s.add(i * step), d.add(i * es), es);
+            let inner = self.dims[r - 1];
+            let rows = self.y.elements() / inner;
+            let contiguous = self.strides[r - 1] == 1;
+            let (src, dst) = (src as usize, dst as usize);
+            let body = |row: usize| {
+                // The input offset of output row `row` (all axes but the last).
+                let (mut rest, mut off) = (row, 0);
+                for a in (0..r - 1).rev() {
+                    off += (rest % self.dims[a]) * self.strides[a];
+                    rest /= self.dims[a];
+                }
+                let (s, d) = (
+                    (src + off * es) as *const u8,
+                    (dst + row * inner * es) as *mut u8,
+                );
+                // Offsets stay inside the input and this row of the output.
+                {
+                    if contiguous {
+                        std::ptr::copy_nonoverlapping(s, d, inner * es);
+                    } else {
+                        let step = self.strides[r - 1] * es;
+                        for i in 0..inner {
+                            std::ptr::copy_nonoverlapping(s.add(i * step), d.add(i * es), es);
+                        }
                     }
                 }
+            };
+            match cx.pool {
+                Some(pool) if self.y.bytes() >= 1 << 16 => {
+                    let chunk = rows.div_ceil(4 * pool.threads());
+                    pool.run(rows.div_ceil(chunk), &|t| {
+                        (t * chunk..rows.min(t * chunk + chunk)).for_each(body)
+                    })
+                }
+                _ => (0..rows).for_each(body),
             }
-        };
-        match cx.pool {
-            Some(pool) if self.y.bytes() >= 1 << 16 => {
-                let chunk = rows.div_ceil(4 * pool.threads());
-                pool.run(rows.div_ceil(chunk), &|t| {
-                    (t * chunk..rows.min(t * chunk + chunk)).for_each(body)
-                })
-            }
-            _ => (0..rows).for_each(body),
+            Ok(())
         }
-        Ok(())
     }
     fn can_fail(&self) -> bool {
         false
@@ -181,28 +189,32 @@ pub(crate) fn build_gather(b: &Build) -> Result<Option<Box<dyn Kernel>>, String>
 
 impl Kernel for GatherRows {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let rows = self.data.shape[0] as i64;
-        let (src, dst, ip) = (
-            cx.ptr(self.data.loc),
-            cx.ptr(self.y.loc),
-            cx.ptr(self.indices.loc),
-        );
-        for k in 0..self.indices.elements() {
-            let i = match self.indices.dtype {
-                DType::I32 => *(ip as *const i32).add(k) as i64,
-                _ => *(ip as *const i64).add(k),
-            };
-            let i = if i < 0 { i + rows } else { i };
-            if !(0..rows).contains(&i) {
-                return Err(format!("index {i} is out of range for {rows} rows"));
-            }
-            std::ptr::copy_nonoverlapping(
-                src.add(i as usize * self.row),
-                dst.add(k * self.row),
-                self.row,
+        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+        // used, and the CPU features it is compiled for.
+        unsafe {
+            let rows = self.data.shape[0] as i64;
+            let (src, dst, ip) = (
+                cx.ptr(self.data.loc),
+                cx.ptr(self.y.loc),
+                cx.ptr(self.indices.loc),
             );
+            for k in 0..self.indices.elements() {
+                let i = match self.indices.dtype {
+                    DType::I32 => *(ip as *const i32).add(k) as i64,
+                    _ => *(ip as *const i64).add(k),
+                };
+                let i = if i < 0 { i + rows } else { i };
+                if !(0..rows).contains(&i) {
+                    return Err(format!("index {i} is out of range for {rows} rows"));
+                }
+                std::ptr::copy_nonoverlapping(
+                    src.add(i as usize * self.row),
+                    dst.add(k * self.row),
+                    self.row,
+                );
+            }
+            Ok(())
         }
-        Ok(())
     }
     fn kind(&self) -> &'static str {
         "gather"

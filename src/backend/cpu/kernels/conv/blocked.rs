@@ -427,7 +427,7 @@ unsafe fn tile_portable<const R: usize, const STRIDED: bool>(
 ) {
     let mut acc = [[0.0f32; BLOCK]; R];
     let xc = if STRIDED { t.xs_c } else { 1 };
-    // SAFETY (whole body): the pointers address R output pixels, their taps and the
+    // SAFETY: (whole body) the pointers address R output pixels, their taps and the
     // weights of the caller's ranges.
     unsafe {
         for (r, a) in acc.iter_mut().enumerate() {
@@ -492,7 +492,7 @@ unsafe fn tile_avx2<const R: usize, const STRIDED: bool>(
 ) {
     use std::arch::x86_64::*;
     let xc = if STRIDED { t.xs_c } else { 1 };
-    // SAFETY (whole body): the pointers address R output pixels, their taps and the
+    // SAFETY: (whole body) the pointers address R output pixels, their taps and the
     // weights of the caller's ranges; unaligned loads and stores throughout.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];

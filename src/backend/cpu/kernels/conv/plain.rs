@@ -245,10 +245,10 @@ unsafe fn depthwise_plane(s: &ConvShape, d: &Dw, plane: usize, act: Act) {
             },
         )
     };
-    // SAFETY: the bias holds OC values when present.
     let b = if d.bias.is_null() {
         0.0
     } else {
+        // SAFETY: the bias holds OC values when present.
         unsafe { *d.bias.add(o) }
     };
     for (oy, yr) in yp.chunks_exact_mut(s.ow).enumerate() {

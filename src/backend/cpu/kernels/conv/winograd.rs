@@ -728,7 +728,7 @@ unsafe fn kernel_avx2<const R: usize>(
     ldo: usize,
 ) {
     use std::arch::x86_64::*;
-    // SAFETY (whole body): b holds k×16 floats, a R rows of k (lda apart), out R rows
+    // SAFETY: (whole body) b holds k×16 floats, a R rows of k (lda apart), out R rows
     // of 16 (ldo apart); unaligned loads and stores throughout.
     unsafe {
         let mut acc = [[_mm256_setzero_ps(); 2]; R];

@@ -47,58 +47,62 @@ unsafe fn tile<const MP: usize, const NP: usize>(
     bp: *const f32,
     t: &Tile,
 ) {
-    // SAFETY (whole body): every load stays inside the MP A panels (kc·6 floats each,
-    // the second at ap + kc·6) and the NP B panels (kc·16 floats each, 64-byte aligned,
-    // the second at bp + kc·16); the store stays inside the tile (the caller's contract).
-    let mut acc = [[_mm512_setzero_ps(); 2]; MR2];
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        // SAFETY: (whole body) every load stays inside the MP A panels (kc·6 floats each,
+        // the second at ap + kc·6) and the NP B panels (kc·16 floats each, 64-byte aligned,
+        // the second at bp + kc·16); the store stays inside the tile (the caller's contract).
+        let mut acc = [[_mm512_setzero_ps(); 2]; MR2];
 
-    // Pull the C tile towards L1 while the product is computed.
-    for r in 0..t.mr {
-        let p = t.c.add(r * t.ldc) as *const i8;
-        _mm_prefetch::<_MM_HINT_T0>(p);
-        if t.nr > NR {
-            _mm_prefetch::<_MM_HINT_T0>(p.add(64));
-        }
-    }
-
-    let a_next = kc * MR;
-    let b_next = kc * NR;
-    let mut a = ap;
-    let mut b = bp;
-    macro_rules! step {
-        ($off:expr) => {{
-            let mut bv = [_mm512_setzero_ps(); 2];
-            for (j, v) in bv.iter_mut().enumerate().take(NP) {
-                *v = _mm512_load_ps(b.add(j * b_next + $off * NR));
+        // Pull the C tile towards L1 while the product is computed.
+        for r in 0..t.mr {
+            let p = t.c.add(r * t.ldc) as *const i8;
+            _mm_prefetch::<_MM_HINT_T0>(p);
+            if t.nr > NR {
+                _mm_prefetch::<_MM_HINT_T0>(p.add(64));
             }
-            for (r, row) in acc.iter_mut().enumerate().take(MP * MR) {
-                let x = _mm512_set1_ps(*a.add((r / MR) * a_next + $off * MR + r % MR));
-                for (c, v) in row.iter_mut().zip(&bv).take(NP) {
-                    *c = _mm512_fmadd_ps(x, *v, *c);
+        }
+
+        let a_next = kc * MR;
+        let b_next = kc * NR;
+        let mut a = ap;
+        let mut b = bp;
+        macro_rules! step {
+            ($off:expr) => {{
+                let mut bv = [_mm512_setzero_ps(); 2];
+                for (j, v) in bv.iter_mut().enumerate().take(NP) {
+                    *v = _mm512_load_ps(b.add(j * b_next + $off * NR));
                 }
-            }
-        }};
-    }
-    let mut p = kc;
-    while p >= 4 {
-        for q in 0..MP {
-            _mm_prefetch::<_MM_HINT_T0>(a.add(q * a_next + 96) as *const i8);
+                for (r, row) in acc.iter_mut().enumerate().take(MP * MR) {
+                    let x = _mm512_set1_ps(*a.add((r / MR) * a_next + $off * MR + r % MR));
+                    for (c, v) in row.iter_mut().zip(&bv).take(NP) {
+                        *c = _mm512_fmadd_ps(x, *v, *c);
+                    }
+                }
+            }};
         }
-        step!(0);
-        step!(1);
-        step!(2);
-        step!(3);
-        a = a.add(4 * MR);
-        b = b.add(4 * NR);
-        p -= 4;
+        let mut p = kc;
+        while p >= 4 {
+            for q in 0..MP {
+                _mm_prefetch::<_MM_HINT_T0>(a.add(q * a_next + 96) as *const i8);
+            }
+            step!(0);
+            step!(1);
+            step!(2);
+            step!(3);
+            a = a.add(4 * MR);
+            b = b.add(4 * NR);
+            p -= 4;
+        }
+        while p > 0 {
+            step!(0);
+            a = a.add(MR);
+            b = b.add(NR);
+            p -= 1;
+        }
+        store(&acc, NP, t);
     }
-    while p > 0 {
-        step!(0);
-        a = a.add(MR);
-        b = b.add(NR);
-        p -= 1;
-    }
-    store(&acc, NP, t);
 }
 
 /// Stores the tile's `t.mr` rows × `t.nr` columns of `acc` (of `np` 16-wide halves)
@@ -108,48 +112,52 @@ unsafe fn tile<const MP: usize, const NP: usize>(
 #[target_feature(enable = "avx512f")]
 #[inline]
 unsafe fn store(acc: &[[__m512; 2]; MR2], np: usize, t: &Tile) {
-    // SAFETY (whole body): masked loads and stores touch only the tile's mr×nr
-    // elements of C, the bias and the residual (the caller's contract); masked-off
-    // lanes are neither read nor written.
-    let zero = _mm512_setzero_ps();
-    let masks: [__mmask16; 2] = std::array::from_fn(|j| {
-        let cols = t.nr.saturating_sub(j * NR).min(NR);
-        ((1u32 << cols) - 1) as __mmask16
-    });
-    let mut bias_col = [zero; 2];
-    if t.last && !t.bias_col.is_null() {
-        for j in 0..np {
-            bias_col[j] = _mm512_maskz_loadu_ps(masks[j], t.bias_col.add(j * NR));
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        // SAFETY: (whole body) masked loads and stores touch only the tile's mr×nr
+        // elements of C, the bias and the residual (the caller's contract); masked-off
+        // lanes are neither read nor written.
+        let zero = _mm512_setzero_ps();
+        let masks: [__mmask16; 2] = std::array::from_fn(|j| {
+            let cols = t.nr.saturating_sub(j * NR).min(NR);
+            ((1u32 << cols) - 1) as __mmask16
+        });
+        let mut bias_col = [zero; 2];
+        if t.last && !t.bias_col.is_null() {
+            for j in 0..np {
+                bias_col[j] = _mm512_maskz_loadu_ps(masks[j], t.bias_col.add(j * NR));
+            }
         }
-    }
-    for (r, row) in acc.iter().enumerate().take(t.mr) {
-        let c = t.c.add(r * t.ldc);
-        for j in 0..np {
-            let (mask, off) = (masks[j], j * NR);
-            let mut v = row[j];
-            if t.accumulate {
-                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, c.add(off)));
+        for (r, row) in acc.iter().enumerate().take(t.mr) {
+            let c = t.c.add(r * t.ldc);
+            for j in 0..np {
+                let (mask, off) = (masks[j], j * NR);
+                let mut v = row[j];
+                if t.accumulate {
+                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, c.add(off)));
+                }
+                if t.last {
+                    if !t.bias_row.is_null() {
+                        v = _mm512_add_ps(v, _mm512_set1_ps(*t.bias_row.add(r)));
+                    }
+                    if !t.bias_col.is_null() {
+                        v = _mm512_add_ps(v, bias_col[j]);
+                    }
+                    if !t.res.is_null() {
+                        let rp = t.res.add(r * t.ldr + off);
+                        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, rp));
+                    }
+                    if t.relu {
+                        v = _mm512_max_ps(zero, v);
+                    }
+                }
+                _mm512_mask_storeu_ps(c.add(off), mask, v);
             }
             if t.last {
-                if !t.bias_row.is_null() {
-                    v = _mm512_add_ps(v, _mm512_set1_ps(*t.bias_row.add(r)));
+                if let Some(act) = t.act {
+                    act.apply(std::slice::from_raw_parts_mut(c, t.nr));
                 }
-                if !t.bias_col.is_null() {
-                    v = _mm512_add_ps(v, bias_col[j]);
-                }
-                if !t.res.is_null() {
-                    let rp = t.res.add(r * t.ldr + off);
-                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, rp));
-                }
-                if t.relu {
-                    v = _mm512_max_ps(zero, v);
-                }
-            }
-            _mm512_mask_storeu_ps(c.add(off), mask, v);
-        }
-        if t.last {
-            if let Some(act) = t.act {
-                act.apply(std::slice::from_raw_parts_mut(c, t.nr));
             }
         }
     }
@@ -164,9 +172,13 @@ unsafe fn store(acc: &[[__m512; 2]; MR2], np: usize, t: &Tile) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut f32) {
-    // SAFETY (whole body): loads stay inside the kc×16 block, stores inside dst.
-    for p in 0..kc {
-        _mm512_store_ps(dst.add(p * NR), _mm512_loadu_ps(b.add(p * rs)));
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        // SAFETY: (whole body) loads stay inside the kc×16 block, stores inside dst.
+        for p in 0..kc {
+            _mm512_store_ps(dst.add(p * NR), _mm512_loadu_ps(b.add(p * rs)));
+        }
     }
 }
 
@@ -180,47 +192,51 @@ pub(super) unsafe fn pack_b_rows(kc: usize, b: *const f32, rs: usize, dst: *mut 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn pack_b_cols(kc: usize, b: *const f32, cs: usize, dst: *mut f32) {
-    // SAFETY (whole body): loads stay inside the kc×16 block, stores inside dst.
-    let mut p = 0;
-    while p + 16 <= kc {
-        // r[j] = column j, rows p..p+16.
-        let r: [__m512; 16] = std::array::from_fn(|j| _mm512_loadu_ps(b.add(j * cs + p)));
-        // Per 128-bit lane l: t[2i] = (r2i[4l], r2i+1[4l], r2i[4l+1], r2i+1[4l+1]), …
-        let t: [__m512; 16] = std::array::from_fn(|x| {
-            let (i, hi) = (x / 2, x % 2 == 1);
-            if hi {
-                _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1])
-            } else {
-                _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1])
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        // SAFETY: (whole body) loads stay inside the kc×16 block, stores inside dst.
+        let mut p = 0;
+        while p + 16 <= kc {
+            // r[j] = column j, rows p..p+16.
+            let r: [__m512; 16] = std::array::from_fn(|j| _mm512_loadu_ps(b.add(j * cs + p)));
+            // Per 128-bit lane l: t[2i] = (r2i[4l], r2i+1[4l], r2i[4l+1], r2i+1[4l+1]), …
+            let t: [__m512; 16] = std::array::from_fn(|x| {
+                let (i, hi) = (x / 2, x % 2 == 1);
+                if hi {
+                    _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1])
+                } else {
+                    _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1])
+                }
+            });
+            // u[4i + j], lane l = (r4i, r4i+1, r4i+2, r4i+3) at row 4l + j.
+            let u: [__m512; 16] = std::array::from_fn(|x| {
+                let (i, j) = (x / 4, x % 4);
+                let (lo, hi) = (t[4 * i + j / 2], t[4 * i + j / 2 + 2]);
+                if j % 2 == 0 {
+                    _mm512_shuffle_ps::<0x44>(lo, hi)
+                } else {
+                    _mm512_shuffle_ps::<0xEE>(lo, hi)
+                }
+            });
+            for j in 0..4 {
+                let v_even = _mm512_shuffle_f32x4::<0x88>(u[j], u[4 + j]);
+                let v_odd = _mm512_shuffle_f32x4::<0xDD>(u[j], u[4 + j]);
+                let w_even = _mm512_shuffle_f32x4::<0x88>(u[8 + j], u[12 + j]);
+                let w_odd = _mm512_shuffle_f32x4::<0xDD>(u[8 + j], u[12 + j]);
+                let row = |q: usize| dst.add((p + q) * NR);
+                _mm512_store_ps(row(j), _mm512_shuffle_f32x4::<0x88>(v_even, w_even));
+                _mm512_store_ps(row(4 + j), _mm512_shuffle_f32x4::<0x88>(v_odd, w_odd));
+                _mm512_store_ps(row(8 + j), _mm512_shuffle_f32x4::<0xDD>(v_even, w_even));
+                _mm512_store_ps(row(12 + j), _mm512_shuffle_f32x4::<0xDD>(v_odd, w_odd));
             }
-        });
-        // u[4i + j], lane l = (r4i, r4i+1, r4i+2, r4i+3) at row 4l + j.
-        let u: [__m512; 16] = std::array::from_fn(|x| {
-            let (i, j) = (x / 4, x % 4);
-            let (lo, hi) = (t[4 * i + j / 2], t[4 * i + j / 2 + 2]);
-            if j % 2 == 0 {
-                _mm512_shuffle_ps::<0x44>(lo, hi)
-            } else {
-                _mm512_shuffle_ps::<0xEE>(lo, hi)
+            p += 16;
+        }
+        while p < kc {
+            for j in 0..NR {
+                *dst.add(p * NR + j) = *b.add(j * cs + p);
             }
-        });
-        for j in 0..4 {
-            let v_even = _mm512_shuffle_f32x4::<0x88>(u[j], u[4 + j]);
-            let v_odd = _mm512_shuffle_f32x4::<0xDD>(u[j], u[4 + j]);
-            let w_even = _mm512_shuffle_f32x4::<0x88>(u[8 + j], u[12 + j]);
-            let w_odd = _mm512_shuffle_f32x4::<0xDD>(u[8 + j], u[12 + j]);
-            let row = |q: usize| dst.add((p + q) * NR);
-            _mm512_store_ps(row(j), _mm512_shuffle_f32x4::<0x88>(v_even, w_even));
-            _mm512_store_ps(row(4 + j), _mm512_shuffle_f32x4::<0x88>(v_odd, w_odd));
-            _mm512_store_ps(row(8 + j), _mm512_shuffle_f32x4::<0xDD>(v_even, w_even));
-            _mm512_store_ps(row(12 + j), _mm512_shuffle_f32x4::<0xDD>(v_odd, w_odd));
+            p += 1;
         }
-        p += 16;
-    }
-    while p < kc {
-        for j in 0..NR {
-            *dst.add(p * NR + j) = *b.add(j * cs + p);
-        }
-        p += 1;
     }
 }

@@ -24,12 +24,14 @@ pub(super) enum BSrc {
 
 // SAFETY: read-only views of buffers kept alive for the call.
 unsafe impl Send for BSrc {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for BSrc {}
 
 #[derive(Clone, Copy)]
 struct SendMut(*mut f32);
 // SAFETY: tasks write disjoint sub-matrices of C.
 unsafe impl Send for SendMut {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for SendMut {}
 
 /// Splits the problem across `pool` (when worth it) and runs each part serially.
@@ -274,16 +276,20 @@ unsafe fn serial(
 /// # Safety
 /// `b` addresses a kc×w matrix.
 unsafe fn prefetch_block(b: *const f32, kc: usize, w: usize, rs: usize, cs: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-        let (runs, len, step) = if cs == 1 { (kc, w, rs) } else { (w, kc, cs) };
-        for r in 0..runs {
-            let row = b.add(r * step);
-            let mut e = 0;
-            while e < len {
-                _mm_prefetch::<_MM_HINT_T1>(row.add(e) as *const i8);
-                e += 16;
+    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
+    // used, and the CPU features it is compiled for.
+    unsafe {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+            let (runs, len, step) = if cs == 1 { (kc, w, rs) } else { (w, kc, cs) };
+            for r in 0..runs {
+                let row = b.add(r * step);
+                let mut e = 0;
+                while e < len {
+                    _mm_prefetch::<_MM_HINT_T1>(row.add(e) as *const i8);
+                    e += 16;
+                }
             }
         }
     }

@@ -108,6 +108,7 @@ pub(super) struct Ep {
 
 // SAFETY: read-only views of buffers kept alive for the call.
 unsafe impl Send for Ep {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for Ep {}
 
 impl Ep {

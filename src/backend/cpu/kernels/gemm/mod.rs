@@ -118,8 +118,11 @@ impl Epilogue {
 
 // SAFETY: the pointers are read-only views of buffers the caller keeps alive for the call.
 unsafe impl Send for Mat {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for Mat {}
+// SAFETY: as for `Mat`: the epilogue's pointers are read-only views kept alive for the call.
 unsafe impl Send for Epilogue {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for Epilogue {}
 
 /// `C[m×n] (row stride ldc) = A[m×k]·B[k×n]`, then `ep`.
@@ -196,6 +199,7 @@ pub struct PackedB {
 
 // SAFETY: PackedB owns its buffer and is immutable after construction.
 unsafe impl Send for PackedB {}
+// SAFETY: as for `Send` above.
 unsafe impl Sync for PackedB {}
 
 impl PackedB {
