@@ -349,7 +349,12 @@ pub mod avx2 {
     /// # Safety
     /// AVX2+FMA; `src` readable and `dst` writable for `n` floats; `f` inlinable.
     #[inline(always)]
-    pub(crate) unsafe fn map(src: *const f32, dst: *mut f32, n: usize, f: impl Fn(__m256) -> __m256) {
+    pub(crate) unsafe fn map(
+        src: *const f32,
+        dst: *mut f32,
+        n: usize,
+        f: impl Fn(__m256) -> __m256,
+    ) {
         // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
         // used, and the CPU features it is compiled for.
         unsafe {

@@ -89,19 +89,23 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for ConvTransposeStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let bias = self.bias.as_ref().map(|s| cx.f32(s));
-        let scratch = cx.ptr(self.scratch) as *mut f32;
-        conv_transpose(
-            isa::isa(),
-            cx.pool,
-            &self.shape,
-            cx.f32(&self.x),
-            cx.f32(&self.w),
-            bias,
-            cx.ptr(self.y.loc) as *mut f32,
-            scratch,
-        );
-        Ok(())
+        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
+        // their planned sizes for this run.
+        unsafe {
+            let bias = self.bias.as_ref().map(|s| cx.f32(s));
+            let scratch = cx.ptr(self.scratch) as *mut f32;
+            conv_transpose(
+                isa::isa(),
+                cx.pool,
+                &self.shape,
+                cx.f32(&self.x),
+                cx.f32(&self.w),
+                bias,
+                cx.ptr(self.y.loc) as *mut f32,
+                scratch,
+            );
+            Ok(())
+        }
     }
     fn can_fail(&self) -> bool {
         false

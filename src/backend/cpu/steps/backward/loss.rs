@@ -52,52 +52,56 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for SoftmaxCrossEntropyStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let Self {
-            classes,
-            reduction,
-            ignore_index,
-            scores,
-            labels,
-            log_prob,
-            y,
-        } = self;
-        let pool = cx.pool;
-        let s = std::slice::from_raw_parts(cx.f32(scores), scores.elements());
-        let lp = std::slice::from_raw_parts_mut(cx.ptr(*log_prob) as *mut f32, s.len());
-        let loss = std::slice::from_raw_parts_mut(cx.ptr(y.loc) as *mut f32, y.elements());
-        let n = labels.elements();
-        let isa = isa::isa();
-        match labels.dtype {
-            DType::I32 => {
-                let l = std::slice::from_raw_parts(cx.ptr(labels.loc) as *const i32, n);
-                softmax_cross_entropy(
-                    isa,
-                    s,
-                    l,
-                    *classes,
-                    *reduction,
-                    *ignore_index,
-                    lp,
-                    loss,
-                    pool,
-                )?
+        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
+        // their planned sizes for this run.
+        unsafe {
+            let Self {
+                classes,
+                reduction,
+                ignore_index,
+                scores,
+                labels,
+                log_prob,
+                y,
+            } = self;
+            let pool = cx.pool;
+            let s = std::slice::from_raw_parts(cx.f32(scores), scores.elements());
+            let lp = std::slice::from_raw_parts_mut(cx.ptr(*log_prob) as *mut f32, s.len());
+            let loss = std::slice::from_raw_parts_mut(cx.ptr(y.loc) as *mut f32, y.elements());
+            let n = labels.elements();
+            let isa = isa::isa();
+            match labels.dtype {
+                DType::I32 => {
+                    let l = std::slice::from_raw_parts(cx.ptr(labels.loc) as *const i32, n);
+                    softmax_cross_entropy(
+                        isa,
+                        s,
+                        l,
+                        *classes,
+                        *reduction,
+                        *ignore_index,
+                        lp,
+                        loss,
+                        pool,
+                    )?
+                }
+                _ => {
+                    let l = std::slice::from_raw_parts(cx.ptr(labels.loc) as *const i64, n);
+                    softmax_cross_entropy(
+                        isa,
+                        s,
+                        l,
+                        *classes,
+                        *reduction,
+                        *ignore_index,
+                        lp,
+                        loss,
+                        pool,
+                    )?
+                }
             }
-            _ => {
-                let l = std::slice::from_raw_parts(cx.ptr(labels.loc) as *const i64, n);
-                softmax_cross_entropy(
-                    isa,
-                    s,
-                    l,
-                    *classes,
-                    *reduction,
-                    *ignore_index,
-                    lp,
-                    loss,
-                    pool,
-                )?
-            }
+            Ok(())
         }
-        Ok(())
     }
     fn kind(&self) -> &'static str {
         "softmax-xent"

@@ -73,20 +73,24 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for MaxPoolIndicesStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let Self {
-            x,
-            indices,
-            planes,
-            hw,
-            kernel,
-            y,
-        } = self;
-        let xs = std::slice::from_raw_parts(cx.f32(x), x.elements());
-        let ys = std::slice::from_raw_parts_mut(cx.ptr(y.loc) as *mut f32, y.elements());
-        let is =
-            std::slice::from_raw_parts_mut(cx.ptr(indices.loc) as *mut i64, indices.elements());
-        max_pool_tiles(xs, *planes, *hw, *kernel, ys, is, cx.pool);
-        Ok(())
+        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
+        // their planned sizes for this run.
+        unsafe {
+            let Self {
+                x,
+                indices,
+                planes,
+                hw,
+                kernel,
+                y,
+            } = self;
+            let xs = std::slice::from_raw_parts(cx.f32(x), x.elements());
+            let ys = std::slice::from_raw_parts_mut(cx.ptr(y.loc) as *mut f32, y.elements());
+            let is =
+                std::slice::from_raw_parts_mut(cx.ptr(indices.loc) as *mut i64, indices.elements());
+            max_pool_tiles(xs, *planes, *hw, *kernel, ys, is, cx.pool);
+            Ok(())
+        }
     }
     fn can_fail(&self) -> bool {
         false

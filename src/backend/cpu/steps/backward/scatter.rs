@@ -56,35 +56,39 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for ScatterStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let Self {
-            plan,
-            reduce,
-            data,
-            zeros,
-            indices,
-            updates,
-            y,
-        } = self;
-        let out = std::slice::from_raw_parts_mut(cx.ptr(y.loc) as *mut f32, y.elements());
-        if *zeros {
-            out.fill(0.0);
-        } else if cx.ptr(data.loc) != cx.ptr(y.loc) {
-            std::ptr::copy_nonoverlapping(cx.f32(data), out.as_mut_ptr(), out.len());
-        }
-        let upd = std::slice::from_raw_parts(cx.f32(updates), updates.elements());
-        let ip = cx.ptr(indices.loc);
-        let n = indices.elements();
-        match indices.dtype {
-            DType::I32 => {
-                let idx = std::slice::from_raw_parts(ip as *const i32, n);
-                scatter_elements(plan, *reduce, idx, upd, out)?
+        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
+        // their planned sizes for this run.
+        unsafe {
+            let Self {
+                plan,
+                reduce,
+                data,
+                zeros,
+                indices,
+                updates,
+                y,
+            } = self;
+            let out = std::slice::from_raw_parts_mut(cx.ptr(y.loc) as *mut f32, y.elements());
+            if *zeros {
+                out.fill(0.0);
+            } else if cx.ptr(data.loc) != cx.ptr(y.loc) {
+                std::ptr::copy_nonoverlapping(cx.f32(data), out.as_mut_ptr(), out.len());
             }
-            _ => {
-                let idx = std::slice::from_raw_parts(ip as *const i64, n);
-                scatter_elements(plan, *reduce, idx, upd, out)?
+            let upd = std::slice::from_raw_parts(cx.f32(updates), updates.elements());
+            let ip = cx.ptr(indices.loc);
+            let n = indices.elements();
+            match indices.dtype {
+                DType::I32 => {
+                    let idx = std::slice::from_raw_parts(ip as *const i32, n);
+                    scatter_elements(plan, *reduce, idx, upd, out)?
+                }
+                _ => {
+                    let idx = std::slice::from_raw_parts(ip as *const i64, n);
+                    scatter_elements(plan, *reduce, idx, upd, out)?
+                }
             }
+            Ok(())
         }
-        Ok(())
     }
     fn kind(&self) -> &'static str {
         "scatter"

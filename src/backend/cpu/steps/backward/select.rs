@@ -103,14 +103,18 @@ pub(super) fn build_compare(b: &Build, cmp: CmpOp) -> Result<Option<Box<dyn Kern
 
 impl Kernel for CompareStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let Self { op, walk, a, b, y } = self;
-        let out = std::slice::from_raw_parts_mut(cx.ptr(y.loc), y.elements());
-        with_plain!(a.dtype, T => {
-            let a = std::slice::from_raw_parts(cx.ptr(a.loc) as *const T, a.elements());
-            let b = std::slice::from_raw_parts(cx.ptr(b.loc) as *const T, b.elements());
-            compare(*op, walk, a, b, out, cx.pool)
-        });
-        Ok(())
+        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
+        // their planned sizes for this run.
+        unsafe {
+            let Self { op, walk, a, b, y } = self;
+            let out = std::slice::from_raw_parts_mut(cx.ptr(y.loc), y.elements());
+            with_plain!(a.dtype, T => {
+                let a = std::slice::from_raw_parts(cx.ptr(a.loc) as *const T, a.elements());
+                let b = std::slice::from_raw_parts(cx.ptr(b.loc) as *const T, b.elements());
+                compare(*op, walk, a, b, out, cx.pool)
+            });
+            Ok(())
+        }
     }
     fn can_fail(&self) -> bool {
         false
@@ -154,22 +158,26 @@ pub(super) fn build_where(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> 
 
 impl Kernel for WhereStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let Self {
-            walk,
-            cond,
-            x,
-            other,
-            y,
-        } = self;
-        with_plain!(x.dtype, T => select(
-            walk,
-            cx.ptr(cond.loc),
-            cx.ptr(x.loc) as *const T,
-            cx.ptr(other.loc) as *const T,
-            cx.ptr(y.loc) as *mut T,
-            cx.pool,
-        ));
-        Ok(())
+        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
+        // their planned sizes for this run.
+        unsafe {
+            let Self {
+                walk,
+                cond,
+                x,
+                other,
+                y,
+            } = self;
+            with_plain!(x.dtype, T => select(
+                walk,
+                cx.ptr(cond.loc),
+                cx.ptr(x.loc) as *const T,
+                cx.ptr(other.loc) as *const T,
+                cx.ptr(y.loc) as *mut T,
+                cx.pool,
+            ));
+            Ok(())
+        }
     }
     fn can_fail(&self) -> bool {
         false
@@ -195,19 +203,23 @@ pub(super) fn build_cast(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for CastStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let Self { x, y: ys } = self;
-        let y = cx.ptr(ys.loc);
-        let n = x.elements();
-        if x.dtype == ys.dtype {
-            if cx.ptr(x.loc) != y {
-                std::ptr::copy_nonoverlapping(cx.ptr(x.loc), y, x.bytes());
+        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
+        // their planned sizes for this run.
+        unsafe {
+            let Self { x, y: ys } = self;
+            let y = cx.ptr(ys.loc);
+            let n = x.elements();
+            if x.dtype == ys.dtype {
+                if cx.ptr(x.loc) != y {
+                    std::ptr::copy_nonoverlapping(cx.ptr(x.loc), y, x.bytes());
+                }
+            } else {
+                with_cast!(x.dtype, S => with_cast!(ys.dtype, D => {
+                    cast(cx.ptr(x.loc) as *const S, y as *mut D, n, cx.pool)
+                }))
             }
-        } else {
-            with_cast!(x.dtype, S => with_cast!(ys.dtype, D => {
-                cast(cx.ptr(x.loc) as *const S, y as *mut D, n, cx.pool)
-            }))
+            Ok(())
         }
-        Ok(())
     }
     fn can_fail(&self) -> bool {
         false
@@ -274,14 +286,18 @@ pub(super) fn build_compare_select(b: &Build) -> Result<Option<Box<dyn Kernel>>,
 
 impl Kernel for CompareSelectStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        compare_select(
-            self.op,
-            &self.walk,
-            self.operands.each_ref().map(|s| cx.f32(s)),
-            cx.ptr(self.y.loc) as *mut f32,
-            cx.pool,
-        );
-        Ok(())
+        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
+        // their planned sizes for this run.
+        unsafe {
+            compare_select(
+                self.op,
+                &self.walk,
+                self.operands.each_ref().map(|s| cx.f32(s)),
+                cx.ptr(self.y.loc) as *mut f32,
+                cx.pool,
+            );
+            Ok(())
+        }
     }
     fn can_fail(&self) -> bool {
         false

@@ -69,40 +69,44 @@ pub(super) fn build_slice(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> 
 
 impl Kernel for SliceStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let Self {
-            x,
-            dims,
-            strides,
-            base,
-            y: ys,
-        } = self;
-        let y = cx.ptr(ys.loc);
-        let es = x.dtype.size_in_bytes();
-        let r = dims.len();
-        let total = ys.elements();
-        if r == 0 || total == 0 {
-            std::ptr::copy_nonoverlapping(cx.ptr(x.loc), y, ys.bytes());
-            return Ok(());
-        }
-        let inner = dims[r - 1];
-        let src = cx.ptr(x.loc).add(base * es) as *const u8;
-        for row in 0..total / inner {
-            let (mut rest, mut off) = (row, 0isize);
-            for a in (0..r - 1).rev() {
-                off += (rest % dims[a]) as isize * strides[a];
-                rest /= dims[a];
+        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
+        // their planned sizes for this run.
+        unsafe {
+            let Self {
+                x,
+                dims,
+                strides,
+                base,
+                y: ys,
+            } = self;
+            let y = cx.ptr(ys.loc);
+            let es = x.dtype.size_in_bytes();
+            let r = dims.len();
+            let total = ys.elements();
+            if r == 0 || total == 0 {
+                std::ptr::copy_nonoverlapping(cx.ptr(x.loc), y, ys.bytes());
+                return Ok(());
             }
-            let (s, d) = (src.offset(off * es as isize), y.add(row * inner * es));
-            if strides[r - 1] == 1 {
-                std::ptr::copy_nonoverlapping(s, d, inner * es);
-            } else {
-                for i in 0..inner {
-                    let from = s.offset(i as isize * strides[r - 1] * es as isize);
-                    std::ptr::copy_nonoverlapping(from, d.add(i * es), es);
+            let inner = dims[r - 1];
+            let src = cx.ptr(x.loc).add(base * es) as *const u8;
+            for row in 0..total / inner {
+                let (mut rest, mut off) = (row, 0isize);
+                for a in (0..r - 1).rev() {
+                    off += (rest % dims[a]) as isize * strides[a];
+                    rest /= dims[a];
+                }
+                let (s, d) = (src.offset(off * es as isize), y.add(row * inner * es));
+                if strides[r - 1] == 1 {
+                    std::ptr::copy_nonoverlapping(s, d, inner * es);
+                } else {
+                    for i in 0..inner {
+                        let from = s.offset(i as isize * strides[r - 1] * es as isize);
+                        std::ptr::copy_nonoverlapping(from, d.add(i * es), es);
+                    }
                 }
             }
+            Ok(())
         }
-        Ok(())
     }
     fn can_fail(&self) -> bool {
         false
@@ -130,15 +134,19 @@ pub(super) fn build_fill(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for FillStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        let out = std::slice::from_raw_parts_mut(cx.ptr(self.y.loc), self.y.bytes());
-        if self.element.iter().all(|&b| b == 0) {
-            out.fill(0);
-        } else {
-            for chunk in out.chunks_exact_mut(self.element.len()) {
-                chunk.copy_from_slice(&self.element);
+        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
+        // their planned sizes for this run.
+        unsafe {
+            let out = std::slice::from_raw_parts_mut(cx.ptr(self.y.loc), self.y.bytes());
+            if self.element.iter().all(|&b| b == 0) {
+                out.fill(0);
+            } else {
+                for chunk in out.chunks_exact_mut(self.element.len()) {
+                    chunk.copy_from_slice(&self.element);
+                }
             }
+            Ok(())
         }
-        Ok(())
     }
     fn can_fail(&self) -> bool {
         false
