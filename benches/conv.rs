@@ -6,12 +6,12 @@
 //!
 //! `cargo bench --bench conv`
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use kiln::backend::cpu::kernels::conv::{
+use kiln::internals::cpu::conv::{
     conv_blocked, conv_depthwise, conv_im2col, conv_plain, conv_plain_scratch_len, conv_winograd,
     winograd_supported, ConvShape, PackedConv, PackedWinograd,
 };
-use kiln::backend::cpu::kernels::Act;
-use kiln::backend::cpu::pool::Pool;
+use kiln::internals::cpu::Act;
+use kiln::internals::cpu::Pool;
 use std::time::Duration;
 
 fn lcg(n: usize, seed: u64) -> Vec<f32> {

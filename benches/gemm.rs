@@ -4,10 +4,9 @@
 //!
 //! `cargo bench --bench gemm --features openblas`; throughput is printed in Gelem/s = GFLOP/s (2·m·n·k).
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use kiln::backend::cpu::isa::Isa;
-use kiln::backend::cpu::kernels::blas::{self, gemm_openblas};
-use kiln::backend::cpu::kernels::gemm::{gemm, gemm_packed, gemm_with_isa, Epilogue, Mat, PackedB};
-use kiln::backend::cpu::pool::Pool;
+use kiln::internals::cpu::blas::{self, gemm_openblas};
+use kiln::internals::cpu::gemm::{gemm, gemm_packed, gemm_with_isa, Epilogue, Mat, PackedB};
+use kiln::internals::cpu::{Isa, Pool};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

@@ -19,7 +19,7 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use kiln::backend::cpu::tune::Tuning;
+use kiln::backend::cpu::Tuning;
 use kiln::backend::cpu::{Compiled, CpuBackend};
 use kiln::backend::{backend_with, cpu_pass_options, Device, Executable};
 use kiln::memory::MemoryPlan;

@@ -83,7 +83,7 @@ fn fingerprint<'a>(vars: impl IntoIterator<Item = (&'a str, DType, &'a [usize])>
 }
 
 /// The bytes of a checkpoint holding `vars` (name and value), in order.
-pub fn encode(vars: &[(String, Tensor)]) -> Vec<u8> {
+pub(crate) fn encode(vars: &[(String, Tensor)]) -> Vec<u8> {
     let mut payload = Vec::new();
     for (name, value) in vars {
         payload.extend((name.len() as u32).to_le_bytes());
@@ -148,7 +148,7 @@ impl<'a> Reader<'a> {
 
 /// Parses and checks a checkpoint's bytes: size, magic, version, checksum, every record
 /// and the fingerprint. Returns the variables in file order, or what is wrong.
-pub fn decode(bytes: &[u8]) -> std::result::Result<Vec<(String, Tensor)>, String> {
+pub(crate) fn decode(bytes: &[u8]) -> std::result::Result<Vec<(String, Tensor)>, String> {
     if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
         return Err("not a Kiln checkpoint (the file does not start with KILNCKPT)".into());
     }
@@ -280,7 +280,7 @@ fn compare(exe_vars: &[(String, TensorType)], file_vars: &[(String, Tensor)]) ->
 /// Writes `exe`'s variables to `path`, atomically (a temporary file beside it, renamed
 /// over). The variables are read together between runs, so the checkpoint is one
 /// step's state even while other threads train.
-pub fn save(exe: &dyn Executable, path: &Path) -> Result<()> {
+pub(crate) fn save(exe: &dyn Executable, path: &Path) -> Result<()> {
     write_atomically(path, &encode(&exe.read_variables()?))
 }
 
@@ -316,7 +316,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 /// `Error::Io`; one whose variables are not exactly `exe`'s (a missing or extra name,
 /// another dtype or shape) an `Error::InvalidArgument` naming each difference. Then all
 /// variables are written at once; on any error none is.
-pub fn load(exe: &dyn Executable, path: &Path) -> Result<()> {
+pub(crate) fn load(exe: &dyn Executable, path: &Path) -> Result<()> {
     let bytes = fs::read(path).map_err(|e| Error::io(path, e))?;
     let file_vars = decode(&bytes).map_err(|e| Error::io(path, e))?;
     let exe_vars = exe.variables();

@@ -13,6 +13,8 @@ pub mod capi;
 pub mod checkpoint;
 pub mod error;
 pub mod frontend;
+#[doc(hidden)]
+pub mod internals;
 pub mod ir;
 pub mod memory;
 pub mod optim;

@@ -3,8 +3,8 @@
 //! strides, dilation, groups), at 1 and 2 threads, plus per-shape specialization,
 //! concurrent runs and bad inputs. `KILN_CPU_ISA=portable` reruns it all on the plain
 //! Rust paths (`make test` does).
-use kiln::backend::cpu::tune::Tuning;
 use kiln::backend::cpu::CpuBackend;
+use kiln::backend::cpu::Tuning;
 use kiln::backend::{backend_with, cpu_pass_options, Backend, Device, Executable};
 use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
 use kiln::passes::PassOptions;

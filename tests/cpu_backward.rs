@@ -8,7 +8,7 @@
 mod train_graphs;
 
 use kiln::autodiff::grad;
-use kiln::backend::cpu::tune::Tuning;
+use kiln::backend::cpu::Tuning;
 use kiln::backend::cpu::{Compiled, CpuBackend};
 use kiln::backend::{backend_with, cpu_pass_options, Device};
 use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};

@@ -187,7 +187,7 @@ fn optimizer_state_is_updated_in_place() {
 fn adam_updates_run_in_their_own_loop() {
     // The body the optimizer builder's ops fuse into is the one the Adam loop knows: if
     // either changes, the update silently falls back to the generic loop; this says so.
-    if !kiln::backend::cpu::kernels::adam::available(kiln::backend::cpu::isa::isa()) {
+    if !kiln::internals::cpu::adam::available(kiln::internals::cpu::isa()) {
         eprintln!("skipped: this CPU has no AVX-512F, which the Adam loop needs");
         return;
     }

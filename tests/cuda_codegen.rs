@@ -7,12 +7,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use kiln::backend::cuda::codegen::emulation::{self, HostLaunch};
-use kiln::backend::cuda::codegen::{
-    kernel_for_node, kernels_for_graph, samples, template_samples, GeneratedKernel, KernelParam,
-};
 use kiln::backend::{backend_with, Device};
 use kiln::frontend::onnx;
+use kiln::internals::cuda::codegen::emulation::{self, HostLaunch};
+use kiln::internals::cuda::codegen::{
+    kernel_for_node, kernels_for_graph, samples, template_samples, GeneratedKernel, KernelParam,
+};
 use kiln::ir::ops::EvalCtx;
 use kiln::ir::{Attr, Attrs, DType, Graph, NodeId, Shape, TensorType};
 use kiln::passes::{run_pipeline, PassOptions};

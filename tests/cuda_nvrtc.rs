@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use std::collections::HashMap;
 
-use kiln::backend::cuda::{codegen, nvrtc};
 use kiln::frontend::onnx;
+use kiln::internals::cuda::{codegen, nvrtc};
 use kiln::ir::text;
 use kiln::passes::{run_pipeline, PassOptions};
 use kiln::{Error, Graph};

@@ -229,9 +229,10 @@ fn the_counts_status_quotes_match_the_code() {
     let functions: BTreeSet<&str> = header
         .lines()
         .filter(|l| !l.trim_start().starts_with('*') && !l.trim_start().starts_with("/*"))
-        .filter_map(|l| {
-            let open = l.find("kiln_")?;
-            let name = &l[open..];
+        // A declaration's return type may itself be a `kiln_` name
+        // (`kiln_status kiln_compile(...)`): look at every `kiln_` on the line.
+        .flat_map(|l| l.match_indices("kiln_").map(move |(open, _)| &l[open..]))
+        .filter_map(|name| {
             let end = name.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
             name[end..].starts_with('(').then_some(&name[..end])
         })

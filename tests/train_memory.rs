@@ -4,7 +4,7 @@
 #[path = "common/train_models.rs"]
 mod train_models;
 
-use kiln::backend::cpu::tune::Tuning;
+use kiln::backend::cpu::Tuning;
 use kiln::backend::cpu::{Compiled, CpuBackend};
 use kiln::backend::cpu_pass_options;
 use kiln::passes::PassOptions;

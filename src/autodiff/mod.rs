@@ -1,6 +1,6 @@
 //! Reverse-mode automatic differentiation on the IR: [`grad`] appends to a graph the
 //! nodes that compute the gradient of a scalar loss with respect to parameters or
-//! variables, one rule per op (`rules.rs`, and `rules_nn.rs` for the network families),
+//! variables, one rule per op (`rules/`, one file per op family as in `ir::ops`),
 //! so the backward computation is an ordinary graph: verified, optimized,
 //! memory-planned and run like any other.
 //!
@@ -16,8 +16,6 @@ use crate::ir::{Attr, Attrs, DType, Graph, NodeId, TensorType, Value};
 use crate::tensor::Tensor;
 
 mod rules;
-mod rules_nn;
-mod rules_train;
 
 /// The gradients of `loss` (a float value with one element) with respect to each of
 /// `wrt` (parameters or variables of float type), as new values of `g`, in order. A
@@ -191,16 +189,16 @@ impl Cx<'_> {
         Ok(Some(sum))
     }
 
-    pub fn ty(&self, v: Value) -> TensorType {
+    pub(crate) fn ty(&self, v: Value) -> TensorType {
         self.g.value_type(v).expect("an existing value").clone()
     }
 
-    pub fn op(&mut self, op: &str, inputs: &[Value], attrs: Attrs) -> Result<Value> {
+    pub(crate) fn op(&mut self, op: &str, inputs: &[Value], attrs: Attrs) -> Result<Value> {
         Ok(self.g.op(op, inputs, attrs, "")?.into())
     }
 
     /// A constant filled with `v`, typed `ty` (static).
-    pub fn constant(&mut self, ty: &TensorType, v: f64) -> Result<Value> {
+    pub(crate) fn constant(&mut self, ty: &TensorType, v: f64) -> Result<Value> {
         let dims = ty
             .shape
             .to_fixed()
@@ -212,19 +210,19 @@ impl Cx<'_> {
     }
 
     /// A scalar constant of `dtype`.
-    pub fn scalar(&mut self, dtype: DType, v: f64) -> Result<Value> {
+    pub(crate) fn scalar(&mut self, dtype: DType, v: f64) -> Result<Value> {
         self.constant(&TensorType::new(dtype, crate::ir::Shape::scalar()), v)
     }
 
     /// An i64 vector constant (axes, shapes).
-    pub fn ints(&mut self, v: &[i64]) -> Result<Value> {
+    pub(crate) fn ints(&mut self, v: &[i64]) -> Result<Value> {
         let t = Tensor::from_vec(&[v.len()], v.to_vec()).map_err(Error::Graph)?;
         let name = self.g.fresh_name("grad_axes");
         Ok(self.g.add_constant_value(&name, t)?.into())
     }
 
     /// Zeros shaped like `like` (its dims may be symbolic).
-    pub fn zeros_like(&mut self, like: Value, ty: &TensorType) -> Result<Value> {
+    pub(crate) fn zeros_like(&mut self, like: Value, ty: &TensorType) -> Result<Value> {
         let shape = self.op("Shape", &[like], Attrs::new())?;
         let attrs = Attrs::new()
             .with("value", Attr::Float(0.0))
@@ -234,7 +232,7 @@ impl Cx<'_> {
 
     /// `gy` (broadcast result) summed back to the shape of `x` (an operand of the
     /// broadcasting op): over the leading axes `x` lacks and the axes where `x` has 1.
-    pub fn unbroadcast(&mut self, gy: Value, x: Value) -> Result<Value> {
+    pub(crate) fn unbroadcast(&mut self, gy: Value, x: Value) -> Result<Value> {
         let (ty, xt) = (self.ty(gy), self.ty(x));
         if ty.shape.dims() == xt.shape.dims() {
             return Ok(gy);
@@ -257,7 +255,7 @@ impl Cx<'_> {
 
     /// size(a) / size(b) as a scalar of `a`'s dtype, at run time (dims may be symbolic):
     /// how many elements of `a` a mean over `b`'s elements averages.
-    pub fn count_ratio(&mut self, a: Value, b: Value) -> Result<Value> {
+    pub(crate) fn count_ratio(&mut self, a: Value, b: Value) -> Result<Value> {
         let to = Attrs::new().with("to", Attr::String(self.ty(a).dtype.to_string()));
         let na = self.op("Size", &[a], Attrs::new())?;
         let nb = self.op("Size", &[b], Attrs::new())?;
@@ -268,7 +266,7 @@ impl Cx<'_> {
 
     /// `v`'s shape as an i64 vector: a constant when static (so that what is reshaped
     /// to it keeps static dims), else the `Shape` op.
-    pub fn shape_of(&mut self, v: Value) -> Result<Value> {
+    pub(crate) fn shape_of(&mut self, v: Value) -> Result<Value> {
         match self.ty(v).shape.to_fixed() {
             Some(d) => self.ints(&d.iter().map(|&d| d as i64).collect::<Vec<_>>()),
             None => self.op("Shape", &[v], Attrs::new()),
@@ -279,7 +277,7 @@ impl Cx<'_> {
     /// fixed and non-zero, the target is a constant with -1 there, so the result keeps
     /// the fixed dims in its type (a `Shape` operand would make every dim a new symbol,
     /// and the rules below, a convolution's filter gradient, need them static).
-    pub fn reshape_like(&mut self, x: Value, like: Value) -> Result<Value> {
+    pub(crate) fn reshape_like(&mut self, x: Value, like: Value) -> Result<Value> {
         let dims = self.ty(like).shape.dims();
         let fixed: Vec<Option<usize>> = dims.iter().map(|d| d.fixed()).collect();
         let symbolic = fixed.iter().filter(|d| d.is_none()).count();

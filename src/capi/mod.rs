@@ -36,18 +36,18 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    pub fn new(status: kiln_status, message: impl Into<String>) -> Failure {
+    pub(crate) fn new(status: kiln_status, message: impl Into<String>) -> Failure {
         Failure {
             status,
             message: message.into(),
         }
     }
 
-    pub fn null(arg: &str) -> Failure {
+    pub(crate) fn null(arg: &str) -> Failure {
         Failure::new(KILN_STATUS_NULL_ARGUMENT, format!("{arg} is NULL"))
     }
 
-    pub fn invalid(message: impl Into<String>) -> Failure {
+    pub(crate) fn invalid(message: impl Into<String>) -> Failure {
         Failure::new(KILN_STATUS_INVALID_ARGUMENT, message)
     }
 }

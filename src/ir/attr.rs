@@ -39,7 +39,7 @@ pub enum Attr {
 }
 
 impl Attr {
-    pub fn kind(&self) -> AttrKind {
+    pub(crate) fn kind(&self) -> AttrKind {
         match self {
             Attr::Int(_) => AttrKind::Int,
             Attr::Float(_) => AttrKind::Float,
@@ -74,11 +74,11 @@ impl Attrs {
         self.0.get(name)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &Attr)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &Attr)> {
         self.0.iter()
     }
 
@@ -98,13 +98,13 @@ impl Attrs {
         Ok(self.int(name)?.unwrap_or(default))
     }
 
-    pub fn req_int(&self, name: &str) -> Result<i64, String> {
+    pub(crate) fn req_int(&self, name: &str) -> Result<i64, String> {
         self.int(name)?
             .ok_or_else(|| format!("missing required attribute '{name}'"))
     }
 
     /// A float attribute; an int value is accepted and widened.
-    pub fn float(&self, name: &str) -> Result<Option<f64>, String> {
+    pub(crate) fn float(&self, name: &str) -> Result<Option<f64>, String> {
         match self.get(name) {
             None => Ok(None),
             Some(Attr::Float(v)) => Ok(Some(*v)),
@@ -117,7 +117,7 @@ impl Attrs {
         Ok(self.float(name)?.unwrap_or(default))
     }
 
-    pub fn string(&self, name: &str) -> Result<Option<&str>, String> {
+    pub(crate) fn string(&self, name: &str) -> Result<Option<&str>, String> {
         match self.get(name) {
             None => Ok(None),
             Some(Attr::String(v)) => Ok(Some(v)),
@@ -129,7 +129,7 @@ impl Attrs {
         Ok(self.string(name)?.unwrap_or(default))
     }
 
-    pub fn ints(&self, name: &str) -> Result<Option<&[i64]>, String> {
+    pub(crate) fn ints(&self, name: &str) -> Result<Option<&[i64]>, String> {
         match self.get(name) {
             None => Ok(None),
             Some(Attr::Ints(v)) => Ok(Some(v)),
@@ -138,7 +138,7 @@ impl Attrs {
     }
 
     /// A float-list attribute; an int list is accepted and widened.
-    pub fn floats(&self, name: &str) -> Result<Option<Vec<f64>>, String> {
+    pub(crate) fn floats(&self, name: &str) -> Result<Option<Vec<f64>>, String> {
         match self.get(name) {
             None => Ok(None),
             Some(Attr::Floats(v)) => Ok(Some(v.clone())),

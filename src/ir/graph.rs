@@ -14,7 +14,7 @@ use crate::tensor::Tensor;
 pub struct NodeId(pub u32);
 
 impl NodeId {
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self.0 as usize
     }
 }
@@ -95,7 +95,7 @@ impl Graph {
         &self.nodes[id.index()]
     }
 
-    pub fn node_ids(&self) -> impl Iterator<Item = NodeId> {
+    pub(crate) fn node_ids(&self) -> impl Iterator<Item = NodeId> {
         (0..self.nodes.len() as u32).map(NodeId)
     }
 
@@ -305,7 +305,7 @@ impl Graph {
 
     /// The node's output types as the catalogue infers them from its current inputs.
     /// Errors do not name the node (callers add that).
-    pub fn infer_node(&self, node: &Node) -> Result<Vec<TensorType>> {
+    pub(crate) fn infer_node(&self, node: &Node) -> Result<Vec<TensorType>> {
         let op = self.op_impl(&node.op).ok_or_else(|| {
             Error::UnknownOp(if node.op.contains("::") {
                 format!(
@@ -438,7 +438,7 @@ impl Graph {
 
     /// Makes every reader of `old` (node inputs and graph outputs) read `new` instead;
     /// returns how many uses moved. `new` must have `old`'s dtype and rank.
-    pub fn replace_uses(&mut self, old: Value, new: Value) -> Result<usize> {
+    pub(crate) fn replace_uses(&mut self, old: Value, new: Value) -> Result<usize> {
         let (a, b) = (self.value_type(old)?, self.value_type(new)?);
         if a.dtype != b.dtype || a.rank() != b.rank() {
             return Err(Error::Graph(format!(
@@ -466,7 +466,7 @@ impl Graph {
 
     /// Re-infers every node's output types in schedule order, so that types refined by
     /// an edit (a shape operand that became a constant, a fixed input dim) flow down.
-    pub fn refresh_types(&mut self) -> Result<()> {
+    pub(crate) fn refresh_types(&mut self) -> Result<()> {
         for id in self.schedule()? {
             if ops::lookup(&self.node(id).op).is_some_and(|o| o.schema().family == "source") {
                 continue;
@@ -504,7 +504,7 @@ impl Graph {
     /// Needed: the graph outputs, every `Assign`, what they read or wait for, and every
     /// `Parameter` (the graph's signature; they keep their relative order, first).
     /// Returns whether anything changed (a node went or moved).
-    pub fn compact(&mut self) -> bool {
+    pub(crate) fn compact(&mut self) -> bool {
         let n = self.nodes.len();
         let params: Vec<NodeId> = self.inputs();
         let mut roots: Vec<NodeId> = self.outputs.iter().map(|o| o.value.node).collect();

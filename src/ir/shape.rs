@@ -15,13 +15,13 @@ pub enum Dim {
 }
 
 impl Dim {
-    pub fn fixed(self: &Dim) -> Option<usize> {
+    pub(crate) fn fixed(self: &Dim) -> Option<usize> {
         match self {
             Dim::Fixed(n) => Some(*n),
             Dim::Sym(_) => None,
         }
     }
-    pub fn is_one(&self) -> bool {
+    pub(crate) fn is_one(&self) -> bool {
         *self == Dim::Fixed(1)
     }
 }
@@ -86,11 +86,11 @@ impl Shape {
         }
     }
 
-    pub fn rank(&self) -> usize {
+    pub(crate) fn rank(&self) -> usize {
         self.axes.len()
     }
 
-    pub fn dim(&self, i: usize) -> &Dim {
+    pub(crate) fn dim(&self, i: usize) -> &Dim {
         &self.axes[i].dim
     }
 
@@ -98,11 +98,11 @@ impl Shape {
         self.axes.iter().map(|a| a.dim.clone()).collect()
     }
 
-    pub fn name(&self, i: usize) -> Option<&str> {
+    pub(crate) fn name(&self, i: usize) -> Option<&str> {
         self.axes[i].name.as_deref()
     }
 
-    pub fn has_names(&self) -> bool {
+    pub(crate) fn has_names(&self) -> bool {
         self.axes.iter().any(|a| a.name.is_some())
     }
 
@@ -112,7 +112,7 @@ impl Shape {
     }
 
     /// The position of the axis called `name`.
-    pub fn axis_by_name(&self, name: &str) -> Option<usize> {
+    pub(crate) fn axis_by_name(&self, name: &str) -> Option<usize> {
         self.axes
             .iter()
             .position(|a| a.name.as_deref() == Some(name))
@@ -123,7 +123,7 @@ impl Shape {
         self.axes.iter().map(|a| a.dim.fixed()).collect()
     }
 
-    pub fn is_static(&self) -> bool {
+    pub(crate) fn is_static(&self) -> bool {
         self.axes.iter().all(|a| matches!(a.dim, Dim::Fixed(_)))
     }
 
@@ -135,13 +135,13 @@ impl Shape {
     }
 
     /// Resolves a possibly negative `axis` against this rank (ONNX convention).
-    pub fn norm_axis(&self, axis: i64) -> Result<usize, String> {
+    pub(crate) fn norm_axis(&self, axis: i64) -> Result<usize, String> {
         norm_axis(axis, self.rank())
     }
 }
 
 /// Resolves a possibly negative `axis` against `rank`; `-1` is the last axis.
-pub fn norm_axis(axis: i64, rank: usize) -> Result<usize, String> {
+pub(crate) fn norm_axis(axis: i64, rank: usize) -> Result<usize, String> {
     let r = rank as i64;
     if axis < -r || axis >= r {
         return Err(format!("axis {axis} is out of range for rank {rank}"));
@@ -151,7 +151,7 @@ pub fn norm_axis(axis: i64, rank: usize) -> Result<usize, String> {
 
 /// Two axis names that meet (in a broadcast, a contraction) must agree when both are
 /// given; the survivor is whichever is given.
-pub fn merge_names(a: Option<&str>, b: Option<&str>) -> Result<Option<String>, String> {
+pub(crate) fn merge_names(a: Option<&str>, b: Option<&str>) -> Result<Option<String>, String> {
     match (a, b) {
         (Some(x), Some(y)) if x != y => Err(format!("axis name mismatch: '{x}' vs '{y}'")),
         (Some(x), _) | (_, Some(x)) => Ok(Some(x.to_string())),
@@ -164,7 +164,7 @@ pub fn merge_names(a: Option<&str>, b: Option<&str>) -> Result<Option<String>, S
 /// Fixed 1 broadcasts to anything; a symbol meets a fixed size n != 1 as n (checked at
 /// run time); two different symbols are assumed equal (also checked at run time) and the
 /// first one is kept.
-pub fn broadcast_shapes(a: &Shape, b: &Shape) -> Result<Shape, String> {
+pub(crate) fn broadcast_shapes(a: &Shape, b: &Shape) -> Result<Shape, String> {
     let rank = a.rank().max(b.rank());
     let mut axes = Vec::with_capacity(rank);
     for i in 0..rank {
@@ -216,7 +216,7 @@ impl fmt::Display for Shape {
 }
 
 /// A name printed bare when it is an identifier, else as a quoted string.
-pub fn quote_ident(s: &str) -> String {
+pub(crate) fn quote_ident(s: &str) -> String {
     let mut chars = s.chars();
     let ident = matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
@@ -228,7 +228,7 @@ pub fn quote_ident(s: &str) -> String {
 }
 
 /// A Rust/JSON-style quoted string with `\"`, `\\`, `\n`, `\t` and `\u{..}` escapes.
-pub fn quote_string(s: &str) -> String {
+pub(crate) fn quote_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -22,7 +22,7 @@ pub enum InPlace {
 }
 
 /// The in-place rule of the op called `op`.
-pub fn rule(op: &str) -> InPlace {
+pub(crate) fn rule(op: &str) -> InPlace {
     match op {
         "Fused" => InPlace::AnySameShape,
         "FusedConv" => InPlace::InputSameShape(3),
@@ -38,7 +38,7 @@ pub fn rule(op: &str) -> InPlace {
 /// rule it declared (its kernel reads each element before writing that element; the
 /// CPU backend hands it the planned buffers as they are). Asked of the op the graph
 /// holds, not of the registry, which may have another op under that name by now.
-pub fn rule_in(g: &Graph, op: &str) -> InPlace {
+pub(crate) fn rule_in(g: &Graph, op: &str) -> InPlace {
     match rule(op) {
         InPlace::No if op.contains("::") && g.op_impl(op).is_some_and(|o| o.may_run_in_place()) => {
             InPlace::AnySameShape
@@ -73,14 +73,14 @@ pub struct Buffers {
 
 impl Buffers {
     /// How many outputs took over an input's buffer.
-    pub fn reuses(&self) -> usize {
+    pub(crate) fn reuses(&self) -> usize {
         self.took.iter().flatten().count()
     }
 
     /// Drops the chains holding a value `keep` says no to (whole chains: a chain's
     /// values share one buffer). Values keep their indices; a dropped one's chain is
     /// `usize::MAX` and it took nothing.
-    pub fn retain(&mut self, keep: &[bool]) {
+    pub(crate) fn retain(&mut self, keep: &[bool]) {
         let mut new_index = vec![usize::MAX; self.chains.len()];
         let mut chains = Vec::with_capacity(self.chains.len());
         for (c, chain) in std::mem::take(&mut self.chains).into_iter().enumerate() {
@@ -100,7 +100,7 @@ impl Buffers {
 }
 
 /// Groups the values into buffers. With `inplace` false every value is its own buffer.
-pub fn group(g: &Graph, schedule: &[NodeId], lv: &Liveness, inplace: bool) -> Buffers {
+pub(crate) fn group(g: &Graph, schedule: &[NodeId], lv: &Liveness, inplace: bool) -> Buffers {
     let n = lv.values.len();
     let mut b = Buffers {
         chains: Vec::with_capacity(n),

@@ -7,7 +7,7 @@ use crate::ir::{Graph, NodeId, Value};
 
 /// Whether the node's outputs live in the arena: everything but the sources
 /// (`Parameter`, `Constant`, `Variable`), which hold graph inputs, weights and state.
-pub fn in_arena(op: &str) -> bool {
+pub(crate) fn in_arena(op: &str) -> bool {
     !matches!(op, "Parameter" | "Constant" | "Variable")
 }
 
@@ -41,7 +41,7 @@ pub struct Liveness {
 
 impl Liveness {
     /// The position of `v` in `values`, if it is an arena value.
-    pub fn index_of(&self, v: Value) -> Option<usize> {
+    pub(crate) fn index_of(&self, v: Value) -> Option<usize> {
         self.index.get(&v).copied()
     }
 
@@ -54,7 +54,7 @@ impl Liveness {
 /// Nodes missing from the schedule are ignored unless a scheduled node or a graph output
 /// needs them. Errors on a non-static arena value, a node scheduled twice or before one
 /// of its inputs.
-pub fn analyze(g: &Graph, schedule: &[NodeId]) -> Result<Liveness> {
+pub(crate) fn analyze(g: &Graph, schedule: &[NodeId]) -> Result<Liveness> {
     let mut step_of: Vec<Option<usize>> = vec![None; g.len()];
     for (s, &id) in schedule.iter().enumerate() {
         let slot = step_of.get_mut(id.index()).ok_or_else(|| {
@@ -155,7 +155,10 @@ pub fn analyze(g: &Graph, schedule: &[NodeId]) -> Result<Liveness> {
 /// The value each variable ends a run holding, by the variable's node: what the last
 /// `Assign` to it in the schedule stores (an earlier store to the same variable is
 /// overwritten before anything can see it, since reads see the run's start value).
-pub fn stored_values(g: &Graph, schedule: &[NodeId]) -> std::collections::BTreeMap<NodeId, Value> {
+pub(crate) fn stored_values(
+    g: &Graph,
+    schedule: &[NodeId],
+) -> std::collections::BTreeMap<NodeId, Value> {
     let mut stored = std::collections::BTreeMap::new();
     for &id in schedule {
         let node = g.node(id);

@@ -66,7 +66,9 @@ pub mod liveness;
 mod plan;
 pub mod planner;
 pub mod report;
+mod svg;
 
 pub use plan::{plan, BufferPlan, MemoryPlan, StepDetail, StoredBuffer, ValuePlan};
 pub use planner::ALIGN;
-pub use report::{to_json, to_svg};
+pub use report::to_json;
+pub use svg::to_svg;

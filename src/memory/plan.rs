@@ -110,12 +110,12 @@ impl MemoryPlan {
     }
 
     /// The index of the value's buffer in [`MemoryPlan::buffers`].
-    pub fn buffer_of(&self, v: Value) -> Option<usize> {
+    pub(crate) fn buffer_of(&self, v: Value) -> Option<usize> {
         self.value(v).map(|p| p.buffer)
     }
 
     /// The value's offset in the arena.
-    pub fn offset_of(&self, v: Value) -> Option<usize> {
+    pub(crate) fn offset_of(&self, v: Value) -> Option<usize> {
         self.buffer_of(v).map(|b| self.buffers[b].offset)
     }
 
@@ -126,7 +126,7 @@ impl MemoryPlan {
     }
 
     /// The buffer in a variable's storage that holds `v`, if any.
-    pub fn stored_of(&self, v: Value) -> Option<&StoredBuffer> {
+    pub(crate) fn stored_of(&self, v: Value) -> Option<&StoredBuffer> {
         self.stored.iter().find(|b| b.values.contains(&v))
     }
 

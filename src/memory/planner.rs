@@ -23,7 +23,7 @@
 pub const ALIGN: usize = 64;
 
 /// `n` rounded up to a multiple of [`ALIGN`], or `None` on overflow.
-pub fn align_up(n: usize) -> Option<usize> {
+pub(crate) fn align_up(n: usize) -> Option<usize> {
     n.checked_next_multiple_of(ALIGN)
 }
 
@@ -38,7 +38,7 @@ pub struct Interval {
 
 impl Interval {
     /// Whether the two are live at a common step.
-    pub fn overlaps(&self, other: &Interval) -> bool {
+    pub(crate) fn overlaps(&self, other: &Interval) -> bool {
         self.first <= other.last && other.first <= self.last
     }
 }
@@ -63,7 +63,7 @@ impl Strategy {
         Strategy::GreedyByArea,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Strategy::GreedyBySize => "greedy-by-size",
             Strategy::BestFitBySize => "best-fit-by-size",
@@ -88,7 +88,7 @@ pub struct Placement {
 }
 
 /// Runs every heuristic and keeps the smallest arena (the earliest on a tie).
-pub fn place(intervals: &[Interval]) -> Placement {
+pub(crate) fn place(intervals: &[Interval]) -> Placement {
     let sizes = aligned_sizes(intervals);
     let mut best: Option<(Strategy, Vec<usize>, usize)> = None;
     let mut tried = Vec::with_capacity(Strategy::ALL.len());
@@ -122,7 +122,7 @@ pub fn place_with(intervals: &[Interval], strategy: Strategy) -> Placement {
 
 /// The largest total aligned size of the intervals live at one step: no arena can be
 /// smaller.
-pub fn lower_bound(intervals: &[Interval]) -> usize {
+pub(crate) fn lower_bound(intervals: &[Interval]) -> usize {
     let sizes = aligned_sizes(intervals);
     peak_profile(intervals, &sizes)
         .into_iter()

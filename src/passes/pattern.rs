@@ -23,7 +23,7 @@ pub struct Uses {
 }
 
 impl Uses {
-    pub fn new(g: &Graph) -> Uses {
+    pub(crate) fn new(g: &Graph) -> Uses {
         let mut live = vec![false; g.len()];
         let mut stack: Vec<NodeId> = g.outputs().iter().map(|o| o.value.node).collect();
         stack.extend(
@@ -54,21 +54,21 @@ impl Uses {
     }
 
     /// The live nodes reading `v`, once per operand slot.
-    pub fn users(&self, v: Value) -> &[NodeId] {
+    pub(crate) fn users(&self, v: Value) -> &[NodeId] {
         self.users.get(&v).map_or(&[], |u| u.as_slice())
     }
 
-    pub fn is_live(&self, id: NodeId) -> bool {
+    pub(crate) fn is_live(&self, id: NodeId) -> bool {
         self.live.get(id.index()).copied().unwrap_or(false)
     }
 
-    pub fn is_graph_output(&self, v: Value) -> bool {
+    pub(crate) fn is_graph_output(&self, v: Value) -> bool {
         self.outputs.contains(&v)
     }
 
     /// Whether `id`'s outputs are read by exactly one operand slot in all, and none is a
     /// graph output: a fusion may then absorb the node.
-    pub fn single_use(&self, g: &Graph, id: NodeId) -> bool {
+    pub(crate) fn single_use(&self, g: &Graph, id: NodeId) -> bool {
         let n = g.node(id).outputs.len() as u32;
         let reads: usize = (0..n).map(|i| self.users(id.out(i)).len()).sum();
         reads == 1 && (0..n).all(|i| !self.is_graph_output(id.out(i)))
@@ -124,12 +124,12 @@ pub struct NodePat {
 }
 
 /// A node of op `name`.
-pub fn op(name: &str) -> NodePat {
+pub(crate) fn op(name: &str) -> NodePat {
     ops(&[name])
 }
 
 /// A node of any of the ops `names`.
-pub fn ops(names: &[&str]) -> NodePat {
+pub(crate) fn ops(names: &[&str]) -> NodePat {
     NodePat {
         ops: names.iter().map(|s| s.to_string()).collect(),
         args: vec![],
@@ -140,39 +140,39 @@ pub fn ops(names: &[&str]) -> NodePat {
 }
 
 /// Any present value.
-pub fn any() -> Pat {
+pub(crate) fn any() -> Pat {
     Pat::Any
 }
 
 /// A present value satisfying `f`.
-pub fn value_where(f: impl Fn(&Graph, Value) -> bool + Send + Sync + 'static) -> Pat {
+pub(crate) fn value_where(f: impl Fn(&Graph, Value) -> bool + Send + Sync + 'static) -> Pat {
     Pat::Where(Arc::new(f))
 }
 
 /// Any value that is not a constant's.
-pub fn non_constant() -> Pat {
+pub(crate) fn non_constant() -> Pat {
     value_where(|g, v| g.node(v.node).op != "Constant")
 }
 
 /// Any constant.
-pub fn constant() -> Pat {
+pub(crate) fn constant() -> Pat {
     Pat::Const(None)
 }
 
 /// A constant every element of which satisfies `f` (read as f64).
-pub fn const_where(f: impl Fn(f64) -> bool + Send + Sync + 'static) -> Pat {
+pub(crate) fn const_where(f: impl Fn(f64) -> bool + Send + Sync + 'static) -> Pat {
     Pat::Const(Some(Arc::new(move |t: &Tensor| {
         !t.is_empty() && t.to_f64_vec().into_iter().all(&f)
     })))
 }
 
 /// A constant whose every element is `x`.
-pub fn splat(x: f64) -> Pat {
+pub(crate) fn splat(x: f64) -> Pat {
     const_where(move |v| v == x)
 }
 
 /// The first of `alternatives` that matches.
-pub fn alt(alternatives: Vec<Pat>) -> Pat {
+pub(crate) fn alt(alternatives: Vec<Pat>) -> Pat {
     Pat::Alt(alternatives)
 }
 
@@ -195,34 +195,37 @@ pub fn chain(step: NodePat, through: usize, min: usize, max: usize, below: Pat) 
 
 impl NodePat {
     /// The first operands' patterns, in order.
-    pub fn args(mut self, args: Vec<Pat>) -> NodePat {
+    pub(crate) fn args(mut self, args: Vec<Pat>) -> NodePat {
         self.args = args;
         self
     }
 
     /// The two operands may match in either order.
-    pub fn commutative(mut self) -> NodePat {
+    pub(crate) fn commutative(mut self) -> NodePat {
         self.commutative = true;
         self
     }
 
     /// The node's outputs have exactly one reader and are not graph outputs.
-    pub fn single_use(mut self) -> NodePat {
+    pub(crate) fn single_use(mut self) -> NodePat {
         self.single_use = true;
         self
     }
 
     /// A predicate on the node (its attributes, input and output types).
-    pub fn when(mut self, f: impl Fn(&Graph, &Node) -> bool + Send + Sync + 'static) -> NodePat {
+    pub(crate) fn when(
+        mut self,
+        f: impl Fn(&Graph, &Node) -> bool + Send + Sync + 'static,
+    ) -> NodePat {
         self.preds.push(Arc::new(f));
         self
     }
 
-    pub fn pat(self) -> Pat {
+    pub(crate) fn pat(self) -> Pat {
         Pat::Node(Box::new(self))
     }
 
-    pub fn capture(self, name: &str) -> Pat {
+    pub(crate) fn capture(self, name: &str) -> Pat {
         self.pat().capture(name)
     }
 }
@@ -234,7 +237,7 @@ impl From<NodePat> for Pat {
 }
 
 impl Pat {
-    pub fn capture(self, name: &str) -> Pat {
+    pub(crate) fn capture(self, name: &str) -> Pat {
         Pat::Capture(name.to_string(), Box::new(self))
     }
 
@@ -261,7 +264,7 @@ impl Pat {
     }
 
     /// Matches at `root`.
-    pub fn matches(&self, g: &Graph, uses: &Uses, root: Value) -> Option<Match> {
+    pub(crate) fn matches(&self, g: &Graph, uses: &Uses, root: Value) -> Option<Match> {
         let mut m = Matcher {
             g,
             uses,
@@ -280,18 +283,18 @@ pub struct Match {
 
 impl Match {
     /// The value bound to `name` (the first, for a chain).
-    pub fn get(&self, name: &str) -> Option<Value> {
+    pub(crate) fn get(&self, name: &str) -> Option<Value> {
         self.caps.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
     }
 
     /// The value bound to `name`; the pattern guarantees it.
-    pub fn value(&self, name: &str) -> Value {
+    pub(crate) fn value(&self, name: &str) -> Value {
         self.get(name)
             .unwrap_or_else(|| panic!("pattern has no capture '{name}'"))
     }
 
     /// The node of the value bound to `name`.
-    pub fn node(&self, name: &str) -> NodeId {
+    pub(crate) fn node(&self, name: &str) -> NodeId {
         self.value(name).node
     }
 

@@ -39,7 +39,7 @@ impl DType {
     ];
 
     /// The spelling used by the text format and the CLI.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
             DType::F64 => "f64",
@@ -84,7 +84,7 @@ impl DType {
         )
     }
 
-    pub fn is_signed(self) -> bool {
+    pub(crate) fn is_signed(self) -> bool {
         !matches!(
             self,
             DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool
@@ -92,7 +92,7 @@ impl DType {
     }
 
     /// Numeric: float or integer (not bool).
-    pub fn is_numeric(self) -> bool {
+    pub(crate) fn is_numeric(self) -> bool {
         self.is_float() || self.is_int()
     }
 }

@@ -333,12 +333,12 @@ impl Tensor {
     }
 
     /// The inner array, if the dtype is `T`.
-    pub fn view<T: Elem>(&self) -> Option<&ArrayD<T>> {
+    pub(crate) fn view<T: Elem>(&self) -> Option<&ArrayD<T>> {
         T::view(self)
     }
 
     /// The inner array of dtype `T`, or an error naming both dtypes.
-    pub fn expect<T: Elem>(&self) -> Result<&ArrayD<T>, String> {
+    pub(crate) fn expect<T: Elem>(&self) -> Result<&ArrayD<T>, String> {
         T::view(self).ok_or_else(|| format!("expected a {} tensor, got {}", T::DTYPE, self.dtype()))
     }
 
@@ -454,11 +454,11 @@ impl Tensor {
         match_tensor!(self, a => a.mapv(|v| v.to_f64()))
     }
 
-    pub fn to_i64_array(&self) -> ArrayD<i64> {
+    pub(crate) fn to_i64_array(&self) -> ArrayD<i64> {
         match_tensor!(self, a => a.mapv(|v| v.to_i64()))
     }
 
-    pub fn to_bool_array(&self) -> ArrayD<bool> {
+    pub(crate) fn to_bool_array(&self) -> ArrayD<bool> {
         match_tensor!(self, a => a.mapv(|v| v.to_f64() != 0.0))
     }
 
@@ -468,7 +468,7 @@ impl Tensor {
     }
 
     /// `a` converted to `dtype`.
-    pub fn from_i64_array(dtype: DType, a: ArrayD<i64>) -> Tensor {
+    pub(crate) fn from_i64_array(dtype: DType, a: ArrayD<i64>) -> Tensor {
         Tensor::I64(a).cast(dtype)
     }
 }

@@ -61,7 +61,7 @@ fn parse_descr(d: &str) -> std::result::Result<(DType, bool), String> {
 }
 
 /// Encodes `t` as `.npy` bytes (format 1.0, or 2.0 when the header is too long).
-pub fn to_bytes(t: &Tensor) -> Vec<u8> {
+pub(crate) fn to_bytes(t: &Tensor) -> Vec<u8> {
     let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
     let shape = match dims.len() {
         1 => format!("({},)", dims[0]),
@@ -95,7 +95,7 @@ pub fn to_bytes(t: &Tensor) -> Vec<u8> {
 }
 
 /// Decodes `.npy` bytes.
-pub fn from_bytes(bytes: &[u8]) -> std::result::Result<Tensor, String> {
+pub(crate) fn from_bytes(bytes: &[u8]) -> std::result::Result<Tensor, String> {
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
         return Err("not a .npy file (bad magic)".into());
     }

@@ -17,7 +17,7 @@ pub struct FlushDenormals {
 }
 
 impl FlushDenormals {
-    pub fn new() -> FlushDenormals {
+    pub(crate) fn new() -> FlushDenormals {
         #[cfg(target_arch = "x86_64")]
         {
             let saved = mxcsr();

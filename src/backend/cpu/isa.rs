@@ -16,7 +16,7 @@ pub enum Isa {
 }
 
 impl Isa {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Isa::Portable => "portable",
             Isa::Avx2 => "avx2",
@@ -26,7 +26,7 @@ impl Isa {
 }
 
 /// The best instruction set this CPU has.
-pub fn detected() -> Isa {
+pub(crate) fn detected() -> Isa {
     #[cfg(target_arch = "x86_64")]
     {
         if is_x86_feature_detected!("avx512f") {
@@ -51,7 +51,7 @@ fn parse_cap(value: &str) -> Result<Isa, String> {
 
 /// The cap `KILN_CPU_ISA` sets (`None` when unset), or an error for a value that names
 /// no instruction set. Compiling for the CPU checks it, so a typo is never ignored.
-pub fn cap_from_env() -> Result<Option<Isa>, String> {
+pub(crate) fn cap_from_env() -> Result<Option<Isa>, String> {
     match std::env::var("KILN_CPU_ISA") {
         Ok(v) => parse_cap(&v).map(Some),
         Err(std::env::VarError::NotPresent) => Ok(None),
@@ -69,11 +69,6 @@ pub fn isa() -> Isa {
         let cap = cap_from_env().ok().flatten().unwrap_or(Isa::Avx512);
         detected().min(cap)
     })
-}
-
-/// Whether the AVX2+FMA kernels may run (true on AVX-512 machines too).
-pub fn has_avx2() -> bool {
-    isa() >= Isa::Avx2
 }
 
 #[cfg(test)]

@@ -38,7 +38,12 @@ pub struct Program {
 
 /// Lowers `g`, whose types must all be static, for runs on `pool` with the executable's
 /// variables `vars` (those of `g` are found by name).
-pub fn lower(g: &Graph, pool: Option<&Pool>, tuning: &Tuning, vars: &Variables) -> Result<Program> {
+pub(crate) fn lower(
+    g: &Graph,
+    pool: Option<&Pool>,
+    tuning: &Tuning,
+    vars: &Variables,
+) -> Result<Program> {
     let p = lower_with(g, pool, tuning, vars, true)?;
     let first_update = p.steps.iter().position(|s| s.updates_variable);
     match first_update {

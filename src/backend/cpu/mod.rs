@@ -19,15 +19,17 @@ use crate::ir::{verify, Graph, TensorType};
 use crate::passes::PassOptions;
 use crate::tensor::Tensor;
 
-pub mod denormals;
-pub mod isa;
-pub mod kernels;
-pub mod lower;
-pub mod pool;
-pub mod program;
-pub mod state;
-pub mod steps;
-pub mod tune;
+pub(crate) mod denormals;
+pub(crate) mod isa;
+pub(crate) mod kernels;
+pub(crate) mod lower;
+pub(crate) mod pool;
+pub(crate) mod program;
+pub(crate) mod state;
+pub(crate) mod steps;
+pub(crate) mod tune;
+
+pub use tune::Tuning;
 
 use lower::Program;
 use pool::Pool;

@@ -103,13 +103,13 @@ impl Pool {
     }
 
     /// How many threads a `run` may use.
-    pub fn threads(&self) -> usize {
+    pub(crate) fn threads(&self) -> usize {
         self.workers.len() + 1
     }
 
     /// Calls `f(i)` for every `i` in `0..n`, in parallel, and returns when all are done.
     /// A panic in a task is re-raised here after the others finish.
-    pub fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+    pub(crate) fn run(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
         if n == 0 {
             return;
         }

@@ -35,10 +35,10 @@ pub struct Slot {
 
 impl Slot {
     /// Elements.
-    pub fn elements(&self) -> usize {
+    pub(crate) fn elements(&self) -> usize {
         self.shape.iter().product()
     }
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.elements() * self.dtype.size_in_bytes()
     }
 }
@@ -58,7 +58,7 @@ unsafe impl Sync for Cx<'_> {}
 
 impl Cx<'_> {
     /// The address of `slot`'s first byte.
-    pub fn ptr(&self, loc: Loc) -> *mut u8 {
+    pub(crate) fn ptr(&self, loc: Loc) -> *mut u8 {
         match loc {
             // SAFETY: offsets come from the plan and lie inside the arena.
             Loc::Arena(off) => unsafe { self.arena.add(off) },
@@ -67,10 +67,10 @@ impl Cx<'_> {
             Loc::State(k) => self.state[k],
         }
     }
-    pub fn f32(&self, s: &Slot) -> *const f32 {
+    pub(crate) fn f32(&self, s: &Slot) -> *const f32 {
         self.ptr(s.loc) as *const f32
     }
-    pub fn f32_mut(&self, s: &Slot) -> *mut f32 {
+    pub(crate) fn f32_mut(&self, s: &Slot) -> *mut f32 {
         self.ptr(s.loc) as *mut f32
     }
 }
@@ -110,26 +110,26 @@ pub struct AlignedBuf {
 struct Align64([u8; 64]);
 
 impl AlignedBuf {
-    pub fn zeroed(bytes: usize) -> AlignedBuf {
+    pub(crate) fn zeroed(bytes: usize) -> AlignedBuf {
         AlignedBuf {
             blocks: vec![Align64([0; 64]); bytes.div_ceil(64)],
         }
     }
-    pub fn from_bytes(b: &[u8]) -> AlignedBuf {
+    pub(crate) fn from_bytes(b: &[u8]) -> AlignedBuf {
         let mut buf = AlignedBuf::zeroed(b.len());
         buf.as_mut_bytes()[..b.len()].copy_from_slice(b);
         buf
     }
-    pub fn bytes(&self) -> usize {
+    pub(crate) fn bytes(&self) -> usize {
         self.blocks.len() * 64
     }
-    pub fn as_ptr(&self) -> *const u8 {
+    pub(crate) fn as_ptr(&self) -> *const u8 {
         self.blocks.as_ptr() as *const u8
     }
-    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
         self.blocks.as_mut_ptr() as *mut u8
     }
-    pub fn as_mut_bytes(&mut self) -> &mut [u8] {
+    pub(crate) fn as_mut_bytes(&mut self) -> &mut [u8] {
         let n = self.bytes();
         // SAFETY: the blocks are `n` initialised bytes.
         unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), n) }

@@ -29,7 +29,7 @@ unsafe impl Sync for Variables {}
 
 impl Variables {
     /// The variables of `g` with their initial values.
-    pub fn new(g: &Graph) -> Result<Variables> {
+    pub(crate) fn new(g: &Graph) -> Result<Variables> {
         let mut vars = Variables {
             list: vec![],
             bytes: vec![],
@@ -60,16 +60,12 @@ impl Variables {
         Ok(vars)
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.list.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-
     /// The number of the variable `name`.
-    pub fn index(&self, name: &str) -> Result<usize> {
+    pub(crate) fn index(&self, name: &str) -> Result<usize> {
         self.list
             .iter()
             .position(|(n, _)| n == name)
@@ -77,29 +73,29 @@ impl Variables {
     }
 
     /// Where variable `k`'s current value is.
-    pub fn current(&self, k: usize) -> Loc {
+    pub(crate) fn current(&self, k: usize) -> Loc {
         Loc::State(k)
     }
 
     /// Where a run computes variable `k`'s next value.
-    pub fn next(&self, k: usize) -> Loc {
+    pub(crate) fn next(&self, k: usize) -> Loc {
         Loc::State(self.len() + k)
     }
 
     /// The buffers, as a run's context indexes them.
-    pub fn ptrs(&self) -> &[*mut u8] {
+    pub(crate) fn ptrs(&self) -> &[*mut u8] {
         &self.ptrs
     }
 
     /// Makes the next values of `stored` (variable numbers) current.
-    pub fn commit(&mut self, stored: &[usize]) {
+    pub(crate) fn commit(&mut self, stored: &[usize]) {
         let n = self.len();
         for &k in stored {
             self.ptrs.swap(k, n + k);
         }
     }
 
-    pub fn read(&self, k: usize) -> Result<Tensor> {
+    pub(crate) fn read(&self, k: usize) -> Result<Tensor> {
         let ty = &self.list[k].1;
         let shape = ty.shape.to_fixed().expect("static, checked in new");
         // SAFETY: the current buffer holds `bytes[k]` initialized bytes.
@@ -108,7 +104,7 @@ impl Variables {
     }
 
     /// Checks every write, then does them all (or none).
-    pub fn write(&mut self, values: &[(&str, &Tensor)]) -> Result<()> {
+    pub(crate) fn write(&mut self, values: &[(&str, &Tensor)]) -> Result<()> {
         let mut checked = Vec::with_capacity(values.len());
         for &(name, value) in values {
             let k = self.index(name)?;

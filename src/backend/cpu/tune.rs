@@ -91,7 +91,7 @@ pub enum Source {
 
 /// The index of the candidate to use. `run(i)` runs candidate `i` once (only called
 /// when measuring); `pool` is the executable's (its thread count is part of the key).
-pub fn choose(
+pub(crate) fn choose(
     tuning: &Tuning,
     pool: Option<&Pool>,
     choice: &Choice,
@@ -235,7 +235,7 @@ fn write_cache(path: &Path, entries: &BTreeMap<EntryId, Entry>) -> std::io::Resu
 }
 
 /// The CPU's brand string (what the cache is keyed by: the same model tunes the same).
-pub fn cpu_model() -> String {
+pub(crate) fn cpu_model() -> String {
     static MODEL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     MODEL.get_or_init(read_cpu_model).clone()
 }

@@ -45,20 +45,6 @@ pub trait KernelSource: Send + Sync {
     fn epilogue_kernel(&self, graph: &Graph, node: NodeId) -> Result<Option<DeviceKernel>>;
 }
 
-/// A source with no generated kernels: GEMMs (cuBLAS), views and external ops with a
-/// CUDA callback run; any other op is a compile error naming it.
-pub struct NoGeneratedKernels;
-
-impl KernelSource for NoGeneratedKernels {
-    fn kernel_for_node(&self, _: &Graph, _: NodeId) -> Result<Option<DeviceKernel>> {
-        Ok(None)
-    }
-
-    fn epilogue_kernel(&self, _: &Graph, _: NodeId) -> Result<Option<DeviceKernel>> {
-        Ok(None)
-    }
-}
-
 /// The generator's kernels (`codegen`): what the CUDA backend launches.
 pub struct Generated;
 

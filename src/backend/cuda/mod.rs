@@ -4,16 +4,16 @@
 //! the lowering to a program, cuBLAS GEMMs and the executable.
 #[cfg(feature = "cuda")]
 mod blas;
-pub mod codegen;
+pub(crate) mod codegen;
 #[cfg(feature = "cuda")]
-pub mod kernels;
+pub(crate) mod kernels;
 #[cfg(feature = "cuda")]
 mod lower;
 #[cfg(feature = "cuda")]
-pub mod nvrtc;
+pub(crate) mod nvrtc;
 #[cfg(feature = "cuda")]
-pub mod probe;
+pub(crate) mod probe;
 #[cfg(feature = "cuda")]
 mod program;
 #[cfg(feature = "cuda")]
-pub mod runtime;
+pub(crate) mod runtime;

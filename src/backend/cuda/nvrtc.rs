@@ -47,11 +47,6 @@ fn cache() -> &'static Cache {
     CACHE.get_or_init(Default::default)
 }
 
-/// How many distinct programs NVRTC has compiled in this process (the cache's size).
-pub fn cached_programs() -> usize {
-    cache().lock().map(|c| c.len()).unwrap_or(0)
-}
-
 /// Compiles `source` (whose kernel is `entry`, named in errors) to PTX for `arch`
 /// (`"compute_80"`, ...) with `options` passed to NVRTC as they are. Compiles each
 /// (source, arch, options) once per process. A rejected program is an

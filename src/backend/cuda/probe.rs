@@ -25,7 +25,7 @@ pub(crate) fn no_panic<T>(what: &str, f: impl FnOnce() -> T) -> std::result::Res
 
 /// The number of CUDA devices the driver reports, or why there are none to use (no
 /// driver library, `cuInit` failing, ...). The error reads well after "cuda:N: ".
-pub fn device_count() -> std::result::Result<u32, String> {
+pub(crate) fn device_count() -> std::result::Result<u32, String> {
     // SAFETY: only tries to dlopen the driver's library names; nothing is called.
     if !unsafe { sys::is_culib_present() } {
         return Err("no CUDA driver (libcuda.so not found)".to_string());
@@ -39,7 +39,7 @@ pub fn device_count() -> std::result::Result<u32, String> {
 
 /// Ok if `cuda:ordinal` exists and its driver works; otherwise the `Error::Device`
 /// (C: `KILN_STATUS_DEVICE_UNAVAILABLE`) saying why.
-pub fn probe(ordinal: u32) -> Result<()> {
+pub(crate) fn probe(ordinal: u32) -> Result<()> {
     let unavailable = |why: String| Error::Device(format!("cuda:{ordinal}: {why}"));
     match device_count().map_err(unavailable)? {
         0 => Err(unavailable(

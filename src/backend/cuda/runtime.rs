@@ -53,7 +53,7 @@ fn dev_err(device: &str, what: &str, e: impl std::fmt::Display) -> Error {
 
 impl CudaBackend {
     /// The executable, as its concrete type.
-    pub fn compile_cuda(&self, graph: &Graph) -> Result<CudaExecutable> {
+    pub(crate) fn compile_cuda(&self, graph: &Graph) -> Result<CudaExecutable> {
         verify(graph)?;
         let name = format!("cuda:{}", self.ordinal);
         probe::probe(self.ordinal)?;

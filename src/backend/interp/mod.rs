@@ -63,11 +63,11 @@ impl InterpExecutable {
         })
     }
 
-    pub fn graph(&self) -> &Graph {
+    pub(crate) fn graph(&self) -> &Graph {
         &self.graph
     }
 
-    pub fn schedule(&self) -> &[NodeId] {
+    pub(crate) fn schedule(&self) -> &[NodeId] {
         &self.schedule
     }
 
@@ -137,7 +137,7 @@ pub type Updates = HashMap<NodeId, Tensor>;
 /// outputs and what its `Assign`s stored. A Variable node reads before any `Assign` to it
 /// (the `Assign` consumes it), so every read in a run sees the value the run started
 /// with; when several `Assign`s store to one variable, the last in the schedule wins.
-pub fn run_graph(
+pub(crate) fn run_graph(
     graph: &Graph,
     schedule: &[NodeId],
     inputs: &[Tensor],

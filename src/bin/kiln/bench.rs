@@ -24,7 +24,7 @@ pub struct Request<'a> {
     pub json: bool,
 }
 
-pub fn run(req: &Request) -> Result<()> {
+pub(crate) fn run(req: &Request) -> Result<()> {
     let mut g = load(req.file)?;
     let mut given = bindings(req.shapes)?;
     let inputs = if req.inputs.is_empty() {

@@ -85,7 +85,7 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-pub fn run(req: &Request) -> Result<()> {
+pub(crate) fn run(req: &Request) -> Result<()> {
     // The pipeline as the cpu backend runs it (its layout, unless --layout says).
     let options = cpu_pass_options(req.options.clone());
     let first = compile_once(req, &options)?;

@@ -8,7 +8,7 @@ use crate::ir::DType;
 use crate::tensor::Tensor;
 
 /// The Kiln dtype of an ONNX `TensorProto.DataType` code.
-pub fn dtype(code: i32) -> Result<DType, String> {
+pub(crate) fn dtype(code: i32) -> Result<DType, String> {
     use tensor_proto::DataType as D;
     Ok(match D::try_from(code) {
         Ok(D::Float) => DType::F32,
@@ -35,7 +35,7 @@ pub fn dtype(code: i32) -> Result<DType, String> {
 }
 
 /// Kiln's text name of an ONNX element type (for `Cast`'s `to`).
-pub fn dtype_name(code: i64) -> Result<&'static str, String> {
+pub(crate) fn dtype_name(code: i64) -> Result<&'static str, String> {
     let code = i32::try_from(code).map_err(|_| format!("unknown ONNX element type {code}"))?;
     Ok(dtype(code)?.name())
 }
@@ -73,7 +73,7 @@ fn external(t: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, String>
 }
 
 /// The tensor a `TensorProto` holds; `what` names it in errors.
-pub fn tensor(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, String> {
+pub(crate) fn tensor(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, String> {
     let dtype = dtype(t.data_type())?;
     let shape: Vec<usize> = t
         .dims

@@ -573,6 +573,6 @@ fn rotary_dim(attrs: &Attrs) -> Result<Option<usize>, String> {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![leak(Attention), leak(RotaryEmbedding)]
 }

@@ -146,7 +146,7 @@ fn binary(
     })
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     const SHIFT: &[AttrSpec] = &[AttrSpec::req("direction", AttrKind::String)];
     vec![
         binary(

@@ -28,7 +28,7 @@ impl Window {
 
     /// The number of window positions over an input of size `n`; with `ceil`, a last
     /// partial window counts if it starts inside the input or its left padding.
-    pub fn outputs(&self, n: usize, ceil: bool) -> Result<usize, String> {
+    pub(crate) fn outputs(&self, n: usize, ceil: bool) -> Result<usize, String> {
         let padded = n
             .saturating_add(self.pad_begin)
             .saturating_add(self.pad_end);
@@ -51,7 +51,7 @@ impl Window {
     }
 
     /// The input coordinate of kernel tap `k` at output position `o`, if inside.
-    pub fn source(&self, o: usize, k: usize, n: usize) -> Option<usize> {
+    pub(crate) fn source(&self, o: usize, k: usize, n: usize) -> Option<usize> {
         let p = o
             .saturating_mul(self.stride)
             .saturating_add(k.saturating_mul(self.dilation)) as i64
@@ -86,7 +86,7 @@ fn per_axis(
 
 /// The windows of an op with `kernel` over spatial dims `input` (None where unknown):
 /// strides, dilations, pads and auto_pad applied.
-pub fn windows(
+pub(crate) fn windows(
     attrs: &Attrs,
     kernel: &[usize],
     input: &[Option<usize>],
@@ -508,6 +508,6 @@ impl Op for ConvTranspose {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![leak(Conv), leak(ConvTranspose)]
 }

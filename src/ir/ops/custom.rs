@@ -53,13 +53,13 @@ fn registry() -> &'static RwLock<BTreeMap<String, Arc<dyn Op>>> {
 }
 
 /// `domain::name`: how nodes, the text format and errors name a registered op.
-pub fn qualified(domain: &str, name: &str) -> String {
+pub(crate) fn qualified(domain: &str, name: &str) -> String {
     format!("{domain}::{name}")
 }
 
 /// Whether `s` can be a domain or op name: what the `.kir` lexer reads as one identifier
 /// on either side of `::` (`[A-Za-z_][A-Za-z0-9_.]*`).
-pub fn valid_part(s: &str) -> bool {
+pub(crate) fn valid_part(s: &str) -> bool {
     let mut chars = s.chars();
     chars
         .next()
@@ -103,7 +103,7 @@ pub fn unregister(name: &str) -> Option<Arc<dyn Op>> {
 }
 
 /// The registered op called `name`.
-pub fn registered(name: &str) -> Option<Arc<dyn Op>> {
+pub(crate) fn registered(name: &str) -> Option<Arc<dyn Op>> {
     registry()
         .read()
         .unwrap_or_else(|e| e.into_inner())
@@ -125,7 +125,7 @@ pub fn resolve(name: &str) -> Option<OpRef> {
 /// `s` with a `'static` lifetime, for the `&'static str`s of a run-time op's schema.
 /// Each distinct string is stored once and stays reachable from the interning table, so
 /// registering and unregistering repeatedly does not grow memory (nor leak it).
-pub fn intern(s: &str) -> &'static str {
+pub(crate) fn intern(s: &str) -> &'static str {
     static STRINGS: OnceLock<Mutex<BTreeSet<&'static str>>> = OnceLock::new();
     let mut set = STRINGS
         .get_or_init(Default::default)
@@ -140,7 +140,7 @@ pub fn intern(s: &str) -> &'static str {
 }
 
 /// `list` with a `'static` lifetime, interned like [`intern`].
-pub fn intern_list(list: &[&'static str]) -> &'static [&'static str] {
+pub(crate) fn intern_list(list: &[&'static str]) -> &'static [&'static str] {
     type Lists = BTreeSet<&'static [&'static str]>;
     static LISTS: OnceLock<Mutex<Lists>> = OnceLock::new();
     let mut set = LISTS
@@ -162,12 +162,12 @@ pub fn intern_list(list: &[&'static str]) -> &'static [&'static str] {
 pub struct Pinned(BTreeMap<String, Arc<dyn Op>>);
 
 impl Pinned {
-    pub fn get(&self, name: &str) -> Option<&Arc<dyn Op>> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<dyn Op>> {
         self.0.get(name)
     }
 
     /// Pins the registered op `name` if it is one and not pinned yet.
-    pub fn pin(&mut self, name: &str) {
+    pub(crate) fn pin(&mut self, name: &str) {
         if name.contains("::") && !self.0.contains_key(name) {
             if let Some(op) = registered(name) {
                 self.0.insert(name.to_string(), op);
@@ -192,7 +192,7 @@ impl std::fmt::Debug for Pinned {
 /// op, or in Kiln's side of a C op) becomes an error naming the op, so it fails the
 /// call that reached it (adding the node, a run) like any error instead of unwinding
 /// through whoever called Kiln.
-pub fn contain<T>(op: &OpRef, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+pub(crate) fn contain<T>(op: &OpRef, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     match op {
         OpRef::Catalogue(_) => f(),
         OpRef::Registered(o) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))

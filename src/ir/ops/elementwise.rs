@@ -393,7 +393,7 @@ impl Op for Predicate {
 // ---------------------------------------------------------------- broadcasting helpers
 
 /// The numpy broadcast of runtime shapes, or an error naming both.
-pub fn broadcast_dims(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
+pub(crate) fn broadcast_dims(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
     let rank = a.len().max(b.len());
     (0..rank)
         .map(|i| {
@@ -409,7 +409,7 @@ pub fn broadcast_dims(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
 }
 
 /// `f` applied to `a` and `b` broadcast together.
-pub fn zip_broadcast<A: Copy, B: Copy, O>(
+pub(crate) fn zip_broadcast<A: Copy, B: Copy, O>(
     a: &ArrayD<A>,
     b: &ArrayD<B>,
     f: impl Fn(A, B) -> O,
@@ -1043,7 +1043,7 @@ impl Op for Clip {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     let mut ops = unary_ops();
     ops.extend(binary_ops());
     ops.push(leak(Where));

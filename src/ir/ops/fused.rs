@@ -94,7 +94,7 @@ fn parse_scalar(name: &str, v: &str, kind: Option<AttrKind>) -> Result<Attr, Str
 }
 
 /// The text of an attribute for `activation_attrs` and `Fused` bodies.
-pub fn scalar_text(a: &Attr) -> Option<String> {
+pub(crate) fn scalar_text(a: &Attr) -> Option<String> {
     match a {
         Attr::Int(i) => Some(i.to_string()),
         Attr::Float(f) => Some(format!("{f:?}")),
@@ -447,7 +447,7 @@ pub enum Arg {
 
 impl Step {
     /// The body text of this step.
-    pub fn text(&self) -> Result<String, String> {
+    pub(crate) fn text(&self) -> Result<String, String> {
         let args: Vec<String> = self
             .args
             .iter()
@@ -519,7 +519,7 @@ impl Step {
 
 /// The steps a `Fused` node also exports, as outputs 1, 2, …: its `outputs` attribute,
 /// checked against a body of `steps` steps (each an earlier step than the last, once).
-pub fn exported_steps(attrs: &Attrs, steps: usize) -> Result<Vec<usize>, String> {
+pub(crate) fn exported_steps(attrs: &Attrs, steps: usize) -> Result<Vec<usize>, String> {
     let Some(list) = attrs.ints("outputs")? else {
         return Ok(vec![]);
     };
@@ -539,7 +539,7 @@ pub fn exported_steps(attrs: &Attrs, steps: usize) -> Result<Vec<usize>, String>
 }
 
 /// The steps of a `Fused` node's `body`.
-pub fn body(attrs: &Attrs, n_inputs: usize) -> Result<Vec<Step>, String> {
+pub(crate) fn body(attrs: &Attrs, n_inputs: usize) -> Result<Vec<Step>, String> {
     let lines = attrs
         .strings("body")?
         .ok_or("missing required attribute 'body'")?;
@@ -644,6 +644,6 @@ fn exported<T: Clone>(mut results: Vec<T>, attrs: &Attrs) -> Result<Vec<T>, Stri
     Ok(outs)
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![leak(FusedConv), leak(FusedMatMul), leak(Fused)]
 }

@@ -313,6 +313,6 @@ impl Op for AffineGrid {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![leak(GridSample), leak(AffineGrid)]
 }

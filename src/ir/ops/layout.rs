@@ -14,7 +14,7 @@ use crate::match_tensor;
 use crate::tensor::{Elem, Tensor};
 
 /// The type of `t` ([N, C, spatial...]) in blocks of `b` channels.
-pub fn blocked_type(t: &TensorType, b: usize) -> Result<TensorType, String> {
+pub(crate) fn blocked_type(t: &TensorType, b: usize) -> Result<TensorType, String> {
     if t.rank() < 3 || b == 0 {
         return Err(format!(
             "a blocked layout needs [N, C, spatial...] and a block, got {t}"
@@ -35,7 +35,7 @@ pub fn blocked_type(t: &TensorType, b: usize) -> Result<TensorType, String> {
 }
 
 /// The plain type of a blocked `t` ([N, CB, spatial..., b]) with `c` channels.
-pub fn plain_type(t: &TensorType, b: usize, c: usize) -> Result<TensorType, String> {
+pub(crate) fn plain_type(t: &TensorType, b: usize, c: usize) -> Result<TensorType, String> {
     let r = t.rank();
     let bad = || format!("{t} is not [N, CB, spatial..., {b}] holding {c} channels");
     if r < 4 || t.shape.dim(r - 1).fixed() != Some(b) {
@@ -93,7 +93,7 @@ fn unblock_array<T: Elem>(a: &ndarray::ArrayD<T>, c: usize) -> Tensor {
 }
 
 /// `x` [N, C, spatial...] in blocks of `b` channels (pad lanes zero).
-pub fn block(x: &Tensor, b: usize) -> Result<Tensor, String> {
+pub(crate) fn block(x: &Tensor, b: usize) -> Result<Tensor, String> {
     if x.rank() < 3 || b == 0 {
         return Err(format!("cannot block a tensor of shape {:?}", x.shape()));
     }
@@ -101,7 +101,7 @@ pub fn block(x: &Tensor, b: usize) -> Result<Tensor, String> {
 }
 
 /// Blocked `x` [N, CB, spatial..., b] back to [N, c, spatial...].
-pub fn unblock(x: &Tensor, b: usize, c: usize) -> Result<Tensor, String> {
+pub(crate) fn unblock(x: &Tensor, b: usize, c: usize) -> Result<Tensor, String> {
     let s = x.shape();
     if s.len() < 4 || s[s.len() - 1] != b || s[1] != c.div_ceil(b) {
         return Err(format!(
@@ -175,6 +175,6 @@ impl Op for Reorder {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![leak(Reorder)]
 }

@@ -213,6 +213,6 @@ impl Op for MseLoss {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![leak(NllLoss), leak(SoftmaxCrossEntropy), leak(MseLoss)]
 }

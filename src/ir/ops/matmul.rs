@@ -694,6 +694,6 @@ impl Op for Det {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![leak(MatMul), leak(Gemm), leak(Einsum), leak(Dot), leak(Det)]
 }

@@ -159,7 +159,7 @@ impl Op for Shrink {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     let mut v = vec![leak(Cast), leak(CastLike), leak(BitCast), leak(Shrink)];
     v.extend(windows());
     v
@@ -227,7 +227,7 @@ fn window(name: &'static str, doc: &'static str, terms: [f64; 3]) -> &'static dy
     })
 }
 
-pub fn windows() -> Vec<&'static dyn Op> {
+pub(crate) fn windows() -> Vec<&'static dyn Op> {
     vec![
         window(
             "HannWindow",

@@ -31,6 +31,9 @@ pub mod random;
 pub mod reduce;
 pub mod resize;
 pub mod rnn;
+pub mod scan;
+pub mod scatter;
+pub mod select;
 pub mod shape;
 pub mod signal;
 pub mod source;
@@ -47,7 +50,7 @@ pub struct AttrSpec {
 }
 
 impl AttrSpec {
-    pub const fn req(name: &'static str, kind: AttrKind) -> AttrSpec {
+    pub(crate) const fn req(name: &'static str, kind: AttrKind) -> AttrSpec {
         AttrSpec {
             name,
             kind,
@@ -55,7 +58,7 @@ impl AttrSpec {
             default: "",
         }
     }
-    pub const fn opt(name: &'static str, kind: AttrKind, default: &'static str) -> AttrSpec {
+    pub(crate) const fn opt(name: &'static str, kind: AttrKind, default: &'static str) -> AttrSpec {
         AttrSpec {
             name,
             kind,
@@ -87,7 +90,7 @@ impl OpSchema {
     }
 
     /// The allowed number of inputs: (min, max or None for variadic).
-    pub fn input_arity(&self) -> (usize, Option<usize>) {
+    pub(crate) fn input_arity(&self) -> (usize, Option<usize>) {
         let min = self
             .inputs
             .iter()
@@ -98,7 +101,7 @@ impl OpSchema {
     }
 
     /// Whether input `i` may be omitted.
-    pub fn input_optional(&self, i: usize) -> bool {
+    pub(crate) fn input_optional(&self, i: usize) -> bool {
         match self.inputs.get(i) {
             Some(s) => s.ends_with('?'),
             None => false,
@@ -106,7 +109,7 @@ impl OpSchema {
     }
 
     /// Checks names, kinds and required attributes against the spec.
-    pub fn validate_attrs(&self, attrs: &Attrs) -> Result<(), String> {
+    pub(crate) fn validate_attrs(&self, attrs: &Attrs) -> Result<(), String> {
         for (name, value) in attrs.iter() {
             let Some(spec) = self.attrs.iter().find(|s| s.name == name) else {
                 let known: Vec<&str> = self.attrs.iter().map(|s| s.name).collect();
@@ -183,18 +186,18 @@ impl<'a> InferCtx<'a> {
             .ok_or_else(|| format!("input {i} is required"))
     }
 
-    pub fn opt_input(&self, i: usize) -> Option<&'a TensorType> {
+    pub(crate) fn opt_input(&self, i: usize) -> Option<&'a TensorType> {
         self.inputs.get(i).and_then(|t| t.as_ref())
     }
 
     /// The value of input `i`, when it is a constant.
-    pub fn const_input(&self, i: usize) -> Option<&'a Tensor> {
+    pub(crate) fn const_input(&self, i: usize) -> Option<&'a Tensor> {
         self.consts.get(i).copied().flatten()
     }
 
     /// A new symbol for a dim that inference cannot know (e.g. `Reshape` by a computed
     /// shape): named after the node, output and axis, so it is the same on every run.
-    pub fn fresh_dim(&self, output: usize, axis: usize) -> Dim {
+    pub(crate) fn fresh_dim(&self, output: usize, axis: usize) -> Dim {
         Dim::Sym(format!("{}.{output}.{axis}", self.node_name))
     }
 }
@@ -217,12 +220,12 @@ impl<'a> EvalCtx<'a> {
             .ok_or_else(|| format!("input {i} is required"))
     }
 
-    pub fn opt_input(&self, i: usize) -> Option<&'a Tensor> {
+    pub(crate) fn opt_input(&self, i: usize) -> Option<&'a Tensor> {
         self.inputs.get(i).copied().flatten()
     }
 
     /// The declared type of input `i` (for its axis names), or an error if omitted.
-    pub fn input_type(&self, i: usize) -> Result<&'a TensorType, String> {
+    pub(crate) fn input_type(&self, i: usize) -> Result<&'a TensorType, String> {
         self.input_types
             .get(i)
             .copied()
@@ -318,7 +321,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 22] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 25] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -328,6 +331,9 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             norm::ops,
             shape::ops,
             gather::ops,
+            scatter::ops,
+            select::ops,
+            scan::ops,
             misc::ops,
             loss::ops,
             bitwise::ops,
@@ -359,7 +365,7 @@ pub fn lookup(name: &str) -> Option<&'static dyn Op> {
 
 /// Leaks `op` to give it the catalogue's `'static` lifetime; called once per op when the
 /// catalogue is built.
-pub fn leak<T: Op>(op: T) -> &'static dyn Op {
+pub(crate) fn leak<T: Op>(op: T) -> &'static dyn Op {
     Box::leak(Box::new(op))
 }
 
@@ -372,7 +378,7 @@ pub mod util {
 
     /// A new array of `shape` whose element at `idx` is `a[src(idx)]`, or `fill` where
     /// `src` gives `None`: the one gather loop behind Slice, Pad, Tile and friends.
-    pub fn remap<T: Elem>(
+    pub(crate) fn remap<T: Elem>(
         a: &ArrayD<T>,
         shape: &[usize],
         fill: T,
@@ -390,7 +396,7 @@ pub mod util {
     }
 
     /// An error unless every given input has the same dtype; returns it.
-    pub fn same_dtype(op: &str, inputs: &[&TensorType]) -> Result<DType, String> {
+    pub(crate) fn same_dtype(op: &str, inputs: &[&TensorType]) -> Result<DType, String> {
         let first = inputs
             .first()
             .ok_or_else(|| format!("{op} needs an input"))?
@@ -407,7 +413,7 @@ pub mod util {
     }
 
     /// An error unless `t`'s dtype satisfies `ok`; `what` describes the allowed set.
-    pub fn require_dtype(
+    pub(crate) fn require_dtype(
         t: &TensorType,
         input: usize,
         ok: fn(DType) -> bool,
@@ -425,7 +431,7 @@ pub mod util {
     pub(crate) const MAX_ELEMENTS: usize = 1 << 30;
 
     /// An error unless a tensor of `shape` stays within [`MAX_ELEMENTS`].
-    pub fn check_size(shape: &[usize]) -> Result<(), String> {
+    pub(crate) fn check_size(shape: &[usize]) -> Result<(), String> {
         match shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) {
             Some(n) if n <= MAX_ELEMENTS => Ok(()),
             _ => Err(format!(
@@ -434,7 +440,7 @@ pub mod util {
         }
     }
 
-    pub fn out(dtype: DType, shape: Shape) -> Vec<TensorType> {
+    pub(crate) fn out(dtype: DType, shape: Shape) -> Vec<TensorType> {
         vec![TensorType::new(dtype, shape)]
     }
 }

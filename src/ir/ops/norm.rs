@@ -497,7 +497,7 @@ impl Op for LpNorm {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![
         softmax(
             "Softmax",

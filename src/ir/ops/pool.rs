@@ -414,7 +414,7 @@ impl GlobalPool {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![
         leak(Pool {
             schema: OpSchema {

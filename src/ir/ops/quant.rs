@@ -275,6 +275,6 @@ impl Op for DynamicQuantize {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![leak(Quantize), leak(Dequantize), leak(DynamicQuantize)]
 }

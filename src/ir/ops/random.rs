@@ -22,22 +22,22 @@ const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// The stream key for one (seed, counter) pair: the counter is mixed before it meets
 /// the seed, so that neighbouring counters give unrelated keys.
-pub fn stream_key(seed: i64, counter: i64) -> u64 {
+pub(crate) fn stream_key(seed: i64, counter: i64) -> u64 {
     mix64((seed as u64) ^ mix64((counter as u64).wrapping_add(GOLDEN)))
 }
 
 /// 64 random bits for element `i` of the stream `key`: splitmix64's `i`-th output.
-pub fn bits(key: u64, i: u64) -> u64 {
+pub(crate) fn bits(key: u64, i: u64) -> u64 {
     mix64(key.wrapping_add(i.wrapping_add(1).wrapping_mul(GOLDEN)))
 }
 
 /// A uniform draw in [0, 1) from the top 53 bits.
-pub fn uniform(key: u64, i: u64) -> f64 {
+pub(crate) fn uniform(key: u64, i: u64) -> f64 {
     (bits(key, i) >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
 /// Whether element `i` is kept by a dropout of `ratio` on stream `key`.
-pub fn keep(key: u64, i: u64, ratio: f64) -> bool {
+pub(crate) fn keep(key: u64, i: u64, ratio: f64) -> bool {
     uniform(key, i) >= ratio
 }
 
@@ -136,6 +136,6 @@ impl Op for Dropout {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![leak(Dropout)]
 }

@@ -50,7 +50,7 @@ const REDUCE_ATTRS: &[AttrSpec] = &[
 ];
 
 /// Which axes to reduce: `None` when they are not known before run time.
-pub fn reduce_axes(
+pub(crate) fn reduce_axes(
     x: &Shape,
     axes_input: Option<Option<Vec<i64>>>,
     attrs: &Attrs,
@@ -316,7 +316,7 @@ impl Op for Arg {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![
         reduce("ReduceSum", "Sum over `axes` (all when omitted).", Kind::Sum),
         reduce("ReduceMean", "Mean over `axes`.", Kind::Mean),

@@ -488,6 +488,6 @@ fn resize_axis(
     Ok(y)
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![leak(Resize)]
 }

@@ -436,7 +436,7 @@ impl Op for Recurrent {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![
         leak(Recurrent {
             schema: OpSchema {

@@ -463,6 +463,6 @@ impl Op for MelWeightMatrix {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![leak(Dft), leak(Stft), leak(MelWeightMatrix)]
 }

@@ -50,7 +50,7 @@ impl Op for Assign {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![
         leak(Source(OpSchema {
             name: "Parameter",

@@ -210,6 +210,6 @@ impl Op for TfIdfVectorizer {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![leak(TfIdfVectorizer)]
 }

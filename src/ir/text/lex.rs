@@ -18,7 +18,7 @@ pub enum Tok {
 
 impl Tok {
     /// How an error message shows the token.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Tok::Ident(s) => format!("'{s}'"),
             Tok::Str(s) => format!("string {s:?}"),
@@ -242,7 +242,7 @@ impl Lexer<'_> {
 }
 
 /// The whole text as tokens, ending with `Eof`.
-pub fn lex(text: &str) -> Result<Vec<Token>, LexError> {
+pub(crate) fn lex(text: &str) -> Result<Vec<Token>, LexError> {
     let mut lx = Lexer {
         chars: text.chars().peekable(),
         line: 1,

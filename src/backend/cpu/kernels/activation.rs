@@ -27,7 +27,7 @@ pub enum Act {
 
 impl Act {
     /// The activation a fused op's attributes name.
-    pub fn from_attrs(attrs: &Attrs) -> Result<Act, String> {
+    pub(crate) fn from_attrs(attrs: &Attrs) -> Result<Act, String> {
         let name = attrs.string_or("activation", "none")?;
         let mut kv = std::collections::HashMap::new();
         for s in attrs.strings("activation_attrs")?.unwrap_or(&[]) {
@@ -59,12 +59,12 @@ impl Act {
 
     /// Applies the activation to every element of `x` in place (vectorized when the CPU
     /// has AVX2).
-    pub fn apply(self, x: &mut [f32]) {
+    pub(crate) fn apply(self, x: &mut [f32]) {
         self.apply_isa(isa::isa(), x)
     }
 
     /// [`Act::apply`] on the path `isa` asks for.
-    pub fn apply_isa(self, isa: Isa, x: &mut [f32]) {
+    pub(crate) fn apply_isa(self, isa: Isa, x: &mut [f32]) {
         if self == Act::None {
             return;
         }
@@ -80,7 +80,7 @@ impl Act {
 
     /// The activation of one value (the portable path).
     #[inline]
-    pub fn scalar(self, v: f32) -> f32 {
+    pub(crate) fn scalar(self, v: f32) -> f32 {
         match self {
             Act::None => v,
             // NaN stays NaN in every activation, as the ops have it.

@@ -52,7 +52,7 @@ pub fn available(isa: Isa) -> bool {
 /// [`available`] must hold. The tensors hold `n` floats, the scalars one; each output
 /// holds `n` floats and may be one of the tensor inputs (each element is read before
 /// it is written) but the outputs are disjoint.
-pub unsafe fn run(
+pub(crate) unsafe fn run(
     isa: Isa,
     ins: &[*const f32; 11],
     outs: &[*mut f32; 3],

@@ -25,7 +25,7 @@ pub enum BinOp {
 impl BinOp {
     /// The op on one pair (the portable path).
     #[inline]
-    pub fn scalar(self, a: f32, b: f32) -> f32 {
+    pub(crate) fn scalar(self, a: f32, b: f32) -> f32 {
         match self {
             BinOp::Add => a + b,
             BinOp::Sub => a - b,
@@ -58,24 +58,11 @@ pub(crate) fn broadcast_strides(shape: &[usize], out: &[usize]) -> Option<Vec<us
 }
 
 /// `out = a op b` with numpy broadcasting of `a` (shape `a_shape`) and `b` to
-/// `out_shape`.
+/// `out_shape`, on the path `isa` asks for (the tests' entry point; a step plans its
+/// broadcast once, at compile time).
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
-pub fn binary(
-    op: BinOp,
-    a: &[f32],
-    a_shape: &[usize],
-    b: &[f32],
-    b_shape: &[usize],
-    out: &mut [f32],
-    out_shape: &[usize],
-    pool: Option<&Pool>,
-) {
-    binary_isa(isa::isa(), op, a, a_shape, b, b_shape, out, out_shape, pool)
-}
-
-/// [`binary`] on the path `isa` asks for.
-#[allow(clippy::too_many_arguments)]
-pub fn binary_isa(
+pub(crate) fn binary_isa(
     isa: Isa,
     op: BinOp,
     a: &[f32],
@@ -108,7 +95,7 @@ pub struct Broadcast {
 
 impl Broadcast {
     /// Panics if a shape does not broadcast to `out_shape` (the verifier checked it).
-    pub fn new(a_shape: &[usize], b_shape: &[usize], out_shape: &[usize]) -> Broadcast {
+    pub(crate) fn new(a_shape: &[usize], b_shape: &[usize], out_shape: &[usize]) -> Broadcast {
         let total: usize = out_shape.iter().product();
         let strides = |s: &[usize]| {
             broadcast_strides(s, out_shape)
@@ -145,7 +132,7 @@ impl Broadcast {
 }
 
 /// [`binary`] with the broadcast worked out beforehand.
-pub fn binary_planned(
+pub(crate) fn binary_planned(
     isa: Isa,
     op: BinOp,
     plan: &Broadcast,
@@ -488,7 +475,7 @@ pub enum UnaryOp {
 impl UnaryOp {
     /// The op on one value (the portable path).
     #[inline]
-    pub fn scalar(self, x: f32) -> f32 {
+    pub(crate) fn scalar(self, x: f32) -> f32 {
         match self {
             UnaryOp::Neg => -x,
             UnaryOp::Abs => x.abs(),
@@ -505,23 +492,23 @@ impl UnaryOp {
 }
 
 /// `dst[i] = op(src[i])`.
-pub fn unary(op: UnaryOp, src: &[f32], dst: &mut [f32]) {
+pub(crate) fn unary(op: UnaryOp, src: &[f32], dst: &mut [f32]) {
     unary_isa(isa::isa(), op, src, dst)
 }
 
 /// `x[i] = op(x[i])`.
-pub fn unary_inplace(op: UnaryOp, x: &mut [f32]) {
+pub(crate) fn unary_inplace(op: UnaryOp, x: &mut [f32]) {
     unary_inplace_isa(isa::isa(), op, x)
 }
 
 /// [`unary`] on the path `isa` asks for.
-pub fn unary_isa(isa: Isa, op: UnaryOp, src: &[f32], dst: &mut [f32]) {
+pub(crate) fn unary_isa(isa: Isa, op: UnaryOp, src: &[f32], dst: &mut [f32]) {
     assert_eq!(src.len(), dst.len());
     unary_ptr(isa, op, src.as_ptr(), dst.as_mut_ptr(), src.len())
 }
 
 /// [`unary_inplace`] on the path `isa` asks for.
-pub fn unary_inplace_isa(isa: Isa, op: UnaryOp, x: &mut [f32]) {
+pub(crate) fn unary_inplace_isa(isa: Isa, op: UnaryOp, x: &mut [f32]) {
     let p = x.as_mut_ptr();
     unary_ptr(isa, op, p, p, x.len())
 }

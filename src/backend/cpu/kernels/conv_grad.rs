@@ -14,13 +14,13 @@ use crate::backend::cpu::pool::Pool;
 
 /// Whether [`conv_per_position`] suits `s`: group 1, few output positions, enough
 /// images to fill the GEMM's rows, and a filter much larger than the output.
-pub fn per_position_suits(s: &ConvShape) -> bool {
+pub(crate) fn per_position_suits(s: &ConvShape) -> bool {
     s.groups == 1 && s.oh * s.ow <= 64 && s.n >= 8 && s.kh * s.kw >= 4 * s.oh * s.ow
 }
 
 /// Floats of scratch [`conv_per_position`] needs: the window matrix of every position
 /// and image, and the product.
-pub fn per_position_scratch_len(s: &ConvShape) -> usize {
+pub(crate) fn per_position_scratch_len(s: &ConvShape) -> usize {
     let rows = s.oh * s.ow * s.n;
     rows * s.ic * s.kh * s.kw + rows * s.oc
 }
@@ -34,7 +34,7 @@ pub fn per_position_scratch_len(s: &ConvShape) -> usize {
 /// `scratch` [`per_position_scratch_len`]; `y` and `scratch` must not overlap each other
 /// or the inputs.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn conv_per_position(
+pub(crate) unsafe fn conv_per_position(
     isa: Isa,
     pool: Option<&Pool>,
     s: &ConvShape,

@@ -32,7 +32,7 @@ pub struct ConvTransposeShape {
 
 impl ConvTransposeShape {
     /// Checks the channels against the groups.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         let g = self.groups;
         if g == 0 || !self.c.is_multiple_of(g) || !self.m.is_multiple_of(g) {
             return Err(format!(
@@ -47,14 +47,8 @@ impl ConvTransposeShape {
     }
 
     /// Floats of scratch [`conv_transpose`] needs: one group's column matrix.
-    pub fn scratch_len(&self) -> usize {
+    pub(crate) fn scratch_len(&self) -> usize {
         self.m / self.groups * self.kh * self.kw * self.h * self.w
-    }
-
-    /// Multiply-adds times two.
-    pub fn flops(&self) -> f64 {
-        2.0 * (self.n * self.c * self.h * self.w) as f64
-            * (self.m / self.groups * self.kh * self.kw) as f64
     }
 }
 
@@ -78,7 +72,7 @@ fn valid(len: usize, stride: usize, tap: usize, pad: usize, out: usize) -> (usiz
 /// `scratch` [`ConvTransposeShape::scratch_len`]; `y` and `scratch` must not overlap
 /// each other or the inputs.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn conv_transpose(
+pub(crate) unsafe fn conv_transpose(
     isa: Isa,
     pool: Option<&Pool>,
     s: &ConvTransposeShape,

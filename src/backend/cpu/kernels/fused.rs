@@ -71,6 +71,7 @@ struct Instr {
 #[derive(Debug, Clone)]
 pub struct FusedLoop {
     instrs: Vec<Instr>,
+    #[cfg(test)]
     buffers: usize,
     /// The outer axes' sizes and, per axis, every input's stride (`inputs` per axis).
     outer: Vec<usize>,
@@ -92,7 +93,7 @@ impl FusedLoop {
     /// does not fit: more inputs or live results than the loop holds, an operand count
     /// the operation does not take, an exported step that is not an earlier one, or a
     /// shape that does not broadcast.
-    pub fn new(
+    pub(crate) fn new(
         steps: &[(StepOp, Vec<Operand>)],
         exported: &[usize],
         input_shapes: &[&[usize]],
@@ -186,6 +187,7 @@ impl FusedLoop {
         let (inner, inner_strides) = dims.pop().unwrap_or((1, vec![0; n]));
         Some(FusedLoop {
             instrs,
+            #[cfg(test)]
             buffers,
             outer: dims.iter().map(|d| d.0).collect(),
             strides: dims.iter().flat_map(|d| d.1.iter().copied()).collect(),
@@ -198,17 +200,13 @@ impl FusedLoop {
     }
 
     /// How many tile buffers the loop keeps live.
-    pub fn buffers(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn buffers(&self) -> usize {
         self.buffers
     }
 
-    /// How many elements each input must hold.
-    pub fn input_lens(&self) -> &[usize] {
-        &self.input_lens
-    }
-
     /// How many outputs the loop writes (1 + the exported steps).
-    pub fn outputs(&self) -> usize {
+    pub(crate) fn outputs(&self) -> usize {
         1 + self.exports.len()
     }
 
@@ -220,7 +218,7 @@ impl FusedLoop {
     /// `inputs[k]` points to [`FusedLoop::input_lens`]`[k]` readable floats and each of
     /// `outs` to the output's writable floats; the outputs are disjoint, and no input
     /// overlaps an output unless it is that output itself.
-    pub unsafe fn run(
+    pub(crate) unsafe fn run(
         &self,
         isa: Isa,
         inputs: &[*const f32],

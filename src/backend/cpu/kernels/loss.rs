@@ -15,7 +15,7 @@ pub enum LossReduction {
 }
 
 impl LossReduction {
-    pub fn from_attr(s: &str) -> Option<LossReduction> {
+    pub(crate) fn from_attr(s: &str) -> Option<LossReduction> {
         Some(match s {
             "none" => LossReduction::None,
             "sum" => LossReduction::Sum,
@@ -27,7 +27,7 @@ impl LossReduction {
 
 /// Writes `log_prob` [rows × classes] and `loss` ([rows] for `None`, else one value).
 #[allow(clippy::too_many_arguments)]
-pub fn softmax_cross_entropy<I: Index>(
+pub(crate) fn softmax_cross_entropy<I: Index>(
     isa: Isa,
     scores: &[f32],
     labels: &[I],

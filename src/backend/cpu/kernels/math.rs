@@ -3,14 +3,14 @@
 //! Each function has a portable scalar form (`exp`, `tanh`, ...) and an AVX2+FMA form on
 //! eight lanes (`avx2::exp`, ...) that evaluate the same range reductions and the same
 //! polynomials, so the two paths agree to within rounding (the vector form fuses the
-//! multiply-adds). The slice functions (`exp_inplace`, ...) pick the path with
-//! [`isa::isa`]; the `_isa` forms take the path explicitly so tests can run both.
+//! multiply-adds). The kernels call them per element or per vector; the tests run both
+//! paths over slices (`exp_inplace_isa`, ...).
 //!
 //! Accuracy against f64 over the whole f32 range, each bound asserted by its test: exp
 //! 1.2 ulp, tanh 1.3, sigmoid 2.2, erf 2.4 (and 1.5e-7 absolute), with
 //! overflow to inf, underflow to 0 (through the subnormals), and NaN propagated.
 //! The polynomial coefficients are Chebyshev interpolants fitted for this file.
-use crate::backend::cpu::isa::{self, Isa};
+use crate::backend::cpu::isa::Isa;
 
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// ln 2 split so that `n · LN2_HI` is exact for the |n| ≤ 150 used here.
@@ -96,7 +96,7 @@ fn pow2(n: i32) -> f32 {
 
 /// max(x, 0) that keeps NaN, as the Relu op does (`f32::max` would drop it).
 #[inline(always)]
-pub fn relu(x: f32) -> f32 {
+pub(crate) fn relu(x: f32) -> f32 {
     if x > 0.0 || x.is_nan() {
         x
     } else {
@@ -106,7 +106,7 @@ pub fn relu(x: f32) -> f32 {
 
 /// e^x (portable).
 #[inline]
-pub fn exp(x: f32) -> f32 {
+pub(crate) fn exp(x: f32) -> f32 {
     // NaN passes through clamp.
     let x = x.clamp(EXP_MIN, EXP_MAX);
     let t = x * LOG2E + ROUND_MAGIC;
@@ -121,7 +121,7 @@ pub fn exp(x: f32) -> f32 {
 
 /// tanh(x) (portable).
 #[inline]
-pub fn tanh(x: f32) -> f32 {
+pub(crate) fn tanh(x: f32) -> f32 {
     let a = x.abs();
     if a < TANH_SMALL {
         let z = x * x;
@@ -134,7 +134,7 @@ pub fn tanh(x: f32) -> f32 {
 
 /// erf(x) (portable).
 #[inline]
-pub fn erf(x: f32) -> f32 {
+pub(crate) fn erf(x: f32) -> f32 {
     let a = x.abs();
     if a < ERF_SMALL {
         x * horner(&ERF_C, x * x)
@@ -148,14 +148,14 @@ pub fn erf(x: f32) -> f32 {
 
 /// 1 / (1 + e^{-x}) (portable), without overflow or cancellation for large |x|.
 #[inline]
-pub fn sigmoid(x: f32) -> f32 {
+pub(crate) fn sigmoid(x: f32) -> f32 {
     let e = exp(-x.abs());
     let num = if x < 0.0 { e } else { 1.0 };
     num / (1.0 + e)
 }
 
 /// Whether this CPU can run the AVX2+FMA forms.
-pub fn avx2_available() -> bool {
+pub(crate) fn avx2_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
@@ -168,12 +168,12 @@ pub fn avx2_available() -> bool {
 
 /// Whether `isa` asks for the AVX2 path and the CPU has it.
 #[inline]
-pub fn use_avx2(isa: Isa) -> bool {
+pub(crate) fn use_avx2(isa: Isa) -> bool {
     isa >= Isa::Avx2 && avx2_available()
 }
 
 /// Whether the AVX-512F forms may run for `isa` on this CPU.
-pub fn use_avx512(isa: Isa) -> bool {
+pub(crate) fn use_avx512(isa: Isa) -> bool {
     isa >= Isa::Avx512 && crate::backend::cpu::isa::detected() >= Isa::Avx512
 }
 
@@ -220,7 +220,7 @@ pub mod avx2 {
     /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn max_min_nan(max: bool, x: __m256, y: __m256) -> __m256 {
+    pub(crate) unsafe fn max_min_nan(max: bool, x: __m256, y: __m256) -> __m256 {
         let r = if max {
             _mm256_max_ps(x, y)
         } else {
@@ -237,7 +237,7 @@ pub mod avx2 {
     /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn abs(x: __m256) -> __m256 {
+    pub(crate) unsafe fn abs(x: __m256) -> __m256 {
         // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
         // used, and the CPU features it is compiled for.
         unsafe { _mm256_andnot_ps(splat(-0.0), x) }
@@ -261,7 +261,7 @@ pub mod avx2 {
     /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn exp(x: __m256) -> __m256 {
+    pub(crate) unsafe fn exp(x: __m256) -> __m256 {
         // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
         // used, and the CPU features it is compiled for.
         unsafe {
@@ -288,7 +288,7 @@ pub mod avx2 {
     /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn tanh(x: __m256) -> __m256 {
+    pub(crate) unsafe fn tanh(x: __m256) -> __m256 {
         // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
         // used, and the CPU features it is compiled for.
         unsafe {
@@ -310,7 +310,7 @@ pub mod avx2 {
     /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn erf(x: __m256) -> __m256 {
+    pub(crate) unsafe fn erf(x: __m256) -> __m256 {
         // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
         // used, and the CPU features it is compiled for.
         unsafe {
@@ -332,7 +332,7 @@ pub mod avx2 {
     /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn sigmoid(x: __m256) -> __m256 {
+    pub(crate) unsafe fn sigmoid(x: __m256) -> __m256 {
         // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
         // used, and the CPU features it is compiled for.
         unsafe {
@@ -349,7 +349,12 @@ pub mod avx2 {
     /// # Safety
     /// AVX2+FMA; `src` readable and `dst` writable for `n` floats; `f` inlinable.
     #[inline(always)]
-    pub unsafe fn map(src: *const f32, dst: *mut f32, n: usize, f: impl Fn(__m256) -> __m256) {
+    pub(crate) unsafe fn map(
+        src: *const f32,
+        dst: *mut f32,
+        n: usize,
+        f: impl Fn(__m256) -> __m256,
+    ) {
         // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
         // used, and the CPU features it is compiled for.
         unsafe {
@@ -367,6 +372,7 @@ pub mod avx2 {
         }
     }
 
+    #[cfg(test)]
     macro_rules! slice_fn {
         ($name:ident, $f:ident) => {
             /// The function over `n` floats from `src` into `dst` (which may equal `src`).
@@ -374,28 +380,31 @@ pub mod avx2 {
             /// # Safety
             /// AVX2+FMA; `src` readable and `dst` writable for `n` floats.
             #[target_feature(enable = "avx2,fma")]
-            pub unsafe fn $name(src: *const f32, dst: *mut f32, n: usize) {
+            pub(crate) unsafe fn $name(src: *const f32, dst: *mut f32, n: usize) {
                 // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
                 // used, and the CPU features it is compiled for.
                 unsafe { map(src, dst, n, |v| $f(v)) }
             }
         };
     }
+    #[cfg(test)]
     slice_fn!(exp_slice, exp);
+    #[cfg(test)]
     slice_fn!(tanh_slice, tanh);
+    #[cfg(test)]
     slice_fn!(erf_slice, erf);
+    #[cfg(test)]
     slice_fn!(sigmoid_slice, sigmoid);
 }
 
-macro_rules! public_slice_fns {
-    ($inplace:ident, $inplace_isa:ident, $to:ident, $to_isa:ident, $scalar:ident, $vec:ident, $what:literal) => {
-        #[doc = concat!("Replaces every element of `x` with its ", $what, ".")]
-        pub fn $inplace(x: &mut [f32]) {
-            $inplace_isa(isa::isa(), x)
-        }
-
-        #[doc = concat!("[`", stringify!($inplace), "`] on the path `isa` asks for.")]
-        pub fn $inplace_isa(isa: Isa, x: &mut [f32]) {
+/// The slice forms the accuracy tests drive both paths through (the kernels call the
+/// scalar and vector functions directly).
+#[cfg(test)]
+macro_rules! slice_fn_isa {
+    ($name:ident, $scalar:ident, $vec:ident) => {
+        /// Replaces every element of `x` with the function's value, on the path `isa`
+        /// asks for.
+        pub(crate) fn $name(isa: Isa, x: &mut [f32]) {
             #[cfg(target_arch = "x86_64")]
             if use_avx2(isa) {
                 let p = x.as_mut_ptr();
@@ -406,63 +415,17 @@ macro_rules! public_slice_fns {
             let _ = isa;
             x.iter_mut().for_each(|v| *v = $scalar(*v));
         }
-
-        #[doc = concat!("Writes the ", $what, " of each `src` element to `dst` (same lengths).")]
-        pub fn $to(src: &[f32], dst: &mut [f32]) {
-            $to_isa(isa::isa(), src, dst)
-        }
-
-        #[doc = concat!("[`", stringify!($to), "`] on the path `isa` asks for.")]
-        pub fn $to_isa(isa: Isa, src: &[f32], dst: &mut [f32]) {
-            assert_eq!(src.len(), dst.len());
-            #[cfg(target_arch = "x86_64")]
-            if use_avx2(isa) {
-                // SAFETY: AVX2+FMA checked; both slices hold src.len() floats.
-                unsafe { avx2::$vec(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
-                return;
-            }
-            let _ = isa;
-            dst.iter_mut().zip(src).for_each(|(d, &s)| *d = $scalar(s));
-        }
     };
 }
 
-public_slice_fns!(
-    exp_inplace,
-    exp_inplace_isa,
-    exp_to,
-    exp_to_isa,
-    exp,
-    exp_slice,
-    "exponential"
-);
-public_slice_fns!(
-    tanh_inplace,
-    tanh_inplace_isa,
-    tanh_to,
-    tanh_to_isa,
-    tanh,
-    tanh_slice,
-    "tanh"
-);
-public_slice_fns!(
-    erf_inplace,
-    erf_inplace_isa,
-    erf_to,
-    erf_to_isa,
-    erf,
-    erf_slice,
-    "erf"
-);
-public_slice_fns!(
-    sigmoid_inplace,
-    sigmoid_inplace_isa,
-    sigmoid_to,
-    sigmoid_to_isa,
-    sigmoid,
-    sigmoid_slice,
-    "logistic sigmoid"
-);
+#[cfg(test)]
+slice_fn_isa!(exp_inplace_isa, exp, exp_slice);
+#[cfg(test)]
+slice_fn_isa!(tanh_inplace_isa, tanh, tanh_slice);
+#[cfg(test)]
+slice_fn_isa!(erf_inplace_isa, erf, erf_slice);
+#[cfg(test)]
+slice_fn_isa!(sigmoid_inplace_isa, sigmoid, sigmoid_slice);
 
 #[cfg(test)]
 pub(crate) mod tests {
@@ -625,15 +588,12 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn to_matches_inplace_and_ragged_tails() {
+    fn ragged_tails() {
         for isa in isas() {
             for n in [0, 1, 7, 8, 9, 33, 100] {
                 let src: Vec<f32> = (0..n).map(|i| i as f32 * 0.37 - 5.0).collect();
                 let mut a = src.clone();
                 tanh_inplace_isa(isa, &mut a);
-                let mut b = vec![0.0; n];
-                tanh_to_isa(isa, &src, &mut b);
-                assert_eq!(a, b);
                 for (x, y) in src.iter().zip(&a) {
                     assert_eq!(*y, tanh(*x).clamp(*y - 1e-6, *y + 1e-6));
                 }

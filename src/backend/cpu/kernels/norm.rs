@@ -16,7 +16,7 @@ pub struct NormStats<'a> {
 /// LayerNormalization of each length-`n` row of `src` into `dst`; `gamma` (and `beta`
 /// if given) hold `n` values. `stats`, if given, receives each row's mean and 1/σ.
 #[allow(clippy::too_many_arguments)]
-pub fn layer_norm(
+pub(crate) fn layer_norm(
     src: &[f32],
     dst: &mut [f32],
     rows: usize,
@@ -42,24 +42,10 @@ pub fn layer_norm(
     )
 }
 
-/// [`layer_norm`] in place.
-#[allow(clippy::too_many_arguments)]
-pub fn layer_norm_inplace(
-    x: &mut [f32],
-    rows: usize,
-    n: usize,
-    gamma: &[f32],
-    beta: Option<&[f32]>,
-    eps: f32,
-    stats: Option<NormStats<'_>>,
-    pool: Option<&Pool>,
-) {
-    layer_norm_inplace_isa(isa::isa(), x, rows, n, gamma, beta, eps, stats, pool)
-}
-
 /// [`layer_norm`] on the path `isa` asks for.
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
-pub fn layer_norm_isa(
+pub(crate) fn layer_norm_isa(
     isa: Isa,
     src: &[f32],
     dst: &mut [f32],
@@ -86,9 +72,10 @@ pub fn layer_norm_isa(
     )
 }
 
-/// [`layer_norm_inplace`] on the path `isa` asks for.
+/// [`layer_norm`] in place, on the path `isa` asks for.
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
-pub fn layer_norm_inplace_isa(
+pub(crate) fn layer_norm_inplace_isa(
     isa: Isa,
     x: &mut [f32],
     rows: usize,

@@ -8,7 +8,7 @@ use crate::backend::cpu::pool::Pool;
 
 /// Pools `x` [planes × h × w] by `kernel` windows into `y` and `indices` (flat over the
 /// whole input), each [planes × h/kh × w/kw].
-pub fn max_pool_tiles(
+pub(crate) fn max_pool_tiles(
     x: &[f32],
     planes: usize,
     [h, w]: [usize; 2],

@@ -32,7 +32,8 @@ pub struct Pool2d {
 
 impl Pool2d {
     /// A `kh × kw` window with stride 1, no padding and no dilation.
-    pub fn new(kernel: [usize; 2]) -> Pool2d {
+    #[cfg(test)]
+    pub(crate) fn new(kernel: [usize; 2]) -> Pool2d {
         Pool2d {
             kernel,
             strides: [1, 1],
@@ -45,7 +46,7 @@ impl Pool2d {
 
     /// The output size along axis `a` (0 = H, 1 = W) for an input of size `n`, or None
     /// when the window does not fit the padded input.
-    pub fn out_len(&self, a: usize, n: usize) -> Option<usize> {
+    pub(crate) fn out_len(&self, a: usize, n: usize) -> Option<usize> {
         let (pb, pe) = (self.pads[a], self.pads[a + 2]);
         let extent = (self.kernel[a] - 1) * self.dilations[a] + 1;
         let padded = n + pb + pe;
@@ -64,7 +65,7 @@ impl Pool2d {
     }
 
     /// The output [OH, OW] for an input [H, W]; panics if the window does not fit.
-    pub fn out_dims(&self, h: usize, w: usize) -> [usize; 2] {
+    pub(crate) fn out_dims(&self, h: usize, w: usize) -> [usize; 2] {
         [
             self.out_len(0, h)
                 .expect("pool window larger than padded height"),
@@ -176,7 +177,7 @@ fn coord(p: &Pool2d, a: usize, o: usize, t: usize) -> usize {
 /// [`Pool2d::out_dims`]). For Max, `indices` (same size as `y`) receives ONNX's
 /// flat input index of each maximum when given.
 #[allow(clippy::too_many_arguments)]
-pub fn pool2d_nchw(
+pub(crate) fn pool2d_nchw(
     kind: PoolKind,
     p: &Pool2d,
     x: &[f32],
@@ -192,7 +193,7 @@ pub fn pool2d_nchw(
 /// a row at once where the window has horizontal stride 1 and lies inside the row
 /// (and no indices are asked for); the rest is scalar.
 #[allow(clippy::too_many_arguments)]
-pub fn pool2d_nchw_isa(
+pub(crate) fn pool2d_nchw_isa(
     isa: Isa,
     kind: PoolKind,
     p: &Pool2d,
@@ -451,7 +452,7 @@ unsafe fn plain_row_avx2(
 /// 2-D pool over blocked `x` ([n, ceil(c/block), h, w, block]) into `y` ([n,
 /// ceil(c/block), OH, OW, block]). Pad lanes of the output are written as 0.
 #[allow(clippy::too_many_arguments)]
-pub fn pool2d_blocked(
+pub(crate) fn pool2d_blocked(
     kind: PoolKind,
     p: &Pool2d,
     x: &[f32],
@@ -465,7 +466,7 @@ pub fn pool2d_blocked(
 
 /// [`pool2d_blocked`] on the path `isa` asks for.
 #[allow(clippy::too_many_arguments)]
-pub fn pool2d_blocked_isa(
+pub(crate) fn pool2d_blocked_isa(
     isa: Isa,
     kind: PoolKind,
     p: &Pool2d,
@@ -742,7 +743,7 @@ unsafe fn reduce_avx2(kind: PoolKind, xs: &[f32], taps: &Taps, count: usize, out
 }
 
 /// GlobalMaxPool / GlobalAveragePool over plain `x` ([n·c] rows of `hw`) into `y` ([n·c]).
-pub fn global_pool_nchw(
+pub(crate) fn global_pool_nchw(
     kind: PoolKind,
     x: &[f32],
     nc: usize,
@@ -754,7 +755,7 @@ pub fn global_pool_nchw(
 }
 
 /// [`global_pool_nchw`] on the path `isa` asks for.
-pub fn global_pool_nchw_isa(
+pub(crate) fn global_pool_nchw_isa(
     isa: Isa,
     kind: PoolKind,
     x: &[f32],
@@ -829,7 +830,7 @@ unsafe fn reduce_row_avx2(kind: PoolKind, xs: &[f32]) -> f32 {
 /// GlobalMaxPool / GlobalAveragePool over blocked `x` ([n·ceil(c/block)] planes of
 /// `hw × block`) into `y` ([n·ceil(c/block), block]); pad lanes come out 0.
 #[allow(clippy::too_many_arguments)]
-pub fn global_pool_blocked(
+pub(crate) fn global_pool_blocked(
     kind: PoolKind,
     x: &[f32],
     n: usize,
@@ -844,7 +845,7 @@ pub fn global_pool_blocked(
 
 /// [`global_pool_blocked`] on the path `isa` asks for.
 #[allow(clippy::too_many_arguments)]
-pub fn global_pool_blocked_isa(
+pub(crate) fn global_pool_blocked_isa(
     isa: Isa,
     kind: PoolKind,
     x: &[f32],

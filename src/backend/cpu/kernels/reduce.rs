@@ -30,7 +30,7 @@ pub enum ReduceKind {
 
 impl ReduceKind {
     /// The kind an op name asks for.
-    pub fn from_op(op: &str) -> Option<ReduceKind> {
+    pub(crate) fn from_op(op: &str) -> Option<ReduceKind> {
         Some(match op {
             "ReduceSum" => ReduceKind::Sum,
             "ReduceMean" => ReduceKind::Mean,
@@ -133,7 +133,7 @@ pub struct ReducePlan {
 
 impl ReducePlan {
     /// `axes`: the reduced axes of `shape` (any order, each once).
-    pub fn new(shape: &[usize], axes: &[usize]) -> ReducePlan {
+    pub(crate) fn new(shape: &[usize], axes: &[usize]) -> ReducePlan {
         // Size-1 axes dropped; adjacent axes of the same kind merged (the input is dense).
         let mut runs: Vec<(usize, bool)> = vec![];
         for (ax, &size) in shape.iter().enumerate() {
@@ -177,11 +177,7 @@ impl ReducePlan {
         }
     }
 
-    pub fn in_len(&self) -> usize {
-        self.in_len
-    }
-
-    pub fn out_len(&self) -> usize {
+    pub(crate) fn out_len(&self) -> usize {
         self.out_len
     }
 
@@ -203,7 +199,7 @@ impl ReducePlan {
 
 /// Reduces `x` into `y` as `plan` says. LogSumExp with a kept innermost run needs
 /// `scratch` of `y.len()` floats (the per-output maxima); otherwise it may be empty.
-pub fn reduce(
+pub(crate) fn reduce(
     isa: Isa,
     kind: ReduceKind,
     plan: &ReducePlan,
@@ -390,7 +386,7 @@ mod avx2 {
     /// # Safety
     /// AVX2+FMA.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn fold_run(fold: Fold, x: &[f32], shift: f32) -> f32 {
+    pub(crate) unsafe fn fold_run(fold: Fold, x: &[f32], shift: f32) -> f32 {
         // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
         // used, and the CPU features it is compiled for.
         unsafe {
@@ -445,7 +441,7 @@ mod avx2 {
     /// # Safety
     /// AVX2+FMA; `x` as long as `acc`, and `shift` too for `ExpSum`.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn fold_rows(fold: Fold, acc: &mut [f32], x: &[f32], shift: &[f32]) {
+    pub(crate) unsafe fn fold_rows(fold: Fold, acc: &mut [f32], x: &[f32], shift: &[f32]) {
         // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
         // used, and the CPU features it is compiled for.
         unsafe {

@@ -10,7 +10,7 @@ use crate::backend::cpu::pool::Pool;
 const TILE: usize = 64;
 
 /// Plain `src` [n, c, spatial] to blocked `dst` [n, ceil(c/block), spatial, block].
-pub fn to_blocked(
+pub(crate) fn to_blocked(
     src: &[f32],
     dst: &mut [f32],
     n: usize,
@@ -24,7 +24,7 @@ pub fn to_blocked(
 
 /// [`to_blocked`] on the path `isa` asks for.
 #[allow(clippy::too_many_arguments)]
-pub fn to_blocked_isa(
+pub(crate) fn to_blocked_isa(
     isa: Isa,
     src: &[f32],
     dst: &mut [f32],
@@ -90,7 +90,7 @@ pub fn to_blocked_isa(
 }
 
 /// Blocked `src` [n, ceil(c/block), spatial, block] to plain `dst` [n, c, spatial].
-pub fn to_plain(
+pub(crate) fn to_plain(
     src: &[f32],
     dst: &mut [f32],
     n: usize,
@@ -104,7 +104,7 @@ pub fn to_plain(
 
 /// [`to_plain`] on the path `isa` asks for.
 #[allow(clippy::too_many_arguments)]
-pub fn to_plain_isa(
+pub(crate) fn to_plain_isa(
     isa: Isa,
     src: &[f32],
     dst: &mut [f32],

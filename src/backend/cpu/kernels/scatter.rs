@@ -15,7 +15,7 @@ pub enum ScatterReduce {
 }
 
 impl ScatterReduce {
-    pub fn from_attr(s: &str) -> Option<ScatterReduce> {
+    pub(crate) fn from_attr(s: &str) -> Option<ScatterReduce> {
         Some(match s {
             "none" => ScatterReduce::None,
             "add" => ScatterReduce::Add,
@@ -48,7 +48,11 @@ pub struct ScatterPlan {
 }
 
 impl ScatterPlan {
-    pub fn new(data: &[usize], indices: &[usize], axis: usize) -> Result<ScatterPlan, String> {
+    pub(crate) fn new(
+        data: &[usize],
+        indices: &[usize],
+        axis: usize,
+    ) -> Result<ScatterPlan, String> {
         if data.len() != indices.len() || axis >= data.len().max(1) {
             return Err(format!(
                 "indices {indices:?} on axis {axis} of data {data:?}: ranks or axis do not match"
@@ -87,7 +91,7 @@ impl Index for i32 {
 /// `out[i with its axis coordinate replaced by idx[i]] (reduce)= upd[i]` for every i in
 /// row-major order; `out` holds the data. Negative indices count from the end; an index
 /// out of range is an error (what landed before it stays).
-pub fn scatter_elements<I: Index>(
+pub(crate) fn scatter_elements<I: Index>(
     plan: &ScatterPlan,
     reduce: ScatterReduce,
     idx: &[I],

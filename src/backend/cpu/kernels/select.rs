@@ -25,7 +25,7 @@ pub struct Walk {
 
 impl Walk {
     /// `None` when a shape does not broadcast to `out` (or there are more than four).
-    pub fn new(shapes: &[&[usize]], out: &[usize]) -> Option<Walk> {
+    pub(crate) fn new(shapes: &[&[usize]], out: &[usize]) -> Option<Walk> {
         if shapes.len() > OPERANDS {
             return None;
         }
@@ -57,11 +57,6 @@ impl Walk {
             total: out.iter().product(),
             lens,
         })
-    }
-
-    /// Elements of the output.
-    pub fn total(&self) -> usize {
-        self.total
     }
 
     /// Calls `row(offsets, out_offset, len)` for every inner run, split over `pool`.
@@ -110,7 +105,7 @@ pub enum CmpOp {
 }
 
 impl CmpOp {
-    pub fn from_op(op: &str) -> Option<CmpOp> {
+    pub(crate) fn from_op(op: &str) -> Option<CmpOp> {
         Some(match op {
             "Equal" => CmpOp::Equal,
             "Greater" => CmpOp::Greater,
@@ -123,7 +118,7 @@ impl CmpOp {
 }
 
 /// `out = a op b` (0 or 1 bytes), broadcast as `walk` says (operands 0 and 1).
-pub fn compare<T: PartialOrd + Copy + Send + Sync>(
+pub(crate) fn compare<T: PartialOrd + Copy + Send + Sync>(
     op: CmpOp,
     walk: &Walk,
     a: &[T],
@@ -183,7 +178,7 @@ fn compare_with<T: Copy + Send + Sync>(
 /// # Safety
 /// `cond`, `x` and `y` must hold the walk's operand lengths and `out` its total; `out`
 /// may overlap only an operand of the output's shape, element for element.
-pub unsafe fn select<T: Copy + Send + Sync>(
+pub(crate) unsafe fn select<T: Copy + Send + Sync>(
     walk: &Walk,
     cond: *const u8,
     x: *const T,
@@ -243,7 +238,7 @@ pub unsafe fn select<T: Copy + Send + Sync>(
 ///
 /// # Safety
 /// The operands must hold the walk's lengths and `out` its total.
-pub unsafe fn compare_select(
+pub(crate) unsafe fn compare_select(
     op: CmpOp,
     walk: &Walk,
     operands: [*const f32; OPERANDS],
@@ -476,7 +471,7 @@ impl CastElem for u8 {
 ///
 /// # Safety
 /// `src` and `out` must hold `len` elements.
-pub unsafe fn cast<S: CastElem, D: CastElem>(
+pub(crate) unsafe fn cast<S: CastElem, D: CastElem>(
     src: *const S,
     out: *mut D,
     len: usize,

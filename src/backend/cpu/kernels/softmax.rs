@@ -5,27 +5,23 @@ use crate::backend::cpu::isa::{self, Isa};
 use crate::backend::cpu::pool::Pool;
 
 /// Softmax of each length-`n` row of `src` into `dst`.
-pub fn softmax(src: &[f32], dst: &mut [f32], rows: usize, n: usize, pool: Option<&Pool>) {
+pub(crate) fn softmax(src: &[f32], dst: &mut [f32], rows: usize, n: usize, pool: Option<&Pool>) {
     softmax_isa(isa::isa(), src, dst, rows, n, pool)
 }
 
-/// Softmax of each length-`n` row of `x`, in place.
-pub fn softmax_inplace(x: &mut [f32], rows: usize, n: usize, pool: Option<&Pool>) {
-    softmax_inplace_isa(isa::isa(), x, rows, n, pool)
-}
-
 /// LogSoftmax of each length-`n` row of `src` into `dst`.
-pub fn log_softmax(src: &[f32], dst: &mut [f32], rows: usize, n: usize, pool: Option<&Pool>) {
+pub(crate) fn log_softmax(
+    src: &[f32],
+    dst: &mut [f32],
+    rows: usize,
+    n: usize,
+    pool: Option<&Pool>,
+) {
     log_softmax_isa(isa::isa(), src, dst, rows, n, pool)
 }
 
-/// LogSoftmax of each length-`n` row of `x`, in place.
-pub fn log_softmax_inplace(x: &mut [f32], rows: usize, n: usize, pool: Option<&Pool>) {
-    log_softmax_inplace_isa(isa::isa(), x, rows, n, pool)
-}
-
 /// [`softmax`] on the path `isa` asks for.
-pub fn softmax_isa(
+pub(crate) fn softmax_isa(
     isa: Isa,
     src: &[f32],
     dst: &mut [f32],
@@ -37,15 +33,22 @@ pub fn softmax_isa(
     run(isa, src.as_ptr(), dst.as_mut_ptr(), rows, n, false, pool)
 }
 
-/// [`softmax_inplace`] on the path `isa` asks for.
-pub fn softmax_inplace_isa(isa: Isa, x: &mut [f32], rows: usize, n: usize, pool: Option<&Pool>) {
+/// Softmax of each length-`n` row of `x`, in place, on the path `isa` asks for.
+#[cfg(test)]
+pub(crate) fn softmax_inplace_isa(
+    isa: Isa,
+    x: &mut [f32],
+    rows: usize,
+    n: usize,
+    pool: Option<&Pool>,
+) {
     assert!(x.len() >= rows * n);
     let p = x.as_mut_ptr();
     run(isa, p, p, rows, n, false, pool)
 }
 
 /// [`log_softmax`] on the path `isa` asks for.
-pub fn log_softmax_isa(
+pub(crate) fn log_softmax_isa(
     isa: Isa,
     src: &[f32],
     dst: &mut [f32],
@@ -57,8 +60,9 @@ pub fn log_softmax_isa(
     run(isa, src.as_ptr(), dst.as_mut_ptr(), rows, n, true, pool)
 }
 
-/// [`log_softmax_inplace`] on the path `isa` asks for.
-pub fn log_softmax_inplace_isa(
+/// LogSoftmax of each length-`n` row of `x`, in place, on the path `isa` asks for.
+#[cfg(test)]
+pub(crate) fn log_softmax_inplace_isa(
     isa: Isa,
     x: &mut [f32],
     rows: usize,

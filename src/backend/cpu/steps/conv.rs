@@ -167,7 +167,7 @@ enum PlainAlgo {
     Depthwise,
 }
 
-pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let op = b.node.op.as_str();
     if !matches!(op, "Conv" | "FusedConv") || !b.all_f32() {
         return Ok(None);

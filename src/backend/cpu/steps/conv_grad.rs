@@ -46,7 +46,7 @@ struct BlockedRepack {
     y: Slot,
 }
 
-pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let attrs = &b.node.attrs;
     let op = b.node.op.as_str();
     if !matches!(op, "Conv" | "FusedConv")

@@ -15,7 +15,7 @@ pub struct Custom {
     outs: Vec<Slot>,
 }
 
-pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     if !b.node.op.contains("::") {
         return Ok(None);
     }

@@ -184,7 +184,7 @@ struct EltStep {
     y: Slot,
 }
 
-pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     if !b.all_f32() || b.outs.is_empty() {
         return Ok(None);
     }

@@ -18,7 +18,7 @@ pub struct Fallback {
     outs: Vec<Slot>,
 }
 
-pub fn build(b: &Build) -> Result<Box<dyn Kernel>, String> {
+pub(crate) fn build(b: &Build) -> Result<Box<dyn Kernel>, String> {
     let op =
         b.g.op_impl(&b.node.op)
             .ok_or_else(|| format!("unknown op {}", b.node.op))?;
@@ -41,7 +41,7 @@ pub fn build(b: &Build) -> Result<Box<dyn Kernel>, String> {
 ///
 /// # Safety
 /// `s` must address `s.bytes()` readable bytes under `cx`.
-pub unsafe fn read(cx: &Cx, s: &Slot) -> Result<Tensor, String> {
+pub(crate) unsafe fn read(cx: &Cx, s: &Slot) -> Result<Tensor, String> {
     // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
     // used, and the CPU features it is compiled for.
     unsafe {
@@ -54,7 +54,7 @@ pub unsafe fn read(cx: &Cx, s: &Slot) -> Result<Tensor, String> {
 ///
 /// # Safety
 /// `s` must address `s.bytes()` writable bytes under `cx`.
-pub unsafe fn write(cx: &Cx, s: &Slot, t: &Tensor) -> Result<(), String> {
+pub(crate) unsafe fn write(cx: &Cx, s: &Slot, t: &Tensor) -> Result<(), String> {
     // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
     // used, and the CPU features it is compiled for.
     unsafe {

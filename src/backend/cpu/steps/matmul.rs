@@ -32,7 +32,7 @@ enum BiasKind {
     PerCol,
 }
 
-pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let op = b.node.op.as_str();
     if !matches!(op, "MatMul" | "Gemm" | "FusedMatMul") || !b.all_f32() {
         return Ok(None);

@@ -39,19 +39,19 @@ pub struct Build<'a> {
 }
 
 impl Build<'_> {
-    pub fn input(&self, k: usize) -> Option<&Slot> {
+    pub(crate) fn input(&self, k: usize) -> Option<&Slot> {
         self.ins.get(k).and_then(Option::as_ref)
     }
     /// A scratch buffer of `bytes` for this step (valid only while it runs).
-    pub fn scratch(&self, bytes: usize) -> Loc {
+    pub(crate) fn scratch(&self, bytes: usize) -> Loc {
         self.scratch_bytes.set(self.scratch_bytes.get().max(bytes));
         Loc::Arena(self.scratch_at)
     }
-    pub fn constant(&self, k: usize) -> Option<&Tensor> {
+    pub(crate) fn constant(&self, k: usize) -> Option<&Tensor> {
         self.in_data.get(k).copied().flatten()
     }
     /// Whether every input and output present is f32.
-    pub fn all_f32(&self) -> bool {
+    pub(crate) fn all_f32(&self) -> bool {
         self.ins
             .iter()
             .flatten()
@@ -79,7 +79,7 @@ const FAMILIES: &[Builder] = &[
 ];
 
 /// The kernel for `b`'s node: the first family that covers it, else the fallback.
-pub fn build(b: &Build) -> Result<Box<dyn Kernel>, String> {
+pub(crate) fn build(b: &Build) -> Result<Box<dyn Kernel>, String> {
     for family in FAMILIES {
         if let Some(k) = family(b)? {
             return Ok(k);

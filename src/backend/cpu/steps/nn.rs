@@ -81,7 +81,7 @@ fn used(b: &Build, k: u32) -> bool {
         || b.g.nodes().iter().any(|n| n.inputs.contains(&Some(v)))
 }
 
-pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let op = b.node.op.as_str();
     let attrs = &b.node.attrs;
     let Some(x) = b.input(0) else { return Ok(None) };

@@ -18,7 +18,7 @@ struct ReduceStep {
     scratch: Option<Loc>,
 }
 
-pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let Some(kind) = ReduceKind::from_op(&b.node.op) else {
         return Ok(None);
     };

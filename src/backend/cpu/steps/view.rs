@@ -14,13 +14,13 @@ pub struct Copy {
 
 impl Copy {
     /// A copy of `from`'s bytes to `to` (of the same size).
-    pub fn new(from: Slot, to: Slot) -> Copy {
+    pub(crate) fn new(from: Slot, to: Slot) -> Copy {
         debug_assert_eq!(from.bytes(), to.bytes());
         Copy { from, to }
     }
 }
 
-pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     if !matches!(
         b.node.op.as_str(),
         "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity"
@@ -69,7 +69,7 @@ pub struct Transpose {
     strides: Vec<usize>,
 }
 
-pub fn build_transpose(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+pub(crate) fn build_transpose(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     if b.node.op != "Transpose" {
         return Ok(None);
     }
@@ -168,7 +168,7 @@ pub struct GatherRows {
     row: usize,
 }
 
-pub fn build_gather(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+pub(crate) fn build_gather(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     if b.node.op != "Gather" || b.node.attrs.int_or("axis", 0)? != 0 {
         return Ok(None);
     }

@@ -17,7 +17,7 @@ pub enum Ty {
 }
 
 impl Ty {
-    pub fn of(dtype: DType) -> Option<Ty> {
+    pub(crate) fn of(dtype: DType) -> Option<Ty> {
         Some(match dtype {
             DType::F32 => Ty::F32,
             DType::Bool => Ty::Bool,
@@ -28,7 +28,7 @@ impl Ty {
     }
 
     /// The C type of a value in registers.
-    pub fn value_c(self) -> &'static str {
+    pub(crate) fn value_c(self) -> &'static str {
         match self {
             Ty::F32 => "float",
             Ty::Bool => "bool",
@@ -38,7 +38,7 @@ impl Ty {
     }
 
     /// The C type of an element in memory (a bool is one byte, 0 or 1).
-    pub fn mem_c(self) -> &'static str {
+    pub(crate) fn mem_c(self) -> &'static str {
         match self {
             Ty::Bool => "unsigned char",
             t => t.value_c(),
@@ -46,7 +46,7 @@ impl Ty {
     }
 
     /// `expr` (an element read from memory) as a value.
-    pub fn load(self, expr: &str) -> String {
+    pub(crate) fn load(self, expr: &str) -> String {
         match self {
             Ty::Bool => format!("({expr} != 0)"),
             _ => expr.to_string(),
@@ -54,7 +54,7 @@ impl Ty {
     }
 
     /// `expr` (a value) as the element stored.
-    pub fn store(self, expr: &str) -> String {
+    pub(crate) fn store(self, expr: &str) -> String {
         match self {
             Ty::Bool => format!("(unsigned char)({expr})"),
             _ => expr.to_string(),
@@ -70,21 +70,21 @@ pub struct CVal {
 }
 
 impl CVal {
-    pub fn new(expr: impl Into<String>, ty: Ty) -> CVal {
+    pub(crate) fn new(expr: impl Into<String>, ty: Ty) -> CVal {
         CVal {
             expr: expr.into(),
             ty,
         }
     }
 
-    pub fn f32(v: f64) -> CVal {
+    pub(crate) fn f32(v: f64) -> CVal {
         CVal::new(float_lit(v), Ty::F32)
     }
 }
 
 /// `v` rounded to f32 as a C literal that reads back exactly (Rust prints the shortest
 /// round-trip form); infinities and NaN through helpers, since NVRTC has no <cmath>.
-pub fn float_lit(v: f64) -> String {
+pub(crate) fn float_lit(v: f64) -> String {
     let f = v as f32;
     if f.is_nan() {
         "kiln_nan()".into()
@@ -146,7 +146,11 @@ fn arity_err(op: &str, want: &str, got: usize) -> String {
 /// The expression of elementwise op `op` with `attrs` over `args` (None: an omitted
 /// optional operand). Ok(None) when the table has no entry for `op`; Err when it has
 /// one but not for these operand types (naming what is wrong).
-pub fn elementwise(op: &str, attrs: &Attrs, args: &[Option<CVal>]) -> Result<Option<CVal>, String> {
+pub(crate) fn elementwise(
+    op: &str,
+    attrs: &Attrs,
+    args: &[Option<CVal>],
+) -> Result<Option<CVal>, String> {
     let present: Vec<&CVal> = args.iter().flatten().collect();
     let x = || -> Result<&CVal, String> {
         match args.first() {
@@ -383,7 +387,7 @@ pub fn elementwise(op: &str, attrs: &Attrs, args: &[Option<CVal>]) -> Result<Opt
 }
 
 /// Whether `op` has an entry in the table (for any operand types).
-pub fn covers(op: &str) -> bool {
+pub(crate) fn covers(op: &str) -> bool {
     let probe = [
         Some(CVal::new("a", Ty::F32)),
         Some(CVal::new("b", Ty::F32)),

@@ -17,7 +17,11 @@ const BN: usize = 64;
 const BK: usize = 16;
 const THREADS: u32 = 256;
 
-pub fn conv(graph: &Graph, id: NodeId, entry: &str) -> Result<Option<GeneratedKernel>, String> {
+pub(crate) fn conv(
+    graph: &Graph,
+    id: NodeId,
+    entry: &str,
+) -> Result<Option<GeneratedKernel>, String> {
     let n = graph.node(id);
     let fused = n.op == "FusedConv";
     if fused && n.attrs.int_or("block", 0)? != 0 {

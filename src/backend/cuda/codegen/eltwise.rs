@@ -56,7 +56,7 @@ pub struct EltProgram {
 }
 
 /// The program as one kernel named `entry`.
-pub fn generate(entry: &str, prog: &EltProgram) -> Result<GeneratedKernel, String> {
+pub(crate) fn generate(entry: &str, prog: &EltProgram) -> Result<GeneratedKernel, String> {
     let n: usize = prog.shape.iter().product();
     if n >= 1 << 31 {
         return Err(format!(

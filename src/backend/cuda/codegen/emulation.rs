@@ -22,7 +22,7 @@ pub struct HostLaunch<'a> {
 }
 
 /// Whether a kernel needs its threads run as fibers (it waits at barriers).
-pub fn needs_fibers(source: &str) -> bool {
+pub(crate) fn needs_fibers(source: &str) -> bool {
     source.contains("__syncthreads") || source.contains("__shfl")
 }
 
@@ -30,7 +30,7 @@ pub fn needs_fibers(source: &str) -> bool {
 /// from `<dir>/l<i>_p<j>.bin` and writes each output parameter to `<dir>/l<i>_p<j>.out`
 /// (`dir` is the program's first argument). Each kernel sits in its own namespace, so
 /// kernels from different graphs may share entry names and helpers.
-pub fn host_program(launches: &[HostLaunch<'_>]) -> String {
+pub(crate) fn host_program(launches: &[HostLaunch<'_>]) -> String {
     let mut s = String::new();
     s.push_str(HEADER);
     for (i, l) in launches.iter().enumerate() {

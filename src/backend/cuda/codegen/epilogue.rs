@@ -10,7 +10,7 @@ use crate::ir::ops::lookup;
 use crate::ir::{Attr, AttrKind, Attrs, Graph, NodeId};
 
 /// The activation step of `attrs` (`activation`, `activation_attrs`), if any.
-pub fn activation_step(attrs: &Attrs, x: EltArg) -> Result<Option<EltStep>, String> {
+pub(crate) fn activation_step(attrs: &Attrs, x: EltArg) -> Result<Option<EltStep>, String> {
     let name = attrs.string_or("activation", "none")?;
     if name == "none" {
         return Ok(None);
@@ -66,7 +66,11 @@ fn add(a: EltArg, b: EltArg) -> EltStep {
     }
 }
 
-pub fn epilogue(graph: &Graph, id: NodeId, entry: &str) -> Result<Option<GeneratedKernel>, String> {
+pub(crate) fn epilogue(
+    graph: &Graph,
+    id: NodeId,
+    entry: &str,
+) -> Result<Option<GeneratedKernel>, String> {
     let n = graph.node(id);
     let conv = match n.op.as_str() {
         "FusedMatMul" => false,

@@ -4,7 +4,7 @@
 
 /// Strides (in elements) of `shape` broadcast into `out`, right-aligned; `None` when it
 /// does not broadcast.
-pub fn broadcast_strides(shape: &[usize], out: &[usize]) -> Option<Vec<usize>> {
+pub(crate) fn broadcast_strides(shape: &[usize], out: &[usize]) -> Option<Vec<usize>> {
     if shape.len() > out.len() {
         return None;
     }
@@ -37,7 +37,7 @@ pub struct Walk {
 impl Walk {
     /// The walk of an output of `out` over operands of `shapes`; `None` when one does
     /// not broadcast.
-    pub fn new(out: &[usize], shapes: &[&[usize]]) -> Option<Walk> {
+    pub(crate) fn new(out: &[usize], shapes: &[&[usize]]) -> Option<Walk> {
         let all: Vec<Vec<usize>> = shapes
             .iter()
             .map(|s| broadcast_strides(s, out))
@@ -71,7 +71,7 @@ impl Walk {
     }
 
     /// How operand `k` is read at linear index `i`.
-    pub fn access(&self, k: usize) -> Access {
+    pub(crate) fn access(&self, k: usize) -> Access {
         let st = &self.strides[k];
         if st.iter().all(|&s| s == 0) {
             return Access::Repeated;
@@ -92,7 +92,7 @@ impl Walk {
     /// C statements that split `lin` into merged coordinates `{p}c0, {p}c1, …` (of type
     /// `idx`), and per operand the offset expression. Operands read linearly or
     /// repeated need no coordinates, so none are emitted when no operand is strided.
-    pub fn offsets(&self, lin: &str, idx: &str, p: &str) -> (Vec<String>, Vec<String>) {
+    pub(crate) fn offsets(&self, lin: &str, idx: &str, p: &str) -> (Vec<String>, Vec<String>) {
         let n = self.strides.len();
         let strided = (0..n).any(|k| self.access(k) == Access::Strided);
         let mut stmts = vec![];

@@ -7,7 +7,7 @@ use super::pool::{BLOCK, MAX_BLOCKS};
 use super::{fixed, ty_of, GeneratedKernel, KernelParam, Source};
 use crate::ir::{Graph, NodeId};
 
-pub fn transpose(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKernel, String> {
+pub(crate) fn transpose(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKernel, String> {
     let n = graph.node(id);
     let xv = n.inputs[0].ok_or("input 0 is missing")?;
     let xt = graph.value_type(xv).map_err(|e| e.to_string())?;

@@ -80,13 +80,13 @@ pub(crate) struct Source {
 }
 
 impl Source {
-    pub fn new(entry: &str) -> Source {
+    pub(crate) fn new(entry: &str) -> Source {
         Source {
             text: format!("/* Kiln generated kernel {entry} */\n"),
         }
     }
 
-    pub fn line(&mut self, l: &str) {
+    pub(crate) fn line(&mut self, l: &str) {
         let _ = writeln!(self.text, "{l}");
     }
 }
@@ -312,7 +312,7 @@ fn output_tys(graph: &Graph, id: NodeId) -> std::result::Result<Vec<Ty>, String>
 /// kernel over the GEMM's output: params = [Output(0) (read-modify-write), then the
 /// bias / residual inputs as Input(i)]. Ok(None) when the node has no epilogue or is not
 /// one of those ops.
-pub fn epilogue_kernel(graph: &Graph, node: NodeId) -> Result<Option<GeneratedKernel>> {
+pub(crate) fn epilogue_kernel(graph: &Graph, node: NodeId) -> Result<Option<GeneratedKernel>> {
     epilogue::epilogue(
         graph,
         node,

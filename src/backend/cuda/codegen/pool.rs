@@ -10,7 +10,11 @@ use crate::ir::{Graph, NodeId};
 pub(super) const BLOCK: u32 = 256;
 pub(super) const MAX_BLOCKS: u64 = 65535;
 
-pub fn pool(graph: &Graph, id: NodeId, entry: &str) -> Result<Option<GeneratedKernel>, String> {
+pub(crate) fn pool(
+    graph: &Graph,
+    id: NodeId,
+    entry: &str,
+) -> Result<Option<GeneratedKernel>, String> {
     let n = graph.node(id);
     let max = n.op == "MaxPool";
     if n.attrs.int_or("block", 0)? != 0 {

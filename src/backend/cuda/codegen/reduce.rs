@@ -228,7 +228,7 @@ fn f32_io(graph: &Graph, id: NodeId) -> Result<(Vec<usize>, usize), String> {
 }
 
 /// A reduction (`Reduce*`, `GlobalAveragePool`, `GlobalMaxPool`).
-pub fn reduction(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKernel, String> {
+pub(crate) fn reduction(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKernel, String> {
     let n = graph.node(id);
     let k = kind(&n.op).ok_or_else(|| format!("{} is not a reduction", n.op))?;
     let (dims, out) = f32_io(graph, id)?;
@@ -394,7 +394,7 @@ fn column_kernel(
 }
 
 /// Softmax or LogSoftmax along `axis`.
-pub fn softmax(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKernel, String> {
+pub(crate) fn softmax(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKernel, String> {
     let n = graph.node(id);
     let log = n.op == "LogSoftmax";
     let (dims, _) = f32_io(graph, id)?;
@@ -483,7 +483,11 @@ pub fn softmax(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKernel
 
 /// LayerNormalization over the axes from `axis` on: one block per row; the mean, then
 /// the variance around it (two passes, as the reference), then the normalized row.
-pub fn layer_norm(graph: &Graph, id: NodeId, entry: &str) -> Result<GeneratedKernel, String> {
+pub(crate) fn layer_norm(
+    graph: &Graph,
+    id: NodeId,
+    entry: &str,
+) -> Result<GeneratedKernel, String> {
     let n = graph.node(id);
     let (dims, _) = f32_io(graph, id)?;
     for (o, t) in n.outputs.iter().enumerate() {

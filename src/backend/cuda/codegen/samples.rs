@@ -494,7 +494,7 @@ pub fn graphs() -> Result<Vec<Graph>> {
     ])
 }
 
-pub fn all() -> Vec<GeneratedKernel> {
+pub(crate) fn all() -> Vec<GeneratedKernel> {
     let graphs =
         graphs().expect("the sample graphs are well formed (tests/cuda_codegen.rs checks)");
     graphs

@@ -204,7 +204,7 @@ impl Op for Range {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![
         leak(ShapeOp),
         leak(Size),

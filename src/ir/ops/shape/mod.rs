@@ -49,7 +49,7 @@ fn product(dims: &[Dim]) -> Option<usize> {
         .try_fold(1usize, |n, d| n.checked_mul(d.fixed()?))
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     let mut v = reshape::ops();
     v.extend(slice::ops());
     v.extend(join::ops());

@@ -452,7 +452,7 @@ impl Op for Expand {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![
         leak(Reshape),
         leak(Flatten),

@@ -477,6 +477,6 @@ impl Op for CenterCropPad {
     }
 }
 
-pub fn ops() -> Vec<&'static dyn Op> {
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![leak(Slice), leak(Pad), leak(Tile), leak(CenterCropPad)]
 }

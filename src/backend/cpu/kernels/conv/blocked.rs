@@ -103,18 +103,15 @@ impl PackedConv {
     }
 
     /// The same convolution reading a plain NCHW input (y and z stay NCHW16c).
-    pub fn with_plain_x(mut self, plain: bool) -> PackedConv {
+    pub(crate) fn with_plain_x(mut self, plain: bool) -> PackedConv {
         self.plain_x = plain;
         self
     }
 
     /// Whether x is plain NCHW.
-    pub fn plain_x(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn plain_x(&self) -> bool {
         self.plain_x
-    }
-
-    pub fn shape(&self) -> &ConvShape {
-        &self.shape
     }
 
     /// f32 count of the input: NCHW16c, or NCHW with [`Self::with_plain_x`].

@@ -173,22 +173,20 @@ impl PackedWinograd {
     }
 
     /// The output tile size: 2 for F(2,3), 4 for F(4,3).
-    pub fn m(&self) -> usize {
+    pub(crate) fn m(&self) -> usize {
         self.m
     }
 
-    pub fn shape(&self) -> &ConvShape {
-        &self.shape
-    }
-
     /// f32 count of the NCHW16c input.
-    pub fn x_len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn x_len(&self) -> usize {
         let s = &self.shape;
         s.n * self.icb * s.ih * s.iw * BLOCK
     }
 
     /// f32 count of the NCHW16c output (and residual).
-    pub fn y_len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn y_len(&self) -> usize {
         let s = &self.shape;
         s.n * self.ocb * s.oh * s.ow * BLOCK
     }

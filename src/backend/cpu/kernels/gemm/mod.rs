@@ -72,7 +72,7 @@ pub struct Mat {
 
 impl Mat {
     /// A row-major matrix with `cols` columns (leading dimension `cols`).
-    pub fn rows(ptr: *const f32, cols: usize) -> Mat {
+    pub(crate) fn rows(ptr: *const f32, cols: usize) -> Mat {
         Mat {
             ptr,
             rs: cols,
@@ -80,7 +80,7 @@ impl Mat {
         }
     }
     /// The transpose view.
-    pub fn t(self) -> Mat {
+    pub(crate) fn t(self) -> Mat {
         Mat {
             ptr: self.ptr,
             rs: self.cs,
@@ -135,7 +135,7 @@ unsafe impl Sync for Epilogue {}
 /// `a`, `b` must address valid m×k and k×n matrices, `c` an m×n one with row stride
 /// `ldc` not overlapping them, and the epilogue's pointers their stated extents.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn gemm(
+pub(crate) unsafe fn gemm(
     pool: Option<&Pool>,
     m: usize,
     n: usize,
@@ -157,7 +157,7 @@ pub unsafe fn gemm(
 /// # Safety
 /// As for [`gemm`].
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn gemm_with_isa(
+pub(crate) unsafe fn gemm_with_isa(
     isa: Isa,
     pool: Option<&Pool>,
     m: usize,
@@ -207,7 +207,7 @@ impl PackedB {
     ///
     /// # Safety
     /// `b` must address a valid k×n matrix.
-    pub unsafe fn new(k: usize, n: usize, b: Mat) -> PackedB {
+    pub(crate) unsafe fn new(k: usize, n: usize, b: Mat) -> PackedB {
         let panels = n.div_ceil(NR);
         let kern = kernel_for(isa::isa());
         let mut buf = AlignedBuf::new();
@@ -233,16 +233,6 @@ impl PackedB {
         }
         PackedB { k, n, panels, buf }
     }
-
-    /// Rows (K) of the packed matrix.
-    pub fn k(&self) -> usize {
-        self.k
-    }
-
-    /// Columns (N) of the packed matrix.
-    pub fn n(&self) -> usize {
-        self.n
-    }
 }
 
 /// `C[m×n] = A[m×k]·B`, then `ep`, with B packed beforehand.
@@ -251,7 +241,7 @@ impl PackedB {
 /// As for [`gemm`]; `b` must have been packed with the same k and n (checked: a
 /// mismatch panics).
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn gemm_packed(
+pub(crate) unsafe fn gemm_packed(
     pool: Option<&Pool>,
     m: usize,
     n: usize,
@@ -271,7 +261,7 @@ pub unsafe fn gemm_packed(
 /// # Safety
 /// As for [`gemm_packed`].
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn gemm_packed_with_isa(
+pub(crate) unsafe fn gemm_packed_with_isa(
     isa: Isa,
     pool: Option<&Pool>,
     m: usize,

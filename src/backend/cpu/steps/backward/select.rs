@@ -1,0 +1,308 @@
+//! Comparisons, `Where`, `Cast` and the fused `Where(a op b, x, y)`: the masks and
+//! one-hots of backward graphs (Relu's gradient is the fused form), on the CPU's
+//! compare-select kernels.
+use crate::backend::cpu::kernels::select::{cast, compare, compare_select, select, CmpOp, Walk};
+use crate::backend::cpu::program::{Cx, Kernel, Slot};
+use crate::ir::ops::fused::{self, Arg};
+use crate::ir::DType;
+
+use super::super::Build;
+
+/// Element types the comparisons and selects handle.
+fn plain_dtype(d: DType) -> bool {
+    matches!(d, DType::F32 | DType::I32 | DType::I64)
+}
+
+/// Element types `Cast` converts between.
+fn cast_dtype(d: DType) -> bool {
+    matches!(
+        d,
+        DType::F32 | DType::F64 | DType::I32 | DType::I64 | DType::Bool
+    )
+}
+
+/// Runs `$body` with `$T` the Rust type of the dtype `$d` (f32, i32 or i64).
+macro_rules! with_plain {
+    ($d:expr, $T:ident => $body:expr) => {
+        match $d {
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            _ => {
+                type $T = i64;
+                $body
+            }
+        }
+    };
+}
+
+/// Runs `$body` with `$T` the Rust type `Cast` uses for the dtype `$d`.
+macro_rules! with_cast {
+    ($d:expr, $T:ident => $body:expr) => {
+        match $d {
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::F64 => {
+                type $T = f64;
+                $body
+            }
+            DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            _ => {
+                type $T = u8;
+                $body
+            }
+        }
+    };
+}
+
+pub(super) struct CompareStep {
+    op: CmpOp,
+    walk: Walk,
+    a: Slot,
+    b: Slot,
+    y: Slot,
+}
+
+/// A comparison (`Less`, `Equal`, ...) of two f32, i32 or i64 operands into Bool.
+pub(super) fn build_compare(b: &Build, cmp: CmpOp) -> Result<Option<Box<dyn Kernel>>, String> {
+    let y = b.outs[0].clone();
+    let (Some(a), Some(bb)) = (b.input(0), b.input(1)) else {
+        return Ok(None);
+    };
+    if !plain_dtype(a.dtype) || bb.dtype != a.dtype || y.dtype != DType::Bool {
+        return Ok(None);
+    }
+    let walk = Walk::new(&[&a.shape, &bb.shape], &y.shape).ok_or_else(|| {
+        format!(
+            "{:?} and {:?} do not broadcast to {:?}",
+            a.shape, bb.shape, y.shape
+        )
+    })?;
+    Ok(Some(Box::new(CompareStep {
+        op: cmp,
+        walk,
+        a: a.clone(),
+        b: bb.clone(),
+        y,
+    })))
+}
+
+impl Kernel for CompareStep {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
+        // their planned sizes for this run.
+        unsafe {
+            let Self { op, walk, a, b, y } = self;
+            let out = std::slice::from_raw_parts_mut(cx.ptr(y.loc), y.elements());
+            with_plain!(a.dtype, T => {
+                let a = std::slice::from_raw_parts(cx.ptr(a.loc) as *const T, a.elements());
+                let b = std::slice::from_raw_parts(cx.ptr(b.loc) as *const T, b.elements());
+                compare(*op, walk, a, b, out, cx.pool)
+            });
+            Ok(())
+        }
+    }
+    fn can_fail(&self) -> bool {
+        false
+    }
+    fn kind(&self) -> &'static str {
+        "compare"
+    }
+}
+
+pub(super) struct WhereStep {
+    walk: Walk,
+    cond: Slot,
+    x: Slot,
+    /// The second choice (`Where`'s input 2), not the output.
+    other: Slot,
+    y: Slot,
+}
+
+pub(super) fn build_where(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+    let y = b.outs[0].clone();
+    let (Some(c), Some(x), Some(yv)) = (b.input(0), b.input(1), b.input(2)) else {
+        return Ok(None);
+    };
+    if c.dtype != DType::Bool || !plain_dtype(x.dtype) || yv.dtype != x.dtype {
+        return Ok(None);
+    }
+    let walk = Walk::new(&[&c.shape, &x.shape, &yv.shape], &y.shape).ok_or_else(|| {
+        format!(
+            "{:?}, {:?}, {:?} do not broadcast to {:?}",
+            c.shape, x.shape, yv.shape, y.shape
+        )
+    })?;
+    Ok(Some(Box::new(WhereStep {
+        walk,
+        cond: c.clone(),
+        x: x.clone(),
+        other: yv.clone(),
+        y,
+    })))
+}
+
+impl Kernel for WhereStep {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
+        // their planned sizes for this run.
+        unsafe {
+            let Self {
+                walk,
+                cond,
+                x,
+                other,
+                y,
+            } = self;
+            with_plain!(x.dtype, T => select(
+                walk,
+                cx.ptr(cond.loc),
+                cx.ptr(x.loc) as *const T,
+                cx.ptr(other.loc) as *const T,
+                cx.ptr(y.loc) as *mut T,
+                cx.pool,
+            ));
+            Ok(())
+        }
+    }
+    fn can_fail(&self) -> bool {
+        false
+    }
+    fn kind(&self) -> &'static str {
+        "where"
+    }
+}
+
+pub(super) struct CastStep {
+    x: Slot,
+    y: Slot,
+}
+
+pub(super) fn build_cast(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+    let y = b.outs[0].clone();
+    let Some(x) = b.input(0) else { return Ok(None) };
+    if !cast_dtype(x.dtype) || !cast_dtype(y.dtype) || x.elements() != y.elements() {
+        return Ok(None);
+    }
+    Ok(Some(Box::new(CastStep { x: x.clone(), y })))
+}
+
+impl Kernel for CastStep {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
+        // their planned sizes for this run.
+        unsafe {
+            let Self { x, y: ys } = self;
+            let y = cx.ptr(ys.loc);
+            let n = x.elements();
+            if x.dtype == ys.dtype {
+                if cx.ptr(x.loc) != y {
+                    std::ptr::copy_nonoverlapping(cx.ptr(x.loc), y, x.bytes());
+                }
+            } else {
+                with_cast!(x.dtype, S => with_cast!(ys.dtype, D => {
+                    cast(cx.ptr(x.loc) as *const S, y as *mut D, n, cx.pool)
+                }))
+            }
+            Ok(())
+        }
+    }
+    fn can_fail(&self) -> bool {
+        false
+    }
+    fn kind(&self) -> &'static str {
+        "cast"
+    }
+}
+
+/// A `Fused` body `Where(a op b, x, y)`.
+pub(super) struct CompareSelectStep {
+    op: CmpOp,
+    walk: Walk,
+    operands: [Slot; 4],
+    y: Slot,
+}
+
+/// A `Fused` node whose body is a comparison of two inputs and a `Where` choosing
+/// between two inputs by it (the fused form of Relu's gradient); other bodies are not
+/// this family's.
+pub(super) fn build_compare_select(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+    let y = &b.outs[0];
+    if !b.all_f32() || b.outs.len() != 1 {
+        return Ok(None);
+    }
+    let Some(ins) = b.ins.iter().cloned().collect::<Option<Vec<Slot>>>() else {
+        return Ok(None);
+    };
+    let body = fused::body(&b.node.attrs, ins.len())?;
+    let [cmp, pick] = body.as_slice() else {
+        return Ok(None);
+    };
+    let Some(op) = CmpOp::from_op(&cmp.op) else {
+        return Ok(None);
+    };
+    let input = |a: &Option<Arg>| match a {
+        Some(Arg::Input(k)) => ins.get(*k).cloned(),
+        _ => None,
+    };
+    let (Some(a), Some(bb)) = (
+        cmp.args.first().and_then(input),
+        cmp.args.get(1).and_then(input),
+    ) else {
+        return Ok(None);
+    };
+    if pick.op != "Where" || pick.args.first() != Some(&Some(Arg::Step(0))) {
+        return Ok(None);
+    }
+    let (Some(x), Some(yv)) = (
+        pick.args.get(1).and_then(input),
+        pick.args.get(2).and_then(input),
+    ) else {
+        return Ok(None);
+    };
+    let walk = Walk::new(&[&a.shape, &bb.shape, &x.shape, &yv.shape], &y.shape)
+        .ok_or_else(|| format!("the fused operands do not broadcast to {:?}", y.shape))?;
+    Ok(Some(Box::new(CompareSelectStep {
+        op,
+        walk,
+        operands: [a, bb, x, yv],
+        y: b.outs[0].clone(),
+    })))
+}
+
+impl Kernel for CompareSelectStep {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
+        // their planned sizes for this run.
+        unsafe {
+            compare_select(
+                self.op,
+                &self.walk,
+                self.operands.each_ref().map(|s| cx.f32(s)),
+                cx.ptr(self.y.loc) as *mut f32,
+                cx.pool,
+            );
+            Ok(())
+        }
+    }
+    fn can_fail(&self) -> bool {
+        false
+    }
+    fn kind(&self) -> &'static str {
+        "compare-select"
+    }
+}

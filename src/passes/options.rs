@@ -1,0 +1,173 @@
+//! How a pipeline runs: [`PassOptions`], set key by key from text as the CLI, the C API
+//! and the `KILN_<KEY>` environment variables give it.
+use std::path::PathBuf;
+
+use super::registry::{lookup, parse_pipeline, unknown_pass, DEFAULT_PIPELINE};
+use crate::error::{Error, Result};
+
+/// When to print the IR between passes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum DumpIr {
+    #[default]
+    Never,
+    BeforeAll,
+    AfterAll,
+    /// After each of these passes.
+    After(Vec<String>),
+    /// After each pass that changed the graph.
+    Changed,
+}
+
+/// How a pipeline runs. `Default` gives the default pipeline with no debugging;
+/// [`PassOptions::from_env`] adds the `KILN_*` variables.
+#[derive(Debug, Clone)]
+pub struct PassOptions {
+    pub pipeline: String,
+    pub dump_ir: DumpIr,
+    pub dump_ir_dir: Option<PathBuf>,
+    pub pass_timing: bool,
+    pub disabled: Vec<String>,
+    pub rewrite_limit: Option<usize>,
+    /// Constant folding creates no constant with more elements than this.
+    pub fold_limit: usize,
+    /// Run the verifier after every pass (on in debug builds).
+    pub verify: bool,
+    /// The channel block the `layout` pass gives convolutions (`layout = nchw16c`: 16);
+    /// `Some(0)` keeps everything plain; `None` lets the backend choose.
+    pub layout_block: Option<usize>,
+}
+
+impl Default for PassOptions {
+    fn default() -> PassOptions {
+        PassOptions {
+            pipeline: DEFAULT_PIPELINE.to_string(),
+            dump_ir: DumpIr::Never,
+            dump_ir_dir: None,
+            pass_timing: false,
+            disabled: vec![],
+            rewrite_limit: None,
+            fold_limit: 1 << 20,
+            verify: cfg!(debug_assertions),
+            layout_block: None,
+        }
+    }
+}
+
+impl PassOptions {
+    /// The option keys; each is also read from `KILN_<KEY>` (upper case, `_` for `-`).
+    pub const KEYS: &'static [&'static str] = &[
+        "passes",
+        "dump-ir",
+        "dump-ir-dir",
+        "pass-timing",
+        "disable-passes",
+        "rewrite-limit",
+        "fold-limit",
+        "verify",
+        "layout",
+    ];
+
+    /// The defaults, then every `KILN_<KEY>` variable that is set.
+    pub fn from_env() -> Result<PassOptions> {
+        let mut o = PassOptions::default();
+        for key in Self::KEYS {
+            let var = format!("KILN_{}", key.to_ascii_uppercase().replace('-', "_"));
+            if let Ok(value) = std::env::var(&var) {
+                o.set(key, &value)
+                    .map_err(|e| Error::InvalidArgument(format!("{var}: {e}")))?;
+            }
+        }
+        Ok(o)
+    }
+
+    /// Sets one option from its text, as the CLI, the C API and the environment give it.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        let flag = |v: &str| match v {
+            "1" | "true" | "on" | "yes" => Ok(true),
+            "0" | "false" | "off" | "no" | "" => Ok(false),
+            _ => Err(Error::InvalidArgument(format!(
+                "{key}: expected 1 or 0, got '{v}'"
+            ))),
+        };
+        let count = |v: &str| {
+            v.parse::<usize>()
+                .map_err(|_| Error::InvalidArgument(format!("{key}: expected a count, got '{v}'")))
+        };
+        match key {
+            "passes" => {
+                parse_pipeline(value)?;
+                self.pipeline = value.to_string();
+            }
+            "dump-ir" => {
+                self.dump_ir = match value {
+                    "" | "never" => DumpIr::Never,
+                    "before-all" => DumpIr::BeforeAll,
+                    "after-all" => DumpIr::AfterAll,
+                    "changed" => DumpIr::Changed,
+                    v => match v.strip_prefix("after=") {
+                        Some(list) => {
+                            let names = names_of(list)?;
+                            DumpIr::After(names)
+                        }
+                        None => {
+                            return Err(Error::InvalidArgument(format!(
+                                "dump-ir: expected before-all, after-all, after=p1,p2 or changed, got '{v}'"
+                            )))
+                        }
+                    },
+                }
+            }
+            "dump-ir-dir" => {
+                self.dump_ir_dir = (!value.is_empty()).then(|| PathBuf::from(value));
+            }
+            "pass-timing" => self.pass_timing = flag(value)?,
+            "disable-passes" => self.disabled = names_of(value)?,
+            "rewrite-limit" => {
+                self.rewrite_limit = if value.is_empty() {
+                    None
+                } else {
+                    Some(count(value)?)
+                }
+            }
+            "fold-limit" => self.fold_limit = count(value)?,
+            "verify" => self.verify = flag(value)?,
+            "layout" => {
+                self.layout_block = match value {
+                    "" => None,
+                    "plain" | "nchw" => Some(0),
+                    v => Some(
+                        v.strip_prefix("nchw")
+                            .and_then(|r| r.strip_suffix('c'))
+                            .and_then(|n| n.parse::<usize>().ok())
+                            .filter(|n| (1..=1024).contains(n))
+                            .ok_or_else(|| {
+                                Error::InvalidArgument(format!(
+                                    "layout: expected plain or nchw<block>c (nchw16c), got '{v}'"
+                                ))
+                            })?,
+                    ),
+                }
+            }
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "unknown option '{key}' (known: {})",
+                    Self::KEYS.join(", ")
+                )))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Pass names from a comma-separated list, each checked against the registry.
+fn names_of(list: &str) -> Result<Vec<String>> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|n| {
+            lookup(n)
+                .map(|p| p.name().to_string())
+                .ok_or_else(|| unknown_pass(n))
+        })
+        .collect()
+}
