@@ -1509,9 +1509,46 @@ fn real_models() -> Vec<(String, Vec<u8>)> {
 /// mutant goes through import, verify, the pass pipeline and a CPU compile; a panic
 /// anywhere fails the test naming the seed model and the mutation. (`fuzz/` has the
 /// unbounded cargo-fuzz targets; `tests/ir.rs` does the same for `.kir` graphs.)
+/// `com.example::ScaledSwish` (what `examples/data/swish_mlp.onnx` uses):
+/// `x * sigmoid(beta * x)`.
+struct ScaledSwish;
+
+const SCALED_SWISH: kiln::ir::ops::OpSchema = kiln::ir::ops::OpSchema {
+    name: "com.example::ScaledSwish",
+    family: "custom",
+    inputs: &["x"],
+    outputs: &["y"],
+    attrs: &[],
+    doc: "x * sigmoid(beta * x)",
+};
+
+impl kiln::ir::ops::Op for ScaledSwish {
+    fn schema(&self) -> &kiln::ir::ops::OpSchema {
+        &SCALED_SWISH
+    }
+    fn validate_attrs(&self, attrs: &kiln::ir::Attrs) -> Result<(), String> {
+        attrs.float_or("beta", 1.0).map(|_| ())
+    }
+    fn infer(&self, cx: &kiln::ir::ops::InferCtx<'_>) -> Result<Vec<kiln::ir::TensorType>, String> {
+        Ok(vec![cx.input(0)?.clone()])
+    }
+    fn eval(&self, cx: &kiln::ir::ops::EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let beta = cx.attrs.float_or("beta", 1.0)?;
+        let x = cx.input(0)?;
+        let v: Vec<f64> = x
+            .to_f64_vec()
+            .iter()
+            .map(|&x| x / (1.0 + (-beta * x).exp()))
+            .collect();
+        Ok(vec![Tensor::from_f64s(x.dtype(), x.shape(), &v)?])
+    }
+}
+
 #[test]
 fn mutated_models_never_panic() {
     const MUTANTS_PER_SEED: usize = 150;
+    // The examples' custom-domain model imports only with its op registered.
+    kiln::ir::ops::custom::register(std::sync::Arc::new(ScaledSwish)).unwrap();
     let mut seeds: Vec<(String, proto::ModelProto)> = rewritten_op_models();
     for (name, m) in &seeds {
         if let Err(e) = import_bytes(&m.encode_to_vec(), None) {
@@ -1529,6 +1566,9 @@ fn mutated_models_never_panic() {
     for (name, bytes) in files {
         let m = proto::ModelProto::decode(bytes.as_slice())
             .unwrap_or_else(|e| panic!("{name} is not an ONNX model: {e}"));
+        if let Err(e) = import_bytes(&bytes, None) {
+            panic!("seed {name} does not import: {e}");
+        }
         seeds.push((name, m));
     }
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);

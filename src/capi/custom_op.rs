@@ -77,6 +77,62 @@ pub struct kiln_gradient_context {
     error: Option<String>,
 }
 
+/// What the three callback contexts share, so that their `num_inputs`, `attrs` and
+/// `set_error` entry points have one body each.
+trait CallbackContext {
+    fn num_inputs(&self) -> usize;
+    fn attrs(&self) -> &kiln_attrs;
+    fn error_mut(&mut self) -> &mut Option<String>;
+}
+
+macro_rules! callback_context {
+    ($($t:ty),*) => {$(
+        impl CallbackContext for $t {
+            fn num_inputs(&self) -> usize {
+                self.inputs.len()
+            }
+            fn attrs(&self) -> &kiln_attrs {
+                &self.attrs
+            }
+            fn error_mut(&mut self) -> &mut Option<String> {
+                &mut self.error
+            }
+        }
+    )*};
+}
+callback_context!(
+    kiln_infer_context,
+    kiln_kernel_context,
+    kiln_gradient_context
+);
+
+/// # Safety
+/// `ctx` is NULL or a live context.
+unsafe fn context_num_inputs<C: CallbackContext>(ctx: *const C) -> usize {
+    // SAFETY: NULL or live, as the caller guarantees.
+    guard_or(0, || unsafe { ctx.as_ref() }.map_or(0, C::num_inputs))
+}
+
+/// # Safety
+/// `ctx` is NULL or a live context.
+unsafe fn context_attrs<C: CallbackContext>(ctx: *const C) -> *const kiln_attrs {
+    guard_or(std::ptr::null(), || {
+        // SAFETY: NULL or live, as the caller guarantees.
+        unsafe { ctx.as_ref() }.map_or(std::ptr::null(), |c| c.attrs() as *const kiln_attrs)
+    })
+}
+
+/// # Safety
+/// `ctx` is the live context; `msg` NULL or a NUL-terminated string.
+unsafe fn context_set_error<C: CallbackContext>(ctx: *mut C, msg: *const c_char) -> kiln_status {
+    guard(|| {
+        // SAFETY: as the caller guarantees.
+        let (ctx, msg) = unsafe { (arg_mut(ctx, "ctx")?, message(msg)) };
+        *ctx.error_mut() = Some(msg);
+        Ok(())
+    })
+}
+
 /// A node's attributes, read through `kiln_attrs_get_*` (borrowed from a context).
 pub struct kiln_attrs {
     attrs: Attrs,
@@ -947,8 +1003,8 @@ unsafe fn message(msg: *const c_char) -> String {
 /// `ctx` is NULL or the live context of the current callback.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_infer_context_num_inputs(ctx: *const kiln_infer_context) -> usize {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe { guard_or(0, || ctx.as_ref().map_or(0, |c| c.inputs.len())) }
+    // SAFETY: NULL or the live context, as the `# Safety` section above requires.
+    unsafe { context_num_inputs(ctx) }
 }
 
 /// Input `index`'s dtype and rank. An omitted optional input gives `KILN_DTYPE_INVALID`
@@ -1037,13 +1093,8 @@ pub unsafe extern "C" fn kiln_infer_context_input_dim(
 pub unsafe extern "C" fn kiln_infer_context_attrs(
     ctx: *const kiln_infer_context,
 ) -> *const kiln_attrs {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard_or(std::ptr::null(), || {
-            ctx.as_ref()
-                .map_or(std::ptr::null(), |c| &c.attrs as *const kiln_attrs)
-        })
-    }
+    // SAFETY: NULL or the live context, as the `# Safety` section above requires.
+    unsafe { context_attrs(ctx) }
 }
 
 /// Sets output `index`'s type: `dtype` and `rank` dims, where `dims[k] >= 0` is a fixed
@@ -1139,13 +1190,8 @@ pub unsafe extern "C" fn kiln_infer_context_set_error(
     ctx: *mut kiln_infer_context,
     msg: *const c_char,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            arg_mut(ctx, "ctx")?.error = Some(message(msg));
-            Ok(())
-        })
-    }
+    // SAFETY: the live context and a string or NULL, as the `# Safety` section requires.
+    unsafe { context_set_error(ctx, msg) }
 }
 
 // ---- kernels ----------------------------------------------------------------------
@@ -1156,8 +1202,8 @@ pub unsafe extern "C" fn kiln_infer_context_set_error(
 /// `ctx` is NULL or the live context of the current callback.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_kernel_context_num_inputs(ctx: *const kiln_kernel_context) -> usize {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe { guard_or(0, || ctx.as_ref().map_or(0, |c| c.inputs.len())) }
+    // SAFETY: NULL or the live context, as the `# Safety` section above requires.
+    unsafe { context_num_inputs(ctx) }
 }
 
 /// How many outputs the op has; 0 for NULL.
@@ -1354,13 +1400,8 @@ pub unsafe extern "C" fn kiln_kernel_context_scratch(
 pub unsafe extern "C" fn kiln_kernel_context_attrs(
     ctx: *const kiln_kernel_context,
 ) -> *const kiln_attrs {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard_or(std::ptr::null(), || {
-            ctx.as_ref()
-                .map_or(std::ptr::null(), |c| &c.attrs as *const kiln_attrs)
-        })
-    }
+    // SAFETY: NULL or the live context, as the `# Safety` section above requires.
+    unsafe { context_attrs(ctx) }
 }
 
 /// Records why the kernel fails (copied); the callback then returns a non-OK status and
@@ -1374,13 +1415,8 @@ pub unsafe extern "C" fn kiln_kernel_context_set_error(
     ctx: *mut kiln_kernel_context,
     msg: *const c_char,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            arg_mut(ctx, "ctx")?.error = Some(message(msg));
-            Ok(())
-        })
-    }
+    // SAFETY: the live context and a string or NULL, as the `# Safety` section requires.
+    unsafe { context_set_error(ctx, msg) }
 }
 
 // ---- gradients --------------------------------------------------------------------
@@ -1405,8 +1441,8 @@ fn value_at(list: &[Option<Value>], index: usize, what: &str) -> CResult<kiln_va
 pub unsafe extern "C" fn kiln_gradient_context_num_inputs(
     ctx: *const kiln_gradient_context,
 ) -> usize {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe { guard_or(0, || ctx.as_ref().map_or(0, |c| c.inputs.len())) }
+    // SAFETY: NULL or the live context, as the `# Safety` section above requires.
+    unsafe { context_num_inputs(ctx) }
 }
 
 /// How many outputs the node has; 0 for NULL.
@@ -1523,13 +1559,8 @@ pub unsafe extern "C" fn kiln_gradient_context_set_input_grad(
 pub unsafe extern "C" fn kiln_gradient_context_attrs(
     ctx: *const kiln_gradient_context,
 ) -> *const kiln_attrs {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard_or(std::ptr::null(), || {
-            ctx.as_ref()
-                .map_or(std::ptr::null(), |c| &c.attrs as *const kiln_attrs)
-        })
-    }
+    // SAFETY: NULL or the live context, as the `# Safety` section above requires.
+    unsafe { context_attrs(ctx) }
 }
 
 /// Records why the gradient cannot be built (copied); the callback then returns a
@@ -1542,11 +1573,6 @@ pub unsafe extern "C" fn kiln_gradient_context_set_error(
     ctx: *mut kiln_gradient_context,
     msg: *const c_char,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            arg_mut(ctx, "ctx")?.error = Some(message(msg));
-            Ok(())
-        })
-    }
+    // SAFETY: the live context and a string or NULL, as the `# Safety` section requires.
+    unsafe { context_set_error(ctx, msg) }
 }

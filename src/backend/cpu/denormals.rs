@@ -1,8 +1,8 @@
 //! Denormal floats flushed to zero while kernels run. A product or sum with a
 //! denormal operand or result takes a microcode assist on x86 (tens to hundreds of
-//! cycles): training drives gradients and Adam's moments towards zero, and the MLP
-//! 784-512-512-10 step, trained on one batch until they got there, measured a median of
-//! 30.4 ms without flushing and 6.1 ms with it. Kiln's CPU kernels therefore treat
+//! cycles): training drives gradients and Adam's moments towards zero, where a step
+//! without flushing ran several times slower (`bench/RESULTS.md`). Kiln's CPU kernels treat
+
 //! denormals as zero (MXCSR's FTZ and DAZ bits): results differ from IEEE only below
 //! 1.2e-38 in f32.
 

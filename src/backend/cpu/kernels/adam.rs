@@ -3,11 +3,12 @@
 //! The optimizer builder (`optim.rs`) writes the update as thirteen elementwise ops,
 //! which `fuse-elementwise` turns into one `Fused` node with the body [`BODY`]. The
 //! generic [`super::fused::FusedLoop`] runs each step as a pass over a tile buffer in
-//! L1; for this body that is 13 vector stores per 16 elements, and the update of the
-//! MLP's first layer (401k weights) took 0.55 ms in the training step, bound by those
-//! stores rather than by memory. This loop keeps every intermediate in registers and
-//! performs the same IEEE operations in the same order (Rust never contracts a
-//! multiply and an add), so it gives the fused loop's results bit for bit: 0.27 ms.
+//! L1; for this body that is 13 vector stores per 16 elements, which bound the update by
+//! those stores rather than by memory. This loop keeps every intermediate in registers
+//! and performs the same IEEE operations in the same order (Rust never contracts a
+//! multiply and an add), so it gives the fused loop's results bit for bit, in about half
+//! the time (`bench/RESULTS.md`).
+
 use super::par::{for_ranges, SyncPtr};
 use crate::backend::cpu::isa::Isa;
 use crate::backend::cpu::pool::Pool;

@@ -135,10 +135,9 @@ fn choose_blocked(
 }
 
 /// The cost model: Winograd for 3×3 stride-1 convolutions, F(4,3) when the image has
-/// enough 4×4 tiles to amortize its 36 transformed weight matrices, else F(2,3).
-/// Measured (`cargo bench --bench conv -- 3x3`, one thread, effective GFLOP/s): direct
-/// 66–69, F(2,3) 117–169, F(4,3) 153–203 on 14×14 to 56×56 images; on 7×7, F(2,3) 112
-/// and F(4,3) 91.
+/// enough 4×4 tiles to amortize its 36 transformed weight matrices, else F(2,3); the
+/// measurements behind the threshold are in `bench/RESULTS.md`.
+
 fn blocked_model(s: &ConvShape, candidates: &[&str]) -> usize {
     let pick = if s.oh * s.ow >= 12 * 12 {
         "winograd4"

@@ -30,10 +30,9 @@ pub const BLOCK: usize = 16;
 const UR: usize = 6;
 /// The weights of one output block × one input-channel chunk kept under this, so that
 /// they stay in L1 (32 KiB) across the tiles of a row, as a GEMM's KC slice of B does;
-/// each further chunk re-reads the row's outputs, which also stay in L1. Measured
-/// against 160 KiB (L2-resident weights), `cargo bench --bench conv`, one thread,
-/// GFLOP/s: 1×1 1024→256 on 14×14 64 → 82, 1×1 2048→512 on 7×7 69 → 81, 3×3 stride 2
-/// 128→128 71 → 81, 1×1 256→64 on 56×56 76 → 82, 1×1 64→256 on 56×56 84 → 80 (noise).
+/// each further chunk re-reads the row's outputs, which also stay in L1. Chosen by
+/// measurement against L2-resident weights (`bench/RESULTS.md`).
+
 const CHUNK_BYTES: usize = 16 * 1024;
 /// Floats of packed weights per (input block, kernel tap): 16 ic × 16 oc.
 const TAP: usize = BLOCK * BLOCK;

@@ -40,8 +40,9 @@ const L2_BUDGET: usize = 320 * 1024;
 /// Tiles per micro-kernel call (2·6 accumulators + 2 weights + 1 broadcast ≤ 16 ymm).
 const UR: usize = 6;
 /// Fewest tiles in one batch (unless the image has fewer): each weight loaded from L3
-/// serves this many tiles, which matters more than V and M leaving L2 (measured: 24
-/// beats 6 and 12 on the 28×28 and 14×14 ResNet shapes).
+/// serves this many tiles, which matters more than V and M leaving L2 (chosen by
+/// measurement on the ResNet shapes, `bench/RESULTS.md`).
+
 const MIN_BATCH: usize = 24;
 /// Most tiles in one batch.
 const MAX_BATCH: usize = 96;
