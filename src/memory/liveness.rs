@@ -76,6 +76,10 @@ pub(crate) fn analyze(g: &Graph, schedule: &[NodeId]) -> Result<Liveness> {
         steps: schedule.len(),
         ..Liveness::default()
     };
+    // The planner adds and subtracts sizes (live bytes per step, offsets) as `isize`-safe
+    // sums; keeping their total under `isize::MAX`, the most any allocation may be, makes
+    // every such sum fit.
+    let mut total = 0usize;
     for (s, &id) in schedule.iter().enumerate() {
         let node = g.node(id);
         if !in_arena(&node.op) {
@@ -93,12 +97,17 @@ pub(crate) fn analyze(g: &Graph, schedule: &[NodeId]) -> Result<Liveness> {
                 .iter()
                 .try_fold(ty.dtype.size_in_bytes(), |n, &d| n.checked_mul(d))
                 .and_then(|b| align_up(b).map(|a| (b, a)));
-            let Some((bytes, size)) = bytes else {
+            let total_ok = bytes.is_some_and(|(_, size)| {
+                total = total.saturating_add(size);
+                total <= isize::MAX as usize
+            });
+            let (Some((bytes, size)), true) = (bytes, total_ok) else {
                 return Err(Error::Graph(format!(
                     "memory plan: output {k} of {} ({ty}) is too large to address",
                     g.describe(id)
                 )));
             };
+
             let value = id.out(k as u32);
             lv.index.insert(value, lv.values.len());
             lv.values.push(ValueLife {
@@ -267,6 +276,19 @@ mod tests {
         );
         let e = analyze(&g, &[x, a, a]).unwrap_err().to_string();
         assert!(e.contains("scheduled twice"), "{e}");
+
+        // Each value addressable, but together past isize::MAX: the planner's sums
+        // would overflow, so the plan is refused naming the node that tips it over.
+        let huge = (isize::MAX as usize / 4) / 3 + 1;
+        let mut g = Graph::new("t");
+        let x = g.add_parameter("x", f32s(&[huge])).unwrap();
+        let a = g.op("Relu", &[x.into()], Attrs::new(), "a").unwrap();
+        let b = g.op("Relu", &[a.into()], Attrs::new(), "b").unwrap();
+        let c = g.op("Relu", &[b.into()], Attrs::new(), "c").unwrap();
+        assert!(analyze(&g, &[x, a, b]).is_ok());
+        let e = analyze(&g, &[x, a, b, c]).unwrap_err().to_string();
+        assert!(e.contains("'c'") && e.contains("too large"), "{e}");
+
         // A node left out that nobody needs is fine.
         assert_eq!(analyze(&g, &[x, a]).unwrap().values.len(), 1);
     }

@@ -137,7 +137,6 @@ fn choose_blocked(
 /// The cost model: Winograd for 3×3 stride-1 convolutions, F(4,3) when the image has
 /// enough 4×4 tiles to amortize its 36 transformed weight matrices, else F(2,3); the
 /// measurements behind the threshold are in `bench/RESULTS.md`.
-
 fn blocked_model(s: &ConvShape, candidates: &[&str]) -> usize {
     let pick = if s.oh * s.ow >= 12 * 12 {
         "winograd4"

@@ -32,7 +32,6 @@ const UR: usize = 6;
 /// they stay in L1 (32 KiB) across the tiles of a row, as a GEMM's KC slice of B does;
 /// each further chunk re-reads the row's outputs, which also stay in L1. Chosen by
 /// measurement against L2-resident weights (`bench/RESULTS.md`).
-
 const CHUNK_BYTES: usize = 16 * 1024;
 /// Floats of packed weights per (input block, kernel tap): 16 ic × 16 oc.
 const TAP: usize = BLOCK * BLOCK;

@@ -42,7 +42,6 @@ const UR: usize = 6;
 /// Fewest tiles in one batch (unless the image has fewer): each weight loaded from L3
 /// serves this many tiles, which matters more than V and M leaving L2 (chosen by
 /// measurement on the ResNet shapes, `bench/RESULTS.md`).
-
 const MIN_BATCH: usize = 24;
 /// Most tiles in one batch.
 const MAX_BATCH: usize = 96;
