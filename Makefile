@@ -36,10 +36,12 @@ lint: deps
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy --all-targets --features cuda -- -D warnings
+	$(CARGO) clippy --all-targets --features openblas -- -D warnings
 
 # Every test: format, lints, exporter-style ONNX models against onnxruntime (before and
 # after the pass pipeline; they stay in target/real-models for the compiler's tests),
-# the Rust suites (the CPU backend's again on its portable kernels; the CUDA backend's
+# the Rust suites (the CPU backend's again on its portable kernels; the GEMM's comparison
+# with OpenBLAS under the `openblas` feature, which the library itself never links; the CUDA backend's
 # tests built with the `cuda` feature: NVRTC + ptxas from pinned wheels, device tests
 # that skip without a GPU; snapshots must match: no .snap.new may be left; the ONNX node suite
 # is generated first, by a pinned onnx in target/py), the C ABI tests under valgrind,
@@ -51,6 +53,7 @@ test: lint
 	scripts/test-onnx-models.sh
 	INSTA_UPDATE=no KILN_REQUIRE=onnx-suite,avx512f,cuda-tools,gxx $(CARGO) test --all-targets
 	KILN_CPU_ISA=portable $(CARGO) test --test cpu_backend
+	$(CARGO) test --features openblas --lib gemm
 	env=$$(scripts/cuda-tools.sh) && eval "$$env" && KILN_REQUIRE=onnx-suite,cuda-tools,gxx $(CARGO) test --features cuda --test cuda_nvrtc --test cuda_device --test cuda_cli
 	@if find . -name '*.snap.new' -not -path './target/*' | grep -q .; then \
 	  echo "stale insta snapshots (review with cargo insta review):"; \
