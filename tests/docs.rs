@@ -1,7 +1,9 @@
 //! The documents say what the code does: what can be checked mechanically is checked
 //! here, so that README.md, ARCHITECTURE.md and STATUS.md cannot drift silently.
+mod common;
+
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -123,17 +125,6 @@ fn architecture_is_a_map_not_an_atlas() {
     );
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
 /// `KILN_*` names read through `env::var("…")` / `env::var_os("…")` in `text`.
 fn env_reads(text: &str, out: &mut BTreeSet<String>) {
     for call in ["var(\"", "var_os(\""] {
@@ -155,7 +146,7 @@ fn the_readme_lists_every_environment_variable_the_code_reads() {
     let mut read_by_code = BTreeSet::new();
     let mut files = vec![];
     for dir in ["src", "tests", "benches"] {
-        rust_files(&root().join(dir), &mut files);
+        common::rust_files(&root().join(dir), &mut files);
     }
     for f in files {
         env_reads(&std::fs::read_to_string(&f).unwrap(), &mut read_by_code);

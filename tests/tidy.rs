@@ -1,24 +1,13 @@
 //! Source hygiene that review would otherwise have to catch.
 mod common;
 
-use std::path::{Path, PathBuf};
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
+use std::path::Path;
 
 #[test]
 fn no_leftover_debugging_or_placeholders_in_src() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = vec![];
-    rust_files(&root.join("src"), &mut files);
+    common::rust_files(&root.join("src"), &mut files);
     // Spelled in pieces so that this file does not match itself.
     let banned = [
         concat!("todo", "!("),
@@ -39,7 +28,7 @@ fn only_capi_speaks_c() {
     // except the one file that imports a C library (OpenBLAS) for the CPU kernels.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = vec![];
-    rust_files(&root.join("src"), &mut files);
+    common::rust_files(&root.join("src"), &mut files);
     // Rust's FFI forms only: the CUDA generator writes (and documents) `extern "C"
     // __global__` kernels, which is CUDA C, not an ABI of Kiln's.
     let banned = [

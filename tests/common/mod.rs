@@ -15,6 +15,21 @@ use kiln::passes::PassOptions;
 use kiln::{Dim, Tensor};
 
 // ---------------------------------------------------------------------------------------
+// Source files
+
+/// Every `.rs` file under `dir`, recursively, appended to `out`.
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // Skipping
 
 /// Something a test needs that a machine may lack.

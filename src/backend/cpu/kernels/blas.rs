@@ -32,7 +32,7 @@ extern "C" {
 
 /// OpenBLAS runs single-threaded inside Kiln: parallelism comes from Kiln's own pool,
 /// and two pools on two cores would fight. Process-wide, set once.
-pub(crate) fn single_threaded() {
+pub fn single_threaded() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     // SAFETY: a plain setter in OpenBLAS.
     ONCE.call_once(|| unsafe { openblas_set_num_threads(1) });
@@ -45,7 +45,7 @@ pub(crate) fn single_threaded() {
 /// As for [`gemm`]; additionally each operand needs one unit-stride axis (`cs == 1` or
 /// `rs == 1`), else it falls back to Kiln's kernel.
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn gemm_openblas(
+pub unsafe fn gemm_openblas(
     m: usize,
     n: usize,
     k: usize,

@@ -72,7 +72,7 @@ pub struct Mat {
 
 impl Mat {
     /// A row-major matrix with `cols` columns (leading dimension `cols`).
-    pub(crate) fn rows(ptr: *const f32, cols: usize) -> Mat {
+    pub fn rows(ptr: *const f32, cols: usize) -> Mat {
         Mat {
             ptr,
             rs: cols,
@@ -80,7 +80,7 @@ impl Mat {
         }
     }
     /// The transpose view.
-    pub(crate) fn t(self) -> Mat {
+    pub fn t(self) -> Mat {
         Mat {
             ptr: self.ptr,
             rs: self.cs,
@@ -135,7 +135,7 @@ unsafe impl Sync for Epilogue {}
 /// `a`, `b` must address valid m×k and k×n matrices, `c` an m×n one with row stride
 /// `ldc` not overlapping them, and the epilogue's pointers their stated extents.
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn gemm(
+pub unsafe fn gemm(
     pool: Option<&Pool>,
     m: usize,
     n: usize,
@@ -157,7 +157,7 @@ pub(crate) unsafe fn gemm(
 /// # Safety
 /// As for [`gemm`].
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn gemm_with_isa(
+pub unsafe fn gemm_with_isa(
     isa: Isa,
     pool: Option<&Pool>,
     m: usize,
@@ -207,7 +207,7 @@ impl PackedB {
     ///
     /// # Safety
     /// `b` must address a valid k×n matrix.
-    pub(crate) unsafe fn new(k: usize, n: usize, b: Mat) -> PackedB {
+    pub unsafe fn new(k: usize, n: usize, b: Mat) -> PackedB {
         let panels = n.div_ceil(NR);
         let kern = kernel_for(isa::isa());
         let mut buf = AlignedBuf::new();
@@ -241,7 +241,7 @@ impl PackedB {
 /// As for [`gemm`]; `b` must have been packed with the same k and n (checked: a
 /// mismatch panics).
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn gemm_packed(
+pub unsafe fn gemm_packed(
     pool: Option<&Pool>,
     m: usize,
     n: usize,
