@@ -422,6 +422,8 @@ typedef struct kiln_attr {
 
 
 
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
