@@ -435,19 +435,7 @@ fn malformed_rewritten_nodes_are_errors_not_panics() {
 // ---------------------------------------------------------------- mutation testing
 
 /// Deterministic xorshift64 for the mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n.max(1) as u64) as usize
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
+use common::Rng;
 
 fn attr_int(name: &str, v: i64) -> proto::AttributeProto {
     proto::AttributeProto {

@@ -145,6 +145,11 @@ impl Rng {
         (self.next_u64() % n.max(1) as u64) as usize
     }
 
+    /// One of `items`, uniformly (which must not be empty).
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+
     /// Uniform in [-1, 1), from 24 bits (exact in f32).
     pub fn f32(&mut self) -> f32 {
         (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
