@@ -97,7 +97,7 @@ pub(super) fn convert(
         n_outputs,
     } = kind;
     match domain {
-        "ai.onnx.ml" => return expand::ml(&mut Builder::new(imp, name), op, &inputs, &attrs),
+        "ai.onnx.ml" => return ml(imp, op, name, inputs, attrs, tensors),
         "ai.onnx.preview.training" => {
             return expand::training(&mut Builder::new(imp, name), op, &inputs, &attrs)
         }
@@ -360,6 +360,33 @@ pub(super) fn convert(
         inputs.pop();
     }
     imp.add(op, &inputs, attrs, name)
+}
+
+/// An `ai.onnx.ml` node: the tree ensembles are catalogue ops, their tensor attributes
+/// read as lists (opset 3's `<name>_as_tensor` as `<name>`); the small ops expand.
+fn ml(
+    imp: &mut Importer<'_>,
+    op: &str,
+    name: &str,
+    inputs: Inputs,
+    mut attrs: Attrs,
+    tensors: HashMap<String, Tensor>,
+) -> Result<Vec<Value>> {
+    match op {
+        "TreeEnsemble" | "TreeEnsembleRegressor" | "TreeEnsembleClassifier" => {
+            for (key, t) in tensors {
+                let key = key.strip_suffix("_as_tensor").unwrap_or(&key);
+                let list = if key == "nodes_modes" {
+                    Attr::Ints(t.to_i64_vec())
+                } else {
+                    Attr::Floats(t.to_f64_vec())
+                };
+                attrs.set(key, list);
+            }
+            imp.add(op, &inputs, attrs, name)
+        }
+        _ => expand::ml(&mut Builder::new(imp, name), op, &inputs, &attrs),
+    }
 }
 
 /// A `Constant` node's value, from whichever of its attributes is set.

@@ -38,6 +38,7 @@ pub mod shape;
 pub mod signal;
 pub mod source;
 pub mod text;
+pub mod tree;
 
 /// One attribute an op accepts.
 #[derive(Debug, Clone, Copy)]
@@ -321,7 +322,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 25] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 26] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -343,6 +344,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             rnn::ops,
             signal::ops,
             text::ops,
+            tree::ops,
             grid_sample::ops,
             fused::ops,
             layout::ops,
