@@ -1,0 +1,162 @@
+//! `ai.onnx.ml` models against onnxruntime: the tree ensembles of
+//! `tests/onnx/trees` (scikit-learn models exported by skl2onnx and hand-written ones,
+//! with onnxruntime's outputs, written by `scripts/make-tree-fixtures.py`) on `interp`
+//! and `cpu`; labels exact, scores within 1e-5. And bad models: each a clear error
+//! naming the node.
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use kiln::backend::{backend_for, Device};
+use kiln::frontend::onnx::{self, proto};
+use kiln::Tensor;
+use prost::Message;
+
+fn cases(folder: &str) -> Vec<PathBuf> {
+    let dir = common::root().join("tests/onnx").join(folder);
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("a directory entry").path())
+        .filter(|p| p.join("model.onnx").exists())
+        .collect();
+    cases.sort();
+    cases
+}
+
+fn read_all(set: &Path, kind: &str) -> Vec<Tensor> {
+    (0..)
+        .map(|i| set.join(format!("{kind}_{i}.pb")))
+        .take_while(|p| p.exists())
+        .map(|p| onnx::read_tensor_pb(&std::fs::read(&p).expect("read")).expect("a tensor"))
+        .collect()
+}
+
+/// Runs a case on `device`; the error says which output differs and how.
+fn run_case(case: &Path, device: Device) -> Result<(), String> {
+    let graph = onnx::import_file(&case.join("model.onnx")).map_err(|e| format!("import: {e}"))?;
+    let exe = backend_for(device)
+        .and_then(|b| b.compile(&graph))
+        .map_err(|e| format!("compile: {e}"))?;
+    let set = case.join("test_data_set_0");
+    let got = exe
+        .run(&read_all(&set, "input"))
+        .map_err(|e| format!("run: {e}"))?;
+    let want = read_all(&set, "output");
+    if got.len() != want.len() {
+        return Err(format!("{} outputs, expected {}", got.len(), want.len()));
+    }
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        // Labels are integers a unit apart at least, so this is exact for them; scores
+        // are within 1e-5 (and 1e-6 relative: onnxruntime sums large ones in f32).
+        g.check_close(w, 1e-5, 1e-6)
+            .map_err(|e| format!("output {i}: {e}"))?;
+    }
+    Ok(())
+}
+
+#[test]
+fn tree_ensembles_agree_with_onnxruntime() {
+    let cases = cases("trees");
+    assert!(cases.len() >= 30, "only {} tree cases", cases.len());
+    let mut failures = vec![];
+    for case in &cases {
+        for device in [Device::Interp, Device::Cpu] {
+            if let Err(e) = run_case(case, device) {
+                failures.push(format!("{} on {device:?}: {e}", case.display()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A fixture's model with `edit` applied to its one tree-ensemble node.
+fn edited(case: &str, edit: impl FnOnce(&mut proto::NodeProto)) -> Vec<u8> {
+    let path = common::root()
+        .join("tests/onnx/trees")
+        .join(case)
+        .join("model.onnx");
+    let mut model = proto::ModelProto::decode(&*std::fs::read(path).expect("read")).expect("model");
+    let graph = model.graph.as_mut().expect("a graph");
+    let node = graph
+        .node
+        .iter_mut()
+        .find(|n| n.op_type().starts_with("TreeEnsemble"))
+        .expect("a tree ensemble node");
+    node.name = Some("the_trees".into());
+    edit(node);
+    model.encode_to_vec()
+}
+
+fn attr<'a>(node: &'a mut proto::NodeProto, name: &str) -> &'a mut proto::AttributeProto {
+    node.attribute
+        .iter_mut()
+        .find(|a| a.name() == name)
+        .unwrap_or_else(|| panic!("no attribute {name}"))
+}
+
+fn import_error(bytes: &[u8]) -> String {
+    match onnx::import_bytes(bytes, None) {
+        Ok(_) => panic!("the bad model imported"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_tree_ensembles_are_errors_naming_the_node() {
+    let out_of_range = edited("dt_regressor", |n| {
+        attr(n, "nodes_truenodeids").ints[0] = 9999;
+    });
+    let e = import_error(&out_of_range);
+    assert!(e.contains("the_trees") && e.contains("no node 9999"), "{e}");
+
+    let bad_mode = edited("regressor_branch_leq_sum", |n| {
+        attr(n, "nodes_modes").strings[0] = b"BRANCH_SOMETIMES".to_vec();
+    });
+    let e = import_error(&bad_mode);
+    assert!(
+        e.contains("the_trees") && e.contains("BRANCH_SOMETIMES"),
+        "{e}"
+    );
+
+    let short = edited("regressor_branch_leq_sum", |n| {
+        attr(n, "nodes_values").floats.pop();
+    });
+    let e = import_error(&short);
+    assert!(
+        e.contains("the_trees") && e.contains("nodes_values has 7 entries"),
+        "{e}"
+    );
+
+    let feature = edited("regressor_branch_leq_sum", |n| {
+        attr(n, "nodes_featureids").ints[0] = 3;
+    });
+    let e = import_error(&feature);
+    assert!(e.contains("the_trees") && e.contains("feature 3"), "{e}");
+
+    let class = edited("classifier_post_none", |n| {
+        attr(n, "class_ids").ints[0] = 3;
+    });
+    let e = import_error(&class);
+    assert!(e.contains("the_trees") && e.contains("class_ids 3"), "{e}");
+
+    // Opset 5: a leaf index past the leaves, a cycle found at run time.
+    let leaf = edited("tree_ensemble_v5_member_average", |n| {
+        attr(n, "nodes_truenodeids").ints[1] = 7;
+    });
+    let e = import_error(&leaf);
+    assert!(e.contains("the_trees") && e.contains("out of range"), "{e}");
+    let cycle = edited("tree_ensemble_v5_member_average", |n| {
+        // Node 1 leads back to itself on both ways.
+        attr(n, "nodes_trueleafs").ints[1] = 0;
+        attr(n, "nodes_truenodeids").ints[1] = 1;
+        attr(n, "nodes_falseleafs").ints[1] = 0;
+        attr(n, "nodes_falsenodeids").ints[1] = 1;
+    });
+    let graph = onnx::import_bytes(&cycle, None).expect("a cycle is found at run time");
+    let exe = backend_for(Device::Interp)
+        .and_then(|b| b.compile(&graph))
+        .expect("compile");
+    let x = Tensor::from_vec(&[1, 3], vec![0.0f32, 0.0, 0.0]).expect("x");
+    let e = exe.run(&[x]).expect_err("a cycle").to_string();
+    assert!(e.contains("the_trees") && e.contains("cycle"), "{e}");
+}
