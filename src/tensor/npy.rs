@@ -1,5 +1,8 @@
 //! NumPy `.npy` files (format versions 1.0, 2.0 and 3.0) for every Kiln dtype.
 //!
+//! Strings are NumPy unicode arrays (`<U<n>`: UTF-32LE, `n` code points per element,
+//! shorter ones padded with NUL), the width being the longest element's.
+//!
 //! bf16 has no NumPy dtype of its own; Kiln writes it with the descr `'bfloat16'` (the
 //! name `ml_dtypes` registers) and reads that back.
 use std::path::Path;
@@ -9,8 +12,16 @@ use crate::tensor::{DType, Tensor};
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
-fn descr(dtype: DType) -> &'static str {
-    match dtype {
+fn descr(t: &Tensor) -> String {
+    let name = match t {
+        Tensor::String(a) => {
+            let width = a.iter().map(|s| s.chars().count()).max().unwrap_or(0);
+            // NumPy has no zero-width unicode dtype: '<U0' reads back as '<U1'.
+            return format!("<U{}", width.max(1));
+        }
+        t => t.dtype(),
+    };
+    match name {
         DType::F32 => "<f4",
         DType::F64 => "<f8",
         DType::F16 => "<f2",
@@ -24,13 +35,23 @@ fn descr(dtype: DType) -> &'static str {
         DType::U16 => "<u2",
         DType::U32 => "<u4",
         DType::U64 => "<u8",
+        DType::String => "<U1",
     }
+    .to_string()
+}
+
+/// What a descr says the data holds.
+enum Layout {
+    /// Fixed-width numbers of a dtype, big-endian or not.
+    Numeric(DType, bool),
+    /// UTF-32 strings of this many code points, big-endian or not.
+    Unicode(usize, bool),
 }
 
 /// The dtype of a descr and whether its bytes are big-endian.
-fn parse_descr(d: &str) -> std::result::Result<(DType, bool), String> {
+fn parse_descr(d: &str) -> std::result::Result<Layout, String> {
     if d == "bfloat16" {
-        return Ok((DType::BF16, false));
+        return Ok(Layout::Numeric(DType::BF16, false));
     }
     let (order, code) = d.split_at(d.len().min(1));
     let big = match order {
@@ -38,6 +59,12 @@ fn parse_descr(d: &str) -> std::result::Result<(DType, bool), String> {
         ">" => true,
         _ => return Err(format!("unsupported dtype descr '{d}'")),
     };
+    if let Some(width) = code.strip_prefix('U') {
+        let width = width
+            .parse::<usize>()
+            .map_err(|_| format!("bad unicode dtype descr '{d}'"))?;
+        return Ok(Layout::Unicode(width, big));
+    }
     let dtype = match code {
         "f4" => DType::F32,
         "f8" => DType::F64,
@@ -53,11 +80,67 @@ fn parse_descr(d: &str) -> std::result::Result<(DType, bool), String> {
         "u8" => DType::U64,
         _ => {
             return Err(format!(
-                "unsupported dtype descr '{d}' (Kiln reads f2/f4/f8, i1/i2/i4/i8, u1/u2/u4/u8, b1, bfloat16)"
+                "unsupported dtype descr '{d}' (Kiln reads f2/f4/f8, i1/i2/i4/i8, u1/u2/u4/u8, b1, U<n>, bfloat16)"
             ))
         }
     };
-    Ok((dtype, big))
+    Ok(Layout::Numeric(dtype, big))
+}
+
+/// Fixed-width UTF-32LE: each string padded with NUL to `width` code points.
+fn encode_unicode(a: &ndarray::ArrayD<String>, width: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(a.len() * width * 4);
+    for s in a.iter() {
+        let mut n = 0;
+        for c in s.chars() {
+            out.extend((c as u32).to_le_bytes());
+            n += 1;
+        }
+        out.extend(std::iter::repeat_n(0u8, (width - n) * 4));
+    }
+    out
+}
+
+/// Fixed-width UTF-32 strings, trailing NULs dropped (as NumPy does).
+fn decode_unicode(
+    data: &[u8],
+    width: usize,
+    big: bool,
+    shape: &[usize],
+) -> std::result::Result<Tensor, String> {
+    let n = shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .ok_or("the .npy shape is too large")?;
+    let need = n
+        .checked_mul(width)
+        .and_then(|x| x.checked_mul(4))
+        .ok_or("the .npy shape is too large")?;
+    if data.len() != need {
+        return Err(format!(
+            "the .npy data has {} bytes, {n} strings of width {width} need {need}",
+            data.len()
+        ));
+    }
+    let mut strings = Vec::with_capacity(n);
+    for item in data.chunks_exact(4 * width.max(1)).take(n) {
+        let mut s = String::new();
+        for unit in item.chunks_exact(4) {
+            let bytes = [unit[0], unit[1], unit[2], unit[3]];
+            let code = if big {
+                u32::from_be_bytes(bytes)
+            } else {
+                u32::from_le_bytes(bytes)
+            };
+            s.push(char::from_u32(code).ok_or_else(|| {
+                format!("the .npy string data holds {code:#x}, not a Unicode code point")
+            })?);
+        }
+        strings.push(s.trim_end_matches('\0').to_string());
+    }
+    // Width 0: every string is empty.
+    strings.resize(n, String::new());
+    Tensor::from_strings(shape, strings)
 }
 
 /// Encodes `t` as `.npy` bytes (format 1.0, or 2.0 when the header is too long).
@@ -69,7 +152,7 @@ pub(crate) fn to_bytes(t: &Tensor) -> Vec<u8> {
     };
     let mut header = format!(
         "{{'descr': '{}', 'fortran_order': False, 'shape': {shape}, }}",
-        descr(t.dtype())
+        descr(t)
     );
     // Pad with spaces so that the data starts on a 64-byte boundary; end with '\n'.
     let (version, len_bytes) = if header.len() + 1 + MAGIC.len() + 4 <= 65535 {
@@ -90,7 +173,18 @@ pub(crate) fn to_bytes(t: &Tensor) -> Vec<u8> {
         out.extend_from_slice(&(header.len() as u32).to_le_bytes());
     }
     out.extend_from_slice(header.as_bytes());
-    out.extend_from_slice(&t.to_le_bytes());
+    match t {
+        Tensor::String(a) => {
+            let width = a
+                .iter()
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+                .max(1);
+            out.extend(encode_unicode(a, width));
+        }
+        t => out.extend_from_slice(&t.to_le_bytes()),
+    }
     out
 }
 
@@ -113,7 +207,7 @@ pub(crate) fn from_bytes(bytes: &[u8]) -> std::result::Result<Tensor, String> {
     let header = std::str::from_utf8(header).map_err(|_| "the .npy header is not text")?;
     let descr = dict_value(header, "descr")?;
     let descr = descr.trim_matches(|c| c == '\'' || c == '"');
-    let (dtype, big_endian) = parse_descr(descr)?;
+    let layout = parse_descr(descr)?;
     let fortran = match dict_value(header, "fortran_order")? {
         "True" => true,
         "False" => false,
@@ -131,6 +225,23 @@ pub(crate) fn from_bytes(bytes: &[u8]) -> std::result::Result<Tensor, String> {
         })
         .collect::<std::result::Result<_, _>>()?;
     let data = &bytes[start + hlen..];
+    let (dtype, big_endian) = match layout {
+        Layout::Numeric(dtype, big) => (dtype, big),
+        Layout::Unicode(width, big) => {
+            let t = if fortran {
+                let rev: Vec<usize> = shape.iter().rev().copied().collect();
+                match decode_unicode(data, width, big, &rev)? {
+                    Tensor::String(a) => {
+                        Tensor::String(a.reversed_axes().as_standard_layout().into_owned())
+                    }
+                    t => t,
+                }
+            } else {
+                decode_unicode(data, width, big, &shape)?
+            };
+            return Ok(t);
+        }
+    };
     let width = dtype.size_in_bytes();
     let n: usize = shape.iter().product();
     if data.len() != n * width {
@@ -184,7 +295,7 @@ mod tests {
 
     #[test]
     fn every_dtype_round_trips() {
-        for dtype in DType::ALL {
+        for dtype in DType::ALL.into_iter().filter(|d| !d.is_string()) {
             let t = Tensor::from_f64s(dtype, &[2, 3], &[0.0, 1.0, 2.0, 3.0, 1.0, 0.0]).unwrap();
             let back = from_bytes(&to_bytes(&t)).unwrap();
             assert_eq!(back, t, "{dtype}");
@@ -216,6 +327,39 @@ mod tests {
             t,
             Tensor::from_vec(&[2, 3], vec![1i32, 2, 3, 4, 5, 6]).unwrap()
         );
+    }
+
+    #[test]
+    fn strings_are_numpy_unicode() {
+        let t = Tensor::from_strings(&[2], vec!["ab".into(), "ü€".into()]).unwrap();
+        let bytes = to_bytes(&t);
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains("'descr': '<U2'"), "{text}");
+        // 'a' then 'b', UTF-32LE, then 'ü' '€'.
+        let data = &bytes[bytes.len() - 16..];
+        assert_eq!(&data[..8], &[b'a', 0, 0, 0, b'b', 0, 0, 0]);
+        assert_eq!(&data[12..16], &0x20acu32.to_le_bytes());
+        assert_eq!(from_bytes(&bytes).unwrap(), t);
+        // Shorter strings are NUL-padded and read back without the padding.
+        let t = Tensor::from_strings(&[3], vec!["".into(), "x".into(), "xyz".into()]).unwrap();
+        assert_eq!(from_bytes(&to_bytes(&t)).unwrap(), t);
+        let empty = Tensor::from_strings(&[0], vec![]).unwrap();
+        assert_eq!(from_bytes(&to_bytes(&empty)).unwrap(), empty);
+        // Big-endian and a code point that is no char are read and refused.
+        let mut head = "{'descr': '>U1', 'fortran_order': False, 'shape': (1,), }".to_string();
+        head.push('\n');
+        let mut b = MAGIC.to_vec();
+        b.extend([1, 0]);
+        b.extend((head.len() as u16).to_le_bytes());
+        b.extend(head.as_bytes());
+        let at = b.len();
+        b.extend(0x41u32.to_be_bytes());
+        assert_eq!(
+            from_bytes(&b).unwrap(),
+            Tensor::from_strings(&[1], vec!["A".into()]).unwrap()
+        );
+        b[at..].copy_from_slice(&0xD800u32.to_be_bytes());
+        assert!(from_bytes(&b).unwrap_err().contains("not a Unicode"));
     }
 
     #[test]

@@ -282,7 +282,7 @@ impl Drop for CpuExecutable {
 
 /// The address of `t`'s elements when they are contiguous in row-major order.
 fn contiguous_bytes(t: &Tensor) -> Option<*const u8> {
-    crate::match_tensor!(t, a => a.as_slice().map(|s| s.as_ptr().cast::<u8>()))
+    crate::match_tensor!(t, a => a.as_slice().map(|s| s.as_ptr().cast::<u8>()), _ => None)
 }
 
 unsafe fn read_output(cx: &Cx, s: &program::Slot) -> Result<Tensor> {

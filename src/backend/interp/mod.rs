@@ -182,7 +182,7 @@ pub(crate) fn run_graph(
                     input_types: &types,
                     attrs: &node.attrs,
                 };
-                let outs = ops::custom::contain(&op, || op.eval(&cx))
+                let outs = ops::custom::contain(&op, || ops::evaluate(&*op, &cx))
                     .map_err(|e| Error::Runtime(format!("{}: {e}", graph.describe(id))))?;
                 if outs.len() != node.outputs.len() {
                     return Err(Error::Runtime(format!(

@@ -323,7 +323,7 @@ impl Importer<'_> {
             input_types: &in_type_refs,
             attrs,
         };
-        let outs = catalogue_op.eval(&cx).map_err(Error::Graph)?;
+        let outs = crate::ir::ops::evaluate(catalogue_op, &cx).map_err(Error::Graph)?;
         let mut vals = vec![];
         for (i, t) in outs.into_iter().enumerate() {
             let n = if i == 0 {

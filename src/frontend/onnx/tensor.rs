@@ -24,6 +24,7 @@ pub(crate) fn dtype(code: i32) -> Result<DType, String> {
         Ok(D::Uint32) => DType::U32,
         Ok(D::Uint64) => DType::U64,
         Ok(D::Bool) => DType::Bool,
+        Ok(D::String) => DType::String,
         Ok(other) => {
             return Err(format!(
                 "ONNX element type {} is not supported",
@@ -85,6 +86,24 @@ pub(crate) fn tensor(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor,
         .try_fold(1usize, |a, &d| a.checked_mul(d))
         .ok_or("too many elements")?;
     let external_data = t.data_location() == tensor_proto::DataLocation::External;
+    if dtype.is_string() {
+        // ONNX keeps strings in string_data only, never in raw or external bytes.
+        if t.string_data.len() != n {
+            return Err(format!(
+                "{} strings for {n} elements of string{shape:?}",
+                t.string_data.len()
+            ));
+        }
+        let strings = t
+            .string_data
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                String::from_utf8(b.clone()).map_err(|_| format!("string {i} is not UTF-8"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        return Tensor::from_strings(&shape, strings);
+    }
     if external_data || t.raw_data.is_some() {
         return if external_data {
             Tensor::from_le_bytes(dtype, &shape, &external(t, base_dir)?)

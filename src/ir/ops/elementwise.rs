@@ -952,6 +952,9 @@ const WHERE: OpSchema = OpSchema {
 };
 
 impl Op for Where {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::MovedStrings
+    }
     fn schema(&self) -> &OpSchema {
         &WHERE
     }

@@ -536,7 +536,19 @@ impl Parser<'_> {
         if items.len() != n {
             return self.error(&t, format!("{} values given, {ty} holds {n}", items.len()));
         }
-        if ty.dtype.is_float() {
+        if ty.dtype.is_string() {
+            let mut v = Vec::with_capacity(n);
+            for it in &items {
+                match &it.tok {
+                    Tok::Str(s) => v.push(s.clone()),
+                    other => {
+                        return self
+                            .error(it, format!("expected a string, found {}", other.describe()))
+                    }
+                }
+            }
+            Tensor::from_strings(&dims, v).or_else(|e| self.error(&t, e))
+        } else if ty.dtype.is_float() {
             let mut v = Vec::with_capacity(n);
             for it in &items {
                 v.push(match &it.tok {
