@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use super::expand::{self, Builder};
 use super::Importer;
 use crate::error::{Error, Result};
-use crate::ir::{ops, Attr, Attrs, Value};
+use crate::ir::{ops, Attr, Attrs, DType, Value};
 use crate::tensor::Tensor;
 
 type Inputs = Vec<Option<Value>>;
@@ -385,8 +385,88 @@ fn ml(
             }
             imp.add(op, &inputs, attrs, name)
         }
+        "LabelEncoder" => label_encoder(imp, name, inputs, attrs, tensors),
         _ => expand::ml(&mut Builder::new(imp, name), op, &inputs, &attrs),
     }
+}
+
+/// `LabelEncoder`: opset 1's `classes_strings` (string to its index, or index to string)
+/// and opset 4's `keys_tensor`, `values_tensor` and `default_tensor` become the lists
+/// of opset 2; values of a dtype other than f32, i64 and string are cast to it after.
+fn label_encoder(
+    imp: &mut Importer<'_>,
+    name: &str,
+    inputs: Inputs,
+    mut attrs: Attrs,
+    tensors: HashMap<String, Tensor>,
+) -> Result<Vec<Value>> {
+    let x = expand::need(&inputs, 0, "X")?;
+    if let Some(Attr::Strings(classes)) = attrs.0.remove("classes_strings") {
+        let indexes: Vec<i64> = (0..classes.len() as i64).collect();
+        if imp.value_type(x)?.dtype.is_string() {
+            attrs.set("keys_strings", Attr::Strings(classes));
+            attrs.set("values_int64s", Attr::Ints(indexes));
+            attrs.0.remove("default_string");
+        } else {
+            attrs.set("keys_int64s", Attr::Ints(indexes));
+            attrs.set("values_strings", Attr::Strings(classes));
+            attrs.0.remove("default_int64");
+        }
+    }
+    // A tensor attribute's list: strings, floats or integers by its dtype.
+    let list = |t: &Tensor, kind: &str| -> (String, Attr) {
+        match t {
+            Tensor::String(a) => (
+                format!("{kind}_strings"),
+                Attr::Strings(a.iter().cloned().collect()),
+            ),
+            _ if t.dtype().is_float() => (format!("{kind}_floats"), Attr::Floats(t.to_f64_vec())),
+            _ => (format!("{kind}_int64s"), Attr::Ints(t.to_i64_vec())),
+        }
+    };
+    let mut cast_to = None;
+    for (key, t) in &tensors {
+        match key.as_str() {
+            "keys_tensor" => {
+                let (k, v) = list(t, "keys");
+                attrs.set(&k, v);
+            }
+            "values_tensor" => {
+                let (k, v) = list(t, "values");
+                attrs.set(&k, v);
+                if !matches!(t.dtype(), DType::F32 | DType::I64 | DType::String) {
+                    cast_to = Some(t.dtype());
+                }
+            }
+            "default_tensor" => {}
+            other => {
+                return Err(Error::Unsupported(format!(
+                    "LabelEncoder attribute '{other}' of type TENSOR is not supported"
+                )))
+            }
+        }
+    }
+    if let Some(t) = tensors.get("default_tensor") {
+        let (k, v) = list(t, "default");
+        let single = match v {
+            Attr::Strings(s) => s.into_iter().next().map(Attr::String),
+            Attr::Floats(f) => f.first().map(|&f| Attr::Float(f)),
+            Attr::Ints(i) => i.first().map(|&i| Attr::Int(i)),
+            _ => None,
+        }
+        .ok_or_else(|| Error::Graph("default_tensor must hold one value".into()))?;
+        let k = k
+            .replace("_strings", "_string")
+            .replace("_floats", "_float")
+            .replace("_int64s", "_int64");
+        attrs.set(&k, single);
+    }
+    let Some(to) = cast_to else {
+        return imp.add("LabelEncoder", &inputs, attrs, name);
+    };
+    let y = imp.add("LabelEncoder", &inputs, attrs, &format!("{name}.values"))?;
+    let cast = Attrs::new().with("to", Attr::String(to.name().into()));
+    imp.add("Cast", &[y.first().copied()], cast, name)
 }
 
 /// A `Constant` node's value, from whichever of its attributes is set.

@@ -37,6 +37,7 @@ pub mod select;
 pub mod shape;
 pub mod signal;
 pub mod source;
+pub mod strings;
 pub mod text;
 pub mod tree;
 
@@ -419,7 +420,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 26] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 27] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -442,6 +443,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             signal::ops,
             text::ops,
             tree::ops,
+            strings::ops,
             grid_sample::ops,
             fused::ops,
             layout::ops,

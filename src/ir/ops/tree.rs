@@ -822,9 +822,7 @@ impl Op for TreeEnsembleClassifier {
         let n = rows_of(x, &c.forest)?;
         let label_dtype = match c.labels {
             Labels::Ints(_) => DType::I64,
-            Labels::Strings(_) => {
-                return Err("classlabels_strings needs string tensors".into());
-            }
+            Labels::Strings(_) => DType::String,
         };
         Ok(vec![
             TensorType::new(label_dtype, Shape::new(vec![n.clone()])),
@@ -873,7 +871,10 @@ impl Op for TreeEnsembleClassifier {
                 let y: Vec<i64> = picks.iter().map(|&k| labels[k]).collect();
                 Tensor::from_i64s(DType::I64, &[n], &y)?
             }
-            Labels::Strings(_) => return Err("classlabels_strings needs string tensors".into()),
+            Labels::Strings(labels) => {
+                let y: Vec<String> = picks.iter().map(|&k| labels[k].clone()).collect();
+                Tensor::from_strings(&[n], y)?
+            }
         };
         Ok(vec![y, Tensor::from_f64s(DType::F32, &[n, classes], &z)?])
     }
