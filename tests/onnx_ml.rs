@@ -1,8 +1,8 @@
-//! `ai.onnx.ml` models against onnxruntime: the tree ensembles of
-//! `tests/onnx/trees` (scikit-learn models exported by skl2onnx and hand-written ones,
-//! with onnxruntime's outputs, written by `scripts/make-tree-fixtures.py`) on `interp`
-//! and `cpu`; labels exact, scores within 1e-5. And bad models: each a clear error
-//! naming the node.
+//! `ai.onnx.ml` and string models against onnxruntime, on `interp` and `cpu`: the tree
+//! ensembles of `tests/onnx/trees` (scikit-learn models exported by skl2onnx and
+//! hand-written ones) and the string ops of `tests/onnx/strings`, with onnxruntime's
+//! outputs (`scripts/make-ml-fixtures.py` writes both); labels and strings exact, scores
+//! within 1e-5. And bad models: each a clear error naming the node.
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -54,10 +54,10 @@ fn run_case(case: &Path, device: Device) -> Result<(), String> {
     Ok(())
 }
 
-#[test]
-fn tree_ensembles_agree_with_onnxruntime() {
-    let cases = cases("trees");
-    assert!(cases.len() >= 30, "only {} tree cases", cases.len());
+/// Every case of `folder` (at least `min` of them) on both CPU-side backends.
+fn agree_with_onnxruntime(folder: &str, min: usize) {
+    let cases = cases(folder);
+    assert!(cases.len() >= min, "only {} cases in {folder}", cases.len());
     let mut failures = vec![];
     for case in &cases {
         for device in [Device::Interp, Device::Cpu] {
@@ -67,6 +67,16 @@ fn tree_ensembles_agree_with_onnxruntime() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn tree_ensembles_agree_with_onnxruntime() {
+    agree_with_onnxruntime("trees", 30);
+}
+
+#[test]
+fn string_ops_agree_with_onnxruntime() {
+    agree_with_onnxruntime("strings", 10);
 }
 
 /// A fixture's model with `edit` applied to its one tree-ensemble node.

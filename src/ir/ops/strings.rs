@@ -212,7 +212,7 @@ const STRING_SPLIT: OpSchema = OpSchema {
     ],
     doc: "Splits each string of X at delimiter (none or empty: at runs of whitespace, \
           ignoring leading and trailing ones), at most maxsplit times from the left, as \
-          Python's str.split does. Y is X's shape plus an axis as long as the most \
+          Python's str.split does (but a last part keeps no trailing whitespace). Y is X's shape plus an axis as long as the most \
           parts, padded with empty strings; Z (i64, X's shape) each string's part count.",
 };
 
@@ -221,7 +221,7 @@ fn python_space(c: char) -> bool {
     c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
 }
 
-/// `s.split(delimiter, maxsplit)` as Python computes it.
+/// `s.split(delimiter, maxsplit)` as Python computes it, but for trailing whitespace.
 fn split(s: &str, delimiter: Option<&str>, maxsplit: Option<usize>) -> Vec<String> {
     let limit = maxsplit.unwrap_or(usize::MAX);
     if let Some(d) = delimiter {
@@ -230,8 +230,10 @@ fn split(s: &str, delimiter: Option<&str>, maxsplit: Option<usize>) -> Vec<Strin
             .map(String::from)
             .collect();
     }
+    // The spec removes leading and trailing whitespace first (so does onnxruntime);
+    // Python keeps the trailing whitespace of a part that maxsplit left whole.
     let mut parts = vec![];
-    let mut rest = s.trim_start_matches(python_space);
+    let mut rest = s.trim_matches(python_space);
     while !rest.is_empty() {
         if parts.len() == limit {
             parts.push(rest.to_string());
@@ -356,7 +358,7 @@ const LABEL_ENCODER: OpSchema = OpSchema {
         AttrSpec::opt("values_strings", AttrKind::Strings, "one values_ list"),
     ],
     doc: "ONNX-ML's LabelEncoder: each element of X (strings for keys_strings, integers \
-          for keys_int64s, floats for keys_floats; NaN matches a NaN key) replaced by the \
+          for keys_int64s, floats for keys_floats; NaN matches no key) replaced by the \
           value of its key, or the default where it has none. Y has X's shape and the \
           values' dtype: string, i64 or f32.",
 };
@@ -510,10 +512,7 @@ impl Op for LabelEncoder {
             (Keys::Floats(k), _) if x.dtype().is_float() => x
                 .to_f64_vec()
                 .iter()
-                .map(|v| {
-                    k.iter()
-                        .position(|key| key == v || (key.is_nan() && v.is_nan()))
-                })
+                .map(|v| k.iter().position(|key| key == v))
                 .collect(),
             _ => return Err(format!("{}, got X {}", keys.what(), x.dtype())),
         };
@@ -539,7 +538,7 @@ mod tests {
     fn split_follows_python() {
         let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(split("  a b  c  ", None, None), s(&["a", "b", "c"]));
-        assert_eq!(split("  a b  c  ", None, Some(1)), s(&["a", "b  c  "]));
+        assert_eq!(split("  a b  c  ", None, Some(1)), s(&["a", "b  c"]));
         assert_eq!(split("", None, None), s(&[]));
         assert_eq!(split("", Some("."), None), s(&[""]));
         assert_eq!(split("a..b", Some("."), None), s(&["a", "", "b"]));

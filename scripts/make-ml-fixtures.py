@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Tree-ensemble models and onnxruntime's outputs on them, for tests/onnx_ml.rs.
+"""Tree-ensemble and string models and onnxruntime's outputs on them, for
+tests/onnx_ml.rs.
 
-Usage: make-tree-fixtures.py OUT_DIR (the committed fixtures are tests/onnx/trees).
+Usage: make-ml-fixtures.py [OUT_DIR] (default tests/onnx, the committed fixtures: trees/
+and strings/).
 Needs scikit-learn and skl2onnx besides onnx and onnxruntime
 (`target/py/bin/pip install skl2onnx scikit-learn`).
 
@@ -11,7 +13,9 @@ small scikit-learn models exported by skl2onnx (decision trees, random forests,
 gradient boosting, histogram gradient boosting with missing values; int and string
 class labels) and hand-written ones for what skl2onnx never writes: the other branch
 modes, aggregate functions, post-transforms, opset 3's `*_as_tensor` attributes and
-opset 5's `TreeEnsemble` with set membership.
+opset 5's `TreeEnsemble` with set membership. The string cases are single nodes:
+LabelEncoder in each of its forms, TfIdfVectorizer over strings, StringNormalizer,
+StringSplit, StringConcat and RegexFullMatch.
 """
 import os
 import sys
@@ -184,10 +188,69 @@ def handmade_cases(out):
     write_case(out, "tree_ensemble_v5_member_average", m, x)
 
 
+def string_node(op, x, opset, y_type, domain="", outputs=("Y",), out_types=None, **attrs):
+    """A one-node model over input X (a numpy array: strings are objects)."""
+    x_type = TensorProto.STRING if x.dtype == object else helper.np_dtype_to_tensor_dtype(x.dtype)
+    out_types = out_types or [y_type]
+    node = helper.make_node(op, ["X"], list(outputs), domain=domain, **attrs)
+    graph = helper.make_graph(
+        [node], op, [helper.make_tensor_value_info("X", x_type, list(x.shape))],
+        [helper.make_tensor_value_info(o, t, None) for o, t in zip(outputs, out_types)],
+    )
+    opsets = [helper.make_opsetid("", 20)]
+    if domain:
+        opsets.append(helper.make_opsetid(domain, opset))
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 9
+    return model
+
+
+def string_cases(out):
+    words = np.array([["cat", "Dog", "fish"], ["bird", "cat", "éclair"]], dtype=object)
+    ints = np.array([[0, 2, 5], [1, -1, 0]], dtype=np.int64)
+    floats = np.array([0.5, np.nan, 2.25, -1.0], dtype=np.float32)
+    tokens = np.array([["a", "b", "c", "a", "b"], ["c", "c", "x", "a", "b"]], dtype=object)
+    ml, S, I, F = "ai.onnx.ml", TensorProto.STRING, TensorProto.INT64, TensorProto.FLOAT
+    tensor = numpy_helper.from_array
+    cases = [
+        ("label_encoder_v1_string_to_int", words, ("LabelEncoder", 1, I, ml),
+         dict(classes_strings=["fish", "cat", "bird"], default_int64=-7)),
+        ("label_encoder_v1_int_to_string", ints, ("LabelEncoder", 1, S, ml),
+         dict(classes_strings=["a", "b", "c"], default_string="?")),
+        ("label_encoder_v2_float_to_string", floats, ("LabelEncoder", 2, S, ml),
+         dict(keys_floats=[0.5, 2.25, float("nan")], values_strings=["half", "2.25", "missing"])),
+        ("label_encoder_v2_int_to_float", np.array([3, 1, 4, 1, 5], dtype=np.int64),
+         ("LabelEncoder", 2, F, ml),
+         dict(keys_int64s=[1, 3, 5], values_floats=[0.25, -3.5, 1e3], default_float=9.0)),
+        ("label_encoder_v2_string_to_string", words, ("LabelEncoder", 2, S, ml),
+         dict(keys_strings=["cat", "éclair"], values_strings=["chat", "eclair"])),
+        ("label_encoder_v4_double_tensors", np.array([7, -2, 9], dtype=np.int64),
+         ("LabelEncoder", 4, TensorProto.DOUBLE, ml),
+         dict(keys_tensor=tensor(np.array([7, 9], dtype=np.int64), "k"),
+              values_tensor=tensor(np.array([0.5, 1.5]), "v"),
+              default_tensor=tensor(np.array([-0.25]), "d"))),
+        ("tfidf_strings", tokens, ("TfIdfVectorizer", 9, F, ""),
+         dict(mode="TFIDF", min_gram_length=1, max_gram_length=2, max_skip_count=1,
+              pool_strings=["a", "c", "x", "a", "b", "c", "c"], ngram_counts=[0, 3],
+              ngram_indexes=[0, 1, 2, 3, 4], weights=[0.5, 1.0, 2.0, 1.5, 0.25])),
+        ("strnormalizer_insensitive_lower",
+         np.array(["The", "CAT", "sat", "the", "Mat"], dtype=object), ("StringNormalizer", 10, S, ""),
+         dict(case_change_action="LOWER", stopwords=["the", "mat"], locale="C")),
+        ("regex_full_match_classes", np.array(["abc123", "ABC", "x_9", "", "42"], dtype=object),
+         ("RegexFullMatch", 20, TensorProto.BOOL, ""), dict(pattern=r"[a-z]+\d*|\d+")),
+    ]
+    for name, x, (op, opset, y_type, domain), attrs in cases:
+        write_case(out, name, string_node(op, x, opset, y_type, domain, **attrs), x)
+    x = np.array([" a  b c ", "", "one"], dtype=object)
+    m = string_node("StringSplit", x, 20, None, outputs=("Y", "Z"), out_types=[S, I], maxsplit=1)
+    write_case(out, "string_split_whitespace_max1", m, x)
+
+
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "tests/onnx/trees"
-    sklearn_cases(out)
-    handmade_cases(out)
+    out = sys.argv[1] if len(sys.argv) > 1 else "tests/onnx"
+    sklearn_cases(os.path.join(out, "trees"))
+    handmade_cases(os.path.join(out, "trees"))
+    string_cases(os.path.join(out, "strings"))
 
 
 if __name__ == "__main__":
