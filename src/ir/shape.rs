@@ -325,6 +325,12 @@ impl TensorType {
     pub fn rank(&self) -> usize {
         self.shape.rank()
     }
+
+    /// Whether values of this type are host objects (strings, sequences, optionals):
+    /// no byte layout, so no arena buffer and no kernel reads them.
+    pub fn is_host_object(&self) -> bool {
+        !self.is_tensor() || self.dtype.is_string()
+    }
 }
 
 /// A sequence's element shape: fixed sizes and axis names kept, each symbol replaced by

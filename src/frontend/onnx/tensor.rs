@@ -181,6 +181,9 @@ struct SequenceProto {
 /// ONNX's `OptionalProto`: the fields Kiln reads.
 #[derive(Clone, PartialEq, prost::Message)]
 struct OptionalProto {
+    /// 0 (undefined) for an empty optional.
+    #[prost(int32, optional, tag = "2")]
+    elem_type: Option<i32>,
     #[prost(message, optional, tag = "3")]
     tensor_value: Option<TensorProto>,
     #[prost(message, optional, boxed, tag = "5")]
@@ -206,6 +209,19 @@ pub(crate) fn value_pb(bytes: &[u8], ty: &TensorType) -> Result<Tensor, String> 
         Some(Container::Opt) => {
             let o =
                 OptionalProto::decode(bytes).map_err(|e| format!("not an OptionalProto: {e}"))?;
+            let has_value =
+                o.tensor_value.is_some() || o.sequence_value.is_some() || o.optional_value.is_some();
+            // The ONNX test suites store a full optional as its value's own proto (which
+            // decodes as an OptionalProto with a nonzero elem_type and no value).
+            if !has_value && o.elem_type.unwrap_or(0) != 0 {
+                let inner = ty.unwrapped();
+                let value = value_pb(bytes, &inner)?;
+                return Ok(Tensor::Optional(Optional {
+                    dtype: ty.dtype,
+                    inner: inner.containers,
+                    value: Some(Box::new(value)),
+                }));
+            }
             optional_value(&o, ty)
         }
     }
