@@ -209,8 +209,9 @@ pub(crate) fn value_pb(bytes: &[u8], ty: &TensorType) -> Result<Tensor, String> 
         Some(Container::Opt) => {
             let o =
                 OptionalProto::decode(bytes).map_err(|e| format!("not an OptionalProto: {e}"))?;
-            let has_value =
-                o.tensor_value.is_some() || o.sequence_value.is_some() || o.optional_value.is_some();
+            let has_value = o.tensor_value.is_some()
+                || o.sequence_value.is_some()
+                || o.optional_value.is_some();
             // The ONNX test suites store a full optional as its value's own proto (which
             // decodes as an OptionalProto with a nonzero elem_type and no value).
             if !has_value && o.elem_type.unwrap_or(0) != 0 {
