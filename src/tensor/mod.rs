@@ -30,6 +30,47 @@ pub enum Tensor {
     /// Text. Not an [`Elem`]: the numeric dispatch macros refuse it (their error path),
     /// and shape ops move strings by moving indices (`ir::ops::util::on_string_indices`).
     String(ArrayD<String>),
+    /// A sequence of values (not an array: no shape, no elements of its own).
+    Sequence(Sequence),
+    /// A value or nothing.
+    Optional(Optional),
+}
+
+/// A sequence at run time: its items, and what an empty one still says of its type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sequence {
+    /// The dtype of the tensors inside.
+    pub dtype: DType,
+    /// The containers each item is (outermost first): none for a sequence of tensors.
+    pub inner: Vec<Container>,
+    pub items: Vec<Tensor>,
+}
+
+/// An optional at run time: a value or none, and what an empty one says of its type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Optional {
+    pub dtype: DType,
+    /// The containers the value is (outermost first): none for an optional tensor.
+    pub inner: Vec<Container>,
+    pub value: Option<Box<Tensor>>,
+}
+
+/// A container around tensors: the value kinds besides dense tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Container {
+    /// An ordered list of values of one type (ONNX `sequence`).
+    Seq,
+    /// A value or nothing (ONNX `optional`).
+    Opt,
+}
+
+impl std::fmt::Display for Container {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Container::Seq => "seq",
+            Container::Opt => "opt",
+        })
+    }
 }
 
 /// The error the dispatch macros give for a value that has no numeric elements.
@@ -346,9 +387,50 @@ impl Tensor {
         with_dtype!(dtype, from_i64s(shape, v))
     }
 
-    /// What the value is, for messages: its dtype.
+    /// What the value is, for messages: `f32`, `string`, `seq<f32>`, `opt<seq<i64>>`.
     pub fn kind_name(&self) -> String {
-        self.dtype().to_string()
+        let cs = self.containers();
+        let mut s = String::new();
+        for c in &cs {
+            s.push_str(&format!("{c}<"));
+        }
+        s.push_str(self.dtype().name());
+        s.push_str(&">".repeat(cs.len()));
+        s
+    }
+
+    /// The containers this value is, outermost first; none for a tensor.
+    pub fn containers(&self) -> Vec<Container> {
+        let (c, inner) = match self {
+            Tensor::Sequence(s) => (Container::Seq, &s.inner),
+            Tensor::Optional(o) => (Container::Opt, &o.inner),
+            _ => return vec![],
+        };
+        std::iter::once(c).chain(inner.iter().copied()).collect()
+    }
+
+    /// Whether this is a dense tensor (numeric or string), not a sequence or optional.
+    pub fn is_tensor(&self) -> bool {
+        !matches!(self, Tensor::Sequence(_) | Tensor::Optional(_))
+    }
+
+    /// An empty sequence or optional of `containers` (outermost first) around `dtype`
+    /// tensors; `None` if `containers` is empty.
+    pub fn empty_container(dtype: DType, containers: &[Container]) -> Option<Tensor> {
+        let (&first, inner) = containers.split_first()?;
+        let inner = inner.to_vec();
+        Some(match first {
+            Container::Seq => Tensor::Sequence(Sequence {
+                dtype,
+                inner,
+                items: vec![],
+            }),
+            Container::Opt => Tensor::Optional(Optional {
+                dtype,
+                inner,
+                value: None,
+            }),
+        })
     }
 
     pub fn dtype(&self) -> DType {
@@ -367,12 +449,15 @@ impl Tensor {
             Tensor::U32(_) => DType::U32,
             Tensor::U64(_) => DType::U64,
             Tensor::String(_) => DType::String,
+            Tensor::Sequence(s) => s.dtype,
+            Tensor::Optional(o) => o.dtype,
         }
     }
 
     pub fn shape(&self) -> &[usize] {
         match_tensor!(self, a => a.shape(), other => match other {
             Tensor::String(a) => a.shape(),
+            // A container is not an array.
             _ => &[],
         })
     }
@@ -480,7 +565,7 @@ impl Tensor {
             Tensor::U16(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
             Tensor::U32(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
             Tensor::U64(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
-            Tensor::String(_) => {}
+            Tensor::String(_) | Tensor::Sequence(_) | Tensor::Optional(_) => {}
         }
         out
     }
@@ -537,6 +622,45 @@ impl Tensor {
                 expected.dtype(),
                 expected.shape()
             ));
+        }
+        if self.containers() != expected.containers() {
+            return Err(format!(
+                "got {}, expected {}",
+                self.kind_name(),
+                expected.kind_name()
+            ));
+        }
+        match (self, expected) {
+            (Tensor::Sequence(a), Tensor::Sequence(b)) => {
+                if a.items.len() != b.items.len() {
+                    return Err(format!(
+                        "got a sequence of {}, expected {}",
+                        a.items.len(),
+                        b.items.len()
+                    ));
+                }
+                for (i, (x, y)) in a.items.iter().zip(&b.items).enumerate() {
+                    x.check_close(y, atol, rtol)
+                        .map_err(|e| format!("item {i}: {e}"))?;
+                }
+                return Ok(());
+            }
+            (Tensor::Optional(a), Tensor::Optional(b)) => {
+                return match (&a.value, &b.value) {
+                    (Some(x), Some(y)) => x.check_close(y, atol, rtol),
+                    (None, None) => Ok(()),
+                    (x, _) => Err(format!(
+                        "got {} optional, expected {}",
+                        if x.is_some() { "a full" } else { "an empty" },
+                        if x.is_some() {
+                            "an empty one"
+                        } else {
+                            "a full one"
+                        }
+                    )),
+                };
+            }
+            _ => {}
         }
         if let (Tensor::String(a), Tensor::String(b)) = (self, expected) {
             return match a.iter().zip(b).position(|(x, y)| x != y) {

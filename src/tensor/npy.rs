@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{Container, DType, Optional, Sequence, Tensor};
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
@@ -285,8 +285,99 @@ pub fn read(path: &Path) -> Result<Tensor> {
     from_bytes(&bytes).map_err(|e| Error::io(path, e))
 }
 
+/// Writes a dense tensor (numeric or string); a sequence or optional is no `.npy` file
+/// (see [`write_value`]).
 pub fn write(path: &Path, t: &Tensor) -> Result<()> {
+    if !t.is_tensor() {
+        return Err(Error::io(
+            path,
+            format!("a {} is not a tensor: write it as a folder", t.kind_name()),
+        ));
+    }
     std::fs::write(path, to_bytes(t)).map_err(|e| Error::io(path, e))
+}
+
+/// Reads a value of `containers` (outermost first) around `dtype` tensors: a tensor
+/// from the `.npy` file `path`; a sequence from the folder `path` holding `0.npy`,
+/// `1.npy`, … (folders `0/`, `1/`, … for a sequence of sequences); a full optional as
+/// its value, an empty one from an empty `path`.
+pub fn read_value(path: &Path, dtype: DType, containers: &[Container]) -> Result<Tensor> {
+    let Some((&outer, inner)) = containers.split_first() else {
+        if path.as_os_str().is_empty() {
+            return Err(Error::InvalidArgument(
+                "an empty path is an absent value, but this input is not optional".into(),
+            ));
+        }
+        let t = read(path)?;
+        if t.dtype() != dtype {
+            return Err(Error::io(
+                path,
+                format!("holds {}, expected {dtype}", t.dtype()),
+            ));
+        }
+        return Ok(t);
+    };
+    match outer {
+        Container::Opt => Ok(Tensor::Optional(Optional {
+            dtype,
+            inner: inner.to_vec(),
+            value: if path.as_os_str().is_empty() {
+                None
+            } else {
+                Some(Box::new(read_value(path, dtype, inner)?))
+            },
+        })),
+        Container::Seq => {
+            if !path.is_dir() {
+                return Err(Error::io(
+                    path,
+                    "a sequence is a folder of 0.npy, 1.npy, ... (not found)",
+                ));
+            }
+            let mut items = vec![];
+            for k in 0usize.. {
+                let item = match inner.first() {
+                    Some(Container::Seq) => path.join(k.to_string()),
+                    _ => path.join(format!("{k}.npy")),
+                };
+                if !item.exists() {
+                    break;
+                }
+                items.push(read_value(&item, dtype, inner)?);
+            }
+            Ok(Tensor::Sequence(Sequence {
+                dtype,
+                inner: inner.to_vec(),
+                items,
+            }))
+        }
+    }
+}
+
+/// Writes `t` at `base` (a path without extension) as [`read_value`] reads it back:
+/// `base.npy` for a tensor, a folder `base/` for a sequence, nothing for an empty
+/// optional. Returns the paths written (a sequence's folder, not each item).
+pub fn write_value(base: &Path, t: &Tensor) -> Result<Vec<std::path::PathBuf>> {
+    match t {
+        Tensor::Optional(o) => match &o.value {
+            Some(v) => write_value(base, v),
+            None => Ok(vec![]),
+        },
+        Tensor::Sequence(s) => {
+            std::fs::create_dir_all(base).map_err(|e| Error::io(base, e))?;
+            for (k, item) in s.items.iter().enumerate() {
+                write_value(&base.join(k.to_string()), item)?;
+            }
+            Ok(vec![base.to_path_buf()])
+        }
+        t => {
+            let mut name = base.as_os_str().to_owned();
+            name.push(".npy");
+            let path = std::path::PathBuf::from(name);
+            write(&path, t)?;
+            Ok(vec![path])
+        }
+    }
 }
 
 #[cfg(test)]
@@ -360,6 +451,47 @@ mod tests {
         );
         b[at..].copy_from_slice(&0xD800u32.to_be_bytes());
         assert!(from_bytes(&b).unwrap_err().contains("not a Unicode"));
+    }
+
+    #[test]
+    fn sequences_are_folders_and_empty_optionals_are_nothing() {
+        let dir = std::env::temp_dir().join(format!("kiln-npy-seq-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = Tensor::from_vec(&[2], vec![1.0f32, 2.0]).unwrap();
+        let b = Tensor::from_vec(&[1, 3], vec![3.0f32, 4.0, 5.0]).unwrap();
+        let inner = Tensor::Sequence(Sequence {
+            dtype: DType::F32,
+            inner: vec![],
+            items: vec![a.clone(), b.clone()],
+        });
+        let nested = Tensor::Sequence(Sequence {
+            dtype: DType::F32,
+            inner: vec![Container::Seq],
+            items: vec![inner.clone(), inner.clone()],
+        });
+        let written = write_value(&dir.join("s"), &nested).unwrap();
+        assert_eq!(written, vec![dir.join("s")]);
+        assert!(dir.join("s/1/0.npy").is_file());
+        let back = read_value(
+            &dir.join("s"),
+            DType::F32,
+            &[Container::Seq, Container::Seq],
+        );
+        assert_eq!(back.unwrap(), nested);
+        let empty = Tensor::Optional(Optional {
+            dtype: DType::F32,
+            inner: vec![Container::Seq],
+            value: None,
+        });
+        assert!(write_value(&dir.join("o"), &empty).unwrap().is_empty());
+        let read = read_value(Path::new(""), DType::F32, &[Container::Opt, Container::Seq]);
+        assert_eq!(read.unwrap(), empty);
+        let wrong = read_value(&dir.join("s/0/0.npy"), DType::I64, &[]).unwrap_err();
+        assert!(wrong.to_string().contains("expected i64"), "{wrong}");
+        assert!(read_value(Path::new(""), DType::F32, &[]).is_err());
+        assert!(write(&dir.join("x.npy"), &nested).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

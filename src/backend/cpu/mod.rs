@@ -129,10 +129,14 @@ impl CpuExecutable {
 
     fn specialize(&self, shapes: &[Vec<usize>]) -> Result<Compiled> {
         let g = specialize_for_shapes(&self.graph, shapes, &self.passes)?;
-        let dynamic = g
-            .nodes()
-            .iter()
-            .any(|n| n.outputs.iter().any(|t| !t.shape.is_static()));
+        // Strings, sequences and optionals are host objects with no bytes in an arena:
+        // a signature that has any runs on the host, node by node (as does one whose
+        // shapes stay dynamic).
+        let dynamic = g.nodes().iter().any(|n| {
+            n.outputs
+                .iter()
+                .any(|t| !t.shape.is_static() || t.is_host_object())
+        });
         Ok(if dynamic {
             Compiled::Interp(InterpExecutable::new(g)?)
         } else {

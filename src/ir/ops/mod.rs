@@ -34,6 +34,7 @@ pub mod rnn;
 pub mod scan;
 pub mod scatter;
 pub mod select;
+pub mod sequence;
 pub mod shape;
 pub mod signal;
 pub mod source;
@@ -317,6 +318,12 @@ pub(crate) fn check_takes(op: &dyn Op, inputs: &[Option<TensorType>]) -> Result<
             .get(i)
             .or(op.schema().inputs.last())
             .map_or("?", |n| n.trim_end_matches(['?', '.']));
+        if !t.is_tensor() && takes != Takes::Any {
+            return Err(format!(
+                "input {i} ({name}) is a {t}; {} takes tensors only",
+                op.schema().name
+            ));
+        }
         if t.dtype.is_string() && takes == Takes::Numeric {
             return Err(format!(
                 "input {i} ({name}) is a string tensor; {} takes numeric tensors only",
@@ -420,7 +427,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 27] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 28] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -448,6 +455,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             fused::ops,
             layout::ops,
             random::ops,
+            sequence::ops,
         ];
         for family in families {
             for op in family() {
