@@ -170,3 +170,79 @@ fn bad_tree_ensembles_are_errors_naming_the_node() {
     let e = exe.run(&[x]).expect_err("a cycle").to_string();
     assert!(e.contains("the_trees") && e.contains("cycle"), "{e}");
 }
+
+/// A fixture's model with `edit` applied to the whole model.
+fn edited_model(folder: &str, case: &str, edit: impl FnOnce(&mut proto::ModelProto)) -> Vec<u8> {
+    let path = common::root()
+        .join("tests/onnx")
+        .join(folder)
+        .join(case)
+        .join("model.onnx");
+    let mut model = proto::ModelProto::decode(&*std::fs::read(path).expect("read")).expect("model");
+    edit(&mut model);
+    model.encode_to_vec()
+}
+
+fn first_node(model: &mut proto::ModelProto) -> &mut proto::NodeProto {
+    let node = &mut model.graph.as_mut().expect("a graph").node[0];
+    node.name = Some("the_node".into());
+    node
+}
+
+#[test]
+fn bad_string_models_are_errors_naming_the_node() {
+    let regex = edited_model("strings", "regex_full_match_classes", |m| {
+        attr(first_node(m), "pattern").s = Some(b"([a-z]+".to_vec());
+    });
+    let e = import_error(&regex);
+    assert!(
+        e.contains("the_node") && e.contains("'([a-z]+' is not a valid regular expression"),
+        "{e}"
+    );
+
+    // A string where a number is expected: the trees' X.
+    let strings_in = edited_model("trees", "dt_regressor", |m| {
+        first_node(m);
+        let x = &mut m.graph.as_mut().expect("a graph").input[0];
+        let Some(proto::type_proto::Value::TensorType(t)) =
+            x.r#type.as_mut().and_then(|t| t.value.as_mut())
+        else {
+            panic!("a tensor input")
+        };
+        t.elem_type = Some(proto::tensor_proto::DataType::String as i32);
+    });
+    let e = import_error(&strings_in);
+    assert!(
+        e.contains("the_node") && e.contains("input 0 (X) is a string tensor"),
+        "{e}"
+    );
+
+    // Integer keys for string X, and keys and values of different lengths.
+    let keys = edited_model("strings", "label_encoder_v2_string_to_string", |m| {
+        let node = first_node(m);
+        let a = attr(node, "keys_strings");
+        a.name = Some("keys_int64s".into());
+        a.r#type = Some(proto::attribute_proto::AttributeType::Ints as i32);
+        a.strings.clear();
+        a.ints = vec![1, 2];
+    });
+    let e = import_error(&keys);
+    assert!(
+        e.contains("the_node") && e.contains("keys_int64s needs an integer X"),
+        "{e}"
+    );
+    let lengths = edited_model("strings", "label_encoder_v2_string_to_string", |m| {
+        attr(first_node(m), "values_strings").strings.pop();
+    });
+    let e = import_error(&lengths);
+    assert!(
+        e.contains("the_node") && e.contains("2 keys for 1 values"),
+        "{e}"
+    );
+
+    let case = edited_model("strings", "strnormalizer_insensitive_lower", |m| {
+        attr(first_node(m), "case_change_action").s = Some(b"TITLE".to_vec());
+    });
+    let e = import_error(&case);
+    assert!(e.contains("the_node") && e.contains("'TITLE'"), "{e}");
+}
