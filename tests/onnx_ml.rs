@@ -149,6 +149,12 @@ fn bad_tree_ensembles_are_errors_naming_the_node() {
     let e = import_error(&class);
     assert!(e.contains("the_trees") && e.contains("class_ids 3"), "{e}");
 
+    let targets = edited("dt_regressor", |n| {
+        attr(n, "n_targets").i = Some(1 << 40);
+    });
+    let e = import_error(&targets);
+    assert!(e.contains("the_trees") && e.contains("limit"), "{e}");
+
     // Opset 5: a leaf index past the leaves, a cycle found at run time.
     let leaf = edited("tree_ensemble_v5_member_average", |n| {
         attr(n, "nodes_truenodeids").ints[1] = 7;
@@ -245,4 +251,17 @@ fn bad_string_models_are_errors_naming_the_node() {
     });
     let e = import_error(&case);
     assert!(e.contains("the_node") && e.contains("'TITLE'"), "{e}");
+}
+
+/// The imported models print as `.kir` text that parses back to the same text: NaN
+/// separators in `membership_values`, Unicode and backslashes in string attributes.
+#[test]
+fn ml_models_round_trip_through_text() {
+    for case in cases("trees").iter().chain(&cases("strings")) {
+        let graph = onnx::import_file(&case.join("model.onnx")).expect("import");
+        let text = kiln::ir::text::print(&graph);
+        let again = kiln::ir::text::parse(&text, "model.kir", None)
+            .unwrap_or_else(|e| panic!("{}: {e}\n{text}", case.display()));
+        assert_eq!(kiln::ir::text::print(&again), text, "{}", case.display());
+    }
 }

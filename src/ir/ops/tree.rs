@@ -232,6 +232,7 @@ impl Forest {
     /// Regression: each row's scores, plus `base`, post-transformed; [N, targets].
     fn regress(&self, x: &Tensor, base: &[f64]) -> Result<(usize, Vec<f64>), String> {
         let (n, width, values) = Self::rows(x);
+        super::util::check_size(&[n, self.targets])?;
         let mut out = Vec::with_capacity(n.saturating_mul(self.targets));
         for r in 0..n {
             let row = values.get(r * width..(r + 1) * width).unwrap_or(&[]);
@@ -267,6 +268,13 @@ fn index(v: i64, what: &str, len: usize) -> Result<usize, String> {
         .ok()
         .filter(|&i| i < len)
         .ok_or_else(|| format!("{what} {v} is out of range (0..{len})"))
+}
+
+/// `n_targets`, within the reference interpreter's size limit (it sizes every output row).
+fn target_count(n: i64) -> Result<usize, String> {
+    let n = usize::try_from(n).map_err(|_| format!("n_targets must not be negative, got {n}"))?;
+    super::util::check_size(&[n])?;
+    Ok(n)
 }
 
 fn ints<'a>(attrs: &'a Attrs, name: &str) -> Result<&'a [i64], String> {
@@ -319,7 +327,7 @@ fn forest_v5(attrs: &Attrs) -> Result<Forest, String> {
     }
     let weights = floats(attrs, "leaf_weights")?;
     same_length(attrs, weights.len(), &["leaf_weights", "leaf_targetids"])?;
-    let targets = index(attrs.req_int("n_targets")?, "n_targets", usize::MAX)?;
+    let targets = target_count(attrs.req_int("n_targets")?)?;
     let leaves = ints(attrs, "leaf_targetids")?
         .iter()
         .zip(&weights)
@@ -674,7 +682,7 @@ const TREE_ENSEMBLE_REGRESSOR: OpSchema = OpSchema {
 };
 
 fn regressor_forest(attrs: &Attrs) -> Result<(Forest, Vec<f64>), String> {
-    let targets = index(attrs.int_or("n_targets", 1)?, "n_targets", usize::MAX)?;
+    let targets = target_count(attrs.int_or("n_targets", 1)?)?;
     let forest = forest_v3(attrs, "target", targets)?;
     let base = floats(attrs, "base_values")?;
     if !base.is_empty() && base.len() != targets {
