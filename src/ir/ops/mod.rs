@@ -14,6 +14,7 @@ use crate::tensor::Tensor;
 
 pub mod attention;
 pub mod bitwise;
+pub mod control;
 pub mod conv;
 pub mod custom;
 pub mod elementwise;
@@ -321,7 +322,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 25] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 26] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -347,6 +348,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             fused::ops,
             layout::ops,
             random::ops,
+            control::ops,
         ];
         for family in families {
             for op in family() {
