@@ -14,6 +14,7 @@ use crate::tensor::Tensor;
 
 pub mod attention;
 pub mod bitwise;
+pub mod control;
 pub mod conv;
 pub mod custom;
 pub mod elementwise;
@@ -425,7 +426,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 26] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 27] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -452,6 +453,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             layout::ops,
             random::ops,
             sequence::ops,
+            control::ops,
         ];
         for family in families {
             for op in family() {
