@@ -5,6 +5,7 @@
 //! payload of constants) and `error`.
 pub mod attr;
 mod build;
+pub(crate) mod eval;
 pub mod graph;
 pub mod ops;
 pub mod shape;

@@ -14,6 +14,7 @@ use crate::tensor::Tensor;
 
 pub mod attention;
 pub mod bitwise;
+pub mod control;
 pub mod conv;
 pub mod custom;
 pub mod elementwise;
@@ -427,7 +428,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 28] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 29] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -456,6 +457,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             layout::ops,
             random::ops,
             sequence::ops,
+            control::ops,
         ];
         for family in families {
             for op in family() {

@@ -9,6 +9,7 @@ use super::lex::{lex, Tok, Token};
 use super::weights::inside_folder;
 use crate::error::{Error, Result};
 use crate::ir::graph::{GraphOutput, Node};
+use crate::ir::ops::control::MAX_NESTING;
 use crate::ir::shape::ANY_DIM;
 use crate::ir::{
     verify, Attr, Attrs, Container, DType, Dim, Graph, NodeId, Shape, TensorType, Value,
@@ -30,6 +31,7 @@ pub fn parse(text: &str, file: &str, base_dir: Option<&Path>) -> Result<Graph> {
         file,
         base_dir,
         node_pos: vec![],
+        depth: 0,
         weights_files: HashMap::new(),
     };
     let g = p.graph()?;
@@ -60,6 +62,8 @@ struct Parser<'a> {
     base_dir: Option<&'a Path>,
     /// Where each node starts, for verifier errors.
     node_pos: Vec<(usize, usize)>,
+    /// How many bodies enclose the graph being parsed.
+    depth: usize,
     /// The external weights files read so far, by name: each is read once per parse.
     weights_files: HashMap<String, Rc<[u8]>>,
 }
@@ -188,6 +192,29 @@ impl Parser<'_> {
     }
 
     fn graph(&mut self) -> PResult<Graph> {
+        let g = self.graph_block()?;
+        if self.peek().tok != Tok::Eof {
+            return self.expected("the end of the file after the graph");
+        }
+        Ok(g)
+    }
+
+    /// A body: a nested `graph "name" { ... }` as an attribute value. Its nodes number
+    /// from 0 and refer only to each other (bodies are closed).
+    fn body(&mut self) -> PResult<Graph> {
+        let t = self.peek().clone();
+        if self.depth >= MAX_NESTING {
+            return self.error(&t, format!("bodies nest deeper than {MAX_NESTING} levels"));
+        }
+        self.depth += 1;
+        let outer = std::mem::take(&mut self.node_pos);
+        let g = self.graph_block();
+        self.node_pos = outer;
+        self.depth -= 1;
+        g
+    }
+
+    fn graph_block(&mut self) -> PResult<Graph> {
         self.keyword("graph")?;
         let name = self.string("the graph's name as a quoted string")?;
         self.punct('{')?;
@@ -216,9 +243,6 @@ impl Parser<'_> {
             return self.expected("a node (%k ...), 'return' or '}'");
         }
         self.next();
-        if self.peek().tok != Tok::Eof {
-            return self.expected("the end of the file after the graph");
-        }
         Ok(g)
     }
 
@@ -361,6 +385,7 @@ impl Parser<'_> {
                 self.next();
                 Ok(Attr::String(s))
             }
+            Tok::Ident(s) if s == "graph" => Ok(Attr::Graph(Arc::new(self.body()?))),
             Tok::Ident(s) if matches!(s.as_str(), "ints" | "floats" | "strings") => {
                 self.next();
                 self.punct('[')?;
