@@ -1,7 +1,9 @@
 //! NumPy `.npy` files (format versions 1.0, 2.0 and 3.0) for every Kiln dtype.
 //!
-//! bf16 has no NumPy dtype of its own; Kiln writes it with the descr `'bfloat16'` (the
-//! name `ml_dtypes` registers) and reads that back.
+//! bf16 and the low-bit dtypes have no NumPy dtype of their own; Kiln writes them with
+//! the descr `ml_dtypes` registers for them (`'bfloat16'`, `'float8_e4m3fn'`,
+//! `'float4_e2m1fn'`, `'int4'`, ...), one byte per element as `ml_dtypes` stores them
+//! (a float's bit pattern, an integer's value), and reads those back.
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -24,13 +26,26 @@ fn descr(dtype: DType) -> &'static str {
         DType::U16 => "<u2",
         DType::U32 => "<u4",
         DType::U64 => "<u8",
+        DType::F8E4M3FN => "float8_e4m3fn",
+        DType::F8E4M3FNUZ => "float8_e4m3fnuz",
+        DType::F8E5M2 => "float8_e5m2",
+        DType::F8E5M2FNUZ => "float8_e5m2fnuz",
+        DType::F8E8M0 => "float8_e8m0fnu",
+        DType::F4E2M1 => "float4_e2m1fn",
+        DType::I4 => "int4",
+        DType::U4 => "uint4",
+        DType::I2 => "int2",
+        DType::U2 => "uint2",
     }
 }
 
 /// The dtype of a descr and whether its bytes are big-endian.
 fn parse_descr(d: &str) -> std::result::Result<(DType, bool), String> {
-    if d == "bfloat16" {
-        return Ok((DType::BF16, false));
+    if let Some(&dtype) = DType::ALL
+        .iter()
+        .find(|&&t| !descr(t).starts_with(['<', '|']) && descr(t) == d)
+    {
+        return Ok((dtype, false));
     }
     let (order, code) = d.split_at(d.len().min(1));
     let big = match order {
@@ -53,7 +68,7 @@ fn parse_descr(d: &str) -> std::result::Result<(DType, bool), String> {
         "u8" => DType::U64,
         _ => {
             return Err(format!(
-                "unsupported dtype descr '{d}' (Kiln reads f2/f4/f8, i1/i2/i4/i8, u1/u2/u4/u8, b1, bfloat16)"
+                "unsupported dtype descr '{d}' (Kiln reads f2/f4/f8, i1/i2/i4/i8, u1/u2/u4/u8, b1, and ml_dtypes' bfloat16, float8_*, float4_e2m1fn, int4, uint4, int2, uint2)"
             ))
         }
     };

@@ -5,7 +5,7 @@ use std::path::Path;
 use super::proto::{tensor_proto, TensorProto};
 use crate::ir::text::weights::inside_folder;
 use crate::ir::DType;
-use crate::tensor::Tensor;
+use crate::tensor::{lowbit, Tensor};
 
 /// The Kiln dtype of an ONNX `TensorProto.DataType` code.
 pub(crate) fn dtype(code: i32) -> Result<DType, String> {
@@ -24,6 +24,16 @@ pub(crate) fn dtype(code: i32) -> Result<DType, String> {
         Ok(D::Uint32) => DType::U32,
         Ok(D::Uint64) => DType::U64,
         Ok(D::Bool) => DType::Bool,
+        Ok(D::Float8e4m3fn) => DType::F8E4M3FN,
+        Ok(D::Float8e4m3fnuz) => DType::F8E4M3FNUZ,
+        Ok(D::Float8e5m2) => DType::F8E5M2,
+        Ok(D::Float8e5m2fnuz) => DType::F8E5M2FNUZ,
+        Ok(D::Float8e8m0) => DType::F8E8M0,
+        Ok(D::Float4e2m1) => DType::F4E2M1,
+        Ok(D::Int4) => DType::I4,
+        Ok(D::Uint4) => DType::U4,
+        Ok(D::Int2) => DType::I2,
+        Ok(D::Uint2) => DType::U2,
         Ok(other) => {
             return Err(format!(
                 "ONNX element type {} is not supported",
@@ -85,12 +95,25 @@ pub(crate) fn tensor(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor,
         .try_fold(1usize, |a, &d| a.checked_mul(d))
         .ok_or("too many elements")?;
     let external_data = t.data_location() == tensor_proto::DataLocation::External;
+    let from_bytes = |bytes: &[u8]| {
+        if dtype.is_low_bit() {
+            // Float8 is one byte per element; 4- and 2-bit types are packed.
+            Tensor::from_le_bytes(dtype, &shape, &lowbit::unpack(dtype, bytes, n)?)
+        } else {
+            Tensor::from_le_bytes(dtype, &shape, bytes)
+        }
+    };
     if external_data || t.raw_data.is_some() {
         return if external_data {
-            Tensor::from_le_bytes(dtype, &shape, &external(t, base_dir)?)
+            from_bytes(&external(t, base_dir)?)
         } else {
-            Tensor::from_le_bytes(dtype, &shape, t.raw_data())
+            from_bytes(t.raw_data())
         };
+    }
+    if dtype.is_low_bit() {
+        // int32_data holds one byte per entry: a float8 code, or packed 4-/2-bit codes.
+        let bytes: Vec<u8> = t.int32_data.iter().map(|&v| v as u8).collect();
+        return from_bytes(&bytes);
     }
     // Typed fields: float_data for f32; int32_data for every type of 32 bits or fewer
     // (f16/bf16 as their bit patterns); int64_data; double_data.
