@@ -512,22 +512,28 @@ pub(crate) fn pack(dtype: DType, bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The in-memory element from its byte: integers must be in range, float codes must
-/// fit the format's width.
-pub(crate) fn check_byte(dtype: DType, b: u8) -> Result<(), String> {
-    let ok = match dtype {
-        DType::I4 => (I4::MIN..=I4::MAX).contains(&(b as i8 as i64)),
-        DType::U4 => (b as i64) <= U4::MAX,
-        DType::I2 => (I2::MIN..=I2::MAX).contains(&(b as i8 as i64)),
-        DType::U2 => (b as i64) <= U2::MAX,
-        DType::F4E2M1 => b < 16,
-        _ => true,
+/// The element a byte holds: a float's code in the low bits, or an integer, which for
+/// int4/int2 may be in the low bits (as `ml_dtypes` stores it) or sign-extended. Returns
+/// the byte the `Tensor` variant stores (the integer's value).
+pub(crate) fn element_byte(dtype: DType, b: u8) -> Result<u8, String> {
+    let signed_low_bits = |bits: u32| {
+        let v = b as i8 as i64;
+        if (b as i64) < 1 << bits {
+            Some(wrap_int(b as i64, bits, true) as u8)
+        } else if v >= -(1 << (bits - 1)) {
+            Some(b)
+        } else {
+            None
+        }
     };
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("byte {b:#04x} is not a {dtype} element"))
-    }
+    let element = match dtype {
+        DType::I4 => signed_low_bits(4),
+        DType::I2 => signed_low_bits(2),
+        DType::U4 | DType::F4E2M1 => Some(b).filter(|&b| b < 16),
+        DType::U2 => Some(b).filter(|&b| b < 4),
+        _ => Some(b),
+    };
+    element.ok_or_else(|| format!("byte {b:#04x} is not a {dtype} element"))
 }
 
 #[cfg(test)]
@@ -630,7 +636,48 @@ mod tests {
         assert!(unpack(DType::U2, &packed, 9)
             .unwrap_err()
             .contains("pack into 3"));
-        assert!(check_byte(DType::I4, 8).is_err());
-        assert!(check_byte(DType::I4, (-8i8) as u8).is_ok());
+        assert_eq!(element_byte(DType::I4, 0x08), Ok(0xF8));
+        assert_eq!(element_byte(DType::I4, 0xF8), Ok(0xF8));
+        assert!(element_byte(DType::I4, 0x80).is_err());
+        assert!(element_byte(DType::U2, 4).unwrap_err().contains("not a u2"));
+        let t = Tensor::from_vec(&[2], vec![I4(-8), I4(7)]).unwrap();
+        assert_eq!(t.to_le_bytes(), vec![0x08, 0x07]);
+        assert_eq!(Tensor::from_le_bytes(DType::I4, &[2], &[0x08, 0x07]), Ok(t));
+    }
+
+    /// Every code's value and chosen values' codes, as ml_dtypes and ONNX's reference
+    /// have them (`scripts/lowbit-reference.py` writes the file).
+    #[test]
+    fn agrees_with_ml_dtypes_and_the_onnx_reference() {
+        let text = include_str!("../../tests/onnx/lowbit_reference.txt");
+        let (mut section, mut checked) = (Vec::<&str>::new(), 0);
+        for line in text.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if matches!(words[0], "decode" | "encode") {
+                section = words;
+                continue;
+            }
+            let value = f32::from_bits(u32::from_str_radix(words[0], 16).unwrap()) as f64;
+            let code: u8 = words[1].parse().unwrap();
+            let dtype: DType = section[1].parse().unwrap();
+            // The in-memory byte as ml_dtypes stores it (int4/int2: the low bits).
+            let one = |t: Tensor| t.to_le_bytes()[0];
+            if section[0] == "decode" {
+                let got = Tensor::from_le_bytes(dtype, &[1], &[code])
+                    .unwrap()
+                    .to_f64_vec()[0];
+                let same = (got.is_nan() && value.is_nan()) || got == value;
+                assert!(same, "{dtype} code {code}: {got}, ml_dtypes says {value}");
+            } else {
+                let (saturate, mode) = (section[2] == "1", section[3].parse().unwrap());
+                let got = one(cast(&Tensor::scalar(value as f32), dtype, saturate, mode));
+                assert_eq!(
+                    got, code,
+                    "{value:e} to {dtype} (saturate {saturate}, {mode:?}): {got:#04x}, ONNX says {code:#04x}"
+                );
+            }
+            checked += 1;
+        }
+        assert!(checked > 10_000, "only {checked} reference lines");
     }
 }

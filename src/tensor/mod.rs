@@ -409,9 +409,10 @@ impl Tensor {
             Tensor::F8E5M2FNUZ(a) => out.extend(a.iter().map(|v| v.0)),
             Tensor::F8E8M0(a) => out.extend(a.iter().map(|v| v.0)),
             Tensor::F4E2M1(a) => out.extend(a.iter().map(|v| v.0)),
-            Tensor::I4(a) => out.extend(a.iter().map(|v| v.0 as u8)),
+            // The signed sub-byte integers as ml_dtypes stores them: the low bits only.
+            Tensor::I4(a) => out.extend(a.iter().map(|v| v.0 as u8 & 0x0F)),
             Tensor::U4(a) => out.extend(a.iter().map(|v| v.0)),
-            Tensor::I2(a) => out.extend(a.iter().map(|v| v.0 as u8)),
+            Tensor::I2(a) => out.extend(a.iter().map(|v| v.0 as u8 & 0x03)),
             Tensor::U2(a) => out.extend(a.iter().map(|v| v.0)),
         }
         out
@@ -456,9 +457,10 @@ impl Tensor {
             }
             _ => {
                 // A low-bit dtype: one byte per element.
-                for &b in bytes {
-                    lowbit::check_byte(dtype, b)?;
-                }
+                let bytes = bytes
+                    .iter()
+                    .map(|&b| lowbit::element_byte(dtype, b))
+                    .collect::<Result<Vec<u8>, String>>()?;
                 macro_rules! bytes_as {
                     ($t:ident) => {
                         Tensor::from_vec(shape, bytes.iter().map(|&b| $t(b as _)).collect())
