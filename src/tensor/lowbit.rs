@@ -261,6 +261,26 @@ pub fn cast(t: &Tensor, to: DType, saturate: bool, mode: E8M0Rounding) -> Tensor
     }
 }
 
+/// A float8/float4 tensor from values as the text format writes them: every value
+/// the dtype holds (infinities and e8m0's 2^-127 included) reads back to its own code;
+/// others round to nearest even (e8m0: up) without saturating.
+pub(crate) fn minifloat_from_f64s(
+    dtype: DType,
+    shape: &[usize],
+    v: &[f64],
+) -> Result<Tensor, String> {
+    let t = Tensor::from_vec(shape, v.to_vec())?;
+    let mut out = cast(&t, dtype, false, E8M0Rounding::Up);
+    if let Tensor::F8E8M0(a) = &mut out {
+        for (code, &v) in a.iter_mut().zip(v) {
+            if v == e8m0_decode(0) {
+                *code = F8E8M0(0);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Integer `v` wrapped into `bits` bits (two's complement when `signed`), like a C cast.
 fn wrap_int(v: i64, bits: u32, signed: bool) -> i64 {
     let m = v & ((1 << bits) - 1);
