@@ -141,7 +141,7 @@ fn float8_casts_saturate_or_overflow_through_data_movement() {
         let y = g.add_op("Cast", &[Some(t.out(0))], back, "y").unwrap();
         g.add_output("f8", t.out(0)).unwrap();
         g.add_output("y", y.out(0)).unwrap();
-        let out = run_both(&g, &[x.clone()]);
+        let out = run_both(&g, std::slice::from_ref(&x));
         assert_eq!(out[0].dtype(), DType::F8E4M3FN);
         // Ties go to even (1.0625 → 1), 465 overflows, 0.001 rounds to the smallest
         // subnormal; transposed.
