@@ -301,18 +301,29 @@ fn float_to_int(v: f64, bits: u32, signed: bool) -> i64 {
     }
 }
 
+/// `Elem::wrap` and `Elem::view` for the `Tensor` variant `$variant`.
+macro_rules! wrap_and_view {
+    ($variant:ident) => {
+        fn wrap(a: ArrayD<Self>) -> Tensor {
+            Tensor::$variant(a)
+        }
+        fn view(t: &Tensor) -> Option<&ArrayD<Self>> {
+            if let Tensor::$variant(a) = t {
+                Some(a)
+            } else {
+                None
+            }
+        }
+    };
+}
+
+/// A float8/float4 element: its code, and the codec's decoding and its default
+/// encoding (ONNX Cast's: saturating, e8m0 rounding up).
 macro_rules! minifloat_elem {
-    ($name:ident, $variant:ident, $fmt:expr, $doc:literal) => {
+    ($name:ident, $decode:expr, $encode:expr, $doc:literal) => {
         #[doc = $doc]
         #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
         pub struct $name(pub u8);
-
-        impl $name {
-            /// The code nearest `v`; see [`MiniFloat::encode`] for `saturate`.
-            pub fn from_f64_saturate(v: f64, saturate: bool) -> $name {
-                $name($fmt.encode(v, saturate))
-            }
-        }
 
         impl PartialOrd for $name {
             fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
@@ -321,12 +332,12 @@ macro_rules! minifloat_elem {
         }
 
         impl Elem for $name {
-            const DTYPE: DType = DType::$variant;
+            const DTYPE: DType = DType::$name;
             fn to_f64(self) -> f64 {
-                $fmt.decode(self.0)
+                $decode(self.0)
             }
             fn from_f64(v: f64) -> Self {
-                $name($fmt.encode(v, true))
+                $name($encode(v))
             }
             fn to_i64(self) -> i64 {
                 self.to_f64() as i64
@@ -334,92 +345,47 @@ macro_rules! minifloat_elem {
             fn from_i64(v: i64) -> Self {
                 Self::from_f64(v as f64)
             }
-            fn wrap(a: ArrayD<Self>) -> Tensor {
-                Tensor::$variant(a)
-            }
-            fn view(t: &Tensor) -> Option<&ArrayD<Self>> {
-                if let Tensor::$variant(a) = t {
-                    Some(a)
-                } else {
-                    None
-                }
-            }
+            wrap_and_view!($name);
         }
     };
 }
 
 minifloat_elem!(
     F8E4M3FN,
-    F8E4M3FN,
-    E4M3FN,
+    |c| E4M3FN.decode(c),
+    |v| E4M3FN.encode(v, true),
     "float8 e4m3fn: bias 7, NaN but no infinity."
 );
 minifloat_elem!(
     F8E4M3FNUZ,
-    F8E4M3FNUZ,
-    E4M3FNUZ,
+    |c| E4M3FNUZ.decode(c),
+    |v| E4M3FNUZ.encode(v, true),
     "float8 e4m3fnuz: bias 8, one NaN (0x80), no infinity or negative zero."
 );
 minifloat_elem!(
     F8E5M2,
-    F8E5M2,
-    E5M2,
+    |c| E5M2.decode(c),
+    |v| E5M2.encode(v, true),
     "float8 e5m2: bias 15, IEEE infinities and NaNs."
 );
 minifloat_elem!(
     F8E5M2FNUZ,
-    F8E5M2FNUZ,
-    E5M2FNUZ,
+    |c| E5M2FNUZ.decode(c),
+    |v| E5M2FNUZ.encode(v, true),
     "float8 e5m2fnuz: bias 16, one NaN (0x80), no infinity or negative zero."
 );
 minifloat_elem!(
     F4E2M1,
-    F4E2M1,
-    E2M1,
+    |c| E2M1.decode(c),
+    |v| E2M1.encode(v, true),
     "float4 e2m1: bias 1, finite only (±6 at most)."
 );
-
-/// float8 e8m0: an unsigned power of two 2^(code - 127); 0xFF is NaN.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct F8E8M0(pub u8);
-
-impl F8E8M0 {
-    pub fn from_f64_rounding(v: f64, saturate: bool, mode: E8M0Rounding) -> F8E8M0 {
-        F8E8M0(e8m0_encode(v, saturate, mode))
-    }
-}
-
-impl PartialOrd for F8E8M0 {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        self.to_f64().partial_cmp(&other.to_f64())
-    }
-}
-
-impl Elem for F8E8M0 {
-    const DTYPE: DType = DType::F8E8M0;
-    fn to_f64(self) -> f64 {
-        e8m0_decode(self.0)
-    }
-    fn from_f64(v: f64) -> Self {
-        F8E8M0(e8m0_encode(v, true, E8M0Rounding::Up))
-    }
-    fn to_i64(self) -> i64 {
-        self.to_f64() as i64
-    }
-    fn from_i64(v: i64) -> Self {
-        Self::from_f64(v as f64)
-    }
-    fn wrap(a: ArrayD<Self>) -> Tensor {
-        Tensor::F8E8M0(a)
-    }
-    fn view(t: &Tensor) -> Option<&ArrayD<Self>> {
-        if let Tensor::F8E8M0(a) = t {
-            Some(a)
-        } else {
-            None
-        }
-    }
-}
+minifloat_elem!(
+    F8E8M0,
+    e8m0_decode,
+    |v| e8m0_encode(v, true, E8M0Rounding::Up),
+    "float8 e8m0: an unsigned power of two 2^(code - 127); 0xFF is NaN."
+);
 
 macro_rules! subbyte_int_elem {
     ($name:ident, $variant:ident, $inner:ty, $bits:expr, $signed:expr, $doc:literal) => {
@@ -450,16 +416,7 @@ macro_rules! subbyte_int_elem {
             fn from_i64(v: i64) -> Self {
                 $name(wrap_int(v, $bits, $signed) as $inner)
             }
-            fn wrap(a: ArrayD<Self>) -> Tensor {
-                Tensor::$variant(a)
-            }
-            fn view(t: &Tensor) -> Option<&ArrayD<Self>> {
-                if let Tensor::$variant(a) = t {
-                    Some(a)
-                } else {
-                    None
-                }
-            }
+            wrap_and_view!($variant);
         }
     };
 }
