@@ -169,3 +169,55 @@ pub(crate) fn tensor(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor,
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::lowbit::{F8E5M2, I4, U2};
+
+    fn proto(code: tensor_proto::DataType, dims: &[i64]) -> TensorProto {
+        TensorProto {
+            data_type: Some(code as i32),
+            dims: dims.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn low_bit_tensors_unpack_from_raw_and_int32_data() {
+        use tensor_proto::DataType as D;
+        // int4 [1, -2, 7]: low nibble first, the odd element padded.
+        let mut t = proto(D::Int4, &[3]);
+        t.raw_data = Some(vec![0xE1u8, 0x07].into());
+        let want = Tensor::from_vec(&[3], vec![I4(1), I4(-2), I4(7)]).unwrap();
+        assert_eq!(tensor(&t, None).unwrap(), want);
+        let mut t = proto(D::Int4, &[3]);
+        t.int32_data = vec![0xE1, 0x07];
+        assert_eq!(tensor(&t, None).unwrap(), want);
+        // uint2: four to a byte.
+        let mut t = proto(D::Uint2, &[5]);
+        t.raw_data = Some(vec![0b1001_0011u8, 0b01].into());
+        let want: Vec<U2> = [3, 0, 1, 2, 1].map(U2).to_vec();
+        assert_eq!(
+            tensor(&t, None).unwrap(),
+            Tensor::from_vec(&[5], want).unwrap()
+        );
+        // float8: one code per byte (0x3C is 1.0 in e5m2).
+        let mut t = proto(D::Float8e5m2, &[2]);
+        t.int32_data = vec![0x3C, 0xBC];
+        let got = tensor(&t, None).unwrap();
+        assert_eq!(
+            got,
+            Tensor::from_vec(&[2], vec![F8E5M2(0x3C), F8E5M2(0xBC)]).unwrap()
+        );
+        assert_eq!(got.to_f64_vec(), vec![1.0, -1.0]);
+        // A short buffer names what it needed.
+        let mut t = proto(D::Uint4, &[5]);
+        t.raw_data = Some(vec![0u8, 0].into());
+        let e = tensor(&t, None).unwrap_err();
+        assert!(
+            e.contains("2 bytes given, 5 elements of u4 pack into 3"),
+            "{e}"
+        );
+    }
+}
