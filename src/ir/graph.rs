@@ -363,7 +363,7 @@ impl Graph {
                 }
             }
         }
-        ops::refuse_low_bit(&node.op, &types).map_err(Error::Graph)?;
+        ops::check_takes(&*op, &types).map_err(Error::Graph)?;
         let cx = InferCtx {
             node_name: &node.name,
             inputs: &types,

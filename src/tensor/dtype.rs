@@ -18,6 +18,8 @@ pub enum DType {
     U16,
     U32,
     U64,
+    /// UTF-8 text; not numeric, so it has no arena representation (a host object).
+    String,
     F8E4M3FN,
     F8E4M3FNUZ,
     F8E5M2,
@@ -32,7 +34,7 @@ pub enum DType {
 
 impl DType {
     /// Every dtype; the position is the C ABI's `kiln_dtype` code, so new ones go last.
-    pub const ALL: [DType; 23] = [
+    pub const ALL: [DType; 24] = [
         DType::F32,
         DType::F64,
         DType::F16,
@@ -46,6 +48,7 @@ impl DType {
         DType::U16,
         DType::U32,
         DType::U64,
+        DType::String,
         DType::F8E4M3FN,
         DType::F8E4M3FNUZ,
         DType::F8E5M2,
@@ -74,6 +77,7 @@ impl DType {
             DType::U16 => "u16",
             DType::U32 => "u32",
             DType::U64 => "u64",
+            DType::String => "string",
             DType::F8E4M3FN => "f8e4m3fn",
             DType::F8E4M3FNUZ => "f8e4m3fnuz",
             DType::F8E5M2 => "f8e5m2",
@@ -95,6 +99,8 @@ impl DType {
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool => 1,
+            // Strings are host objects, never arena bytes (see `is_string`).
+            DType::String => 0,
             DType::F8E4M3FN
             | DType::F8E4M3FNUZ
             | DType::F8E5M2
@@ -157,7 +163,13 @@ impl DType {
                 | DType::U4
                 | DType::U2
                 | DType::F8E8M0
+                | DType::String
         )
+    }
+
+    /// Text: a host object with no byte layout, so no kernel or arena buffer takes it.
+    pub fn is_string(self) -> bool {
+        self == DType::String
     }
 
     /// Numeric: float or integer (not bool).

@@ -37,7 +37,7 @@ const ROUND_MODE: AttrSpec = AttrSpec::opt(
 fn cast_with_attrs(x: &Tensor, to: DType, attrs: &Attrs) -> Result<Tensor, String> {
     let saturate = attrs.int_or("saturate", 1)? != 0;
     let mode = attrs.string_or("round_mode", "up")?.parse()?;
-    Ok(lowbit::cast(x, to, saturate, mode))
+    lowbit::cast(x, to, saturate, mode)
 }
 
 /// Checks `round_mode` at build time so a bad one fails when the node is added.
@@ -56,6 +56,9 @@ fn target(attrs: &Attrs) -> Result<DType, String> {
 }
 
 impl Op for Cast {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::Strings
+    }
     fn schema(&self) -> &OpSchema {
         &CAST
     }
@@ -87,6 +90,9 @@ const CAST_LIKE: OpSchema = OpSchema {
 };
 
 impl Op for CastLike {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::Strings
+    }
     fn schema(&self) -> &OpSchema {
         &CAST_LIKE
     }

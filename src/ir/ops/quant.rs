@@ -197,7 +197,7 @@ impl Op for Quantize {
                 d,
                 saturate,
                 lowbit::E8M0Rounding::Up,
-            )]);
+            )?]);
         }
         let q = elementwise(&x, &s, zpa.as_ref(), axis, block, |v, s, z| {
             (narrow(v / s).round_ties_even() + z).clamp(lo, hi)
