@@ -315,7 +315,8 @@ fn check_reports_mismatched_axis_names() {
 #[test]
 fn npy_prints_a_file_of_every_dtype() {
     let dir = scratch("npy");
-    for dtype in kiln::DType::ALL {
+    // Strings have no numeric values to give (their .npy is unicode, tested on its own).
+    for dtype in kiln::DType::ALL.into_iter().filter(|d| !d.is_string()) {
         let t = Tensor::from_f64s(dtype, &[2, 2], &[1.0, 0.0, 1.0, 1.0]).unwrap();
         let f = write_npy(&dir, &format!("{dtype}.npy"), &t);
         let o = kiln(&["npy", &f]);
