@@ -203,7 +203,7 @@ pub(super) fn convert(
         "QuantizeLinear" | "DequantizeLinear" | "HannWindow" | "HammingWindow"
         | "BlackmanWindow" | "MelWeightMatrix" => {
             // ONNX type codes to Kiln dtype names (0: unset).
-            for key in ["output_dtype", "output_datatype"] {
+            for key in ["output_dtype", "output_datatype", "precision"] {
                 if let Some(Attr::Int(code)) = attrs.0.remove(key) {
                     if code != 0 {
                         let d = super::tensor::dtype_name(code).map_err(Error::Unsupported)?;

@@ -170,6 +170,43 @@ impl OpSchema {
     }
 }
 
+/// The ops that take the low-bit storage dtypes (float8, float4, int4, int2): the
+/// conversions and quantization, and pure data movement. Every other op refuses them
+/// before its own inference, so no kernel ever reads them as another type.
+const LOW_BIT_OPS: &[&str] = &[
+    "Cast",
+    "CastLike",
+    "BitCast",
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "Identity",
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Transpose",
+    "Concat",
+    "Split",
+    "Slice",
+    "Gather",
+    "Expand",
+    "Tile",
+    "Shape",
+    "Size",
+];
+
+/// An error if `op` is given a low-bit input it does not take.
+fn refuse_low_bit(op: &str, inputs: &[Option<TensorType>]) -> Result<(), String> {
+    let low_bit = inputs.iter().flatten().find(|t| t.dtype.is_low_bit());
+    match low_bit {
+        Some(t) if !LOW_BIT_OPS.contains(&op) => Err(format!(
+            "{op} does not take {} inputs (a storage type: Cast or DequantizeLinear it first)",
+            t.dtype
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// What type/shape inference sees of a node.
 pub struct InferCtx<'a> {
     /// The node's name, used to make fresh symbols deterministic.
@@ -332,7 +369,7 @@ pub(crate) fn check_takes(op: &dyn Op, inputs: &[Option<TensorType>]) -> Result<
             ));
         }
     }
-    Ok(())
+    refuse_low_bit(op.schema().name, inputs)
 }
 
 /// An op of the catalogue.
