@@ -197,7 +197,7 @@ impl Importer<'_> {
     }
 
     /// Adds catalogue op `op`; returns its outputs. When every input is a constant (or,
-    /// for `Shape`, has a static shape) the op is evaluated now and its results become
+    /// for `Shape` and `Size`, has a static shape) the op is evaluated now and its results become
     /// constants: exporters compute shapes with small subgraphs, and folding them here
     /// gives later ops (`Reshape`, `Split`, ...) the exact dims they need.
     fn add(
@@ -246,6 +246,15 @@ impl Importer<'_> {
             })?;
             let v: Vec<i64> = kept.iter().map(|&d| d as i64).collect();
             return Ok(Some(vec![self.ints(name, &v)?]));
+        }
+        if op == "Size" {
+            let Some(Some(x)) = inputs.first() else {
+                return Ok(None);
+            };
+            let Some(n) = self.g.value_type(*x)?.shape.num_elements() else {
+                return Ok(None);
+            };
+            return Ok(Some(vec![self.constant(name, Tensor::scalar(n as i64))?]));
         }
         let Some(catalogue_op) = crate::ir::ops::lookup(op) else {
             return Ok(None);
@@ -674,6 +683,32 @@ impl<'a> Importer<'a> {
                 None => Err(Error::Graph(format!("{op}: input {i} is required"))),
             }
         };
+        let constant_cond = match inputs.first().copied().flatten() {
+            Some(c) if op == "If" => {
+                let n = self.g.node(c.node);
+                (n.op == "Constant")
+                    .then(|| n.data.as_deref().map(|t| t.to_i64_vec()))
+                    .flatten()
+            }
+            _ => None,
+        };
+        if let Some([cond]) = constant_cond.as_deref() {
+            // Only the branch taken is imported, spliced into this graph: the other one
+            // may not even type-check with the shapes this model has (ONNX functions
+            // such as AffineGrid's branch on the input's rank).
+            let branch = if *cond != 0 {
+                "then_branch"
+            } else {
+                "else_branch"
+            };
+            let (body, caps) = self.body(branch, find(branch)?, &[], &[])?;
+            let mut args = vec![];
+            for outer in &caps {
+                args.extend(self.input(outer)?);
+            }
+            let prefix = self.unique_name(name);
+            return self.g.inline(&body, &args, &prefix);
+        }
         let captured = match op {
             "If" => {
                 let (mut then, then_caps) =
