@@ -518,3 +518,67 @@ fn the_pipeline_runs_inside_bodies() {
     let inputs = [Tensor::scalar(true), f32s(&[3], &[1.0, 2.0, 3.0])];
     assert_eq!(run(&after, &inputs), run(&g, &inputs));
 }
+
+fn fixture() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/onnx/control_flow.onnx")
+}
+
+/// `tests/onnx/control_flow.onnx` (written and checked against onnxruntime by
+/// `tests/onnx/control_flow.py`): If whose else branch holds a Loop reading `x` from two
+/// scopes up, and a Scan; the expected values are onnxruntime's.
+#[test]
+fn onnx_subgraphs_import_with_captures_and_run() {
+    let g = kiln::frontend::onnx::import_file(&fixture()).unwrap();
+    let iff = g.nodes().iter().find(|n| n.op == "If").unwrap();
+    // x is captured (the constant `two` is copied into the branch instead).
+    assert_eq!(iff.attrs.int("captures").unwrap(), Some(2), "{}", print(&g));
+    let other = iff.attrs.graph("else_branch").unwrap().unwrap();
+    let lp = other.nodes().iter().find(|n| n.op == "Loop").unwrap();
+    assert_eq!(lp.attrs.int("captures").unwrap(), Some(1), "{}", print(&g));
+    assert_round_trip(&g);
+    let x = f32s(&[3], &[1.0, 2.0, 3.0]);
+    let m = f32s(&[2, 3], &[1.0, 1.0, 1.0, 2.0, 2.0, 2.0]);
+    for (c, want) in [(true, [2.0, 4.0, 6.0]), (false, [3.0, 6.0, 9.0])] {
+        let inputs = [
+            x.clone(),
+            Tensor::scalar(2i64),
+            Tensor::scalar(c),
+            m.clone(),
+        ];
+        for device in [Device::Interp, Device::Cpu] {
+            let exe = backend_for(device).unwrap().compile(&g).unwrap();
+            let out = exe.run(&inputs).unwrap();
+            assert_eq!(out[0], f32s(&[3], &want), "{device:?}");
+            assert_eq!(out[1], f32s(&[3], &[4.0, 5.0, 6.0]));
+            assert_eq!(out[2], f32s(&[2, 3], &[4.0, 6.0, 8.0, 8.0, 10.0, 12.0]));
+        }
+    }
+}
+
+#[test]
+fn a_graph_attribute_on_another_op_is_an_error_naming_the_node() {
+    use kiln::frontend::onnx::proto::ModelProto;
+    use prost::Message;
+    let bytes = std::fs::read(fixture()).unwrap();
+    let mut m = ModelProto::decode(bytes.as_slice()).unwrap();
+    let graph = m.graph.as_mut().unwrap();
+    graph.node[0].op_type = Some("Relu".into());
+    let e = kiln::frontend::onnx::import_bytes(&m.encode_to_vec(), None).unwrap_err();
+    let e = e.to_string();
+    assert!(
+        e.contains("Relu") && e.contains("only If, Loop and Scan"),
+        "{e}"
+    );
+    // A body that names a value no scope defines.
+    let mut m = ModelProto::decode(bytes.as_slice()).unwrap();
+    let graph = m.graph.as_mut().unwrap();
+    let then = graph.node[0]
+        .attribute
+        .iter_mut()
+        .find(|a| a.name() == "then_branch")
+        .unwrap();
+    then.g.as_mut().unwrap().node[0].input[0] = "nowhere".into();
+    let e = kiln::frontend::onnx::import_bytes(&m.encode_to_vec(), None).unwrap_err();
+    let e = e.to_string();
+    assert!(e.contains("then_branch") && e.contains("nowhere"), "{e}");
+}
