@@ -753,6 +753,9 @@ impl<'a> Importer<'a> {
             let prefix = self.unique_name(name);
             return self.g.inline(&body, &args, &prefix);
         }
+        if op == "Scan" && self.opset < 9 {
+            return self.scan8(name, inputs, &attrs, find("body")?);
+        }
         let captured = match op {
             "If" => {
                 let (mut then, then_caps) =
@@ -818,6 +821,96 @@ impl<'a> Importer<'a> {
         }
         attrs.set("captures", Attr::Int(captured.len() as i64));
         self.add(op, &inputs, attrs, name)
+    }
+
+    /// Opset-8 Scan (a batch axis 0 on every input and output, the sequence on axis 1 of
+    /// the scan inputs) as an opset-9 Scan over the batch whose body is an opset-9 Scan
+    /// over the sequence of one batch entry.
+    fn scan8(
+        &mut self,
+        name: &str,
+        inputs: Vec<Option<Value>>,
+        attrs: &Attrs,
+        graph: &proto::GraphProto,
+    ) -> Result<Vec<Value>> {
+        if inputs.first().copied().flatten().is_some() {
+            return Err(Error::Unsupported(
+                "opset-8 Scan with sequence_lens is not supported".into(),
+            ));
+        }
+        let m = attrs.req_int("num_scan_inputs").map_err(Error::Graph)?;
+        let operands: Vec<Value> = inputs
+            .iter()
+            .skip(1)
+            .map(|v| {
+                v.ok_or_else(|| Error::Graph("Scan: only sequence_lens may be omitted".into()))
+            })
+            .collect::<Result<_>>()?;
+        let scans = usize::try_from(m)
+            .ok()
+            .filter(|&m| m >= 1 && m <= operands.len())
+            .ok_or_else(|| {
+                Error::Graph(format!(
+                    "num_scan_inputs = {m} does not fit the {} inputs",
+                    operands.len()
+                ))
+            })?;
+        let state = operands.len() - scans;
+        // Each operand without its batch axis; the inner body also loses the sequence axis.
+        let mut entry_types = vec![];
+        let mut formals = vec![];
+        for (i, &v) in operands.iter().enumerate() {
+            let mut t = self.value_type(v)?;
+            if t.rank() < if i < state { 1 } else { 2 } {
+                return Err(Error::Graph(format!(
+                    "Scan-8 input {} has no batch (and sequence) axis: {t}",
+                    i + 1
+                )));
+            }
+            t.shape.axes.remove(0);
+            entry_types.push(t.clone());
+            if i < state {
+                formals.push(Formal::Carried(t));
+            } else {
+                t.shape.axes.remove(0);
+                formals.push(Formal::Exact(t));
+            }
+        }
+        let (inner, caps) = self.body("body", graph, &formals, &[])?;
+        let mut cap_values = vec![];
+        for outer in &caps {
+            cap_values.extend(self.input(outer)?);
+        }
+        let mut per_entry = Graph::new("batch_entry");
+        let mut args = vec![];
+        for (i, t) in entry_types.into_iter().enumerate() {
+            args.push(Some(per_entry.add_parameter(&format!("in{i}"), t)?.into()));
+        }
+        for (k, &v) in cap_values.iter().enumerate() {
+            args.push(Some(
+                per_entry
+                    .add_parameter(&format!("capture{k}"), self.value_type(v)?)?
+                    .into(),
+            ));
+        }
+        let mut inner_attrs = Attrs::new()
+            .with("body", Attr::Graph(std::sync::Arc::new(inner)))
+            .with("num_scan_inputs", Attr::Int(scans as i64))
+            .with("captures", Attr::Int(caps.len() as i64));
+        if let Some(d) = attrs.ints("directions").map_err(Error::Graph)? {
+            inner_attrs.set("scan_input_directions", Attr::Ints(d.to_vec()));
+        }
+        let scan = per_entry.add_op("Scan", &args, inner_attrs, "scan")?;
+        for k in 0..per_entry.node(scan).outputs.len() {
+            per_entry.add_output(&format!("out{k}"), scan.out(k as u32))?;
+        }
+        let outer_attrs = Attrs::new()
+            .with("body", Attr::Graph(std::sync::Arc::new(per_entry)))
+            .with("num_scan_inputs", Attr::Int(operands.len() as i64))
+            .with("captures", Attr::Int(caps.len() as i64));
+        let mut outer_inputs: Vec<Option<Value>> = operands.into_iter().map(Some).collect();
+        outer_inputs.extend(cap_values.into_iter().map(Some));
+        self.add("Scan", &outer_inputs, outer_attrs, name)
     }
 }
 
