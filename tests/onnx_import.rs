@@ -1546,11 +1546,17 @@ fn mutated_models_never_panic() {
             panic!("seed {name} does not import: {e}");
         }
     }
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files: Vec<(String, Vec<u8>)> = real_models();
-    for e in std::fs::read_dir(&examples).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "onnx") {
+    // The examples, and the test fixtures (among them a model with If, Loop and Scan).
+    for dir in ["examples/data", "tests/onnx"] {
+        let mut found: Vec<_> = std::fs::read_dir(root.join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "onnx"))
+            .collect();
+        found.sort();
+        for p in found {
             files.push((p.display().to_string(), std::fs::read(&p).unwrap()));
         }
     }
@@ -1585,7 +1591,6 @@ fn mutated_models_never_panic() {
         }
     }
     let onnx_models = seeds.len();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut graphs = vec![];
     for dir in ["tests/graphs", "examples/graphs"] {
         for e in std::fs::read_dir(root.join(dir)).unwrap() {

@@ -176,7 +176,10 @@ impl Op for Range {
         if !dtype.is_numeric() {
             return Err(format!("Range takes numbers, got {dtype}"));
         }
-        if let Some((i, t)) = ts.iter().enumerate().find(|(_, t)| t.rank() != 0) {
+        // A one-element vector counts as a scalar, as in onnxruntime (ONNX functions such
+        // as AffineGrid's pass sizes taken apart by Split).
+        let single = |t: &TensorType| t.rank() == 0 || t.shape.to_fixed() == Some(vec![1]);
+        if let Some((i, t)) = ts.iter().enumerate().find(|(_, t)| !single(t)) {
             return Err(format!("input {i} must be a scalar, got {t}"));
         }
         let vals: Option<Vec<f64>> = (0..3)
