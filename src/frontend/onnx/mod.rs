@@ -671,6 +671,9 @@ impl<'a> Importer<'a> {
         for (input, formal) in graph.input.iter().zip(formals) {
             let ty = match formal {
                 Formal::Exact(t) => t.clone(),
+                // A sequence or optional carries its type as it is (its element
+                // symbols already promise nothing).
+                Formal::Carried(t) if !t.is_tensor() => t.clone(),
                 Formal::Carried(t) => {
                     let declared = value_type(input).ok().filter(|d| d.rank() == t.rank());
                     let dims = t.shape.axes.iter().enumerate().map(|(i, a)| {

@@ -162,6 +162,25 @@ fn carried_type(
     initial: &TensorType,
     what: &str,
 ) -> Result<TensorType, String> {
+    if !initial.is_tensor() {
+        // A sequence or optional is carried as it is: the body must give the same type.
+        let o = sig
+            .body
+            .outputs()
+            .get(result)
+            .ok_or_else(|| format!("body '{}' has no output {result}", sig.attr))?;
+        let ty = sig
+            .body
+            .value_type(o.value)
+            .map_err(|e| format!("body '{}': {e}", sig.attr))?;
+        if ty.dtype != initial.dtype || ty.containers != initial.containers {
+            return Err(format!(
+                "body '{}' output {result} is {ty}, but the {what} it carries is {initial}",
+                sig.attr
+            ));
+        }
+        return Ok(initial.clone());
+    }
     let (dtype, dims) = sig.result(result)?;
     if dtype != initial.dtype || dims.len() != initial.rank() {
         return Err(format!(
