@@ -160,8 +160,10 @@ pub fn model_opset(bytes: &[u8]) -> Option<i64> {
         .map(|o| o.version())
 }
 
-/// A graph input's type: element type and dims (`dim_param` stays symbolic; a dim with
-/// neither value nor name gets a symbol of its own).
+/// A graph input's type: element type and dims. A named `dim_param` is a symbol that
+/// every input naming it shares; what exporters write for "unknown" (`?`, an empty
+/// `dim_param`, no value, a `dim_value` of zero or less) is a fresh symbol of its own,
+/// `<input>.<axis>`, so that two unknown dims never have to agree.
 fn value_type(v: &proto::ValueInfoProto) -> std::result::Result<TensorType, String> {
     let Some(type_proto::Value::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref())
     else {
@@ -172,17 +174,14 @@ fn value_type(v: &proto::ValueInfoProto) -> std::result::Result<TensorType, Stri
         .shape
         .as_ref()
         .ok_or("the input has no shape (unknown rank is not supported)")?;
+    use proto::tensor_shape_proto::dimension::Value as D;
     let dims = shape
         .dim
         .iter()
         .enumerate()
         .map(|(i, d)| match &d.value {
-            Some(proto::tensor_shape_proto::dimension::Value::DimValue(n)) if *n >= 0 => {
-                Dim::Fixed(*n as usize)
-            }
-            Some(proto::tensor_shape_proto::dimension::Value::DimParam(p)) if !p.is_empty() => {
-                Dim::Sym(p.clone())
-            }
+            Some(D::DimValue(n)) if *n > 0 => Dim::Fixed(*n as usize),
+            Some(D::DimParam(p)) if !p.is_empty() && p != "?" => Dim::Sym(p.clone()),
             _ => Dim::Sym(format!("{}.{i}", v.name())),
         })
         .collect::<Vec<_>>();
