@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::ir::{Attr, Attrs, Dim, Graph, Shape, TensorType, Value};
 use crate::tensor::Tensor;
 
+mod contrib;
 mod expand;
 mod ops;
 #[allow(clippy::all, missing_docs, rustdoc::all)]
@@ -395,7 +396,7 @@ impl Importer<'_> {
         }
         if !matches!(
             domain,
-            "ai.onnx" | "ai.onnx.ml" | "ai.onnx.preview.training"
+            "ai.onnx" | "ai.onnx.ml" | "ai.onnx.preview.training" | "com.microsoft"
         ) {
             return Err(Error::Unsupported(format!(
                 "domain '{domain}' is not supported"
@@ -431,6 +432,11 @@ impl Importer<'_> {
             op: node.op_type(),
             name,
             n_outputs: node.output.len(),
+            named: &node
+                .output
+                .iter()
+                .map(|o| !o.is_empty())
+                .collect::<Vec<_>>(),
         };
         ops::convert(self, kind, inputs, attrs, tensors)
     }
