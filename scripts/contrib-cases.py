@@ -71,6 +71,8 @@ class Cases:
         else:
             options = ort.SessionOptions()
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            # One thread: DynamicQuantizeLSTM quantizes per chunk of rows it runs in parallel.
+            options.intra_op_num_threads = 1
             session = ort.InferenceSession(
                 ran.SerializeToString(), options, providers=["CPUExecutionProvider"]
             )
@@ -266,6 +268,40 @@ def quantized(c):
     )
 
 
+def lstms(c):
+    seq, batch, inp, hidden = 5, 3, 6, 4
+    for name, direction, dirs, extra in [
+        ("dynamic_quantize_lstm", "forward", 1, {}),
+        ("dynamic_quantize_lstm_reverse_lens", "reverse", 1, {"lens": True}),
+        ("dynamic_quantize_lstm_bidirectional_u8", "bidirectional", 2, {"u8": True}),
+    ]:
+        u8 = extra.get("u8", False)
+        wt, lo, hi = (np.uint8, 0, 255) if u8 else (np.int8, -127, 127)
+        zero = np.full(dirs, 128 if u8 else 0, wt)
+        inputs = {
+            "x": c.f(seq, batch, inp),
+            "w": c.ints(wt, lo, hi, dirs, inp, 4 * hidden),
+            "r": c.ints(wt, lo, hi, dirs, hidden, 4 * hidden),
+            "b": c.f(dirs, 8 * hidden, scale=0.1),
+            "lens": np.array([5, 2, 4], np.int32) if extra.get("lens") else None,
+            "h0": c.f(dirs, batch, hidden, scale=0.5),
+            "c0": c.f(dirs, batch, hidden, scale=0.5),
+            "p": None,
+            "w_scale": (np.abs(c.f(dirs, 4 * hidden)) * 0.004 + 0.001) if u8 else np.full(dirs, 0.004, F32),
+            "w_zero": zero if not u8 else np.full((dirs, 4 * hidden), 128, wt),
+            "r_scale": np.full(dirs, 0.005, F32),
+            "r_zero": zero,
+        }
+        c.case(
+            name,
+            "DynamicQuantizeLSTM",
+            inputs,
+            ["y", "y_h", "y_c"],
+            hidden_size=hidden,
+            direction=direction,
+        )
+
+
 def attentions(c):
     b, s, hidden, heads = 2, 4, 8, 2
     x = c.f(b, s, hidden)
@@ -329,7 +365,7 @@ def main():
     if os.path.exists(out):
         shutil.rmtree(out)
     c = Cases(out)
-    for family in [gelus, norms, matmuls, quantized, attentions]:
+    for family in [gelus, norms, matmuls, quantized, lstms, attentions]:
         family(c)
     print(f"{len(c.names)} contrib cases in {out}")
 

@@ -101,6 +101,9 @@ pub(super) fn convert(
                 input(inputs, 6),
             )?]
         }
+        // One op (the sequence length may be symbolic); the catalogue's, which
+        // quantizes activations as onnxruntime's kernel does.
+        "DynamicQuantizeLSTM" => b.op_outputs("DynamicQuantizeLSTM", inputs, attrs)?,
         "Attention" => vec![attention(b, inputs, &attrs)?],
         "MultiHeadAttention" => vec![multi_head_attention(b, inputs, &attrs)?],
         "EmbedLayerNormalization" => embed_layer_normalization(b, inputs, &attrs, named)?,
