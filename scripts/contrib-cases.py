@@ -217,6 +217,47 @@ def quantized(c):
                 },
                 ["y"],
             )
+    for name, extra, attrs in [
+        ("qgemm", {"y_scale": np.array(0.05, F32), "y_zero": np.array(128, np.uint8)}, {}),
+        ("qgemm_float_trans_b", {}, {"transB": 1, "alpha": 0.5}),
+        ("qgemm_i8_out", {"y_scale": np.array(0.07, F32), "y_zero": np.array(3, np.int8)}, {}),
+    ]:
+        trans_b = attrs.get("transB", 0)
+        # onnxruntime's kernel wants y's type to be A's.
+        at, lo, hi = (np.int8, -128, 127) if name.endswith("i8_out") else (np.uint8, 0, 255)
+        c.case(
+            name,
+            "QGemm",
+            {
+                "a": c.ints(at, lo, hi, 3, 8),
+                "a_scale": np.array(0.01, F32),
+                "a_zero": np.array(lo + 120, at),
+                "b": c.ints(np.int8, -127, 127, *((5, 8) if trans_b else (8, 5))),
+                "b_scale": np.abs(c.f(5, scale=0.01)) + 0.001,
+                "b_zero": np.zeros(5, np.int8),
+                "c": c.ints(np.int32, -3000, 3000, 5),
+            }
+            | extra,
+            ["y"],
+            **attrs,
+        )
+    for name, t, lo, hi, shape, attrs in [
+        ("qlinear_global_average_pool", np.uint8, 0, 255, (2, 3, 5, 4), {}),
+        ("qlinear_global_average_pool_channels_last", np.int8, -128, 127, (2, 5, 4, 3), {"channels_last": 1}),
+    ]:
+        c.case(
+            name,
+            "QLinearGlobalAveragePool",
+            {
+                "x": c.ints(t, lo, hi, *shape),
+                "x_scale": np.array(0.03, F32),
+                "x_zero": np.array(lo + 110, t),
+                "y_scale": np.array(0.02, F32),
+                "y_zero": np.array(lo + 130, t),
+            },
+            ["y"],
+            **attrs,
+        )
     a = c.f(2, 3, 8)
     c.case(
         "dynamic_quantize_matmul",
@@ -322,6 +363,22 @@ def attentions(c):
         ["y"],
         num_heads=heads,
         unidirectional=1,
+    )
+    c.case(
+        "qattention",
+        "QAttention",
+        {
+            "x": c.ints(np.uint8, 0, 255, b, s, hidden),
+            "w": c.ints(np.int8, -127, 127, hidden, 3 * hidden),
+            "bias": bias,
+            "x_scale": np.array(0.01, F32),
+            "w_scale": np.array(0.02, F32),
+            "mask": mask,
+            "x_zero": np.array(128, np.uint8),
+            "w_zero": np.array(0, np.int8),
+        },
+        ["y"],
+        num_heads=heads,
     )
     q, k, v = c.f(b, s, hidden), c.f(b, 5, hidden), c.f(b, 5, hidden)
     c.case("multi_head_attention", "MultiHeadAttention", {"q": q, "k": k, "v": v}, ["y"], num_heads=heads)

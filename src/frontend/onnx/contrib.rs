@@ -104,7 +104,39 @@ pub(super) fn convert(
         // One op (the sequence length may be symbolic); the catalogue's, which
         // quantizes activations as onnxruntime's kernel does.
         "DynamicQuantizeLSTM" => b.op_outputs("DynamicQuantizeLSTM", inputs, attrs)?,
-        "Attention" => vec![attention(b, inputs, &attrs)?],
+        "Attention" => {
+            let projection = b.binary(
+                "MatMul",
+                need(inputs, 0, "input")?,
+                need(inputs, 1, "weights")?,
+            )?;
+            vec![attention(b, projection, inputs, &attrs)?]
+        }
+        "QAttention" => {
+            let operands = [
+                input(inputs, 0),
+                input(inputs, 1),
+                input(inputs, 6),
+                input(inputs, 7),
+            ];
+            let (a_scale, w_scale) = (
+                need(inputs, 3, "input_scale")?,
+                need(inputs, 4, "weight_scale")?,
+            );
+            let projection = integer_to_float(b, &operands, a_scale, w_scale, None)?;
+            // QAttention's inputs 2 (bias), 5 (mask_index) and 8 (past) sit where
+            // Attention's 2, 3 and 4 do.
+            let rest = [
+                None,
+                None,
+                input(inputs, 2),
+                input(inputs, 5),
+                input(inputs, 8),
+            ];
+            vec![attention(b, projection, &rest, &attrs)?]
+        }
+        "QGemm" => vec![qgemm(b, inputs, &attrs)?],
+        "QLinearGlobalAveragePool" => vec![qlinear_global_average_pool(b, inputs, &attrs)?],
         "MultiHeadAttention" => vec![multi_head_attention(b, inputs, &attrs)?],
         "EmbedLayerNormalization" => embed_layer_normalization(b, inputs, &attrs, named)?,
         _ => {
@@ -336,18 +368,7 @@ fn apply_activation(b: &mut Builder, y: Value, name: &str, p0: f64, p1: f64) -> 
 /// `(a - za) * (sa / sc) + (b - zb) * (sb / sc) + zc`, or
 /// `(a - za) (b - zb) * (sa sb / sc) + zc`, rounded half to even and saturated.
 fn qlinear_binary(b: &mut Builder, op: &str, inputs: &Inputs) -> Result<Value> {
-    let a = need(inputs, 0, "A")?;
-    let dtype = b.dtype(a)?;
-    let (lo, hi) = match dtype {
-        DType::U8 => (0.0, 255.0),
-        DType::I8 => (-128.0, 127.0),
-        d => {
-            return Err(Error::Graph(format!(
-                "A must be int8 or uint8, got {}",
-                d.name()
-            )))
-        }
-    };
+    let dtype = b.dtype(need(inputs, 0, "A")?)?;
     let mut centred = vec![];
     for (at, what) in [(0, "A"), (3, "B")] {
         let v = need(inputs, at, what)?;
@@ -381,17 +402,112 @@ fn qlinear_binary(b: &mut Builder, op: &str, inputs: &Inputs) -> Result<Value> {
         let product = b.binary("Mul", centred[0], centred[1])?;
         b.binary("Mul", product, ratio)?
     };
-    let real = match input(inputs, 7) {
-        Some(zero) => {
-            let zero = b.cast(zero, DType::F32)?;
-            b.binary("Add", real, zero)?
+    requantize(b, real, input(inputs, 7), dtype)
+}
+
+/// `QGemm`: `alpha (A - za)(B - zb) + C` (op(A), op(B) transposed as asked, C an int32
+/// bias) times `a_scale * b_scale`; as f32, or when `y_scale` is given requantized
+/// to y's type, all in f32 as onnxruntime's kernel computes it.
+fn qgemm(b: &mut Builder, inputs: &Inputs, attrs: &Attrs) -> Result<Value> {
+    let mut operands = [
+        input(inputs, 0),
+        input(inputs, 3),
+        input(inputs, 2),
+        input(inputs, 5),
+    ];
+    for (k, (name, flag)) in [("A", "transA"), ("B", "transB")].into_iter().enumerate() {
+        let v = need(inputs, 3 * k, name)?;
+        if int_attr(attrs, flag, 0)? != 0 {
+            let perm = Attrs::new().with("perm", Attr::Ints(vec![1, 0]));
+            operands[k] = Some(b.op("Transpose", &[v], perm)?);
         }
-        None => real,
+    }
+    let mut acc = integer_accumulate(b, "MatMul", &operands, Attrs::new())?;
+    if let Some(c) = input(inputs, 6) {
+        let c = b.cast(c, DType::F64)?;
+        acc = b.binary("Add", acc, c)?;
+    }
+    let acc = b.cast(acc, DType::F32)?;
+    let (a_scale, b_scale) = (need(inputs, 1, "a_scale")?, need(inputs, 4, "b_scale")?);
+    let mut scale = b.binary("Mul", a_scale, b_scale)?;
+    let alpha = float_attr(attrs, "alpha", 1.0)?;
+    if alpha != 1.0 {
+        let alpha = b.scalar(DType::F32, alpha)?;
+        scale = b.binary("Mul", scale, alpha)?;
+    }
+    let Some(y_scale) = input(inputs, 7) else {
+        return b.binary("Mul", acc, scale);
     };
-    let rounded = b.unary("Round", real)?;
+    let ratio = b.binary("Div", scale, y_scale)?;
+    let real = b.binary("Mul", acc, ratio)?;
+    requantize(b, real, input(inputs, 8), DType::U8)
+}
+
+/// `real` rounded half to even, plus `zero` (of the output type; `default` when
+/// absent), saturated to the output type.
+fn requantize(b: &mut Builder, real: Value, zero: Option<Value>, default: DType) -> Result<Value> {
+    let dtype = zero.map(|z| b.dtype(z)).transpose()?.unwrap_or(default);
+    let (lo, hi) = match dtype {
+        DType::U8 => (0.0, 255.0),
+        DType::I8 => (-128.0, 127.0),
+        d => {
+            return Err(Error::Graph(format!(
+                "the output zero point must be int8 or uint8, got {}",
+                d.name()
+            )))
+        }
+    };
+    let mut y = b.unary("Round", real)?;
+    if let Some(zero) = zero {
+        let zero = b.cast(zero, DType::F32)?;
+        y = b.binary("Add", y, zero)?;
+    }
     let (lo, hi) = (b.scalar(DType::F32, lo)?, b.scalar(DType::F32, hi)?);
-    let clipped = b.op("Clip", &[rounded, lo, hi], Attrs::new())?;
+    let clipped = b.op("Clip", &[y, lo, hi], Attrs::new())?;
     b.cast(clipped, dtype)
+}
+
+/// `QLinearGlobalAveragePool`, as onnxruntime's kernel computes it: the integer sum
+/// of `x - x_zero_point` over the spatial axes (channels first, or last with
+/// `channels_last`) times the f32 `x_scale / (y_scale * n)`, requantized.
+fn qlinear_global_average_pool(b: &mut Builder, inputs: &Inputs, attrs: &Attrs) -> Result<Value> {
+    let x = need(inputs, 0, "X")?;
+    let rank = b.rank(x)? as i64;
+    if rank < 3 {
+        return Err(Error::Graph(format!(
+            "X must have rank 3 or more, got {rank}"
+        )));
+    }
+    let (first, end) = if int_attr(attrs, "channels_last", 0)? != 0 {
+        (1, rank - 1)
+    } else {
+        (2, rank)
+    };
+    let mut centred = b.cast(x, DType::F64)?;
+    if let Some(zero) = input(inputs, 2) {
+        let zero = b.cast(zero, DType::F64)?;
+        centred = b.binary("Sub", centred, zero)?;
+    }
+    let axes = b.ints(&(first..end).collect::<Vec<_>>())?;
+    let keep = Attrs::new().with("keepdims", Attr::Int(1));
+    let sum = b.op("ReduceSum", &[centred, axes], keep)?;
+    let sum = b.cast(sum, DType::F32)?;
+    let range = Attrs::new()
+        .with("start", Attr::Int(first))
+        .with("end", Attr::Int(end));
+    let spatial = b.op("Shape", &[x], range)?;
+    let n = b.op(
+        "ReduceProd",
+        &[spatial],
+        Attrs::new().with("keepdims", Attr::Int(0)),
+    )?;
+    let n = b.cast(n, DType::F32)?;
+    let (x_scale, y_scale) = (need(inputs, 1, "x_scale")?, need(inputs, 3, "y_scale")?);
+    let denominator = b.binary("Mul", y_scale, n)?;
+    let scale = b.binary("Div", x_scale, denominator)?;
+    let real = b.binary("Mul", sum, scale)?;
+    let default = b.dtype(x)?;
+    requantize(b, real, input(inputs, 4), default)
 }
 
 /// The integer matmul of `operands` (A, B, A's and B's zero points) as f32, times
@@ -494,9 +610,9 @@ fn attention_bias(
     })
 }
 
-/// `Attention`: Q, K and V from one projection of the input (`input @ weights + bias`,
-/// split by `qkv_hidden_sizes` or in thirds), then multi-head attention.
-fn attention(b: &mut Builder, inputs: &Inputs, attrs: &Attrs) -> Result<Value> {
+/// `Attention` given its input's `projection` (`input @ weights`): Q, K and V from it
+/// plus the bias, split by `qkv_hidden_sizes` or in thirds, then multi-head attention.
+fn attention(b: &mut Builder, projection: Value, inputs: &Inputs, attrs: &Attrs) -> Result<Value> {
     let op = "Attention";
     let heads = heads(attrs, op)?;
     for (i, what) in [(4, "past"), (6, "past_sequence_length")] {
@@ -507,10 +623,7 @@ fn attention(b: &mut Builder, inputs: &Inputs, attrs: &Attrs) -> Result<Value> {
             "Attention: do_rotary = 1 is not supported".into(),
         ));
     }
-    let x = need(inputs, 0, "input")?;
-    let w = need(inputs, 1, "weights")?;
-    let projected = b.binary("MatMul", x, w)?;
-    let projected = with_bias(b, projected, input(inputs, 2))?;
+    let projected = with_bias(b, projection, input(inputs, 2))?;
     let mut split = Attrs::new().with("axis", Attr::Int(-1));
     let sizes = attrs.ints("qkv_hidden_sizes").map_err(Error::Graph)?;
     let split_inputs = match sizes {
@@ -529,7 +642,7 @@ fn attention(b: &mut Builder, inputs: &Inputs, attrs: &Attrs) -> Result<Value> {
     let qkv = b.op_outputs("Split", &split_inputs, split)?;
     let [q, k, v] = <[Value; 3]>::try_from(qkv)
         .map_err(|_| Error::Graph("the projection did not split in three".into()))?;
-    let bias = attention_bias(b, input(inputs, 3), input(inputs, 5), x, attrs)?;
+    let bias = attention_bias(b, input(inputs, 3), input(inputs, 5), projection, attrs)?;
     sdpa(b, [q, k, v], bias, heads, attrs)
 }
 
