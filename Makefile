@@ -50,8 +50,9 @@ lint: deps
 # is leak- and error-free.
 test: lint
 	scripts/onnx-node-tests.sh
+	scripts/contrib-cases.sh
 	scripts/test-onnx-models.sh
-	INSTA_UPDATE=no KILN_REQUIRE=onnx-suite,avx512f,cuda-tools,gxx $(CARGO) test --all-targets
+	INSTA_UPDATE=no KILN_REQUIRE=onnx-suite,contrib-cases,avx512f,cuda-tools,gxx $(CARGO) test --all-targets
 	KILN_CPU_ISA=portable $(CARGO) test --test cpu_backend
 	$(CARGO) test --features openblas --lib gemm
 	env=$$(scripts/cuda-tools.sh) && eval "$$env" && KILN_REQUIRE=onnx-suite,cuda-tools,gxx $(CARGO) test --features cuda --test cuda_nvrtc --test cuda_device --test cuda_cli

@@ -137,6 +137,127 @@ fn imports_and_runs_with_symbolic_dims() {
     assert_eq!(g.inputs().len(), 1);
 }
 
+/// A model with one graph input per `(name, dims)`, each dim a `dim_value`, a
+/// `dim_param` or neither (`None`), and each input's `Relu` an output.
+fn relu_model(inputs: &[(&str, Vec<Option<dimension::Value>>)]) -> proto::ModelProto {
+    let mut m = good();
+    let graph = m.graph.as_mut().unwrap();
+    graph.initializer.clear();
+    graph.input = inputs
+        .iter()
+        .map(|(name, dims)| {
+            let mut v = input(name, FLOAT, &[]);
+            let Some(proto::type_proto::Value::TensorType(t)) =
+                v.r#type.as_mut().and_then(|t| t.value.as_mut())
+            else {
+                unreachable!()
+            };
+            t.shape.as_mut().unwrap().dim = dims
+                .iter()
+                .map(|d| Dimension {
+                    value: d.clone(),
+                    ..Default::default()
+                })
+                .collect();
+            v
+        })
+        .collect();
+    graph.node = vec![];
+    graph.output = vec![];
+    for (name, _) in inputs {
+        let y = format!("{name}_relu");
+        graph.node.push(node("Relu", &[name], &[&y]));
+        graph.output.push(input(&y, FLOAT, &[]));
+    }
+    m
+}
+
+fn run_interp_and_cpu(g: &kiln::ir::Graph, inputs: &[Tensor]) -> [kiln::Result<Vec<Tensor>>; 2] {
+    let cpu = kiln::backend::backend_with(
+        kiln::backend::Device::Cpu,
+        kiln::passes::PassOptions::default(),
+        1,
+    )
+    .unwrap()
+    .compile(g)
+    .unwrap();
+    [
+        InterpExecutable::new(g.clone()).unwrap().run(inputs),
+        cpu.run(inputs),
+    ]
+}
+
+#[test]
+fn unknown_dims_are_each_their_own_symbol() {
+    use dimension::Value::{DimParam, DimValue};
+    // An OCR classifier's input: batch -1, height and width both "?".
+    let m = relu_model(&[(
+        "x",
+        vec![
+            Some(DimValue(-1)),
+            Some(DimValue(3)),
+            Some(DimParam("?".into())),
+            Some(DimParam("?".into())),
+        ],
+    )]);
+    let g = import_bytes(&m.encode_to_vec(), None).unwrap();
+    assert_eq!(
+        g.value_type(g.inputs()[0].into()).unwrap().to_string(),
+        "f32[x.0, 3, x.2, x.3]"
+    );
+    let x = common::Rng(7).f32_tensor(&[1, 3, 48, 192], 1.0);
+    let relu: Vec<f64> = x.to_f64_vec().iter().map(|v| v.max(0.0)).collect();
+    let relu = Tensor::from_f64s(kiln::ir::DType::F32, x.shape(), &relu).unwrap();
+    for y in run_interp_and_cpu(&g, std::slice::from_ref(&x)) {
+        assert_eq!(y.unwrap()[0], relu);
+    }
+    // Every spelling of "unknown", for two inputs that then differ in that dim: no
+    // spelling may tie the two together.
+    let spellings: [Option<dimension::Value>; 5] = [
+        Some(DimParam("?".into())),
+        Some(DimParam(String::new())),
+        None,
+        Some(DimValue(-1)),
+        Some(DimValue(0)),
+    ];
+    for unknown in spellings {
+        let m = relu_model(&[
+            ("a", vec![unknown.clone(), Some(DimValue(2))]),
+            ("b", vec![unknown.clone(), Some(DimValue(2))]),
+        ]);
+        let g = import_bytes(&m.encode_to_vec(), None).unwrap();
+        let types: Vec<String> = g
+            .inputs()
+            .iter()
+            .map(|&p| g.value_type(p.into()).unwrap().to_string())
+            .collect();
+        assert_eq!(types, ["f32[a.0, 2]", "f32[b.0, 2]"], "{unknown:?}");
+        let a = Tensor::from_vec(&[1, 2], vec![1.0f32, 2.0]).unwrap();
+        let b = Tensor::from_vec(&[4, 2], vec![0.5f32; 8]).unwrap();
+        for y in run_interp_and_cpu(&g, &[a.clone(), b.clone()]) {
+            let y = y.unwrap_or_else(|e| panic!("{unknown:?}: {e}"));
+            assert_eq!((y[0].shape(), y[1].shape()), (&[1, 2][..], &[4, 2][..]));
+        }
+    }
+}
+
+#[test]
+fn a_named_dim_param_still_means_equal() {
+    use dimension::Value::{DimParam, DimValue};
+    let n = || vec![Some(DimParam("N".into())), Some(DimValue(2))];
+    let m = relu_model(&[("a", n()), ("b", n())]);
+    let g = import_bytes(&m.encode_to_vec(), None).unwrap();
+    let a = Tensor::from_vec(&[3, 2], vec![1.0f32; 6]).unwrap();
+    for y in run_interp_and_cpu(&g, &[a.clone(), a.clone()]) {
+        assert_eq!(y.unwrap()[0].shape(), &[3, 2]);
+    }
+    let b = Tensor::from_vec(&[4, 2], vec![1.0f32; 8]).unwrap();
+    for y in run_interp_and_cpu(&g, &[a.clone(), b.clone()]) {
+        let e = y.expect_err("N is 3 for a and 4 for b").to_string();
+        assert!(e.contains('N'), "{e}");
+    }
+}
+
 #[test]
 fn external_data_is_read_inside_the_model_folder_only() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("onnx_external");

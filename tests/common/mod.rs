@@ -46,15 +46,18 @@ pub enum Need {
     CudaTools,
     /// g++, for the CUDA host emulation.
     Gxx,
+    /// The contrib-op cases (`target/contrib-cases`, from `scripts/contrib-cases.sh`).
+    ContribCases,
 }
 
 impl Need {
-    pub const ALL: [Need; 5] = [
+    pub const ALL: [Need; 6] = [
         Need::OnnxSuite,
         Need::Avx512f,
         Need::CudaDevice,
         Need::CudaTools,
         Need::Gxx,
+        Need::ContribCases,
     ];
 
     /// The need's name in `KILN_REQUIRE`.
@@ -65,6 +68,7 @@ impl Need {
             Need::CudaDevice => "cuda-device",
             Need::CudaTools => "cuda-tools",
             Need::Gxx => "gxx",
+            Need::ContribCases => "contrib-cases",
         }
     }
 }

@@ -199,3 +199,85 @@ fn recurrent_errors() {
     );
     assert!(e.contains("sequence_lens [4, 1]"), "{e}");
 }
+
+/// DynamicQuantizeLSTM (onnxruntime's numerics are checked in `tests/onnx_contrib.rs`)
+/// against the float LSTM with its dequantized weights: it differs only by the u8
+/// quantization of X and the hidden state, a few hundredths here. The sequence length
+/// is symbolic.
+#[test]
+fn dynamic_quantize_lstm_tracks_the_float_lstm() {
+    let (seq, batch, input, hidden) = (4, 2, 3, 2);
+    let g4 = 4 * hidden;
+    let ramp = |n: usize, k: i64, off: i64| -> Vec<i8> {
+        (0..n as i64).map(|i| ((i * 7 % k) - off) as i8).collect()
+    };
+    let (w, r_) = (ramp(input * g4, 23, 11), ramp(hidden * g4, 19, 9));
+    let (w_scale, r_scale) = (0.05f32, 0.08f32);
+    // The float LSTM's W is [dirs, 4*hidden, input]: the transpose, dequantized.
+    let transpose = |q: &[i8], rows: usize, scale: f32| -> Tensor {
+        let v: Vec<f32> = (0..g4 * rows)
+            .map(|i| q[(i % rows) * g4 + i / rows] as f32 * scale)
+            .collect();
+        Tensor::from_vec(&[1, g4, rows], v).unwrap()
+    };
+    let x = r(&[seq, batch, input], 7, 3.0);
+    let x = Tensor::from_f64s(kiln::DType::F32, x.shape(), &x.to_f64_vec()).unwrap();
+    let f32s = |t: Tensor| Tensor::from_f64s(kiln::DType::F32, t.shape(), &t.to_f64_vec()).unwrap();
+    let bias = f32s(r(&[1, 2 * g4], 5, 2.0));
+    let float = run(
+        "LSTM",
+        vec![
+            Input(x.clone()),
+            Input(transpose(&w, input, w_scale)),
+            Input(transpose(&r_, hidden, r_scale)),
+            Input(bias.clone()),
+        ],
+        kiln::ir::Attrs::new(),
+    )
+    .unwrap();
+    let quantized = run(
+        "DynamicQuantizeLSTM",
+        vec![
+            Symbolic(x),
+            Input(Tensor::from_vec(&[1, input, g4], w).unwrap()),
+            Input(Tensor::from_vec(&[1, hidden, g4], r_).unwrap()),
+            Input(bias),
+            Absent,
+            Absent,
+            Absent,
+            Absent,
+            Input(Tensor::from_vec(&[1], vec![w_scale]).unwrap()),
+            Input(Tensor::from_vec(&[1], vec![0i8]).unwrap()),
+            Input(Tensor::from_vec(&[1], vec![r_scale]).unwrap()),
+            Input(Tensor::from_vec(&[1], vec![0i8]).unwrap()),
+        ],
+        attrs(&[("hidden_size", Attr::Int(hidden as i64))]),
+    )
+    .unwrap();
+    assert_eq!(quantized.len(), 3);
+    for (q, f) in quantized.iter().zip(&float) {
+        assert_eq!(q.shape(), f.shape());
+        assert_close(q, f, 0.03, 0.0);
+        // ... and not equal: the activations really were quantized.
+        assert!(q.check_close(f, 1e-6, 0.0).is_err());
+    }
+    let e = run_err(
+        "DynamicQuantizeLSTM",
+        vec![
+            Input(Tensor::from_vec(&[1, 1, 1], vec![0.5f32]).unwrap()),
+            Input(Tensor::from_vec(&[1, 1, 4], vec![1.0f32; 4]).unwrap()),
+            Input(Tensor::from_vec(&[1, 1, 4], vec![1i8; 4]).unwrap()),
+            Absent,
+            Absent,
+            Absent,
+            Absent,
+            Absent,
+            Input(Tensor::from_vec(&[1], vec![0.1f32]).unwrap()),
+            Input(Tensor::from_vec(&[1], vec![0i8]).unwrap()),
+            Input(Tensor::from_vec(&[1], vec![0.1f32]).unwrap()),
+            Input(Tensor::from_vec(&[1], vec![0i8]).unwrap()),
+        ],
+        kiln::ir::Attrs::new(),
+    );
+    assert!(e.contains("W must be 3-D int8 or uint8"), "{e}");
+}

@@ -30,38 +30,49 @@ impl<'i, 'a> Builder<'i, 'a> {
         format!("{}.{}", self.name, self.k)
     }
 
+    /// Adds `op`; returns all its outputs.
+    pub(super) fn op_outputs(
+        &mut self,
+        op: &str,
+        inputs: &[Option<Value>],
+        attrs: Attrs,
+    ) -> Result<Vec<Value>> {
+        let name = self.next_name();
+        self.imp.add(op, inputs, attrs, &name)
+    }
+
     /// Adds `op`; returns its first output.
-    fn op(&mut self, op: &str, inputs: &[Value], attrs: Attrs) -> Result<Value> {
+    pub(super) fn op(&mut self, op: &str, inputs: &[Value], attrs: Attrs) -> Result<Value> {
         let inputs: Vec<Option<Value>> = inputs.iter().map(|&v| Some(v)).collect();
         let name = self.next_name();
         Ok(self.imp.add(op, &inputs, attrs, &name)?[0])
     }
 
-    fn binary(&mut self, op: &str, a: Value, b: Value) -> Result<Value> {
+    pub(super) fn binary(&mut self, op: &str, a: Value, b: Value) -> Result<Value> {
         self.op(op, &[a, b], Attrs::new())
     }
 
-    fn unary(&mut self, op: &str, x: Value) -> Result<Value> {
+    pub(super) fn unary(&mut self, op: &str, x: Value) -> Result<Value> {
         self.op(op, &[x], Attrs::new())
     }
 
-    fn dtype(&self, v: Value) -> Result<DType> {
+    pub(super) fn dtype(&self, v: Value) -> Result<DType> {
         Ok(self.imp.value_type(v)?.dtype)
     }
 
     /// A scalar constant of dtype `dtype`.
-    fn scalar(&mut self, dtype: DType, v: f64) -> Result<Value> {
+    pub(super) fn scalar(&mut self, dtype: DType, v: f64) -> Result<Value> {
         let t = Tensor::from_f64s(dtype, &[], &[v]).map_err(Error::InvalidArgument)?;
         let name = self.next_name();
         self.imp.constant(&name, t)
     }
 
-    fn ints(&mut self, v: &[i64]) -> Result<Value> {
+    pub(super) fn ints(&mut self, v: &[i64]) -> Result<Value> {
         let name = self.next_name();
         self.imp.ints(&name, v)
     }
 
-    fn cast(&mut self, x: Value, to: DType) -> Result<Value> {
+    pub(super) fn cast(&mut self, x: Value, to: DType) -> Result<Value> {
         if self.dtype(x)? == to {
             return Ok(x);
         }
@@ -72,7 +83,7 @@ impl<'i, 'a> Builder<'i, 'a> {
         )
     }
 
-    fn reduce_mean(&mut self, x: Value, axes: &[i64], keepdims: bool) -> Result<Value> {
+    pub(super) fn reduce_mean(&mut self, x: Value, axes: &[i64], keepdims: bool) -> Result<Value> {
         let axes = self.ints(axes)?;
         self.op(
             "ReduceMean",
@@ -83,7 +94,7 @@ impl<'i, 'a> Builder<'i, 'a> {
 
     /// `x` reshaped to rank `rank` with its elements along `axis` (a vector's, or a
     /// scalar's broadcast): per-channel parameters lined up with a tensor's channel axis.
-    fn along_axis(&mut self, x: Value, axis: usize, rank: usize) -> Result<Value> {
+    pub(super) fn along_axis(&mut self, x: Value, axis: usize, rank: usize) -> Result<Value> {
         if self.rank(x)? == 0 {
             return Ok(x);
         }
@@ -100,7 +111,7 @@ impl<'i, 'a> Builder<'i, 'a> {
     }
 
     /// Dim `axis` of `x` as a one-element i64 vector (a constant when it is static).
-    fn dim(&mut self, x: Value, axis: usize) -> Result<Value> {
+    pub(super) fn dim(&mut self, x: Value, axis: usize) -> Result<Value> {
         let range = Attrs::new()
             .with("start", Attr::Int(axis as i64))
             .with("end", Attr::Int(axis as i64 + 1));
@@ -108,11 +119,11 @@ impl<'i, 'a> Builder<'i, 'a> {
     }
 
     /// Concatenates one-element i64 vectors into a shape operand.
-    fn shape_of(&mut self, parts: &[Value]) -> Result<Value> {
+    pub(super) fn shape_of(&mut self, parts: &[Value]) -> Result<Value> {
         self.op("Concat", parts, Attrs::new().with("axis", Attr::Int(0)))
     }
 
-    fn rank(&self, x: Value) -> Result<usize> {
+    pub(super) fn rank(&self, x: Value) -> Result<usize> {
         Ok(self.imp.value_type(x)?.shape.rank())
     }
 }
@@ -125,11 +136,11 @@ pub(super) fn need(inputs: &[Option<Value>], i: usize, what: &str) -> Result<Val
         .ok_or_else(|| Error::Graph(format!("input {i} ({what}) is required")))
 }
 
-fn int_attr(attrs: &Attrs, name: &str, default: i64) -> Result<i64> {
+pub(super) fn int_attr(attrs: &Attrs, name: &str, default: i64) -> Result<i64> {
     attrs.int_or(name, default).map_err(Error::Graph)
 }
 
-fn float_attr(attrs: &Attrs, name: &str, default: f64) -> Result<f64> {
+pub(super) fn float_attr(attrs: &Attrs, name: &str, default: f64) -> Result<f64> {
     attrs.float_or(name, default).map_err(Error::Graph)
 }
 
@@ -220,7 +231,7 @@ pub(super) fn integer_op(
 
 /// The f64 accumulation of [`integer_op`]; a zero point applies per row of a matmul's
 /// A, per column of its B, per output channel of a convolution's W.
-fn integer_accumulate(
+pub(super) fn integer_accumulate(
     b: &mut Builder,
     op: &str,
     inputs: &[Option<Value>],

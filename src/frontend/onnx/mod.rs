@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::ir::{Attr, Attrs, Container, Dim, Graph, Shape, TensorType, Value};
 use crate::tensor::Tensor;
 
+mod contrib;
 mod expand;
 mod ops;
 #[allow(clippy::all, missing_docs, rustdoc::all)]
@@ -121,8 +122,10 @@ pub fn model_opset(bytes: &[u8]) -> Option<i64> {
         .map(|o| o.version())
 }
 
-/// A graph input's type: element type and dims (`dim_param` stays symbolic; a dim with
-/// neither value nor name gets a symbol of its own), inside sequences and optionals.
+/// A graph input's type: element type and dims, inside sequences and optionals. A named
+/// `dim_param` is a symbol that every input naming it shares; what exporters write for
+/// "unknown" (`?`, an empty `dim_param`, no value, a `dim_value` of zero or less) is a
+/// fresh symbol of its own, `<input>.<axis>`, so that two unknown dims never have to agree.
 fn value_type(v: &proto::ValueInfoProto) -> std::result::Result<TensorType, String> {
     let t = v.r#type.as_ref().ok_or("the input has no type")?;
     type_of(t, v.name(), false)
@@ -162,17 +165,14 @@ fn type_of(
         }
         return Err("the input has no shape (unknown rank is not supported)".into());
     };
+    use proto::tensor_shape_proto::dimension::Value as D;
     let dims = shape
         .dim
         .iter()
         .enumerate()
         .map(|(i, d)| match &d.value {
-            Some(proto::tensor_shape_proto::dimension::Value::DimValue(n)) if *n >= 0 => {
-                Dim::Fixed(*n as usize)
-            }
-            Some(proto::tensor_shape_proto::dimension::Value::DimParam(p)) if !p.is_empty() => {
-                Dim::Sym(p.clone())
-            }
+            Some(D::DimValue(n)) if *n > 0 => Dim::Fixed(*n as usize),
+            Some(D::DimParam(p)) if !p.is_empty() && p != "?" => Dim::Sym(p.clone()),
             _ => Dim::Sym(format!("{name}.{i}")),
         })
         .collect::<Vec<_>>();
@@ -408,7 +408,7 @@ impl Importer<'_> {
         }
         if !matches!(
             domain,
-            "ai.onnx" | "ai.onnx.ml" | "ai.onnx.preview.training"
+            "ai.onnx" | "ai.onnx.ml" | "ai.onnx.preview.training" | "com.microsoft"
         ) {
             return Err(Error::Unsupported(format!(
                 "domain '{domain}' is not supported"
@@ -461,6 +461,11 @@ impl Importer<'_> {
             op: node.op_type(),
             name,
             n_outputs: node.output.len(),
+            named: &node
+                .output
+                .iter()
+                .map(|o| !o.is_empty())
+                .collect::<Vec<_>>(),
         };
         ops::convert(self, kind, inputs, attrs, tensors)
     }

@@ -5,6 +5,7 @@
 //! `ConstantOfShape`'s tensor attribute, opset 7-11 `Dropout`'s ratio attribute.
 use std::collections::HashMap;
 
+use super::contrib;
 use super::expand::{self, Builder};
 use super::Importer;
 use crate::error::{Error, Result};
@@ -81,6 +82,8 @@ pub(super) struct NodeKind<'s> {
     pub name: &'s str,
     /// How many outputs the ONNX node names.
     pub n_outputs: usize,
+    /// Which of them are used (an unused optional output has an empty name).
+    pub named: &'s [bool],
 }
 
 pub(super) fn convert(
@@ -95,13 +98,21 @@ pub(super) fn convert(
         op,
         name,
         n_outputs,
+        named,
     } = kind;
     match domain {
+        "com.microsoft" => {
+            return contrib::convert(&mut Builder::new(imp, name), op, &inputs, attrs, named)
+        }
         "ai.onnx.ml" => return ml(imp, op, name, inputs, attrs, tensors),
         "ai.onnx.preview.training" => {
             return expand::training(&mut Builder::new(imp, name), op, &inputs, &attrs)
         }
         _ => {} // ai.onnx: the importer admits no other domain
+    }
+    // onnxruntime registers its RMS normalization in the default domain.
+    if op == "SimplifiedLayerNormalization" {
+        return contrib::convert(&mut Builder::new(imp, name), op, &inputs, attrs, named);
     }
     let mut opset = imp.opset;
     if opset < 7 {

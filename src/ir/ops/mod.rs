@@ -28,6 +28,7 @@ pub mod misc;
 pub mod norm;
 pub mod pool;
 pub mod quant;
+pub mod quant_rnn;
 pub mod random;
 pub mod reduce;
 pub mod resize;
@@ -465,7 +466,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 29] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 30] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -482,6 +483,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             loss::ops,
             bitwise::ops,
             quant::ops,
+            quant_rnn::ops,
             attention::ops,
             resize::ops,
             rnn::ops,
