@@ -94,11 +94,14 @@ fn if_runs_the_branch_the_condition_picks() {
 
 #[test]
 fn a_loop_with_a_constant_trip_count_and_scan_outputs_is_compiled() {
-    for iters in [0, 1, 7] {
+    // Short loops of small bodies may be unrolled by the pipeline; longer ones stay.
+    for iters in [0, 1, 7, 40] {
         let g = recurrence_loop(iters, 8, true);
         let kinds = cpu_matches_interp(&g, &recurrence_inputs(8, 2));
-        assert!(kinds.contains(&"loop"), "{kinds:?}");
         assert!(!kinds.contains(&"fallback"), "{kinds:?}");
+        if iters == 40 {
+            assert!(kinds.contains(&"loop"), "{kinds:?}");
+        }
     }
 }
 
