@@ -188,7 +188,7 @@ fn if_grad(cx: &mut Cx, node: &Node, gys: &[Option<Value>]) -> Result<Grads> {
     let (k, cots) = wanted(gys);
     let then_vjp = vjp_graph(body(node, "then_branch")?, &k)?;
     let else_vjp = vjp_graph(body(node, "else_branch")?, &k)?;
-    let captures = &node.inputs[1..];
+    let captures = node.inputs.get(1..).unwrap_or_default();
     let mut ins: Vec<Option<Value>> = node.inputs.clone();
     ins.extend(cots.iter().map(|&c| Some(c)));
     let attrs = Attrs::new()
@@ -272,8 +272,11 @@ fn loop_grad(cx: &mut Cx, node: &Node, gys: &[Option<Value>]) -> Result<Grads> {
                 .into(),
         ));
     };
-    let operands = &node.inputs[2..];
-    let carried = operands.len() - caps;
+    let operands = node.inputs.get(2..).unwrap_or_default();
+    let carried = operands
+        .len()
+        .checked_sub(caps)
+        .ok_or_else(|| Error::Graph(format!("captures is {caps}, more than the operands")))?;
     let (mut f, params) = closed_graph(cx, &format!("{}.unrolled", node.name), operands)?;
     let mut state = params[..carried].to_vec();
     let captures = params[carried..].to_vec();
