@@ -423,6 +423,12 @@ typedef struct kiln_tensor_view {
 #define KILN_DTYPE_U64 12
 
 /**
+ * Text. A model's string values are reported with it, but C tensors cannot hold
+ * strings yet: passing it as an argument fails with `KILN_STATUS_UNSUPPORTED`.
+ */
+#define KILN_DTYPE_STRING 13
+
+/**
  * What the getters return for a NULL handle; never accepted as an argument.
  */
 #define KILN_DTYPE_INVALID 4294967295

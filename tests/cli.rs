@@ -545,3 +545,106 @@ fn autotune_measures_caches_and_reuses_the_winner() {
     std::fs::write(&cache, "not\ta cache\n").unwrap();
     assert!(bench_with_env(&g, &[("KILN_TUNE_CACHE", &cache)]).contains("conv-depthwise"));
 }
+
+const SEQ: &str = r#"graph "seq" {
+  %0 "s" = Parameter : seq<f32[?]>
+  %1 "o" = Parameter : opt<f32[2]>
+  %2 "w" = Parameter : string[2]
+  %3 "n" = SequenceLength(%0) : i64[]
+  %4 "has" = OptionalHasElement(%1) : bool[]
+  %5 "w2" = Concat(%2, %2) {axis = 0} : string[4]
+  %6 "s2" = SequenceErase(%0) : seq<f32[?]>
+  %7 "o2" = Identity(%1) : opt<f32[2]>
+  return "n" = %3, "has" = %4, "w2" = %5, "s2" = %6, "o2" = %7
+}
+"#;
+
+#[test]
+fn run_takes_and_writes_strings_sequences_and_optionals() {
+    let dir = scratch("run_seq");
+    let f = write(&dir, "seq.kir", SEQ);
+    assert_eq!(stdout(&kiln(&["print", &f])), SEQ);
+    let seq = dir.join("s");
+    std::fs::create_dir_all(&seq).unwrap();
+    write_npy(&seq, "0.npy", &f32s(&[1], &[1.0]));
+    write_npy(&seq, "1.npy", &f32s(&[3], &[2.0, 3.0, 4.0]));
+    let words = Tensor::from_strings(&[2], vec!["hé".into(), "wörld".into()]).unwrap();
+    let w = write_npy(&dir, "w.npy", &words);
+    let out = dir.join("out");
+    for backend in ["interp", "cpu"] {
+        let _ = std::fs::remove_dir_all(&out);
+        let o = kiln(&[
+            "run",
+            &f,
+            "--input",
+            &format!("s={}", seq.display()),
+            "--input",
+            "o=",
+            "--input",
+            &format!("w={w}"),
+            "--outputs",
+            &out.display().to_string(),
+            "--backend",
+            backend,
+            "--print",
+        ]);
+        assert_ok(&o);
+        let text = stdout(&o);
+        assert!(text.contains("n = i64[] [2]"), "{text}");
+        assert!(text.contains("has = bool[] [false]"), "{text}");
+        assert!(
+            text.contains("o2 is an empty optional: nothing written"),
+            "{text}"
+        );
+        let w2 = npy::read(&out.join("w2.npy")).unwrap();
+        let want = ["hé", "wörld", "hé", "wörld"].map(String::from).to_vec();
+        assert_eq!(w2, Tensor::from_strings(&[4], want).unwrap());
+        assert_eq!(
+            npy::read(&out.join("s2").join("0.npy")).unwrap(),
+            f32s(&[1], &[1.0])
+        );
+        assert!(!out.join("s2").join("1.npy").exists());
+        assert!(!out.join("o2.npy").exists());
+    }
+    // A full optional is its value's file; a missing sequence folder is a clear error.
+    let o_file = write_npy(&dir, "o.npy", &f32s(&[2], &[5.0, 6.0]));
+    let o = kiln(&[
+        "run",
+        &f,
+        "--input",
+        &format!("s={}", seq.display()),
+        "--input",
+        &format!("o={o_file}"),
+        "--input",
+        &format!("w={w}"),
+        "--outputs",
+        &out.display().to_string(),
+    ]);
+    assert_ok(&o);
+    assert_eq!(
+        npy::read(&out.join("o2.npy")).unwrap(),
+        f32s(&[2], &[5.0, 6.0])
+    );
+    let o = kiln(&[
+        "run",
+        &f,
+        "--input",
+        "s=nowhere",
+        "--input",
+        "o=",
+        "--input",
+        &format!("w={w}"),
+    ]);
+    assert_fails(&o, &["nowhere", "a sequence is a folder"]);
+    let o = kiln(&[
+        "run",
+        &f,
+        "--input",
+        &format!("s={}", seq.display()),
+        "--input",
+        "o=",
+        "--input",
+        "w=",
+    ]);
+    assert_fails(&o, &["input 'w'", "not optional"]);
+}

@@ -24,17 +24,26 @@ pub const KILN_DTYPE_I16: kiln_dtype = 9;
 pub const KILN_DTYPE_U16: kiln_dtype = 10;
 pub const KILN_DTYPE_U32: kiln_dtype = 11;
 pub const KILN_DTYPE_U64: kiln_dtype = 12;
+/// Text. A model's string values are reported with it, but C tensors cannot hold
+/// strings yet: passing it as an argument fails with `KILN_STATUS_UNSUPPORTED`.
+pub const KILN_DTYPE_STRING: kiln_dtype = 13;
 /// What the getters return for a NULL handle; never accepted as an argument.
 pub const KILN_DTYPE_INVALID: kiln_dtype = 0xFFFF_FFFF;
 
 /// `DType::ALL` is in `kiln_dtype` order.
 pub(crate) fn dtype_from_c(d: kiln_dtype, arg: &str) -> CResult<DType> {
-    DType::ALL.get(d as usize).copied().ok_or_else(|| {
+    let dtype = DType::ALL.get(d as usize).copied().ok_or_else(|| {
         Failure::invalid(format!(
             "{arg}: {d} is not a kiln_dtype (0..={})",
             DType::ALL.len() - 1
         ))
-    })
+    })?;
+    if dtype.is_string() {
+        return Err(Failure::from(crate::Error::Unsupported(format!(
+            "{arg}: string tensors cannot cross the C ABI yet"
+        ))));
+    }
+    Ok(dtype)
 }
 
 pub(crate) fn dtype_to_c(d: DType) -> kiln_dtype {

@@ -52,14 +52,39 @@ pub(crate) fn bind(
     t: &Tensor,
     symbols: &mut HashMap<String, usize>,
 ) -> std::result::Result<(), String> {
-    let mismatch = || format!("expected {ty}, got {}{:?}", t.dtype(), t.shape());
-    if t.dtype() != ty.dtype || t.rank() != ty.rank() {
+    let mismatch = || format!("expected {ty}, got {}{:?}", t.kind_name(), t.shape());
+    if t.dtype() != ty.dtype || t.containers() != ty.containers {
+        return Err(mismatch());
+    }
+    match t {
+        // An element's symbols promise nothing; its fixed sizes and rank are checked.
+        Tensor::Sequence(s) => {
+            let element = ty.unwrapped();
+            return s.items.iter().enumerate().try_for_each(|(i, item)| {
+                bind(&element, item, &mut HashMap::new())
+                    .map_err(|e| format!("sequence item {i}: {e}"))
+            });
+        }
+        Tensor::Optional(o) => {
+            let inner = ty.unwrapped();
+            return match &o.value {
+                Some(v) => bind(&inner, v, symbols),
+                None => Ok(()),
+            };
+        }
+        _ => {}
+    }
+    if !ty.ranked {
+        return Ok(());
+    }
+    if t.rank() != ty.rank() {
         return Err(mismatch());
     }
     for (axis, &size) in ty.shape.axes.iter().zip(t.shape()) {
         match &axis.dim {
             Dim::Fixed(n) if *n != size => return Err(mismatch()),
             Dim::Fixed(_) => {}
+            Dim::Sym(s) if s == super::shape::ANY_DIM => {}
             Dim::Sym(s) => match symbols.get(s) {
                 Some(&bound) if bound != size => {
                     return Err(format!(
@@ -136,7 +161,7 @@ pub(crate) fn run_graph(
                     input_types: &types,
                     attrs: &node.attrs,
                 };
-                let outs = ops::custom::contain(&op, || op.eval(&cx))
+                let outs = ops::custom::contain(&op, || ops::evaluate(&*op, &cx))
                     .map_err(|e| Error::Runtime(format!("{}: {e}", graph.describe(id))))?;
                 if outs.len() != node.outputs.len() {
                     return Err(Error::Runtime(format!(

@@ -18,11 +18,13 @@ pub enum DType {
     U16,
     U32,
     U64,
+    /// UTF-8 text; not numeric, so it has no arena representation (a host object).
+    String,
 }
 
 impl DType {
     /// Every dtype; the position is the C ABI's `kiln_dtype` code, so new ones go last.
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 14] = [
         DType::F32,
         DType::F64,
         DType::F16,
@@ -36,6 +38,7 @@ impl DType {
         DType::U16,
         DType::U32,
         DType::U64,
+        DType::String,
     ];
 
     /// The spelling used by the text format and the CLI.
@@ -54,6 +57,7 @@ impl DType {
             DType::U16 => "u16",
             DType::U32 => "u32",
             DType::U64 => "u64",
+            DType::String => "string",
         }
     }
 
@@ -63,6 +67,8 @@ impl DType {
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool => 1,
+            // Strings are host objects, never arena bytes (see `is_string`).
+            DType::String => 0,
         }
     }
 
@@ -87,8 +93,13 @@ impl DType {
     pub(crate) fn is_signed(self) -> bool {
         !matches!(
             self,
-            DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool
+            DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool | DType::String
         )
+    }
+
+    /// Text: a host object with no byte layout, so no kernel or arena buffer takes it.
+    pub fn is_string(self) -> bool {
+        self == DType::String
     }
 
     /// Numeric: float or integer (not bool).
@@ -110,7 +121,7 @@ impl FromStr for DType {
             .into_iter()
             .find(|d| d.name() == s)
             .ok_or_else(|| {
-                format!("unknown dtype '{s}' (expected one of f32, f64, f16, bf16, i8, u8, i16, u16, i32, u32, i64, u64, bool)")
+                format!("unknown dtype '{s}' (expected one of f32, f64, f16, bf16, i8, u8, i16, u16, i32, u32, i64, u64, bool, string)")
             })
     }
 }

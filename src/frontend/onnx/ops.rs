@@ -212,6 +212,12 @@ pub(super) fn convert(
                 }
             }
         }
+        "SequenceEmpty" => {
+            if let Some(Attr::Int(code)) = attrs.0.remove("dtype") {
+                let d = super::tensor::dtype_name(code).map_err(Error::Unsupported)?;
+                attrs.set("dtype", Attr::String(d.into()));
+            }
+        }
         "Cast" | "BitCast" => {
             if let Some(Attr::Int(code)) = attrs.0.remove("to") {
                 let to = super::tensor::dtype_name(code).map_err(Error::Unsupported)?;

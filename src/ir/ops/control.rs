@@ -204,8 +204,8 @@ fn schedule_of(body: &Graph) -> Result<Vec<NodeId>, String> {
         .map_err(|e| format!("body '{}': {e}", body.name))
 }
 
-fn slice_at(t: &Tensor, axis: usize, i: usize) -> Tensor {
-    crate::map_tensor!(t, a => a.index_axis(NdAxis(axis), i).to_owned())
+fn slice_at(t: &Tensor, axis: usize, i: usize) -> Result<Tensor, String> {
+    Ok(crate::map_tensor!(t, a => a.index_axis(NdAxis(axis), i).to_owned()))
 }
 
 fn stack_onto<T: Elem>(first: &ArrayD<T>, rest: &[Tensor], axis: usize) -> Result<Tensor, String> {
@@ -276,6 +276,10 @@ const IF: OpSchema = OpSchema {
 };
 
 impl Op for If {
+    /// Values pass through the bodies as they are: any kind.
+    fn takes(&self) -> super::Takes {
+        super::Takes::Any
+    }
     fn schema(&self) -> &OpSchema {
         &IF
     }
@@ -360,6 +364,10 @@ fn loop_counts(cx_inputs: usize, attrs: &Attrs) -> Result<(usize, usize), String
 }
 
 impl Op for Loop {
+    /// Values pass through the bodies as they are: any kind.
+    fn takes(&self) -> super::Takes {
+        super::Takes::Any
+    }
     fn schema(&self) -> &OpSchema {
         &LOOP
     }
@@ -680,7 +688,7 @@ impl Op for Scan {
                 } else {
                     step
                 };
-                args.push(slice_at(t, lay.input_axes[j], i));
+                args.push(slice_at(t, lay.input_axes[j], i)?);
             }
             args.extend(caps.iter().cloned());
             let mut outs = run_body(body, &schedule, &args)?.into_iter();

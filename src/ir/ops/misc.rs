@@ -31,6 +31,9 @@ fn target(attrs: &Attrs) -> Result<DType, String> {
 }
 
 impl Op for Cast {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::Strings
+    }
     fn schema(&self) -> &OpSchema {
         &CAST
     }
@@ -41,7 +44,7 @@ impl Op for Cast {
     }
 
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
-        Ok(vec![cx.input(0)?.cast(target(cx.attrs)?)])
+        Ok(vec![cx.input(0)?.try_cast(target(cx.attrs)?)?])
     }
 }
 
@@ -61,6 +64,9 @@ const CAST_LIKE: OpSchema = OpSchema {
 };
 
 impl Op for CastLike {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::Strings
+    }
     fn schema(&self) -> &OpSchema {
         &CAST_LIKE
     }
@@ -70,7 +76,7 @@ impl Op for CastLike {
     }
 
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
-        Ok(vec![cx.input(0)?.cast(cx.input(1)?.dtype())])
+        Ok(vec![cx.input(0)?.try_cast(cx.input(1)?.dtype())?])
     }
 }
 

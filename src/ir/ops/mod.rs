@@ -35,6 +35,7 @@ pub mod rnn;
 pub mod scan;
 pub mod scatter;
 pub mod select;
+pub mod sequence;
 pub mod shape;
 pub mod signal;
 pub mod source;
@@ -235,6 +236,103 @@ impl<'a> EvalCtx<'a> {
     }
 }
 
+/// The values an op takes as inputs ([`Op::takes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takes {
+    /// Dense numeric tensors only.
+    Numeric,
+    /// Also string tensors, which the op only moves (reshapes, gathers, slices, …):
+    /// [`evaluate`] runs it on indices into the strings and maps the result back.
+    MovedStrings,
+    /// Also string tensors, which its own `eval` handles.
+    Strings,
+    /// Any value: strings, sequences and optionals too (its `eval` handles them).
+    Any,
+}
+
+/// Runs `op`'s reference computation: the one entry every caller of `eval` uses, so that
+/// ops which only move elements work on strings ([`Takes::MovedStrings`]).
+pub fn evaluate(op: &dyn Op, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+    let has_strings = cx.inputs.iter().flatten().any(|t| t.dtype().is_string());
+    if !has_strings || op.takes() != Takes::MovedStrings {
+        return op.eval(cx);
+    }
+    // Every string input becomes i64 indices into one pool of all their strings.
+    let mut pool: Vec<&String> = Vec::new();
+    let mut moved: Vec<Option<Tensor>> = Vec::with_capacity(cx.inputs.len());
+    for t in cx.inputs {
+        moved.push(match t {
+            Some(Tensor::String(a)) => {
+                let start = pool.len() as i64;
+                pool.extend(a.iter());
+                let idx: Vec<i64> = (start..pool.len() as i64).collect();
+                Some(Tensor::from_vec(a.shape(), idx)?)
+            }
+            _ => None,
+        });
+    }
+    let inputs: Vec<Option<&Tensor>> = cx
+        .inputs
+        .iter()
+        .zip(&moved)
+        .map(|(t, m)| m.as_ref().or(*t))
+        .collect();
+    let outs = op.eval(&EvalCtx {
+        inputs: &inputs,
+        input_types: cx.input_types,
+        attrs: cx.attrs,
+    })?;
+    outs.into_iter()
+        .map(|t| match &t {
+            Tensor::I64(a) => {
+                let strings = a
+                    .iter()
+                    .map(|&i| {
+                        usize::try_from(i)
+                            .ok()
+                            .and_then(|i| pool.get(i))
+                            .map(|s| (*s).clone())
+                            .ok_or_else(|| format!("string index {i} out of range"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Tensor::from_strings(a.shape(), strings)
+            }
+            other => Err(format!(
+                "{} moved strings but gave a {} output",
+                op.schema().name,
+                other.dtype()
+            )),
+        })
+        .collect()
+}
+
+/// An error naming the first input `op` does not take (see [`Op::takes`]).
+pub(crate) fn check_takes(op: &dyn Op, inputs: &[Option<TensorType>]) -> Result<(), String> {
+    let takes = op.takes();
+    for (i, t) in inputs.iter().enumerate() {
+        let Some(t) = t else { continue };
+        let name = op
+            .schema()
+            .inputs
+            .get(i)
+            .or(op.schema().inputs.last())
+            .map_or("?", |n| n.trim_end_matches(['?', '.']));
+        if !t.is_tensor() && takes != Takes::Any {
+            return Err(format!(
+                "input {i} ({name}) is a {t}; {} takes tensors only",
+                op.schema().name
+            ));
+        }
+        if t.dtype.is_string() && takes == Takes::Numeric {
+            return Err(format!(
+                "input {i} ({name}) is a string tensor; {} takes numeric tensors only",
+                op.schema().name
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// An op of the catalogue.
 pub trait Op: Send + Sync + 'static {
     fn schema(&self) -> &OpSchema;
@@ -246,6 +344,12 @@ pub trait Op: Send + Sync + 'static {
 
     /// The reference computation: plain loops, obviously correct, slow on purpose.
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String>;
+
+    /// Which values besides dense numeric tensors the op takes; any other input is refused
+    /// before `infer`, with an error naming it.
+    fn takes(&self) -> Takes {
+        Takes::Numeric
+    }
 
     /// Checks a node's attributes before `infer`. Catalogue ops check them against their
     /// schema; ops registered at run time (`custom`) take any and check them in `infer`.
@@ -322,7 +426,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 26] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 27] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -348,6 +452,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             fused::ops,
             layout::ops,
             random::ops,
+            sequence::ops,
             control::ops,
         ];
         for family in families {

@@ -10,7 +10,10 @@ use super::weights::inside_folder;
 use crate::error::{Error, Result};
 use crate::ir::graph::{GraphOutput, Node};
 use crate::ir::ops::control::MAX_NESTING;
-use crate::ir::{verify, Attr, Attrs, DType, Dim, Graph, NodeId, Shape, TensorType, Value};
+use crate::ir::shape::ANY_DIM;
+use crate::ir::{
+    verify, Attr, Attrs, Container, DType, Dim, Graph, NodeId, Shape, TensorType, Value,
+};
 use crate::tensor::Tensor;
 
 /// Parses `.kir` text; `file` names the source in errors, and external weights are read
@@ -436,15 +439,44 @@ impl Parser<'_> {
         Ok(types)
     }
 
+    /// `f32[N, 4]`, or inside containers `seq<f32[?, 4]>`, `opt<seq<f32>>`.
     fn tensor_type(&mut self) -> PResult<TensorType> {
+        self.type_in(false, false)
+    }
+
+    /// A type; `in_seq` when inside a sequence, where dims may be `?`; `in_container`
+    /// when inside any container, where the rank may be unknown (no dims).
+    fn type_in(&mut self, in_seq: bool, in_container: bool) -> PResult<TensorType> {
         let t = self.peek().clone();
         let Tok::Ident(d) = t.tok.clone() else {
             return self.expected("a type like f32[N, 4]");
         };
+        let container = match d.as_str() {
+            "seq" => Some(Container::Seq),
+            "opt" => Some(Container::Opt),
+            _ => None,
+        };
+        if let Some(c) = container {
+            self.next();
+            self.punct('<')?;
+            let inner = self.type_in(in_seq || c == Container::Seq, true)?;
+            self.punct('>')?;
+            let shape = inner.ranked.then(|| inner.shape.clone());
+            return Ok(inner.wrapped(c, shape));
+        }
         let Ok(dtype) = d.parse::<DType>() else {
             return self.error(&t, format!("unknown dtype '{d}'"));
         };
         self.next();
+        if !self.is_punct('[') {
+            // Only a sequence's elements may be of unknown rank: `seq<f32>`.
+            if in_container && self.is_punct('>') {
+                let mut ty = TensorType::new(dtype, Shape::scalar());
+                ty.ranked = false;
+                return Ok(ty);
+            }
+            return self.expected("'[' and the dims");
+        }
         self.punct('[')?;
         let (mut dims, mut names) = (vec![], vec![]);
         while !self.is_punct(']') {
@@ -464,6 +496,10 @@ impl Parser<'_> {
                 Tok::Int(n) if n >= 0 => {
                     self.next();
                     Dim::Fixed(n as usize)
+                }
+                Tok::Punct('?') if in_seq => {
+                    self.next();
+                    Dim::Sym(ANY_DIM.into())
                 }
                 Tok::Ident(_) | Tok::Str(_) => Dim::Sym(self.name("a dim")?),
                 _ => return self.expected("a dim (a size or a symbol)"),
@@ -561,7 +597,19 @@ impl Parser<'_> {
         if items.len() != n {
             return self.error(&t, format!("{} values given, {ty} holds {n}", items.len()));
         }
-        if ty.dtype.is_float() {
+        if ty.dtype.is_string() {
+            let mut v = Vec::with_capacity(n);
+            for it in &items {
+                match &it.tok {
+                    Tok::Str(s) => v.push(s.clone()),
+                    other => {
+                        return self
+                            .error(it, format!("expected a string, found {}", other.describe()))
+                    }
+                }
+            }
+            Tensor::from_strings(&dims, v).or_else(|e| self.error(&t, e))
+        } else if ty.dtype.is_float() {
             let mut v = Vec::with_capacity(n);
             for it in &items {
                 v.push(match &it.tok {

@@ -102,7 +102,10 @@ fn print_graph(
         if let Some(data) = &n.data {
             if opts.elide_limit.is_some_and(|lim| data.len() > lim) {
                 write!(s, " = elided({})", data.len()).unwrap();
-            } else if opts.inline_limit.is_some_and(|lim| data.len() > lim) {
+            } else if opts.inline_limit.is_some_and(|lim| data.len() > lim)
+                // Strings have no byte layout for a weights file: always inline.
+                && !data.dtype().is_string()
+            {
                 let offset = weights.len().div_ceil(64) * 64;
                 weights.resize(offset, 0);
                 let bytes = data.to_le_bytes();
@@ -195,6 +198,7 @@ fn data_text(t: &Tensor) -> String {
         Tensor::F16(a) => a.iter().map(|v| format!("{:?}", v.to_f32())).collect(),
         Tensor::BF16(a) => a.iter().map(|v| format!("{:?}", v.to_f32())).collect(),
         Tensor::Bool(a) => a.iter().map(|v| v.to_string()).collect(),
+        Tensor::String(a) => a.iter().map(|v| quote_string(v)).collect(),
         other => other.to_i64_vec().iter().map(|v| v.to_string()).collect(),
     };
     items.join(", ")
