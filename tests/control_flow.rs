@@ -372,10 +372,11 @@ fn bodies_nest_at_most_64_deep_and_hold_no_state() {
             return g;
         }
         let c = g.add_constant_value("c", Tensor::scalar(true)).unwrap();
-        let inner = Arc::new(nested(depth - 1));
+        // Only one branch nests: verifying both of two shared bodies per level would
+        // visit 2^depth graphs.
         let attrs = Attrs::new()
-            .with("then_branch", Attr::Graph(inner.clone()))
-            .with("else_branch", Attr::Graph(inner));
+            .with("then_branch", body_attr(nested(depth - 1)))
+            .with("else_branch", body_attr(nested(0)));
         let y = g.op("If", &[c.into()], attrs, "if").unwrap();
         g.add_output("y", y.into()).unwrap();
         g
@@ -404,5 +405,116 @@ fn bodies_nest_at_most_64_deep_and_hold_no_state() {
         .with("then_branch", body_attr(body.clone()))
         .with("else_branch", body_attr(body));
     g.op("If", &[c], attrs, "if").unwrap();
-    expect_err(verify(&g), &["'if'", "then_branch", "cannot hold state"]);
+    expect_err(
+        verify(&g),
+        &["'if'", "else_branch", "'stateful'", "cannot hold state"],
+    );
+}
+
+fn optimized(g: &Graph) -> Graph {
+    let o = kiln::passes::PassOptions {
+        verify: true,
+        ..Default::default()
+    };
+    let mut after = g.clone();
+    kiln::passes::run_pipeline(&mut after, &o).unwrap_or_else(|e| panic!("{e}\n{}", print(g)));
+    after
+}
+
+fn count(g: &Graph, op: &str) -> usize {
+    g.nodes().iter().filter(|n| n.op == op).count()
+}
+
+#[test]
+fn simplify_inlines_an_if_on_a_constant_condition() {
+    for cond in [true, false] {
+        let mut g = if_graph();
+        // The same graph with cond a constant.
+        let k = g.add_constant_value("k", Tensor::scalar(cond)).unwrap();
+        let at = g.nodes().iter().position(|n| n.op == "If").unwrap();
+        let n = kiln::ir::NodeId(at as u32);
+        g.node_mut(n).inputs[0] = Some(k.into());
+        let x = f32s(&[3], &[1.0, -2.0, 3.0]);
+        let inputs = [Tensor::scalar(!cond), x];
+        let before = run(&g, &inputs);
+        let after = optimized(&g);
+        assert_eq!(count(&after, "If"), 0, "{}", print(&after));
+        assert_eq!(run(&after, &inputs), before);
+    }
+}
+
+/// `Loop(trips)` adding the iteration number to a carried f32[2] and giving its square
+/// as a scan output; the body passes its condition on.
+fn counting_loop(trips: i64) -> Graph {
+    let mut body = Graph::new("step");
+    let i: Value = body.add_parameter("i", scalar(DType::I64)).unwrap().into();
+    let c: Value = body.add_parameter("c", scalar(DType::Bool)).unwrap().into();
+    let acc: Value = body
+        .add_parameter("acc", sym(DType::F32, &["N"]))
+        .unwrap()
+        .into();
+    let to_f32 = Attrs::new().with("to", Attr::String("f32".into()));
+    let fi = op(&mut body, "Cast", &[i], to_f32);
+    let next = op(&mut body, "Add", &[acc, fi], Attrs::new());
+    let sq = op(&mut body, "Mul", &[next, next], Attrs::new());
+    body.add_output("c", c).unwrap();
+    body.add_output("acc", next).unwrap();
+    body.add_output("sq", sq).unwrap();
+    let mut g = Graph::new("g");
+    let m = g.add_constant_value("m", Tensor::scalar(trips)).unwrap();
+    let a = param(&mut g, "a", &[2]);
+    let attrs = Attrs::new().with("body", body_attr(body));
+    let l = g
+        .add_op("Loop", &[Some(m.into()), None, Some(a)], attrs, "loop")
+        .unwrap();
+    g.add_output("acc", l.out(0)).unwrap();
+    g.add_output("sq", l.out(1)).unwrap();
+    g
+}
+
+#[test]
+fn simplify_unrolls_a_small_constant_loop() {
+    let g = counting_loop(4);
+    assert_eq!(
+        g.value_type(g.outputs()[1].value).unwrap().to_string(),
+        "f32[4, 2]"
+    );
+    let inputs = [f32s(&[2], &[0.5, -1.0])];
+    let before = run(&g, &inputs);
+    assert_eq!(before[0], f32s(&[2], &[6.5, 5.0]));
+    let after = optimized(&g);
+    assert_eq!(count(&after, "Loop"), 0, "{}", print(&after));
+    assert_eq!(run(&after, &inputs), before);
+    // Past the limit it stays a loop.
+    let g = counting_loop(100);
+    let after = optimized(&g);
+    assert_eq!(count(&after, "Loop"), 1);
+    assert_eq!(run(&after, &inputs), run(&g, &inputs));
+}
+
+#[test]
+fn the_pipeline_runs_inside_bodies() {
+    let mut body = Graph::new("b");
+    let x: Value = body
+        .add_parameter("x", sym(DType::F32, &["N"]))
+        .unwrap()
+        .into();
+    let one = body.scalar("one", DType::F32, 1.0).unwrap();
+    let y = op(&mut body, "Mul", &[x, one], Attrs::new());
+    body.add_output("y", y).unwrap();
+    let mut g = Graph::new("g");
+    let c = typed_param(&mut g, "c", DType::Bool, &[]);
+    let x = param(&mut g, "x", &[3]);
+    let attrs = Attrs::new()
+        .with("then_branch", body_attr(body.clone()))
+        .with("else_branch", body_attr(body))
+        .with("captures", Attr::Int(1));
+    let y = op(&mut g, "If", &[c, x], attrs);
+    g.add_output("y", y).unwrap();
+    let after = optimized(&g);
+    let n = after.nodes().iter().find(|n| n.op == "If").unwrap();
+    let then = n.attrs.graph("then_branch").unwrap().unwrap();
+    assert_eq!(count(then, "Mul"), 0, "{}", print(&after));
+    let inputs = [Tensor::scalar(true), f32s(&[3], &[1.0, 2.0, 3.0])];
+    assert_eq!(run(&after, &inputs), run(&g, &inputs));
 }

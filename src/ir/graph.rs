@@ -572,6 +572,60 @@ impl Graph {
         n != order.len() || order.iter().enumerate().any(|(i, id)| id.index() != i)
     }
 
+    /// Copies `body`'s nodes into this graph, its parameters bound to `args` (one per
+    /// parameter, in order), each copy named after `prefix` and the body's node; returns
+    /// the values of the body's outputs. The copies are re-inferred on `args`' types,
+    /// so a mismatch is an error. For passes that inline a control-flow body.
+    pub fn inline(&mut self, body: &Graph, args: &[Value], prefix: &str) -> Result<Vec<Value>> {
+        let params = body.inputs();
+        if params.len() != args.len() {
+            return Err(Error::Graph(format!(
+                "body '{}' takes {} inputs, {} given",
+                body.name,
+                params.len(),
+                args.len()
+            )));
+        }
+        let bound: HashMap<NodeId, Value> =
+            params.iter().copied().zip(args.iter().copied()).collect();
+        let mut copies: HashMap<NodeId, NodeId> = HashMap::new();
+        for id in body.schedule()? {
+            if bound.contains_key(&id) {
+                continue;
+            }
+            let n = body.node(id);
+            let name = self.fresh_name(&format!("{prefix}.{}", n.name));
+            let copy = match n.op.as_str() {
+                "Constant" => {
+                    let data = n.data.as_deref().ok_or_else(|| {
+                        Error::Graph(format!("{}: has no data", body.describe(id)))
+                    })?;
+                    self.add_constant(&name, n.outputs[0].clone(), data.clone())?
+                }
+                "Variable" | "Assign" | "Parameter" => {
+                    return Err(Error::Graph(format!(
+                        "{}: cannot be inlined",
+                        body.describe(id)
+                    )))
+                }
+                _ => {
+                    let inputs: Vec<Option<Value>> = n
+                        .inputs
+                        .iter()
+                        .map(|v| v.map(|v| inlined(&bound, &copies, v)))
+                        .collect();
+                    self.add_op(&n.op, &inputs, n.attrs.clone(), &name)?
+                }
+            };
+            copies.insert(id, copy);
+        }
+        Ok(body
+            .outputs()
+            .iter()
+            .map(|o| inlined(&bound, &copies, o.value))
+            .collect())
+    }
+
     /// Appends a node as given, without inference: for the text parser, which verifies
     /// the whole graph afterwards.
     pub(crate) fn push_unchecked(&mut self, node: Node) -> NodeId {
@@ -580,6 +634,15 @@ impl Graph {
 
     pub(crate) fn push_output_unchecked(&mut self, out: GraphOutput) {
         self.outputs.push(out);
+    }
+}
+
+/// Where a body's value went when it was inlined: a bound parameter's argument, or
+/// the same output of the node's copy (every node is copied before its readers).
+fn inlined(bound: &HashMap<NodeId, Value>, copies: &HashMap<NodeId, NodeId>, v: Value) -> Value {
+    match bound.get(&v.node) {
+        Some(&arg) => arg,
+        None => copies[&v.node].out(v.output),
     }
 }
 

@@ -1,13 +1,14 @@
 //! The manager: runs a pipeline pass by pass (fixpoint rounds, disabled passes, the
 //! rewrite budget, verification after each pass, IR dumps) and reports what each did.
 use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::options::{DumpIr, PassOptions};
 use super::registry::parse_pipeline;
 use super::Pass;
 use crate::error::{Error, Result};
-use crate::ir::{text, verify, Graph};
+use crate::ir::{text, verify, Attr, Graph};
 
 /// The most rounds a fixpoint pass runs.
 pub const MAX_ITERATIONS: usize = 10;
@@ -143,6 +144,7 @@ pub fn run_passes(
     };
     let mut dumper = Dumper { options, seq: 0 };
     let mut report = PassReport::default();
+    optimize_bodies(g, passes, options)?;
     for &pass in passes {
         let name = pass.name();
         if options.disabled.iter().any(|d| d == name) {
@@ -212,4 +214,34 @@ pub fn run_passes(
         eprint!("{}", report.timing_table());
     }
     Ok(report)
+}
+
+/// Runs `passes` inside every control-flow body first (inside out, each body a graph of
+/// its own), so that the parent's rewrites (inlining a branch, unrolling a loop) splice
+/// optimized bodies; the parent's types are then re-inferred from the new bodies.
+fn optimize_bodies(g: &mut Graph, passes: &[&dyn Pass], options: &PassOptions) -> Result<()> {
+    let mut changed = false;
+    for id in g.schedule()? {
+        let bodies: Vec<(String, Arc<Graph>)> = g
+            .node(id)
+            .attrs
+            .graphs()
+            .map(|(k, b)| (k.clone(), b.clone()))
+            .collect();
+        for (attr, body) in bodies {
+            let mut optimized = (*body).clone();
+            run_passes(&mut optimized, passes, options)
+                .map_err(|e| Error::Graph(format!("{}: body '{attr}': {e}", g.describe(id))))?;
+            if optimized != *body {
+                g.node_mut(id)
+                    .attrs
+                    .set(&attr, Attr::Graph(Arc::new(optimized)));
+                changed = true;
+            }
+        }
+    }
+    if changed {
+        g.refresh_types()?;
+    }
+    Ok(())
 }

@@ -2,7 +2,10 @@
 //! `x ^ 1`, integer `x - x`), no-op data movement (Identity, a Cast, Reshape, Expand,
 //! Squeeze, Unsqueeze or Flatten to the operand's own type, a one-operand Concat),
 //! Transpose∘Transpose composed, Reshape of a reshape collapsed, and transposes of the
-//! last two axes folded into Gemm's and FusedMatMul's `trans` flags.
+//! last two axes folded into Gemm's and FusedMatMul's `trans` flags. Control flow: an
+//! `If` on a constant condition becomes its chosen branch (inlined, the captures bound
+//! to the operands), and a `Loop` that surely runs a small constant number of trips is
+//! unrolled (at most [`MAX_UNROLLED_TRIPS`] trips and [`MAX_UNROLLED_NODES`] copied nodes).
 //!
 //! `x - x` is not folded for floats: it is NaN, not 0, where x is infinite or NaN.
 use super::pattern::{any, op, ops, splat, Pat, Uses};
@@ -103,6 +106,11 @@ impl Rules {
     }
 
     fn apply(&self, g: &mut Graph, uses: &Uses, id: NodeId, cx: &mut PassContext) -> Result<bool> {
+        match g.node(id).op.as_str() {
+            "If" => return inline_if(g, id, cx),
+            "Loop" => return unroll_loop(g, id, cx),
+            _ => {}
+        }
         let root: Value = id.into();
         if g.node(id).outputs.len() != 1 {
             return Ok(false);
@@ -198,4 +206,125 @@ impl Rules {
         }
         replace_node(g, id, id, flags_op, &inputs, attrs, cx)
     }
+}
+
+/// The most trips a `Loop` is unrolled for.
+pub const MAX_UNROLLED_TRIPS: usize = 16;
+/// The most body nodes an unrolled `Loop` copies in all (trips × body size).
+pub const MAX_UNROLLED_NODES: usize = 256;
+
+/// The one element of a constant operand, if it is one.
+fn const_scalar(g: &Graph, v: Option<Value>) -> Option<i64> {
+    let n = g.node(v?.node);
+    match (n.op.as_str(), n.data.as_deref()) {
+        ("Constant", Some(t)) if t.len() == 1 => t.to_i64_vec().first().copied(),
+        _ => None,
+    }
+}
+
+/// Replaces every output of `id` by `values`, in order.
+fn replace_outputs(g: &mut Graph, id: NodeId, values: &[Value]) -> Result<()> {
+    for (i, &v) in values.iter().enumerate() {
+        g.replace_uses(id.out(i as u32), v)?;
+    }
+    Ok(())
+}
+
+/// `If` on a constant condition: the chosen branch's nodes in the parent.
+fn inline_if(g: &mut Graph, id: NodeId, cx: &mut PassContext) -> Result<bool> {
+    let n = g.node(id).clone();
+    let Some(cond) = const_scalar(g, n.inputs[0]) else {
+        return Ok(false);
+    };
+    let branch = if cond != 0 {
+        "then_branch"
+    } else {
+        "else_branch"
+    };
+    let Ok(Some(body)) = n.attrs.graph(branch) else {
+        return Ok(false);
+    };
+    let args: Option<Vec<Value>> = n.inputs[1..].iter().copied().collect();
+    let Some(args) = args else { return Ok(false) };
+    if !cx.allow_rewrite() {
+        return Ok(false);
+    }
+    let outs = g.inline(body, &args, &n.name)?;
+    replace_outputs(g, id, &outs)?;
+    Ok(true)
+}
+
+/// A `Loop` with a small constant trip count whose condition stays true: each trip's
+/// body inlined, the scan outputs stacked by Concat.
+fn unroll_loop(g: &mut Graph, id: NodeId, cx: &mut PassContext) -> Result<bool> {
+    let n = g.node(id).clone();
+    let Ok(Some(body)) = n.attrs.graph("body") else {
+        return Ok(false);
+    };
+    let Some(trips) = const_scalar(g, n.inputs[0]) else {
+        return Ok(false);
+    };
+    let trips = usize::try_from(trips).unwrap_or(0);
+    let captures = n.attrs.int_or("captures", 0).unwrap_or(0) as usize;
+    let starts_true = n.inputs[1].is_none() || const_scalar(g, n.inputs[1]) == Some(1);
+    let (Some(cond_out), Some(&cond_param)) = (body.outputs().first(), body.inputs().get(1)) else {
+        return Ok(false);
+    };
+    let cond_node = body.node(cond_out.value.node);
+    let stays_true = cond_out.value == cond_param.into()
+        || (cond_node.op == "Constant"
+            && cond_node
+                .data
+                .as_deref()
+                .is_some_and(|t| t.to_i64_vec() == [1]));
+    let operands: Option<Vec<Value>> = n.inputs[2..].iter().copied().collect();
+    let Some(operands) = operands else {
+        return Ok(false);
+    };
+    let Some(carried) = operands.len().checked_sub(captures) else {
+        return Ok(false);
+    };
+    if trips == 0
+        || trips > MAX_UNROLLED_TRIPS
+        || trips.saturating_mul(body.len()) > MAX_UNROLLED_NODES
+        || !starts_true
+        || !stays_true
+        || !cx.allow_rewrite()
+    {
+        return Ok(false);
+    }
+    let yes = add_const(g, &format!("{}.cond", n.name), Tensor::scalar(true))?;
+    let mut state: Vec<Value> = operands[..carried].to_vec();
+    let mut scans: Vec<Vec<Value>> = vec![];
+    for trip in 0..trips {
+        let i = add_const(
+            g,
+            &format!("{}.i{trip}", n.name),
+            Tensor::scalar(trip as i64),
+        )?;
+        let mut args = vec![i.into(), yes.into()];
+        args.extend(&state);
+        args.extend(&operands[carried..]);
+        let outs = g.inline(body, &args, &format!("{}.{trip}", n.name))?;
+        state = outs[1..1 + carried].to_vec();
+        scans.resize(outs.len() - 1 - carried, vec![]);
+        for (acc, &v) in scans.iter_mut().zip(&outs[1 + carried..]) {
+            acc.push(v);
+        }
+    }
+    let mut results = state;
+    let axes = add_const(
+        g,
+        &format!("{}.axes", n.name),
+        Tensor::from_vec(&[1], vec![0i64]).map_err(crate::error::Error::Graph)?,
+    )?;
+    for parts in scans {
+        let mut rows = vec![];
+        for v in parts {
+            rows.push(g.apply("Unsqueeze", &[v, axes.into()], Attrs::new())?);
+        }
+        results.push(g.apply("Concat", &rows, Attrs::new().with("axis", Attr::Int(0)))?);
+    }
+    replace_outputs(g, id, &results)?;
+    Ok(true)
 }

@@ -79,13 +79,11 @@ fn import_model(model: &ModelProto, base_dir: Option<&Path>) -> Result<Graph> {
         opset,
         domain_opsets,
         base_dir,
+        outer: None,
+        depth: 0,
+        captured: vec![],
     };
-    for init in &graph.initializer {
-        let t = tensor::tensor(init, base_dir)
-            .map_err(|e| Error::InvalidArgument(format!("initializer '{}': {e}", init.name())))?;
-        let v = imp.constant(init.name(), t)?;
-        imp.values.insert(init.name().to_string(), v);
-    }
+    imp.initializers(graph)?;
     for input in &graph.input {
         if imp.values.contains_key(input.name()) {
             continue; // an initializer: a constant with a default, kept constant
@@ -96,50 +94,7 @@ fn import_model(model: &ModelProto, base_dir: Option<&Path>) -> Result<Graph> {
         let id = imp.g.add_parameter(&name, ty)?;
         imp.values.insert(input.name().to_string(), id.into());
     }
-    for (i, node) in graph.node.iter().enumerate() {
-        let domain = match node.domain() {
-            "" => "ai.onnx",
-            d => d,
-        };
-        let domain_opset = imp.domain_opset(domain).unwrap_or(0);
-        let what = || {
-            format!(
-                "ONNX node #{i} '{}' ({}, domain '{domain}', opset {domain_opset})",
-                node.name(),
-                node.op_type(),
-            )
-        };
-        let outs = imp.node(node).map_err(|e| match e {
-            Error::UnknownOp(m) => Error::UnknownOp(format!("{}: {m}", what())),
-            Error::Unsupported(m) => Error::Unsupported(format!("{}: {m}", what())),
-            Error::Graph(m) | Error::InvalidArgument(m) => Error::Graph(format!("{}: {m}", what())),
-            e => e,
-        })?;
-        for (k, name) in node.output.iter().enumerate() {
-            if name.is_empty() {
-                continue;
-            }
-            let v = outs.get(k).copied().ok_or_else(|| {
-                Error::Graph(format!(
-                    "{}: Kiln's {} has {} outputs, the node names {}",
-                    what(),
-                    node.op_type(),
-                    outs.len(),
-                    node.output.len()
-                ))
-            })?;
-            imp.values.insert(name.clone(), v);
-        }
-    }
-    for out in &graph.output {
-        let v = imp.values.get(out.name()).copied().ok_or_else(|| {
-            Error::Graph(format!(
-                "graph output '{}' is not produced by any node",
-                out.name()
-            ))
-        })?;
-        imp.g.add_output(out.name(), v)?;
-    }
+    imp.nodes_and_outputs(graph)?;
     crate::ir::verify(&imp.g)?;
     Ok(imp.g)
 }
@@ -235,6 +190,13 @@ pub(super) struct Importer<'a> {
     /// Every imported domain's opset (ai.onnx as "" or "ai.onnx").
     domain_opsets: HashMap<String, i64>,
     base_dir: Option<&'a Path>,
+    /// The enclosing graph's import when this one is a body: names it does not define
+    /// are looked up there and become captures.
+    outer: Option<&'a Importer<'a>>,
+    /// How many bodies enclose this graph.
+    depth: usize,
+    /// The outer names this body captures, in the order of their parameters.
+    captured: Vec<String>,
 }
 
 impl Importer<'_> {
@@ -270,7 +232,7 @@ impl Importer<'_> {
     }
 
     /// Adds catalogue op `op`; returns its outputs. When every input is a constant (or,
-    /// for `Shape`, has a static shape) the op is evaluated now and its results become
+    /// for `Shape` and `Size`, has a static shape) the op is evaluated now and its results become
     /// constants: exporters compute shapes with small subgraphs, and folding them here
     /// gives later ops (`Reshape`, `Split`, ...) the exact dims they need.
     fn add(
@@ -319,6 +281,15 @@ impl Importer<'_> {
             })?;
             let v: Vec<i64> = kept.iter().map(|&d| d as i64).collect();
             return Ok(Some(vec![self.ints(name, &v)?]));
+        }
+        if op == "Size" {
+            let Some(Some(x)) = inputs.first() else {
+                return Ok(None);
+            };
+            let Some(n) = self.g.value_type(*x)?.shape.num_elements() else {
+                return Ok(None);
+            };
+            return Ok(Some(vec![self.constant(name, Tensor::scalar(n as i64))?]));
         }
         let Some(catalogue_op) = crate::ir::ops::lookup(op) else {
             return Ok(None);
@@ -371,9 +342,15 @@ impl Importer<'_> {
         Ok(Some(vals))
     }
 
-    fn input(&self, name: &str) -> Result<Option<Value>> {
+    fn input(&mut self, name: &str) -> Result<Option<Value>> {
         if name.is_empty() {
             return Ok(None);
+        }
+        if let Some(v) = self.values.get(name) {
+            return Ok(Some(*v));
+        }
+        if let Some(v) = self.capture(name)? {
+            return Ok(Some(v));
         }
         self.values.get(name).copied().map(Some).ok_or_else(|| {
             Error::Graph(format!(
@@ -449,7 +426,21 @@ impl Importer<'_> {
             .collect::<Result<_>>()?;
         let mut attrs = Attrs::new();
         let mut tensors = HashMap::new();
+        let mut bodies = vec![];
         for a in &node.attribute {
+            if a.r#type() == AttributeType::Graph {
+                let g = a.g.as_ref().ok_or_else(|| {
+                    Error::InvalidArgument(format!("attribute '{}' has no graph", a.name()))
+                })?;
+                if domain != "ai.onnx" || !matches!(node.op_type(), "If" | "Loop" | "Scan") {
+                    return Err(Error::Unsupported(format!(
+                        "attribute '{}' is a graph: only If, Loop and Scan take graph attributes",
+                        a.name()
+                    )));
+                }
+                bodies.push((a.name().to_string(), g));
+                continue;
+            }
             match attr(a, self.base_dir)? {
                 AttrValue::Plain(v) => attrs.set(a.name(), v),
                 AttrValue::Tensor(t) => {
@@ -462,6 +453,9 @@ impl Importer<'_> {
         } else {
             node.name()
         };
+        if matches!(node.op_type(), "If" | "Loop" | "Scan") && domain == "ai.onnx" {
+            return self.control_node(node.op_type(), name, inputs, attrs, bodies);
+        }
         let kind = ops::NodeKind {
             domain,
             op: node.op_type(),
@@ -516,4 +510,324 @@ fn attr(a: &AttributeProto, base_dir: Option<&Path>) -> Result<AttrValue> {
             )))
         }
     }))
+}
+
+/// What a body's formal input receives from its op, which fixes its type when the model
+/// leaves it out (Loop's iteration number and condition usually have no shape).
+enum Formal {
+    /// Exactly this type (Loop's iteration and condition, Scan's slices).
+    Exact(TensorType),
+    /// A value carried from one iteration to the next, starting as this type: the dtype
+    /// and rank are the initial value's, and a dim stays fixed only where the model
+    /// declares that same size (the body may change the others).
+    Carried(TensorType),
+}
+
+impl<'a> Importer<'a> {
+    /// The graph's initializers, as constants.
+    fn initializers(&mut self, graph: &proto::GraphProto) -> Result<()> {
+        for init in &graph.initializer {
+            let t = tensor::tensor(init, self.base_dir).map_err(|e| {
+                Error::InvalidArgument(format!("initializer '{}': {e}", init.name()))
+            })?;
+            let v = self.constant(init.name(), t)?;
+            self.values.insert(init.name().to_string(), v);
+        }
+        Ok(())
+    }
+
+    /// Imports the graph's nodes in order, then marks its outputs.
+    fn nodes_and_outputs(&mut self, graph: &proto::GraphProto) -> Result<()> {
+        for (i, node) in graph.node.iter().enumerate() {
+            let domain = match node.domain() {
+                "" => "ai.onnx",
+                d => d,
+            };
+            let domain_opset = self.domain_opset(domain).unwrap_or(0);
+            let what = || {
+                format!(
+                    "ONNX node #{i} '{}' ({}, domain '{domain}', opset {domain_opset})",
+                    node.name(),
+                    node.op_type(),
+                )
+            };
+            let outs = self.node(node).map_err(|e| match e {
+                Error::UnknownOp(m) => Error::UnknownOp(format!("{}: {m}", what())),
+                Error::Unsupported(m) => Error::Unsupported(format!("{}: {m}", what())),
+                Error::Graph(m) | Error::InvalidArgument(m) => {
+                    Error::Graph(format!("{}: {m}", what()))
+                }
+                e => e,
+            })?;
+            for (k, name) in node.output.iter().enumerate() {
+                if name.is_empty() {
+                    continue;
+                }
+                let v = outs.get(k).copied().ok_or_else(|| {
+                    Error::Graph(format!(
+                        "{}: Kiln's {} has {} outputs, the node names {}",
+                        what(),
+                        node.op_type(),
+                        outs.len(),
+                        node.output.len()
+                    ))
+                })?;
+                self.values.insert(name.clone(), v);
+            }
+        }
+        for out in &graph.output {
+            let v = self.input(out.name()).ok().flatten().ok_or_else(|| {
+                Error::Graph(format!(
+                    "graph output '{}' is not produced by any node",
+                    out.name()
+                ))
+            })?;
+            self.g.add_output(out.name(), v)?;
+        }
+        Ok(())
+    }
+
+    /// The type of the value an enclosing graph calls `name`, and its data if constant.
+    fn outer_value(&self, name: &str) -> Option<(TensorType, Option<std::sync::Arc<Tensor>>)> {
+        match self.values.get(name) {
+            Some(&v) => {
+                let node = self.g.node(v.node);
+                let ty = self.g.value_type(v).ok()?.clone();
+                Some((
+                    ty,
+                    (node.op == "Constant").then(|| node.data.clone()).flatten(),
+                ))
+            }
+            None => self.outer?.outer_value(name),
+        }
+    }
+
+    /// In a body, `name` from an enclosing graph: a copy of it if it is a constant (so
+    /// that the body folds as its parent does), else a new trailing parameter.
+    fn capture(&mut self, name: &str) -> Result<Option<Value>> {
+        let Some((ty, data)) = self.outer.and_then(|o| o.outer_value(name)) else {
+            return Ok(None);
+        };
+        let v: Value = match data {
+            Some(d) => {
+                let unique = self.unique_name(name);
+                self.g.add_constant(&unique, ty, (*d).clone())?.into()
+            }
+            None => {
+                let unique = self.unique_name(name);
+                self.captured.push(name.to_string());
+                self.g.add_parameter(&unique, ty)?.into()
+            }
+        };
+        self.values.insert(name.to_string(), v);
+        Ok(Some(v))
+    }
+
+    /// Imports graph attribute `attr` as a body: its formal inputs typed after
+    /// `formals`, then parameters for the outer names in `precaptured` (so that If's
+    /// branches share one capture list), then whatever else it captures. Returns the
+    /// body and the outer names it captures, in parameter order.
+    fn body(
+        &self,
+        attr: &str,
+        graph: &proto::GraphProto,
+        formals: &[Formal],
+        precaptured: &[String],
+    ) -> Result<(Graph, Vec<String>)> {
+        let depth = self.depth + 1;
+        if depth > crate::ir::ops::control::MAX_NESTING {
+            return Err(Error::Graph(format!(
+                "body '{attr}' nests deeper than {} levels",
+                crate::ir::ops::control::MAX_NESTING
+            )));
+        }
+        if graph.input.len() != formals.len() {
+            return Err(Error::Graph(format!(
+                "body '{attr}' has {} inputs, the op passes it {}",
+                graph.input.len(),
+                formals.len()
+            )));
+        }
+        let mut sub = Importer {
+            g: Graph::new(if graph.name().is_empty() {
+                attr
+            } else {
+                graph.name()
+            }),
+            values: HashMap::new(),
+            names: HashSet::new(),
+            opset: self.opset,
+            domain_opsets: self.domain_opsets.clone(),
+            base_dir: self.base_dir,
+            outer: Some(self),
+            depth,
+            captured: vec![],
+        };
+        let in_body = |e: Error| match e {
+            Error::Unsupported(m) => Error::Unsupported(format!("body '{attr}': {m}")),
+            Error::UnknownOp(m) => Error::UnknownOp(format!("body '{attr}': {m}")),
+            e => Error::Graph(format!("body '{attr}': {}", strip(e))),
+        };
+        for (input, formal) in graph.input.iter().zip(formals) {
+            let ty = match formal {
+                Formal::Exact(t) => t.clone(),
+                Formal::Carried(t) => {
+                    let declared = value_type(input).ok().filter(|d| d.rank() == t.rank());
+                    let dims = t.shape.axes.iter().enumerate().map(|(i, a)| {
+                        match declared.as_ref().map(|d| &d.shape.axes[i].dim) {
+                            Some(d @ Dim::Fixed(_)) if *d == a.dim => d.clone(),
+                            _ => Dim::Sym(format!("{}.{i}", input.name())),
+                        }
+                    });
+                    TensorType::new(t.dtype, Shape::new(dims.collect::<Vec<_>>()))
+                }
+            };
+            let name = sub.unique_name(input.name());
+            let id = sub.g.add_parameter(&name, ty).map_err(in_body)?;
+            sub.values.insert(input.name().to_string(), id.into());
+        }
+        for name in precaptured {
+            sub.capture(name).map_err(in_body)?;
+        }
+        sub.initializers(graph).map_err(in_body)?;
+        sub.nodes_and_outputs(graph).map_err(in_body)?;
+        Ok((sub.g, sub.captured))
+    }
+
+    /// If, Loop or Scan: their bodies imported, each outer name a body reads passed as
+    /// a trailing capture operand.
+    fn control_node(
+        &mut self,
+        op: &str,
+        name: &str,
+        mut inputs: Vec<Option<Value>>,
+        mut attrs: Attrs,
+        bodies: Vec<(String, &proto::GraphProto)>,
+    ) -> Result<Vec<Value>> {
+        let find = |want: &str| {
+            bodies
+                .iter()
+                .find(|(n, _)| n == want)
+                .map(|(_, g)| *g)
+                .ok_or_else(|| Error::Graph(format!("{op} needs the graph attribute '{want}'")))
+        };
+        if let Some((extra, _)) = bodies.iter().find(|(n, _)| {
+            !matches!(
+                (op, n.as_str()),
+                ("If", "then_branch" | "else_branch") | ("Loop" | "Scan", "body")
+            )
+        }) {
+            return Err(Error::Graph(format!(
+                "{op} has no graph attribute '{extra}'"
+            )));
+        }
+        let operand = |i: usize| -> Result<TensorType> {
+            match inputs.get(i).copied().flatten() {
+                Some(v) => Ok(self.value_type(v)?),
+                None => Err(Error::Graph(format!("{op}: input {i} is required"))),
+            }
+        };
+        let constant_cond = match inputs.first().copied().flatten() {
+            Some(c) if op == "If" => {
+                let n = self.g.node(c.node);
+                (n.op == "Constant")
+                    .then(|| n.data.as_deref().map(|t| t.to_i64_vec()))
+                    .flatten()
+            }
+            _ => None,
+        };
+        if let Some([cond]) = constant_cond.as_deref() {
+            // Only the branch taken is imported, spliced into this graph: the other one
+            // may not even type-check with the shapes this model has (ONNX functions
+            // such as AffineGrid's branch on the input's rank).
+            let branch = if *cond != 0 {
+                "then_branch"
+            } else {
+                "else_branch"
+            };
+            let (body, caps) = self.body(branch, find(branch)?, &[], &[])?;
+            let mut args = vec![];
+            for outer in &caps {
+                args.extend(self.input(outer)?);
+            }
+            let prefix = self.unique_name(name);
+            return self.g.inline(&body, &args, &prefix);
+        }
+        let captured = match op {
+            "If" => {
+                let (mut then, then_caps) =
+                    self.body("then_branch", find("then_branch")?, &[], &[])?;
+                let (other, caps) =
+                    self.body("else_branch", find("else_branch")?, &[], &then_caps)?;
+                for outer in &caps[then_caps.len()..] {
+                    let (ty, _) = self
+                        .outer_value(outer)
+                        .ok_or_else(|| Error::Graph(format!("'{outer}' is not defined")))?;
+                    then.add_parameter(&then.fresh_name(outer), ty)?;
+                }
+                attrs.set("then_branch", Attr::Graph(std::sync::Arc::new(then)));
+                attrs.set("else_branch", Attr::Graph(std::sync::Arc::new(other)));
+                caps
+            }
+            "Loop" => {
+                let mut formals = vec![
+                    Formal::Exact(TensorType::new(crate::ir::DType::I64, Shape::scalar())),
+                    Formal::Exact(TensorType::new(crate::ir::DType::Bool, Shape::scalar())),
+                ];
+                for i in 2..inputs.len() {
+                    formals.push(Formal::Carried(operand(i)?));
+                }
+                let (body, caps) = self.body("body", find("body")?, &formals, &[])?;
+                attrs.set("body", Attr::Graph(std::sync::Arc::new(body)));
+                caps
+            }
+            _ => {
+                let m = attrs.int_or("num_scan_inputs", 0).map_err(Error::Graph)?;
+                let scans = usize::try_from(m).unwrap_or(usize::MAX);
+                let state = inputs.len().checked_sub(scans).ok_or_else(|| {
+                    Error::Graph(format!(
+                        "num_scan_inputs = {m}, but the node has {} inputs",
+                        inputs.len()
+                    ))
+                })?;
+                let axes = attrs.ints("scan_input_axes").map_err(Error::Graph)?;
+                let mut formals = vec![];
+                for i in 0..inputs.len() {
+                    let t = operand(i)?;
+                    if i < state {
+                        formals.push(Formal::Carried(t));
+                        continue;
+                    }
+                    let axis = axes.and_then(|a| a.get(i - state)).copied().unwrap_or(0);
+                    let axis = t
+                        .shape
+                        .norm_axis(axis)
+                        .map_err(|e| Error::Graph(format!("scan input {}: {e}", i - state)))?;
+                    let mut slice = t.clone();
+                    slice.shape.axes.remove(axis);
+                    formals.push(Formal::Exact(slice));
+                }
+                let (body, caps) = self.body("body", find("body")?, &formals, &[])?;
+                attrs.set("body", Attr::Graph(std::sync::Arc::new(body)));
+                caps
+            }
+        };
+        for outer in &captured {
+            let v = self.input(outer)?;
+            inputs.push(v);
+        }
+        attrs.set("captures", Attr::Int(captured.len() as i64));
+        self.add(op, &inputs, attrs, name)
+    }
+}
+
+/// An error's message without its kind, for re-wrapping with context.
+fn strip(e: Error) -> String {
+    match e {
+        Error::Graph(m)
+        | Error::InvalidArgument(m)
+        | Error::Unsupported(m)
+        | Error::UnknownOp(m) => m,
+        e => e.to_string(),
+    }
 }

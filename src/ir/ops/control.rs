@@ -235,9 +235,23 @@ fn stack(
     }
 }
 
-/// An empty stack of body result `i`: zero along `axis`, the body's fixed dims elsewhere
-/// (a symbolic one is 0: no iteration bound it).
-fn empty_stack(body: &Graph, i: usize, axis: usize) -> Result<Tensor, String> {
+/// An empty stack of body result `i`: zero along `axis`; elsewhere the body's fixed
+/// dims, or the size a symbol takes in the parameters' shapes (`param_shapes`, what the
+/// first iteration would have received), else 0.
+fn empty_stack(
+    body: &Graph,
+    i: usize,
+    axis: usize,
+    param_shapes: &[Vec<usize>],
+) -> Result<Tensor, String> {
+    let mut sizes: HashMap<&str, usize> = HashMap::new();
+    for (p, shape) in body.inputs().into_iter().zip(param_shapes) {
+        for (a, &n) in body.node(p).outputs[0].shape.axes.iter().zip(shape) {
+            if let Dim::Sym(s) = &a.dim {
+                sizes.entry(s.as_str()).or_insert(n);
+            }
+        }
+    }
     let o = body
         .outputs()
         .get(i)
@@ -247,7 +261,10 @@ fn empty_stack(body: &Graph, i: usize, axis: usize) -> Result<Tensor, String> {
         .shape
         .axes
         .iter()
-        .map(|a| a.dim.fixed().unwrap_or(0))
+        .map(|a| match &a.dim {
+            Dim::Fixed(n) => *n,
+            Dim::Sym(s) => sizes.get(s.as_str()).copied().unwrap_or(0),
+        })
         .collect();
     dims.insert(axis.min(dims.len()), 0);
     Ok(Tensor::zeros(ty.dtype, &dims))
@@ -423,8 +440,8 @@ impl Op for Loop {
                 &format!("carried value {k}"),
             )?);
         }
-        let trips = match (cx.const_input(0), cx.opt_input(1)) {
-            (Some(m), None) => single_value(m, "M")
+        let trips = match cx.const_input(0) {
+            Some(m) if runs_every_trip(cx, sig.body) => single_value(m, "M")
                 .ok()
                 .map(|m| Dim::Fixed(m.max(0) as usize)),
             _ => None,
@@ -460,6 +477,8 @@ impl Op for Loop {
         };
         let mut state = inputs_owned(cx, 2..2 + carried)?;
         let caps = inputs_owned(cx, 2 + carried..cx.inputs.len())?;
+        let mut first_shapes = vec![vec![], vec![]];
+        first_shapes.extend(state.iter().chain(&caps).map(|t| t.shape().to_vec()));
         let n_scan = body.outputs().len().saturating_sub(1 + carried);
         let mut scans: Vec<Vec<Tensor>> = vec![vec![]; n_scan];
         let mut i = 0i64;
@@ -485,11 +504,29 @@ impl Op for Loop {
         }
         let mut results = state;
         for (k, parts) in scans.into_iter().enumerate() {
-            let empty = empty_stack(body, 1 + carried + k, 0)?;
+            let empty = empty_stack(body, 1 + carried + k, 0, &first_shapes)?;
             results.push(stack(parts, 0, false, empty)?);
         }
         Ok(results)
     }
+}
+
+/// Whether a Loop surely runs all `M` trips: its condition starts true (no `cond`, or a
+/// constant true) and the body passes it on unchanged or gives a constant true. (The
+/// body's condition counts even without a `cond` operand, as in onnxruntime.)
+fn runs_every_trip(cx: &InferCtx<'_>, body: &Graph) -> bool {
+    let is_true = |t: &Tensor| t.to_i64_vec() == [1];
+    let starts_true = match cx.opt_input(1) {
+        None => true,
+        Some(_) => cx.const_input(1).is_some_and(is_true),
+    };
+    let Some(out) = body.outputs().first() else {
+        return false;
+    };
+    let node = body.node(out.value.node);
+    let passed_on = body.inputs().get(1) == Some(&out.value.node);
+    let constant_true = node.op == "Constant" && node.data.as_deref().is_some_and(is_true);
+    starts_true && (passed_on || constant_true)
 }
 
 // ---------------------------------------------------------------- Scan
@@ -628,15 +665,9 @@ impl Op for Scan {
             ));
         }
         let mut outs = Vec::with_capacity(n_out);
-        for k in 0..lay.state {
-            outs.push(carried_type(
-                cx,
-                &sig,
-                k,
-                k,
-                types[k],
-                &format!("state value {k}"),
-            )?);
+        for (k, initial) in types[..lay.state].iter().enumerate() {
+            let what = format!("state value {k}");
+            outs.push(carried_type(cx, &sig, k, k, initial, &what)?);
         }
         let k_out = n_out - lay.state;
         let out_axes = per_item(cx.attrs, "scan_output_axes", k_out)?;
@@ -679,6 +710,13 @@ impl Op for Scan {
         let caps = &inputs[lay.state + lay.scans..];
         let n_scan_out = body.outputs().len().saturating_sub(lay.state);
         let mut state: Vec<Tensor> = inputs[..lay.state].to_vec();
+        let mut first_shapes: Vec<Vec<usize>> = state.iter().map(|t| t.shape().to_vec()).collect();
+        for (j, t) in scan_inputs.iter().enumerate() {
+            let mut dims = t.shape().to_vec();
+            dims.remove(lay.input_axes[j]);
+            first_shapes.push(dims);
+        }
+        first_shapes.extend(caps.iter().map(|t| t.shape().to_vec()));
         let mut scans: Vec<Vec<Tensor>> = vec![vec![]; n_scan_out];
         for step in 0..steps {
             let mut args = std::mem::take(&mut state);
@@ -704,7 +742,7 @@ impl Op for Scan {
             let o = &body.outputs()[lay.state + k];
             let rank = body.value_type(o.value).map_err(|e| e.to_string())?.rank();
             let axis = norm_axis(out_axes[k], rank + 1)?;
-            let empty = empty_stack(body, lay.state + k, axis)?;
+            let empty = empty_stack(body, lay.state + k, axis, &first_shapes)?;
             results.push(stack(parts, axis, out_reverse[k], empty)?);
         }
         Ok(results)
