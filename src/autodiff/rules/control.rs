@@ -44,67 +44,10 @@ fn count_attr(node: &Node, name: &str) -> Result<usize> {
     usize::try_from(v).map_err(|_| Error::Graph(format!("{name} must be >= 0, got {v}")))
 }
 
-/// `body`'s nodes appended to `g`, its parameters (in order) replaced by `args`; its
-/// outputs' values in `g`.
+/// `body` inlined into `g` with its parameters bound to `args` (a body with variables
+/// has no gradient rule: inlining refuses it).
 fn inline(g: &mut Graph, body: &Graph, args: &[Value]) -> Result<Vec<Value>> {
-    let params = body.inputs();
-    if params.len() != args.len() {
-        return Err(Error::Graph(format!(
-            "the body takes {} values, given {}",
-            params.len(),
-            args.len()
-        )));
-    }
-    let mut map: Vec<Option<NodeId>> = vec![None; body.len()];
-    let mut values = std::collections::HashMap::new();
-    for (&p, &a) in params.iter().zip(args) {
-        values.insert(p.out(0), a);
-    }
-    for id in body.schedule()? {
-        let n = body.node(id);
-        match n.op.as_str() {
-            "Parameter" => {}
-            "Constant" => {
-                let name = g.fresh_name(&n.name);
-                let data = n.data.as_deref().expect("verified: a constant has data");
-                let c = g.add_constant(&name, n.outputs[0].clone(), data.clone())?;
-                map[id.index()] = Some(c);
-            }
-            "Variable" | "Assign" => {
-                return Err(Error::Graph(format!(
-                    "{}: a body with variables has no gradient rule",
-                    body.describe(id)
-                )))
-            }
-            _ => {
-                let ins = n
-                    .inputs
-                    .iter()
-                    .map(|v| v.map(|v| lookup(&values, &map, v)).transpose())
-                    .collect::<Result<Vec<_>>>()?;
-                map[id.index()] = Some(g.add_op(&n.op, &ins, n.attrs.clone(), "")?);
-            }
-        }
-    }
-    body.outputs()
-        .iter()
-        .map(|o| lookup(&values, &map, o.value))
-        .collect()
-}
-
-fn lookup(
-    params: &std::collections::HashMap<Value, Value>,
-    map: &[Option<NodeId>],
-    v: Value,
-) -> Result<Value> {
-    if let Some(&a) = params.get(&v) {
-        return Ok(a);
-    }
-    map.get(v.node.index())
-        .copied()
-        .flatten()
-        .map(|n| n.out(v.output))
-        .ok_or_else(|| Error::Graph(format!("body value {v:?} is not computed")))
+    g.inline(body, args, &body.name)
 }
 
 /// The VJP graph of closed graph `f` for the outputs `wanted` (see the module comment);
