@@ -7,9 +7,11 @@ use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 
 pub mod dtype;
+pub mod lowbit;
 pub mod npy;
 
 pub use dtype::DType;
+use lowbit::{F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0, I2, I4, U2, U4};
 
 /// A dense tensor. The variant is the dtype.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +36,16 @@ pub enum Tensor {
     Sequence(Sequence),
     /// A value or nothing.
     Optional(Optional),
+    F8E4M3FN(ArrayD<F8E4M3FN>),
+    F8E4M3FNUZ(ArrayD<F8E4M3FNUZ>),
+    F8E5M2(ArrayD<F8E5M2>),
+    F8E5M2FNUZ(ArrayD<F8E5M2FNUZ>),
+    F8E8M0(ArrayD<F8E8M0>),
+    F4E2M1(ArrayD<F4E2M1>),
+    I4(ArrayD<I4>),
+    U4(ArrayD<U4>),
+    I2(ArrayD<I2>),
+    U2(ArrayD<U2>),
 }
 
 /// A sequence at run time: its items, and what an empty one still says of its type.
@@ -104,6 +116,16 @@ macro_rules! match_tensor {
             $crate::tensor::Tensor::U16($a) => $body,
             $crate::tensor::Tensor::U32($a) => $body,
             $crate::tensor::Tensor::U64($a) => $body,
+            $crate::tensor::Tensor::F8E4M3FN($a) => $body,
+            $crate::tensor::Tensor::F8E4M3FNUZ($a) => $body,
+            $crate::tensor::Tensor::F8E5M2($a) => $body,
+            $crate::tensor::Tensor::F8E5M2FNUZ($a) => $body,
+            $crate::tensor::Tensor::F8E8M0($a) => $body,
+            $crate::tensor::Tensor::F4E2M1($a) => $body,
+            $crate::tensor::Tensor::I4($a) => $body,
+            $crate::tensor::Tensor::U4($a) => $body,
+            $crate::tensor::Tensor::I2($a) => $body,
+            $crate::tensor::Tensor::U2($a) => $body,
             $other => $fallback,
         }
     };
@@ -128,6 +150,16 @@ macro_rules! map_tensor {
             $crate::tensor::Tensor::U16($a) => $crate::tensor::Tensor::U16($body),
             $crate::tensor::Tensor::U32($a) => $crate::tensor::Tensor::U32($body),
             $crate::tensor::Tensor::U64($a) => $crate::tensor::Tensor::U64($body),
+            $crate::tensor::Tensor::F8E4M3FN($a) => $crate::tensor::Tensor::F8E4M3FN($body),
+            $crate::tensor::Tensor::F8E4M3FNUZ($a) => $crate::tensor::Tensor::F8E4M3FNUZ($body),
+            $crate::tensor::Tensor::F8E5M2($a) => $crate::tensor::Tensor::F8E5M2($body),
+            $crate::tensor::Tensor::F8E5M2FNUZ($a) => $crate::tensor::Tensor::F8E5M2FNUZ($body),
+            $crate::tensor::Tensor::F8E8M0($a) => $crate::tensor::Tensor::F8E8M0($body),
+            $crate::tensor::Tensor::F4E2M1($a) => $crate::tensor::Tensor::F4E2M1($body),
+            $crate::tensor::Tensor::I4($a) => $crate::tensor::Tensor::I4($body),
+            $crate::tensor::Tensor::U4($a) => $crate::tensor::Tensor::U4($body),
+            $crate::tensor::Tensor::I2($a) => $crate::tensor::Tensor::I2($body),
+            $crate::tensor::Tensor::U2($a) => $crate::tensor::Tensor::U2($body),
             other => {
                 return Err(::core::convert::From::from($crate::tensor::not_numeric(
                     &other,
@@ -254,7 +286,8 @@ impl Elem for bool {
 }
 
 fn convert<S: Elem, D: Elem>(a: &ArrayD<S>) -> ArrayD<D> {
-    if S::DTYPE.is_float() || D::DTYPE.is_float() {
+    let floating = |d: DType| d.is_float() || d.is_minifloat();
+    if floating(S::DTYPE) || floating(D::DTYPE) {
         a.mapv(|v| D::from_f64(v.to_f64()))
     } else {
         a.mapv(|v| D::from_i64(v.to_i64()))
@@ -280,6 +313,16 @@ macro_rules! with_dtype {
             $crate::tensor::DType::U16 => $f::<u16>($($arg),*),
             $crate::tensor::DType::U32 => $f::<u32>($($arg),*),
             $crate::tensor::DType::U64 => $f::<u64>($($arg),*),
+            $crate::tensor::DType::F8E4M3FN => $f::<$crate::tensor::lowbit::F8E4M3FN>($($arg),*),
+            $crate::tensor::DType::F8E4M3FNUZ => $f::<$crate::tensor::lowbit::F8E4M3FNUZ>($($arg),*),
+            $crate::tensor::DType::F8E5M2 => $f::<$crate::tensor::lowbit::F8E5M2>($($arg),*),
+            $crate::tensor::DType::F8E5M2FNUZ => $f::<$crate::tensor::lowbit::F8E5M2FNUZ>($($arg),*),
+            $crate::tensor::DType::F8E8M0 => $f::<$crate::tensor::lowbit::F8E8M0>($($arg),*),
+            $crate::tensor::DType::F4E2M1 => $f::<$crate::tensor::lowbit::F4E2M1>($($arg),*),
+            $crate::tensor::DType::I4 => $f::<$crate::tensor::lowbit::I4>($($arg),*),
+            $crate::tensor::DType::U4 => $f::<$crate::tensor::lowbit::U4>($($arg),*),
+            $crate::tensor::DType::I2 => $f::<$crate::tensor::lowbit::I2>($($arg),*),
+            $crate::tensor::DType::U2 => $f::<$crate::tensor::lowbit::U2>($($arg),*),
             other => return Err(::core::convert::From::from(format!(
                 "{other} is not a numeric dtype here"
             ))),
@@ -448,6 +491,16 @@ impl Tensor {
             Tensor::U16(_) => DType::U16,
             Tensor::U32(_) => DType::U32,
             Tensor::U64(_) => DType::U64,
+            Tensor::F8E4M3FN(_) => DType::F8E4M3FN,
+            Tensor::F8E4M3FNUZ(_) => DType::F8E4M3FNUZ,
+            Tensor::F8E5M2(_) => DType::F8E5M2,
+            Tensor::F8E5M2FNUZ(_) => DType::F8E5M2FNUZ,
+            Tensor::F8E8M0(_) => DType::F8E8M0,
+            Tensor::F4E2M1(_) => DType::F4E2M1,
+            Tensor::I4(_) => DType::I4,
+            Tensor::U4(_) => DType::U4,
+            Tensor::I2(_) => DType::I2,
+            Tensor::U2(_) => DType::U2,
             Tensor::String(_) => DType::String,
             Tensor::Sequence(s) => s.dtype,
             Tensor::Optional(o) => o.dtype,
@@ -565,6 +618,17 @@ impl Tensor {
             Tensor::U16(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
             Tensor::U32(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
             Tensor::U64(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
+            Tensor::F8E4M3FN(a) => out.extend(a.iter().map(|v| v.0)),
+            Tensor::F8E4M3FNUZ(a) => out.extend(a.iter().map(|v| v.0)),
+            Tensor::F8E5M2(a) => out.extend(a.iter().map(|v| v.0)),
+            Tensor::F8E5M2FNUZ(a) => out.extend(a.iter().map(|v| v.0)),
+            Tensor::F8E8M0(a) => out.extend(a.iter().map(|v| v.0)),
+            Tensor::F4E2M1(a) => out.extend(a.iter().map(|v| v.0)),
+            // The signed sub-byte integers as ml_dtypes stores them: the low bits only.
+            Tensor::I4(a) => out.extend(a.iter().map(|v| v.0 as u8 & 0x0F)),
+            Tensor::U4(a) => out.extend(a.iter().map(|v| v.0)),
+            Tensor::I2(a) => out.extend(a.iter().map(|v| v.0 as u8 & 0x03)),
+            Tensor::U2(a) => out.extend(a.iter().map(|v| v.0)),
             Tensor::String(_) | Tensor::Sequence(_) | Tensor::Optional(_) => {}
         }
         out
@@ -607,6 +671,30 @@ impl Tensor {
                     return Err(format!("byte {b} is not a bool (0 or 1)"));
                 }
                 Tensor::from_vec(shape, bytes.iter().map(|&b| b == 1).collect::<Vec<_>>())
+            }
+            _ => {
+                // A low-bit dtype: one byte per element.
+                let bytes = bytes
+                    .iter()
+                    .map(|&b| lowbit::element_byte(dtype, b))
+                    .collect::<Result<Vec<u8>, String>>()?;
+                macro_rules! bytes_as {
+                    ($t:ident) => {
+                        Tensor::from_vec(shape, bytes.iter().map(|&b| $t(b as _)).collect())
+                    };
+                }
+                match dtype {
+                    DType::F8E4M3FN => bytes_as!(F8E4M3FN),
+                    DType::F8E4M3FNUZ => bytes_as!(F8E4M3FNUZ),
+                    DType::F8E5M2 => bytes_as!(F8E5M2),
+                    DType::F8E5M2FNUZ => bytes_as!(F8E5M2FNUZ),
+                    DType::F8E8M0 => bytes_as!(F8E8M0),
+                    DType::F4E2M1 => bytes_as!(F4E2M1),
+                    DType::I4 => bytes_as!(I4),
+                    DType::U4 => bytes_as!(U4),
+                    DType::I2 => bytes_as!(I2),
+                    _ => bytes_as!(U2),
+                }
             }
         }
     }

@@ -3,8 +3,10 @@
 //! Strings are NumPy unicode arrays (`<U<n>`: UTF-32LE, `n` code points per element,
 //! shorter ones padded with NUL), the width being the longest element's.
 //!
-//! bf16 has no NumPy dtype of its own; Kiln writes it with the descr `'bfloat16'` (the
-//! name `ml_dtypes` registers) and reads that back.
+//! bf16 and the low-bit dtypes have no NumPy dtype of their own; Kiln writes them with
+//! the descr `ml_dtypes` registers for them (`'bfloat16'`, `'float8_e4m3fn'`,
+//! `'float4_e2m1fn'`, `'int4'`, ...), one byte per element as `ml_dtypes` stores them
+//! (a float's bit pattern, an integer's low bits), and reads those back.
 use std::path::Path;
 
 use crate::error::{Error, Result};
@@ -25,7 +27,6 @@ fn descr(t: &Tensor) -> String {
         DType::F32 => "<f4",
         DType::F64 => "<f8",
         DType::F16 => "<f2",
-        DType::BF16 => "bfloat16",
         DType::I8 => "|i1",
         DType::U8 => "|u1",
         DType::I32 => "<i4",
@@ -36,8 +37,28 @@ fn descr(t: &Tensor) -> String {
         DType::U32 => "<u4",
         DType::U64 => "<u8",
         DType::String => "<U1",
+        // Every other dtype has an ml_dtypes name.
+        d => ml_dtypes_name(d).unwrap_or("|u1"),
     }
     .to_string()
+}
+
+/// The descr `ml_dtypes` registers for the dtypes NumPy lacks.
+fn ml_dtypes_name(d: DType) -> Option<&'static str> {
+    Some(match d {
+        DType::BF16 => "bfloat16",
+        DType::F8E4M3FN => "float8_e4m3fn",
+        DType::F8E4M3FNUZ => "float8_e4m3fnuz",
+        DType::F8E5M2 => "float8_e5m2",
+        DType::F8E5M2FNUZ => "float8_e5m2fnuz",
+        DType::F8E8M0 => "float8_e8m0fnu",
+        DType::F4E2M1 => "float4_e2m1fn",
+        DType::I4 => "int4",
+        DType::U4 => "uint4",
+        DType::I2 => "int2",
+        DType::U2 => "uint2",
+        _ => return None,
+    })
 }
 
 /// What a descr says the data holds.
@@ -50,8 +71,8 @@ enum Layout {
 
 /// The dtype of a descr and whether its bytes are big-endian.
 fn parse_descr(d: &str) -> std::result::Result<Layout, String> {
-    if d == "bfloat16" {
-        return Ok(Layout::Numeric(DType::BF16, false));
+    if let Some(&dtype) = DType::ALL.iter().find(|&&t| ml_dtypes_name(t) == Some(d)) {
+        return Ok(Layout::Numeric(dtype, false));
     }
     let (order, code) = d.split_at(d.len().min(1));
     let big = match order {
@@ -80,7 +101,7 @@ fn parse_descr(d: &str) -> std::result::Result<Layout, String> {
         "u8" => DType::U64,
         _ => {
             return Err(format!(
-                "unsupported dtype descr '{d}' (Kiln reads f2/f4/f8, i1/i2/i4/i8, u1/u2/u4/u8, b1, U<n>, bfloat16)"
+                "unsupported dtype descr '{d}' (Kiln reads f2/f4/f8, i1/i2/i4/i8, u1/u2/u4/u8, b1, U<n>, and ml_dtypes' bfloat16, float8_*, float4_e2m1fn, int4, uint4, int2, uint2)"
             ))
         }
     };

@@ -540,8 +540,8 @@ fn describe(t: &Tensor, full: bool) -> String {
     }
     let values: Vec<String> = if t.dtype() == DType::F64 {
         t.to_f64_vec().iter().map(|v| format!("{v}")).collect()
-    } else if t.dtype().is_float() {
-        // f32, f16 and bf16 are exact in f32: print the shortest text of the f32.
+    } else if t.dtype().is_float() || t.dtype().is_minifloat() {
+        // f32, f16, bf16, float8 and float4 are exact in f32: print the shortest text of the f32.
         t.to_f64_vec()
             .iter()
             .map(|&v| format!("{}", v as f32))

@@ -5,7 +5,7 @@ use std::path::Path;
 use super::proto::{tensor_proto, TensorProto};
 use crate::ir::text::weights::inside_folder;
 use crate::ir::{Container, DType, TensorType};
-use crate::tensor::{Optional, Sequence, Tensor};
+use crate::tensor::{lowbit, Optional, Sequence, Tensor};
 
 /// The Kiln dtype of an ONNX `TensorProto.DataType` code.
 pub(crate) fn dtype(code: i32) -> Result<DType, String> {
@@ -25,6 +25,16 @@ pub(crate) fn dtype(code: i32) -> Result<DType, String> {
         Ok(D::Uint64) => DType::U64,
         Ok(D::Bool) => DType::Bool,
         Ok(D::String) => DType::String,
+        Ok(D::Float8e4m3fn) => DType::F8E4M3FN,
+        Ok(D::Float8e4m3fnuz) => DType::F8E4M3FNUZ,
+        Ok(D::Float8e5m2) => DType::F8E5M2,
+        Ok(D::Float8e5m2fnuz) => DType::F8E5M2FNUZ,
+        Ok(D::Float8e8m0) => DType::F8E8M0,
+        Ok(D::Float4e2m1) => DType::F4E2M1,
+        Ok(D::Int4) => DType::I4,
+        Ok(D::Uint4) => DType::U4,
+        Ok(D::Int2) => DType::I2,
+        Ok(D::Uint2) => DType::U2,
         Ok(other) => {
             return Err(format!(
                 "ONNX element type {} is not supported",
@@ -104,12 +114,25 @@ pub(crate) fn tensor(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor,
             .collect::<Result<Vec<_>, _>>()?;
         return Tensor::from_strings(&shape, strings);
     }
+    let from_bytes = |bytes: &[u8]| {
+        if dtype.is_low_bit() {
+            // Float8 is one byte per element; 4- and 2-bit types are packed.
+            Tensor::from_le_bytes(dtype, &shape, &lowbit::unpack(dtype, bytes, n)?)
+        } else {
+            Tensor::from_le_bytes(dtype, &shape, bytes)
+        }
+    };
     if external_data || t.raw_data.is_some() {
         return if external_data {
-            Tensor::from_le_bytes(dtype, &shape, &external(t, base_dir)?)
+            from_bytes(&external(t, base_dir)?)
         } else {
-            Tensor::from_le_bytes(dtype, &shape, t.raw_data())
+            from_bytes(t.raw_data())
         };
+    }
+    if dtype.is_low_bit() {
+        // int32_data holds one byte per entry: a float8 code, or packed 4-/2-bit codes.
+        let bytes: Vec<u8> = t.int32_data.iter().map(|&v| v as u8).collect();
+        return from_bytes(&bytes);
     }
     // Typed fields: float_data for f32; int32_data for every type of 32 bits or fewer
     // (f16/bf16 as their bit patterns); int64_data; double_data.
@@ -290,4 +313,56 @@ fn optional_value(o: &OptionalProto, ty: &TensorType) -> Result<Tensor, String> 
         inner: inner_ty.containers,
         value: value.map(Box::new),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::lowbit::{F8E5M2, I4, U2};
+
+    fn proto(code: tensor_proto::DataType, dims: &[i64]) -> TensorProto {
+        TensorProto {
+            data_type: Some(code as i32),
+            dims: dims.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn low_bit_tensors_unpack_from_raw_and_int32_data() {
+        use tensor_proto::DataType as D;
+        // int4 [1, -2, 7]: low nibble first, the odd element padded.
+        let mut t = proto(D::Int4, &[3]);
+        t.raw_data = Some(vec![0xE1u8, 0x07].into());
+        let want = Tensor::from_vec(&[3], vec![I4(1), I4(-2), I4(7)]).unwrap();
+        assert_eq!(tensor(&t, None).unwrap(), want);
+        let mut t = proto(D::Int4, &[3]);
+        t.int32_data = vec![0xE1, 0x07];
+        assert_eq!(tensor(&t, None).unwrap(), want);
+        // uint2: four to a byte.
+        let mut t = proto(D::Uint2, &[5]);
+        t.raw_data = Some(vec![0b1001_0011u8, 0b01].into());
+        let want: Vec<U2> = [3, 0, 1, 2, 1].map(U2).to_vec();
+        assert_eq!(
+            tensor(&t, None).unwrap(),
+            Tensor::from_vec(&[5], want).unwrap()
+        );
+        // float8: one code per byte (0x3C is 1.0 in e5m2).
+        let mut t = proto(D::Float8e5m2, &[2]);
+        t.int32_data = vec![0x3C, 0xBC];
+        let got = tensor(&t, None).unwrap();
+        assert_eq!(
+            got,
+            Tensor::from_vec(&[2], vec![F8E5M2(0x3C), F8E5M2(0xBC)]).unwrap()
+        );
+        assert_eq!(got.to_f64_vec(), vec![1.0, -1.0]);
+        // A short buffer names what it needed.
+        let mut t = proto(D::Uint4, &[5]);
+        t.raw_data = Some(vec![0u8, 0].into());
+        let e = tensor(&t, None).unwrap_err();
+        assert!(
+            e.contains("2 bytes given, 5 elements of u4 pack into 3"),
+            "{e}"
+        );
+    }
 }

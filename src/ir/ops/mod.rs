@@ -39,7 +39,9 @@ pub mod sequence;
 pub mod shape;
 pub mod signal;
 pub mod source;
+pub mod strings;
 pub mod text;
+pub mod tree;
 
 /// One attribute an op accepts.
 #[derive(Debug, Clone, Copy)]
@@ -165,6 +167,43 @@ impl OpSchema {
                 format!("  {{{}}}", attrs.join(", "))
             }
         )
+    }
+}
+
+/// The ops that take the low-bit storage dtypes (float8, float4, int4, int2): the
+/// conversions and quantization, and pure data movement. Every other op refuses them
+/// before its own inference, so no kernel ever reads them as another type.
+const LOW_BIT_OPS: &[&str] = &[
+    "Cast",
+    "CastLike",
+    "BitCast",
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "Identity",
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Transpose",
+    "Concat",
+    "Split",
+    "Slice",
+    "Gather",
+    "Expand",
+    "Tile",
+    "Shape",
+    "Size",
+];
+
+/// An error if `op` is given a low-bit input it does not take.
+fn refuse_low_bit(op: &str, inputs: &[Option<TensorType>]) -> Result<(), String> {
+    let low_bit = inputs.iter().flatten().find(|t| t.dtype.is_low_bit());
+    match low_bit {
+        Some(t) if !LOW_BIT_OPS.contains(&op) => Err(format!(
+            "{op} does not take {} inputs (a storage type: Cast or DequantizeLinear it first)",
+            t.dtype
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -330,7 +369,7 @@ pub(crate) fn check_takes(op: &dyn Op, inputs: &[Option<TensorType>]) -> Result<
             ));
         }
     }
-    Ok(())
+    refuse_low_bit(op.schema().name, inputs)
 }
 
 /// An op of the catalogue.
@@ -426,7 +465,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 27] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 29] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -448,6 +487,8 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             rnn::ops,
             signal::ops,
             text::ops,
+            tree::ops,
+            strings::ops,
             grid_sample::ops,
             fused::ops,
             layout::ops,

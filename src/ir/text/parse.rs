@@ -14,7 +14,7 @@ use crate::ir::shape::ANY_DIM;
 use crate::ir::{
     verify, Attr, Attrs, Container, DType, Dim, Graph, NodeId, Shape, TensorType, Value,
 };
-use crate::tensor::Tensor;
+use crate::tensor::{lowbit, Tensor};
 
 /// Parses `.kir` text; `file` names the source in errors, and external weights are read
 /// relative to `base_dir` when given.
@@ -609,7 +609,7 @@ impl Parser<'_> {
                 }
             }
             Tensor::from_strings(&dims, v).or_else(|e| self.error(&t, e))
-        } else if ty.dtype.is_float() {
+        } else if ty.dtype.is_float() || ty.dtype.is_minifloat() {
             let mut v = Vec::with_capacity(n);
             for it in &items {
                 v.push(match &it.tok {
@@ -623,7 +623,12 @@ impl Parser<'_> {
                     }
                 });
             }
-            Tensor::from_f64s(ty.dtype, &dims, &v).or_else(|e| self.error(&t, e))
+            if ty.dtype.is_minifloat() {
+                lowbit::minifloat_from_f64s(ty.dtype, &dims, &v)
+            } else {
+                Tensor::from_f64s(ty.dtype, &dims, &v)
+            }
+            .or_else(|e| self.error(&t, e))
         } else {
             let mut v = Vec::with_capacity(n);
             let is_bool = ty.dtype == DType::Bool;
@@ -653,6 +658,10 @@ fn in_range(v: i64, dtype: DType) -> bool {
         DType::I16 => i16::try_from(v).is_ok(),
         DType::U16 => u16::try_from(v).is_ok(),
         DType::U32 => u32::try_from(v).is_ok(),
+        DType::I4 => (lowbit::I4::MIN..=lowbit::I4::MAX).contains(&v),
+        DType::U4 => (lowbit::U4::MIN..=lowbit::U4::MAX).contains(&v),
+        DType::I2 => (lowbit::I2::MIN..=lowbit::I2::MAX).contains(&v),
+        DType::U2 => (lowbit::U2::MIN..=lowbit::U2::MAX).contains(&v),
         _ => true,
     }
 }

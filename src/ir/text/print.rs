@@ -198,6 +198,8 @@ fn data_text(t: &Tensor) -> String {
         Tensor::F16(a) => a.iter().map(|v| format!("{:?}", v.to_f32())).collect(),
         Tensor::BF16(a) => a.iter().map(|v| format!("{:?}", v.to_f32())).collect(),
         Tensor::Bool(a) => a.iter().map(|v| v.to_string()).collect(),
+        // float8/float4 values are exact in f64; they read back to the same code.
+        t if t.dtype().is_minifloat() => t.to_f64_vec().iter().map(|v| format!("{v:?}")).collect(),
         Tensor::String(a) => a.iter().map(|v| quote_string(v)).collect(),
         other => other.to_i64_vec().iter().map(|v| v.to_string()).collect(),
     };
