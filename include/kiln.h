@@ -126,6 +126,36 @@ typedef struct kiln_value {
 } kiln_value;
 
 /**
+ * Which field of a `kiln_attr` holds its value.
+ */
+typedef uint32_t kiln_attr_kind;
+
+/**
+ * One attribute of an op: its name, its kind, and the one field the kind selects (the
+ * others are ignored). Kiln copies everything it needs during the call.
+ */
+typedef struct kiln_attr {
+  const char *name;
+  kiln_attr_kind kind;
+  int64_t i;
+  double f;
+  const char *s;
+  const int64_t *ints;
+  const double *floats;
+  size_t len;
+  const char *const *strings;
+} kiln_attr;
+
+/**
+ * A graph attribute of an op: its name and the graph. Kiln copies the graph during the
+ * call, so the caller still owns it (and frees it with `kiln_graph_free`).
+ */
+typedef struct kiln_graph_attr {
+  const char *name;
+  const struct kiln_graph *graph;
+} kiln_graph_attr;
+
+/**
  * Infers the op's output types from its input types and attributes: reads them with
  * `kiln_infer_context_*`, sets every output with `kiln_infer_context_set_output` (or
  * `_set_output_like`), returns `KILN_STATUS_OK` or another status after
@@ -253,27 +283,6 @@ typedef struct kiln_tensor_view {
   const int64_t *dims;
   const int64_t *strides;
 } kiln_tensor_view;
-
-/**
- * Which field of a `kiln_attr` holds its value.
- */
-typedef uint32_t kiln_attr_kind;
-
-/**
- * One attribute of an op: its name, its kind, and the one field the kind selects (the
- * others are ignored). Kiln copies everything it needs during the call.
- */
-typedef struct kiln_attr {
-  const char *name;
-  kiln_attr_kind kind;
-  int64_t i;
-  double f;
-  const char *s;
-  const int64_t *ints;
-  const double *floats;
-  size_t len;
-  const char *const *strings;
-} kiln_attr;
 
 
 
@@ -610,6 +619,28 @@ size_t kiln_graph_output_count(const struct kiln_graph *g);
  * `g` is a live graph; `dims` points to `dims_capacity` slots; `rank` is valid.
  */
 kiln_status kiln_graph_value_type(const struct kiln_graph *g, struct kiln_value v, kiln_dtype *dtype, int64_t *dims, size_t dims_capacity, size_t *rank);
+
+/**
+ * `kiln_graph_add_op` for ops with graph attributes as well as ordinary ones: `If`
+ * (`then_branch`, `else_branch`), `Loop` and `Scan` (`body`). A body is a closed graph:
+ * its parameters, in the order they were added, are its inputs and its outputs are its
+ * results. A value of the outer graph that a body uses is passed as a trailing operand
+ * (a capture) with a matching trailing parameter in every body, and the int attribute
+ * `captures` counts them. `If(cond, captures...)`: each branch takes the captures and
+ * returns the op's outputs. `Loop(M, cond, carried..., captures...)` (either of `M`,
+ * `cond` may be `KILN_VALUE_NONE_NODE`): the body takes the iteration number (i64
+ * scalar), the condition (bool scalar), the carried values and the captures, and
+ * returns the condition, the carried values and the scan outputs. `Scan(state...,
+ * scan_inputs..., captures...)` with `num_scan_inputs`, as in ONNX. Each graph is
+ * copied during the call (the caller still owns and frees it); a body that does not fit
+ * the operands fails here, naming the node. Outputs and statuses as for
+ * `kiln_graph_add_op`; a graph attribute given twice is `KILN_STATUS_INVALID_ARGUMENT`.
+ *
+ * # Safety
+ * As for `kiln_graph_add_op`; `graphs` points to `n_graphs` entries, each with a string
+ * `name` and a live `graph` (which may be `g` itself: it is copied first).
+ */
+kiln_status kiln_graph_add_op_with_graphs(struct kiln_graph *g, const char *op_type, const struct kiln_value *inputs, size_t n_inputs, const struct kiln_attr *attrs, size_t n_attrs, const struct kiln_graph_attr *graphs, size_t n_graphs, struct kiln_value *outputs, size_t outputs_capacity, size_t *n_outputs);
 
 /**
  * Registers an external op (see `kiln_custom_op`; the struct and its strings are

@@ -1,10 +1,12 @@
 //! A run of a compiled CPU executable allocates only its output tensors: no kernel, no
-//! step, no thread-pool loop and no lookup allocates per run (counted by a global
-//! allocator; this binary has one test so that nothing else allocates meanwhile).
+//! step, no thread-pool loop and no lookup allocates per run, and a compiled loop
+//! allocates nothing per iteration (counted by a global allocator; the tests take one
+//! lock so that nothing else allocates meanwhile).
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use kiln::backend::{backend_with, Device};
 use kiln::ir::{Attr, Attrs, DType, Graph, Shape, TensorType, Value};
@@ -16,6 +18,9 @@ use common::op;
 struct Counting;
 
 static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+/// Held by each test while it counts.
+static ALONE: Mutex<()> = Mutex::new(());
 
 // SAFETY: forwards to the system allocator; counting has no effect on the memory.
 unsafe impl GlobalAlloc for Counting {
@@ -109,6 +114,7 @@ fn graph() -> Graph {
 
 #[test]
 fn runs_allocate_only_their_outputs() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     let g = graph();
     let inputs = vec![tensor(&[2, 16, 12, 12], 9)];
     for threads in [1, 2] {
@@ -137,4 +143,39 @@ fn runs_allocate_only_their_outputs() {
             "{threads} thread(s): {allocated} allocations in one run, {outputs} expected"
         );
     }
+}
+
+/// The fewest allocations of a few runs of `exe` on `inputs` (after two warm-up runs).
+fn fewest_allocations(exe: &dyn kiln::backend::Executable, inputs: &[Tensor]) -> usize {
+    exe.run(inputs).unwrap();
+    exe.run(inputs).unwrap();
+    (0..5)
+        .map(|_| {
+            let before = ALLOCATIONS.load(Ordering::SeqCst);
+            exe.run(inputs).unwrap();
+            ALLOCATIONS.load(Ordering::SeqCst) - before
+        })
+        .min()
+        .unwrap()
+}
+
+#[test]
+fn a_compiled_loop_allocates_nothing_per_iteration() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    let inputs = common::control_graphs::recurrence_inputs(16, 5);
+    let mut counts = vec![];
+    // Long enough not to be unrolled by the pipeline.
+    for iters in [40, 1000] {
+        let g = common::control_graphs::recurrence_loop(iters, 16, true);
+        let exe = backend_with(Device::Cpu, PassOptions::default(), 1)
+            .unwrap()
+            .compile(&g)
+            .unwrap();
+        let got = exe.run(&inputs).unwrap();
+        assert_eq!(got[1].shape(), [iters as usize, 1, 16]);
+        counts.push(fewest_allocations(&*exe, &inputs));
+    }
+    // Only the outputs: the result Vec and each output's data.
+    assert_eq!(counts[0], counts[1], "40 vs 1000 iterations: {counts:?}");
+    assert!(counts[1] <= 3, "{counts:?} allocations per run");
 }

@@ -318,6 +318,34 @@ class Graph {
     return outs;
   }
 
+  /// Applies `op` with graph attributes as well (`If`'s `then_branch`/`else_branch`,
+  /// `Loop`'s and `Scan`'s `body`; see kiln_graph_add_op_with_graphs): each body is
+  /// copied, so it stays the caller's. Returns all the op's outputs.
+  std::vector<kiln_value> add_op_with_graphs(const std::string &op, const std::vector<kiln_value> &inputs,
+                                             const std::vector<std::pair<std::string, const Graph *>> &graphs,
+                                             const std::vector<Attr> &attrs = {}) {
+    std::vector<std::vector<const char *>> string_ptrs(attrs.size());
+    std::vector<kiln_attr> c_attrs;
+    for (std::size_t i = 0; i < attrs.size(); i++) c_attrs.push_back(attrs[i].to_c(string_ptrs[i]));
+    std::vector<kiln_graph_attr> c_graphs;
+    for (const auto &g : graphs) c_graphs.push_back({g.first.c_str(), g.second ? g.second->h_ : nullptr});
+    std::vector<kiln_value> outs(4);
+    std::size_t n = 0;
+    auto call = [&] {
+      return kiln_graph_add_op_with_graphs(h_, op.c_str(), inputs.data(), inputs.size(), c_attrs.data(),
+                                           c_attrs.size(), c_graphs.data(), c_graphs.size(), outs.data(),
+                                           outs.size(), &n);
+    };
+    kiln_status s = call();
+    if (s == KILN_STATUS_BUFFER_TOO_SMALL) {
+      outs.resize(n);
+      s = call();
+    }
+    check(s);
+    outs.resize(n);
+    return outs;
+  }
+
   /// Applies a single-output op; returns its output.
   kiln_value op(const std::string &op, const std::vector<kiln_value> &inputs, const std::vector<Attr> &attrs = {}) {
     auto outs = add_op(op, inputs, attrs);

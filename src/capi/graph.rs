@@ -375,61 +375,95 @@ pub unsafe extern "C" fn kiln_graph_add_op(
     // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
     unsafe {
         guard(|| {
-            let g = arg_mut(g, "g")?;
-            let op = arg_str(op_type, "op_type")?;
-            let n_out = out_ptr(n_outputs, "n_outputs")?;
-            if outputs.is_null() && outputs_capacity > 0 {
-                return Err(Failure::null("outputs"));
-            }
-            let ins: Vec<Option<Value>> = arg_slice(inputs, n_inputs, "inputs")?
-                .iter()
-                .map(|v| {
-                    (v.node != KILN_VALUE_NONE_NODE).then_some(Value {
-                        node: NodeId(v.node),
-                        output: v.output,
-                    })
-                })
-                .collect();
-            let mut attr_map = Attrs::new();
-            for (i, a) in arg_slice(attrs, n_attrs, "attrs")?.iter().enumerate() {
-                let (name, value) = attr_from_c(a, i)?;
-                if attr_map.get(&name).is_some() {
-                    return Err(Failure::invalid(format!(
-                        "attrs[{i}]: attribute '{name}' is given twice"
-                    )));
-                }
-                attr_map.set(&name, value);
-            }
-            // Infer first, so that a too-small output array adds nothing.
-            let probe = Node {
-                name: String::new(),
-                op: op.to_string(),
-                inputs: ins.clone(),
-                attrs: attr_map.clone(),
-                outputs: vec![],
-                control_deps: vec![],
-                data: None,
-            };
-            let count = match g.graph.infer_node(&probe) {
-                Ok(types) => types.len(),
-                // Let add_op produce the error, which names the node.
-                Err(_) => 0,
-            };
-            if count > outputs_capacity {
-                *n_out = count;
-                return Err(Failure::new(
-                    KILN_STATUS_BUFFER_TOO_SMALL,
-                    format!("{op} has {count} outputs; outputs_capacity is {outputs_capacity}"),
-                ));
-            }
-            let id = g.graph.add_op(op, &ins, attr_map, "")?;
-            let count = g.graph.node(id).outputs.len();
-            for i in 0..count {
-                *outputs.add(i) = id.out(i as u32).into();
-            }
-            *n_out = count;
-            Ok(())
+            add_op_with(
+                g,
+                op_type,
+                inputs,
+                n_inputs,
+                attrs,
+                n_attrs,
+                Attrs::new(),
+                outputs,
+                outputs_capacity,
+                n_outputs,
+            )
         })
+    }
+}
+
+/// [`kiln_graph_add_op`] with attributes `extra` besides the C ones (graph attributes).
+///
+/// # Safety
+/// As for [`kiln_graph_add_op`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn add_op_with(
+    g: *mut kiln_graph,
+    op_type: *const c_char,
+    inputs: *const kiln_value,
+    n_inputs: usize,
+    attrs: *const kiln_attr,
+    n_attrs: usize,
+    extra: Attrs,
+    outputs: *mut kiln_value,
+    outputs_capacity: usize,
+    n_outputs: *mut usize,
+) -> CResult<()> {
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        let g = arg_mut(g, "g")?;
+        let op = arg_str(op_type, "op_type")?;
+        let n_out = out_ptr(n_outputs, "n_outputs")?;
+        if outputs.is_null() && outputs_capacity > 0 {
+            return Err(Failure::null("outputs"));
+        }
+        let ins: Vec<Option<Value>> = arg_slice(inputs, n_inputs, "inputs")?
+            .iter()
+            .map(|v| {
+                (v.node != KILN_VALUE_NONE_NODE).then_some(Value {
+                    node: NodeId(v.node),
+                    output: v.output,
+                })
+            })
+            .collect();
+        let mut attr_map = extra;
+        for (i, a) in arg_slice(attrs, n_attrs, "attrs")?.iter().enumerate() {
+            let (name, value) = attr_from_c(a, i)?;
+            if attr_map.get(&name).is_some() {
+                return Err(Failure::invalid(format!(
+                    "attrs[{i}]: attribute '{name}' is given twice"
+                )));
+            }
+            attr_map.set(&name, value);
+        }
+        // Infer first, so that a too-small output array adds nothing.
+        let probe = Node {
+            name: String::new(),
+            op: op.to_string(),
+            inputs: ins.clone(),
+            attrs: attr_map.clone(),
+            outputs: vec![],
+            control_deps: vec![],
+            data: None,
+        };
+        let count = match g.graph.infer_node(&probe) {
+            Ok(types) => types.len(),
+            // Let add_op produce the error, which names the node.
+            Err(_) => 0,
+        };
+        if count > outputs_capacity {
+            *n_out = count;
+            return Err(Failure::new(
+                KILN_STATUS_BUFFER_TOO_SMALL,
+                format!("{op} has {count} outputs; outputs_capacity is {outputs_capacity}"),
+            ));
+        }
+        let id = g.graph.add_op(op, &ins, attr_map, "")?;
+        let count = g.graph.node(id).outputs.len();
+        for i in 0..count {
+            *outputs.add(i) = id.out(i as u32).into();
+        }
+        *n_out = count;
+        Ok(())
     }
 }
 

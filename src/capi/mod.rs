@@ -19,6 +19,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::error::Error;
 
 pub mod compile;
+pub mod control;
 pub mod custom_op;
 pub mod device;
 pub mod graph;

@@ -4,6 +4,7 @@
 //! includes it with `mod common;` (benches with `#[path]`); no crate uses all of it.
 #![allow(dead_code)]
 
+pub mod control_graphs;
 pub mod train_graphs;
 
 use std::path::{Path, PathBuf};
@@ -300,7 +301,8 @@ pub fn random_inputs(g: &Graph, rng: &mut Rng, sym: usize, scale: f32) -> Vec<Te
 /// The gradients of the scalar `loss` with respect to `params` (the values of param `p`
 /// being `values[first_param + p]`; the values before are undifferentiated inputs)
 /// against central differences, element by element, on the reference interpreter:
-/// relative error ≤ 1e-6 (absolute below magnitudes of 1e-2). Returns the worst error.
+/// relative error ≤ 1e-6 (absolute below magnitudes of 1e-2). Outputs `g` already has
+/// are computed too and ignored. Returns the worst error.
 pub fn check_gradients(
     g: &Graph,
     loss: Value,
@@ -309,6 +311,7 @@ pub fn check_gradients(
     first_param: usize,
 ) -> f64 {
     let mut g = g.clone();
+    let skip = g.outputs().len();
     let grads = grad(&mut g, loss, params).unwrap_or_else(|e| panic!("{e}\n{}", text::print(&g)));
     g.add_output("loss", loss).unwrap();
     for (i, gv) in grads.iter().enumerate() {
@@ -327,15 +330,19 @@ pub fn check_gradients(
     let mut worst = 0.0f64;
     for p in 0..params.len() {
         let value = &values[first_param + p];
-        assert_eq!(base[1 + p].shape(), value.shape(), "gradient {p}'s shape");
+        assert_eq!(
+            base[skip + 1 + p].shape(),
+            value.shape(),
+            "gradient {p}'s shape"
+        );
         let x = value.to_f64_vec();
-        for (k, &ana) in base[1 + p].to_f64_vec().iter().enumerate() {
+        for (k, &ana) in base[skip + 1 + p].to_f64_vec().iter().enumerate() {
             let at = |d: f64| {
                 let mut xs = x.clone();
                 xs[k] += d;
                 let mut vals = values.to_vec();
                 vals[first_param + p] = Tensor::from_vec(value.shape(), xs).unwrap();
-                run(&vals)[0].to_f64_vec()[0]
+                run(&vals)[skip].to_f64_vec()[0]
             };
             let numeric = (at(h) - at(-h)) / (2.0 * h);
             let err = (ana - numeric).abs() / ana.abs().max(numeric.abs()).max(1e-2);

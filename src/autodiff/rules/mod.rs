@@ -11,6 +11,7 @@ use super::Cx;
 use crate::error::{Error, Result};
 use crate::ir::{Attr, Attrs, Node, NodeId, Value};
 
+mod control;
 mod conv;
 mod elementwise;
 mod loss;
@@ -47,6 +48,9 @@ pub(crate) fn backward(
             .ok_or_else(|| Error::Graph(format!("input {k} is missing")))
     };
     let y: Value = id.into();
+    if matches!(node.op.as_str(), "If" | "Loop" | "Scan") {
+        return control::backward(cx, id, gys);
+    }
     if node.op == "SoftmaxCrossEntropyLoss" {
         return softmax_cross_entropy(cx, id, gys);
     }

@@ -17,6 +17,7 @@ use crate::backend::specialize::static_output;
 use crate::error::{Error, Result};
 use crate::ir::{Graph, Value};
 use crate::memory::{self, MemoryPlan};
+use crate::passes::PassOptions;
 
 /// A lowered graph for one set of input shapes.
 pub struct Program {
@@ -44,12 +45,13 @@ pub(crate) fn lower(
     pool: Option<&Pool>,
     tuning: &Tuning,
     vars: &Variables,
+    passes: &PassOptions,
 ) -> Result<Program> {
-    let p = lower_with(g, pool, tuning, vars, true)?;
+    let p = lower_with(g, pool, tuning, vars, passes, true)?;
     let first_update = p.steps.iter().position(|s| s.updates_variable);
     match first_update {
         Some(i) if p.steps[i..].iter().any(|s| s.kernel.can_fail()) => {
-            lower_with(g, pool, tuning, vars, false)
+            lower_with(g, pool, tuning, vars, passes, false)
         }
         _ => Ok(p),
     }
@@ -61,6 +63,7 @@ fn lower_with(
     pool: Option<&Pool>,
     tuning: &Tuning,
     vars: &Variables,
+    passes: &PassOptions,
     in_place: bool,
 ) -> Result<Program> {
     let schedule = g.schedule()?;
@@ -193,6 +196,7 @@ fn lower_with(
                     scratch_bytes: &scratch_bytes,
                     pool,
                     tuning,
+                    passes,
                 };
                 let kernel = steps::build(&b)
                     .map_err(|e| Error::Graph(format!("{}: {e}", g.describe(id))))?;

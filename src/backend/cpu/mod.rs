@@ -141,7 +141,13 @@ impl CpuExecutable {
             Compiled::Interp(InterpExecutable::new(g)?)
         } else {
             let vars = self.variables.read().unwrap_or_else(|e| e.into_inner());
-            Compiled::Program(lower::lower(&g, Some(&self.pool), &self.tuning, &vars)?)
+            Compiled::Program(lower::lower(
+                &g,
+                Some(&self.pool),
+                &self.tuning,
+                &vars,
+                &self.passes,
+            )?)
         })
     }
 

@@ -5,9 +5,11 @@ use super::pool::Pool;
 use super::program::{Kernel, Loc, Slot};
 use super::tune::Tuning;
 use crate::ir::{Graph, Node, NodeId};
+use crate::passes::PassOptions;
 use crate::tensor::Tensor;
 
 pub mod backward;
+pub mod control;
 pub mod conv;
 pub mod conv_grad;
 pub mod custom;
@@ -37,6 +39,8 @@ pub struct Build<'a> {
     /// algorithms (see [`super::tune`]).
     pub pool: Option<&'a Pool>,
     pub tuning: &'a Tuning,
+    /// The pass options, for the bodies of control-flow ops (compiled like a program).
+    pub passes: &'a PassOptions,
 }
 
 impl Build<'_> {
@@ -65,6 +69,7 @@ type Builder = fn(&Build) -> Result<Option<Box<dyn Kernel>>, String>;
 
 /// The family builders, tried in order.
 const FAMILIES: &[Builder] = &[
+    control::build,
     custom::build,
     matmul::build,
     conv_grad::build,
