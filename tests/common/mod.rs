@@ -46,15 +46,18 @@ pub enum Need {
     CudaTools,
     /// g++, for the CUDA host emulation.
     Gxx,
+    /// The zoo of real models (`target/zoo`, from `scripts/model-zoo.sh`, which needs PyPI).
+    Zoo,
 }
 
 impl Need {
-    pub const ALL: [Need; 5] = [
+    pub const ALL: [Need; 6] = [
         Need::OnnxSuite,
         Need::Avx512f,
         Need::CudaDevice,
         Need::CudaTools,
         Need::Gxx,
+        Need::Zoo,
     ];
 
     /// The need's name in `KILN_REQUIRE`.
@@ -65,6 +68,7 @@ impl Need {
             Need::CudaDevice => "cuda-device",
             Need::CudaTools => "cuda-tools",
             Need::Gxx => "gxx",
+            Need::Zoo => "zoo",
         }
     }
 }
