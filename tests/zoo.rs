@@ -62,7 +62,8 @@ fn read_tensors(set: &Path, kind: &str) -> Result<Vec<Tensor>, String> {
 fn run_model(dir: &Path, device: Device) -> (Result<(), String>, Duration) {
     let start = Instant::now();
     let outcome = (|| {
-        let graph = onnx::import_file(&dir.join("model.onnx")).map_err(|e| format!("import: {e}"))?;
+        let graph =
+            onnx::import_file(&dir.join("model.onnx")).map_err(|e| format!("import: {e}"))?;
         let exe = backend_for(device)
             .and_then(|b| b.compile(&graph))
             .map_err(|e| format!("compile: {e}"))?;
@@ -207,7 +208,10 @@ fn zoo_models_agree_with_onnxruntime() {
         }
     }
     for r in &results {
-        if !expected.lines().any(|l| l.split_whitespace().next() == Some(&r.name)) {
+        if !expected
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some(&r.name))
+        {
             problems.push(format!("{}: in the zoo, not in the record", r.name));
         }
     }
