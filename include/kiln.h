@@ -414,6 +414,37 @@ typedef struct kiln_attr {
 #define KILN_DTYPE_U64 12
 
 /**
+ * Text. A model's string values are reported with it, but C tensors cannot hold
+ * strings yet: passing it as an argument fails with `KILN_STATUS_UNSUPPORTED`.
+ */
+#define KILN_DTYPE_STRING 13
+
+/**
+ * The low-bit dtypes take one byte per element: a float8/float4 code in the low bits,
+ * a uint4/uint2 value, an int4/int2 value in the low bits or sign-extended (read back
+ * in the low bits).
+ */
+#define KILN_DTYPE_F8E4M3FN 14
+
+#define KILN_DTYPE_F8E4M3FNUZ 15
+
+#define KILN_DTYPE_F8E5M2 16
+
+#define KILN_DTYPE_F8E5M2FNUZ 17
+
+#define KILN_DTYPE_F8E8M0 18
+
+#define KILN_DTYPE_F4E2M1 19
+
+#define KILN_DTYPE_I4 20
+
+#define KILN_DTYPE_U4 21
+
+#define KILN_DTYPE_I2 22
+
+#define KILN_DTYPE_U2 23
+
+/**
  * What the getters return for a NULL handle; never accepted as an argument.
  */
 #define KILN_DTYPE_INVALID 4294967295

@@ -315,18 +315,28 @@ fn check_reports_mismatched_axis_names() {
 #[test]
 fn npy_prints_a_file_of_every_dtype() {
     let dir = scratch("npy");
-    for dtype in kiln::DType::ALL {
+    // Strings have no numeric values to give (their .npy is unicode, tested on its own).
+    for dtype in kiln::DType::ALL.into_iter().filter(|d| !d.is_string()) {
         let t = Tensor::from_f64s(dtype, &[2, 2], &[1.0, 0.0, 1.0, 1.0]).unwrap();
         let f = write_npy(&dir, &format!("{dtype}.npy"), &t);
         let o = kiln(&["npy", &f]);
         assert_ok(&o);
         let want = if dtype == kiln::DType::Bool {
             format!("{dtype}[2, 2] [true, false, true, true]")
+        } else if dtype == kiln::DType::F8E8M0 {
+            // A power of two with no zero: 0 becomes the smallest, 2^-127.
+            format!("{dtype}[2, 2] [1, {}, 1, 1]", 2f32.powi(-127))
         } else {
             format!("{dtype}[2, 2] [1, 0, 1, 1]")
         };
         assert_eq!(stdout(&o).trim(), want);
     }
+    let half = Tensor::from_f64s(kiln::DType::F8E4M3FN, &[2], &[0.5, -448.0]).unwrap();
+    let f = write_npy(&dir, "half.npy", &half);
+    assert_eq!(
+        stdout(&kiln(&["npy", &f])).trim(),
+        "f8e4m3fn[2] [0.5, -448]"
+    );
     let long = write_npy(&dir, "long.npy", &f32s(&[40], &[0.5; 40]));
     assert!(stdout(&kiln(&["npy", &long])).contains("(24 more)"));
     assert!(!stdout(&kiln(&["npy", &long, "--full"])).contains("more"));
@@ -544,4 +554,107 @@ fn autotune_measures_caches_and_reuses_the_winner() {
     // An unreadable cache is the same as none.
     std::fs::write(&cache, "not\ta cache\n").unwrap();
     assert!(bench_with_env(&g, &[("KILN_TUNE_CACHE", &cache)]).contains("conv-depthwise"));
+}
+
+const SEQ: &str = r#"graph "seq" {
+  %0 "s" = Parameter : seq<f32[?]>
+  %1 "o" = Parameter : opt<f32[2]>
+  %2 "w" = Parameter : string[2]
+  %3 "n" = SequenceLength(%0) : i64[]
+  %4 "has" = OptionalHasElement(%1) : bool[]
+  %5 "w2" = Concat(%2, %2) {axis = 0} : string[4]
+  %6 "s2" = SequenceErase(%0) : seq<f32[?]>
+  %7 "o2" = Identity(%1) : opt<f32[2]>
+  return "n" = %3, "has" = %4, "w2" = %5, "s2" = %6, "o2" = %7
+}
+"#;
+
+#[test]
+fn run_takes_and_writes_strings_sequences_and_optionals() {
+    let dir = scratch("run_seq");
+    let f = write(&dir, "seq.kir", SEQ);
+    assert_eq!(stdout(&kiln(&["print", &f])), SEQ);
+    let seq = dir.join("s");
+    std::fs::create_dir_all(&seq).unwrap();
+    write_npy(&seq, "0.npy", &f32s(&[1], &[1.0]));
+    write_npy(&seq, "1.npy", &f32s(&[3], &[2.0, 3.0, 4.0]));
+    let words = Tensor::from_strings(&[2], vec!["hé".into(), "wörld".into()]).unwrap();
+    let w = write_npy(&dir, "w.npy", &words);
+    let out = dir.join("out");
+    for backend in ["interp", "cpu"] {
+        let _ = std::fs::remove_dir_all(&out);
+        let o = kiln(&[
+            "run",
+            &f,
+            "--input",
+            &format!("s={}", seq.display()),
+            "--input",
+            "o=",
+            "--input",
+            &format!("w={w}"),
+            "--outputs",
+            &out.display().to_string(),
+            "--backend",
+            backend,
+            "--print",
+        ]);
+        assert_ok(&o);
+        let text = stdout(&o);
+        assert!(text.contains("n = i64[] [2]"), "{text}");
+        assert!(text.contains("has = bool[] [false]"), "{text}");
+        assert!(
+            text.contains("o2 is an empty optional: nothing written"),
+            "{text}"
+        );
+        let w2 = npy::read(&out.join("w2.npy")).unwrap();
+        let want = ["hé", "wörld", "hé", "wörld"].map(String::from).to_vec();
+        assert_eq!(w2, Tensor::from_strings(&[4], want).unwrap());
+        assert_eq!(
+            npy::read(&out.join("s2").join("0.npy")).unwrap(),
+            f32s(&[1], &[1.0])
+        );
+        assert!(!out.join("s2").join("1.npy").exists());
+        assert!(!out.join("o2.npy").exists());
+    }
+    // A full optional is its value's file; a missing sequence folder is a clear error.
+    let o_file = write_npy(&dir, "o.npy", &f32s(&[2], &[5.0, 6.0]));
+    let o = kiln(&[
+        "run",
+        &f,
+        "--input",
+        &format!("s={}", seq.display()),
+        "--input",
+        &format!("o={o_file}"),
+        "--input",
+        &format!("w={w}"),
+        "--outputs",
+        &out.display().to_string(),
+    ]);
+    assert_ok(&o);
+    assert_eq!(
+        npy::read(&out.join("o2.npy")).unwrap(),
+        f32s(&[2], &[5.0, 6.0])
+    );
+    let o = kiln(&[
+        "run",
+        &f,
+        "--input",
+        "s=nowhere",
+        "--input",
+        "o=",
+        "--input",
+        &format!("w={w}"),
+    ]);
+    assert_fails(&o, &["nowhere", "a sequence is a folder"]);
+    let o = kiln(&[
+        "run",
+        &f,
+        "--input",
+        &format!("s={}", seq.display()),
+        "--input",
+        "o=",
+        "--input",
+        "w=",
+    ]);
+    assert_fails(&o, &["input 'w'", "not optional"]);
 }

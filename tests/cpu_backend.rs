@@ -659,3 +659,40 @@ fn bad_inputs_are_errors_naming_the_input() {
     let e = exe.run(&[]).unwrap_err().to_string();
     assert!(e.contains("takes 1 inputs"), "{e}");
 }
+
+#[test]
+fn low_bit_dequantize_per_tensor_per_axis_and_blocked() {
+    let low_bit = DType::ALL.into_iter().filter(|d| d.is_low_bit());
+    for (i, dtype) in low_bit.enumerate() {
+        let mut rng = Rng(i as u64);
+        // (scale dims, axis, block_size) over x of [4, 6].
+        let layouts: &[(&[usize], i64, i64)] = &[
+            (&[], 1, 0),
+            (&[6], 1, 0),
+            (&[4], 0, 0),
+            (&[4, 2], 1, 4),
+            (&[2, 6], 0, 3),
+        ];
+        for &(scale_dims, axis, block) in layouts {
+            let mut g = Graph::new("dq");
+            let x = param(&mut g, "x", &[4, 6]);
+            // Spread [-1, 1) over the dtype's range before converting.
+            let eight = common::constant(&mut g, Tensor::scalar(8.0f32));
+            let wide = op(&mut g, "Mul", &[x, eight], Attrs::new());
+            let to = Attrs::new().with("to", Attr::String(dtype.to_string()));
+            let q = op(&mut g, "Cast", &[wide], to);
+            let scale = weight(&mut g, &mut rng, "scale", scale_dims);
+            let n: usize = scale_dims.iter().product();
+            let zp_values: Vec<f64> = (0..n).map(|k| (k % 3) as f64).collect();
+            let zp = Tensor::from_f64s(dtype, scale_dims, &zp_values).unwrap();
+            let zp = common::constant(&mut g, zp);
+            let attrs = Attrs::new()
+                .with("axis", Attr::Int(axis))
+                .with("block_size", Attr::Int(block));
+            let y = op(&mut g, "DequantizeLinear", &[q, scale, zp], attrs);
+            g.add_output("y", y).unwrap();
+            uses(&g, "dequantize-low-bit");
+            check(&g, i as u64);
+        }
+    }
+}

@@ -283,3 +283,30 @@ fn elided_constants_print_small_and_refuse_to_parse() {
     let e = parse(&text, "dump.kir", None).unwrap_err().to_string();
     assert!(e.contains("dump.kir:3:") && e.contains("elided"), "{e}");
 }
+
+#[test]
+fn low_bit_constants_round_trip_every_code() {
+    let mut g = Graph::new("lowbit");
+    let mut names = vec![];
+    for dtype in DType::ALL.into_iter().filter(|d| d.is_low_bit()) {
+        // Every in-memory byte the dtype has (NaN codes aside: NaN prints as one text).
+        let bytes: Vec<u8> = (0..=255u8)
+            .filter_map(|b| Tensor::from_le_bytes(dtype, &[1], &[b]).ok())
+            .filter(|t| !t.to_f64_vec()[0].is_nan())
+            .map(|t| t.to_le_bytes()[0])
+            .collect();
+        let t = Tensor::from_le_bytes(dtype, &[bytes.len()], &bytes).unwrap();
+        let c = g
+            .add_constant_value(&format!("c_{dtype}"), t.clone())
+            .unwrap();
+        g.add_output(&format!("y_{dtype}"), c.into()).unwrap();
+        names.push((dtype, t));
+    }
+    let text = print(&g);
+    let back = parse(&text, "lowbit", None).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(print(&back), text);
+    for (i, (dtype, t)) in names.iter().enumerate() {
+        let node = back.outputs()[i].value.node;
+        assert_eq!(back.node(node).data.as_deref(), Some(t), "{dtype}");
+    }
+}

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use kiln::backend::{backend_for, Device};
 use kiln::frontend::onnx;
+use kiln::ir::TensorType;
 use kiln::Tensor;
 
 fn suite_dir() -> PathBuf {
@@ -31,6 +32,17 @@ fn run_case(dir: &Path, device: Device) -> Result<(), String> {
         .split_whitespace()
         .map(|v| v.parse::<f64>().unwrap_or(0.0));
     let (rtol, atol) = (tol.next().unwrap_or(1e-3), tol.next().unwrap_or(1e-7));
+    let input_types: Vec<TensorType> = graph
+        .inputs()
+        .into_iter()
+        .map(|id| graph.node(id).outputs[0].clone())
+        .collect();
+    let output_types = graph
+        .outputs()
+        .iter()
+        .map(|o| graph.value_type(o.value).cloned())
+        .collect::<Result<Vec<TensorType>, _>>()
+        .map_err(|e| e.to_string())?;
     let exe = backend_for(device)
         .and_then(|b| b.compile(&graph))
         .map_err(|e| format!("compile: {e}"))?;
@@ -41,17 +53,23 @@ fn run_case(dir: &Path, device: Device) -> Result<(), String> {
         .collect();
     sets.sort();
     for set in sets {
-        let read_all = |kind: &str| -> Result<Vec<Tensor>, String> {
+        // Each value is read as its graph input's or output's type says (a sequence or
+        // an optional is not a TensorProto).
+        let read_all = |kind: &str, types: &[TensorType]| -> Result<Vec<Tensor>, String> {
             let mut out = vec![];
             for i in 0.. {
                 let p = set.join(format!("{kind}_{i}.pb"));
                 let Ok(bytes) = std::fs::read(&p) else { break };
-                out.push(onnx::read_tensor_pb(&bytes).map_err(|e| format!("{kind} {i}: {e}"))?);
+                let v = match types.get(i) {
+                    Some(ty) => onnx::read_value_pb(&bytes, ty),
+                    None => onnx::read_tensor_pb(&bytes),
+                };
+                out.push(v.map_err(|e| format!("{kind} {i}: {e}"))?);
             }
             Ok(out)
         };
-        let inputs = read_all("input")?;
-        let want = read_all("output")?;
+        let inputs = read_all("input", &input_types)?;
+        let want = read_all("output", &output_types)?;
         let got = exe.run(&inputs).map_err(|e| format!("run: {e}"))?;
         if got.len() != want.len() {
             return Err(format!("{} outputs, expected {}", got.len(), want.len()));

@@ -43,5 +43,9 @@ mod shape;
 mod signal;
 #[path = "ops/state.rs"]
 mod state;
+#[path = "ops/strings.rs"]
+mod strings;
 #[path = "ops/text.rs"]
 mod text;
+#[path = "ops/tree.rs"]
+mod tree;

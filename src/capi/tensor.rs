@@ -24,17 +24,39 @@ pub const KILN_DTYPE_I16: kiln_dtype = 9;
 pub const KILN_DTYPE_U16: kiln_dtype = 10;
 pub const KILN_DTYPE_U32: kiln_dtype = 11;
 pub const KILN_DTYPE_U64: kiln_dtype = 12;
+/// Text. A model's string values are reported with it, but C tensors cannot hold
+/// strings yet: passing it as an argument fails with `KILN_STATUS_UNSUPPORTED`.
+pub const KILN_DTYPE_STRING: kiln_dtype = 13;
+/// The low-bit dtypes take one byte per element: a float8/float4 code in the low bits,
+/// a uint4/uint2 value, an int4/int2 value in the low bits or sign-extended (read back
+/// in the low bits).
+pub const KILN_DTYPE_F8E4M3FN: kiln_dtype = 14;
+pub const KILN_DTYPE_F8E4M3FNUZ: kiln_dtype = 15;
+pub const KILN_DTYPE_F8E5M2: kiln_dtype = 16;
+pub const KILN_DTYPE_F8E5M2FNUZ: kiln_dtype = 17;
+pub const KILN_DTYPE_F8E8M0: kiln_dtype = 18;
+pub const KILN_DTYPE_F4E2M1: kiln_dtype = 19;
+pub const KILN_DTYPE_I4: kiln_dtype = 20;
+pub const KILN_DTYPE_U4: kiln_dtype = 21;
+pub const KILN_DTYPE_I2: kiln_dtype = 22;
+pub const KILN_DTYPE_U2: kiln_dtype = 23;
 /// What the getters return for a NULL handle; never accepted as an argument.
 pub const KILN_DTYPE_INVALID: kiln_dtype = 0xFFFF_FFFF;
 
 /// `DType::ALL` is in `kiln_dtype` order.
 pub(crate) fn dtype_from_c(d: kiln_dtype, arg: &str) -> CResult<DType> {
-    DType::ALL.get(d as usize).copied().ok_or_else(|| {
+    let dtype = DType::ALL.get(d as usize).copied().ok_or_else(|| {
         Failure::invalid(format!(
             "{arg}: {d} is not a kiln_dtype (0..={})",
             DType::ALL.len() - 1
         ))
-    })
+    })?;
+    if dtype.is_string() {
+        return Err(Failure::from(crate::Error::Unsupported(format!(
+            "{arg}: string tensors cannot cross the C ABI yet"
+        ))));
+    }
+    Ok(dtype)
 }
 
 pub(crate) fn dtype_to_c(d: DType) -> kiln_dtype {
@@ -267,4 +289,43 @@ pub unsafe extern "C" fn kiln_tensor_dims(t: *const kiln_tensor) -> *const i64 {
 pub unsafe extern "C" fn kiln_tensor_free(t: *mut kiln_tensor) {
     // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
     unsafe { guard_or((), || free_handle(t)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kiln_dtype_constant_is_its_dtype_code() {
+        let constants = [
+            (KILN_DTYPE_F32, DType::F32),
+            (KILN_DTYPE_F64, DType::F64),
+            (KILN_DTYPE_F16, DType::F16),
+            (KILN_DTYPE_BF16, DType::BF16),
+            (KILN_DTYPE_I8, DType::I8),
+            (KILN_DTYPE_U8, DType::U8),
+            (KILN_DTYPE_I32, DType::I32),
+            (KILN_DTYPE_I64, DType::I64),
+            (KILN_DTYPE_BOOL, DType::Bool),
+            (KILN_DTYPE_I16, DType::I16),
+            (KILN_DTYPE_U16, DType::U16),
+            (KILN_DTYPE_U32, DType::U32),
+            (KILN_DTYPE_U64, DType::U64),
+            (KILN_DTYPE_STRING, DType::String),
+            (KILN_DTYPE_F8E4M3FN, DType::F8E4M3FN),
+            (KILN_DTYPE_F8E4M3FNUZ, DType::F8E4M3FNUZ),
+            (KILN_DTYPE_F8E5M2, DType::F8E5M2),
+            (KILN_DTYPE_F8E5M2FNUZ, DType::F8E5M2FNUZ),
+            (KILN_DTYPE_F8E8M0, DType::F8E8M0),
+            (KILN_DTYPE_F4E2M1, DType::F4E2M1),
+            (KILN_DTYPE_I4, DType::I4),
+            (KILN_DTYPE_U4, DType::U4),
+            (KILN_DTYPE_I2, DType::I2),
+            (KILN_DTYPE_U2, DType::U2),
+        ];
+        assert_eq!(constants.len(), DType::ALL.len());
+        for (code, dtype) in constants {
+            assert_eq!(dtype_to_c(dtype), code, "{dtype}");
+        }
+    }
 }

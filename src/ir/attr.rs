@@ -2,6 +2,9 @@
 //! deterministic). Names and meanings follow ONNX where ONNX has the op.
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
+
+use super::graph::Graph;
 
 /// The kind of an attribute value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,6 +15,8 @@ pub enum AttrKind {
     Ints,
     Floats,
     Strings,
+    /// A subgraph (a control-flow op's body): closed, its `Parameter`s are its inputs.
+    Graph,
 }
 
 impl fmt::Display for AttrKind {
@@ -23,6 +28,7 @@ impl fmt::Display for AttrKind {
             AttrKind::Ints => "ints",
             AttrKind::Floats => "floats",
             AttrKind::Strings => "strings",
+            AttrKind::Graph => "graph",
         })
     }
 }
@@ -36,6 +42,7 @@ pub enum Attr {
     Ints(Vec<i64>),
     Floats(Vec<f64>),
     Strings(Vec<String>),
+    Graph(Arc<Graph>),
 }
 
 impl Attr {
@@ -47,6 +54,7 @@ impl Attr {
             Attr::Ints(_) => AttrKind::Ints,
             Attr::Floats(_) => AttrKind::Floats,
             Attr::Strings(_) => AttrKind::Strings,
+            Attr::Graph(_) => AttrKind::Graph,
         }
     }
 }
@@ -153,5 +161,29 @@ impl Attrs {
             Some(Attr::Strings(v)) => Ok(Some(v)),
             Some(a) => Err(Self::wrong(name, AttrKind::Strings, a)),
         }
+    }
+}
+
+impl Attrs {
+    /// A graph attribute (a body).
+    pub fn graph(&self, name: &str) -> Result<Option<&Arc<Graph>>, String> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Attr::Graph(g)) => Ok(Some(g)),
+            Some(a) => Err(Self::wrong(name, AttrKind::Graph, a)),
+        }
+    }
+
+    pub(crate) fn req_graph(&self, name: &str) -> Result<&Arc<Graph>, String> {
+        self.graph(name)?
+            .ok_or_else(|| format!("missing required attribute '{name}'"))
+    }
+
+    /// The graph attributes (bodies), by name.
+    pub fn graphs(&self) -> impl Iterator<Item = (&String, &Arc<Graph>)> {
+        self.0.iter().filter_map(|(k, v)| match v {
+            Attr::Graph(g) => Some((k, g)),
+            _ => None,
+        })
     }
 }

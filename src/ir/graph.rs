@@ -363,6 +363,7 @@ impl Graph {
                 }
             }
         }
+        ops::check_takes(&*op, &types).map_err(Error::Graph)?;
         let cx = InferCtx {
             node_name: &node.name,
             inputs: &types,

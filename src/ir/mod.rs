@@ -5,6 +5,7 @@
 //! payload of constants) and `error`.
 pub mod attr;
 mod build;
+pub(crate) mod eval;
 pub mod graph;
 pub mod ops;
 pub mod shape;
@@ -16,5 +17,5 @@ pub mod verify;
 pub use crate::tensor::DType;
 pub use attr::{Attr, AttrKind, Attrs};
 pub use graph::{Graph, GraphOutput, Node, NodeId, Value};
-pub use shape::{Axis, Dim, Shape, TensorType};
+pub use shape::{Axis, Container, Dim, Shape, TensorType};
 pub use verify::verify;

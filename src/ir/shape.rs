@@ -208,6 +208,7 @@ impl fmt::Display for Shape {
             }
             match &a.dim {
                 Dim::Fixed(n) => write!(f, "{n}")?,
+                Dim::Sym(s) if s == ANY_DIM => f.write_str(ANY_DIM)?,
                 Dim::Sym(s) => f.write_str(&quote_ident(s))?,
             }
         }
@@ -245,26 +246,182 @@ pub(crate) fn quote_string(s: &str) -> String {
     out
 }
 
-/// An element type and a shape: the type of every value in a graph.
+/// An element type and a shape, inside zero or more containers: the type of every value
+/// in a graph.
+///
+/// `containers` lists the sequences and optionals around the tensors, outermost first
+/// (`opt<seq<f32[3]>>` is `[Opt, Seq]`); a plain tensor has none. Inside a sequence the
+/// shape is only what every element shares: its symbols promise nothing (two elements
+/// may differ; what takes an element out gets fresh symbols), its fixed sizes hold for
+/// every element. Inside a container `ranked` is false when even the rank is unknown
+/// (`seq<f32>`, `opt<f32>`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TensorType {
     pub dtype: DType,
     pub shape: Shape,
+    pub containers: Vec<Container>,
+    /// False only inside a container whose tensors' rank is unknown (the shape is empty).
+    pub ranked: bool,
 }
 
 impl TensorType {
+    /// A plain tensor.
     pub fn new(dtype: DType, shape: Shape) -> TensorType {
-        TensorType { dtype, shape }
+        TensorType {
+            dtype,
+            shape,
+            containers: vec![],
+            ranked: true,
+        }
     }
+
+    /// A sequence of tensors of `dtype`, of `shape` when known (element symbols are
+    /// dropped: they would promise one size across elements).
+    pub fn sequence_of(dtype: DType, shape: Option<Shape>) -> TensorType {
+        TensorType::new(dtype, Shape::scalar()).wrapped(Container::Seq, shape)
+    }
+
+    /// This type inside `container`; a sequence's element shape becomes `shape` (fixed
+    /// dims kept, symbols made anonymous) or unranked.
+    pub fn wrapped(&self, container: Container, shape: Option<Shape>) -> TensorType {
+        let mut t = self.clone();
+        t.containers.insert(0, container);
+        if container == Container::Seq && !self.in_sequence() {
+            match shape {
+                Some(s) => t.shape = anonymous(&s),
+                None => {
+                    t.shape = Shape::scalar();
+                    t.ranked = false;
+                }
+            }
+        }
+        t
+    }
+
+    /// The type inside the outermost container (a plain tensor stays as it is).
+    pub fn unwrapped(&self) -> TensorType {
+        let mut t = self.clone();
+        if !t.containers.is_empty() {
+            t.containers.remove(0);
+        }
+        t
+    }
+
+    /// The outermost container, if any.
+    pub fn container(&self) -> Option<Container> {
+        self.containers.first().copied()
+    }
+
+    /// Whether this is a plain tensor (no sequence or optional around it).
+    pub fn is_tensor(&self) -> bool {
+        self.containers.is_empty()
+    }
+
+    /// Whether a sequence is among the containers (element symbols then mean nothing).
+    pub fn in_sequence(&self) -> bool {
+        self.containers.contains(&Container::Seq)
+    }
+
     pub fn rank(&self) -> usize {
         self.shape.rank()
     }
+
+    /// Whether values of this type are host objects (strings, sequences, optionals):
+    /// no byte layout, so no arena buffer and no kernel reads them.
+    pub fn is_host_object(&self) -> bool {
+        !self.is_tensor() || self.dtype.is_string()
+    }
+}
+
+/// A sequence's element shape: fixed sizes and axis names kept, each symbol replaced by
+/// `?` (which promises nothing).
+fn anonymous(s: &Shape) -> Shape {
+    Shape {
+        axes: s
+            .axes
+            .iter()
+            .map(|a| Axis {
+                dim: match &a.dim {
+                    Dim::Fixed(n) => Dim::Fixed(*n),
+                    Dim::Sym(_) => Dim::Sym(ANY_DIM.into()),
+                },
+                name: a.name.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The symbol of a sequence element's dim that is not known: the same for every such
+/// dim, and never bound to a size.
+pub const ANY_DIM: &str = "?";
+
+pub use crate::tensor::Container;
+
+impl std::str::FromStr for TensorType {
+    type Err = String;
+    /// A type as [`TensorType`]'s `Display` spells it, without axis names: `f32[N, 3]`,
+    /// `seq<f32[?, 3]>`, `opt<seq<i64>>`.
+    fn from_str(text: &str) -> Result<TensorType, String> {
+        parse_type(text.trim(), false, false).map_err(|e| format!("bad type '{text}': {e}"))
+    }
+}
+
+/// `in_seq`: dims may be `?`; `in_container`: the rank may be unknown (no dims).
+fn parse_type(text: &str, in_seq: bool, in_container: bool) -> Result<TensorType, String> {
+    for c in [Container::Seq, Container::Opt] {
+        if let Some(rest) = text.strip_prefix(&format!("{c}<")) {
+            let inner = rest.strip_suffix('>').ok_or("expected a closing '>'")?;
+            let inner = parse_type(inner.trim(), in_seq || c == Container::Seq, true)?;
+            let shape = inner.ranked.then(|| inner.shape.clone());
+            return Ok(inner.wrapped(c, shape));
+        }
+    }
+    let (dtype, dims) = match text.split_once('[') {
+        Some((d, rest)) => (d, Some(rest.strip_suffix(']').ok_or("expected ']'")?)),
+        None => (text, None),
+    };
+    let dtype: DType = dtype.trim().parse()?;
+    let Some(dims) = dims else {
+        if !in_container {
+            return Err("a tensor type needs its dims, e.g. f32[3]".into());
+        }
+        let mut t = TensorType::new(dtype, Shape::scalar());
+        t.ranked = false;
+        return Ok(t);
+    };
+    let dims = dims
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| match d.parse::<usize>() {
+            Ok(n) => Ok(Dim::Fixed(n)),
+            Err(_) if d == ANY_DIM && in_seq => Ok(Dim::Sym(ANY_DIM.into())),
+            Err(_)
+                if d.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.') =>
+            {
+                Ok(Dim::Sym(d.into()))
+            }
+            Err(_) => Err(format!("bad dim '{d}'")),
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(TensorType::new(dtype, Shape::new(dims)))
 }
 
 impl fmt::Display for TensorType {
-    /// `f32[N, 784]`: the text format's spelling.
+    /// `f32[N, 784]`, `seq<f32[?, 3]>`, `opt<seq<f32>>`: the text format's spelling.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}{}", self.dtype, self.shape)
+        for c in &self.containers {
+            write!(f, "{c}<")?;
+        }
+        write!(f, "{}", self.dtype)?;
+        if self.ranked {
+            write!(f, "{}", self.shape)?;
+        }
+        for _ in &self.containers {
+            f.write_str(">")?;
+        }
+        Ok(())
     }
 }
 
@@ -297,6 +454,32 @@ mod tests {
         assert!(e.contains("'C' vs 'H'"), "{e}");
         let u = Shape::fixed(&[2]);
         assert_eq!(broadcast_shapes(&a, &u).unwrap().name(0), Some("C"));
+    }
+
+    #[test]
+    fn container_types_print_and_compare() {
+        let t = TensorType::new(DType::F32, Shape::new([sym("N"), Dim::Fixed(3)]));
+        let seq = t.wrapped(Container::Seq, Some(t.shape.clone()));
+        assert_eq!(seq.to_string(), "seq<f32[?, 3]>");
+        let opt = seq.wrapped(Container::Opt, None);
+        assert_eq!(opt.to_string(), "opt<seq<f32[?, 3]>>");
+        assert_eq!(opt.unwrapped(), seq);
+        assert_ne!(seq, t);
+        assert_eq!(
+            TensorType::sequence_of(DType::I64, None).to_string(),
+            "seq<i64>"
+        );
+        assert_eq!(
+            t.wrapped(Container::Opt, None).to_string(),
+            "opt<f32[N, 3]>"
+        );
+        for text in ["f32[N, 3]", "seq<f32[?, 3]>", "opt<seq<i64>>", "opt<u8[]>"] {
+            let t: TensorType = text.parse().unwrap();
+            assert_eq!(t.to_string(), text);
+        }
+        assert!("f32".parse::<TensorType>().is_err());
+        assert!("f32[?]".parse::<TensorType>().is_err());
+        assert!("seq<f32[2]".parse::<TensorType>().is_err());
     }
 
     #[test]

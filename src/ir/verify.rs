@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 
 use super::graph::{check_data, Graph, NodeId};
+use super::ops::control::MAX_NESTING;
 use crate::error::{Error, Result};
 
 /// Checks `g`: references, acyclicity, unique names, sources' data, attributes, and that
@@ -14,6 +15,12 @@ pub fn verify(g: &Graph) -> Result<()> {
 
 /// `verify`, also saying which node an error is about (for the parser's line numbers).
 pub(crate) fn verify_located(g: &Graph) -> std::result::Result<(), (Option<NodeId>, Error)> {
+    verify_at(g, 0)
+}
+
+/// Verifies `g`, a body nested `depth` levels deep (0: the top graph). A body holds no
+/// state (variables live in the top graph), and bodies nest at most `MAX_NESTING` deep.
+fn verify_at(g: &Graph, depth: usize) -> std::result::Result<(), (Option<NodeId>, Error)> {
     let err =
         |id: NodeId, msg: String| (Some(id), Error::Graph(format!("{}: {msg}", g.describe(id))));
     let mut names = HashSet::new();
@@ -51,6 +58,12 @@ pub(crate) fn verify_located(g: &Graph) -> std::result::Result<(), (Option<NodeI
                     ));
                 }
             }
+            "Variable" | "Assign" if depth > 0 => {
+                return Err(err(
+                    id,
+                    "a body cannot hold state (Variable, Assign)".into(),
+                ));
+            }
             "Constant" | "Variable" => {
                 let data = node
                     .data
@@ -83,6 +96,21 @@ pub(crate) fn verify_located(g: &Graph) -> std::result::Result<(), (Option<NodeI
                     return Err(err(id, "only Constant and Variable carry data".into()));
                 }
             }
+        }
+        for (attr, body) in node.attrs.graphs() {
+            if depth + 1 > MAX_NESTING {
+                return Err(err(
+                    id,
+                    format!("body '{attr}' nests deeper than {MAX_NESTING} levels"),
+                ));
+            }
+            verify_at(body, depth + 1).map_err(|(_, e)| {
+                let msg = match e {
+                    Error::Graph(m) | Error::UnknownOp(m) => m,
+                    e => e.to_string(),
+                };
+                err(id, format!("body '{attr}' ('{}'): {msg}", body.name))
+            })?;
         }
         let inferred = g.infer_node(node).map_err(|e| match e {
             Error::UnknownOp(m) => (

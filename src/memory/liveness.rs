@@ -86,6 +86,10 @@ pub(crate) fn analyze(g: &Graph, schedule: &[NodeId]) -> Result<Liveness> {
             continue;
         }
         for (k, ty) in node.outputs.iter().enumerate() {
+            // Host objects (strings, sequences, optionals) have no bytes to place.
+            if ty.is_host_object() {
+                continue;
+            }
             let dims = ty.shape.to_fixed().ok_or_else(|| {
                 Error::Graph(format!(
                     "memory plan: output {k} of {} has type {ty}, which is not static \
@@ -205,7 +209,7 @@ fn arena_value(
             node.outputs.len()
         )));
     }
-    if !in_arena(&node.op) {
+    if !in_arena(&node.op) || node.outputs[v.output as usize].is_host_object() {
         return Ok(None);
     }
     if step_of[v.node.index()].is_none() {

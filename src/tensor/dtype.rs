@@ -18,11 +18,23 @@ pub enum DType {
     U16,
     U32,
     U64,
+    /// UTF-8 text; not numeric, so it has no arena representation (a host object).
+    String,
+    F8E4M3FN,
+    F8E4M3FNUZ,
+    F8E5M2,
+    F8E5M2FNUZ,
+    F8E8M0,
+    F4E2M1,
+    I4,
+    U4,
+    I2,
+    U2,
 }
 
 impl DType {
     /// Every dtype; the position is the C ABI's `kiln_dtype` code, so new ones go last.
-    pub const ALL: [DType; 13] = [
+    pub const ALL: [DType; 24] = [
         DType::F32,
         DType::F64,
         DType::F16,
@@ -36,6 +48,17 @@ impl DType {
         DType::U16,
         DType::U32,
         DType::U64,
+        DType::String,
+        DType::F8E4M3FN,
+        DType::F8E4M3FNUZ,
+        DType::F8E5M2,
+        DType::F8E5M2FNUZ,
+        DType::F8E8M0,
+        DType::F4E2M1,
+        DType::I4,
+        DType::U4,
+        DType::I2,
+        DType::U2,
     ];
 
     /// The spelling used by the text format and the CLI.
@@ -54,16 +77,61 @@ impl DType {
             DType::U16 => "u16",
             DType::U32 => "u32",
             DType::U64 => "u64",
+            DType::String => "string",
+            DType::F8E4M3FN => "f8e4m3fn",
+            DType::F8E4M3FNUZ => "f8e4m3fnuz",
+            DType::F8E5M2 => "f8e5m2",
+            DType::F8E5M2FNUZ => "f8e5m2fnuz",
+            DType::F8E8M0 => "f8e8m0",
+            DType::F4E2M1 => "f4e2m1",
+            DType::I4 => "i4",
+            DType::U4 => "u4",
+            DType::I2 => "i2",
+            DType::U2 => "u2",
         }
     }
 
+    /// Bytes per element in memory; the low-bit dtypes take one byte each (ONNX packs
+    /// the 4- and 2-bit ones, see `tensor::lowbit`).
     pub fn size_in_bytes(self) -> usize {
         match self {
             DType::F64 | DType::I64 | DType::U64 => 8,
             DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I8 | DType::U8 | DType::Bool => 1,
+            // Strings are host objects, never arena bytes (see `is_string`).
+            DType::String => 0,
+            DType::F8E4M3FN
+            | DType::F8E4M3FNUZ
+            | DType::F8E5M2
+            | DType::F8E5M2FNUZ
+            | DType::F8E8M0
+            | DType::F4E2M1
+            | DType::I4
+            | DType::U4
+            | DType::I2
+            | DType::U2 => 1,
         }
+    }
+
+    /// A storage dtype of quantized models (float8, float4, int4/uint4, int2/uint2):
+    /// neither `is_float` nor `is_int`, so only conversions, quantization and data
+    /// movement accept it.
+    pub fn is_low_bit(self) -> bool {
+        self.is_minifloat() || matches!(self, DType::I4 | DType::U4 | DType::I2 | DType::U2)
+    }
+
+    /// A float8 or float4 format.
+    pub fn is_minifloat(self) -> bool {
+        matches!(
+            self,
+            DType::F8E4M3FN
+                | DType::F8E4M3FNUZ
+                | DType::F8E5M2
+                | DType::F8E5M2FNUZ
+                | DType::F8E8M0
+                | DType::F4E2M1
+        )
     }
 
     pub fn is_float(self) -> bool {
@@ -87,8 +155,21 @@ impl DType {
     pub(crate) fn is_signed(self) -> bool {
         !matches!(
             self,
-            DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Bool
+            DType::U8
+                | DType::U16
+                | DType::U32
+                | DType::U64
+                | DType::Bool
+                | DType::U4
+                | DType::U2
+                | DType::F8E8M0
+                | DType::String
         )
+    }
+
+    /// Text: a host object with no byte layout, so no kernel or arena buffer takes it.
+    pub fn is_string(self) -> bool {
+        self == DType::String
     }
 
     /// Numeric: float or integer (not bool).
@@ -110,7 +191,8 @@ impl FromStr for DType {
             .into_iter()
             .find(|d| d.name() == s)
             .ok_or_else(|| {
-                format!("unknown dtype '{s}' (expected one of f32, f64, f16, bf16, i8, u8, i16, u16, i32, u32, i64, u64, bool)")
+                let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+                format!("unknown dtype '{s}' (expected one of {})", names.join(", "))
             })
     }
 }

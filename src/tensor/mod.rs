@@ -7,9 +7,11 @@ use half::{bf16, f16};
 use ndarray::{ArrayD, IxDyn};
 
 pub mod dtype;
+pub mod lowbit;
 pub mod npy;
 
 pub use dtype::DType;
+use lowbit::{F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0, I2, I4, U2, U4};
 
 /// A dense tensor. The variant is the dtype.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,13 +29,79 @@ pub enum Tensor {
     U16(ArrayD<u16>),
     U32(ArrayD<u32>),
     U64(ArrayD<u64>),
+    /// Text. Not an [`Elem`]: the numeric dispatch macros refuse it (their error path),
+    /// and shape ops move strings by moving indices (`ir::ops::util::on_string_indices`).
+    String(ArrayD<String>),
+    /// A sequence of values (not an array: no shape, no elements of its own).
+    Sequence(Sequence),
+    /// A value or nothing.
+    Optional(Optional),
+    F8E4M3FN(ArrayD<F8E4M3FN>),
+    F8E4M3FNUZ(ArrayD<F8E4M3FNUZ>),
+    F8E5M2(ArrayD<F8E5M2>),
+    F8E5M2FNUZ(ArrayD<F8E5M2FNUZ>),
+    F8E8M0(ArrayD<F8E8M0>),
+    F4E2M1(ArrayD<F4E2M1>),
+    I4(ArrayD<I4>),
+    U4(ArrayD<U4>),
+    I2(ArrayD<I2>),
+    U2(ArrayD<U2>),
 }
 
-/// Runs `$body` with `$a` bound to the inner `&ArrayD<T>` whatever the dtype; the arms
-/// must all produce the same (non-tensor) type. Usually `$body` calls a generic fn.
+/// A sequence at run time: its items, and what an empty one still says of its type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sequence {
+    /// The dtype of the tensors inside.
+    pub dtype: DType,
+    /// The containers each item is (outermost first): none for a sequence of tensors.
+    pub inner: Vec<Container>,
+    pub items: Vec<Tensor>,
+}
+
+/// An optional at run time: a value or none, and what an empty one says of its type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Optional {
+    pub dtype: DType,
+    /// The containers the value is (outermost first): none for an optional tensor.
+    pub inner: Vec<Container>,
+    pub value: Option<Box<Tensor>>,
+}
+
+/// A container around tensors: the value kinds besides dense tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Container {
+    /// An ordered list of values of one type (ONNX `sequence`).
+    Seq,
+    /// A value or nothing (ONNX `optional`).
+    Opt,
+}
+
+impl std::fmt::Display for Container {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Container::Seq => "seq",
+            Container::Opt => "opt",
+        })
+    }
+}
+
+/// The error the dispatch macros give for a value that has no numeric elements.
+pub fn not_numeric(t: &Tensor) -> String {
+    format!("a {} value has no numeric elements here", t.kind_name())
+}
+
+/// Runs `$body` with `$a` bound to the inner `&ArrayD<T>` whatever the numeric dtype; the
+/// arms must all produce the same (non-tensor) type. Usually `$body` calls a generic fn.
+/// A value with no numeric elements (strings) returns `Err(not_numeric(..))` from the
+/// enclosing function, or runs `$fallback` with `$other` bound to it when one is given.
 #[macro_export]
 macro_rules! match_tensor {
     ($t:expr, $a:ident => $body:expr) => {
+        $crate::match_tensor!($t, $a => $body, other => return Err(
+            ::core::convert::From::from($crate::tensor::not_numeric(&other))
+        ))
+    };
+    ($t:expr, $a:ident => $body:expr, $other:pat => $fallback:expr) => {
         match $t {
             $crate::tensor::Tensor::F32($a) => $body,
             $crate::tensor::Tensor::F64($a) => $body,
@@ -48,6 +116,17 @@ macro_rules! match_tensor {
             $crate::tensor::Tensor::U16($a) => $body,
             $crate::tensor::Tensor::U32($a) => $body,
             $crate::tensor::Tensor::U64($a) => $body,
+            $crate::tensor::Tensor::F8E4M3FN($a) => $body,
+            $crate::tensor::Tensor::F8E4M3FNUZ($a) => $body,
+            $crate::tensor::Tensor::F8E5M2($a) => $body,
+            $crate::tensor::Tensor::F8E5M2FNUZ($a) => $body,
+            $crate::tensor::Tensor::F8E8M0($a) => $body,
+            $crate::tensor::Tensor::F4E2M1($a) => $body,
+            $crate::tensor::Tensor::I4($a) => $body,
+            $crate::tensor::Tensor::U4($a) => $body,
+            $crate::tensor::Tensor::I2($a) => $body,
+            $crate::tensor::Tensor::U2($a) => $body,
+            $other => $fallback,
         }
     };
 }
@@ -71,6 +150,21 @@ macro_rules! map_tensor {
             $crate::tensor::Tensor::U16($a) => $crate::tensor::Tensor::U16($body),
             $crate::tensor::Tensor::U32($a) => $crate::tensor::Tensor::U32($body),
             $crate::tensor::Tensor::U64($a) => $crate::tensor::Tensor::U64($body),
+            $crate::tensor::Tensor::F8E4M3FN($a) => $crate::tensor::Tensor::F8E4M3FN($body),
+            $crate::tensor::Tensor::F8E4M3FNUZ($a) => $crate::tensor::Tensor::F8E4M3FNUZ($body),
+            $crate::tensor::Tensor::F8E5M2($a) => $crate::tensor::Tensor::F8E5M2($body),
+            $crate::tensor::Tensor::F8E5M2FNUZ($a) => $crate::tensor::Tensor::F8E5M2FNUZ($body),
+            $crate::tensor::Tensor::F8E8M0($a) => $crate::tensor::Tensor::F8E8M0($body),
+            $crate::tensor::Tensor::F4E2M1($a) => $crate::tensor::Tensor::F4E2M1($body),
+            $crate::tensor::Tensor::I4($a) => $crate::tensor::Tensor::I4($body),
+            $crate::tensor::Tensor::U4($a) => $crate::tensor::Tensor::U4($body),
+            $crate::tensor::Tensor::I2($a) => $crate::tensor::Tensor::I2($body),
+            $crate::tensor::Tensor::U2($a) => $crate::tensor::Tensor::U2($body),
+            other => {
+                return Err(::core::convert::From::from($crate::tensor::not_numeric(
+                    &other,
+                )))
+            }
         }
     };
 }
@@ -192,14 +286,16 @@ impl Elem for bool {
 }
 
 fn convert<S: Elem, D: Elem>(a: &ArrayD<S>) -> ArrayD<D> {
-    if S::DTYPE.is_float() || D::DTYPE.is_float() {
+    let floating = |d: DType| d.is_float() || d.is_minifloat();
+    if floating(S::DTYPE) || floating(D::DTYPE) {
         a.mapv(|v| D::from_f64(v.to_f64()))
     } else {
         a.mapv(|v| D::from_i64(v.to_i64()))
     }
 }
 
-/// Calls `$f::<T>` with the element type `T` of `$dtype` (a runtime `DType`).
+/// Calls `$f::<T>` with the element type `T` of `$dtype` (a runtime `DType`); a dtype with
+/// no [`Elem`] type (string) returns an error from the enclosing function.
 #[macro_export]
 macro_rules! with_dtype {
     ($dtype:expr, $f:ident ( $($arg:expr),* )) => {
@@ -217,6 +313,19 @@ macro_rules! with_dtype {
             $crate::tensor::DType::U16 => $f::<u16>($($arg),*),
             $crate::tensor::DType::U32 => $f::<u32>($($arg),*),
             $crate::tensor::DType::U64 => $f::<u64>($($arg),*),
+            $crate::tensor::DType::F8E4M3FN => $f::<$crate::tensor::lowbit::F8E4M3FN>($($arg),*),
+            $crate::tensor::DType::F8E4M3FNUZ => $f::<$crate::tensor::lowbit::F8E4M3FNUZ>($($arg),*),
+            $crate::tensor::DType::F8E5M2 => $f::<$crate::tensor::lowbit::F8E5M2>($($arg),*),
+            $crate::tensor::DType::F8E5M2FNUZ => $f::<$crate::tensor::lowbit::F8E5M2FNUZ>($($arg),*),
+            $crate::tensor::DType::F8E8M0 => $f::<$crate::tensor::lowbit::F8E8M0>($($arg),*),
+            $crate::tensor::DType::F4E2M1 => $f::<$crate::tensor::lowbit::F4E2M1>($($arg),*),
+            $crate::tensor::DType::I4 => $f::<$crate::tensor::lowbit::I4>($($arg),*),
+            $crate::tensor::DType::U4 => $f::<$crate::tensor::lowbit::U4>($($arg),*),
+            $crate::tensor::DType::I2 => $f::<$crate::tensor::lowbit::I2>($($arg),*),
+            $crate::tensor::DType::U2 => $f::<$crate::tensor::lowbit::U2>($($arg),*),
+            other => return Err(::core::convert::From::from(format!(
+                "{other} is not a numeric dtype here"
+            ))),
         }
     };
 }
@@ -233,8 +342,49 @@ fn from_i64s<T: Elem>(shape: &[usize], v: &[i64]) -> Result<Tensor, String> {
     Tensor::from_vec(shape, v.iter().map(|&x| T::from_i64(x)).collect::<Vec<T>>())
 }
 
-fn cast_to<D: Elem>(t: &Tensor) -> Tensor {
-    D::wrap(match_tensor!(t, a => convert::<_, D>(a)))
+fn cast_to<D: Elem>(t: &Tensor) -> Result<Tensor, String> {
+    Ok(D::wrap(match_tensor!(t, a => convert::<_, D>(a))))
+}
+
+/// A string's number as ONNX `Cast` reads it: decimal or scientific, `inf`/`nan` in any
+/// case, optionally signed.
+pub(crate) fn parse_number(s: &str) -> Option<f64> {
+    let t = s.trim();
+    t.parse::<f64>().ok().or_else(|| {
+        let (sign, body) = match t.strip_prefix('-') {
+            Some(rest) => (-1.0, rest),
+            None => (1.0, t.strip_prefix('+').unwrap_or(t)),
+        };
+        match body.to_ascii_lowercase().as_str() {
+            "inf" | "infinity" => Some(sign * f64::INFINITY),
+            "nan" => Some(f64::NAN),
+            _ => None,
+        }
+    })
+}
+
+/// A number's text as ONNX `Cast` writes it: the shortest round-trip form, `INF`, `-INF`
+/// and `NaN` for the specials.
+fn format_number(v: f64, float: bool) -> String {
+    if v.is_nan() {
+        "NaN".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "INF" } else { "-INF" }.into()
+    } else if float {
+        format!("{v}")
+    } else {
+        format!("{}", v as i64)
+    }
+}
+
+fn to_strings<T: Elem>(a: &ArrayD<T>) -> ArrayD<String> {
+    if T::DTYPE.is_float() {
+        a.mapv(|v| format_number(v.to_f64(), true))
+    } else if T::DTYPE == DType::Bool {
+        a.mapv(|v| (v.to_i64() != 0).to_string())
+    } else {
+        a.mapv(|v| v.to_i64().to_string())
+    }
 }
 
 impl Tensor {
@@ -252,13 +402,22 @@ impl Tensor {
         ))
     }
 
+    /// A string tensor of `shape` from row-major `data`.
+    pub fn from_strings(shape: &[usize], data: Vec<String>) -> Result<Tensor, String> {
+        Ok(Tensor::String(
+            ArrayD::from_shape_vec(IxDyn(shape), data).map_err(|e| e.to_string())?,
+        ))
+    }
+
     /// A rank-0 tensor.
     pub fn scalar<T: Elem>(v: T) -> Tensor {
         T::wrap(ArrayD::from_elem(IxDyn(&[]), v))
     }
 
+    /// Zeros (empty strings for the string dtype).
     pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
-        with_dtype!(dtype, zeros_of(shape))
+        let zeros = || -> Result<Tensor, String> { Ok(with_dtype!(dtype, zeros_of(shape))) };
+        zeros().unwrap_or_else(|_| Tensor::String(ArrayD::from_elem(IxDyn(shape), String::new())))
     }
 
     /// Values given as f64, converted to `dtype` (ints truncate, bool is `!= 0`).
@@ -269,6 +428,52 @@ impl Tensor {
     /// Values given as i64, converted to `dtype`.
     pub fn from_i64s(dtype: DType, shape: &[usize], v: &[i64]) -> Result<Tensor, String> {
         with_dtype!(dtype, from_i64s(shape, v))
+    }
+
+    /// What the value is, for messages: `f32`, `string`, `seq<f32>`, `opt<seq<i64>>`.
+    pub fn kind_name(&self) -> String {
+        let cs = self.containers();
+        let mut s = String::new();
+        for c in &cs {
+            s.push_str(&format!("{c}<"));
+        }
+        s.push_str(self.dtype().name());
+        s.push_str(&">".repeat(cs.len()));
+        s
+    }
+
+    /// The containers this value is, outermost first; none for a tensor.
+    pub fn containers(&self) -> Vec<Container> {
+        let (c, inner) = match self {
+            Tensor::Sequence(s) => (Container::Seq, &s.inner),
+            Tensor::Optional(o) => (Container::Opt, &o.inner),
+            _ => return vec![],
+        };
+        std::iter::once(c).chain(inner.iter().copied()).collect()
+    }
+
+    /// Whether this is a dense tensor (numeric or string), not a sequence or optional.
+    pub fn is_tensor(&self) -> bool {
+        !matches!(self, Tensor::Sequence(_) | Tensor::Optional(_))
+    }
+
+    /// An empty sequence or optional of `containers` (outermost first) around `dtype`
+    /// tensors; `None` if `containers` is empty.
+    pub fn empty_container(dtype: DType, containers: &[Container]) -> Option<Tensor> {
+        let (&first, inner) = containers.split_first()?;
+        let inner = inner.to_vec();
+        Some(match first {
+            Container::Seq => Tensor::Sequence(Sequence {
+                dtype,
+                inner,
+                items: vec![],
+            }),
+            Container::Opt => Tensor::Optional(Optional {
+                dtype,
+                inner,
+                value: None,
+            }),
+        })
     }
 
     pub fn dtype(&self) -> DType {
@@ -286,11 +491,28 @@ impl Tensor {
             Tensor::U16(_) => DType::U16,
             Tensor::U32(_) => DType::U32,
             Tensor::U64(_) => DType::U64,
+            Tensor::F8E4M3FN(_) => DType::F8E4M3FN,
+            Tensor::F8E4M3FNUZ(_) => DType::F8E4M3FNUZ,
+            Tensor::F8E5M2(_) => DType::F8E5M2,
+            Tensor::F8E5M2FNUZ(_) => DType::F8E5M2FNUZ,
+            Tensor::F8E8M0(_) => DType::F8E8M0,
+            Tensor::F4E2M1(_) => DType::F4E2M1,
+            Tensor::I4(_) => DType::I4,
+            Tensor::U4(_) => DType::U4,
+            Tensor::I2(_) => DType::I2,
+            Tensor::U2(_) => DType::U2,
+            Tensor::String(_) => DType::String,
+            Tensor::Sequence(s) => s.dtype,
+            Tensor::Optional(o) => o.dtype,
         }
     }
 
     pub fn shape(&self) -> &[usize] {
-        match_tensor!(self, a => a.shape())
+        match_tensor!(self, a => a.shape(), other => match other {
+            Tensor::String(a) => a.shape(),
+            // A container is not an array.
+            _ => &[],
+        })
     }
 
     pub fn rank(&self) -> usize {
@@ -316,24 +538,70 @@ impl Tensor {
     }
 
     /// Converted to `dtype` (ONNX `Cast` semantics: float→int truncates, →bool is `!= 0`).
+    /// A string that is not a number becomes NaN (0 for integers); [`Tensor::try_cast`]
+    /// refuses it instead.
     pub fn cast(&self, dtype: DType) -> Tensor {
+        self.cast_with(dtype, false)
+            .unwrap_or_else(|_| Tensor::zeros(dtype, self.shape()))
+    }
+
+    /// As [`Tensor::cast`], but a string that is not a number is an error naming it.
+    pub fn try_cast(&self, dtype: DType) -> Result<Tensor, String> {
+        self.cast_with(dtype, true)
+    }
+
+    fn cast_with(&self, dtype: DType, strict: bool) -> Result<Tensor, String> {
         if dtype == self.dtype() {
-            return self.clone();
+            return Ok(self.clone());
         }
-        with_dtype!(dtype, cast_to(self))
+        match self {
+            Tensor::String(a) => {
+                let mut bad = None;
+                let v = a.mapv(|s| {
+                    parse_number(&s).unwrap_or_else(|| {
+                        bad.get_or_insert(s);
+                        f64::NAN
+                    })
+                });
+                if let (true, Some(s)) = (strict, bad) {
+                    return Err(format!(
+                        "cannot cast the string {s:?} to {dtype}: not a number"
+                    ));
+                }
+                // Integers parse exactly, not through f64, so large int64 text survives.
+                if dtype.is_int() && a.iter().all(|s| s.trim().parse::<i64>().is_ok()) {
+                    let ints = a.mapv(|s| s.trim().parse::<i64>().unwrap_or(0));
+                    return Tensor::I64(ints).cast_with(dtype, strict);
+                }
+                Tensor::F64(v).cast_with(dtype, strict)
+            }
+            _ if dtype == DType::String => {
+                Ok(Tensor::String(match_tensor!(self, a => to_strings(a))))
+            }
+            _ => with_dtype!(dtype, cast_to(self)),
+        }
+    }
+
+    /// The value as a numeric tensor: strings are parsed (NaN where not a number).
+    fn numeric(&self) -> std::borrow::Cow<'_, Tensor> {
+        match self {
+            Tensor::String(_) => std::borrow::Cow::Owned(self.cast(DType::F64)),
+            _ => std::borrow::Cow::Borrowed(self),
+        }
     }
 
     /// All values in row-major order as f64.
     pub fn to_f64_vec(&self) -> Vec<f64> {
-        match_tensor!(self, a => a.iter().map(|v| v.to_f64()).collect())
+        match_tensor!(&*self.numeric(), a => a.iter().map(|v| v.to_f64()).collect(), _ => Vec::new())
     }
 
     /// All values in row-major order as i64 (floats truncate).
     pub fn to_i64_vec(&self) -> Vec<i64> {
-        match_tensor!(self, a => a.iter().map(|v| v.to_i64()).collect())
+        match_tensor!(&*self.numeric(), a => a.iter().map(|v| v.to_i64()).collect(), _ => Vec::new())
     }
 
-    /// The raw little-endian bytes, row-major.
+    /// The raw little-endian bytes, row-major; none for strings, which have no byte
+    /// layout (their `size_in_bytes` is 0).
     pub fn to_le_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.len() * self.dtype().size_in_bytes());
         match self {
@@ -350,6 +618,18 @@ impl Tensor {
             Tensor::U16(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
             Tensor::U32(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
             Tensor::U64(a) => a.iter().for_each(|v| out.extend(v.to_le_bytes())),
+            Tensor::F8E4M3FN(a) => out.extend(a.iter().map(|v| v.0)),
+            Tensor::F8E4M3FNUZ(a) => out.extend(a.iter().map(|v| v.0)),
+            Tensor::F8E5M2(a) => out.extend(a.iter().map(|v| v.0)),
+            Tensor::F8E5M2FNUZ(a) => out.extend(a.iter().map(|v| v.0)),
+            Tensor::F8E8M0(a) => out.extend(a.iter().map(|v| v.0)),
+            Tensor::F4E2M1(a) => out.extend(a.iter().map(|v| v.0)),
+            // The signed sub-byte integers as ml_dtypes stores them: the low bits only.
+            Tensor::I4(a) => out.extend(a.iter().map(|v| v.0 as u8 & 0x0F)),
+            Tensor::U4(a) => out.extend(a.iter().map(|v| v.0)),
+            Tensor::I2(a) => out.extend(a.iter().map(|v| v.0 as u8 & 0x03)),
+            Tensor::U2(a) => out.extend(a.iter().map(|v| v.0)),
+            Tensor::String(_) | Tensor::Sequence(_) | Tensor::Optional(_) => {}
         }
         out
     }
@@ -385,11 +665,36 @@ impl Tensor {
             DType::U16 => Tensor::from_vec(shape, decode!(u16, 2)),
             DType::U32 => Tensor::from_vec(shape, decode!(u32, 4)),
             DType::U64 => Tensor::from_vec(shape, decode!(u64, 8)),
+            DType::String => Err("a string tensor has no byte encoding".into()),
             DType::Bool => {
                 if let Some(b) = bytes.iter().find(|&&b| b > 1) {
                     return Err(format!("byte {b} is not a bool (0 or 1)"));
                 }
                 Tensor::from_vec(shape, bytes.iter().map(|&b| b == 1).collect::<Vec<_>>())
+            }
+            _ => {
+                // A low-bit dtype: one byte per element.
+                let bytes = bytes
+                    .iter()
+                    .map(|&b| lowbit::element_byte(dtype, b))
+                    .collect::<Result<Vec<u8>, String>>()?;
+                macro_rules! bytes_as {
+                    ($t:ident) => {
+                        Tensor::from_vec(shape, bytes.iter().map(|&b| $t(b as _)).collect())
+                    };
+                }
+                match dtype {
+                    DType::F8E4M3FN => bytes_as!(F8E4M3FN),
+                    DType::F8E4M3FNUZ => bytes_as!(F8E4M3FNUZ),
+                    DType::F8E5M2 => bytes_as!(F8E5M2),
+                    DType::F8E5M2FNUZ => bytes_as!(F8E5M2FNUZ),
+                    DType::F8E8M0 => bytes_as!(F8E8M0),
+                    DType::F4E2M1 => bytes_as!(F4E2M1),
+                    DType::I4 => bytes_as!(I4),
+                    DType::U4 => bytes_as!(U4),
+                    DType::I2 => bytes_as!(I2),
+                    _ => bytes_as!(U2),
+                }
             }
         }
     }
@@ -405,6 +710,55 @@ impl Tensor {
                 expected.dtype(),
                 expected.shape()
             ));
+        }
+        if self.containers() != expected.containers() {
+            return Err(format!(
+                "got {}, expected {}",
+                self.kind_name(),
+                expected.kind_name()
+            ));
+        }
+        match (self, expected) {
+            (Tensor::Sequence(a), Tensor::Sequence(b)) => {
+                if a.items.len() != b.items.len() {
+                    return Err(format!(
+                        "got a sequence of {}, expected {}",
+                        a.items.len(),
+                        b.items.len()
+                    ));
+                }
+                for (i, (x, y)) in a.items.iter().zip(&b.items).enumerate() {
+                    x.check_close(y, atol, rtol)
+                        .map_err(|e| format!("item {i}: {e}"))?;
+                }
+                return Ok(());
+            }
+            (Tensor::Optional(a), Tensor::Optional(b)) => {
+                return match (&a.value, &b.value) {
+                    (Some(x), Some(y)) => x.check_close(y, atol, rtol),
+                    (None, None) => Ok(()),
+                    (x, _) => Err(format!(
+                        "got {} optional, expected {}",
+                        if x.is_some() { "a full" } else { "an empty" },
+                        if x.is_some() {
+                            "an empty one"
+                        } else {
+                            "a full one"
+                        }
+                    )),
+                };
+            }
+            _ => {}
+        }
+        if let (Tensor::String(a), Tensor::String(b)) = (self, expected) {
+            return match a.iter().zip(b).position(|(x, y)| x != y) {
+                Some(i) => Err(format!(
+                    "value {i} (flat index) is {:?}, expected {:?}",
+                    a.iter().nth(i).map_or("", |s| s),
+                    b.iter().nth(i).map_or("", |s| s)
+                )),
+                None => Ok(()),
+            };
         }
         let (a, b) = (self.to_f64_vec(), expected.to_f64_vec());
         for (i, (&x, &y)) in a.iter().zip(&b).enumerate() {
@@ -424,15 +778,18 @@ impl Tensor {
 /// wraps like a C cast), bool as bool.
 impl Tensor {
     pub fn to_f64_array(&self) -> ArrayD<f64> {
-        match_tensor!(self, a => a.mapv(|v| v.to_f64()))
+        let n = self.numeric();
+        match_tensor!(&*n, a => a.mapv(|v| v.to_f64()), _ => ArrayD::zeros(IxDyn(&[0])))
     }
 
     pub(crate) fn to_i64_array(&self) -> ArrayD<i64> {
-        match_tensor!(self, a => a.mapv(|v| v.to_i64()))
+        let n = self.numeric();
+        match_tensor!(&*n, a => a.mapv(|v| v.to_i64()), _ => ArrayD::zeros(IxDyn(&[0])))
     }
 
     pub(crate) fn to_bool_array(&self) -> ArrayD<bool> {
-        match_tensor!(self, a => a.mapv(|v| v.to_f64() != 0.0))
+        let n = self.numeric();
+        match_tensor!(&*n, a => a.mapv(|v| v.to_f64() != 0.0), _ => ArrayD::from_elem(IxDyn(&[0]), false))
     }
 
     /// `a` converted to `dtype`.
@@ -443,5 +800,63 @@ impl Tensor {
     /// `a` converted to `dtype`.
     pub(crate) fn from_i64_array(dtype: DType, a: ArrayD<i64>) -> Tensor {
         Tensor::I64(a).cast(dtype)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_cast_both_ways_like_onnx() {
+        let s = Tensor::from_strings(
+            &[5],
+            ["1.5", "-inf", "NaN", "+2", "1e3"]
+                .map(String::from)
+                .to_vec(),
+        )
+        .unwrap();
+        let f = s.try_cast(DType::F32).unwrap().to_f64_vec();
+        assert_eq!(f[0], 1.5);
+        assert_eq!(f[1], f64::NEG_INFINITY);
+        assert!(f[2].is_nan());
+        assert_eq!(&f[3..], &[2.0, 1000.0]);
+        let big = Tensor::from_strings(&[1], vec!["9007199254740993".into()]).unwrap();
+        assert_eq!(
+            big.try_cast(DType::I64).unwrap().to_i64_vec(),
+            [9007199254740993]
+        );
+        let bad = Tensor::from_strings(&[1], vec!["one".into()]).unwrap();
+        assert!(bad.try_cast(DType::F32).unwrap_err().contains("\"one\""));
+        let back = Tensor::from_vec(&[3], vec![1.5f32, f32::INFINITY, -2.0])
+            .unwrap()
+            .cast(DType::String);
+        assert_eq!(
+            back,
+            Tensor::from_strings(&[3], ["1.5", "INF", "-2"].map(String::from).to_vec()).unwrap()
+        );
+        let ints = Tensor::from_vec(&[2], vec![-3i8, 7])
+            .unwrap()
+            .cast(DType::String);
+        assert_eq!(
+            ints,
+            Tensor::from_strings(&[2], vec!["-3".into(), "7".into()]).unwrap()
+        );
+    }
+
+    #[test]
+    fn the_dispatch_macros_refuse_strings_with_an_error() {
+        fn first(t: &Tensor) -> Result<f64, String> {
+            match_tensor!(t, a => Ok(a.iter().next().map_or(0.0, |v| v.to_f64())))
+        }
+        fn zeros(d: DType) -> Result<Tensor, String> {
+            Ok(with_dtype!(d, zeros_of(&[1])))
+        }
+        let s = Tensor::from_strings(&[1], vec!["x".into()]).unwrap();
+        assert!(first(&s).unwrap_err().contains("string"));
+        assert!(zeros(DType::String).unwrap_err().contains("string"));
+        assert_eq!(s.to_le_bytes(), Vec::<u8>::new());
+        assert!(Tensor::from_le_bytes(DType::String, &[0], &[]).is_err());
+        assert_eq!(Tensor::zeros(DType::String, &[2]).shape(), &[2]);
     }
 }

@@ -1,5 +1,5 @@
 //! Linear quantization, hand-computed from the ONNX formulas.
-use kiln::ir::{Attr, Attrs};
+use kiln::ir::{Attr, Attrs, DType};
 use kiln::Tensor;
 
 use crate::harness::*;
@@ -92,4 +92,158 @@ fn dynamic_quantize_from_the_data_range() {
         out[0],
         u8s(&[3], &[zp as u8, ((2.0 / scale).round() + zp) as u8, 0])
     );
+}
+
+/// Runs a built graph on the interpreter and the CPU backend; both must agree.
+fn run_both(g: &kiln::Graph, inputs: &[Tensor]) -> Vec<Tensor> {
+    use kiln::backend::{backend_for, Device};
+    let interp = backend_for(Device::Interp)
+        .and_then(|b| b.compile(g))
+        .and_then(|e| e.run(inputs))
+        .unwrap();
+    let cpu = backend_for(Device::Cpu)
+        .and_then(|b| b.compile(g))
+        .and_then(|e| e.run(inputs))
+        .unwrap();
+    for (c, i) in cpu.iter().zip(&interp) {
+        assert_close(c, i, 0.0, 0.0);
+    }
+    interp
+}
+
+fn f8e4m3fn(shape: &[usize], v: &[f64]) -> Tensor {
+    Tensor::from_f64s(DType::F8E4M3FN, shape, v).unwrap()
+}
+
+#[test]
+fn float8_casts_saturate_or_overflow_through_data_movement() {
+    use kiln::ir::{Shape, TensorType};
+    let x = f32s(
+        &[2, 3],
+        &[1.0625, -1000.0, 465.0, 0.001, f32::INFINITY, -0.0],
+    );
+    for (saturate, big, inf) in [(1, 448.0, 448.0), (0, f64::NAN, f64::NAN)] {
+        let mut g = kiln::Graph::new("f8");
+        let p = g
+            .add_parameter("x", TensorType::new(DType::F32, Shape::fixed(&[2, 3])))
+            .unwrap();
+        let cast_attrs = attrs(&[
+            ("to", Attr::String("f8e4m3fn".into())),
+            ("saturate", Attr::Int(saturate)),
+        ]);
+        let c = g
+            .add_op("Cast", &[Some(p.into())], cast_attrs, "c")
+            .unwrap();
+        let t = g
+            .add_op("Transpose", &[Some(c.out(0))], Attrs::new(), "t")
+            .unwrap();
+        let back = attrs(&[("to", Attr::String("f32".into()))]);
+        let y = g.add_op("Cast", &[Some(t.out(0))], back, "y").unwrap();
+        g.add_output("f8", t.out(0)).unwrap();
+        g.add_output("y", y.out(0)).unwrap();
+        let out = run_both(&g, std::slice::from_ref(&x));
+        assert_eq!(out[0].dtype(), DType::F8E4M3FN);
+        // Ties go to even (1.0625 → 1), 465 overflows, 0.001 rounds to the smallest
+        // subnormal; transposed.
+        let want = [1.0, 2f64.powi(-9), -big, inf, big, -0.0];
+        let got = out[1].to_f64_vec();
+        for (g, w) in got.iter().zip(want) {
+            assert!(g == &w || (g.is_nan() && w.is_nan()), "{got:?} vs {want:?}");
+        }
+    }
+}
+
+#[test]
+fn int4_quantize_and_blocked_dequantize() {
+    let i4 = |v: &[i64]| Tensor::from_i64s(DType::I4, &[2, 4], v).unwrap();
+    let x = f32s(&[2, 4], &[0.0, 5.0, -40.0, 40.0, 3.0, -3.0, 1.0, 100.0]);
+    let q = run1(
+        "QuantizeLinear",
+        vec![
+            Input(x),
+            Input(f32s(&[2, 2], &[2.0, 4.0, 1.0, 1.0])),
+            Input(Tensor::from_i64s(DType::I4, &[2, 2], &[0, 1, 0, -1]).unwrap()),
+        ],
+        attrs(&[("axis", Attr::Int(1)), ("block_size", Attr::Int(2))]),
+    );
+    // 5 / 2 = 2.5 rounds to 2; -40/4 + 1 saturates at -8; 40/4 + 1 at 7.
+    assert_eq!(q, i4(&[0, 2, -8, 7, 3, -3, 0, 7]));
+    let (g, inputs) = build(
+        "DequantizeLinear",
+        vec![
+            Input(q),
+            Input(f32s(&[2, 2], &[2.0, 4.0, 1.0, 1.0])),
+            Input(Tensor::from_i64s(DType::I4, &[2, 2], &[0, 1, 0, -1]).unwrap()),
+        ],
+        attrs(&[("axis", Attr::Int(1)), ("block_size", Attr::Int(2))]),
+    )
+    .unwrap();
+    let y = run_both(&g, &inputs);
+    assert_eq!(
+        y[0],
+        f32s(&[2, 4], &[0.0, 4.0, -36.0, 24.0, 3.0, -3.0, 1.0, 8.0])
+    );
+}
+
+#[test]
+fn float8_quantize_ignores_the_zero_point_and_dequantize_reads_it_as_zero() {
+    let x = f32s(&[3], &[3.0, 1000.0, -0.3]);
+    let scale = Input(f32s(&[], &[2.0]));
+    let zp = || Input(f8e4m3fn(&[], &[0.0]));
+    let q = run1(
+        "QuantizeLinear",
+        vec![Input(x.clone()), scale, zp()],
+        Attrs::new(),
+    );
+    assert_eq!(q, f8e4m3fn(&[3], &[1.5, 448.0, -0.15]));
+    let q = run1(
+        "QuantizeLinear",
+        vec![Input(x), Input(f32s(&[], &[2.0])), zp()],
+        attrs(&[("saturate", Attr::Int(0))]),
+    );
+    assert!(q.to_f64_vec()[1].is_nan());
+    let y = run1(
+        "DequantizeLinear",
+        vec![
+            Input(f8e4m3fn(&[2], &[1.5, -448.0])),
+            Input(f32s(&[], &[2.0])),
+            zp(),
+        ],
+        Attrs::new(),
+    );
+    assert_eq!(y, f32s(&[2], &[3.0, -896.0]));
+    let e = run_err(
+        "QuantizeLinear",
+        vec![Input(f32s(&[1], &[1.0])), Input(f32s(&[], &[1.0]))],
+        attrs(&[("output_dtype", Attr::String("f8e8m0".into()))]),
+    );
+    assert!(e.contains("cannot quantize to f8e8m0"), "{e}");
+}
+
+#[test]
+fn low_bit_inputs_are_refused_by_arithmetic_and_bad_round_modes_by_cast() {
+    let e = run_err(
+        "Add",
+        vec![Input(f8e4m3fn(&[1], &[1.0])), Input(f8e4m3fn(&[1], &[1.0]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("Add does not take f8e4m3fn"), "{e}");
+    let e = run_err(
+        "Cast",
+        vec![Input(f32s(&[1], &[1.0]))],
+        attrs(&[
+            ("to", Attr::String("f8e8m0".into())),
+            ("round_mode", Attr::String("sideways".into())),
+        ]),
+    );
+    assert!(e.contains("round_mode 'sideways'"), "{e}");
+    let y = run1(
+        "Cast",
+        vec![Input(f32s(&[3], &[1.5, 0.2, -3.0]))],
+        attrs(&[
+            ("to", Attr::String("f8e8m0".into())),
+            ("round_mode", Attr::String("down".into())),
+        ]),
+    );
+    assert_eq!(y.to_f64_vec(), vec![1.0, 0.125, 2.0]);
 }

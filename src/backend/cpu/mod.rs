@@ -129,10 +129,14 @@ impl CpuExecutable {
 
     fn specialize(&self, shapes: &[Vec<usize>]) -> Result<Compiled> {
         let g = specialize_for_shapes(&self.graph, shapes, &self.passes)?;
-        let dynamic = g
-            .nodes()
-            .iter()
-            .any(|n| n.outputs.iter().any(|t| !t.shape.is_static()));
+        // Strings, sequences and optionals are host objects with no bytes in an arena:
+        // a signature that has any runs on the host, node by node (as does one whose
+        // shapes stay dynamic).
+        let dynamic = g.nodes().iter().any(|n| {
+            n.outputs
+                .iter()
+                .any(|t| !t.shape.is_static() || t.is_host_object())
+        });
         Ok(if dynamic {
             Compiled::Interp(InterpExecutable::new(g)?)
         } else {
@@ -282,7 +286,7 @@ impl Drop for CpuExecutable {
 
 /// The address of `t`'s elements when they are contiguous in row-major order.
 fn contiguous_bytes(t: &Tensor) -> Option<*const u8> {
-    crate::match_tensor!(t, a => a.as_slice().map(|s| s.as_ptr().cast::<u8>()))
+    crate::match_tensor!(t, a => a.as_slice().map(|s| s.as_ptr().cast::<u8>()), _ => None)
 }
 
 unsafe fn read_output(cx: &Cx, s: &program::Slot) -> Result<Tensor> {

@@ -7,10 +7,8 @@
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-use crate::backend::inputs::{bind, check_input_types, input_types};
 use crate::backend::{check_variable_write, unknown_variable, Backend, Executable};
-use crate::error::{Error, Result};
-use crate::ir::ops::{self, EvalCtx};
+use crate::error::Result;
 use crate::ir::{verify, Graph, NodeId, TensorType};
 use crate::tensor::Tensor;
 
@@ -130,88 +128,4 @@ impl Executable for InterpExecutable {
     }
 }
 
-/// The variables' new values by node, from a run's `Assign`s.
-pub type Updates = HashMap<NodeId, Tensor>;
-
-/// Runs `graph` once (it must be verified) over the variable values `vars`; returns the
-/// outputs and what its `Assign`s stored. A Variable node reads before any `Assign` to it
-/// (the `Assign` consumes it), so every read in a run sees the value the run started
-/// with; when several `Assign`s store to one variable, the last in the schedule wins.
-pub(crate) fn run_graph(
-    graph: &Graph,
-    schedule: &[NodeId],
-    inputs: &[Tensor],
-    vars: &HashMap<NodeId, Tensor>,
-) -> Result<(Vec<Tensor>, Updates)> {
-    let mut symbols = check_inputs(graph, inputs)?;
-    let params = graph.inputs();
-    let mut inputs_by_node: HashMap<NodeId, &Tensor> = params.iter().copied().zip(inputs).collect();
-    let mut values: HashMap<NodeId, Vec<Tensor>> = HashMap::new();
-    let mut updates = Updates::new();
-    for &id in schedule {
-        let node = graph.node(id);
-        let outs = match node.op.as_str() {
-            "Parameter" => vec![inputs_by_node
-                .remove(&id)
-                .expect("every parameter has an input")
-                .clone()],
-            "Constant" => vec![node.data.as_deref().expect("verified").clone()],
-            "Variable" => vec![vars[&id].clone()],
-            "Assign" => {
-                let target = node.inputs[0].expect("verified").node;
-                let v = node.inputs[1].expect("verified");
-                updates.insert(target, values[&v.node][v.output as usize].clone());
-                vec![]
-            }
-            _ => {
-                let op = graph
-                    .op_impl(&node.op)
-                    .ok_or_else(|| Error::Runtime(format!("{}: unknown op", graph.describe(id))))?;
-                let args: Vec<Option<&Tensor>> = node
-                    .inputs
-                    .iter()
-                    .map(|v| v.map(|v| &values[&v.node][v.output as usize]))
-                    .collect();
-                let types: Vec<Option<&TensorType>> = node
-                    .inputs
-                    .iter()
-                    .map(|v| v.map(|v| &graph.node(v.node).outputs[v.output as usize]))
-                    .collect();
-                let cx = EvalCtx {
-                    inputs: &args,
-                    input_types: &types,
-                    attrs: &node.attrs,
-                };
-                let outs = ops::custom::contain(&op, || op.eval(&cx))
-                    .map_err(|e| Error::Runtime(format!("{}: {e}", graph.describe(id))))?;
-                if outs.len() != node.outputs.len() {
-                    return Err(Error::Runtime(format!(
-                        "{}: produced {} outputs, its type says {}",
-                        graph.describe(id),
-                        outs.len(),
-                        node.outputs.len()
-                    )));
-                }
-                for (i, (t, ty)) in outs.iter().zip(&node.outputs).enumerate() {
-                    bind(ty, t, &mut symbols).map_err(|e| {
-                        Error::Runtime(format!("{}: output {i}: {e}", graph.describe(id)))
-                    })?;
-                }
-                outs
-            }
-        };
-        values.insert(id, outs);
-    }
-    let outs = graph
-        .outputs()
-        .iter()
-        .map(|o| values[&o.value.node][o.value.output as usize].clone())
-        .collect();
-    Ok((outs, updates))
-}
-
-/// Checks `inputs` against the graph's parameters (count, dtype, rank, fixed sizes, one
-/// size per symbol); returns the symbols' sizes.
-fn check_inputs(graph: &Graph, inputs: &[Tensor]) -> Result<HashMap<String, usize>> {
-    check_input_types(&input_types(graph), inputs)
-}
+pub(crate) use crate::ir::eval::run_graph;

@@ -49,12 +49,19 @@ enum Command {
     /// Inputs, outputs, op histogram and parameter count of a .kir or .onnx graph.
     Info { file: PathBuf },
     /// Run a .kir or .onnx graph on .npy inputs; write each output as DIR/<output name>.npy.
+    ///
+    /// A string tensor is a .npy of a NumPy unicode dtype (`<U..`). A sequence is a folder
+    /// holding 0.npy, 1.npy, … (folders 0/, 1/, … for a sequence of sequences), given as
+    /// `--input NAME=DIR` and written as DIR/<output name>/. An optional is its value;
+    /// an absent optional input is `--input NAME=` (an empty path), and an absent
+    /// optional output writes nothing.
     Run {
         file: PathBuf,
-        /// Input files in graph-input order.
+        /// Input files (or sequence folders) in graph-input order.
         #[arg(long, num_args = 1..)]
         inputs: Vec<PathBuf>,
-        /// An input by name: `--input x=x.npy` (repeatable; not mixed with --inputs).
+        /// An input by name: `--input x=x.npy`, `--input seq=seq_dir`, `--input opt=`
+        /// (absent) (repeatable; not mixed with --inputs).
         #[arg(long = "input", value_name = "NAME=PATH")]
         named: Vec<String>,
         /// Where to write the outputs (created if missing).
@@ -433,7 +440,19 @@ pub(crate) fn read_inputs(
             })
             .collect::<Result<_>>()?
     };
-    paths.iter().map(|p| npy::read(p)).collect()
+    g.inputs()
+        .iter()
+        .zip(&paths)
+        .map(|(&id, p)| {
+            let ty = &g.node(id).outputs[0];
+            npy::read_value(p, ty.dtype, &ty.containers).map_err(|e| match e {
+                Error::InvalidArgument(m) => {
+                    Error::InvalidArgument(format!("input '{}': {m}", g.node(id).name))
+                }
+                e => e,
+            })
+        })
+        .collect()
 }
 
 fn run(
@@ -456,9 +475,13 @@ fn run(
     let mut out = String::new();
     for (o, t) in g.outputs().iter().zip(&outputs) {
         if let Some(dir) = out_dir {
-            let path = dir.join(format!("{}.npy", file_safe(&o.name)));
-            npy::write(&path, t)?;
-            writeln!(out, "wrote {}", path.display()).ok();
+            let written = npy::write_value(&dir.join(file_safe(&o.name)), t)?;
+            for path in &written {
+                writeln!(out, "wrote {}", path.display()).ok();
+            }
+            if written.is_empty() {
+                writeln!(out, "{} is an empty optional: nothing written", o.name).ok();
+            }
         }
         if print {
             writeln!(out, "{} = {}", o.name, describe(t, full)).ok();
@@ -483,10 +506,42 @@ fn file_safe(name: &str) -> String {
 /// `f32[2, 3] [1, 2, 3, 4, 5, 6]`, eliding the middle of long tensors unless `full`.
 fn describe(t: &Tensor, full: bool) -> String {
     const EDGE: usize = 8;
+    match t {
+        Tensor::Sequence(s) => {
+            let items: Vec<String> = s.items.iter().map(|i| describe(i, full)).collect();
+            return format!(
+                "{} of {} [{}]",
+                t.kind_name(),
+                s.items.len(),
+                items.join("; ")
+            );
+        }
+        Tensor::Optional(o) => {
+            return match &o.value {
+                Some(v) => format!("{} holding {}", t.kind_name(), describe(v, full)),
+                None => format!("{} (empty)", t.kind_name()),
+            }
+        }
+        Tensor::String(a) => {
+            let values: Vec<String> = a.iter().map(|s| format!("{s:?}")).collect();
+            let body = if full || values.len() <= 2 * EDGE {
+                values.join(", ")
+            } else {
+                format!(
+                    "{}, ... ({} more), {}",
+                    values[..EDGE].join(", "),
+                    values.len() - 2 * EDGE,
+                    values[values.len() - EDGE..].join(", ")
+                )
+            };
+            return format!("string{:?} [{body}]", t.shape());
+        }
+        _ => {}
+    }
     let values: Vec<String> = if t.dtype() == DType::F64 {
         t.to_f64_vec().iter().map(|v| format!("{v}")).collect()
-    } else if t.dtype().is_float() {
-        // f32, f16 and bf16 are exact in f32: print the shortest text of the f32.
+    } else if t.dtype().is_float() || t.dtype().is_minifloat() {
+        // f32, f16, bf16, float8 and float4 are exact in f32: print the shortest text of the f32.
         t.to_f64_vec()
             .iter()
             .map(|&v| format!("{}", v as f32))

@@ -11,7 +11,7 @@ use std::path::Path;
 use prost::Message;
 
 use crate::error::{Error, Result};
-use crate::ir::{Attr, Attrs, Dim, Graph, Shape, TensorType, Value};
+use crate::ir::{Attr, Attrs, Container, Dim, Graph, Shape, TensorType, Value};
 use crate::tensor::Tensor;
 
 mod expand;
@@ -151,6 +151,12 @@ pub fn read_tensor_pb(bytes: &[u8]) -> Result<Tensor> {
     tensor::tensor(&t, None).map_err(Error::InvalidArgument)
 }
 
+/// A serialized value of type `ty` (a `TensorProto`, `SequenceProto` or `OptionalProto`,
+/// as the ONNX test suites store sequence and optional inputs and outputs).
+pub fn read_value_pb(bytes: &[u8], ty: &TensorType) -> Result<Tensor> {
+    tensor::value_pb(bytes, ty).map_err(Error::InvalidArgument)
+}
+
 /// The ai.onnx opset a serialized model imports, if it decodes.
 pub fn model_opset(bytes: &[u8]) -> Option<i64> {
     let m = ModelProto::decode(bytes).ok()?;
@@ -161,17 +167,46 @@ pub fn model_opset(bytes: &[u8]) -> Option<i64> {
 }
 
 /// A graph input's type: element type and dims (`dim_param` stays symbolic; a dim with
-/// neither value nor name gets a symbol of its own).
+/// neither value nor name gets a symbol of its own), inside sequences and optionals.
 fn value_type(v: &proto::ValueInfoProto) -> std::result::Result<TensorType, String> {
-    let Some(type_proto::Value::TensorType(t)) = v.r#type.as_ref().and_then(|t| t.value.as_ref())
-    else {
-        return Err("only tensor inputs are supported (not sequences, maps or optionals)".into());
+    let t = v.r#type.as_ref().ok_or("the input has no type")?;
+    type_of(t, v.name(), false)
+}
+
+/// A `TypeProto` as a Kiln type; `in_container` allows an unknown rank.
+fn type_of(
+    t: &proto::TypeProto,
+    name: &str,
+    in_container: bool,
+) -> std::result::Result<TensorType, String> {
+    let elem = |e: &Option<Box<proto::TypeProto>>| {
+        e.as_deref()
+            .ok_or_else(|| "a sequence or optional type without an element type".to_string())
+            .and_then(|e| type_of(e, name, true))
+    };
+    let t = match t.value.as_ref() {
+        Some(type_proto::Value::TensorType(t)) => t,
+        Some(type_proto::Value::SequenceType(s)) => {
+            let inner = elem(&s.elem_type)?;
+            let shape = inner.ranked.then(|| inner.shape.clone());
+            return Ok(inner.wrapped(Container::Seq, shape));
+        }
+        Some(type_proto::Value::OptionalType(o)) => {
+            let inner = elem(&o.elem_type)?;
+            let shape = inner.ranked.then(|| inner.shape.clone());
+            return Ok(inner.wrapped(Container::Opt, shape));
+        }
+        _ => return Err("only tensors, sequences and optionals are supported (not maps)".into()),
     };
     let dtype = tensor::dtype(t.elem_type())?;
-    let shape = t
-        .shape
-        .as_ref()
-        .ok_or("the input has no shape (unknown rank is not supported)")?;
+    let Some(shape) = t.shape.as_ref() else {
+        if in_container {
+            let mut ty = TensorType::new(dtype, Shape::scalar());
+            ty.ranked = false;
+            return Ok(ty);
+        }
+        return Err("the input has no shape (unknown rank is not supported)".into());
+    };
     let dims = shape
         .dim
         .iter()
@@ -183,7 +218,7 @@ fn value_type(v: &proto::ValueInfoProto) -> std::result::Result<TensorType, Stri
             Some(proto::tensor_shape_proto::dimension::Value::DimParam(p)) if !p.is_empty() => {
                 Dim::Sym(p.clone())
             }
-            _ => Dim::Sym(format!("{}.{i}", v.name())),
+            _ => Dim::Sym(format!("{name}.{i}")),
         })
         .collect::<Vec<_>>();
     Ok(TensorType::new(dtype, Shape::new(dims)))
@@ -323,7 +358,7 @@ impl Importer<'_> {
             input_types: &in_type_refs,
             attrs,
         };
-        let outs = catalogue_op.eval(&cx).map_err(Error::Graph)?;
+        let outs = crate::ir::ops::evaluate(catalogue_op, &cx).map_err(Error::Graph)?;
         let mut vals = vec![];
         for (i, t) in outs.into_iter().enumerate() {
             let n = if i == 0 {
@@ -455,6 +490,15 @@ fn attr(a: &AttributeProto, base_dir: Option<&Path>) -> Result<AttrValue> {
         AttributeType::Ints => Attr::Ints(a.ints.clone()),
         AttributeType::Strings => {
             Attr::Strings(a.strings.iter().map(|s| utf8(s)).collect::<Result<_>>()?)
+        }
+        // A type (Optional's) as the text format spells it.
+        AttributeType::TypeProto => {
+            let tp = a.tp.as_ref().ok_or_else(|| {
+                Error::InvalidArgument(format!("attribute '{}' has no type", a.name()))
+            })?;
+            let t = type_of(tp, a.name(), true)
+                .map_err(|e| Error::Unsupported(format!("attribute '{}': {e}", a.name())))?;
+            Attr::String(t.to_string())
         }
         AttributeType::Tensor => {
             let t = a.t.as_ref().ok_or_else(|| {

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use super::expand::{self, Builder};
 use super::Importer;
 use crate::error::{Error, Result};
-use crate::ir::{ops, Attr, Attrs, Value};
+use crate::ir::{ops, Attr, Attrs, DType, Value};
 use crate::tensor::Tensor;
 
 type Inputs = Vec<Option<Value>>;
@@ -97,7 +97,7 @@ pub(super) fn convert(
         n_outputs,
     } = kind;
     match domain {
-        "ai.onnx.ml" => return expand::ml(&mut Builder::new(imp, name), op, &inputs, &attrs),
+        "ai.onnx.ml" => return ml(imp, op, name, inputs, attrs, tensors),
         "ai.onnx.preview.training" => {
             return expand::training(&mut Builder::new(imp, name), op, &inputs, &attrs)
         }
@@ -203,13 +203,19 @@ pub(super) fn convert(
         "QuantizeLinear" | "DequantizeLinear" | "HannWindow" | "HammingWindow"
         | "BlackmanWindow" | "MelWeightMatrix" => {
             // ONNX type codes to Kiln dtype names (0: unset).
-            for key in ["output_dtype", "output_datatype"] {
+            for key in ["output_dtype", "output_datatype", "precision"] {
                 if let Some(Attr::Int(code)) = attrs.0.remove(key) {
                     if code != 0 {
                         let d = super::tensor::dtype_name(code).map_err(Error::Unsupported)?;
                         attrs.set(key, Attr::String(d.into()));
                     }
                 }
+            }
+        }
+        "SequenceEmpty" => {
+            if let Some(Attr::Int(code)) = attrs.0.remove("dtype") {
+                let d = super::tensor::dtype_name(code).map_err(Error::Unsupported)?;
+                attrs.set("dtype", Attr::String(d.into()));
             }
         }
         "Cast" | "BitCast" => {
@@ -360,6 +366,113 @@ pub(super) fn convert(
         inputs.pop();
     }
     imp.add(op, &inputs, attrs, name)
+}
+
+/// An `ai.onnx.ml` node: the tree ensembles are catalogue ops, their tensor attributes
+/// read as lists (opset 3's `<name>_as_tensor` as `<name>`); the small ops expand.
+fn ml(
+    imp: &mut Importer<'_>,
+    op: &str,
+    name: &str,
+    inputs: Inputs,
+    mut attrs: Attrs,
+    tensors: HashMap<String, Tensor>,
+) -> Result<Vec<Value>> {
+    match op {
+        "TreeEnsemble" | "TreeEnsembleRegressor" | "TreeEnsembleClassifier" => {
+            for (key, t) in tensors {
+                let key = key.strip_suffix("_as_tensor").unwrap_or(&key);
+                let list = if key == "nodes_modes" {
+                    Attr::Ints(t.to_i64_vec())
+                } else {
+                    Attr::Floats(t.to_f64_vec())
+                };
+                attrs.set(key, list);
+            }
+            imp.add(op, &inputs, attrs, name)
+        }
+        "LabelEncoder" => label_encoder(imp, name, inputs, attrs, tensors),
+        _ => expand::ml(&mut Builder::new(imp, name), op, &inputs, &attrs),
+    }
+}
+
+/// `LabelEncoder`: opset 1's `classes_strings` (string to its index, or index to string)
+/// and opset 4's `keys_tensor`, `values_tensor` and `default_tensor` become the lists
+/// of opset 2; values of a dtype other than f32, i64 and string are cast to it after.
+fn label_encoder(
+    imp: &mut Importer<'_>,
+    name: &str,
+    inputs: Inputs,
+    mut attrs: Attrs,
+    tensors: HashMap<String, Tensor>,
+) -> Result<Vec<Value>> {
+    let x = expand::need(&inputs, 0, "X")?;
+    if let Some(Attr::Strings(classes)) = attrs.0.remove("classes_strings") {
+        let indexes: Vec<i64> = (0..classes.len() as i64).collect();
+        if imp.value_type(x)?.dtype.is_string() {
+            attrs.set("keys_strings", Attr::Strings(classes));
+            attrs.set("values_int64s", Attr::Ints(indexes));
+            attrs.0.remove("default_string");
+        } else {
+            attrs.set("keys_int64s", Attr::Ints(indexes));
+            attrs.set("values_strings", Attr::Strings(classes));
+            attrs.0.remove("default_int64");
+        }
+    }
+    // A tensor attribute's list: strings, floats or integers by its dtype.
+    let list = |t: &Tensor, kind: &str| -> (String, Attr) {
+        match t {
+            Tensor::String(a) => (
+                format!("{kind}_strings"),
+                Attr::Strings(a.iter().cloned().collect()),
+            ),
+            _ if t.dtype().is_float() => (format!("{kind}_floats"), Attr::Floats(t.to_f64_vec())),
+            _ => (format!("{kind}_int64s"), Attr::Ints(t.to_i64_vec())),
+        }
+    };
+    let mut cast_to = None;
+    for (key, t) in &tensors {
+        match key.as_str() {
+            "keys_tensor" => {
+                let (k, v) = list(t, "keys");
+                attrs.set(&k, v);
+            }
+            "values_tensor" => {
+                let (k, v) = list(t, "values");
+                attrs.set(&k, v);
+                if !matches!(t.dtype(), DType::F32 | DType::I64 | DType::String) {
+                    cast_to = Some(t.dtype());
+                }
+            }
+            "default_tensor" => {}
+            other => {
+                return Err(Error::Unsupported(format!(
+                    "LabelEncoder attribute '{other}' of type TENSOR is not supported"
+                )))
+            }
+        }
+    }
+    if let Some(t) = tensors.get("default_tensor") {
+        let (k, v) = list(t, "default");
+        let single = match v {
+            Attr::Strings(s) => s.into_iter().next().map(Attr::String),
+            Attr::Floats(f) => f.first().map(|&f| Attr::Float(f)),
+            Attr::Ints(i) => i.first().map(|&i| Attr::Int(i)),
+            _ => None,
+        }
+        .ok_or_else(|| Error::Graph("default_tensor must hold one value".into()))?;
+        let k = k
+            .replace("_strings", "_string")
+            .replace("_floats", "_float")
+            .replace("_int64s", "_int64");
+        attrs.set(&k, single);
+    }
+    let Some(to) = cast_to else {
+        return imp.add("LabelEncoder", &inputs, attrs, name);
+    };
+    let y = imp.add("LabelEncoder", &inputs, attrs, &format!("{name}.values"))?;
+    let cast = Attrs::new().with("to", Attr::String(to.name().into()));
+    imp.add("Cast", &[y.first().copied()], cast, name)
 }
 
 /// A `Constant` node's value, from whichever of its attributes is set.

@@ -457,6 +457,14 @@ impl Op for Binary {
         &self.schema
     }
 
+    fn takes(&self) -> super::Takes {
+        if self.schema.name == "Equal" {
+            super::Takes::Strings
+        } else {
+            super::Takes::Numeric
+        }
+    }
+
     fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
         let (a, b) = (cx.input(0)?, cx.input(1)?);
         let dtype = same_dtype(self.schema.name, &[a, b])?;
@@ -481,6 +489,11 @@ impl Op for Binary {
 
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
         let (a, b) = (cx.input(0)?, cx.input(1)?);
+        if let (Tensor::String(x), Tensor::String(y)) = (a, b) {
+            // Only Equal takes strings (see `takes`).
+            let (x, y) = (x.map(|s| s.as_str()), y.map(|s| s.as_str()));
+            return Ok(vec![Tensor::Bool(zip_broadcast(&x, &y, |p, q| p == q)?)]);
+        }
         let dtype = a.dtype();
         let y = match self.kind {
             Kind::Logic => {
@@ -952,6 +965,9 @@ const WHERE: OpSchema = OpSchema {
 };
 
 impl Op for Where {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::MovedStrings
+    }
     fn schema(&self) -> &OpSchema {
         &WHERE
     }

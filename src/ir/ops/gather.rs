@@ -52,6 +52,9 @@ const GATHER: OpSchema = OpSchema {
 };
 
 impl Op for Gather {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::MovedStrings
+    }
     fn schema(&self) -> &OpSchema {
         &GATHER
     }
@@ -109,6 +112,9 @@ pub(super) fn same_rank(x: &TensorType, idx: &TensorType) -> Result<(), String> 
 }
 
 impl Op for GatherElements {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::MovedStrings
+    }
     fn schema(&self) -> &OpSchema {
         &GATHER_ELEMENTS
     }
@@ -158,6 +164,9 @@ const GATHER_ND: OpSchema = OpSchema {
 };
 
 impl Op for GatherNd {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::MovedStrings
+    }
     fn schema(&self) -> &OpSchema {
         &GATHER_ND
     }

@@ -5,7 +5,7 @@
 use super::util::out;
 use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
 use crate::ir::{AttrKind, Attrs, DType, TensorType};
-use crate::tensor::Tensor;
+use crate::tensor::{lowbit, Tensor};
 
 struct Cast;
 
@@ -14,14 +14,39 @@ const CAST: OpSchema = OpSchema {
     family: "misc",
     inputs: &["input"],
     outputs: &["output"],
-    attrs: &[
-        AttrSpec::req("to", AttrKind::String),
-        AttrSpec::opt("saturate", AttrKind::Int, "1 (float8 only; ignored)"),
-    ],
+    attrs: &[AttrSpec::req("to", AttrKind::String), SATURATE, ROUND_MODE],
     doc: "Converts to dtype `to` (\"f32\", \"i64\", \"bool\", ...): floats to integers \
           truncate toward zero and saturate (NaN gives 0), integers wrap like a C cast, \
-          anything to bool is != 0.",
+          anything to bool is != 0; to the 4- and 2-bit integers, floats truncate and wrap. \
+          Floats round to nearest even into float8/float4.",
 };
+
+const SATURATE: AttrSpec = AttrSpec::opt(
+    "saturate",
+    AttrKind::Int,
+    "1: out-of-range values become the largest finite float8 of their sign (0: infinity \
+     or NaN)",
+);
+const ROUND_MODE: AttrSpec = AttrSpec::opt(
+    "round_mode",
+    AttrKind::String,
+    "\"up\": how values round to f8e8m0 (up, down, nearest)",
+);
+
+/// `x` cast to `to` under the node's `saturate` and `round_mode`.
+fn cast_with_attrs(x: &Tensor, to: DType, attrs: &Attrs) -> Result<Tensor, String> {
+    let saturate = attrs.int_or("saturate", 1)? != 0;
+    let mode = attrs.string_or("round_mode", "up")?.parse()?;
+    lowbit::cast(x, to, saturate, mode)
+}
+
+/// Checks `round_mode` at build time so a bad one fails when the node is added.
+fn check_round_mode(attrs: &Attrs) -> Result<(), String> {
+    attrs
+        .string_or("round_mode", "up")?
+        .parse::<lowbit::E8M0Rounding>()
+        .map(|_| ())
+}
 
 fn target(attrs: &Attrs) -> Result<DType, String> {
     attrs
@@ -31,17 +56,25 @@ fn target(attrs: &Attrs) -> Result<DType, String> {
 }
 
 impl Op for Cast {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::Strings
+    }
     fn schema(&self) -> &OpSchema {
         &CAST
     }
 
     fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
         let x = cx.input(0)?;
+        check_round_mode(cx.attrs)?;
         Ok(out(target(cx.attrs)?, x.shape.clone()))
     }
 
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
-        Ok(vec![cx.input(0)?.cast(target(cx.attrs)?)])
+        Ok(vec![cast_with_attrs(
+            cx.input(0)?,
+            target(cx.attrs)?,
+            cx.attrs,
+        )?])
     }
 }
 
@@ -52,25 +85,29 @@ const CAST_LIKE: OpSchema = OpSchema {
     family: "misc",
     inputs: &["input", "target_type"],
     outputs: &["output"],
-    attrs: &[AttrSpec::opt(
-        "saturate",
-        AttrKind::Int,
-        "1 (float8 only; ignored)",
-    )],
+    attrs: &[SATURATE, ROUND_MODE],
     doc: "Cast to the dtype of `target_type` (whose values are not read).",
 };
 
 impl Op for CastLike {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::Strings
+    }
     fn schema(&self) -> &OpSchema {
         &CAST_LIKE
     }
 
     fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        check_round_mode(cx.attrs)?;
         Ok(out(cx.input(1)?.dtype, cx.input(0)?.shape.clone()))
     }
 
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
-        Ok(vec![cx.input(0)?.cast(cx.input(1)?.dtype())])
+        Ok(vec![cast_with_attrs(
+            cx.input(0)?,
+            cx.input(1)?.dtype(),
+            cx.attrs,
+        )?])
     }
 }
 

@@ -14,6 +14,7 @@ use crate::tensor::Tensor;
 
 pub mod attention;
 pub mod bitwise;
+pub mod control;
 pub mod conv;
 pub mod custom;
 pub mod elementwise;
@@ -34,10 +35,13 @@ pub mod rnn;
 pub mod scan;
 pub mod scatter;
 pub mod select;
+pub mod sequence;
 pub mod shape;
 pub mod signal;
 pub mod source;
+pub mod strings;
 pub mod text;
+pub mod tree;
 
 /// One attribute an op accepts.
 #[derive(Debug, Clone, Copy)]
@@ -166,6 +170,43 @@ impl OpSchema {
     }
 }
 
+/// The ops that take the low-bit storage dtypes (float8, float4, int4, int2): the
+/// conversions and quantization, and pure data movement. Every other op refuses them
+/// before its own inference, so no kernel ever reads them as another type.
+const LOW_BIT_OPS: &[&str] = &[
+    "Cast",
+    "CastLike",
+    "BitCast",
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "Identity",
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Transpose",
+    "Concat",
+    "Split",
+    "Slice",
+    "Gather",
+    "Expand",
+    "Tile",
+    "Shape",
+    "Size",
+];
+
+/// An error if `op` is given a low-bit input it does not take.
+fn refuse_low_bit(op: &str, inputs: &[Option<TensorType>]) -> Result<(), String> {
+    let low_bit = inputs.iter().flatten().find(|t| t.dtype.is_low_bit());
+    match low_bit {
+        Some(t) if !LOW_BIT_OPS.contains(&op) => Err(format!(
+            "{op} does not take {} inputs (a storage type: Cast or DequantizeLinear it first)",
+            t.dtype
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// What type/shape inference sees of a node.
 pub struct InferCtx<'a> {
     /// The node's name, used to make fresh symbols deterministic.
@@ -234,6 +275,103 @@ impl<'a> EvalCtx<'a> {
     }
 }
 
+/// The values an op takes as inputs ([`Op::takes`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takes {
+    /// Dense numeric tensors only.
+    Numeric,
+    /// Also string tensors, which the op only moves (reshapes, gathers, slices, …):
+    /// [`evaluate`] runs it on indices into the strings and maps the result back.
+    MovedStrings,
+    /// Also string tensors, which its own `eval` handles.
+    Strings,
+    /// Any value: strings, sequences and optionals too (its `eval` handles them).
+    Any,
+}
+
+/// Runs `op`'s reference computation: the one entry every caller of `eval` uses, so that
+/// ops which only move elements work on strings ([`Takes::MovedStrings`]).
+pub fn evaluate(op: &dyn Op, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+    let has_strings = cx.inputs.iter().flatten().any(|t| t.dtype().is_string());
+    if !has_strings || op.takes() != Takes::MovedStrings {
+        return op.eval(cx);
+    }
+    // Every string input becomes i64 indices into one pool of all their strings.
+    let mut pool: Vec<&String> = Vec::new();
+    let mut moved: Vec<Option<Tensor>> = Vec::with_capacity(cx.inputs.len());
+    for t in cx.inputs {
+        moved.push(match t {
+            Some(Tensor::String(a)) => {
+                let start = pool.len() as i64;
+                pool.extend(a.iter());
+                let idx: Vec<i64> = (start..pool.len() as i64).collect();
+                Some(Tensor::from_vec(a.shape(), idx)?)
+            }
+            _ => None,
+        });
+    }
+    let inputs: Vec<Option<&Tensor>> = cx
+        .inputs
+        .iter()
+        .zip(&moved)
+        .map(|(t, m)| m.as_ref().or(*t))
+        .collect();
+    let outs = op.eval(&EvalCtx {
+        inputs: &inputs,
+        input_types: cx.input_types,
+        attrs: cx.attrs,
+    })?;
+    outs.into_iter()
+        .map(|t| match &t {
+            Tensor::I64(a) => {
+                let strings = a
+                    .iter()
+                    .map(|&i| {
+                        usize::try_from(i)
+                            .ok()
+                            .and_then(|i| pool.get(i))
+                            .map(|s| (*s).clone())
+                            .ok_or_else(|| format!("string index {i} out of range"))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Tensor::from_strings(a.shape(), strings)
+            }
+            other => Err(format!(
+                "{} moved strings but gave a {} output",
+                op.schema().name,
+                other.dtype()
+            )),
+        })
+        .collect()
+}
+
+/// An error naming the first input `op` does not take (see [`Op::takes`]).
+pub(crate) fn check_takes(op: &dyn Op, inputs: &[Option<TensorType>]) -> Result<(), String> {
+    let takes = op.takes();
+    for (i, t) in inputs.iter().enumerate() {
+        let Some(t) = t else { continue };
+        let name = op
+            .schema()
+            .inputs
+            .get(i)
+            .or(op.schema().inputs.last())
+            .map_or("?", |n| n.trim_end_matches(['?', '.']));
+        if !t.is_tensor() && takes != Takes::Any {
+            return Err(format!(
+                "input {i} ({name}) is a {t}; {} takes tensors only",
+                op.schema().name
+            ));
+        }
+        if t.dtype.is_string() && takes == Takes::Numeric {
+            return Err(format!(
+                "input {i} ({name}) is a string tensor; {} takes numeric tensors only",
+                op.schema().name
+            ));
+        }
+    }
+    refuse_low_bit(op.schema().name, inputs)
+}
+
 /// An op of the catalogue.
 pub trait Op: Send + Sync + 'static {
     fn schema(&self) -> &OpSchema;
@@ -245,6 +383,12 @@ pub trait Op: Send + Sync + 'static {
 
     /// The reference computation: plain loops, obviously correct, slow on purpose.
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String>;
+
+    /// Which values besides dense numeric tensors the op takes; any other input is refused
+    /// before `infer`, with an error naming it.
+    fn takes(&self) -> Takes {
+        Takes::Numeric
+    }
 
     /// Checks a node's attributes before `infer`. Catalogue ops check them against their
     /// schema; ops registered at run time (`custom`) take any and check them in `infer`.
@@ -321,7 +465,7 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
     static CATALOGUE: OnceLock<BTreeMap<&'static str, &'static dyn Op>> = OnceLock::new();
     CATALOGUE.get_or_init(|| {
         let mut map = BTreeMap::new();
-        let families: [fn() -> Vec<&'static dyn Op>; 25] = [
+        let families: [fn() -> Vec<&'static dyn Op>; 29] = [
             source::ops,
             elementwise::ops,
             reduce::ops,
@@ -343,10 +487,14 @@ pub fn catalogue() -> &'static BTreeMap<&'static str, &'static dyn Op> {
             rnn::ops,
             signal::ops,
             text::ops,
+            tree::ops,
+            strings::ops,
             grid_sample::ops,
             fused::ops,
             layout::ops,
             random::ops,
+            sequence::ops,
+            control::ops,
         ];
         for family in families {
             for op in family() {

@@ -1,12 +1,14 @@
 //! Linear quantization: QuantizeLinear and DequantizeLinear, per tensor, per axis or
-//! blocked, as ONNX defines them. Values compute in f64; quantizing rounds half to even
-//! and saturates to the output type.
+//! blocked, as ONNX defines them. Values compute in f64; quantizing to an integer type
+//! (int4/int2 included) rounds half to even and saturates to it; quantizing to float8
+//! or float4 rounds `x / scale` to nearest even in that format (the zero point only
+//! shifts float4, as ONNX's reference does).
 use ndarray::{ArrayD, Dimension, IxDyn};
 
 use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
 use crate::ir::shape::norm_axis;
 use crate::ir::{AttrKind, Attrs, DType, TensorType};
-use crate::tensor::Tensor;
+use crate::tensor::{lowbit, Tensor};
 
 const ATTRS: &[AttrSpec] = &[
     AttrSpec::opt("axis", AttrKind::Int, "1"),
@@ -16,8 +18,16 @@ const ATTRS: &[AttrSpec] = &[
         AttrKind::String,
         "the zero point's (or u8 / the scale's)",
     ),
-    AttrSpec::opt("saturate", AttrKind::Int, "1 (float8 only; ignored)"),
-    AttrSpec::opt("precision", AttrKind::Int, "0 (ignored)"),
+    AttrSpec::opt(
+        "saturate",
+        AttrKind::Int,
+        "1: float8 outputs saturate (0: out of range gives infinity or NaN)",
+    ),
+    AttrSpec::opt(
+        "precision",
+        AttrKind::String,
+        "x's dtype: the float type x / y_scale is computed in",
+    ),
 ];
 
 /// How an element finds its scale: the same one, one per index along `axis`, or one
@@ -57,7 +67,9 @@ fn check(
         ));
     }
     if let Some(z) = zp {
-        if z.shape.dims() != scale.shape.dims() {
+        // A per-tensor zero point may also be a one-element 1-D tensor.
+        let single = scale.rank() == 0 && z.shape.dims().iter().all(|d| d.fixed() == Some(1));
+        if z.shape.dims() != scale.shape.dims() && !single {
             return Err(format!(
                 "the zero point ({z}) must have the scale's shape ({scale})"
             ));
@@ -77,6 +89,10 @@ pub(super) fn range(d: DType) -> (f64, f64) {
         DType::I32 => (i32::MIN as f64, i32::MAX as f64),
         DType::U64 => (0.0, u64::MAX as f64),
         DType::I64 => (i64::MIN as f64, i64::MAX as f64),
+        DType::I4 => (-8.0, 7.0),
+        DType::U4 => (0.0, 15.0),
+        DType::I2 => (-2.0, 1.0),
+        DType::U2 => (0.0, 3.0),
         _ => (f64::NEG_INFINITY, f64::INFINITY),
     }
 }
@@ -95,9 +111,11 @@ fn elementwise(
         let s = *scale
             .get(&si)
             .ok_or_else(|| format!("no scale for element {:?}", idx.slice()))?;
-        let z = zp
-            .map_or(Some(0.0), |z| z.get(&si).copied())
-            .ok_or("no zero point")?;
+        let z = match zp {
+            None => 0.0,
+            Some(z) if scale.ndim() == 0 => *z.first().ok_or("no zero point")?,
+            Some(z) => *z.get(&si).ok_or("no zero point")?,
+        };
         *v = f(x[&idx], s, z);
     }
     Ok(out)
@@ -114,6 +132,14 @@ const QUANTIZE: OpSchema = OpSchema {
     doc: "y = saturate(round_half_even(x / y_scale) + y_zero_point), of the zero point's \
           dtype (u8 without one).",
 };
+
+/// The `precision` attribute: the type `x / y_scale` is computed in.
+fn precision(attrs: &Attrs) -> Result<Option<DType>, String> {
+    attrs
+        .string("precision")?
+        .map(|p| p.parse().map_err(|e| format!("precision: {e}")))
+        .transpose()
+}
 
 fn quantized_dtype(cx_zp: Option<DType>, attrs: &Attrs) -> Result<DType, String> {
     match attrs.string("output_dtype")? {
@@ -134,8 +160,13 @@ impl Op for Quantize {
         }
         check(x, s, cx.opt_input(2), cx.attrs)?;
         let d = quantized_dtype(cx.opt_input(2).map(|z| z.dtype), cx.attrs)?;
-        if !d.is_int() {
+        if !(d.is_int() || d.is_low_bit()) || d == DType::F8E8M0 {
             return Err(format!("cannot quantize to {d}"));
+        }
+        if let Some(p) = precision(cx.attrs)? {
+            if !p.is_float() {
+                return Err(format!("precision must be a float type, got {p}"));
+            }
         }
         Ok(vec![TensorType::new(d, x.shape.clone())])
     }
@@ -146,22 +177,31 @@ impl Op for Quantize {
         let d = quantized_dtype(zp.map(|z| z.dtype()), cx.attrs)?;
         let (lo, hi) = range(d);
         let zpa = zp.map(|z| z.to_f64_array());
-        // x / y_scale is a value of x's type, as ONNX computes it: round it to that type
-        // first, since which way a tie goes to an integer depends on it.
-        let narrow: fn(f64) -> f64 = match x.dtype() {
+        // x / y_scale is a value of x's type (or `precision`), as ONNX computes it: round
+        // it to that type first, since which way a tie goes depends on it.
+        let narrow: fn(f64) -> f64 = match precision(cx.attrs)?.unwrap_or(x.dtype()) {
             DType::F32 => |v| v as f32 as f64,
             DType::F16 => |v| half::f16::from_f64(v).to_f64(),
             DType::BF16 => |v| half::bf16::from_f64(v).to_f64(),
             _ => |v| v,
         };
-        let q = elementwise(
-            &x.to_f64_array(),
-            &s.to_f64_array(),
-            zpa.as_ref(),
-            axis,
-            block,
-            |v, s, z| (narrow(v / s).round_ties_even() + z).clamp(lo, hi),
-        )?;
+        let (x, s) = (x.to_f64_array(), s.to_f64_array());
+        if d.is_minifloat() {
+            let shift_by_zero_point = d == DType::F4E2M1;
+            let y = elementwise(&x, &s, zpa.as_ref(), axis, block, |v, s, z| {
+                narrow(v / s) + if shift_by_zero_point { z } else { 0.0 }
+            })?;
+            let saturate = cx.attrs.int_or("saturate", 1)? != 0;
+            return Ok(vec![lowbit::cast(
+                &Tensor::F64(y),
+                d,
+                saturate,
+                lowbit::E8M0Rounding::Up,
+            )?]);
+        }
+        let q = elementwise(&x, &s, zpa.as_ref(), axis, block, |v, s, z| {
+            (narrow(v / s).round_ties_even() + z).clamp(lo, hi)
+        })?;
         Ok(vec![Tensor::from_i64_array(d, q.mapv(|v| v as i64))])
     }
 }
@@ -184,8 +224,11 @@ impl Op for Dequantize {
 
     fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
         let (x, s) = (cx.input(0)?, cx.input(1)?);
-        if !x.dtype.is_int() {
-            return Err(format!("x must be an integer type, got {}", x.dtype));
+        if !(x.dtype.is_int() || x.dtype.is_low_bit()) {
+            return Err(format!(
+                "x must be an integer or low-bit type, got {}",
+                x.dtype
+            ));
         }
         if !s.dtype.is_float() {
             return Err(format!("x_scale must be a float type, got {}", s.dtype));
@@ -205,7 +248,10 @@ impl Op for Dequantize {
             Some(d) => d.parse()?,
             None => s.dtype(),
         };
-        let zpa = zp.map(|z| z.to_f64_array());
+        // Float8 and float4 zero points are zero by definition; ONNX ignores them.
+        let zpa = zp
+            .filter(|_| !x.dtype().is_minifloat())
+            .map(|z| z.to_f64_array());
         let y = elementwise(
             &x.to_f64_array(),
             &s.to_f64_array(),

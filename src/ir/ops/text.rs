@@ -1,10 +1,9 @@
-//! Text features: TfIdfVectorizer over integer tokens (Kiln has no string tensors, so
-//! `pool_strings` is refused).
+//! Text features: TfIdfVectorizer over integer or string tokens.
 use std::collections::HashMap;
 
 use ndarray::{ArrayD, IxDyn};
 
-use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema, Takes};
 use crate::ir::{AttrKind, Attrs, DType, Dim, Shape, TensorType};
 use crate::tensor::Tensor;
 
@@ -22,13 +21,13 @@ const TF_IDF_VECTORIZER: OpSchema = OpSchema {
         AttrSpec::req("mode", AttrKind::String),
         AttrSpec::req("ngram_counts", AttrKind::Ints),
         AttrSpec::req("ngram_indexes", AttrKind::Ints),
-        AttrSpec::opt("pool_int64s", AttrKind::Ints, "required: the n-gram pool"),
-        AttrSpec::opt("pool_strings", AttrKind::Strings, "not supported"),
+        AttrSpec::opt("pool_int64s", AttrKind::Ints, "this or pool_strings"),
+        AttrSpec::opt("pool_strings", AttrKind::Strings, "this or pool_int64s"),
         AttrSpec::opt("weights", AttrKind::Floats, "1 per n-gram"),
     ],
     doc: "Counts the pool's n-grams (min_gram_length..max_gram_length tokens, taken \
-          every 1..max_skip_count+1 tokens; unigrams once) in each row of integer X \
-          ([C] or [B, C]) into f32 Y [..., max(ngram_indexes) + 1]: mode TF (counts), \
+          every 1..max_skip_count+1 tokens; unigrams once) in each row of X ([C] or \
+          [B, C]; integers for pool_int64s, strings for pool_strings) into f32 Y [..., max(ngram_indexes) + 1]: mode TF (counts), \
           IDF (weight where present) or TFIDF (count x weight).",
 };
 
@@ -41,6 +40,8 @@ struct Pool {
     max_skip: usize,
     mode: Mode,
     weights: Vec<f64>,
+    /// For `pool_strings`: each pool string's token id (its first position).
+    string_ids: Option<HashMap<String, i64>>,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -51,12 +52,21 @@ enum Mode {
 }
 
 fn pool(attrs: &Attrs) -> Result<Pool, String> {
-    if attrs.strings("pool_strings")?.is_some() {
-        return Err("pool_strings needs string tensors, which Kiln does not have".into());
-    }
-    let tokens = attrs
-        .ints("pool_int64s")?
-        .ok_or("pool_int64s is required")?;
+    // A string pool becomes ids: equal strings, equal ids.
+    let (tokens, string_ids): (Vec<i64>, _) =
+        match (attrs.ints("pool_int64s")?, attrs.strings("pool_strings")?) {
+            (Some(ints), None) => (ints.to_vec(), None),
+            (None, Some(strings)) => {
+                let mut ids: HashMap<String, i64> = HashMap::new();
+                let tokens = strings
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| *ids.entry(s.clone()).or_insert(i as i64))
+                    .collect();
+                (tokens, Some(ids))
+            }
+            _ => return Err("exactly one of pool_int64s and pool_strings is required".into()),
+        };
     let counts = attrs
         .ints("ngram_counts")?
         .ok_or("ngram_counts is required")?;
@@ -126,6 +136,7 @@ fn pool(attrs: &Attrs) -> Result<Pool, String> {
         max_skip,
         mode,
         weights,
+        string_ids,
     })
 }
 
@@ -134,15 +145,21 @@ impl Op for TfIdfVectorizer {
         &TF_IDF_VECTORIZER
     }
 
+    fn takes(&self) -> Takes {
+        Takes::Strings
+    }
+
     fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
         let x = cx.input(0)?;
-        if !matches!(x.dtype, DType::I32 | DType::I64) {
-            return Err(format!("X must be i32 or i64 tokens, got {}", x.dtype));
+        let p = pool(cx.attrs)?;
+        match (p.string_ids.is_some(), x.dtype) {
+            (false, DType::I32 | DType::I64) | (true, DType::String) => {}
+            (false, d) => return Err(format!("X must be i32 or i64 tokens, got {d}")),
+            (true, d) => return Err(format!("X must be string tokens for pool_strings, got {d}")),
         }
         if x.rank() > 2 {
             return Err(format!("X must be [C] or [B, C], got {x}"));
         }
-        let p = pool(cx.attrs)?;
         let mut dims: Vec<Dim> = if x.rank() == 2 {
             vec![x.shape.dim(0).clone()]
         } else {
@@ -155,7 +172,15 @@ impl Op for TfIdfVectorizer {
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
         let x = cx.input(0)?;
         let p = pool(cx.attrs)?;
-        let tokens = x.to_i64_vec();
+        let tokens = match (&p.string_ids, x) {
+            // A token outside the pool gets an id no pool entry has.
+            (Some(ids), Tensor::String(a)) => a
+                .iter()
+                .map(|s| ids.get(s).copied().unwrap_or(-1))
+                .collect(),
+            (None, _) if x.dtype().is_int() => x.to_i64_vec(),
+            _ => return Err(format!("X of {} does not fit the pool", x.dtype())),
+        };
         let (rows, width) = match x.shape() {
             [b, c] => (*b, *c),
             [c] => (1, *c),

@@ -231,7 +231,7 @@ impl Lexer<'_> {
                 }
                 Tok::Ref(k, out)
             }
-            Some(c) if "{}()[],:=".contains(c) => {
+            Some(c) if "{}()[],:=<>?".contains(c) => {
                 self.bump();
                 Tok::Punct(c)
             }

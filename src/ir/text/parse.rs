@@ -9,8 +9,12 @@ use super::lex::{lex, Tok, Token};
 use super::weights::inside_folder;
 use crate::error::{Error, Result};
 use crate::ir::graph::{GraphOutput, Node};
-use crate::ir::{verify, Attr, Attrs, DType, Dim, Graph, NodeId, Shape, TensorType, Value};
-use crate::tensor::Tensor;
+use crate::ir::ops::control::MAX_NESTING;
+use crate::ir::shape::ANY_DIM;
+use crate::ir::{
+    verify, Attr, Attrs, Container, DType, Dim, Graph, NodeId, Shape, TensorType, Value,
+};
+use crate::tensor::{lowbit, Tensor};
 
 /// Parses `.kir` text; `file` names the source in errors, and external weights are read
 /// relative to `base_dir` when given.
@@ -27,6 +31,7 @@ pub fn parse(text: &str, file: &str, base_dir: Option<&Path>) -> Result<Graph> {
         file,
         base_dir,
         node_pos: vec![],
+        depth: 0,
         weights_files: HashMap::new(),
     };
     let g = p.graph()?;
@@ -57,6 +62,8 @@ struct Parser<'a> {
     base_dir: Option<&'a Path>,
     /// Where each node starts, for verifier errors.
     node_pos: Vec<(usize, usize)>,
+    /// How many bodies enclose the graph being parsed.
+    depth: usize,
     /// The external weights files read so far, by name: each is read once per parse.
     weights_files: HashMap<String, Rc<[u8]>>,
 }
@@ -185,6 +192,29 @@ impl Parser<'_> {
     }
 
     fn graph(&mut self) -> PResult<Graph> {
+        let g = self.graph_block()?;
+        if self.peek().tok != Tok::Eof {
+            return self.expected("the end of the file after the graph");
+        }
+        Ok(g)
+    }
+
+    /// A body: a nested `graph "name" { ... }` as an attribute value. Its nodes number
+    /// from 0 and refer only to each other (bodies are closed).
+    fn body(&mut self) -> PResult<Graph> {
+        let t = self.peek().clone();
+        if self.depth >= MAX_NESTING {
+            return self.error(&t, format!("bodies nest deeper than {MAX_NESTING} levels"));
+        }
+        self.depth += 1;
+        let outer = std::mem::take(&mut self.node_pos);
+        let g = self.graph_block();
+        self.node_pos = outer;
+        self.depth -= 1;
+        g
+    }
+
+    fn graph_block(&mut self) -> PResult<Graph> {
         self.keyword("graph")?;
         let name = self.string("the graph's name as a quoted string")?;
         self.punct('{')?;
@@ -213,9 +243,6 @@ impl Parser<'_> {
             return self.expected("a node (%k ...), 'return' or '}'");
         }
         self.next();
-        if self.peek().tok != Tok::Eof {
-            return self.expected("the end of the file after the graph");
-        }
         Ok(g)
     }
 
@@ -358,6 +385,7 @@ impl Parser<'_> {
                 self.next();
                 Ok(Attr::String(s))
             }
+            Tok::Ident(s) if s == "graph" => Ok(Attr::Graph(Arc::new(self.body()?))),
             Tok::Ident(s) if matches!(s.as_str(), "ints" | "floats" | "strings") => {
                 self.next();
                 self.punct('[')?;
@@ -411,15 +439,44 @@ impl Parser<'_> {
         Ok(types)
     }
 
+    /// `f32[N, 4]`, or inside containers `seq<f32[?, 4]>`, `opt<seq<f32>>`.
     fn tensor_type(&mut self) -> PResult<TensorType> {
+        self.type_in(false, false)
+    }
+
+    /// A type; `in_seq` when inside a sequence, where dims may be `?`; `in_container`
+    /// when inside any container, where the rank may be unknown (no dims).
+    fn type_in(&mut self, in_seq: bool, in_container: bool) -> PResult<TensorType> {
         let t = self.peek().clone();
         let Tok::Ident(d) = t.tok.clone() else {
             return self.expected("a type like f32[N, 4]");
         };
+        let container = match d.as_str() {
+            "seq" => Some(Container::Seq),
+            "opt" => Some(Container::Opt),
+            _ => None,
+        };
+        if let Some(c) = container {
+            self.next();
+            self.punct('<')?;
+            let inner = self.type_in(in_seq || c == Container::Seq, true)?;
+            self.punct('>')?;
+            let shape = inner.ranked.then(|| inner.shape.clone());
+            return Ok(inner.wrapped(c, shape));
+        }
         let Ok(dtype) = d.parse::<DType>() else {
             return self.error(&t, format!("unknown dtype '{d}'"));
         };
         self.next();
+        if !self.is_punct('[') {
+            // Only a sequence's elements may be of unknown rank: `seq<f32>`.
+            if in_container && self.is_punct('>') {
+                let mut ty = TensorType::new(dtype, Shape::scalar());
+                ty.ranked = false;
+                return Ok(ty);
+            }
+            return self.expected("'[' and the dims");
+        }
         self.punct('[')?;
         let (mut dims, mut names) = (vec![], vec![]);
         while !self.is_punct(']') {
@@ -439,6 +496,10 @@ impl Parser<'_> {
                 Tok::Int(n) if n >= 0 => {
                     self.next();
                     Dim::Fixed(n as usize)
+                }
+                Tok::Punct('?') if in_seq => {
+                    self.next();
+                    Dim::Sym(ANY_DIM.into())
                 }
                 Tok::Ident(_) | Tok::Str(_) => Dim::Sym(self.name("a dim")?),
                 _ => return self.expected("a dim (a size or a symbol)"),
@@ -536,7 +597,19 @@ impl Parser<'_> {
         if items.len() != n {
             return self.error(&t, format!("{} values given, {ty} holds {n}", items.len()));
         }
-        if ty.dtype.is_float() {
+        if ty.dtype.is_string() {
+            let mut v = Vec::with_capacity(n);
+            for it in &items {
+                match &it.tok {
+                    Tok::Str(s) => v.push(s.clone()),
+                    other => {
+                        return self
+                            .error(it, format!("expected a string, found {}", other.describe()))
+                    }
+                }
+            }
+            Tensor::from_strings(&dims, v).or_else(|e| self.error(&t, e))
+        } else if ty.dtype.is_float() || ty.dtype.is_minifloat() {
             let mut v = Vec::with_capacity(n);
             for it in &items {
                 v.push(match &it.tok {
@@ -550,7 +623,12 @@ impl Parser<'_> {
                     }
                 });
             }
-            Tensor::from_f64s(ty.dtype, &dims, &v).or_else(|e| self.error(&t, e))
+            if ty.dtype.is_minifloat() {
+                lowbit::minifloat_from_f64s(ty.dtype, &dims, &v)
+            } else {
+                Tensor::from_f64s(ty.dtype, &dims, &v)
+            }
+            .or_else(|e| self.error(&t, e))
         } else {
             let mut v = Vec::with_capacity(n);
             let is_bool = ty.dtype == DType::Bool;
@@ -580,6 +658,10 @@ fn in_range(v: i64, dtype: DType) -> bool {
         DType::I16 => i16::try_from(v).is_ok(),
         DType::U16 => u16::try_from(v).is_ok(),
         DType::U32 => u32::try_from(v).is_ok(),
+        DType::I4 => (lowbit::I4::MIN..=lowbit::I4::MAX).contains(&v),
+        DType::U4 => (lowbit::U4::MIN..=lowbit::U4::MAX).contains(&v),
+        DType::I2 => (lowbit::I2::MIN..=lowbit::I2::MAX).contains(&v),
+        DType::U2 => (lowbit::U2::MIN..=lowbit::U2::MAX).contains(&v),
         _ => true,
     }
 }

@@ -29,6 +29,23 @@ pub fn print(g: &Graph) -> String {
 /// The graph as text, and the bytes of the weights file (empty if nothing went there).
 /// Each external constant starts at a 64-byte aligned offset.
 pub fn print_with(g: &Graph, opts: &PrintOptions) -> (String, Vec<u8>) {
+    let mut s = String::new();
+    let mut weights = Vec::new();
+    print_graph(g, opts, "", &mut s, &mut weights);
+    s.push('\n');
+    (s, weights)
+}
+
+/// Appends `g` as `graph "name" { ... }` (no final newline), each line after the first
+/// indented by `indent`: bodies print nested in their node's attributes, one level
+/// deeper, sharing the top graph's weights file.
+fn print_graph(
+    g: &Graph,
+    opts: &PrintOptions,
+    indent: &str,
+    s: &mut String,
+    weights: &mut Vec<u8>,
+) {
     // A graph that fails to schedule (a cycle) still prints, in arena order, so that it
     // can be shown in the error report.
     let order = g.schedule().unwrap_or_else(|_| g.node_ids().collect());
@@ -38,12 +55,11 @@ pub fn print_with(g: &Graph, opts: &PrintOptions) -> (String, Vec<u8>) {
         (Some(k), i) => format!("%{k}:{i}"),
         (None, _) => format!("%?{}", v.node.0),
     };
-    let mut s = String::new();
-    let mut weights = Vec::new();
+    let inner = format!("{indent}  ");
     writeln!(s, "graph {} {{", quote_string(&g.name)).unwrap();
     for (k, &id) in order.iter().enumerate() {
         let n = g.node(id);
-        write!(s, "  %{k} {} = {}", quote_string(&n.name), n.op).unwrap();
+        write!(s, "{inner}%{k} {} = {}", quote_string(&n.name), n.op).unwrap();
         let is_source = matches!(n.op.as_str(), "Parameter" | "Constant" | "Variable");
         if !is_source || !n.inputs.is_empty() {
             let ins: Vec<String> = n
@@ -54,12 +70,18 @@ pub fn print_with(g: &Graph, opts: &PrintOptions) -> (String, Vec<u8>) {
             write!(s, "({})", ins.join(", ")).unwrap();
         }
         if !n.attrs.is_empty() {
-            let attrs: Vec<String> = n
-                .attrs
-                .iter()
-                .map(|(k, v)| format!("{k} = {}", attr_text(v)))
-                .collect();
-            write!(s, " {{{}}}", attrs.join(", ")).unwrap();
+            s.push_str(" {");
+            for (i, (k, v)) in n.attrs.iter().enumerate() {
+                if i > 0 {
+                    s.push_str(", ");
+                }
+                write!(s, "{k} = ").unwrap();
+                match v {
+                    Attr::Graph(body) => print_graph(body, opts, &inner, s, weights),
+                    v => s.push_str(&attr_text(v)),
+                }
+            }
+            s.push('}');
         }
         let types: Vec<String> = n.outputs.iter().map(|t| t.to_string()).collect();
         if n.outputs.len() == 1 && !is_multi_output(&n.op) {
@@ -80,7 +102,10 @@ pub fn print_with(g: &Graph, opts: &PrintOptions) -> (String, Vec<u8>) {
         if let Some(data) = &n.data {
             if opts.elide_limit.is_some_and(|lim| data.len() > lim) {
                 write!(s, " = elided({})", data.len()).unwrap();
-            } else if opts.inline_limit.is_some_and(|lim| data.len() > lim) {
+            } else if opts.inline_limit.is_some_and(|lim| data.len() > lim)
+                // Strings have no byte layout for a weights file: always inline.
+                && !data.dtype().is_string()
+            {
                 let offset = weights.len().div_ceil(64) * 64;
                 weights.resize(offset, 0);
                 let bytes = data.to_le_bytes();
@@ -104,10 +129,9 @@ pub fn print_with(g: &Graph, opts: &PrintOptions) -> (String, Vec<u8>) {
             .iter()
             .map(|o| format!("{} = {}", quote_string(&o.name), refer(&o.value)))
             .collect();
-        writeln!(s, "  return {}", outs.join(", ")).unwrap();
+        writeln!(s, "{inner}return {}", outs.join(", ")).unwrap();
     }
-    s.push_str("}\n");
-    (s, weights)
+    write!(s, "{indent}}}").unwrap();
 }
 
 /// Ops whose single output is still written as a tuple, so that the parser need not
@@ -158,6 +182,11 @@ fn attr_text(a: &Attr) -> String {
         Attr::Ints(v) => list("ints", v, |x| x.to_string()),
         Attr::Floats(v) => list("floats", v, |x| float_text(*x)),
         Attr::Strings(v) => list("strings", v, |x| quote_string(x)),
+        Attr::Graph(g) => {
+            let mut s = String::new();
+            print_graph(g, &PrintOptions::default(), "", &mut s, &mut vec![]);
+            s
+        }
     }
 }
 
@@ -169,6 +198,9 @@ fn data_text(t: &Tensor) -> String {
         Tensor::F16(a) => a.iter().map(|v| format!("{:?}", v.to_f32())).collect(),
         Tensor::BF16(a) => a.iter().map(|v| format!("{:?}", v.to_f32())).collect(),
         Tensor::Bool(a) => a.iter().map(|v| v.to_string()).collect(),
+        // float8/float4 values are exact in f64; they read back to the same code.
+        t if t.dtype().is_minifloat() => t.to_f64_vec().iter().map(|v| format!("{v:?}")).collect(),
+        Tensor::String(a) => a.iter().map(|v| quote_string(v)).collect(),
         other => other.to_i64_vec().iter().map(|v| v.to_string()).collect(),
     };
     items.join(", ")

@@ -87,11 +87,14 @@ impl Kernel for Fallback {
             let types: Vec<Option<&TensorType>> =
                 self.in_types.iter().map(Option::as_ref).collect();
             let outs = custom::contain(&self.op, || {
-                self.op.eval(&EvalCtx {
-                    inputs: &args,
-                    input_types: &types,
-                    attrs: &self.attrs,
-                })
+                crate::ir::ops::evaluate(
+                    &*self.op,
+                    &EvalCtx {
+                        inputs: &args,
+                        input_types: &types,
+                        attrs: &self.attrs,
+                    },
+                )
             })?;
             if outs.len() != self.outs.len() {
                 return Err(format!(

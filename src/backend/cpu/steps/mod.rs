@@ -15,6 +15,7 @@ pub mod eltwise;
 pub mod fallback;
 pub mod matmul;
 pub mod nn;
+pub mod quant;
 pub mod reduce;
 pub mod view;
 
@@ -75,6 +76,7 @@ const FAMILIES: &[Builder] = &[
     view::build,
     view::build_transpose,
     view::build_gather,
+    quant::build,
     backward::build,
 ];
 

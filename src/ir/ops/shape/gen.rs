@@ -31,6 +31,9 @@ fn shape_range(attrs: &Attrs, rank: usize) -> Result<(usize, usize), String> {
 }
 
 impl Op for ShapeOp {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::Strings
+    }
     fn schema(&self) -> &OpSchema {
         &SHAPE
     }
@@ -61,6 +64,9 @@ const SIZE: OpSchema = OpSchema {
 };
 
 impl Op for Size {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::Strings
+    }
     fn schema(&self) -> &OpSchema {
         &SIZE
     }

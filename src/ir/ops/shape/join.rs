@@ -33,6 +33,9 @@ fn concat_all<T: Elem>(first: &ArrayD<T>, rest: &[&Tensor], axis: usize) -> Resu
 }
 
 impl Op for Concat {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::MovedStrings
+    }
     fn schema(&self) -> &OpSchema {
         &CONCAT
     }
@@ -139,6 +142,9 @@ fn parts(d: usize, split: Option<&[i64]>, num: Option<i64>) -> Result<Vec<usize>
 }
 
 impl Op for Split {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::MovedStrings
+    }
     fn schema(&self) -> &OpSchema {
         &SPLIT
     }

@@ -104,6 +104,9 @@ fn reshape_dims(
 }
 
 impl Op for Reshape {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::MovedStrings
+    }
     fn schema(&self) -> &OpSchema {
         &RESHAPE
     }
@@ -154,6 +157,9 @@ fn flatten_axis(cx_axis: i64, rank: usize) -> Result<usize, String> {
 }
 
 impl Op for Flatten {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::MovedStrings
+    }
     fn schema(&self) -> &OpSchema {
         &FLATTEN
     }
@@ -215,6 +221,9 @@ fn squeeze_axes(dims: &[Dim], axes: Option<&[i64]>) -> Result<Vec<usize>, String
 }
 
 impl Op for Squeeze {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::MovedStrings
+    }
     fn schema(&self) -> &OpSchema {
         &SQUEEZE
     }
@@ -290,6 +299,9 @@ fn unsqueeze(x: &Shape, axes: &[i64]) -> Result<Shape, String> {
 }
 
 impl Op for Unsqueeze {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::MovedStrings
+    }
     fn schema(&self) -> &OpSchema {
         &UNSQUEEZE
     }
@@ -327,6 +339,9 @@ const IDENTITY: OpSchema = OpSchema {
 };
 
 impl Op for Identity {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::Any
+    }
     fn schema(&self) -> &OpSchema {
         &IDENTITY
     }
@@ -374,6 +389,9 @@ fn perm_of(perm: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, String> {
 }
 
 impl Op for Transpose {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::MovedStrings
+    }
     fn schema(&self) -> &OpSchema {
         &TRANSPOSE
     }
@@ -415,6 +433,9 @@ fn expand_to<T: Elem>(a: &ndarray::ArrayD<T>, shape: &[usize]) -> Result<Tensor,
 }
 
 impl Op for Expand {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::MovedStrings
+    }
     fn schema(&self) -> &OpSchema {
         &EXPAND
     }

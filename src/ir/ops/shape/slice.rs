@@ -90,6 +90,9 @@ pub(crate) fn slice_plan(
 }
 
 impl Op for Slice {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::MovedStrings
+    }
     fn schema(&self) -> &OpSchema {
         &SLICE
     }
@@ -344,6 +347,9 @@ fn check_repeats(r: &[i64], rank: usize) -> Result<(), String> {
 }
 
 impl Op for Tile {
+    fn takes(&self) -> crate::ir::ops::Takes {
+        crate::ir::ops::Takes::MovedStrings
+    }
     fn schema(&self) -> &OpSchema {
         &TILE
     }

@@ -1,0 +1,897 @@
+//! Tree ensembles of `ai.onnx.ml`: `TreeEnsemble` (opset 5) and the older
+//! `TreeEnsembleRegressor` and `TreeEnsembleClassifier` (opsets 1 and 3, what skl2onnx
+//! exports). All three read their attributes into one [`Forest`] and share its walker,
+//! aggregation and post-transforms; the classifier's binary and label rules follow the
+//! ONNX reference implementation (which onnxruntime agrees with).
+use std::collections::{BTreeMap, HashMap};
+
+use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::{AttrKind, Attrs, DType, Dim, Shape, TensorType};
+use crate::tensor::Tensor;
+
+/// Where a branch leads.
+#[derive(Clone, Copy, Debug)]
+enum Child {
+    Branch(usize),
+    Leaf(usize),
+}
+
+/// A branch's test of its feature `x` against its split value.
+#[derive(Debug)]
+enum Rule {
+    Leq,
+    Lt,
+    Gte,
+    Gt,
+    Eq,
+    Neq,
+    Member(Vec<f64>),
+}
+
+impl Rule {
+    /// Comparisons with NaN are IEEE's: only `Neq` holds.
+    fn holds(&self, x: f64, split: f64) -> bool {
+        match self {
+            Rule::Leq => x <= split,
+            Rule::Lt => x < split,
+            Rule::Gte => x >= split,
+            Rule::Gt => x > split,
+            Rule::Eq => x == split,
+            Rule::Neq => x != split,
+            Rule::Member(set) => set.contains(&x),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Branch {
+    feature: usize,
+    rule: Rule,
+    split: f64,
+    /// Whether a missing (NaN) feature takes the true branch whatever the rule says.
+    missing_true: bool,
+    yes: Child,
+    no: Child,
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Aggregate {
+    Average,
+    Sum,
+    Min,
+    Max,
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum PostTransform {
+    None,
+    Softmax,
+    Logistic,
+    SoftmaxZero,
+    Probit,
+}
+
+impl PostTransform {
+    fn parse(name: &str) -> Result<PostTransform, String> {
+        Ok(match name {
+            "NONE" => PostTransform::None,
+            "SOFTMAX" => PostTransform::Softmax,
+            "LOGISTIC" => PostTransform::Logistic,
+            "SOFTMAX_ZERO" => PostTransform::SoftmaxZero,
+            "PROBIT" => PostTransform::Probit,
+            other => {
+                return Err(format!(
+                "post_transform must be NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO or PROBIT, got '{other}'"
+            ))
+            }
+        })
+    }
+
+    /// Transforms one row of scores in place, as the ONNX reference does.
+    fn apply(self, scores: &mut [f64]) {
+        match self {
+            PostTransform::None => {}
+            PostTransform::Logistic => {
+                for s in scores.iter_mut() {
+                    let v = 1.0 / (1.0 + (-s.abs()).exp());
+                    *s = if *s < 0.0 { 1.0 - v } else { v };
+                }
+            }
+            PostTransform::Softmax => {
+                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let mut sum = 0.0;
+                for s in scores.iter_mut() {
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                for s in scores.iter_mut() {
+                    *s /= sum;
+                }
+            }
+            PostTransform::SoftmaxZero => {
+                // Scores of (near) zero stay zero: they are classes no tree voted for.
+                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let exp_neg_max = (-max).exp();
+                let mut sum = 0.0;
+                for s in scores.iter_mut() {
+                    *s = if s.abs() > 1e-7 {
+                        (*s - max).exp()
+                    } else {
+                        *s * exp_neg_max
+                    };
+                    sum += *s;
+                }
+                for s in scores.iter_mut() {
+                    *s = if sum == 0.0 { 0.5 } else { *s / sum };
+                }
+            }
+            PostTransform::Probit => {
+                for s in scores.iter_mut() {
+                    *s = std::f64::consts::SQRT_2 * erf_inv(*s * 2.0 - 1.0);
+                }
+            }
+        }
+    }
+}
+
+/// The approximation of the inverse error function ONNX's reference and onnxruntime use
+/// for PROBIT (Winitzki's, a = 0.147).
+fn erf_inv(x: f64) -> f64 {
+    let sign = if x < 0.0 { -1.0 } else { 1.0 };
+    let x = (1.0 - x) * (1.0 + x);
+    if x == 0.0 {
+        return 0.0;
+    }
+    let log = x.ln();
+    let v = 2.0 / (std::f64::consts::PI * 0.147) + 0.5 * log;
+    let v2 = log / 0.147;
+    sign * (-v + (v * v - v2).sqrt()).sqrt()
+}
+
+/// Every tree of an ensemble, in one form whatever attributes described it.
+#[derive(Debug)]
+struct Forest {
+    branches: Vec<Branch>,
+    /// Each leaf's (target, weight) pairs.
+    leaves: Vec<Vec<(usize, f64)>>,
+    roots: Vec<Child>,
+    targets: usize,
+    aggregate: Aggregate,
+    post: PostTransform,
+}
+
+impl Forest {
+    /// The largest feature index a branch reads.
+    fn max_feature(&self) -> Option<usize> {
+        self.branches.iter().map(|b| b.feature).max()
+    }
+
+    /// The leaf `row` reaches from `root`.
+    fn leaf(&self, row: &[f64], root: Child) -> Result<usize, String> {
+        let mut at = root;
+        // A walk longer than the number of branches has gone round a cycle.
+        for _ in 0..=self.branches.len() {
+            match at {
+                Child::Leaf(leaf) => return Ok(leaf),
+                Child::Branch(b) => {
+                    let branch = self
+                        .branches
+                        .get(b)
+                        .ok_or_else(|| format!("branch {b} does not exist"))?;
+                    let x = *row.get(branch.feature).ok_or_else(|| {
+                        format!(
+                            "a branch reads feature {} of rows of {} features",
+                            branch.feature,
+                            row.len()
+                        )
+                    })?;
+                    let yes =
+                        branch.rule.holds(x, branch.split) || (x.is_nan() && branch.missing_true);
+                    at = if yes { branch.yes } else { branch.no };
+                }
+            }
+        }
+        Err("the trees' branches form a cycle".into())
+    }
+
+    /// One row's aggregated scores per target (`None`: no leaf reached scores it).
+    fn scores(&self, row: &[f64]) -> Result<Vec<Option<f64>>, String> {
+        let mut scores: Vec<Option<f64>> = vec![None; self.targets];
+        for &root in &self.roots {
+            let leaf = self.leaf(row, root)?;
+            for &(target, weight) in self.leaves.get(leaf).into_iter().flatten() {
+                let slot = scores
+                    .get_mut(target)
+                    .ok_or_else(|| format!("target {target} is out of range"))?;
+                *slot = Some(match (*slot, self.aggregate) {
+                    (None, _) => weight,
+                    (Some(s), Aggregate::Sum | Aggregate::Average) => s + weight,
+                    (Some(s), Aggregate::Min) => s.min(weight),
+                    (Some(s), Aggregate::Max) => s.max(weight),
+                });
+            }
+        }
+        if self.aggregate == Aggregate::Average && !self.roots.is_empty() {
+            let trees = self.roots.len() as f64;
+            for s in scores.iter_mut().flatten() {
+                *s /= trees;
+            }
+        }
+        Ok(scores)
+    }
+
+    /// The rows of `x` ([N, F], or [F] for one row) as f64.
+    fn rows(x: &Tensor) -> (usize, usize, Vec<f64>) {
+        let values = x.to_f64_vec();
+        match x.shape() {
+            [n, f] => (*n, *f, values),
+            _ => (1, values.len(), values),
+        }
+    }
+
+    /// Regression: each row's scores, plus `base`, post-transformed; [N, targets].
+    fn regress(&self, x: &Tensor, base: &[f64]) -> Result<(usize, Vec<f64>), String> {
+        let (n, width, values) = Self::rows(x);
+        super::util::check_size(&[n, self.targets])?;
+        let mut out = Vec::with_capacity(n.saturating_mul(self.targets));
+        for r in 0..n {
+            let row = values.get(r * width..(r + 1) * width).unwrap_or(&[]);
+            let mut scores: Vec<f64> = self
+                .scores(row)?
+                .into_iter()
+                .enumerate()
+                .map(|(t, s)| s.unwrap_or(0.0) + base.get(t).copied().unwrap_or(0.0))
+                .collect();
+            self.post.apply(&mut scores);
+            out.extend(scores);
+        }
+        Ok((n, out))
+    }
+}
+
+fn aggregate_by_name(name: &str) -> Result<Aggregate, String> {
+    Ok(match name {
+        "AVERAGE" => Aggregate::Average,
+        "SUM" => Aggregate::Sum,
+        "MIN" => Aggregate::Min,
+        "MAX" => Aggregate::Max,
+        other => {
+            return Err(format!(
+                "aggregate_function must be AVERAGE, SUM, MIN or MAX, got '{other}'"
+            ))
+        }
+    })
+}
+
+fn index(v: i64, what: &str, len: usize) -> Result<usize, String> {
+    usize::try_from(v)
+        .ok()
+        .filter(|&i| i < len)
+        .ok_or_else(|| format!("{what} {v} is out of range (0..{len})"))
+}
+
+/// `n_targets`, within the reference interpreter's size limit (it sizes every output row).
+fn target_count(n: i64) -> Result<usize, String> {
+    let n = usize::try_from(n).map_err(|_| format!("n_targets must not be negative, got {n}"))?;
+    super::util::check_size(&[n])?;
+    Ok(n)
+}
+
+fn ints<'a>(attrs: &'a Attrs, name: &str) -> Result<&'a [i64], String> {
+    Ok(attrs.ints(name)?.unwrap_or(&[]))
+}
+
+fn floats(attrs: &Attrs, name: &str) -> Result<Vec<f64>, String> {
+    Ok(attrs.floats(name)?.unwrap_or_default())
+}
+
+/// An error unless every named list has `len` entries (an absent one has none).
+fn same_length(attrs: &Attrs, len: usize, names: &[&str]) -> Result<(), String> {
+    for name in names {
+        let got = match attrs.get(name) {
+            Some(crate::ir::Attr::Ints(v)) => v.len(),
+            Some(crate::ir::Attr::Floats(v)) => v.len(),
+            Some(crate::ir::Attr::Strings(v)) => v.len(),
+            _ => 0,
+        };
+        if got != len {
+            return Err(format!("{name} has {got} entries, {} has {len}", names[0]));
+        }
+    }
+    Ok(())
+}
+
+/// The opset-5 `TreeEnsemble`'s attributes: nodes by index, leaves by index, roots.
+fn forest_v5(attrs: &Attrs) -> Result<Forest, String> {
+    let splits = floats(attrs, "nodes_splits")?;
+    let n = splits.len();
+    same_length(
+        attrs,
+        n,
+        &[
+            "nodes_splits",
+            "nodes_featureids",
+            "nodes_modes",
+            "nodes_truenodeids",
+            "nodes_falsenodeids",
+            "nodes_trueleafs",
+            "nodes_falseleafs",
+        ],
+    )?;
+    if attrs.get("nodes_missing_value_tracks_true").is_some() {
+        same_length(
+            attrs,
+            n,
+            &["nodes_splits", "nodes_missing_value_tracks_true"],
+        )?;
+    }
+    let weights = floats(attrs, "leaf_weights")?;
+    same_length(attrs, weights.len(), &["leaf_weights", "leaf_targetids"])?;
+    let targets = target_count(attrs.req_int("n_targets")?)?;
+    let leaves = ints(attrs, "leaf_targetids")?
+        .iter()
+        .zip(&weights)
+        .map(|(&t, &w)| Ok(vec![(index(t, "leaf_targetids entry", targets)?, w)]))
+        .collect::<Result<Vec<_>, String>>()?;
+    let (features, modes) = (
+        ints(attrs, "nodes_featureids")?,
+        ints(attrs, "nodes_modes")?,
+    );
+    let (true_ids, false_ids) = (
+        ints(attrs, "nodes_truenodeids")?,
+        ints(attrs, "nodes_falsenodeids")?,
+    );
+    let (true_leafs, false_leafs) = (
+        ints(attrs, "nodes_trueleafs")?,
+        ints(attrs, "nodes_falseleafs")?,
+    );
+    let missing = ints(attrs, "nodes_missing_value_tracks_true")?;
+    let child = |id: i64, leaf: i64, what: &str| -> Result<Child, String> {
+        Ok(if leaf != 0 {
+            Child::Leaf(index(id, &format!("{what} (a leaf)"), leaves.len())?)
+        } else {
+            Child::Branch(index(id, what, n)?)
+        })
+    };
+    // The members of MEMBER nodes, in node order, each set ended by a NaN.
+    let mut members = floats(attrs, "membership_values")?.into_iter();
+    let mut branches = Vec::with_capacity(n);
+    for i in 0..n {
+        let rule = match modes[i] {
+            0 => Rule::Leq,
+            1 => Rule::Lt,
+            2 => Rule::Gte,
+            3 => Rule::Gt,
+            4 => Rule::Eq,
+            5 => Rule::Neq,
+            6 => {
+                let set: Vec<f64> = members.by_ref().take_while(|m| !m.is_nan()).collect();
+                if set.is_empty() {
+                    return Err(format!(
+                        "node {i} tests set membership but membership_values has no set for it"
+                    ));
+                }
+                Rule::Member(set)
+            }
+            m => return Err(format!("nodes_modes[{i}] = {m} is not a mode (0..=6)")),
+        };
+        branches.push(Branch {
+            feature: index(features[i], "nodes_featureids entry", usize::MAX)?,
+            rule,
+            split: splits[i],
+            missing_true: missing.get(i).is_some_and(|&m| m != 0),
+            yes: child(true_ids[i], true_leafs[i], "nodes_truenodeids entry")?,
+            no: child(false_ids[i], false_leafs[i], "nodes_falsenodeids entry")?,
+        });
+    }
+    let roots = ints(attrs, "tree_roots")?
+        .iter()
+        .map(|&r| {
+            let root = index(r, "tree_roots entry", n)?;
+            // A tree that is a single leaf: a node whose branches both lead to it.
+            Ok(match (&branches[root].yes, &branches[root].no) {
+                (Child::Leaf(a), Child::Leaf(b)) if a == b => Child::Leaf(*a),
+                _ => Child::Branch(root),
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let aggregate = match attrs.int_or("aggregate_function", 1)? {
+        0 => Aggregate::Average,
+        1 => Aggregate::Sum,
+        2 => Aggregate::Min,
+        3 => Aggregate::Max,
+        a => return Err(format!("aggregate_function must be 0..=3, got {a}")),
+    };
+    let post = match attrs.int_or("post_transform", 0)? {
+        0 => PostTransform::None,
+        1 => PostTransform::Softmax,
+        2 => PostTransform::Logistic,
+        3 => PostTransform::SoftmaxZero,
+        4 => PostTransform::Probit,
+        p => return Err(format!("post_transform must be 0..=4, got {p}")),
+    };
+    Ok(Forest {
+        branches,
+        leaves,
+        roots,
+        targets,
+        aggregate,
+        post,
+    })
+}
+
+/// The opset 1/3 form: nodes named by (tree id, node id), leaves the nodes of mode LEAF,
+/// each leaf's weights listed by (tree id, node id) under `prefix` (`target` or `class`).
+fn forest_v3(attrs: &Attrs, prefix: &str, targets: usize) -> Result<Forest, String> {
+    let tree_ids = ints(attrs, "nodes_treeids")?;
+    let n = tree_ids.len();
+    same_length(
+        attrs,
+        n,
+        &[
+            "nodes_treeids",
+            "nodes_nodeids",
+            "nodes_featureids",
+            "nodes_modes",
+            "nodes_values",
+            "nodes_truenodeids",
+            "nodes_falsenodeids",
+        ],
+    )?;
+    if attrs.get("nodes_missing_value_tracks_true").is_some() {
+        same_length(
+            attrs,
+            n,
+            &["nodes_treeids", "nodes_missing_value_tracks_true"],
+        )?;
+    }
+    let node_ids = ints(attrs, "nodes_nodeids")?;
+    let modes = attrs.strings("nodes_modes")?.unwrap_or(&[]);
+    let (features, values) = (
+        ints(attrs, "nodes_featureids")?,
+        floats(attrs, "nodes_values")?,
+    );
+    let (true_ids, false_ids) = (
+        ints(attrs, "nodes_truenodeids")?,
+        ints(attrs, "nodes_falsenodeids")?,
+    );
+    let missing = ints(attrs, "nodes_missing_value_tracks_true")?;
+    // Each node's place among the branches or the leaves.
+    let mut place: HashMap<(i64, i64), Child> = HashMap::with_capacity(n);
+    let (mut n_branches, mut n_leaves) = (0, 0);
+    for i in 0..n {
+        let child = if modes[i] == "LEAF" {
+            n_leaves += 1;
+            Child::Leaf(n_leaves - 1)
+        } else {
+            n_branches += 1;
+            Child::Branch(n_branches - 1)
+        };
+        if place.insert((tree_ids[i], node_ids[i]), child).is_some() {
+            return Err(format!(
+                "node {} of tree {} is listed twice",
+                node_ids[i], tree_ids[i]
+            ));
+        }
+    }
+    let find = |tree: i64, node: i64| -> Result<Child, String> {
+        place
+            .get(&(tree, node))
+            .copied()
+            .ok_or_else(|| format!("tree {tree} has no node {node}"))
+    };
+    let mut branches = Vec::with_capacity(n_branches);
+    for i in 0..n {
+        let rule = match modes[i].as_str() {
+            "LEAF" => continue,
+            "BRANCH_LEQ" => Rule::Leq,
+            "BRANCH_LT" => Rule::Lt,
+            "BRANCH_GTE" => Rule::Gte,
+            "BRANCH_GT" => Rule::Gt,
+            "BRANCH_EQ" => Rule::Eq,
+            "BRANCH_NEQ" => Rule::Neq,
+            m => {
+                return Err(format!(
+                    "nodes_modes[{i}] = '{m}' is not LEAF or a BRANCH_ mode"
+                ))
+            }
+        };
+        branches.push(Branch {
+            feature: index(features[i], "nodes_featureids entry", usize::MAX)?,
+            rule,
+            split: values[i],
+            missing_true: missing.get(i).is_some_and(|&m| m != 0),
+            yes: find(tree_ids[i], true_ids[i])?,
+            no: find(tree_ids[i], false_ids[i])?,
+        });
+    }
+    let weight_names = [
+        format!("{prefix}_weights"),
+        format!("{prefix}_treeids"),
+        format!("{prefix}_nodeids"),
+        format!("{prefix}_ids"),
+    ];
+    let weights = floats(attrs, &weight_names[0])?;
+    let names: Vec<&str> = weight_names.iter().map(String::as_str).collect();
+    same_length(attrs, weights.len(), &names)?;
+    let mut leaves = vec![vec![]; n_leaves];
+    for (k, &w) in weights.iter().enumerate() {
+        let tree = ints(attrs, &weight_names[1])?[k];
+        let node = ints(attrs, &weight_names[2])?[k];
+        let target = index(ints(attrs, &weight_names[3])?[k], &weight_names[3], targets)?;
+        match find(tree, node)? {
+            Child::Leaf(l) => leaves[l].push((target, w)),
+            Child::Branch(_) => {
+                return Err(format!(
+                    "{} names node {node} of tree {tree}, which is not a LEAF",
+                    weight_names[0]
+                ))
+            }
+        }
+    }
+    // Each tree's root is its first node, trees in increasing id order.
+    let mut roots: BTreeMap<i64, Child> = BTreeMap::new();
+    for i in 0..n {
+        let child = find(tree_ids[i], node_ids[i])?;
+        roots.entry(tree_ids[i]).or_insert(child);
+    }
+    Ok(Forest {
+        branches,
+        leaves,
+        roots: roots.into_values().collect(),
+        targets,
+        aggregate: aggregate_by_name(attrs.string_or("aggregate_function", "SUM")?)?,
+        post: PostTransform::parse(attrs.string_or("post_transform", "NONE")?)?,
+    })
+}
+
+/// X ([N, F] or [F]) and the output's rows: N, or 1.
+fn rows_of(x: &TensorType, forest: &Forest) -> Result<Dim, String> {
+    let width = match x.rank() {
+        1 => x.shape.dim(0),
+        2 => x.shape.dim(1),
+        _ => return Err(format!("X must be [N, F] or [F], got {x}")),
+    };
+    if let (Some(f), Some(max)) = (width.fixed(), forest.max_feature()) {
+        if max >= f {
+            return Err(format!(
+                "a branch reads feature {max} but X has {f} features"
+            ));
+        }
+    }
+    Ok(if x.rank() == 2 {
+        x.shape.dim(0).clone()
+    } else {
+        Dim::Fixed(1)
+    })
+}
+
+const NODE_ATTRS_V3: [AttrSpec; 9] = [
+    AttrSpec::opt("nodes_falsenodeids", AttrKind::Ints, ""),
+    AttrSpec::opt("nodes_featureids", AttrKind::Ints, ""),
+    AttrSpec::opt("nodes_hitrates", AttrKind::Floats, "unused"),
+    AttrSpec::opt("nodes_missing_value_tracks_true", AttrKind::Ints, "0s"),
+    AttrSpec::opt("nodes_modes", AttrKind::Strings, ""),
+    AttrSpec::opt("nodes_nodeids", AttrKind::Ints, ""),
+    AttrSpec::opt("nodes_treeids", AttrKind::Ints, ""),
+    AttrSpec::opt("nodes_truenodeids", AttrKind::Ints, ""),
+    AttrSpec::opt("nodes_values", AttrKind::Floats, ""),
+];
+
+struct TreeEnsemble;
+
+const TREE_ENSEMBLE: OpSchema = OpSchema {
+    name: "TreeEnsemble",
+    family: "tree",
+    inputs: &["X"],
+    outputs: &["Y"],
+    attrs: &[
+        AttrSpec::opt("aggregate_function", AttrKind::Int, "1 (SUM)"),
+        AttrSpec::req("leaf_targetids", AttrKind::Ints),
+        AttrSpec::req("leaf_weights", AttrKind::Floats),
+        AttrSpec::opt("membership_values", AttrKind::Floats, "none"),
+        AttrSpec::req("n_targets", AttrKind::Int),
+        AttrSpec::req("nodes_falseleafs", AttrKind::Ints),
+        AttrSpec::req("nodes_falsenodeids", AttrKind::Ints),
+        AttrSpec::req("nodes_featureids", AttrKind::Ints),
+        AttrSpec::opt("nodes_hitrates", AttrKind::Floats, "unused"),
+        AttrSpec::opt("nodes_missing_value_tracks_true", AttrKind::Ints, "0s"),
+        AttrSpec::req("nodes_modes", AttrKind::Ints),
+        AttrSpec::req("nodes_splits", AttrKind::Floats),
+        AttrSpec::req("nodes_trueleafs", AttrKind::Ints),
+        AttrSpec::req("nodes_truenodeids", AttrKind::Ints),
+        AttrSpec::opt("post_transform", AttrKind::Int, "0 (NONE)"),
+        AttrSpec::req("tree_roots", AttrKind::Ints),
+    ],
+    doc: "ONNX-ML opset 5's tree ensemble: float X [N, F] through the trees rooted at \
+          tree_roots (nodes by index; modes 0-6 LEQ, LT, GTE, GT, EQ, NEQ, MEMBER; a \
+          NaN feature takes the true branch where nodes_missing_value_tracks_true says \
+          so), the leaves' weights aggregated per target (0-3: AVERAGE, SUM, MIN, MAX) \
+          and post-transformed (0-4: NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO, PROBIT) \
+          into Y [N, n_targets] of X's dtype.",
+};
+
+impl Op for TreeEnsemble {
+    fn schema(&self) -> &OpSchema {
+        &TREE_ENSEMBLE
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        if !matches!(x.dtype, DType::F32 | DType::F64 | DType::F16) {
+            return Err(format!("X must be f32, f64 or f16, got {}", x.dtype));
+        }
+        let forest = forest_v5(cx.attrs)?;
+        let n = rows_of(x, &forest)?;
+        Ok(vec![TensorType::new(
+            x.dtype,
+            Shape::new(vec![n, Dim::Fixed(forest.targets)]),
+        )])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let x = cx.input(0)?;
+        let forest = forest_v5(cx.attrs)?;
+        let (n, y) = forest.regress(x, &[])?;
+        Ok(vec![Tensor::from_f64s(
+            x.dtype(),
+            &[n, forest.targets],
+            &y,
+        )?])
+    }
+}
+
+/// The integer and float dtypes the opset 1/3 ensembles read.
+fn check_v3_input(x: &TensorType) -> Result<(), String> {
+    if !matches!(x.dtype, DType::F32 | DType::F64 | DType::I64 | DType::I32) {
+        return Err(format!("X must be f32, f64, i64 or i32, got {}", x.dtype));
+    }
+    Ok(())
+}
+
+struct TreeEnsembleRegressor;
+
+const TREE_ENSEMBLE_REGRESSOR: OpSchema = OpSchema {
+    name: "TreeEnsembleRegressor",
+    family: "tree",
+    inputs: &["X"],
+    outputs: &["Y"],
+    attrs: &[
+        AttrSpec::opt("aggregate_function", AttrKind::String, "SUM"),
+        AttrSpec::opt("base_values", AttrKind::Floats, "0s"),
+        AttrSpec::opt("n_targets", AttrKind::Int, "1"),
+        NODE_ATTRS_V3[0],
+        NODE_ATTRS_V3[1],
+        NODE_ATTRS_V3[2],
+        NODE_ATTRS_V3[3],
+        NODE_ATTRS_V3[4],
+        NODE_ATTRS_V3[5],
+        NODE_ATTRS_V3[6],
+        NODE_ATTRS_V3[7],
+        NODE_ATTRS_V3[8],
+        AttrSpec::opt("post_transform", AttrKind::String, "NONE"),
+        AttrSpec::opt("target_ids", AttrKind::Ints, ""),
+        AttrSpec::opt("target_nodeids", AttrKind::Ints, ""),
+        AttrSpec::opt("target_treeids", AttrKind::Ints, ""),
+        AttrSpec::opt("target_weights", AttrKind::Floats, ""),
+    ],
+    doc: "ONNX-ML's tree ensemble regressor (opsets 1 and 3): X [N, F] through trees of \
+          nodes named by (nodes_treeids, nodes_nodeids), the LEAF nodes' target_weights \
+          aggregated per target (AVERAGE, SUM, MIN, MAX), plus base_values, \
+          post-transformed into f32 Y [N, n_targets].",
+};
+
+fn regressor_forest(attrs: &Attrs) -> Result<(Forest, Vec<f64>), String> {
+    let targets = target_count(attrs.int_or("n_targets", 1)?)?;
+    let forest = forest_v3(attrs, "target", targets)?;
+    let base = floats(attrs, "base_values")?;
+    if !base.is_empty() && base.len() != targets {
+        return Err(format!(
+            "base_values has {} values for {targets} targets",
+            base.len()
+        ));
+    }
+    Ok((forest, base))
+}
+
+impl Op for TreeEnsembleRegressor {
+    fn schema(&self) -> &OpSchema {
+        &TREE_ENSEMBLE_REGRESSOR
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        check_v3_input(x)?;
+        let (forest, _) = regressor_forest(cx.attrs)?;
+        let n = rows_of(x, &forest)?;
+        Ok(vec![TensorType::new(
+            DType::F32,
+            Shape::new(vec![n, Dim::Fixed(forest.targets)]),
+        )])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let (forest, base) = regressor_forest(cx.attrs)?;
+        let (n, y) = forest.regress(cx.input(0)?, &base)?;
+        Ok(vec![Tensor::from_f64s(
+            DType::F32,
+            &[n, forest.targets],
+            &y,
+        )?])
+    }
+}
+
+struct TreeEnsembleClassifier;
+
+const TREE_ENSEMBLE_CLASSIFIER: OpSchema = OpSchema {
+    name: "TreeEnsembleClassifier",
+    family: "tree",
+    inputs: &["X"],
+    outputs: &["Y", "Z"],
+    attrs: &[
+        AttrSpec::opt("base_values", AttrKind::Floats, "0s"),
+        AttrSpec::opt("class_ids", AttrKind::Ints, ""),
+        AttrSpec::opt("class_nodeids", AttrKind::Ints, ""),
+        AttrSpec::opt("class_treeids", AttrKind::Ints, ""),
+        AttrSpec::opt("class_weights", AttrKind::Floats, ""),
+        AttrSpec::opt("classlabels_int64s", AttrKind::Ints, "one of the two"),
+        AttrSpec::opt("classlabels_strings", AttrKind::Strings, "one of the two"),
+        NODE_ATTRS_V3[0],
+        NODE_ATTRS_V3[1],
+        NODE_ATTRS_V3[2],
+        NODE_ATTRS_V3[3],
+        NODE_ATTRS_V3[4],
+        NODE_ATTRS_V3[5],
+        NODE_ATTRS_V3[6],
+        NODE_ATTRS_V3[7],
+        NODE_ATTRS_V3[8],
+        AttrSpec::opt("post_transform", AttrKind::String, "NONE"),
+    ],
+    doc: "ONNX-ML's tree ensemble classifier (opsets 1 and 3): X [N, F] through trees \
+          of nodes named by (nodes_treeids, nodes_nodeids), the LEAF nodes' \
+          class_weights summed per class plus base_values; when every weight is for one \
+          class of two, that score s gives the pair (1 - s, s) (or (-s, s) before \
+          LOGISTIC, SOFTMAX or SOFTMAX_ZERO). Z [N, classes] are the post-transformed \
+          scores (f32), Y [N] the label of each row's largest.",
+};
+
+/// The classifier's forest, base values, labels and whether it is the binary case.
+struct Classifier {
+    forest: Forest,
+    base: Vec<f64>,
+    labels: Labels,
+    /// The one class every weight is for, when there are two classes.
+    binary: Option<usize>,
+}
+
+enum Labels {
+    Ints(Vec<i64>),
+    Strings(Vec<String>),
+}
+
+impl Labels {
+    fn len(&self) -> usize {
+        match self {
+            Labels::Ints(v) => v.len(),
+            Labels::Strings(v) => v.len(),
+        }
+    }
+}
+
+fn classifier(attrs: &Attrs) -> Result<Classifier, String> {
+    let labels = match (
+        attrs.ints("classlabels_int64s")?,
+        attrs.strings("classlabels_strings")?,
+    ) {
+        (Some(ints), None) => Labels::Ints(ints.to_vec()),
+        (None, Some(strings)) => Labels::Strings(strings.to_vec()),
+        _ => {
+            return Err(
+                "exactly one of classlabels_int64s and classlabels_strings is required".into(),
+            )
+        }
+    };
+    let classes = labels.len();
+    if classes < 2 {
+        return Err(format!("need at least 2 class labels, got {classes}"));
+    }
+    let forest = forest_v3(attrs, "class", classes)?;
+    let base = floats(attrs, "base_values")?;
+    if !base.is_empty() && base.len() != classes && base.len() != 1 {
+        return Err(format!(
+            "base_values has {} values for {classes} classes",
+            base.len()
+        ));
+    }
+    let class_ids = ints(attrs, "class_ids")?;
+    let binary = match class_ids.first() {
+        Some(&first) if classes == 2 && class_ids.iter().all(|&c| c == first) => {
+            Some(index(first, "class_ids entry", classes)?)
+        }
+        _ => None,
+    };
+    Ok(Classifier {
+        forest,
+        base,
+        labels,
+        binary,
+    })
+}
+
+impl Op for TreeEnsembleClassifier {
+    fn schema(&self) -> &OpSchema {
+        &TREE_ENSEMBLE_CLASSIFIER
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let x = cx.input(0)?;
+        check_v3_input(x)?;
+        let c = classifier(cx.attrs)?;
+        let n = rows_of(x, &c.forest)?;
+        let label_dtype = match c.labels {
+            Labels::Ints(_) => DType::I64,
+            Labels::Strings(_) => DType::String,
+        };
+        Ok(vec![
+            TensorType::new(label_dtype, Shape::new(vec![n.clone()])),
+            TensorType::new(DType::F32, Shape::new(vec![n, Dim::Fixed(c.labels.len())])),
+        ])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let c = classifier(cx.attrs)?;
+        let classes = c.labels.len();
+        let (n, width, values) = Forest::rows(cx.input(0)?);
+        let mut z = Vec::with_capacity(n.saturating_mul(classes));
+        let mut picks = Vec::with_capacity(n);
+        for r in 0..n {
+            let row = values.get(r * width..(r + 1) * width).unwrap_or(&[]);
+            let base = |k: usize| match c.base.len() {
+                0 => 0.0,
+                1 => c.base[0],
+                _ => c.base[k],
+            };
+            let raw = c.forest.scores(row)?;
+            let mut scores: Vec<f64> = match c.binary {
+                Some(k) => {
+                    let s = raw[k].unwrap_or(0.0) + base(k);
+                    let other = match c.forest.post {
+                        PostTransform::None | PostTransform::Probit => 1.0 - s,
+                        _ => -s,
+                    };
+                    vec![other, s]
+                }
+                None => (0..classes)
+                    .map(|k| raw[k].unwrap_or(0.0) + base(k))
+                    .collect(),
+            };
+            c.forest.post.apply(&mut scores);
+            // The first largest score wins, as numpy's argmax.
+            let best = scores
+                .iter()
+                .enumerate()
+                .fold(0, |best, (k, &s)| if s > scores[best] { k } else { best });
+            picks.push(best);
+            z.extend(scores);
+        }
+        let y = match &c.labels {
+            Labels::Ints(labels) => {
+                let y: Vec<i64> = picks.iter().map(|&k| labels[k]).collect();
+                Tensor::from_i64s(DType::I64, &[n], &y)?
+            }
+            Labels::Strings(labels) => {
+                let y: Vec<String> = picks.iter().map(|&k| labels[k].clone()).collect();
+                Tensor::from_strings(&[n], y)?
+            }
+        };
+        Ok(vec![y, Tensor::from_f64s(DType::F32, &[n, classes], &z)?])
+    }
+}
+
+pub(crate) fn ops() -> Vec<&'static dyn Op> {
+    vec![
+        leak(TreeEnsemble),
+        leak(TreeEnsembleRegressor),
+        leak(TreeEnsembleClassifier),
+    ]
+}

@@ -1,0 +1,1 @@
+2half2_Unused22.252_Unused

@@ -1,0 +1,1 @@
+2cat2Dog2fish2bird2cat2éclair

@@ -1,0 +1,1 @@
+2chat2_Unused2_Unused2_Unused2chat2eclair

@@ -1,0 +1,1 @@
+2The2CAT2sat2the2Mat
