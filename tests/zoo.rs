@@ -58,28 +58,23 @@ fn read_tensors(set: &Path, kind: &str) -> Result<Vec<Tensor>, String> {
     Ok(out)
 }
 
-/// One model on `device`: `Ok` or why it fails, on one line; and how long it took.
-fn run_model(dir: &Path, device: Device) -> (Result<(), String>, Duration) {
-    let start = Instant::now();
-    let outcome = (|| {
-        let graph =
-            onnx::import_file(&dir.join("model.onnx")).map_err(|e| format!("import: {e}"))?;
-        let exe = backend_for(device)
-            .and_then(|b| b.compile(&graph))
-            .map_err(|e| format!("compile: {e}"))?;
-        let set = dir.join("test_data_set_0");
-        let inputs = read_tensors(&set, "input")?;
-        let want = read_tensors(&set, "output")?;
-        let got = exe.run(&inputs).map_err(|e| format!("run: {e}"))?;
-        if got.len() != want.len() {
-            return Err(format!("{} outputs, expected {}", got.len(), want.len()));
-        }
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            compare(g, w).map_err(|e| format!("output {i}: {e}"))?;
-        }
-        Ok(())
-    })();
-    (outcome, start.elapsed())
+/// One model on `device`: `Ok` or why it fails, on one line.
+fn check_model(dir: &Path, device: Device) -> Result<(), String> {
+    let graph = onnx::import_file(&dir.join("model.onnx")).map_err(|e| format!("import: {e}"))?;
+    let exe = backend_for(device)
+        .and_then(|b| b.compile(&graph))
+        .map_err(|e| format!("compile: {e}"))?;
+    let set = dir.join("test_data_set_0");
+    let inputs = read_tensors(&set, "input")?;
+    let want = read_tensors(&set, "output")?;
+    let got = exe.run(&inputs).map_err(|e| format!("run: {e}"))?;
+    if got.len() != want.len() {
+        return Err(format!("{} outputs, expected {}", got.len(), want.len()));
+    }
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        compare(g, w).map_err(|e| format!("output {i}: {e}"))?;
+    }
+    Ok(())
 }
 
 /// A model's name and its outcome and time on `interp` and on `cpu`.
@@ -106,16 +101,18 @@ impl Outcome {
     }
 }
 
+/// One model on `device` and how long it took; a panic is an outcome, not the end.
 fn catch(dir: &Path, device: Device) -> (Result<(), String>, Duration) {
     let start = Instant::now();
-    std::panic::catch_unwind(|| run_model(dir, device)).unwrap_or_else(|p| {
+    let outcome = std::panic::catch_unwind(|| check_model(dir, device)).unwrap_or_else(|p| {
         let msg = p
             .downcast_ref::<String>()
             .cloned()
             .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
             .unwrap_or_default();
-        (Err(format!("PANIC {msg}")), start.elapsed())
-    })
+        Err(format!("PANIC {msg}"))
+    });
+    (outcome, start.elapsed())
 }
 
 // The reference interpreter on these models takes minutes per model unoptimised and
