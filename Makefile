@@ -39,7 +39,8 @@ lint: deps
 	$(CARGO) clippy --all-targets --features openblas -- -D warnings
 
 # Every test: format, lints, exporter-style ONNX models against onnxruntime (before and
-# after the pass pipeline; they stay in target/real-models for the compiler's tests),
+# after the pass pipeline; they stay in target/real-models for the compiler's tests), the
+# zoo of real models from PyPI packages (tests/zoo/README.md; in release; required under CI=true),
 # the Rust suites (the CPU backend's again on its portable kernels; the GEMM's comparison
 # with OpenBLAS under the `openblas` feature, which the library itself never links; the CUDA backend's
 # tests built with the `cuda` feature: NVRTC + ptxas from pinned wheels, device tests
@@ -52,7 +53,9 @@ test: lint
 	scripts/onnx-node-tests.sh
 	scripts/contrib-cases.sh
 	scripts/test-onnx-models.sh
+	scripts/model-zoo.sh
 	INSTA_UPDATE=no KILN_REQUIRE=onnx-suite,contrib-cases,avx512f,cuda-tools,gxx $(CARGO) test --all-targets
+	KILN_REQUIRE=$${CI:+zoo} $(CARGO) test --release --test zoo
 	KILN_CPU_ISA=portable $(CARGO) test --test cpu_backend
 	$(CARGO) test --features openblas --lib gemm
 	env=$$(scripts/cuda-tools.sh) && eval "$$env" && KILN_REQUIRE=onnx-suite,cuda-tools,gxx $(CARGO) test --features cuda --test cuda_nvrtc --test cuda_device --test cuda_cli

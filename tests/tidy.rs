@@ -60,6 +60,7 @@ fn kiln_require_names_needs_and_rejects_typos() {
     assert_eq!(required_by("all", Need::CudaDevice), Ok(true));
     assert_eq!(required_by("onnx-suite, gxx", Need::Gxx), Ok(true));
     assert_eq!(required_by("onnx-suite,gxx", Need::Avx512f), Ok(false));
+    assert_eq!(required_by("onnx-suite,zoo", Need::Zoo), Ok(true));
     let e = required_by("onnx-suite,avx512", Need::Gxx).unwrap_err();
     assert!(e.contains("'avx512'") && e.contains("avx512f"), "{e}");
 }

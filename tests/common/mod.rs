@@ -49,6 +49,8 @@ pub enum Need {
     Gxx,
     /// The contrib-op cases (`target/contrib-cases`, from `scripts/contrib-cases.sh`).
     ContribCases,
+    /// The zoo of real models (`target/zoo`, from `scripts/model-zoo.sh`, which needs PyPI).
+    Zoo,
 }
 
 impl Need {
@@ -59,6 +61,7 @@ impl Need {
         Need::CudaTools,
         Need::Gxx,
         Need::ContribCases,
+        Need::Zoo,
     ];
 
     /// The need's name in `KILN_REQUIRE`.
@@ -70,6 +73,7 @@ impl Need {
             Need::CudaTools => "cuda-tools",
             Need::Gxx => "gxx",
             Need::ContribCases => "contrib-cases",
+            Need::Zoo => "zoo",
         }
     }
 }
