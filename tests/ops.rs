@@ -37,6 +37,8 @@ mod reduce;
 mod resize;
 #[path = "ops/rnn.rs"]
 mod rnn;
+#[path = "ops/sequence.rs"]
+mod sequence;
 #[path = "ops/shape.rs"]
 mod shape;
 #[path = "ops/signal.rs"]

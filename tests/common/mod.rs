@@ -54,7 +54,7 @@ pub enum Need {
 }
 
 impl Need {
-    pub const ALL: [Need; 6] = [
+    pub const ALL: [Need; 7] = [
         Need::OnnxSuite,
         Need::Avx512f,
         Need::CudaDevice,

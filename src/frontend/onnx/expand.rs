@@ -67,6 +67,13 @@ impl<'i, 'a> Builder<'i, 'a> {
         self.imp.constant(&name, t)
     }
 
+    /// A 1-D f32 constant.
+    pub(super) fn floats(&mut self, v: &[f64]) -> Result<Value> {
+        let t = Tensor::from_f64s(DType::F32, &[v.len()], v).map_err(Error::InvalidArgument)?;
+        let name = self.next_name();
+        self.imp.constant(&name, t)
+    }
+
     pub(super) fn ints(&mut self, v: &[i64]) -> Result<Value> {
         let name = self.next_name();
         self.imp.ints(&name, v)
@@ -341,7 +348,7 @@ pub(super) fn swish(
     Ok(vec![b.binary("Mul", x, gate)?])
 }
 
-/// The `ai.onnx.ml` ops Kiln expands: `Binarizer` and `ArrayFeatureExtractor`.
+/// The `ai.onnx.ml` ops Kiln expands: `Binarizer`, `ArrayFeatureExtractor` and `Scaler`.
 pub(super) fn ml(
     b: &mut Builder,
     op: &str,
@@ -355,6 +362,33 @@ pub(super) fn ml(
             let threshold = b.scalar(dtype, float_attr(attrs, "threshold", 0.0)?)?;
             let above = b.binary("Greater", x, threshold)?;
             Ok(vec![b.cast(above, dtype)?])
+        }
+        "Scaler" => {
+            // Y = (X - offset) * scale in f32, each list one value or one per feature
+            // (the last axis), as skl2onnx writes a fitted StandardScaler.
+            let list = |name| match attrs.get(name) {
+                Some(Attr::Floats(v)) => Ok(v.clone()),
+                None => Ok(vec![]),
+                Some(_) => Err(Error::InvalidArgument(format!(
+                    "Scaler: attribute '{name}' must be floats"
+                ))),
+            };
+            let (offset, scale) = (list("offset")?, list("scale")?);
+            let x = b.cast(x, DType::F32)?;
+            let shifted = match offset.is_empty() {
+                true => x,
+                false => {
+                    let offset = b.floats(&offset)?;
+                    b.binary("Sub", x, offset)?
+                }
+            };
+            Ok(vec![match scale.is_empty() {
+                true => shifted,
+                false => {
+                    let scale = b.floats(&scale)?;
+                    b.binary("Mul", shifted, scale)?
+                }
+            }])
         }
         "ArrayFeatureExtractor" => {
             // The indices pick along the last axis; a vector's result is one row.

@@ -414,7 +414,9 @@ impl Importer<'_> {
                 "domain '{domain}' is not supported"
             )));
         }
-        if self.domain_opset(domain).is_none() {
+        // onnxruntime's own tools write com.microsoft nodes without importing the domain
+        // (its contrib ops have one version), and onnxruntime runs such models.
+        if self.domain_opset(domain).is_none() && domain != "com.microsoft" {
             return Err(Error::InvalidArgument(format!(
                 "the model imports no opset of domain '{domain}'"
             )));
