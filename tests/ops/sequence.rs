@@ -121,7 +121,7 @@ fn split_to_sequence_and_concat_from_sequence_invert_each_other() {
     g.add_output("parts", parts).unwrap();
     g.add_output("back", back).unwrap();
     let x = f32s(&[4, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
-    let out = exec(g, &[x.clone()]).unwrap();
+    let out = exec(g, std::slice::from_ref(&x)).unwrap();
     assert_eq!(
         items(&out[0]),
         &[
@@ -151,7 +151,7 @@ fn sequence_empty_then_insert() {
     g.add_output("empty", empty).unwrap();
     g.add_output("one", one).unwrap();
     let x = i64s(&[1], &[7]);
-    let out = exec(g, &[x.clone()]).unwrap();
+    let out = exec(g, std::slice::from_ref(&x)).unwrap();
     assert!(items(&out[0]).is_empty());
     assert_eq!(items(&out[1]), &[x][..]);
 }
@@ -195,7 +195,7 @@ fn optionals_hold_a_value_or_nothing() {
         g.add_output(name, v).unwrap();
     }
     let x = f32s(&[2], &[1.5, -2.0]);
-    let out = exec(g, &[x.clone()]).unwrap();
+    let out = exec(g, std::slice::from_ref(&x)).unwrap();
     assert_eq!(out[0], Tensor::scalar(true));
     assert_eq!(out[1], Tensor::scalar(false));
     assert_eq!(out[2], x);
