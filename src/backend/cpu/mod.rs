@@ -135,7 +135,7 @@ impl CpuExecutable {
         let dynamic = g.nodes().iter().any(|n| {
             n.outputs
                 .iter()
-                .any(|t| !t.shape.is_static() || t.is_host_object())
+                .any(|t| !t.is_static() || t.is_host_object())
         });
         Ok(if dynamic {
             Compiled::Interp(InterpExecutable::new(g)?)

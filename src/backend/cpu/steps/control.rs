@@ -85,12 +85,12 @@ fn compile_body(b: &Build, body: &Graph, params: &[(DType, &[usize])]) -> Option
     let bound = inputs.len() == params.len()
         && inputs.iter().zip(params).all(|(&p, (dtype, shape))| {
             let ty = &g.node(p).outputs[0];
-            ty.dtype == *dtype && ty.shape.to_fixed().as_deref() == Some(*shape)
+            ty.dtype == *dtype && ty.static_dims().as_deref() == Some(*shape)
         });
     let dynamic = g
         .nodes()
         .iter()
-        .any(|n| n.outputs.iter().any(|t| !t.shape.is_static()));
+        .any(|n| n.outputs.iter().any(|t| !t.is_static()));
     if !bound || dynamic {
         return None;
     }
