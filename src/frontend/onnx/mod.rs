@@ -308,7 +308,10 @@ impl Importer<'_> {
             control_deps: vec![],
             data: None,
         };
-        self.g.infer_node(&probe)?;
+        // Sequences and optionals stay ops: a constant holds a tensor.
+        if !self.g.infer_node(&probe)?.iter().all(|t| t.is_tensor()) {
+            return Ok(None);
+        }
         let refs: Vec<Option<&Tensor>> = values.iter().map(|v| v.as_deref()).collect();
         let in_types: Vec<Option<TensorType>> = inputs
             .iter()

@@ -126,17 +126,21 @@ impl<'a> Signature<'a> {
         }
     }
 
-    /// Result `i`'s dtype and, when its rank is known, dims as in [`Signature::result`].
-    fn result_type(&self, i: usize) -> Result<(DType, Option<ParentDims>), String> {
+    /// Result `i`'s type as the body has it.
+    fn body_result(&self, i: usize) -> Result<&'a TensorType, String> {
         let o = self
             .body
             .outputs()
             .get(i)
             .ok_or_else(|| format!("body '{}' has no output {i}", self.attr))?;
-        let ty = self
-            .body
+        self.body
             .value_type(o.value)
-            .map_err(|e| format!("body '{}': {e}", self.attr))?;
+            .map_err(|e| format!("body '{}': {e}", self.attr))
+    }
+
+    /// Result `i`'s dtype and, when its rank is known, dims as in [`Signature::result`].
+    fn result_type(&self, i: usize) -> Result<(DType, Option<ParentDims>), String> {
+        let ty = self.body_result(i)?;
         if !ty.ranked {
             return Ok((ty.dtype, None));
         }
@@ -170,6 +174,33 @@ fn with_fresh(
         d.clone().unwrap_or_else(|| cx.fresh_dim(out, axis))
     });
     TensorType::new(dtype, Shape::new(dims.collect::<Vec<_>>()))
+}
+
+/// If result `i` when a branch gives a sequence or optional: both must give the same
+/// containers of the same dtype; their elements' shapes are kept where they agree (or
+/// the taken branch's, when `taken` says which runs), else unranked.
+fn branch_containers(
+    i: usize,
+    a: &TensorType,
+    b: &TensorType,
+    taken: Option<bool>,
+) -> Result<TensorType, String> {
+    if a.dtype != b.dtype || a.containers != b.containers {
+        return Err(format!(
+            "result {i}: then_branch gives {a}, else_branch {b}"
+        ));
+    }
+    Ok(match taken {
+        Some(true) => a.clone(),
+        Some(false) => b.clone(),
+        None if a == b => a.clone(),
+        None => {
+            let mut t = a.clone();
+            t.shape = Shape::scalar();
+            t.ranked = false;
+            t
+        }
+    })
 }
 
 /// The type of a value the body carries from one iteration to the next: the initial
@@ -380,6 +411,10 @@ impl Op for If {
             .map(|c| c != 0);
         (0..then.outputs())
             .map(|i| {
+                let (body_a, body_b) = (then.body_result(i)?, other.body_result(i)?);
+                if !body_a.is_tensor() || !body_b.is_tensor() {
+                    return branch_containers(i, body_a, body_b, taken);
+                }
                 let ((a, a_dims), (b, b_dims)) = (then.result_type(i)?, other.result_type(i)?);
                 if a != b {
                     return Err(format!(
