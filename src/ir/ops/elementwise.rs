@@ -29,6 +29,9 @@ struct Unary {
     int: Option<fn(i64) -> i64>,
     /// Some(Bool) for predicates (IsNaN, IsInf): the output dtype when it is not the input's.
     out_dtype: Option<DType>,
+    /// The f32 form, for ops whose result on f32 follows the ONNX reference's arithmetic
+    /// step by step in f32 rather than rounding the exact value once (see `sigmoid_f32`).
+    f32: Option<fn(f32) -> f32>,
 }
 
 fn no_params(_: &Attrs) -> Result<Params, String> {
@@ -73,6 +76,9 @@ impl Op for Unary {
         let x = cx.input(0)?;
         let p = (self.params)(cx.attrs)?;
         let dtype = self.out_dtype.unwrap_or(x.dtype());
+        if let (Some(f), Tensor::F32(a)) = (self.f32, x) {
+            return Ok(vec![Tensor::F32(a.mapv(f))]);
+        }
         let y = match (self.int, x.dtype().is_float()) {
             (Some(fi), false) => Tensor::from_i64_array(dtype, x.to_i64_array().mapv(fi)),
             _ => Tensor::from_f64_array(dtype, x.to_f64_array().mapv(|v| (self.float)(v, &p))),
@@ -81,7 +87,6 @@ impl Op for Unary {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn unary(
     name: &'static str,
     doc: &'static str,
@@ -91,21 +96,36 @@ fn unary(
     float: fn(f64, &Params) -> f64,
     int: Option<fn(i64) -> i64>,
 ) -> &'static dyn Op {
-    leak(Unary {
-        schema: OpSchema {
-            name,
-            family: "elementwise",
-            inputs: &["X"],
-            outputs: &["Y"],
-            attrs,
-            doc,
-        },
-        accepts,
-        params,
-        float,
-        int,
-        out_dtype: None,
-    })
+    leak(Unary::new(name, doc, attrs, accepts, params, float, int))
+}
+
+impl Unary {
+    fn new(
+        name: &'static str,
+        doc: &'static str,
+        attrs: &'static [AttrSpec],
+        accepts: (fn(DType) -> bool, &'static str),
+        params: fn(&Attrs) -> Result<Params, String>,
+        float: fn(f64, &Params) -> f64,
+        int: Option<fn(i64) -> i64>,
+    ) -> Unary {
+        Unary {
+            schema: OpSchema {
+                name,
+                family: "elementwise",
+                inputs: &["X"],
+                outputs: &["Y"],
+                attrs,
+                doc,
+            },
+            accepts,
+            params,
+            float,
+            int,
+            out_dtype: None,
+            f32: None,
+        }
+    }
 }
 
 fn simple(name: &'static str, doc: &'static str, f: fn(f64, &Params) -> f64) -> &'static dyn Op {
@@ -126,6 +146,14 @@ const HARD_SIGMOID_ATTRS: &[AttrSpec] = &[
     AttrSpec::opt("beta", AttrKind::Float, "0.5"),
 ];
 const GELU_ATTRS: &[AttrSpec] = &[AttrSpec::opt("approximate", AttrKind::String, "none")];
+
+/// Sigmoid of an f32 as onnxruntime and the ONNX reference compute it: `1 / (1 + e^-x)`
+/// rounded to f32 at each step. It can differ from the exactly rounded value by an ulp,
+/// and a dynamically quantized model downstream turns that ulp into a flipped u8 when a
+/// quotient lands on a rounding tie; following the reference keeps such models agreeing.
+fn sigmoid_f32(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
 
 fn sigmoid(x: f64) -> f64 {
     if x >= 0.0 {
@@ -217,7 +245,18 @@ fn unary_ops() -> Vec<&'static dyn Op> {
         simple("Sqrt", "√x.", |x, _| x.sqrt()),
         simple("Reciprocal", "1/x.", |x, _| 1.0 / x),
         simple("Tanh", "tanh x.", |x, _| x.tanh()),
-        simple("Sigmoid", "1/(1+e^-x).", |x, _| sigmoid(x)),
+        leak(Unary {
+            f32: Some(sigmoid_f32),
+            ..Unary::new(
+                "Sigmoid",
+                "1/(1+e^-x).",
+                &[],
+                FLOAT,
+                no_params,
+                |x, _| sigmoid(x),
+                None,
+            )
+        }),
         simple("Erf", "The error function.", |x, _| libm::erf(x)),
         simple("Sin", "sin x.", |x, _| x.sin()),
         simple("Cos", "cos x.", |x, _| x.cos()),
@@ -328,6 +367,7 @@ fn unary_ops() -> Vec<&'static dyn Op> {
             float: |x, _| if x == 0.0 { 1.0 } else { 0.0 },
             int: Some(|x| (x == 0) as i64),
             out_dtype: None,
+            f32: None,
         }),
         predicate("IsNaN", "Whether x is NaN.", &[], |x, _| x.is_nan()),
         predicate(
