@@ -129,15 +129,7 @@ impl CpuExecutable {
 
     fn specialize(&self, shapes: &[Vec<usize>]) -> Result<Compiled> {
         let g = specialize_for_shapes(&self.graph, shapes, &self.passes)?;
-        // Strings, sequences and optionals are host objects with no bytes in an arena:
-        // a signature that has any runs on the host, node by node (as does one whose
-        // shapes stay dynamic).
-        let dynamic = g.nodes().iter().any(|n| {
-            n.outputs
-                .iter()
-                .any(|t| !t.shape.is_static() || t.is_host_object())
-        });
-        Ok(if dynamic {
+        Ok(if runs_on_host(&g) {
             Compiled::Interp(InterpExecutable::new(g)?)
         } else {
             let vars = self.variables.read().unwrap_or_else(|e| e.into_inner());
@@ -291,6 +283,17 @@ impl Drop for CpuExecutable {
 }
 
 /// The address of `t`'s elements when they are contiguous in row-major order.
+/// Whether a specialized graph (or body) runs on the host, node by node, rather than as a
+/// lowered program: strings, sequences and optionals are host objects with no bytes in an
+/// arena, and a shape that stays dynamic has no place in a plan.
+pub(crate) fn runs_on_host(g: &Graph) -> bool {
+    g.nodes().iter().any(|n| {
+        n.outputs
+            .iter()
+            .any(|t| !t.shape.is_static() || t.is_host_object())
+    })
+}
+
 fn contiguous_bytes(t: &Tensor) -> Option<*const u8> {
     crate::match_tensor!(t, a => a.as_slice().map(|s| s.as_ptr().cast::<u8>()), _ => None)
 }

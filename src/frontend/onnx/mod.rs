@@ -307,6 +307,10 @@ impl Importer<'_> {
                 },
             }
         }
+        let trip_count = values.first().and_then(|v| v.as_deref());
+        if !crate::ir::ops::control::folds_in_bounded_time(op, trip_count, attrs) {
+            return Ok(None);
+        }
         // Type-check as the real node would, so that folding never hides an error.
         let probe = crate::ir::Node {
             name: name.to_string(),
@@ -317,7 +321,10 @@ impl Importer<'_> {
             control_deps: vec![],
             data: None,
         };
-        self.g.infer_node(&probe)?;
+        // A constant holds a tensor: ops that build sequences and optionals stay nodes.
+        if self.g.infer_node(&probe)?.iter().any(|t| !t.is_tensor()) {
+            return Ok(None);
+        }
         let refs: Vec<Option<&Tensor>> = values.iter().map(|v| v.as_deref()).collect();
         let in_types: Vec<Option<TensorType>> = inputs
             .iter()
