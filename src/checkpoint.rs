@@ -253,8 +253,7 @@ fn compare(exe_vars: &[(String, TensorType)], file_vars: &[(String, Tensor)]) ->
         match file.get(name.as_str()) {
             None => problems.push(format!("variable '{name}' ({ty}) is missing from the file")),
             Some(t) => {
-                let fits =
-                    t.dtype() == ty.dtype && ty.shape.to_fixed().as_deref() == Some(t.shape());
+                let fits = t.dtype() == ty.dtype && ty.static_dims().as_deref() == Some(t.shape());
                 if !fits {
                     problems.push(format!(
                         "variable '{name}' is {ty} in the executable but {}{:?} in the file",

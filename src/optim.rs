@@ -50,7 +50,7 @@ pub fn add_optimizer(
         )));
     }
     let lr_ty = g.value_type(lr)?.clone();
-    if !lr_ty.dtype.is_float() || lr_ty.shape.num_elements() != Some(1) {
+    if !lr_ty.dtype.is_float() || lr_ty.num_elements() != Some(1) {
         return Err(Error::InvalidArgument(format!(
             "the learning rate must be a float scalar, has type {lr_ty}"
         )));
@@ -183,7 +183,7 @@ struct Builder<'g> {
 impl Builder<'_> {
     /// A new zero-initialized state variable.
     fn state(&mut self, base: &str, ty: &TensorType) -> Result<Value> {
-        let dims = ty.shape.to_fixed().ok_or_else(|| {
+        let dims = ty.static_dims().ok_or_else(|| {
             Error::InvalidArgument(format!("optimizer state of type {ty} needs static dims"))
         })?;
         let zeros = Tensor::zeros(ty.dtype, &dims);

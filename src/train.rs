@@ -143,7 +143,7 @@ pub fn batch_norm_training(
     let y = g.apply("Add", &[scaled, bias_b], none.clone())?;
     // running ← momentum · running + (1 − momentum) · batch
     // The variables have static dims (they hold data): reshape the batch's to them.
-    let channels_static = vector.shape.to_fixed().map(|d| d[0] as i64);
+    let channels_static = vector.static_dims().map(|d| d[0] as i64);
     let flat = g.ints("bn_axes", &[channels_static.unwrap_or(-1)])?;
     let (m, c) = (
         g.scalar("bn_const", dt, momentum)?,

@@ -3,7 +3,7 @@
 //! verifier's errors for each malformed body, each naming the node and the body.
 use std::sync::Arc;
 
-use kiln::backend::{backend_for, Device};
+use kiln::backend::{backend_for, Device, Executable};
 use kiln::ir::text::{parse, print};
 use kiln::ir::{verify, Attr, Attrs, DType, Dim, Graph, Shape, TensorType, Value};
 use kiln::Tensor;
@@ -104,6 +104,77 @@ fn if_gives_a_fresh_symbol_where_the_branches_disagree() {
         vec![1, 2, 3]
     );
     assert_round_trip(&g);
+}
+
+/// `torch.squeeze(x, -1)` as exporters write it: `If(Shape(x)[-1] == 1, Squeeze(x, -1),
+/// Identity(x))` over `x: f32[N, K]`, then `* 2`. The branches differ in rank.
+fn squeeze_if_graph() -> Graph {
+    let mut g = Graph::new("squeeze_if");
+    let x: Value = g
+        .add_parameter("x", sym(DType::F32, &["N", "K"]))
+        .unwrap()
+        .into();
+    let last = Attrs::new().with("start", Attr::Int(-1));
+    let k = op(&mut g, "Shape", &[x], last);
+    let one = g.ints("one", &[1]).unwrap();
+    let is_one = op(&mut g, "Equal", &[k, one], Attrs::new());
+    let mut then = Graph::new("squeeze");
+    let p: Value = then
+        .add_parameter("x", sym(DType::F32, &["N", "K"]))
+        .unwrap()
+        .into();
+    let axes = then.ints("axes", &[-1]).unwrap();
+    let squeezed = op(&mut then, "Squeeze", &[p, axes], Attrs::new());
+    then.add_output("y", squeezed).unwrap();
+    let mut other = Graph::new("keep");
+    let p: Value = other
+        .add_parameter("x", sym(DType::F32, &["N", "K"]))
+        .unwrap()
+        .into();
+    let kept = op(&mut other, "Identity", &[p], Attrs::new());
+    other.add_output("y", kept).unwrap();
+    let attrs = Attrs::new()
+        .with("then_branch", body_attr(then))
+        .with("else_branch", body_attr(other))
+        .with("captures", Attr::Int(1));
+    let y = op(&mut g, "If", &[is_one, x], attrs);
+    let two = g.scalar("two", DType::F32, 2.0).unwrap();
+    let z = op(&mut g, "Mul", &[y, two], Attrs::new());
+    g.add_output("z", z).unwrap();
+    g
+}
+
+#[test]
+fn an_if_whose_branches_differ_in_rank_settles_once_the_shapes_are_bound() {
+    let g = squeeze_if_graph();
+    verify(&g).unwrap();
+    // The rank depends on K: unknown, and so is everything computed from it.
+    assert_eq!(
+        g.value_type(g.outputs()[0].value).unwrap().to_string(),
+        "f32"
+    );
+    assert_round_trip(&g);
+    let column = f32s(&[2, 1], &[1.0, 2.0]);
+    let wide = f32s(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    assert_eq!(run(&g, &[column.clone()])[0], f32s(&[2], &[2.0, 4.0]));
+    assert_eq!(run(&g, &[wide.clone()])[0].shape(), &[2, 3]);
+    // On cpu each shape settles the condition: the If is inlined and the program is
+    // compiled, not handed to the interpreter.
+    let cpu = kiln::backend::cpu::CpuBackend {
+        passes: kiln::backend::cpu_pass_options(Default::default()),
+        threads: 1,
+        tuning: Default::default(),
+    };
+    let exe = cpu.compile_cpu(&g).unwrap();
+    for x in [column, wide] {
+        assert_eq!(exe.run(&[x.clone()]).unwrap(), run(&g, &[x.clone()]));
+        let kinds = exe.step_kinds(&[x.shape().to_vec()]).unwrap();
+        assert!(
+            kinds.is_some(),
+            "fell back to the interpreter for {:?}",
+            x.shape()
+        );
+    }
 }
 
 /// `Loop(M, cond, acc, captured)`: acc += captured * i, stopping when acc > limit;
@@ -291,15 +362,15 @@ fn bad_bodies_are_errors_naming_the_node_and_the_body() {
         g.op("If", &[c, i], attrs, "bad_dtype"),
         &["bad_dtype", "then_branch", "input 0"],
     );
-    // Branches of different ranks.
+    // Branches of different dtypes.
     let mut flat = Graph::new("flat");
     flat.add_parameter("x", sym(DType::F32, &["N"])).unwrap();
-    let s = flat.scalar("s", DType::F32, 1.0).unwrap();
+    let s = flat.scalar("s", DType::I64, 1.0).unwrap();
     flat.add_output("y", s).unwrap();
     let attrs = branches(unary_body("t", "Mul", 1.0), flat);
     expect_err(
-        g.op("If", &[c, x], attrs, "bad_rank"),
-        &["bad_rank", "rank"],
+        g.op("If", &[c, x], attrs, "bad_dtype_branch"),
+        &["bad_dtype_branch", "then_branch gives f32, else_branch i64"],
     );
     // The wrong number of body inputs.
     let attrs = branches(unary_body("t", "Mul", 1.0), unary_body("e", "Mul", 1.0))

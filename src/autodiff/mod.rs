@@ -23,7 +23,7 @@ mod rules;
 pub fn grad(g: &mut Graph, loss: Value, wrt: &[Value]) -> Result<Vec<Value>> {
     let loss_ty = g.value_type(loss)?.clone();
     let loss_name = g.node(loss.node).name.clone();
-    if !loss_ty.dtype.is_float() || loss_ty.shape.num_elements() != Some(1) {
+    if !loss_ty.dtype.is_float() || loss_ty.num_elements() != Some(1) {
         return Err(Error::Graph(format!(
             "the loss '{loss_name}' ({}) must be a float scalar (one element), has type {loss_ty}",
             g.node(loss.node).op
@@ -265,7 +265,7 @@ impl Cx<'_> {
     /// `v`'s shape as an i64 vector: a constant when static (so that what is reshaped
     /// to it keeps static dims), else the `Shape` op.
     pub(crate) fn shape_of(&mut self, v: Value) -> Result<Value> {
-        match self.ty(v).shape.to_fixed() {
+        match self.ty(v).static_dims() {
             Some(d) => self.ints(&d.iter().map(|&d| d as i64).collect::<Vec<_>>()),
             None => self.op("Shape", &[v], Attrs::new()),
         }

@@ -13,12 +13,12 @@ fn node_flops(g: &Graph, id: NodeId) -> f64 {
     let node = g.node(id);
     let shape = |k: usize| -> Option<Vec<usize>> {
         let v = node.inputs.get(k).copied().flatten()?;
-        g.node(v.node).outputs[v.output as usize].shape.to_fixed()
+        g.node(v.node).outputs[v.output as usize].static_dims()
     };
     let outputs = node
         .outputs
         .first()
-        .and_then(|t| t.shape.num_elements())
+        .and_then(|t| t.num_elements())
         .unwrap_or(0) as f64;
     match node.op.as_str() {
         // Each output: a dot product over (input channels per group × kernel size).

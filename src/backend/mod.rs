@@ -104,7 +104,7 @@ pub(crate) fn unknown_variable(name: &str, vars: &[(String, TensorType)]) -> Err
 
 /// Checks a write of `value` to the variable `name` of type `ty`.
 pub(crate) fn check_variable_write(name: &str, ty: &TensorType, value: &Tensor) -> Result<()> {
-    let fits = value.dtype() == ty.dtype && ty.shape.to_fixed().as_deref() == Some(value.shape());
+    let fits = value.dtype() == ty.dtype && ty.static_dims().as_deref() == Some(value.shape());
     if fits {
         Ok(())
     } else {

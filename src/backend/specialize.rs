@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use crate::error::{Error, Result};
-use crate::ir::{DType, Dim, Graph, NodeId};
-use crate::passes::{run_pipeline, PassOptions};
+use crate::ir::{DType, Dim, Graph, NodeId, Shape, TensorType};
+use crate::passes::{run_passes, run_pipeline, ConstantFold, InlineConstantIf, PassOptions};
 use crate::tensor::Tensor;
 
 /// `graph` with its input symbols bound to the sizes in `shapes` (one shape per graph
@@ -24,22 +24,53 @@ pub(crate) fn specialize_for_shapes(
     let mut g = graph.clone();
     let mut bindings = HashMap::new();
     for (&id, shape) in g.inputs().iter().zip(shapes) {
-        for (axis, &size) in g.node(id).outputs[0].shape.axes.iter().zip(shape) {
+        let ty = &mut g.node_mut(id).outputs[0];
+        if ty.is_unranked_tensor() {
+            *ty = TensorType::new(ty.dtype, Shape::fixed(shape));
+            continue;
+        }
+        for (axis, &size) in ty.shape.axes.iter().zip(shape) {
             if let Dim::Sym(s) = &axis.dim {
                 bindings.insert(s.clone(), size);
             }
         }
     }
     g.specialize(&bindings)?;
+    if has_unranked(&g) && !settle_ranks(&mut g, passes)? {
+        // The passes need ranks; the backends run such a graph on the interpreter.
+        return Ok(g);
+    }
     run_pipeline(&mut g, passes)?;
     Ok(g)
+}
+
+fn has_unranked(g: &Graph) -> bool {
+    g.nodes()
+        .iter()
+        .any(|n| n.outputs.iter().any(|t| t.is_unranked_tensor()))
+}
+
+/// Gives a value of unknown rank (an `If` whose branches differ in rank) its rank once
+/// the shapes are bound: what the static shapes make constant is folded and the `If`s
+/// whose condition that decides are inlined, until every rank is known or nothing more
+/// changes. Returns whether every rank is known.
+fn settle_ranks(g: &mut Graph, passes: &PassOptions) -> Result<bool> {
+    loop {
+        let report = run_passes(g, &[&ConstantFold, &InlineConstantIf], passes)?;
+        if !has_unranked(g) {
+            return Ok(true);
+        }
+        if !report.records.iter().any(|r| r.changed) {
+            return Ok(false);
+        }
+    }
 }
 
 /// The graph inputs' dims when all are static (one program serves every run).
 pub(crate) fn static_input_shapes(g: &Graph) -> Option<Vec<Vec<usize>>> {
     g.inputs()
         .iter()
-        .map(|&id| g.node(id).outputs[0].shape.to_fixed())
+        .map(|&id| g.node(id).outputs[0].static_dims())
         .collect()
 }
 

@@ -52,7 +52,7 @@ mod tests {
         let s = g
             .apply_opt("ReduceSum", &[Some(y), Some(axes)], Attrs::new())
             .unwrap();
-        assert_eq!(g.value_type(s).unwrap().shape.to_fixed(), Some(vec![2, 1]));
+        assert_eq!(g.value_type(s).unwrap().static_dims(), Some(vec![2, 1]));
         assert_eq!(
             g.node(axes.node).data.as_deref().unwrap().to_i64_vec(),
             vec![1]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::attr::Attrs;
 use super::ops::{self, InferCtx};
-use super::shape::{Dim, TensorType};
+use super::shape::{Dim, Shape, TensorType, ANY_DIM};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -364,13 +364,64 @@ impl Graph {
             }
         }
         ops::check_takes(&*op, &types).map_err(Error::Graph)?;
-        let cx = InferCtx {
-            node_name: &node.name,
-            inputs: &types,
-            consts: &consts,
-            attrs: &node.attrs,
+        let infer = |types: &[Option<TensorType>]| {
+            let cx = InferCtx {
+                node_name: &node.name,
+                inputs: types,
+                consts: &consts,
+                attrs: &node.attrs,
+            };
+            ops::custom::contain(&op, || op.infer(&cx)).map_err(Error::Graph)
         };
-        ops::custom::contain(&op, || op.infer(&cx)).map_err(Error::Graph)
+        let unranked = |t: &Option<TensorType>| t.as_ref().is_some_and(|t| !t.ranked);
+        if schema.family == "control" || !types.iter().any(unranked) {
+            return infer(&types);
+        }
+        // An operand of unknown rank (until specialization binds the shapes it depends
+        // on): the outputs' rank is unknown too. Their dtypes and count come from
+        // inferring with the operand at a rank the op takes: the other operands' largest
+        // rank first (elementwise ops), then each rank up to 8; its dims unknown, or ones
+        // (for ops that need a static length, such as a shape operand's).
+        let largest = types
+            .iter()
+            .flatten()
+            .filter(|t| t.ranked)
+            .map(|t| t.rank());
+        let ranks = largest.max().into_iter().chain(0..=8);
+        let mut first_error = None;
+        for (rank, dim) in ranks.flat_map(|r| [(r, Dim::Sym(ANY_DIM.into())), (r, Dim::Fixed(1))]) {
+            let probe: Vec<Option<TensorType>> = types
+                .iter()
+                .map(|t| match t {
+                    Some(t) if !t.ranked => {
+                        let dims = vec![dim.clone(); rank];
+                        let mut ranked = t.clone();
+                        ranked.shape = Shape::new(dims);
+                        ranked.ranked = true;
+                        Some(ranked)
+                    }
+                    other => other.clone(),
+                })
+                .collect();
+            match infer(&probe) {
+                Ok(outs) => {
+                    return Ok(outs
+                        .into_iter()
+                        .map(|mut t| {
+                            t.shape = Shape::scalar();
+                            t.ranked = false;
+                            t
+                        })
+                        .collect())
+                }
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+        }
+        let e = first_error.expect("at least one rank was tried");
+        Err(Error::Graph(format!(
+            "{} (an operand's rank is unknown: no rank up to 8 fits)",
+            strip_kind(e)
+        )))
     }
 
     /// A deterministic topological order over data and control edges: among the nodes
@@ -438,10 +489,13 @@ impl Graph {
     }
 
     /// Makes every reader of `old` (node inputs and graph outputs) read `new` instead;
-    /// returns how many uses moved. `new` must have `old`'s dtype and rank.
+    /// returns how many uses moved. `new` must have `old`'s dtype and rank (or any rank
+    /// when `old`'s is unknown).
     pub(crate) fn replace_uses(&mut self, old: Value, new: Value) -> Result<usize> {
         let (a, b) = (self.value_type(old)?, self.value_type(new)?);
-        if a.dtype != b.dtype || a.rank() != b.rank() {
+        // A value of unknown rank may become one of a known rank (an `If` inlined).
+        let ranks_differ = a.ranked && (!b.ranked || a.rank() != b.rank());
+        if a.dtype != b.dtype || ranks_differ {
             return Err(Error::Graph(format!(
                 "cannot replace %{}:{} ({a}) by %{}:{} ({b})",
                 old.node.0, old.output, new.node.0, new.output

@@ -123,10 +123,6 @@ impl Shape {
         self.axes.iter().map(|a| a.dim.fixed()).collect()
     }
 
-    pub(crate) fn is_static(&self) -> bool {
-        self.axes.iter().all(|a| matches!(a.dim, Dim::Fixed(_)))
-    }
-
     /// The number of elements, if static.
     pub fn num_elements(&self) -> Option<usize> {
         // A product too large for usize is no count at all.
@@ -253,14 +249,15 @@ pub(crate) fn quote_string(s: &str) -> String {
 /// (`opt<seq<f32[3]>>` is `[Opt, Seq]`); a plain tensor has none. Inside a sequence the
 /// shape is only what every element shares: its symbols promise nothing (two elements
 /// may differ; what takes an element out gets fresh symbols), its fixed sizes hold for
-/// every element. Inside a container `ranked` is false when even the rank is unknown
-/// (`seq<f32>`, `opt<f32>`).
+/// every element. `ranked` is false when even the rank is unknown (`seq<f32>`,
+/// `opt<f32>`, or the plain `f32` of an `If` whose branches differ in rank): such a type's
+/// shape is empty and says nothing, so read dims through [`TensorType::static_dims`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TensorType {
     pub dtype: DType,
     pub shape: Shape,
     pub containers: Vec<Container>,
-    /// False only inside a container whose tensors' rank is unknown (the shape is empty).
+    /// False when the tensors' rank is unknown (the shape is then empty).
     pub ranked: bool,
 }
 
@@ -273,6 +270,34 @@ impl TensorType {
             containers: vec![],
             ranked: true,
         }
+    }
+
+    /// A plain tensor of unknown rank: what a value whose rank depends on its input
+    /// shapes has until they are bound (see `backend::specialize`).
+    pub fn unranked(dtype: DType) -> TensorType {
+        let mut t = TensorType::new(dtype, Shape::scalar());
+        t.ranked = false;
+        t
+    }
+
+    /// Whether this is a plain tensor of unknown rank.
+    pub fn is_unranked_tensor(&self) -> bool {
+        self.is_tensor() && !self.ranked
+    }
+
+    /// The dims when the type is ranked and every dim is fixed.
+    pub fn static_dims(&self) -> Option<Vec<usize>> {
+        self.ranked.then(|| self.shape.to_fixed()).flatten()
+    }
+
+    /// The element count when the type is ranked and its dims are fixed.
+    pub fn num_elements(&self) -> Option<usize> {
+        self.ranked.then(|| self.shape.num_elements()).flatten()
+    }
+
+    /// Whether the type is ranked and every dim is fixed.
+    pub fn is_static(&self) -> bool {
+        self.ranked && self.shape.axes.iter().all(|a| a.dim.fixed().is_some())
     }
 
     /// A sequence of tensors of `dtype`, of `shape` when known (element symbols are
@@ -360,18 +385,18 @@ pub use crate::tensor::Container;
 impl std::str::FromStr for TensorType {
     type Err = String;
     /// A type as [`TensorType`]'s `Display` spells it, without axis names: `f32[N, 3]`,
-    /// `seq<f32[?, 3]>`, `opt<seq<i64>>`.
+    /// `seq<f32[?, 3]>`, `opt<seq<i64>>`, `f32` (unknown rank).
     fn from_str(text: &str) -> Result<TensorType, String> {
-        parse_type(text.trim(), false, false).map_err(|e| format!("bad type '{text}': {e}"))
+        parse_type(text.trim(), false).map_err(|e| format!("bad type '{text}': {e}"))
     }
 }
 
-/// `in_seq`: dims may be `?`; `in_container`: the rank may be unknown (no dims).
-fn parse_type(text: &str, in_seq: bool, in_container: bool) -> Result<TensorType, String> {
+/// `in_seq`: dims may be `?`.
+fn parse_type(text: &str, in_seq: bool) -> Result<TensorType, String> {
     for c in [Container::Seq, Container::Opt] {
         if let Some(rest) = text.strip_prefix(&format!("{c}<")) {
             let inner = rest.strip_suffix('>').ok_or("expected a closing '>'")?;
-            let inner = parse_type(inner.trim(), in_seq || c == Container::Seq, true)?;
+            let inner = parse_type(inner.trim(), in_seq || c == Container::Seq)?;
             let shape = inner.ranked.then(|| inner.shape.clone());
             return Ok(inner.wrapped(c, shape));
         }
@@ -382,12 +407,7 @@ fn parse_type(text: &str, in_seq: bool, in_container: bool) -> Result<TensorType
     };
     let dtype: DType = dtype.trim().parse()?;
     let Some(dims) = dims else {
-        if !in_container {
-            return Err("a tensor type needs its dims, e.g. f32[3]".into());
-        }
-        let mut t = TensorType::new(dtype, Shape::scalar());
-        t.ranked = false;
-        return Ok(t);
+        return Ok(TensorType::unranked(dtype));
     };
     let dims = dims
         .split(',')

@@ -90,7 +90,7 @@ pub(crate) fn analyze(g: &Graph, schedule: &[NodeId]) -> Result<Liveness> {
             if ty.is_host_object() {
                 continue;
             }
-            let dims = ty.shape.to_fixed().ok_or_else(|| {
+            let dims = ty.static_dims().ok_or_else(|| {
                 Error::Graph(format!(
                     "memory plan: output {k} of {} has type {ty}, which is not static \
                      (specialize symbolic dims first)",

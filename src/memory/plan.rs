@@ -291,7 +291,7 @@ fn overwrites(g: &Graph, id: NodeId, out: &liveness::ValueLife, var: Value) -> b
     let node = g.node(id);
     let ty = &g.node(var.node).outputs[0];
     let bytes = out.dims.iter().product::<usize>() * ty.dtype.size_in_bytes();
-    if ty.shape.to_fixed().as_deref() != Some(&out.dims[..]) || bytes != out.bytes {
+    if ty.static_dims().as_deref() != Some(&out.dims[..]) || bytes != out.bytes {
         return false;
     }
     let reads_at = |p: usize| node.inputs.get(p).copied().flatten() == Some(var);

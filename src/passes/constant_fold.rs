@@ -73,7 +73,7 @@ fn fold(g: &Graph, id: NodeId, limit: usize) -> Result<Option<Vec<Tensor>>> {
     let Ok(out_types) = g.infer_node(n) else {
         return Ok(None);
     };
-    let small = |t: &TensorType| t.shape.num_elements().is_some_and(|k| k <= limit);
+    let small = |t: &TensorType| t.num_elements().is_some_and(|k| k <= limit);
     if n.inputs.is_empty() || !out_types.iter().all(small) {
         return Ok(None);
     }
@@ -105,7 +105,7 @@ fn fold(g: &Graph, id: NodeId, limit: usize) -> Result<Option<Vec<Tensor>>> {
             // A constant holds a tensor, never a sequence or optional.
             ty.is_tensor()
                 && t.dtype() == ty.dtype
-                && ty.shape.to_fixed().as_deref() == Some(t.shape())
+                && ty.static_dims().as_deref() == Some(t.shape())
         });
     Ok(fits.then_some(values))
 }
@@ -120,7 +120,7 @@ fn static_shape_op(g: &Graph, id: NodeId) -> Option<Tensor> {
     if g.node(v.node).op == "Constant" {
         return None; // the general rule folds it
     }
-    let dims = g.value_type(v).ok()?.shape.to_fixed()?;
+    let dims = g.value_type(v).ok()?.static_dims()?;
     let dims: Vec<i64> = dims.iter().map(|&d| d as i64).collect();
     if n.op == "Size" {
         return Some(Tensor::scalar(dims.iter().product::<i64>()));

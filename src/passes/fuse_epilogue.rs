@@ -206,7 +206,7 @@ fn fuse(
         return Ok(false);
     }
     let core_ty = core.outputs[0].clone();
-    let channels = match (core_kind, core_ty.shape.to_fixed()) {
+    let channels = match (core_kind, core_ty.static_dims()) {
         (Core::Conv, _) => match g
             .value_type(core.inputs[1].expect("W"))?
             .shape

@@ -39,6 +39,7 @@ pub use registry::{lookup, parse_pipeline, DEFAULT_PIPELINE, PASSES};
 use rewrite::{
     add_const, add_in_place_of, give_back_name, replace_node, replacement, sweep, try_add,
 };
+pub(crate) use {constant_fold::ConstantFold, simplify::InlineConstantIf};
 
 use crate::error::Result;
 use crate::ir::Graph;

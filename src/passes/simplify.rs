@@ -29,6 +29,26 @@ impl Pass for Simplify {
     }
 }
 
+/// Only the `If`s on a constant condition, inlined: the part of [`Simplify`] that
+/// specialization runs while some ranks are still unknown (its other rules compare
+/// types, which say too little then).
+pub struct InlineConstantIf;
+
+impl Pass for InlineConstantIf {
+    fn name(&self) -> &'static str {
+        "inline-constant-if"
+    }
+    fn summary(&self) -> &'static str {
+        "If on a constant condition becomes its chosen branch"
+    }
+    fn run(&self, g: &mut Graph, cx: &mut PassContext) -> Result<Changed> {
+        sweep(g, cx, false, |g, _, id, cx| match g.node(id).op.as_str() {
+            "If" => inline_if(g, id, cx),
+            _ => Ok(false),
+        })
+    }
+}
+
 struct Rules {
     identity: Pat,
     transpose2: Pat,
@@ -152,7 +172,7 @@ impl Rules {
             }
         }
         if self.sub_self.matches(g, uses, root).is_some() {
-            let dims = out_ty.shape.to_fixed();
+            let dims = out_ty.static_dims();
             if let (true, Some(dims)) = (out_ty.dtype.is_int(), dims) {
                 if cx.allow_rewrite() {
                     let base = format!("{}.zero", g.node(id).name);

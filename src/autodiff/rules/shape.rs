@@ -48,7 +48,7 @@ pub(super) fn concat(
 pub(super) fn slice(cx: &mut Cx, node: &Node, gy: Value) -> Result<Grads> {
     let xv = input(node, 0)?;
     let at = |k: usize| node.inputs.get(k).copied().flatten();
-    let dims = cx.ty(xv).shape.to_fixed();
+    let dims = cx.ty(xv).static_dims();
     let (starts, ends) = (const_ints(cx, at(1)), const_ints(cx, at(2)));
     let axes = match at(3) {
         None => starts.as_ref().map(|s| (0..s.len() as i64).collect()),

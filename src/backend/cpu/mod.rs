@@ -282,7 +282,6 @@ impl Drop for CpuExecutable {
     }
 }
 
-/// The address of `t`'s elements when they are contiguous in row-major order.
 /// Whether a specialized graph (or body) runs on the host, node by node, rather than as a
 /// lowered program: strings, sequences and optionals are host objects with no bytes in an
 /// arena, and a shape that stays dynamic has no place in a plan.
@@ -290,10 +289,11 @@ pub(crate) fn runs_on_host(g: &Graph) -> bool {
     g.nodes().iter().any(|n| {
         n.outputs
             .iter()
-            .any(|t| !t.shape.is_static() || t.is_host_object())
+            .any(|t| !t.is_static() || t.is_host_object())
     })
 }
 
+/// The address of `t`'s elements when they are contiguous in row-major order.
 fn contiguous_bytes(t: &Tensor) -> Option<*const u8> {
     crate::match_tensor!(t, a => a.as_slice().map(|s| s.as_ptr().cast::<u8>()), _ => None)
 }

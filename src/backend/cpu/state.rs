@@ -41,7 +41,7 @@ impl Variables {
         for id in g.node_ids().filter(|&id| g.node(id).op == "Variable") {
             let node = g.node(id);
             let t = node.data.as_deref().expect("verified");
-            if !node.outputs[0].shape.is_static() {
+            if !node.outputs[0].is_static() {
                 return Err(Error::Graph(format!(
                     "{}: a variable's shape must be static",
                     g.describe(id)
@@ -98,7 +98,7 @@ impl Variables {
 
     pub(crate) fn read(&self, k: usize) -> Result<Tensor> {
         let ty = &self.list[k].1;
-        let shape = ty.shape.to_fixed().expect("static, checked in new");
+        let shape = ty.static_dims().expect("static, checked in new");
         // SAFETY: the current buffer holds `bytes[k]` initialized bytes.
         let bytes = unsafe { std::slice::from_raw_parts(self.ptrs[k], self.bytes[k]) };
         Tensor::from_le_bytes(ty.dtype, &shape, bytes).map_err(Error::Runtime)

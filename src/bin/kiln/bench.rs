@@ -136,7 +136,7 @@ fn random_inputs(g: &kiln::Graph) -> Result<Vec<Tensor>> {
         .iter()
         .map(|&id| {
             let ty = &g.node(id).outputs[0];
-            let shape = ty.shape.to_fixed().expect("specialized");
+            let shape = ty.static_dims().expect("specialized");
             let n: usize = shape.iter().product();
             let values: Vec<f64> = if ty.dtype.is_float() {
                 (0..n).map(|_| next() * 2.0 - 1.0).collect()

@@ -128,19 +128,15 @@ pub fn model_opset(bytes: &[u8]) -> Option<i64> {
 /// fresh symbol of its own, `<input>.<axis>`, so that two unknown dims never have to agree.
 fn value_type(v: &proto::ValueInfoProto) -> std::result::Result<TensorType, String> {
     let t = v.r#type.as_ref().ok_or("the input has no type")?;
-    type_of(t, v.name(), false)
+    type_of(t, v.name())
 }
 
-/// A `TypeProto` as a Kiln type; `in_container` allows an unknown rank.
-fn type_of(
-    t: &proto::TypeProto,
-    name: &str,
-    in_container: bool,
-) -> std::result::Result<TensorType, String> {
+/// A `TypeProto` as a Kiln type (no shape: an unknown rank).
+fn type_of(t: &proto::TypeProto, name: &str) -> std::result::Result<TensorType, String> {
     let elem = |e: &Option<Box<proto::TypeProto>>| {
         e.as_deref()
             .ok_or_else(|| "a sequence or optional type without an element type".to_string())
-            .and_then(|e| type_of(e, name, true))
+            .and_then(|e| type_of(e, name))
     };
     let t = match t.value.as_ref() {
         Some(type_proto::Value::TensorType(t)) => t,
@@ -158,12 +154,7 @@ fn type_of(
     };
     let dtype = tensor::dtype(t.elem_type())?;
     let Some(shape) = t.shape.as_ref() else {
-        if in_container {
-            let mut ty = TensorType::new(dtype, Shape::scalar());
-            ty.ranked = false;
-            return Ok(ty);
-        }
-        return Err("the input has no shape (unknown rank is not supported)".into());
+        return Ok(TensorType::unranked(dtype));
     };
     use proto::tensor_shape_proto::dimension::Value as D;
     let dims = shape
@@ -267,7 +258,7 @@ impl Importer<'_> {
             let Some(Some(x)) = inputs.first() else {
                 return Ok(None);
             };
-            let Some(dims) = self.g.value_type(*x)?.shape.to_fixed() else {
+            let Some(dims) = self.g.value_type(*x)?.static_dims() else {
                 return Ok(None);
             };
             let r = dims.len() as i64;
@@ -286,7 +277,7 @@ impl Importer<'_> {
             let Some(Some(x)) = inputs.first() else {
                 return Ok(None);
             };
-            let Some(n) = self.g.value_type(*x)?.shape.num_elements() else {
+            let Some(n) = self.g.value_type(*x)?.num_elements() else {
                 return Ok(None);
             };
             return Ok(Some(vec![self.constant(name, Tensor::scalar(n as i64))?]));
@@ -321,8 +312,8 @@ impl Importer<'_> {
             control_deps: vec![],
             data: None,
         };
-        // A constant holds a tensor: ops that build sequences and optionals stay nodes.
-        if self.g.infer_node(&probe)?.iter().any(|t| !t.is_tensor()) {
+        // Sequences and optionals stay ops: a constant holds a tensor.
+        if !self.g.infer_node(&probe)?.iter().all(|t| t.is_tensor()) {
             return Ok(None);
         }
         let refs: Vec<Option<&Tensor>> = values.iter().map(|v| v.as_deref()).collect();
@@ -504,7 +495,7 @@ fn attr(a: &AttributeProto, base_dir: Option<&Path>) -> Result<AttrValue> {
             let tp = a.tp.as_ref().ok_or_else(|| {
                 Error::InvalidArgument(format!("attribute '{}' has no type", a.name()))
             })?;
-            let t = type_of(tp, a.name(), true)
+            let t = type_of(tp, a.name())
                 .map_err(|e| Error::Unsupported(format!("attribute '{}': {e}", a.name())))?;
             Attr::String(t.to_string())
         }

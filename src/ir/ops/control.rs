@@ -44,6 +44,9 @@ fn captures(attrs: &Attrs, n: usize, fixed: usize) -> Result<usize, String> {
     }
 }
 
+/// A body result's dims in the parent; `None` where the parent cannot name one.
+type ParentDims = Vec<Option<Dim>>;
+
 /// One body's parameters and result types as the parent sees them.
 struct Signature<'a> {
     body: &'a Graph,
@@ -77,7 +80,9 @@ impl<'a> Signature<'a> {
                 .first()
                 .ok_or_else(|| format!("body '{attr}': parameter {i} has no type"))?;
             let Some(want) = want else { continue };
-            if got.dtype != want.dtype || got.rank() != want.rank() {
+            // A rank unknown on either side is checked when the value arrives.
+            let ranks_differ = got.ranked && want.ranked && got.rank() != want.rank();
+            if got.dtype != want.dtype || ranks_differ {
                 return Err(format!(
                     "body '{attr}': input {i} ('{}') is {got}, the op passes it {want}",
                     node.name
@@ -109,17 +114,36 @@ impl<'a> Signature<'a> {
         self.body.outputs().len()
     }
 
-    /// Result `i`'s type in the parent; a dim it cannot name is `None`.
-    fn result(&self, i: usize) -> Result<(DType, Vec<Option<Dim>>), String> {
+    /// Result `i`'s type in the parent; a dim it cannot name is `None`. An error when
+    /// the result's rank is unknown.
+    fn result(&self, i: usize) -> Result<(DType, ParentDims), String> {
+        match self.result_type(i)? {
+            (dtype, Some(dims)) => Ok((dtype, dims)),
+            (_, None) => Err(format!(
+                "body '{}' result {i} has an unknown rank, which this op needs",
+                self.attr
+            )),
+        }
+    }
+
+    /// Result `i`'s type as the body has it.
+    fn body_result(&self, i: usize) -> Result<&'a TensorType, String> {
         let o = self
             .body
             .outputs()
             .get(i)
             .ok_or_else(|| format!("body '{}' has no output {i}", self.attr))?;
-        let ty = self
-            .body
+        self.body
             .value_type(o.value)
-            .map_err(|e| format!("body '{}': {e}", self.attr))?;
+            .map_err(|e| format!("body '{}': {e}", self.attr))
+    }
+
+    /// Result `i`'s dtype and, when its rank is known, dims as in [`Signature::result`].
+    fn result_type(&self, i: usize) -> Result<(DType, Option<ParentDims>), String> {
+        let ty = self.body_result(i)?;
+        if !ty.ranked {
+            return Ok((ty.dtype, None));
+        }
         let dims = ty
             .shape
             .axes
@@ -129,7 +153,7 @@ impl<'a> Signature<'a> {
                 Dim::Sym(s) => self.symbols.get(s).cloned(),
             })
             .collect();
-        Ok((ty.dtype, dims))
+        Ok((ty.dtype, Some(dims)))
     }
 }
 
@@ -150,6 +174,33 @@ fn with_fresh(
         d.clone().unwrap_or_else(|| cx.fresh_dim(out, axis))
     });
     TensorType::new(dtype, Shape::new(dims.collect::<Vec<_>>()))
+}
+
+/// If result `i` when a branch gives a sequence or optional: both must give the same
+/// containers of the same dtype; their elements' shapes are kept where they agree (or
+/// the taken branch's, when `taken` says which runs), else unranked.
+fn branch_containers(
+    i: usize,
+    a: &TensorType,
+    b: &TensorType,
+    taken: Option<bool>,
+) -> Result<TensorType, String> {
+    if a.dtype != b.dtype || a.containers != b.containers {
+        return Err(format!(
+            "result {i}: then_branch gives {a}, else_branch {b}"
+        ));
+    }
+    Ok(match taken {
+        Some(true) => a.clone(),
+        Some(false) => b.clone(),
+        None if a == b => a.clone(),
+        None => {
+            let mut t = a.clone();
+            t.shape = Shape::scalar();
+            t.ranked = false;
+            t
+        }
+    })
 }
 
 /// The type of a value the body carries from one iteration to the next: the initial
@@ -181,7 +232,18 @@ fn carried_type(
         }
         return Ok(initial.clone());
     }
-    let (dtype, dims) = sig.result(result)?;
+    let (dtype, dims) = sig.result_type(result)?;
+    let dims = match dims {
+        Some(dims) if initial.ranked => dims,
+        // The carried value's rank is unknown where it starts or where the body leaves it.
+        _ if dtype == initial.dtype => return Ok(TensorType::unranked(dtype)),
+        _ => {
+            return Err(format!(
+                "body '{}' output {result} is {dtype}, but the {what} it carries is {initial}",
+                sig.attr
+            ))
+        }
+    };
     if dtype != initial.dtype || dims.len() != initial.rank() {
         return Err(format!(
             "body '{}' output {result} is {dtype} of rank {}, but the {what} it carries is {initial}",
@@ -197,10 +259,12 @@ fn carried_type(
     Ok(with_fresh(cx, out, dtype, &kept, None))
 }
 
-/// An error unless `t` is a one-element tensor of `dtype` (a scalar or shape `[1]`).
+/// An error unless `t` is a one-element tensor of `dtype` (a scalar or shape `[1]`); of
+/// a tensor of unknown rank only the dtype is known (the evaluation checks the rest).
 fn check_single(t: &TensorType, dtype: DType, what: &str) -> Result<(), String> {
-    let single = t.rank() == 0 || (t.rank() == 1 && t.shape.axes[0].dim != Dim::Fixed(0));
-    if t.dtype != dtype || !single || t.shape.num_elements().is_some_and(|n| n != 1) {
+    let single =
+        !t.ranked || t.rank() == 0 || (t.rank() == 1 && t.shape.axes[0].dim != Dim::Fixed(0));
+    if t.dtype != dtype || !single || t.num_elements().is_some_and(|n| n != 1) {
         return Err(format!("{what} must be a {dtype} scalar, got {t}"));
     }
     Ok(())
@@ -308,7 +372,8 @@ const IF: OpSchema = OpSchema {
         CAPTURES,
     ],
     doc: "Runs `then_branch` if the one-element bool `cond` is true, else `else_branch`; \
-          both take the captures and must give results of the same dtypes and ranks.",
+          both take the captures and must give results of the same dtypes. A result whose \
+          rank differs between the branches has an unknown rank until `cond` is a constant.",
 };
 
 impl Op for If {
@@ -339,24 +404,38 @@ impl Op for If {
                 other.outputs()
             ));
         }
+        // A constant condition: the taken branch alone says what the results are.
+        let taken = cx
+            .const_input(0)
+            .and_then(|c| single_value(c, "cond").ok())
+            .map(|c| c != 0);
         (0..then.outputs())
             .map(|i| {
-                let (a, b) = (then.result(i)?, other.result(i)?);
-                if a.0 != b.0 || a.1.len() != b.1.len() {
+                let (body_a, body_b) = (then.body_result(i)?, other.body_result(i)?);
+                if !body_a.is_tensor() || !body_b.is_tensor() {
+                    return branch_containers(i, body_a, body_b, taken);
+                }
+                let ((a, a_dims), (b, b_dims)) = (then.result_type(i)?, other.result_type(i)?);
+                if a != b {
                     return Err(format!(
-                        "result {i}: then_branch gives {} of rank {}, else_branch {} of rank {}",
-                        a.0,
-                        a.1.len(),
-                        b.0,
-                        b.1.len()
+                        "result {i}: then_branch gives {a}, else_branch {b}"
                     ));
                 }
-                let dims: Vec<Option<Dim>> =
-                    a.1.into_iter()
-                        .zip(b.1)
-                        .map(|(x, y)| if x == y { x } else { None })
-                        .collect();
-                Ok(with_fresh(cx, i, a.0, &dims, None))
+                let dims = match (taken, a_dims, b_dims) {
+                    (Some(true), dims, _) | (Some(false), _, dims) => dims,
+                    (None, Some(x), Some(y)) if x.len() == y.len() => Some(
+                        x.into_iter()
+                            .zip(y)
+                            .map(|(x, y)| if x == y { x } else { None })
+                            .collect(),
+                    ),
+                    // The rank depends on which branch runs.
+                    (None, _, _) => None,
+                };
+                Ok(match dims {
+                    Some(dims) => with_fresh(cx, i, a, &dims, None),
+                    None => TensorType::unranked(a),
+                })
             })
             .collect()
     }
@@ -438,15 +517,14 @@ impl Op for Loop {
                 "body gives {n_out} results; it must give cond and the {carried} carried values first"
             ));
         }
-        let (dtype, dims) = sig.result(0)?;
-        check_single(
-            &TensorType::new(
+        let cond_type = match sig.result_type(0)? {
+            (dtype, Some(dims)) => TensorType::new(
                 dtype,
                 Shape::new(dims.into_iter().map(|d| d.unwrap_or(Dim::Fixed(1)))),
             ),
-            DType::Bool,
-            "body result 0 (cond)",
-        )?;
+            (dtype, None) => TensorType::unranked(dtype),
+        };
+        check_single(&cond_type, DType::Bool, "body result 0 (cond)")?;
         let mut outs = Vec::with_capacity(n_out - 1);
         for k in 0..carried {
             let initial = cx.input(2 + k)?;
@@ -467,7 +545,11 @@ impl Op for Loop {
         };
         for r in 1 + carried..n_out {
             let out = r - 1;
-            let (dtype, dims) = sig.result(r)?;
+            let (dtype, Some(dims)) = sig.result_type(r)? else {
+                // Stacking results of unknown rank gives a stack of unknown rank.
+                outs.push(TensorType::unranked(sig.result_type(r)?.0));
+                continue;
+            };
             let mut ty = with_fresh(cx, out, dtype, &dims, Some(0));
             let len = trips.clone().unwrap_or_else(|| cx.fresh_dim(out, 0));
             ty.shape.axes.insert(

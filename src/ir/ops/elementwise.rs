@@ -1023,10 +1023,7 @@ impl Op for Clip {
         super::util::require_dtype(x, 0, is_numeric, "a numeric type")?;
         for i in 1..3 {
             if let Some(b) = cx.opt_input(i) {
-                if b.dtype != x.dtype
-                    || b.rank() > 1
-                    || b.shape.num_elements().is_some_and(|n| n != 1)
-                {
+                if b.dtype != x.dtype || b.rank() > 1 || b.num_elements().is_some_and(|n| n != 1) {
                     return Err(format!("input {i} must be a scalar {}, got {b}", x.dtype));
                 }
             }

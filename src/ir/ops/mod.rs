@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use super::attr::{AttrKind, Attrs};
-use super::shape::{Dim, TensorType};
+use super::shape::{Dim, Shape, TensorType};
 use crate::tensor::Tensor;
 
 pub mod attention;
@@ -293,6 +293,32 @@ pub enum Takes {
 /// Runs `op`'s reference computation: the one entry every caller of `eval` uses, so that
 /// ops which only move elements work on strings ([`Takes::MovedStrings`]).
 pub fn evaluate(op: &dyn Op, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+    // An operand typed with an unknown rank has, now, the shape of its value.
+    let unranked = |(t, ty): (&Option<&Tensor>, &Option<&TensorType>)| {
+        ty.is_some_and(|ty| ty.is_unranked_tensor()) && t.is_some_and(|t| t.is_tensor())
+    };
+    if cx.inputs.iter().zip(cx.input_types).any(unranked) {
+        let actual: Vec<Option<TensorType>> = cx
+            .inputs
+            .iter()
+            .zip(cx.input_types)
+            .map(|(t, ty)| match (t, ty) {
+                (Some(t), Some(ty)) if unranked((&Some(*t), &Some(*ty))) => {
+                    Some(TensorType::new(ty.dtype, Shape::fixed(t.shape())))
+                }
+                (_, ty) => ty.cloned(),
+            })
+            .collect();
+        let types: Vec<Option<&TensorType>> = actual.iter().map(Option::as_ref).collect();
+        return evaluate(
+            op,
+            &EvalCtx {
+                inputs: cx.inputs,
+                input_types: &types,
+                attrs: cx.attrs,
+            },
+        );
+    }
     let has_strings = cx.inputs.iter().flatten().any(|t| t.dtype().is_string());
     if !has_strings || op.takes() != Takes::MovedStrings {
         return op.eval(cx);

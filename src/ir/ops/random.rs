@@ -66,7 +66,7 @@ fn scalar_input(
     what: &str,
 ) -> Result<(), String> {
     if let Some(t) = cx.opt_input(i) {
-        if !ok(t.dtype) || t.shape.num_elements() != Some(1) {
+        if !ok(t.dtype) || t.num_elements() != Some(1) {
             return Err(format!("input {i} ({name}) must be {what} scalar, got {t}"));
         }
     }

@@ -174,7 +174,7 @@ impl Op for Resize {
         let axes = axes_attr(cx.attrs, x.rank())?;
         let mut shape = x.shape.clone();
         let known = |i: usize| cx.opt_input(i).is_none() || cx.const_input(i).is_some();
-        let input = x.shape.to_fixed();
+        let input = x.static_dims();
         match input {
             Some(input) if known(2) && known(3) => {
                 let (s, z) = operands(cx.const_input(2), cx.const_input(3));

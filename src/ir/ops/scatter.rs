@@ -275,7 +275,7 @@ impl Op for OneHot {
         if !idx.dtype.is_numeric() || !depth.dtype.is_numeric() {
             return Err("indices and depth must be numeric".into());
         }
-        if depth.shape.num_elements().is_some_and(|n| n != 1) {
+        if depth.num_elements().is_some_and(|n| n != 1) {
             return Err(format!("depth must hold one value, got {depth}"));
         }
         if values.rank() != 1 || values.shape.dim(0).fixed().is_some_and(|n| n != 2) {

@@ -38,7 +38,7 @@ impl Op for TopK {
         if !x.dtype.is_numeric() {
             return Err(format!("X must be numeric, got {}", x.dtype));
         }
-        if k.dtype != DType::I64 || k.shape.num_elements().is_some_and(|n| n != 1) {
+        if k.dtype != DType::I64 || k.num_elements().is_some_and(|n| n != 1) {
             return Err(format!("K must be a one-element i64 tensor, got {k}"));
         }
         let axis = x.shape.norm_axis(cx.attrs.int_or("axis", -1)?)?;
@@ -461,7 +461,7 @@ impl Op for Trilu {
             return Err(format!("input must have rank >= 2, got {x}"));
         }
         if let Some(k) = cx.opt_input(1) {
-            if k.dtype != DType::I64 || k.shape.num_elements().is_some_and(|n| n != 1) {
+            if k.dtype != DType::I64 || k.num_elements().is_some_and(|n| n != 1) {
                 return Err(format!("k must be one i64 value, got {k}"));
             }
         }

@@ -439,14 +439,15 @@ impl Parser<'_> {
         Ok(types)
     }
 
-    /// `f32[N, 4]`, or inside containers `seq<f32[?, 4]>`, `opt<seq<f32>>`.
+    /// `f32[N, 4]`, `f32` (unknown rank), or inside containers `seq<f32[?, 4]>`,
+    /// `opt<seq<f32>>`.
     fn tensor_type(&mut self) -> PResult<TensorType> {
-        self.type_in(false, false)
+        self.type_in(false)
     }
 
-    /// A type; `in_seq` when inside a sequence, where dims may be `?`; `in_container`
-    /// when inside any container, where the rank may be unknown (no dims).
-    fn type_in(&mut self, in_seq: bool, in_container: bool) -> PResult<TensorType> {
+    /// A type; `in_seq` when inside a sequence, where dims may be `?`. No dims: the rank
+    /// is unknown (`f32`, `seq<f32>`).
+    fn type_in(&mut self, in_seq: bool) -> PResult<TensorType> {
         let t = self.peek().clone();
         let Tok::Ident(d) = t.tok.clone() else {
             return self.expected("a type like f32[N, 4]");
@@ -459,7 +460,7 @@ impl Parser<'_> {
         if let Some(c) = container {
             self.next();
             self.punct('<')?;
-            let inner = self.type_in(in_seq || c == Container::Seq, true)?;
+            let inner = self.type_in(in_seq || c == Container::Seq)?;
             self.punct('>')?;
             let shape = inner.ranked.then(|| inner.shape.clone());
             return Ok(inner.wrapped(c, shape));
@@ -469,13 +470,7 @@ impl Parser<'_> {
         };
         self.next();
         if !self.is_punct('[') {
-            // Only a sequence's elements may be of unknown rank: `seq<f32>`.
-            if in_container && self.is_punct('>') {
-                let mut ty = TensorType::new(dtype, Shape::scalar());
-                ty.ranked = false;
-                return Ok(ty);
-            }
-            return self.expected("'[' and the dims");
+            return Ok(TensorType::unranked(dtype));
         }
         self.punct('[')?;
         let (mut dims, mut names) = (vec![], vec![]);
@@ -517,7 +512,7 @@ impl Parser<'_> {
     /// `[v, ...]` inline, or `external("file", offset, len)`.
     fn data(&mut self, ty: &TensorType) -> PResult<Tensor> {
         let t = self.peek().clone();
-        let Some(dims) = ty.shape.to_fixed() else {
+        let Some(dims) = ty.static_dims() else {
             return self.error(
                 &t,
                 format!("a source with data must have a static type, not {ty}"),

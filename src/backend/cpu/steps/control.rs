@@ -86,7 +86,7 @@ fn compile_body(b: &Build, body: &Graph, params: &[(DType, &[usize])]) -> Option
     let bound = inputs.len() == params.len()
         && inputs.iter().zip(params).all(|(&p, (dtype, shape))| {
             let ty = &g.node(p).outputs[0];
-            ty.dtype == *dtype && ty.shape.to_fixed().as_deref() == Some(*shape)
+            ty.dtype == *dtype && ty.static_dims().as_deref() == Some(*shape)
         });
     if !bound || crate::backend::cpu::runs_on_host(&g) {
         return None;

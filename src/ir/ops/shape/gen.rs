@@ -178,7 +178,7 @@ impl Op for Range {
         }
         // A one-element vector counts as a scalar, as in onnxruntime (ONNX functions such
         // as AffineGrid's pass sizes taken apart by Split).
-        let single = |t: &TensorType| t.rank() == 0 || t.shape.to_fixed() == Some(vec![1]);
+        let single = |t: &TensorType| t.rank() == 0 || t.static_dims() == Some(vec![1]);
         if let Some((i, t)) = ts.iter().enumerate().find(|(_, t)| !single(t)) {
             return Err(format!("input {i} must be a scalar, got {t}"));
         }

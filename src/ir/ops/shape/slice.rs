@@ -243,7 +243,7 @@ impl Op for Pad {
         let x = cx.input(0)?;
         mode(cx.attrs.string_or("mode", "constant")?)?;
         if let Some(c) = cx.opt_input(2) {
-            if c.dtype != x.dtype || c.shape.num_elements().is_some_and(|n| n != 1) {
+            if c.dtype != x.dtype || c.num_elements().is_some_and(|n| n != 1) {
                 return Err(format!(
                     "constant_value must be one {} value, got {c}",
                     x.dtype
