@@ -122,7 +122,12 @@ fn a_constant_cannot_be_a_sequence() {
     let text = "graph \"g\" {\n  %0 \"s\" = Constant : seq<f32[]> = [1.0]\n  \
                 %1 \"n\" = SequenceLength(%0) : i64[]\n  return \"n\" = %1\n}\n";
     let e = parse(text, "seq.kir", None).unwrap_err().to_string();
-    for part in ["seq.kir:2:3", "'s' (Constant)", "seq<f32[]>", "only tensors"] {
+    for part in [
+        "seq.kir:2:3",
+        "'s' (Constant)",
+        "seq<f32[]>",
+        "only tensors",
+    ] {
         assert!(e.contains(part), "{part:?} missing from: {e}");
     }
 }
