@@ -28,6 +28,9 @@
 #ifndef KILN_HAS_CUDA
 #define KILN_HAS_CUDA 0
 #endif
+/* The rank reported for a value whose rank is not known until run time (an If whose
+ * branches differ in rank, an ONNX input without a shape); no dims are given. */
+#define KILN_RANK_UNKNOWN SIZE_MAX
 
 
 /**
@@ -563,8 +566,9 @@ size_t kiln_executable_input_count(const struct kiln_executable *e);
 size_t kiln_executable_output_count(const struct kiln_executable *e);
 
 /**
- * Describes input `index`: its name, dtype, and `rank` dims (-1 where symbolic). Any
- * out-pointer may be NULL. The strings and arrays belong to the executable and stay
+ * Describes input `index`: its name, dtype, and `rank` dims (-1 where symbolic;
+ * `KILN_RANK_UNKNOWN` and no dims when even the rank is unknown). Any out-pointer may be
+ * NULL. The strings and arrays belong to the executable and stay
  * valid until it is freed.
  *
  * # Safety
@@ -613,7 +617,8 @@ size_t kiln_graph_output_count(const struct kiln_graph *g);
 /**
  * The inferred type of value `v`: its dtype, and its dims (-1 where symbolic) written to
  * `dims[0..*rank]`. If `dims_capacity` is below the rank, `*rank` is set and the status
- * is `KILN_STATUS_BUFFER_TOO_SMALL`. `dtype` may be NULL.
+ * is `KILN_STATUS_BUFFER_TOO_SMALL`. A value whose rank is unknown until run time gives
+ * `*rank = KILN_RANK_UNKNOWN` and no dims. `dtype` may be NULL.
  *
  * # Safety
  * `g` is a live graph; `dims` points to `dims_capacity` slots; `rank` is valid.

@@ -156,8 +156,11 @@ fn an_if_whose_branches_differ_in_rank_settles_once_the_shapes_are_bound() {
     assert_round_trip(&g);
     let column = f32s(&[2, 1], &[1.0, 2.0]);
     let wide = f32s(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
-    assert_eq!(run(&g, &[column.clone()])[0], f32s(&[2], &[2.0, 4.0]));
-    assert_eq!(run(&g, &[wide.clone()])[0].shape(), &[2, 3]);
+    assert_eq!(
+        run(&g, std::slice::from_ref(&column))[0],
+        f32s(&[2], &[2.0, 4.0])
+    );
+    assert_eq!(run(&g, std::slice::from_ref(&wide))[0].shape(), &[2, 3]);
     // On cpu each shape settles the condition: the If is inlined and the program is
     // compiled, not handed to the interpreter.
     let cpu = kiln::backend::cpu::CpuBackend {
@@ -167,7 +170,8 @@ fn an_if_whose_branches_differ_in_rank_settles_once_the_shapes_are_bound() {
     };
     let exe = cpu.compile_cpu(&g).unwrap();
     for x in [column, wide] {
-        assert_eq!(exe.run(&[x.clone()]).unwrap(), run(&g, &[x.clone()]));
+        let inputs = std::slice::from_ref(&x);
+        assert_eq!(exe.run(inputs).unwrap(), run(&g, inputs));
         let kinds = exe.step_kinds(&[x.shape().to_vec()]).unwrap();
         assert!(
             kinds.is_some(),

@@ -138,7 +138,23 @@ pub(crate) struct IoInfo {
     dims: Vec<i64>,
 }
 
+/// The `rank` reported for a value whose rank is not known until run time (an `If`
+/// whose branches differ in rank, an ONNX input without a shape); no dims are given.
+/// The header spells it `SIZE_MAX` (cbindgen.toml).
+///
+/// cbindgen:ignore
+pub const KILN_RANK_UNKNOWN: usize = usize::MAX;
+
 impl IoInfo {
+    /// The rank, or [`KILN_RANK_UNKNOWN`].
+    fn rank(&self) -> usize {
+        if self.ty.ranked {
+            self.dims.len()
+        } else {
+            KILN_RANK_UNKNOWN
+        }
+    }
+
     pub(crate) fn new(name: &str, ty: &TensorType) -> CResult<IoInfo> {
         Ok(IoInfo {
             name: CString::new(name)
@@ -287,14 +303,15 @@ pub(crate) unsafe fn write_info(
             *dims = info.dims.as_ptr();
         }
         if !rank.is_null() {
-            *rank = info.dims.len();
+            *rank = info.rank();
         }
         Ok(())
     }
 }
 
-/// Describes input `index`: its name, dtype, and `rank` dims (-1 where symbolic). Any
-/// out-pointer may be NULL. The strings and arrays belong to the executable and stay
+/// Describes input `index`: its name, dtype, and `rank` dims (-1 where symbolic;
+/// `KILN_RANK_UNKNOWN` and no dims when even the rank is unknown). Any out-pointer may be
+/// NULL. The strings and arrays belong to the executable and stay
 /// valid until it is freed.
 ///
 /// # Safety
@@ -430,7 +447,8 @@ pub unsafe extern "C" fn kiln_graph_output_count(g: *const kiln_graph) -> usize 
 
 /// The inferred type of value `v`: its dtype, and its dims (-1 where symbolic) written to
 /// `dims[0..*rank]`. If `dims_capacity` is below the rank, `*rank` is set and the status
-/// is `KILN_STATUS_BUFFER_TOO_SMALL`. `dtype` may be NULL.
+/// is `KILN_STATUS_BUFFER_TOO_SMALL`. A value whose rank is unknown until run time gives
+/// `*rank = KILN_RANK_UNKNOWN` and no dims. `dtype` may be NULL.
 ///
 /// # Safety
 /// `g` is a live graph; `dims` points to `dims_capacity` slots; `rank` is valid.
@@ -453,6 +471,13 @@ pub unsafe extern "C" fn kiln_graph_value_type(
                 output: v.output,
             })?;
             let info = IoInfo::new("", ty)?;
+            if !dtype.is_null() {
+                *dtype = dtype_to_c(ty.dtype);
+            }
+            if !ty.ranked {
+                *rank = KILN_RANK_UNKNOWN;
+                return Ok(());
+            }
             if info.dims.len() > dims_capacity {
                 *rank = info.dims.len();
                 return Err(Failure::new(
@@ -465,9 +490,6 @@ pub unsafe extern "C" fn kiln_graph_value_type(
             }
             for (i, &d) in info.dims.iter().enumerate() {
                 *dims.add(i) = d;
-            }
-            if !dtype.is_null() {
-                *dtype = dtype_to_c(ty.dtype);
             }
             *rank = info.dims.len();
             Ok(())

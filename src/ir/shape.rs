@@ -493,11 +493,26 @@ mod tests {
             t.wrapped(Container::Opt, None).to_string(),
             "opt<f32[N, 3]>"
         );
-        for text in ["f32[N, 3]", "seq<f32[?, 3]>", "opt<seq<i64>>", "opt<u8[]>"] {
+        for text in [
+            "f32[N, 3]",
+            "seq<f32[?, 3]>",
+            "opt<seq<i64>>",
+            "opt<u8[]>",
+            "f32",
+        ] {
             let t: TensorType = text.parse().unwrap();
             assert_eq!(t.to_string(), text);
         }
-        assert!("f32".parse::<TensorType>().is_err());
+        // No dims: the rank is unknown, which no dims-based query mistakes for a scalar.
+        let unranked: TensorType = "f32".parse().unwrap();
+        assert!(unranked.is_unranked_tensor());
+        assert_eq!(unranked.static_dims(), None);
+        assert_eq!(unranked.num_elements(), None);
+        assert!(!unranked.is_static());
+        assert_eq!(
+            "f32[]".parse::<TensorType>().unwrap().static_dims(),
+            Some(vec![])
+        );
         assert!("f32[?]".parse::<TensorType>().is_err());
         assert!("seq<f32[2]".parse::<TensorType>().is_err());
     }

@@ -99,6 +99,53 @@ static void if_from_c(void) {
   kiln_graph_free(g);
 }
 
+/* Branches of different ranks (f32[3] and a scalar): the result's rank is unknown until
+ * the run, which says so through the type queries, and still runs. */
+static void if_of_unknown_rank(void) {
+  kiln_graph *g = NULL;
+  OK(kiln_graph_new(&g));
+  kiln_value c, x, y;
+  size_t n = 0;
+  OK(kiln_graph_add_parameter(g, "c", KILN_DTYPE_BOOL, NULL, NULL, 0, &c));
+  OK(kiln_graph_add_parameter(g, "x", KILN_DTYPE_F32, three, NULL, 1, &x));
+  kiln_graph *then_g = branch(3.0f), *else_g = NULL;
+  OK(kiln_graph_new(&else_g));
+  kiln_value p, s;
+  float one = 1.0f;
+  OK(kiln_graph_add_parameter(else_g, "x", KILN_DTYPE_F32, three, NULL, 1, &p));
+  OK(kiln_graph_add_constant(else_g, "one", KILN_DTYPE_F32, NULL, 0, &one, sizeof one, &s));
+  OK(kiln_graph_set_output(else_g, "y", s));
+  kiln_graph_attr graphs[2] = {{"then_branch", then_g}, {"else_branch", else_g}};
+  kiln_attr captures = int_attr("captures", 1);
+  kiln_value ins[2] = {c, x};
+  OK(kiln_graph_add_op_with_graphs(g, "If", ins, 2, &captures, 1, graphs, 2, &y, 1, &n));
+  kiln_graph_free(then_g);
+  kiln_graph_free(else_g);
+  OK(kiln_graph_set_output(g, "y", y));
+  kiln_dtype dtype = KILN_DTYPE_INVALID;
+  size_t rank = 0;
+  int64_t dims[4] = {-7, -7, -7, -7};
+  OK(kiln_graph_value_type(g, y, &dtype, dims, 4, &rank));
+  CHECK(dtype == KILN_DTYPE_F32 && rank == KILN_RANK_UNKNOWN && dims[0] == -7);
+  const char *backends[2] = {"cpu", "interp"};
+  for (int b = 0; b < 2; b++) {
+    kiln_compile_options *o = NULL;
+    OK(kiln_compile_options_new(&o));
+    OK(kiln_compile_options_set_backend(o, backends[b]));
+    kiln_executable *e = NULL;
+    OK(kiln_compile(g, o, &e));
+    kiln_compile_options_free(o);
+    rank = 0;
+    OK(kiln_executable_output_info(e, 0, NULL, NULL, NULL, &rank));
+    CHECK(rank == KILN_RANK_UNKNOWN);
+    kiln_executable_free(e);
+    float r[3] = {0, 0, 0};
+    run(g, backends[b], 1, r);
+    CHECK(r[0] == -3.0f && r[1] == 0.0f && r[2] == 3.0f);
+  }
+  kiln_graph_free(g);
+}
+
 /* acc <- acc + x, five times, from acc = x: 6x. */
 static void loop_from_c(void) {
   kiln_graph *body = NULL;
@@ -142,6 +189,7 @@ static void loop_from_c(void) {
 
 int main(void) {
   if_from_c();
+  if_of_unknown_rank();
   loop_from_c();
   return check_report("control");
 }

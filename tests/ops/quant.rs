@@ -94,6 +94,49 @@ fn dynamic_quantize_from_the_data_range() {
     );
 }
 
+/// Cases where the f32 arithmetic ONNX and onnxruntime use gives other u8 results than
+/// f64 would: `x`, then onnxruntime 1.23's y, the scale's bits and the zero point.
+#[test]
+fn dynamic_quantize_computes_in_f32_as_onnxruntime() {
+    let cases: [(&[f32], &[u8], u32, u8); 4] = [
+        // range / 255 rounds the range to f32 first: in f64 the scale is one ulp
+        // larger and 0.12892048 quantizes to 81.
+        (
+            &[1.0045587, -0.28464618, 0.12892048],
+            &[255, 0, 82],
+            0x3ba5aa54,
+            56,
+        ),
+        // -min / scale is 172.5 in f32 (a tie, to even), just above it in f64.
+        (&[0.6614936, -1.383123], &[254, 0], 0x3c035e5e, 172),
+        // An empty range has scale 1.
+        (&[0.0, 0.0, 0.0], &[0, 0, 0], 0x3f800000, 0),
+        // NaN is left out of the range and quantizes to 0.
+        (
+            &[1.0, -1.0, 0.5, f32::NAN],
+            &[254, 0, 191, 0],
+            0x3c008081,
+            127,
+        ),
+    ];
+    for (x, y, scale, zero_point) in cases {
+        let (g, inputs) = build(
+            "DynamicQuantizeLinear",
+            vec![Input(f32s(&[x.len()], x))],
+            Attrs::new(),
+        )
+        .unwrap();
+        let out = run_both(&g, &inputs);
+        assert_eq!(out[0], u8s(&[y.len()], y), "y for {x:?}");
+        assert_eq!(
+            out[1],
+            f32s(&[], &[f32::from_bits(scale)]),
+            "scale for {x:?}"
+        );
+        assert_eq!(out[2], u8s(&[], &[zero_point]), "zero point for {x:?}");
+    }
+}
+
 /// Runs a built graph on the interpreter and the CPU backend; both must agree.
 fn run_both(g: &kiln::Graph, inputs: &[Tensor]) -> Vec<Tensor> {
     use kiln::backend::{backend_for, Device};

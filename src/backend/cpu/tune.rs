@@ -274,7 +274,8 @@ mod tests {
         p
     }
 
-    /// Candidate i takes `delays[i]` ms; counts the runs.
+    /// Candidate i takes `delays[i]` ms; counts the runs. The gaps are wide (20 ms against
+    /// 1) so that a loaded machine cannot reorder the candidates.
     fn timed<'a>(delays: &[u64], runs: &'a mut Vec<usize>) -> impl FnMut(usize) + 'a {
         let delays = delays.to_vec();
         runs.resize(delays.len(), 0);
@@ -316,7 +317,7 @@ mod tests {
             model: 0,
         };
         let mut runs = vec![];
-        let got = choose(&tuning, None, &choice, &mut timed(&[3, 1, 6], &mut runs));
+        let got = choose(&tuning, None, &choice, &mut timed(&[20, 1, 40], &mut runs));
         assert_eq!(got, (1, Source::Measured));
         assert!(
             runs.iter().all(|&n| n >= 4),
@@ -346,7 +347,7 @@ mod tests {
             &tuning,
             Some(&pool),
             &choice,
-            &mut timed(&[1, 3, 6], &mut runs),
+            &mut timed(&[1, 20, 40], &mut runs),
         );
         assert_eq!(got, (0, Source::Measured));
         let text = std::fs::read_to_string(&path).unwrap();
@@ -397,7 +398,7 @@ mod tests {
             force: None,
         };
         let mut runs = vec![];
-        let got = choose(&tuning, None, &choice("k"), &mut timed(&[2, 0], &mut runs));
+        let got = choose(&tuning, None, &choice("k"), &mut timed(&[20, 0], &mut runs));
         assert_eq!(got, (1, Source::Measured));
         let _ = std::fs::remove_file(&path);
     }
@@ -422,7 +423,7 @@ mod tests {
             &tuning,
             None,
             &choice(&["a", "c"]),
-            &mut timed(&[2, 0], &mut runs),
+            &mut timed(&[20, 0], &mut runs),
         );
         assert_eq!(got, (1, Source::Measured));
     }

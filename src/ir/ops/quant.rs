@@ -295,30 +295,39 @@ impl Op for DynamicQuantize {
     }
 
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
-        let x = cx.input(0)?.to_f64_array();
-        let hi = x.iter().copied().fold(0.0f64, f64::max);
-        let lo = x.iter().copied().fold(0.0f64, f64::min);
-        // The scale is an f32 in ONNX: round it first, as the reference does.
-        let scale = ((hi - lo) / 255.0) as f32 as f64;
-        let zp = if scale == 0.0 {
-            0.0
-        } else {
-            (-lo / scale).round_ties_even().clamp(0.0, 255.0)
-        };
-        let y = x.mapv(|v| {
-            if scale == 0.0 {
-                zp
-            } else {
-                // x / scale in f32, as ONNX computes it: which way a tie rounds depends on it.
-                (((v as f32) / (scale as f32)).round_ties_even() as f64 + zp).clamp(0.0, 255.0)
-            }
-        });
+        let x = cx.input(0)?.expect::<f32>()?;
+        let (y, scale, zero_point) = dynamic_quantize_u8(x.iter().copied());
         Ok(vec![
-            Tensor::from_i64_array(DType::U8, y.mapv(|v| v as i64)),
-            Tensor::scalar(scale as f32),
-            Tensor::scalar(zp as u8),
+            Tensor::from_vec(x.shape(), y)?,
+            Tensor::scalar(scale),
+            Tensor::scalar(zero_point),
         ])
     }
+}
+
+/// Dynamic u8 quantization of `values` as onnxruntime computes it (for
+/// DynamicQuantizeLinear and the quantized RNNs' activations): the range widened to
+/// hold 0; scale = range / 255 (1 for an empty range); zero point =
+/// round_half_even(-min / scale); each value round_half_even(v / scale) + zero point,
+/// saturated (NaN gives 0). Every step is f32, as ONNX's definition is: computing the
+/// range, the scale or a quotient in f64 instead moves ties and flips some values by one.
+pub(super) fn dynamic_quantize_u8(values: impl Iterator<Item = f32> + Clone) -> (Vec<u8>, f32, u8) {
+    let hi = values.clone().fold(0.0f32, f32::max);
+    let lo = values.clone().fold(0.0f32, f32::min);
+    let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
+    let zero_point = (-lo / scale).clamp(0.0, 255.0).round_ties_even();
+    // Clamped before rounding, to [-zero point, 255 - zero point] (f32::max and min
+    // return the bound for NaN), as onnxruntime's kernel does.
+    let quantized = values
+        .map(|v| {
+            ((v / scale)
+                .max(-zero_point)
+                .min(255.0 - zero_point)
+                .round_ties_even()
+                + zero_point) as u8
+        })
+        .collect();
+    (quantized, scale, zero_point as u8)
 }
 
 pub(crate) fn ops() -> Vec<&'static dyn Op> {

@@ -4,6 +4,7 @@
 //! symbolic, so this is one op rather than an unrolled graph. The reference follows
 //! onnxruntime's CPU kernel step for step, in f32 as it computes, so that results agree
 //! to rounding; only the default activations are supported.
+use super::quant::dynamic_quantize_u8;
 use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
 use crate::ir::{AttrKind, DType, Dim, Shape, TensorType};
 use crate::tensor::Tensor;
@@ -58,20 +59,6 @@ fn directions(dir: &str) -> Result<usize, String> {
     }
 }
 
-/// onnxruntime's dynamic u8 quantization of `values` (its range widened to hold 0):
-/// the quantized values, the scale and the zero point.
-fn quantize_u8(values: &[f32]) -> (Vec<i32>, f32, i32) {
-    let hi = values.iter().copied().fold(0.0f32, f32::max);
-    let lo = values.iter().copied().fold(0.0f32, f32::min);
-    let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
-    let zero = (-lo / scale).round_ties_even().clamp(0.0, 255.0) as i32;
-    let q = values
-        .iter()
-        .map(|&v| ((v / scale).round_ties_even() as i32 + zero).clamp(0, 255))
-        .collect();
-    (q, scale, zero)
-}
-
 /// One direction's quantized weights `[k, n]` with their scales (one, or one per column)
 /// and zero point (onnxruntime reads the first).
 struct QuantWeights {
@@ -119,12 +106,13 @@ impl QuantWeights {
     /// `a [m, k] @ self`, with `a` quantized to u8 as a whole, added to `out [m, n]`.
     fn product_into(&self, a: &[f32], m: usize, out: &mut [f32]) {
         let k = a.len().checked_div(m).unwrap_or(0);
-        let (q, a_scale, a_zero) = quantize_u8(a);
+        let (q, a_scale, a_zero) = dynamic_quantize_u8(a.iter().copied());
+        let a_zero = i32::from(a_zero);
         for row in 0..m {
             for col in 0..self.n {
                 let mut acc = 0i32;
                 for e in 0..k {
-                    let x = q[row * k + e] - a_zero;
+                    let x = i32::from(q[row * k + e]) - a_zero;
                     let w = self.values[e * self.n + col] - self.zero;
                     acc = acc.wrapping_add(x.wrapping_mul(w));
                 }
