@@ -556,7 +556,7 @@ fn malformed_rewritten_nodes_are_errors_not_panics() {
 // ---------------------------------------------------------------- mutation testing
 
 /// Deterministic xorshift64 for the mutations.
-use common::Rng;
+use common::{panic_of, Rng};
 
 fn attr_int(name: &str, v: i64) -> proto::AttributeProto {
     proto::AttributeProto {
@@ -1574,18 +1574,6 @@ fn through_the_compiler(g: kiln::Result<kiln::ir::Graph>) {
     )
     .unwrap();
     let _ = cpu.compile(&g);
-}
-
-/// Runs `f` and returns the panic's message if it panicked.
-fn panic_of(f: impl FnOnce()) -> Option<String> {
-    let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).err()?;
-    Some(
-        payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "a panic".into()),
-    )
 }
 
 /// The repository's real models (`target/real-models/*/model.onnx`, made by

@@ -716,6 +716,12 @@ fn strip_kind(e: Error) -> String {
 
 /// A source's data must be static and match its declared type.
 pub(crate) fn check_data(ty: &TensorType, value: &Tensor) -> std::result::Result<(), String> {
+    if !ty.is_tensor() || !value.is_tensor() {
+        return Err(format!(
+            "value is {}, declared type is {ty}: only tensors are stored data",
+            value.kind_name()
+        ));
+    }
     let dims = ty
         .shape
         .to_fixed()

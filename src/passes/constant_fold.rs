@@ -64,6 +64,10 @@ fn fold(g: &Graph, id: NodeId, limit: usize) -> Result<Option<Vec<Tensor>>> {
     let Some(consts) = consts else {
         return Ok(None);
     };
+    let trip_count = consts.first().copied().flatten();
+    if !crate::ir::ops::control::folds_in_bounded_time(&n.op, trip_count, &n.attrs) {
+        return Ok(None);
+    }
     // Types as inference gives them now: operands folded earlier in this sweep are
     // constants whose exact dims the recorded types may not show yet.
     let Ok(out_types) = g.infer_node(n) else {
@@ -97,10 +101,12 @@ fn fold(g: &Graph, id: NodeId, limit: usize) -> Result<Option<Vec<Tensor>>> {
         return Ok(None);
     };
     let fits = values.len() == out_types.len()
-        && values
-            .iter()
-            .zip(&out_types)
-            .all(|(t, ty)| t.dtype() == ty.dtype && ty.static_dims().as_deref() == Some(t.shape()));
+        && values.iter().zip(&out_types).all(|(t, ty)| {
+            // A constant holds a tensor, never a sequence or optional.
+            ty.is_tensor()
+                && t.dtype() == ty.dtype
+                && ty.static_dims().as_deref() == Some(t.shape())
+        });
     Ok(fits.then_some(values))
 }
 

@@ -134,6 +134,18 @@ pub fn exists(path: &Path, written_by: &str) -> Result<(), String> {
     }
 }
 
+/// Runs `f` and returns the panic's message if it panicked.
+pub fn panic_of(f: impl FnOnce()) -> Option<String> {
+    let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).err()?;
+    Some(
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic".into()),
+    )
+}
+
 // ---------------------------------------------------------------------------------------
 // Random numbers
 

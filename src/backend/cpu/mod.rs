@@ -129,15 +129,7 @@ impl CpuExecutable {
 
     fn specialize(&self, shapes: &[Vec<usize>]) -> Result<Compiled> {
         let g = specialize_for_shapes(&self.graph, shapes, &self.passes)?;
-        // Strings, sequences and optionals are host objects with no bytes in an arena:
-        // a signature that has any runs on the host, node by node (as does one whose
-        // shapes stay dynamic).
-        let dynamic = g.nodes().iter().any(|n| {
-            n.outputs
-                .iter()
-                .any(|t| !t.is_static() || t.is_host_object())
-        });
-        Ok(if dynamic {
+        Ok(if runs_on_host(&g) {
             Compiled::Interp(InterpExecutable::new(g)?)
         } else {
             let vars = self.variables.read().unwrap_or_else(|e| e.into_inner());
@@ -288,6 +280,17 @@ impl Drop for CpuExecutable {
             eprintln!("  {:>9.3} ms/run  {kind:<14} {node}", t * 1e3 / *n as f64);
         }
     }
+}
+
+/// Whether a specialized graph (or body) runs on the host, node by node, rather than as a
+/// lowered program: strings, sequences and optionals are host objects with no bytes in an
+/// arena, and a shape that stays dynamic has no place in a plan.
+pub(crate) fn runs_on_host(g: &Graph) -> bool {
+    g.nodes().iter().any(|n| {
+        n.outputs
+            .iter()
+            .any(|t| !t.is_static() || t.is_host_object())
+    })
 }
 
 /// The address of `t`'s elements when they are contiguous in row-major order.

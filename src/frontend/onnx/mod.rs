@@ -298,6 +298,10 @@ impl Importer<'_> {
                 },
             }
         }
+        let trip_count = values.first().and_then(|v| v.as_deref());
+        if !crate::ir::ops::control::folds_in_bounded_time(op, trip_count, attrs) {
+            return Ok(None);
+        }
         // Type-check as the real node would, so that folding never hides an error.
         let probe = crate::ir::Node {
             name: name.to_string(),

@@ -853,3 +853,22 @@ impl Op for Scan {
 pub(crate) fn ops() -> Vec<&'static dyn Op> {
     vec![leak(If), leak(Loop), leak(Scan)]
 }
+
+/// The most iterations a Loop of constants may take to be evaluated ahead of a run (by
+/// the importer or constant folding); a longer one, or one only its condition ends,
+/// stays a node and runs when the graph does.
+pub const MAX_FOLDED_TRIPS: i64 = 1024;
+
+/// Whether evaluating `op` ahead of a run takes bounded time: a Loop needs a constant
+/// trip count (`trip_count`, its first operand) of at most [`MAX_FOLDED_TRIPS`], and no
+/// body inside may hold a Loop (nested trip counts multiply).
+pub(crate) fn folds_in_bounded_time(op: &str, trip_count: Option<&Tensor>, attrs: &Attrs) -> bool {
+    fn holds_loop(g: &Graph) -> bool {
+        g.nodes()
+            .iter()
+            .any(|n| n.op == "Loop" || n.attrs.graphs().any(|(_, b)| holds_loop(b)))
+    }
+    let bounded = op != "Loop"
+        || trip_count.is_some_and(|m| matches!(m.to_i64_vec()[..], [m] if m <= MAX_FOLDED_TRIPS));
+    bounded && !attrs.graphs().any(|(_, b)| holds_loop(b))
+}

@@ -8,7 +8,8 @@
 //! backend's invariant: their runs walk a flat list of kernels.
 //!
 //! A body whose types stay dynamic once its operands' shapes are bound (a loop whose
-//! carried shapes change between iterations), whose carried or branch results do not
+//! carried shapes change between iterations), that makes host objects (strings,
+//! sequences, optionals), whose carried or branch results do not
 //! have the step's own static types, or that holds variables, is declined: the fallback
 //! step runs the interpreter's op on it.
 use std::ptr;
@@ -87,11 +88,7 @@ fn compile_body(b: &Build, body: &Graph, params: &[(DType, &[usize])]) -> Option
             let ty = &g.node(p).outputs[0];
             ty.dtype == *dtype && ty.static_dims().as_deref() == Some(*shape)
         });
-    let dynamic = g
-        .nodes()
-        .iter()
-        .any(|n| n.outputs.iter().any(|t| !t.is_static()));
-    if !bound || dynamic {
+    if !bound || crate::backend::cpu::runs_on_host(&g) {
         return None;
     }
     let vars = Variables::new(&g).ok()?;
