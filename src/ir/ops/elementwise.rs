@@ -87,19 +87,11 @@ impl Op for Unary {
     }
 }
 
-fn unary(
-    name: &'static str,
-    doc: &'static str,
-    attrs: &'static [AttrSpec],
-    accepts: (fn(DType) -> bool, &'static str),
-    params: fn(&Attrs) -> Result<Params, String>,
-    float: fn(f64, &Params) -> f64,
-    int: Option<fn(i64) -> i64>,
-) -> &'static dyn Op {
-    leak(Unary::new(name, doc, attrs, accepts, params, float, int))
-}
-
 impl Unary {
+    fn op(self) -> &'static dyn Op {
+        leak(self)
+    }
+
     fn new(
         name: &'static str,
         doc: &'static str,
@@ -129,7 +121,7 @@ impl Unary {
 }
 
 fn simple(name: &'static str, doc: &'static str, f: fn(f64, &Params) -> f64) -> &'static dyn Op {
-    unary(name, doc, &[], FLOAT, no_params, f, None)
+    Unary::new(name, doc, &[], FLOAT, no_params, f, None).op()
 }
 
 fn alpha(default: f64) -> impl Fn(&Attrs) -> Result<Params, String> {
@@ -204,7 +196,7 @@ fn gelu(x: f64, p: &Params) -> f64 {
 
 fn unary_ops() -> Vec<&'static dyn Op> {
     vec![
-        unary(
+        Unary::new(
             "Neg",
             "-x.",
             &[],
@@ -212,8 +204,9 @@ fn unary_ops() -> Vec<&'static dyn Op> {
             no_params,
             |x, _| -x,
             Some(i64::wrapping_neg),
-        ),
-        unary(
+        )
+        .op(),
+        Unary::new(
             "Abs",
             "|x|.",
             &[],
@@ -221,8 +214,9 @@ fn unary_ops() -> Vec<&'static dyn Op> {
             no_params,
             |x, _| x.abs(),
             Some(i64::wrapping_abs),
-        ),
-        unary(
+        )
+        .op(),
+        Unary::new(
             "Sign",
             "-1, 0 or 1 by the sign of x (NaN stays NaN).",
             &[],
@@ -230,8 +224,9 @@ fn unary_ops() -> Vec<&'static dyn Op> {
             no_params,
             |x, _| sign(x),
             Some(i64::signum),
-        ),
-        unary(
+        )
+        .op(),
+        Unary::new(
             "Relu",
             "max(x, 0).",
             &[],
@@ -239,13 +234,14 @@ fn unary_ops() -> Vec<&'static dyn Op> {
             no_params,
             |x, _| if x > 0.0 || x.is_nan() { x } else { 0.0 },
             Some(|x| x.max(0)),
-        ),
+        )
+        .op(),
         simple("Exp", "e^x.", |x, _| x.exp()),
         simple("Log", "ln x (NaN below 0, -inf at 0).", |x, _| x.ln()),
         simple("Sqrt", "√x.", |x, _| x.sqrt()),
         simple("Reciprocal", "1/x.", |x, _| 1.0 / x),
         simple("Tanh", "tanh x.", |x, _| x.tanh()),
-        leak(Unary {
+        Unary {
             f32: Some(sigmoid_f32),
             ..Unary::new(
                 "Sigmoid",
@@ -256,7 +252,8 @@ fn unary_ops() -> Vec<&'static dyn Op> {
                 |x, _| sigmoid(x),
                 None,
             )
-        }),
+        }
+        .op(),
         simple("Erf", "The error function.", |x, _| libm::erf(x)),
         simple("Sin", "sin x.", |x, _| x.sin()),
         simple("Cos", "cos x.", |x, _| x.cos()),
@@ -284,7 +281,7 @@ fn unary_ops() -> Vec<&'static dyn Op> {
         simple("HardSwish", "x · max(0, min(1, x/6 + 1/2)).", |x, _| {
             x * (x / 6.0 + 0.5).clamp(0.0, 1.0)
         }),
-        unary(
+        Unary::new(
             "LeakyRelu",
             "x if x ≥ 0 else alpha·x; alpha defaults to 0.01.",
             ALPHA,
@@ -292,8 +289,9 @@ fn unary_ops() -> Vec<&'static dyn Op> {
             |a| alpha(0.01)(a),
             |x, p| if x >= 0.0 { x } else { p[0] * x },
             None,
-        ),
-        unary(
+        )
+        .op(),
+        Unary::new(
             "Elu",
             "x if x ≥ 0 else alpha·(e^x − 1); alpha defaults to 1.",
             ALPHA,
@@ -301,8 +299,9 @@ fn unary_ops() -> Vec<&'static dyn Op> {
             |a| alpha(1.0)(a),
             |x, p| if x >= 0.0 { x } else { p[0] * x.exp_m1() },
             None,
-        ),
-        unary(
+        )
+        .op(),
+        Unary::new(
             "Celu",
             "max(0, x) + min(0, alpha·(e^(x/alpha) − 1)); alpha defaults to 1.",
             ALPHA,
@@ -310,8 +309,9 @@ fn unary_ops() -> Vec<&'static dyn Op> {
             |a| alpha(1.0)(a),
             |x, p| x.max(0.0) + (p[0] * (x / p[0]).exp_m1()).min(0.0),
             None,
-        ),
-        unary(
+        )
+        .op(),
+        Unary::new(
             "ThresholdedRelu",
             "x if x > alpha else 0; alpha defaults to 1.",
             ALPHA,
@@ -319,8 +319,9 @@ fn unary_ops() -> Vec<&'static dyn Op> {
             |a| alpha(1.0)(a),
             |x, p| if x > p[0] { x } else { 0.0 },
             None,
-        ),
-        unary(
+        )
+        .op(),
+        Unary::new(
             "Selu",
             "gamma·(x if x > 0 else alpha·(e^x − 1)); ONNX's defaults.",
             SELU_ATTRS,
@@ -334,8 +335,9 @@ fn unary_ops() -> Vec<&'static dyn Op> {
             },
             |x, p| p[1] * if x > 0.0 { x } else { p[0] * x.exp_m1() },
             None,
-        ),
-        unary(
+        )
+        .op(),
+        Unary::new(
             "HardSigmoid",
             "max(0, min(1, alpha·x + beta)); alpha = 0.2, beta = 0.5 by default.",
             HARD_SIGMOID_ATTRS,
@@ -343,8 +345,9 @@ fn unary_ops() -> Vec<&'static dyn Op> {
             |a| Ok([a.float_or("alpha", 0.2)?, a.float_or("beta", 0.5)?, 0.0]),
             |x, p| (p[0] * x + p[1]).clamp(0.0, 1.0),
             None,
-        ),
-        unary(
+        )
+        .op(),
+        Unary::new(
             "Gelu",
             "x·Φ(x); approximate = \"tanh\" uses the tanh approximation.",
             GELU_ATTRS,
@@ -352,7 +355,8 @@ fn unary_ops() -> Vec<&'static dyn Op> {
             gelu_params,
             gelu,
             None,
-        ),
+        )
+        .op(),
         leak(Unary {
             schema: OpSchema {
                 name: "Not",
