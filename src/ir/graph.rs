@@ -373,7 +373,8 @@ impl Graph {
             };
             ops::custom::contain(&op, || op.infer(&cx)).map_err(Error::Graph)
         };
-        let unranked = |t: &Option<TensorType>| t.as_ref().is_some_and(|t| !t.ranked);
+        // (A sequence of unknown-rank tensors is the sequence ops' own business.)
+        let unranked = |t: &Option<TensorType>| t.as_ref().is_some_and(|t| t.is_unranked_tensor());
         if schema.family == "control" || !types.iter().any(unranked) {
             return infer(&types);
         }
@@ -385,7 +386,7 @@ impl Graph {
         let largest = types
             .iter()
             .flatten()
-            .filter(|t| t.ranked)
+            .filter(|t| t.ranked && t.is_tensor())
             .map(|t| t.rank());
         let ranks = largest.max().into_iter().chain(0..=8);
         let mut first_error = None;
@@ -393,7 +394,7 @@ impl Graph {
             let probe: Vec<Option<TensorType>> = types
                 .iter()
                 .map(|t| match t {
-                    Some(t) if !t.ranked => {
+                    Some(t) if t.is_unranked_tensor() => {
                         let dims = vec![dim.clone(); rank];
                         let mut ranked = t.clone();
                         ranked.shape = Shape::new(dims);

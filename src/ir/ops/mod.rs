@@ -294,20 +294,23 @@ pub enum Takes {
 /// ops which only move elements work on strings ([`Takes::MovedStrings`]).
 pub fn evaluate(op: &dyn Op, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
     // An operand typed with an unknown rank has, now, the shape of its value.
-    let unranked = |(t, ty): (&Option<&Tensor>, &Option<&TensorType>)| {
-        ty.is_some_and(|ty| ty.is_unranked_tensor()) && t.is_some_and(|t| t.is_tensor())
+    let known = |t: &Option<&Tensor>, ty: &Option<&TensorType>| match (t, ty) {
+        (Some(t), Some(ty)) if ty.is_unranked_tensor() && t.is_tensor() => {
+            Some(TensorType::new(ty.dtype, Shape::fixed(t.shape())))
+        }
+        _ => None,
     };
-    if cx.inputs.iter().zip(cx.input_types).any(unranked) {
+    if cx
+        .inputs
+        .iter()
+        .zip(cx.input_types)
+        .any(|(t, ty)| known(t, ty).is_some())
+    {
         let actual: Vec<Option<TensorType>> = cx
             .inputs
             .iter()
             .zip(cx.input_types)
-            .map(|(t, ty)| match (t, ty) {
-                (Some(t), Some(ty)) if unranked((&Some(*t), &Some(*ty))) => {
-                    Some(TensorType::new(ty.dtype, Shape::fixed(t.shape())))
-                }
-                (_, ty) => ty.cloned(),
-            })
+            .map(|(t, ty)| known(t, ty).or_else(|| ty.cloned()))
             .collect();
         let types: Vec<Option<&TensorType>> = actual.iter().map(Option::as_ref).collect();
         return evaluate(
