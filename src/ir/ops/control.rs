@@ -857,7 +857,7 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
 /// The most iterations a Loop of constants may take to be evaluated ahead of a run (by
 /// the importer or constant folding); a longer one, or one only its condition ends,
 /// stays a node and runs when the graph does.
-pub const MAX_FOLDED_TRIPS: i64 = 1024;
+pub(crate) const MAX_FOLDED_TRIPS: i64 = 1024;
 
 /// Whether evaluating `op` ahead of a run takes bounded time: a Loop needs a constant
 /// trip count (`trip_count`, its first operand) of at most [`MAX_FOLDED_TRIPS`], and no
