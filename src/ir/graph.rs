@@ -405,16 +405,7 @@ impl Graph {
                 })
                 .collect();
             match infer(&probe) {
-                Ok(outs) => {
-                    return Ok(outs
-                        .into_iter()
-                        .map(|mut t| {
-                            t.shape = Shape::scalar();
-                            t.ranked = false;
-                            t
-                        })
-                        .collect())
-                }
+                Ok(outs) => return Ok(outs.into_iter().map(TensorType::without_rank).collect()),
                 Err(e) => first_error = first_error.or(Some(e)),
             }
         }

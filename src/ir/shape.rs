@@ -275,9 +275,14 @@ impl TensorType {
     /// A plain tensor of unknown rank: what a value whose rank depends on its input
     /// shapes has until they are bound (see `backend::specialize`).
     pub fn unranked(dtype: DType) -> TensorType {
-        let mut t = TensorType::new(dtype, Shape::scalar());
-        t.ranked = false;
-        t
+        TensorType::new(dtype, Shape::scalar()).without_rank()
+    }
+
+    /// This type with the tensors' rank unknown (containers kept).
+    pub fn without_rank(mut self) -> TensorType {
+        self.shape = Shape::scalar();
+        self.ranked = false;
+        self
     }
 
     /// Whether this is a plain tensor of unknown rank.

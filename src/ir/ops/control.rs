@@ -194,12 +194,7 @@ fn branch_containers(
         Some(true) => a.clone(),
         Some(false) => b.clone(),
         None if a == b => a.clone(),
-        None => {
-            let mut t = a.clone();
-            t.shape = Shape::scalar();
-            t.ranked = false;
-            t
-        }
+        None => a.clone().without_rank(),
     })
 }
 
