@@ -87,6 +87,18 @@ impl Op for Unary {
     }
 }
 
+/// The schema of an elementwise op of one input `X` and one output `Y`.
+fn one_input_schema(name: &'static str, doc: &'static str, attrs: &'static [AttrSpec]) -> OpSchema {
+    OpSchema {
+        name,
+        family: "elementwise",
+        inputs: &["X"],
+        outputs: &["Y"],
+        attrs,
+        doc,
+    }
+}
+
 impl Unary {
     fn op(self) -> &'static dyn Op {
         leak(self)
@@ -102,14 +114,7 @@ impl Unary {
         int: Option<fn(i64) -> i64>,
     ) -> Unary {
         Unary {
-            schema: OpSchema {
-                name,
-                family: "elementwise",
-                inputs: &["X"],
-                outputs: &["Y"],
-                attrs,
-                doc,
-            },
+            schema: one_input_schema(name, doc, attrs),
             accepts,
             params,
             float,
@@ -357,22 +362,16 @@ fn unary_ops() -> Vec<&'static dyn Op> {
             None,
         )
         .op(),
-        leak(Unary {
-            schema: OpSchema {
-                name: "Not",
-                family: "elementwise",
-                inputs: &["X"],
-                outputs: &["Y"],
-                attrs: &[],
-                doc: "Logical not of a bool tensor.",
-            },
-            accepts: (is_bool, "bool"),
-            params: no_params,
-            float: |x, _| if x == 0.0 { 1.0 } else { 0.0 },
-            int: Some(|x| (x == 0) as i64),
-            out_dtype: None,
-            f32: None,
-        }),
+        Unary::new(
+            "Not",
+            "Logical not of a bool tensor.",
+            &[],
+            (is_bool, "bool"),
+            no_params,
+            |x, _| if x == 0.0 { 1.0 } else { 0.0 },
+            Some(|x| (x == 0) as i64),
+        )
+        .op(),
         predicate("IsNaN", "Whether x is NaN.", &[], |x, _| x.is_nan()),
         predicate(
             "IsInf",
@@ -398,14 +397,7 @@ fn predicate(
     f: PredicateFn,
 ) -> &'static dyn Op {
     leak(Predicate {
-        schema: OpSchema {
-            name,
-            family: "elementwise",
-            inputs: &["X"],
-            outputs: &["Y"],
-            attrs,
-            doc,
-        },
+        schema: one_input_schema(name, doc, attrs),
         f,
     })
 }
