@@ -12,8 +12,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kiln::backend::{backend_for, Device};
+use kiln::backend::cpu::{CpuBackend, Tuning};
+use kiln::backend::{backend_for, cpu_pass_options, Device};
 use kiln::frontend::onnx;
+use kiln::passes::PassOptions;
 use kiln::Tensor;
 
 /// How far a float output may be from the reference, relative to the reference's
@@ -242,4 +244,52 @@ fn comparison_is_relative_to_the_largest_reference_value_and_exact_on_integers()
     let zeros = Tensor::from_vec(&[2], vec![0.0f32, 0.0]).unwrap();
     let tiny = Tensor::from_vec(&[2], vec![0.0f32, 1e-30]).unwrap();
     assert!(compare(&tiny, &zeros).is_err());
+}
+
+/// Each zoo model compiled for `cpu` at its test inputs' shapes: every step a kernel,
+/// none the interpreter's op on copies (`fallback`) and no signature run on the
+/// interpreter as a whole. Prints every offending step, then fails naming them.
+#[test]
+fn zoo_models_compile_to_kernels_only() {
+    let dir = zoo_dir();
+    let manifest = dir.join("manifest.txt");
+    if !common::require(
+        common::Need::Zoo,
+        common::exists(&manifest, "scripts/model-zoo.sh"),
+    ) {
+        return;
+    }
+    let only = std::env::var("KILN_ZOO_MODELS").ok();
+    let mut offenders = vec![];
+    for name in std::fs::read_to_string(&manifest)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| only.as_ref().is_none_or(|o| n.contains(o.as_str())))
+    {
+        let model = dir.join(name);
+        let graph = onnx::import_file(&model.join("model.onnx")).unwrap();
+        let inputs = read_tensors(&model.join("test_data_set_0"), "input").unwrap();
+        let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+        let exe = CpuBackend {
+            passes: cpu_pass_options(PassOptions::default()),
+            threads: 1,
+            tuning: Tuning::from_env(),
+        }
+        .compile_cpu(&graph)
+        .unwrap();
+        for step in exe.step_report(&shapes).unwrap() {
+            if step.is_fallback() {
+                println!("{name}: {} runs on the {}", step.node, step.kind);
+                offenders.push(format!("{name}: {} ({})", step.node, step.kind));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "{} steps of zoo models run on the interpreter:\n{}",
+        offenders.len(),
+        offenders.join("\n")
+    );
 }

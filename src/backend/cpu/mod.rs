@@ -88,6 +88,25 @@ pub enum Compiled {
     Interp(InterpExecutable),
 }
 
+/// One step of a lowered program, as [`CpuExecutable::step_report`] lists it.
+#[derive(Clone, Debug)]
+pub struct StepInfo {
+    /// The node it came from (`node #12 'conv1' (Conv)`).
+    pub node: String,
+    /// Its kernel (`gemm`, `conv-blocked`, …; `fallback` and `interpreter` run the
+    /// reference interpreter's op).
+    pub kind: &'static str,
+    /// 0 for the program's own steps, 1 for a control-flow body's, and so on.
+    pub depth: usize,
+}
+
+impl StepInfo {
+    /// Whether the step runs the reference interpreter rather than a kernel.
+    pub fn is_fallback(&self) -> bool {
+        matches!(self.kind, "fallback" | "interpreter")
+    }
+}
+
 /// Seconds and calls per (step, kernel kind).
 type Profile = HashMap<(String, &'static str), (f64, usize)>;
 
@@ -125,6 +144,38 @@ impl CpuExecutable {
             Compiled::Program(p) => Some(p.steps.iter().map(|s| s.kernel.kind()).collect()),
             Compiled::Interp(_) => None,
         })
+    }
+
+    /// Every step of the program for these input shapes, bodies of control flow
+    /// included (after their step, one level deeper): what `kiln compile --report` prints
+    /// and what tests check to know no step runs on the interpreter. A signature that
+    /// runs on the interpreter as a whole is one step of kind `interpreter`.
+    pub fn step_report(&self, shapes: &[Vec<usize>]) -> Result<Vec<StepInfo>> {
+        fn walk(p: &Program, depth: usize, out: &mut Vec<StepInfo>) {
+            for s in &p.steps {
+                out.push(StepInfo {
+                    node: s.node.clone(),
+                    kind: s.kernel.kind(),
+                    depth,
+                });
+                for body in s.kernel.bodies() {
+                    walk(body, depth + 1, out);
+                }
+            }
+        }
+        let mut out = vec![];
+        match self.specialize(shapes)? {
+            Compiled::Program(p) => walk(&p, 0, &mut out),
+            Compiled::Interp(_) => out.push(StepInfo {
+                node: format!(
+                    "graph '{}' (a type stays dynamic or holds host objects)",
+                    self.graph.name
+                ),
+                kind: "interpreter",
+                depth: 0,
+            }),
+        }
+        Ok(out)
     }
 
     fn specialize(&self, shapes: &[Vec<usize>]) -> Result<Compiled> {

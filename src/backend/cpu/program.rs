@@ -90,6 +90,10 @@ pub trait Kernel: Send + Sync {
     fn can_fail(&self) -> bool {
         true
     }
+    /// The programs a control-flow step runs (its branches or body), for reports.
+    fn bodies(&self) -> Vec<&super::lower::Program> {
+        vec![]
+    }
 }
 
 /// A step: the node it came from (for errors and profiles) and its kernel.

@@ -221,6 +221,9 @@ impl Kernel for IfStep {
     fn kind(&self) -> &'static str {
         "if"
     }
+    fn bodies(&self) -> Vec<&Program> {
+        self.branches.iter().collect()
+    }
 }
 
 /// `Loop(M?, cond?, initial..., captures...)`: the body runs in place; the carried
@@ -399,6 +402,9 @@ impl Kernel for LoopStep {
     }
     fn kind(&self) -> &'static str {
         "loop"
+    }
+    fn bodies(&self) -> Vec<&Program> {
+        vec![&self.body]
     }
 }
 
@@ -675,5 +681,8 @@ impl Kernel for ScanStep {
     }
     fn kind(&self) -> &'static str {
         "scan"
+    }
+    fn bodies(&self) -> Vec<&Program> {
+        vec![&self.body]
     }
 }
