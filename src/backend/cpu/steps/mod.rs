@@ -16,6 +16,7 @@ pub mod custom;
 pub mod eltwise;
 pub mod fallback;
 pub mod matmul;
+pub mod movement;
 pub mod nn;
 pub mod quant;
 pub mod reduce;
@@ -79,8 +80,7 @@ const FAMILIES: &[Builder] = &[
     reduce::build,
     eltwise::build,
     view::build,
-    view::build_transpose,
-    view::build_gather,
+    movement::build,
     quant::build,
     backward::build,
 ];
