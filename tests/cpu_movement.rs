@@ -84,17 +84,13 @@ fn concat_and_split() {
             let x = typed_param(&mut g, "x", dtype, &a);
             let y = typed_param(&mut g, "y", dtype, &b);
             let c = op(&mut g, "Concat", &[x, y, x], attr_int("axis", axis));
+            let split = constant(&mut g, i64s(&[1, 6, a[ax] as i64 + 1]));
             let parts = g
-                .op(
-                    "Split",
-                    &[c, constant(&mut g, i64s(&[1, 6, a[ax] as i64 + 1]))],
-                    attr_int("axis", axis),
-                    "",
-                )
+                .op("Split", &[c, split], attr_int("axis", axis), "")
                 .unwrap();
             g.add_output("c", c).unwrap();
-            for (k, p) in parts.into_iter().enumerate() {
-                g.add_output(&format!("p{k}"), p.into()).unwrap();
+            for k in 0..3 {
+                g.add_output(&format!("p{k}"), parts.out(k)).unwrap();
             }
             let inputs = [rng.tensor_of(dtype, &a), rng.tensor_of(dtype, &b)];
             check(&g, &inputs, "concat", 0.0);
@@ -107,14 +103,15 @@ fn concat_and_split() {
 #[test]
 fn strided_slices() {
     let mut rng = Rng(2);
-    let cases: &[(&[i64], &[i64], &[i64], &[i64])] = &[
-        (&[1, 0], &[-1, 100], &[0, 2], &[1, 2]),
-        (&[-1], &[-100], &[1], &[-1]),
-        (&[4, 5, 0], &[0, 1, 3], &[2, 1, 0], &[-2, -3, 1]),
-        (&[0], &[7], &[-1], &[3]),
+    type Bounds<'a> = [&'a [i64]; 4];
+    let cases: &[Bounds] = &[
+        [&[1, 0], &[-1, 100], &[0, 2], &[1, 2]],
+        [&[-1], &[-100], &[1], &[-1]],
+        [&[4, 5, 0], &[0, 1, 3], &[2, 1, 0], &[-2, -3, 1]],
+        [&[0], &[7], &[-1], &[3]],
     ];
     for dtype in [DType::F32, DType::I32, DType::U8] {
-        for &(s, e, ax, st) in cases {
+        for &[s, e, ax, st] in cases {
             let mut g = Graph::new("slice");
             let x = typed_param(&mut g, "x", dtype, &[3, 9, 7]);
             let ops = [i64s(s), i64s(e), i64s(ax), i64s(st)].map(|t| constant(&mut g, t));
@@ -300,17 +297,12 @@ fn resizes() {
             }
             let crop = attrs.iter().any(|(_, v)| v == "tf_crop_and_resize");
             let roi = crop.then(|| constant(&mut g, s(&[0.0, 0.0, -0.2, 0.1, 1.0, 1.0, 1.1, 0.8])));
-            let scales = scales.map(|t| constant(&mut g, t));
-            let sizes = sizes.map(|t| constant(&mut g, t));
+            let scales = scales.clone().map(|t| constant(&mut g, t));
+            let sizes = sizes.clone().map(|t| constant(&mut g, t));
             let y = g
-                .op(
-                    "Resize",
-                    &[Some(x), roi, scales, sizes].map(|v| v.map(Into::into)),
-                    a,
-                    "",
-                )
+                .add_op("Resize", &[Some(x), roi, scales, sizes], a, "")
                 .unwrap_or_else(|e| panic!("{e}"));
-            g.add_output("y", y[0].into()).unwrap();
+            g.add_output("y", y.out(0)).unwrap();
             let kind = if mode == "nearest" {
                 "resize-nearest"
             } else {
@@ -455,4 +447,48 @@ fn casts_and_wheres() {
         ];
         check(&g, &inputs, "where", 0.0);
     }
+}
+
+/// Convolutions joined by a nearest 2x upsampling and a channel Concat (a feature
+/// pyramid): the Resize and Concat run on the blocked layout, so one reorder remains
+/// (the output's), and the result is the interpreter's.
+#[test]
+fn blocked_resize_and_concat_keep_the_layout() {
+    let mut rng = Rng(9);
+    let mut g = Graph::new("fpn");
+    let x = typed_param(&mut g, "x", DType::F32, &[1, 8, 10, 10]);
+    let x2 = typed_param(&mut g, "x2", DType::F32, &[1, 8, 20, 20]);
+    let pads = common::ints(&[("pads", &[1, 1, 1, 1])]);
+    let w1 = constant(&mut g, rng.f32_tensor(&[16, 8, 3, 3], 0.3));
+    let w2 = constant(&mut g, rng.f32_tensor(&[24, 8, 3, 3], 0.3));
+    let w3 = constant(&mut g, rng.f32_tensor(&[16, 40, 3, 3], 0.3));
+    let a = op(&mut g, "Conv", &[x, w1], pads.clone());
+    let scales = constant(
+        &mut g,
+        Tensor::from_vec(&[4], vec![1f32, 1.0, 2.0, 2.0]).unwrap(),
+    );
+    let attrs = Attrs::new().with("mode", Attr::String("nearest".into()));
+    let up = g
+        .add_op("Resize", &[Some(a), None, Some(scales)], attrs, "up")
+        .unwrap()
+        .out(0);
+    let c = op(&mut g, "Conv", &[x2, w2], pads.clone());
+    let cat = op(&mut g, "Concat", &[up, c], attr_int("axis", 1));
+    let y = op(&mut g, "Conv", &[cat, w3], pads);
+    g.add_output("y", y).unwrap();
+    let inputs = [
+        rng.f32_tensor(&[1, 8, 10, 10], 1.0),
+        rng.f32_tensor(&[1, 8, 20, 20], 1.0),
+    ];
+    check(&g, &inputs, "concat", 1e-4);
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+    let kinds = cpu(1)
+        .compile_cpu(&g)
+        .unwrap()
+        .step_kinds(&shapes)
+        .unwrap()
+        .unwrap();
+    let reorders = kinds.iter().filter(|&&k| k == "reorder").count();
+    assert_eq!(reorders, 1, "{kinds:?}");
+    assert!(kinds.contains(&"resize-nearest"), "{kinds:?}");
 }

@@ -247,8 +247,25 @@ pub struct TableCopy {
 impl TableCopy {
     /// `tables[a][i]`: the source offset in elements of output index `i` along axis
     /// `a` (the source index times the source stride), or [`FILL`].
-    pub fn new(tables: Vec<Vec<isize>>, elem: usize) -> TableCopy {
+    pub fn new(mut tables: Vec<Vec<isize>>, elem: usize) -> TableCopy {
         let total = tables.iter().map(Vec::len).product();
+        // A last axis copied whole (the lanes of a blocked layout) joins the axis before
+        // it, so that its rows are longer runs.
+        while tables.len() >= 2
+            && tables[tables.len() - 1]
+                .iter()
+                .enumerate()
+                .all(|(i, &v)| v == i as isize)
+        {
+            let last = tables.pop().unwrap_or_default();
+            let prev = tables.pop().unwrap_or_default();
+            let n = last.len() as isize;
+            tables.push(
+                prev.iter()
+                    .flat_map(|&p| (0..n).map(move |j| if p == FILL { FILL } else { p + j }))
+                    .collect(),
+            );
+        }
         let e = elem as isize;
         let mut outer: Vec<Vec<isize>> = tables
             .into_iter()
