@@ -84,7 +84,7 @@ fn concat_and_split() {
             let x = typed_param(&mut g, "x", dtype, &a);
             let y = typed_param(&mut g, "y", dtype, &b);
             let c = op(&mut g, "Concat", &[x, y, x], attr_int("axis", axis));
-            let split = constant(&mut g, i64s(&[1, 6, a[ax] as i64 + 1]));
+            let split = constant(&mut g, i64s(&[1, 6, 2 * a[ax] as i64 - 3]));
             let parts = g
                 .op("Split", &[c, split], attr_int("axis", axis), "")
                 .unwrap();
