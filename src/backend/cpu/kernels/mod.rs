@@ -14,7 +14,7 @@ pub mod gemm;
 pub mod loss;
 pub mod math;
 pub mod norm;
-mod par;
+pub(crate) mod par;
 pub mod pool_indices;
 pub mod pooling;
 pub mod reduce;

@@ -75,7 +75,7 @@ struct NnStep {
 }
 
 /// Whether anything reads output `k` of the node (a graph output counts).
-fn used(b: &Build, k: u32) -> bool {
+pub(super) fn used(b: &Build, k: u32) -> bool {
     let v = b.id.out(k);
     b.g.outputs().iter().any(|o| o.value == v)
         || b.g.nodes().iter().any(|n| n.inputs.contains(&Some(v)))
