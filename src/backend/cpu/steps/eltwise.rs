@@ -209,8 +209,8 @@ struct EltStep {
     y: Slot,
 }
 
-/// The dtypes other than f32 that binary ops run on here.
-const ELEM_DTYPES: &[DType] = &[
+/// The dtypes other than f32 that binary ops and reductions run on here.
+pub(super) const ELEM_DTYPES: &[DType] = &[
     DType::F64,
     DType::F16,
     DType::BF16,
