@@ -976,3 +976,22 @@ fn reductions_on_every_numeric_dtype() {
         }
     }
 }
+
+/// LayerNormalization over the trailing axes from any `axis` is one kernel.
+#[test]
+fn layernorm_over_trailing_axes() {
+    let mut rng = Rng(89);
+    for axis in [0i64, 1, -2, 2] {
+        let mut g = Graph::new("ln");
+        let x = param(&mut g, "x", &[3, 5, 7]);
+        let from = if axis < 0 { axis + 3 } else { axis } as usize;
+        let dims = &[3, 5, 7][from..];
+        let gamma = weight(&mut g, &mut rng, "gamma", dims);
+        let beta = weight(&mut g, &mut rng, "beta", dims);
+        let attrs = Attrs::new().with("axis", Attr::Int(axis));
+        let y = op(&mut g, "LayerNormalization", &[x, gamma, beta], attrs);
+        g.add_output("y", y).unwrap();
+        uses(&g, "layernorm");
+        check(&g, 13);
+    }
+}
