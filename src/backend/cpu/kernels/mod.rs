@@ -15,7 +15,7 @@ pub mod loss;
 pub mod math;
 pub mod movement;
 pub mod norm;
-mod par;
+pub(crate) mod par;
 pub mod pool_indices;
 pub mod pooling;
 pub mod reduce;

@@ -8,6 +8,7 @@ use crate::ir::{Graph, Node, NodeId};
 use crate::passes::PassOptions;
 use crate::tensor::Tensor;
 
+pub mod attention;
 pub mod backward;
 pub mod control;
 pub mod conv;
@@ -77,6 +78,7 @@ const FAMILIES: &[Builder] = &[
     conv::build,
     backward::build_max_pool_indices,
     nn::build,
+    attention::build,
     reduce::build,
     eltwise::build,
     view::build,
