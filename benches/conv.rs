@@ -4,15 +4,26 @@
 //! of the direct algorithm), so criterion's
 //! "Gelem/s" reads as GFLOP/s.
 //!
+//! Then a grid of awkward shapes (long 1-D signals with few channels, real models'
+//! 1-D convs, large kernels, strides and dilations, depthwise, 3-D), each a one-`Conv`
+//! graph compiled by the CPU backend as a model would be (its layout reorders included),
+//! printed with the kernels it ran on, its GFLOP/s and onnxruntime's time for the same
+//! single-op model (`bench/conv_ort.py`, through `target/py/bin/python` when present).
+//!
 //! `cargo bench --bench conv`
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use kiln::backend::cpu::{CpuBackend, Tuning};
+use kiln::backend::{cpu_pass_options, Executable};
 use kiln::internals::cpu::conv::{
     conv_blocked, conv_depthwise, conv_im2col, conv_plain, conv_plain_scratch_len, conv_winograd,
     winograd_supported, ConvShape, PackedConv, PackedWinograd,
 };
 use kiln::internals::cpu::Act;
 use kiln::internals::cpu::Pool;
-use std::time::Duration;
+use kiln::ir::{Attr, Attrs, DType, Graph, Shape, TensorType};
+use kiln::passes::PassOptions;
+use kiln::Tensor;
+use std::time::{Duration, Instant};
 
 fn lcg(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
@@ -193,5 +204,140 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// The grid, in `bench/conv_ort.py`'s notation: `name:x=dims:w=dims:s=strides:p=pads
+/// (begins, then ends):d=dilations:g=group`.
+const GRID: &[&str] = &[
+    "1d_c1_16000_k11:x=1,1,16000:w=16,1,11:p=5,5",
+    "1d_c4_16000_k9:x=1,4,16000:w=32,4,9:p=4,4",
+    "1d_c8_4096_k3_d4:x=1,8,4096:w=16,8,3:p=4,4:d=4",
+    "magika_256-512_k5:x=1,256,512,1:w=512,256,5,1",
+    "silero_stft_k256s128:x=1,1,4160:w=258,1,256:s=128",
+    "silero_129-128_k3:x=1,129,33:w=128,129,3:p=1,1",
+    "silero_128-64_k3s2:x=1,128,33:w=64,128,3:s=2:p=1,1",
+    "silero_64-1_k1:x=1,64,9:w=1,64,1",
+    "7x7_32-32_56:x=1,32,56,56:w=32,32,7,7:p=3,3,3,3",
+    "11x11s4_3-64_224:x=1,3,224,224:w=64,3,11,11:s=4,4:p=2,2,2,2",
+    "3x3d2_64-64_28:x=1,64,28,28:w=64,64,3,3:p=2,2,2,2:d=2,2",
+    "3x3d4_64-64_28:x=1,64,28,28:w=64,64,3,3:p=4,4,4,4:d=4,4",
+    "dw3x3_96_56:x=1,96,56,56:w=96,1,3,3:p=1,1,1,1:g=96",
+    "dw5x5_192_20:x=1,192,20,20:w=192,1,5,5:p=2,2,2,2:g=192",
+    "3d_3x3x3_16-32_16x28:x=1,16,16,28,28:w=32,16,3,3,3:p=1,1,1,1,1,1",
+];
+
+struct GridShape {
+    name: String,
+    x: Vec<usize>,
+    w: Vec<usize>,
+    attrs: Attrs,
+    group: usize,
+}
+
+fn parse_grid(spec: &str) -> GridShape {
+    let mut fields = spec.split(':');
+    let name = fields.next().expect("a name").to_string();
+    let (mut x, mut w, mut attrs, mut group) = (vec![], vec![], Attrs::new(), 1);
+    for f in fields {
+        let (k, v) = f.split_once('=').expect("key=values");
+        let v: Vec<i64> = v.split(',').map(|d| d.parse().expect("an int")).collect();
+        let dims = || v.iter().map(|&d| d as usize).collect::<Vec<_>>();
+        match k {
+            "x" => x = dims(),
+            "w" => w = dims(),
+            "s" => attrs.set("strides", Attr::Ints(v)),
+            "p" => attrs.set("pads", Attr::Ints(v)),
+            "d" => attrs.set("dilations", Attr::Ints(v)),
+            "g" => group = v[0] as usize,
+            other => panic!("unknown field {other} in {spec}"),
+        }
+    }
+    attrs.set("group", Attr::Int(group as i64));
+    GridShape {
+        name,
+        x,
+        w,
+        attrs,
+        group,
+    }
+}
+
+/// The grid's shapes through the CPU backend at one and two threads, then onnxruntime.
+fn grid(_: &mut Criterion) {
+    println!("\nconv grid: one-Conv models on the CPU backend (median of runs in ~0.5 s)");
+    for spec in GRID {
+        let s = parse_grid(spec);
+        let mut g = Graph::new("conv");
+        let x = g
+            .add_parameter("x", TensorType::new(DType::F32, Shape::fixed(&s.x)))
+            .expect("x");
+        let wlen = s.w.iter().product();
+        let w = g
+            .add_constant_value("w", Tensor::from_vec(&s.w, lcg(wlen, 1)).expect("w"))
+            .expect("w");
+        let b = g
+            .add_constant_value("b", Tensor::from_vec(&[s.w[0]], lcg(s.w[0], 2)).expect("b"))
+            .expect("b");
+        let y = g
+            .op(
+                "Conv",
+                &[x.into(), w.into(), b.into()],
+                s.attrs.clone(),
+                "conv",
+            )
+            .expect("a valid conv");
+        let ydims = g.node(y).outputs[0].shape.to_fixed().expect("static");
+        g.add_output("y", y.into()).expect("output");
+        let flops = 2.0
+            * ydims.iter().product::<usize>() as f64
+            * (s.x[1] / s.group) as f64
+            * s.w[2..].iter().product::<usize>() as f64;
+        let input = Tensor::from_vec(&s.x, lcg(s.x.iter().product(), 3)).expect("x");
+        for threads in [1, 2] {
+            let backend = CpuBackend {
+                passes: cpu_pass_options(PassOptions::default()),
+                threads,
+                tuning: Tuning::from_env(),
+            };
+            let exe = backend.compile_cpu(&g).expect("compiles");
+            let kinds = exe
+                .step_kinds(std::slice::from_ref(&s.x))
+                .expect("specializes")
+                .map_or("interpreter".to_string(), |k| k.join(","));
+            let inputs = [input.clone()];
+            for _ in 0..2 {
+                exe.run(&inputs).expect("runs");
+            }
+            let mut times = vec![];
+            let start = Instant::now();
+            while times.len() < 5 || (start.elapsed().as_secs_f64() < 0.5 && times.len() < 1000) {
+                let t = Instant::now();
+                exe.run(&inputs).expect("runs");
+                times.push(t.elapsed().as_secs_f64());
+            }
+            times.sort_by(f64::total_cmp);
+            let ms = times[times.len() / 2] * 1e3;
+            println!(
+                "{:28} t{threads}  kiln {ms:9.3} ms  {:7.1} GFLOP/s  [{kinds}]",
+                s.name,
+                flops / ms / 1e6
+            );
+        }
+    }
+    let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/py/bin/python");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/conv_ort.py");
+    let mut cmd = std::process::Command::new(&python);
+    cmd.arg(&script).args(GRID).args(["--threads", "1", "2"]);
+    println!(
+        "\nonnxruntime: {} {} <the grid> --threads 1 2",
+        python.display(),
+        script.display()
+    );
+    if python.exists() {
+        match cmd.status() {
+            Ok(st) if st.success() => {}
+            other => println!("(onnxruntime's timing failed: {other:?})"),
+        }
+    }
+}
+
+criterion_group!(benches, bench, grid);
 criterion_main!(benches);

@@ -325,6 +325,150 @@ fn convolutions_blocked_and_plain() {
     }
 }
 
+/// Conv → (+bias) → (+residual) → Relu over `x` dims [N, C, spatial...] with `oc`
+/// outputs and a `kernel` of the same spatial rank.
+fn conv_nd_graph(
+    rng: &mut Rng,
+    x: &[usize],
+    oc: usize,
+    kernel: &[usize],
+    attrs: &[(&str, &[i64])],
+    group: usize,
+    residual: bool,
+) -> Graph {
+    let mut g = Graph::new("conv_nd");
+    let xv = param(&mut g, "x", x);
+    let mut wd = vec![oc, x[1] / group];
+    wd.extend_from_slice(kernel);
+    let wt = weight(&mut g, rng, "w", &wd);
+    let b = weight(&mut g, rng, "b", &[oc]);
+    let a = ints(attrs).with("group", Attr::Int(group as i64));
+    let y = op(&mut g, "Conv", &[xv, wt, b], a);
+    let y = if residual {
+        let shape = g.node(y.node).outputs[0].shape.to_fixed().unwrap();
+        let z = param(&mut g, "z", &shape);
+        op(&mut g, "Add", &[y, z], Attrs::new())
+    } else {
+        y
+    };
+    let y = op(&mut g, "Relu", &[y], Attrs::new());
+    g.add_output("y", y).unwrap();
+    g
+}
+
+/// 1-D convolutions (blocked, a plain stem, plain, grouped, depthwise), a 2-D one over
+/// a single column (run as a row) and 3-D ones, with their epilogues fused: each runs
+/// on a conv kernel, never the fallback, and agrees with the interpreter.
+#[test]
+fn convolutions_of_one_and_three_spatial_axes() {
+    // (x dims, oc, kernel, attributes, group, residual, kind)
+    type Case = (
+        &'static [usize],
+        usize,
+        &'static [usize],
+        Vec<(&'static str, &'static [i64])>,
+        usize,
+        bool,
+        &'static str,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            &[2, 32, 37],
+            24,
+            &[3],
+            vec![("pads", &[1, 2]), ("dilations", &[2])],
+            1,
+            true,
+            "conv-blocked",
+        ),
+        (
+            &[1, 1, 700],
+            20,
+            &[64],
+            vec![("strides", &[32])],
+            1,
+            false,
+            "conv-blocked",
+        ),
+        (
+            &[2, 24, 31],
+            16,
+            &[5],
+            vec![("strides", &[2]), ("pads", &[2, 2])],
+            1,
+            true,
+            "conv-blocked",
+        ),
+        (&[1, 20, 40], 1, &[1], vec![], 1, false, "conv-im2col"),
+        (
+            &[2, 6, 19],
+            4,
+            &[3],
+            vec![("pads", &[1, 1]), ("dilations", &[4])],
+            2,
+            true,
+            "conv-im2col",
+        ),
+        (
+            &[1, 12, 25],
+            12,
+            &[5],
+            vec![("pads", &[2, 2])],
+            12,
+            false,
+            "conv-depthwise",
+        ),
+        (
+            &[2, 32, 30, 1],
+            32,
+            &[5, 1],
+            vec![("pads", &[2, 0, 1, 0])],
+            1,
+            true,
+            "conv-blocked",
+        ),
+        (
+            &[1, 3, 5, 6, 7],
+            4,
+            &[3, 3, 3],
+            vec![("pads", &[1, 1, 1, 1, 1, 1])],
+            1,
+            true,
+            "conv-im2col",
+        ),
+        (
+            &[2, 4, 6, 5, 4],
+            6,
+            &[2, 3, 1],
+            vec![
+                ("strides", &[2, 1, 2]),
+                ("pads", &[0, 1, 0, 1, 2, 0]),
+                ("dilations", &[2, 1, 1]),
+            ],
+            2,
+            false,
+            "conv-im2col",
+        ),
+        (
+            &[1, 18, 4, 4, 4],
+            20,
+            &[1, 1, 1],
+            vec![],
+            1,
+            true,
+            "conv-im2col",
+        ),
+    ];
+    let mut rng = Rng(12);
+    for (i, (x, oc, k, attrs, group, residual, kind)) in cases.into_iter().enumerate() {
+        let g = conv_nd_graph(&mut rng, x, oc, k, &attrs, group, residual);
+        let kinds = kinds(&g);
+        assert!(kinds.contains(&kind), "case {i}: no {kind} in {kinds:?}");
+        assert!(!kinds.contains(&"fallback"), "case {i}: {kinds:?}");
+        check(&g, 40 + i as u64);
+    }
+}
+
 /// ResNet-style blocks: the planner gives each fused conv its residual's buffer (the
 /// residual dies there), also when the kernel accumulates over input-channel chunks.
 #[test]

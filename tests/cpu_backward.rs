@@ -201,6 +201,74 @@ fn conv_transposes_with_pads_strides_dilations_groups_and_output_padding() {
     }
 }
 
+/// 1-D and 3-D transposed convolutions (a row of 2-D planes, a depth axis over them).
+#[test]
+fn conv_transposes_of_one_and_three_spatial_axes() {
+    // (x dims, m/g, kernel, strides, pads, dilations, output_padding, group)
+    type Case<'a> = (
+        &'a [usize],
+        usize,
+        &'a [i64],
+        &'a [i64],
+        &'a [i64],
+        &'a [i64],
+        &'a [i64],
+        i64,
+    );
+    let cases: &[Case] = &[
+        (&[2, 3, 11], 4, &[3], &[2], &[1, 0], &[1], &[1], 1),
+        (&[1, 4, 9], 3, &[4], &[3], &[0, 2], &[2], &[0], 2),
+        (&[1, 16, 20], 8, &[2], &[2], &[0, 0], &[1], &[0], 1),
+        (
+            &[2, 3, 4, 5, 3],
+            2,
+            &[3, 2, 3],
+            &[2, 1, 2],
+            &[1, 0, 1, 0, 1, 1],
+            &[1, 2, 1],
+            &[1, 0, 1],
+            1,
+        ),
+        (
+            &[1, 4, 3, 3, 4],
+            3,
+            &[2, 2, 2],
+            &[2, 2, 2],
+            &[0; 6],
+            &[1, 1, 1],
+            &[0, 0, 0],
+            2,
+        ),
+    ];
+    let mut rng = Rng(3);
+    for &(xd, mg, k, st, p, d, op_, group) in cases {
+        let mut g = Graph::new("convt");
+        let c = xd[1];
+        let mut wd = vec![c, mg];
+        wd.extend(k.iter().map(|&v| v as usize));
+        let m = mg * group as usize;
+        let x = typed_param(&mut g, "x", DType::F32, xd);
+        let wt = typed_param(&mut g, "w", DType::F32, &wd);
+        let b = typed_param(&mut g, "b", DType::F32, &[m]);
+        let inputs = vec![
+            rng.f32_tensor(xd, 1.0),
+            rng.f32_tensor(&wd, 1.0),
+            rng.f32_tensor(&[m], 1.0),
+        ];
+        let attrs = ints(&[
+            ("kernel_shape", k),
+            ("strides", st),
+            ("pads", p),
+            ("dilations", d),
+            ("output_padding", op_),
+        ])
+        .with("group", Attr::Int(group));
+        let y = op(&mut g, "ConvTranspose", &[x, wt, b], attrs);
+        g.add_output("y", y).unwrap();
+        check(&g, &inputs, "conv-transpose");
+    }
+}
+
 /// MaxPool's gradient (zeros, flat indices, add) and scatters on every axis.
 #[test]
 fn scatters_of_pool_gradients_and_on_every_axis() {

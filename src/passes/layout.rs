@@ -4,7 +4,7 @@
 //! back to blocked cancels, so a chain of convolutions and pools stays blocked and
 //! reorders remain only where a plain op (a reshape, a flatten) meets it. The rules:
 //!
-//! - a group-1 convolution with at least `b` output channels (any count: the last
+//! - a group-1, 1-D or 2-D convolution with at least `b` output channels (any count: the last
 //!   block's pad lanes are unspecified) becomes a blocked `FusedConv`: it reads
 //!   `Reorder(X, to blocked)` and its readers get `Reorder(Y, to plain)`. With fewer
 //!   than `b` input channels (a first layer on a 1- or 3-channel image) X stays plain
@@ -84,13 +84,17 @@ const POOLS: &[&str] = &[
     "GlobalAveragePool",
 ];
 
-/// The static input and output channel counts of a plain convolution over [N, C,
-/// spatial...] with at least `b` output channels (fewer would leave most lanes of its
-/// one block idle).
+/// The static input and output channel counts of a plain 1-D or 2-D convolution over
+/// [N, C, spatial...] with at least `b` output channels (fewer would leave most lanes of
+/// its one block idle). The blocked kernels are 2-D (a 1-D convolution is one row).
 fn blocked_channels(g: &Graph, n: &Node, b: usize) -> Option<(usize, usize)> {
     let x = g.value_type(n.inputs.first().copied().flatten()?).ok()?;
     let y = n.outputs.first()?;
-    let c = x.shape.dim(1).fixed().filter(|_| x.rank() >= 3)?;
+    let c = x
+        .shape
+        .dim(1)
+        .fixed()
+        .filter(|_| matches!(x.rank(), 3 | 4))?;
     let m = y.shape.dim(1).fixed()?;
     Some((c, m)).filter(|&(c, m)| c > 0 && m >= b)
 }

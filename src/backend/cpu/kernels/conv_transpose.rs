@@ -1,14 +1,18 @@
-//! 2-D transposed convolution (`ConvTranspose`, the data gradient of `Conv`) on NCHW
+//! Transposed convolution (`ConvTranspose`, the data gradient of `Conv`) on NCHW
 //! tensors by GEMM + col2im: per image and group, `col[M/g·KH·KW × H·W] = W_gᵀ · X_g`
 //! (W is [C, M/g, KH, KW], so W_gᵀ is a transposed view the GEMM packs), then each
 //! column row (m, ky, kx) is added into output channel m shifted by the tap. The
-//! col2im is split over output channels, the GEMM over the pool as usual.
+//! col2im is split over output channels, the GEMM over the pool as usual. A 1-D one is
+//! a 2-D one of one row; a 3-D one has a depth axis ([`Depth`]) over such planes: its
+//! column rows are (m, kz, ky, kx), each holding every input plane.
+use super::conv::Depth;
 use super::gemm::{gemm_with_isa, Epilogue, Mat};
 use super::par::{for_ranges, SyncPtr};
 use crate::backend::cpu::isa::Isa;
 use crate::backend::cpu::pool::Pool;
 
-/// The geometry of a transposed convolution of [N, C, H, W] into [N, M, OH, OW].
+/// The geometry of a transposed convolution of [N, C, H, W] into [N, M, OH, OW] (or
+/// of [N, C, D, H, W] into [N, M, OD, OH, OW] with a depth).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConvTransposeShape {
     pub n: usize,
@@ -28,6 +32,9 @@ pub struct ConvTransposeShape {
     pub pad_left: usize,
     pub dilations: [usize; 2],
     pub groups: usize,
+    /// The depth axis: input planes D, output planes OD (whose front pad drops the
+    /// first planes of the full result, like `pad_top`); [`Depth::FLAT`] in 2-D.
+    pub depth: Depth,
 }
 
 impl ConvTransposeShape {
@@ -40,7 +47,12 @@ impl ConvTransposeShape {
                 self.c, self.m
             ));
         }
-        if self.strides.contains(&0) || self.dilations.contains(&0) {
+        let d = &self.depth;
+        if self.strides.contains(&0)
+            || self.dilations.contains(&0)
+            || d.stride == 0
+            || d.dilation == 0
+        {
             return Err("conv transpose: strides and dilations must be positive".into());
         }
         Ok(())
@@ -48,7 +60,8 @@ impl ConvTransposeShape {
 
     /// Floats of scratch [`conv_transpose`] needs: one group's column matrix.
     pub(crate) fn scratch_len(&self) -> usize {
-        self.m / self.groups * self.kh * self.kw * self.h * self.w
+        let d = &self.depth;
+        self.m / self.groups * d.kernel * self.kh * self.kw * d.input * self.h * self.w
     }
 }
 
@@ -68,7 +81,7 @@ fn valid(len: usize, stride: usize, tap: usize, pad: usize, out: usize) -> (usiz
 /// `y = conv_transpose(x, w) + bias`.
 ///
 /// # Safety
-/// `x` must hold N·C·H·W floats, `w` C·M/g·KH·KW, `bias` M, `y` N·M·OH·OW and
+/// `x` must hold N·C·D·H·W floats, `w` C·M/g·KD·KH·KW, `bias` M, `y` N·M·OD·OH·OW and
 /// `scratch` [`ConvTransposeShape::scratch_len`]; `y` and `scratch` must not overlap
 /// each other or the inputs.
 #[allow(clippy::too_many_arguments)]
@@ -83,10 +96,12 @@ pub(crate) unsafe fn conv_transpose(
     scratch: *mut f32,
 ) {
     let g = s.groups;
+    let d = &s.depth;
     let (cg, mg) = (s.c / g, s.m / g);
     let taps = s.kh * s.kw;
-    let rows = mg * taps;
+    let rows = mg * d.kernel * taps;
     let (hw, ohw) = (s.h * s.w, s.oh * s.ow);
+    let (vol, ovol) = (d.input * hw, d.output * ohw);
     let (yp, col) = (SyncPtr(y), SyncPtr(scratch));
     let bias = bias.map(|b| SyncPtr(b as *mut f32));
     for n in 0..s.n {
@@ -99,24 +114,49 @@ pub(crate) unsafe fn conv_transpose(
                     rs: 1,
                     cs: rows,
                 };
-                let b = Mat::rows(x.add((n * s.c + gi * cg) * hw), hw);
-                gemm_with_isa(isa, pool, rows, hw, cg, a, b, scratch, hw, &Epilogue::NONE);
+                let b = Mat::rows(x.add((n * s.c + gi * cg) * vol), vol);
+                gemm_with_isa(
+                    isa,
+                    pool,
+                    rows,
+                    vol,
+                    cg,
+                    a,
+                    b,
+                    scratch,
+                    vol,
+                    &Epilogue::NONE,
+                );
             }
-            let y0 = (n * s.m + gi * mg) * ohw;
-            for_ranges(pool, mg, taps * hw, &|range| {
+            let y0 = (n * s.m + gi * mg) * ovol;
+            for_ranges(pool, mg, rows / mg * vol, &|range| {
                 for m in range {
-                    // SAFETY: channel m's plane belongs to this task; col is read-only now.
-                    let plane =
-                        unsafe { std::slice::from_raw_parts_mut(yp.get().add(y0 + m * ohw), ohw) };
+                    // SAFETY: channel m's volume belongs to this task; col is read-only now.
+                    let out = unsafe {
+                        std::slice::from_raw_parts_mut(yp.get().add(y0 + m * ovol), ovol)
+                    };
                     // SAFETY: the bias has M values.
                     let b = bias.map_or(0.0, |b| unsafe { *b.get().add(gi * mg + m) });
-                    plane.fill(b);
-                    for t in 0..taps {
-                        // SAFETY: row (m, t) of the column matrix has H·W floats.
-                        let src = unsafe {
-                            std::slice::from_raw_parts(col.get().add((m * taps + t) * hw), hw)
-                        };
-                        add_tap(s, t / s.kw, t % s.kw, src, plane);
+                    out.fill(b);
+                    for tz in 0..d.kernel {
+                        for iz in 0..d.input {
+                            // The output plane input plane iz reaches through depth tap tz.
+                            let Some(oz) = (iz * d.stride + tz * d.dilation)
+                                .checked_sub(d.pad)
+                                .filter(|&oz| oz < d.output)
+                            else {
+                                continue;
+                            };
+                            let plane = &mut out[oz * ohw..(oz + 1) * ohw];
+                            for t in 0..taps {
+                                let r = (m * d.kernel + tz) * taps + t;
+                                // SAFETY: row r of the column matrix has D·H·W floats.
+                                let src = unsafe {
+                                    std::slice::from_raw_parts(col.get().add(r * vol + iz * hw), hw)
+                                };
+                                add_tap(s, t / s.kw, t % s.kw, src, plane);
+                            }
+                        }
                     }
                 }
             });
@@ -271,6 +311,7 @@ mod tests {
                         pad_left: p[1],
                         dilations: d,
                         groups: g,
+                        depth: Depth::FLAT,
                     };
                     s.check().unwrap();
                     let x = lcg_data(n * c * h * w, 1.0, ci as u64);

@@ -1,13 +1,17 @@
-//! 2-D convolutions (`Conv`, `FusedConv`): blocked NCHW16c ones by the direct kernel
-//! with weights packed at compile time, plain NCHW ones (any groups) by im2col + GEMM
-//! or, with one input channel per group, the direct depthwise kernel. Where a shape has
-//! several algorithms, [`tune::choose`] picks (cost model, tune cache or measurement).
+//! Convolutions (`Conv`, `FusedConv`) of 1 to 3 spatial axes: blocked NCHW16c ones by
+//! the direct kernel with weights packed at compile time, plain NCHW ones (any groups)
+//! by im2col + GEMM or, with one input channel per group, the direct depthwise kernel.
+//! Where a shape has several algorithms, [`tune::choose`] picks (cost model, tune cache
+//! or measurement). The kernels are 2-D: a 1-D convolution is one row, a 2-D one over
+//! a single column (W = 1, a 1×1-wide kernel) runs as a row (the same bytes, and the
+//! kernels tile along rows), and a 3-D one adds a depth axis to im2col.
 use crate::aligned::AlignedBuf;
-use crate::backend::cpu::kernels::conv::{self, ConvShape, PackedConv, PackedWinograd};
+use crate::backend::cpu::kernels::conv::{self, ConvShape, Depth, PackedConv, PackedWinograd};
 use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::pool::Pool;
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::backend::cpu::tune::{self, Choice};
+use crate::ir::Attrs;
 
 use super::Build;
 
@@ -153,6 +157,8 @@ fn blocked_len(s: &ConvShape, channels: usize, pixels: usize) -> usize {
 
 struct Plain {
     shape: ConvShape,
+    /// [`Depth::FLAT`] unless 3-D (then the algorithm is im2col).
+    depth: Depth,
     algo: PlainAlgo,
     w: Slot,
     bias: Option<Slot>,
@@ -173,6 +179,79 @@ enum PlainAlgo {
     Depthwise,
 }
 
+/// The spatial sizes of [N, C, spatial...] or blocked [N, CB, spatial..., b].
+fn spatial(t: &[usize], blocked: bool) -> Option<&[usize]> {
+    t.get(2..t.len().saturating_sub(usize::from(blocked)))
+}
+
+/// One spatial axis of a window: the input's and kernel's sizes along it and its
+/// attributes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Axis {
+    pub input: usize,
+    pub kernel: usize,
+    pub stride: usize,
+    /// Begin and end.
+    pub pads: [usize; 2],
+    pub dilation: usize,
+}
+
+impl Axis {
+    const UNIT: Axis = Axis {
+        input: 1,
+        kernel: 1,
+        stride: 1,
+        pads: [0, 0],
+        dilation: 1,
+    };
+
+    /// One position, one tap, no padding: the axis changes nothing.
+    fn is_trivial(&self) -> bool {
+        self.input == 1 && self.kernel == 1 && self.pads == [0, 0]
+    }
+}
+
+/// The axes of a window over spatial sizes `input` with kernel sizes `kernel` (1 to 3
+/// axes) and the ONNX attributes `strides`, `pads`, `dilations`, as [depth, rows,
+/// columns]: fewer axes are padded in front with unit ones. `None` for other ranks.
+pub(super) fn window_axes(
+    attrs: &Attrs,
+    input: &[usize],
+    kernel: &[usize],
+) -> Result<Option<[Axis; 3]>, String> {
+    let r = input.len();
+    if !(1..=3).contains(&r) || kernel.len() != r {
+        return Ok(None);
+    }
+    let list = |name: &str, len: usize, default: usize| -> Result<Vec<usize>, String> {
+        match attrs.ints(name)? {
+            None => Ok(vec![default; len]),
+            Some(v) if v.len() == len && v.iter().all(|&a| a >= 0) => {
+                Ok(v.iter().map(|&a| a as usize).collect())
+            }
+            Some(v) => Err(format!(
+                "{name} {v:?} is not {len} non-negative values for {r} spatial axes"
+            )),
+        }
+    };
+    let (strides, pads, dilations) = (
+        list("strides", r, 1)?,
+        list("pads", 2 * r, 0)?,
+        list("dilations", r, 1)?,
+    );
+    let mut axes = [Axis::UNIT; 3];
+    for i in 0..r {
+        axes[3 - r + i] = Axis {
+            input: input[i],
+            kernel: kernel[i],
+            stride: strides[i],
+            pads: [pads[i], pads[r + i]],
+            dilation: dilations[i],
+        };
+    }
+    Ok(Some(axes))
+}
+
 pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let op = b.node.op.as_str();
     if !matches!(op, "Conv" | "FusedConv") || !b.all_f32() {
@@ -190,44 +269,41 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         b.input(1).ok_or("missing W")?,
         &b.outs[0],
     );
-    let spatial = if block > 0 && !plain_x {
-        x.shape.len().saturating_sub(3)
-    } else {
-        x.shape.len().saturating_sub(2)
+    let (Some(xs), Some(ys)) = (
+        spatial(&x.shape, block > 0 && !plain_x),
+        spatial(&y.shape, block > 0),
+    ) else {
+        return Ok(None);
     };
-    if spatial != 2 || w.shape.len() != 4 || (block != 0 && block != conv::BLOCK) {
+    if w.shape.len() != xs.len() + 2 || (block != 0 && (block != conv::BLOCK || xs.len() > 2)) {
         return Ok(None);
     }
-    let group = attrs.int_or("group", 1)? as usize;
-    let pair = |name: &str, default: usize| -> Result<[usize; 2], String> {
-        match attrs.ints(name)? {
-            Some([a, b]) => Ok([*a as usize, *b as usize]),
-            Some(v) => Err(format!("{name} {v:?} is not 2-D")),
-            None => Ok([default; 2]),
-        }
+    let Some([d, mut h, mut wa]) = window_axes(attrs, xs, &w.shape[2..])? else {
+        return Ok(None);
     };
-    let pads = match attrs.ints("pads")? {
-        Some(&[t, l, bo, r]) => [t as usize, l as usize, bo as usize, r as usize],
-        Some(v) => return Err(format!("pads {v:?} is not 2-D")),
-        None => [0; 4],
-    };
-    let (n, ih, iw) = (x.shape[0], x.shape[2], x.shape[3]);
-    let (oc, icg, kh, kw) = (w.shape[0], w.shape[1], w.shape[2], w.shape[3]);
+    if wa.is_trivial() && !h.is_trivial() {
+        std::mem::swap(&mut h, &mut wa);
+    }
+    let group = attrs.int_or("group", 1)?;
+    let group = usize::try_from(group).map_err(|_| format!("group {group} is negative"))?;
+    let (n, oc, icg) = (x.shape[0], w.shape[0], w.shape[1]);
     let shape = ConvShape::new(
         n,
-        icg * group,
-        [ih, iw],
+        icg.checked_mul(group)
+            .ok_or("the channel count overflows")?,
+        [h.input, wa.input],
         oc,
-        [kh, kw],
-        pair("strides", 1)?,
-        pads,
-        pair("dilations", 1)?,
+        [h.kernel, wa.kernel],
+        [h.stride, wa.stride],
+        [h.pads[0], wa.pads[0], h.pads[1], wa.pads[1]],
+        [h.dilation, wa.dilation],
         group,
     )?;
-    if y.shape[2..4] != [shape.oh, shape.ow] {
+    let depth = Depth::new(d.input, d.kernel, d.stride, d.pads, d.dilation)?;
+    if ys.iter().product::<usize>() != depth.output * shape.oh * shape.ow {
         return Err(format!(
-            "output {:?} is not {}×{}",
-            y.shape, shape.oh, shape.ow
+            "output {:?} is not {}×{}×{} pixels",
+            y.shape, depth.output, shape.oh, shape.ow
         ));
     }
     let act = if op == "FusedConv" {
@@ -264,7 +340,7 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             act,
         })));
     }
-    let depthwise = shape.groups > 1 && shape.ic == shape.groups;
+    let depthwise = shape.groups > 1 && shape.ic == shape.groups && depth == Depth::FLAT;
     let algo = if depthwise {
         let choice = Choice {
             key: key(&shape, "nchw"),
@@ -303,7 +379,9 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     };
     // Scratch: the im2col matrix, then (when aliased) the residual's copy.
     let im2col = match algo {
-        PlainAlgo::Im2col => (conv::conv_plain_scratch_len(&shape) * 4).next_multiple_of(64),
+        PlainAlgo::Im2col => {
+            (conv::conv_volume_scratch_len(&shape, &depth) * 4).next_multiple_of(64)
+        }
         PlainAlgo::Depthwise => 0,
     };
     let aliased = z.as_ref().is_some_and(|z| z.loc == y.loc);
@@ -314,6 +392,7 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     };
     Ok(Some(Box::new(Plain {
         shape,
+        depth,
         algo,
         w: w.clone(),
         bias,
@@ -418,14 +497,14 @@ impl Kernel for Plain {
                 std::ptr::copy_nonoverlapping(src, copy, self.y.elements());
                 z = Some(copy);
             }
-            let (pool, s, act) = (cx.pool, &self.shape, self.act);
+            let (pool, s, d, act) = (cx.pool, &self.shape, &self.depth, self.act);
             let (w, x, y) = (cx.f32(&self.w), cx.f32(&self.x), cx.f32_mut(&self.y));
             let bias = self.bias.as_ref().map(|b| cx.f32(b));
             match self.algo {
                 PlainAlgo::Depthwise => conv::conv_depthwise(pool, s, w, bias, x, z, y, act),
                 PlainAlgo::Im2col => {
                     let scratch = cx.ptr(self.scratch) as *mut f32;
-                    conv::conv_im2col(pool, s, w, bias, x, z, y, act, scratch)
+                    conv::conv_im2col_volume(pool, s, d, w, bias, x, z, y, act, scratch)
                 }
             }
             Ok(())

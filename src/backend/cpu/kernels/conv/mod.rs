@@ -1,4 +1,6 @@
-//! 2-D convolutions.
+//! Convolutions. The kernels are 2-D: a 1-D convolution is a 2-D one of one row (and a
+//! 2-D one over one column runs as a row, see the CPU step), a 3-D one is a depth axis
+//! ([`Depth`]) over 2-D planes, run by im2col + GEMM.
 //!
 //! Three paths, all fusing bias, a residual and an activation:
 //! - [`blocked`]: direct convolution on NCHW16c tensors (group 1) with weights packed at
@@ -7,7 +9,8 @@
 //!   NCHW16c tensors, weights transformed at compile time ([`PackedWinograd`]);
 //! - [`plain`]: NCHW tensors with any groups by im2col + [`super::gemm::gemm`] (1×1,
 //!   stride-1, unpadded convolutions read the input directly); convolutions with one
-//!   input channel per group (depthwise) run a direct kernel instead.
+//!   input channel per group (depthwise) run a direct kernel instead; 3-D convolutions
+//!   gather their depth taps into the same im2col matrix.
 pub mod blocked;
 pub mod plain;
 pub mod winograd;
@@ -16,7 +19,10 @@ pub mod winograd;
 mod tests;
 
 pub use blocked::{conv_blocked, conv_blocked_isa, PackedConv, BLOCK};
-pub use plain::{conv_depthwise, conv_im2col, conv_plain, conv_plain_scratch_len};
+pub use plain::{
+    conv_depthwise, conv_im2col, conv_im2col_volume, conv_plain, conv_plain_scratch_len,
+    conv_volume_scratch_len,
+};
 pub use winograd::{conv_winograd, conv_winograd_isa, winograd_supported, PackedWinograd};
 
 /// The geometry of a 2-D convolution of an [N, IC, IH, IW] input with [OC, IC/groups,
@@ -74,24 +80,8 @@ impl ConvShape {
         if strides.contains(&0) || dilations.contains(&0) {
             return Err("conv: strides and dilations must be positive".into());
         }
-        let out = |i: usize, p0: usize, p1: usize, k: usize, s: usize, d: usize| {
-            let span = d
-                .checked_mul(k - 1)
-                .and_then(|v| v.checked_add(1))
-                .ok_or("conv: kernel extent overflows")?;
-            let padded = i
-                .checked_add(p0)
-                .and_then(|v| v.checked_add(p1))
-                .ok_or("conv: padded extent overflows")?;
-            if padded < span {
-                return Err(format!(
-                    "conv: the kernel extent {span} exceeds the padded input {padded}"
-                ));
-            }
-            Ok((padded - span) / s + 1)
-        };
-        let oh = out(ih, pads[0], pads[2], kh, strides[0], dilations[0])?;
-        let ow = out(iw, pads[1], pads[3], kw, strides[1], dilations[1])?;
+        let oh = output_extent(ih, [pads[0], pads[2]], kh, strides[0], dilations[0])?;
+        let ow = output_extent(iw, [pads[1], pads[3]], kw, strides[1], dilations[1])?;
         Ok(ConvShape {
             n,
             ic,
@@ -206,6 +196,88 @@ impl ConvShape {
             0
         };
         (lo, hi.max(lo))
+    }
+}
+
+/// The output length of a convolution along one axis, like ONNX `Conv`:
+/// `(i + pad_begin + pad_end - dilation·(k-1) - 1) / stride + 1`.
+fn output_extent(
+    i: usize,
+    [p0, p1]: [usize; 2],
+    k: usize,
+    s: usize,
+    d: usize,
+) -> Result<usize, String> {
+    if k == 0 || s == 0 || d == 0 {
+        return Err("conv: kernels, strides and dilations must be positive".into());
+    }
+    let span = d
+        .checked_mul(k - 1)
+        .and_then(|v| v.checked_add(1))
+        .ok_or("conv: kernel extent overflows")?;
+    let padded = i
+        .checked_add(p0)
+        .and_then(|v| v.checked_add(p1))
+        .ok_or("conv: padded extent overflows")?;
+    if padded < span {
+        return Err(format!(
+            "conv: the kernel extent {span} exceeds the padded input {padded}"
+        ));
+    }
+    Ok((padded - span) / s + 1)
+}
+
+/// The depth axis of a 3-D convolution over 2-D planes ([`ConvShape`] describes one
+/// plane); 1-D and 2-D convolutions have the flat depth: one plane, one tap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Depth {
+    pub input: usize,
+    pub kernel: usize,
+    pub output: usize,
+    pub stride: usize,
+    /// The front pad: output plane `o` starts at input plane `o·stride - pad`.
+    pub pad: usize,
+    pub dilation: usize,
+}
+
+impl Depth {
+    pub const FLAT: Depth = Depth {
+        input: 1,
+        kernel: 1,
+        output: 1,
+        stride: 1,
+        pad: 0,
+        dilation: 1,
+    };
+
+    /// A convolution's depth axis, its output length computed like [`ConvShape::new`]'s.
+    pub fn new(
+        input: usize,
+        kernel: usize,
+        stride: usize,
+        pads: [usize; 2],
+        dilation: usize,
+    ) -> Result<Depth, String> {
+        Ok(Depth {
+            input,
+            kernel,
+            output: output_extent(input, pads, kernel, stride, dilation)?,
+            stride,
+            pad: pads[0],
+            dilation,
+        })
+    }
+
+    /// Whether output plane `o` reads input plane `o` alone (every plane maps to itself).
+    pub fn is_identity(&self) -> bool {
+        self.kernel == 1 && self.stride == 1 && self.pad == 0 && self.output == self.input
+    }
+
+    /// The input plane kernel tap `t` of output plane `o` reads, if inside the volume.
+    pub fn input_plane(&self, o: usize, t: usize) -> Option<usize> {
+        (o * self.stride + t * self.dilation)
+            .checked_sub(self.pad)
+            .filter(|&i| i < self.input)
     }
 }
 

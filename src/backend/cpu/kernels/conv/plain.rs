@@ -1,8 +1,10 @@
 //! Plain-layout (NCHW) convolution with any groups: im2col + GEMM per (image, group),
 //! `Y_g[OC/g × OH·OW] = W_g[OC/g × IC/g·KH·KW] · col[IC/g·KH·KW × OH·OW]`, with the bias
 //! per row, the residual and the activation fused into the GEMM's epilogue. 1×1,
-//! stride-1, unpadded convolutions multiply the input directly (no im2col).
-use super::{valid_taps, ConvShape};
+//! stride-1, unpadded convolutions multiply the input directly (no im2col). A 3-D
+//! convolution's im2col matrix has a row per (channel, depth tap, row tap, column tap)
+//! and a column per output voxel; each (row, output plane) is a 2-D im2col row.
+use super::{valid_taps, ConvShape, Depth};
 use crate::backend::cpu::kernels::gemm::{gemm, Bias, Epilogue, Mat};
 use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::pool::Pool;
@@ -20,10 +22,15 @@ fn reads_input_directly(s: &ConvShape) -> bool {
 
 /// The f32 count of the scratch [`conv_plain`] needs: one group's im2col matrix, or 0.
 pub fn conv_plain_scratch_len(s: &ConvShape) -> usize {
-    if reads_input_directly(s) {
+    conv_volume_scratch_len(s, &Depth::FLAT)
+}
+
+/// The f32 count of the scratch [`conv_im2col_volume`] needs, or 0.
+pub fn conv_volume_scratch_len(s: &ConvShape, d: &Depth) -> usize {
+    if reads_input_directly(s) && d.is_identity() {
         0
     } else {
-        s.ic / s.groups * s.kh * s.kw * s.oh * s.ow
+        s.ic / s.groups * d.kernel * s.kh * s.kw * d.output * s.oh * s.ow
     }
 }
 
@@ -73,30 +80,53 @@ pub unsafe fn conv_im2col(
     act: Act,
     scratch: *mut f32,
 ) {
+    // SAFETY: the caller's contract, with the flat depth.
+    unsafe { conv_im2col_volume(pool, s, &Depth::FLAT, w, bias, x, z, y, act, scratch) }
+}
+
+/// [`conv_im2col`] over volumes: x is [N, IC, D, IH, IW], w [OC, IC/g, KD, KH, KW] and
+/// y [N, OC, OD, OH, OW], the depth axis described by `d`.
+///
+/// # Safety
+/// As [`conv_plain`], with each plane count multiplied by its depth and `scratch`
+/// holding [`conv_volume_scratch_len`] floats.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn conv_im2col_volume(
+    pool: Option<&Pool>,
+    s: &ConvShape,
+    d: &Depth,
+    w: *const f32,
+    bias: Option<*const f32>,
+    x: *const f32,
+    z: Option<*const f32>,
+    y: *mut f32,
+    act: Act,
+    scratch: *mut f32,
+) {
     let g = s.groups;
     let (icg, ocg) = (s.ic / g, s.oc / g);
-    let k = icg * s.kh * s.kw;
-    let (ihw, ohw) = (s.ih * s.iw, s.oh * s.ow);
-    let direct = reads_input_directly(s);
+    let k = icg * d.kernel * s.kh * s.kw;
+    let (ivol, ovol) = (d.input * s.ih * s.iw, d.output * s.oh * s.ow);
+    let direct = reads_input_directly(s) && d.is_identity();
     for n in 0..s.n {
         for gi in 0..g {
             // SAFETY: offsets stay inside the buffers the caller sized per the contract.
             unsafe {
-                let xg = x.add((n * s.ic + gi * icg) * ihw);
+                let xg = x.add((n * s.ic + gi * icg) * ivol);
                 let b = if direct {
-                    Mat::rows(xg, ohw)
+                    Mat::rows(xg, ovol)
                 } else {
-                    im2col(pool, s, xg, scratch);
-                    Mat::rows(scratch, ohw)
+                    im2col(pool, s, d, xg, scratch);
+                    Mat::rows(scratch, ovol)
                 };
-                let off = (n * s.oc + gi * ocg) * ohw;
+                let off = (n * s.oc + gi * ocg) * ovol;
                 let ep = Epilogue {
                     bias: bias.map_or(Bias::None, |b| Bias::PerRow(b.add(gi * ocg))),
-                    residual: z.map(|z| (z.add(off), ohw)),
+                    residual: z.map(|z| (z.add(off), ovol)),
                     act,
                 };
                 let a = Mat::rows(w.add(gi * ocg * k), k);
-                gemm(pool, ocg, ohw, k, a, b, y.add(off), ohw, &ep);
+                gemm(pool, ocg, ovol, k, a, b, y.add(off), ovol, &ep);
             }
         }
     }
@@ -111,9 +141,12 @@ struct Shared {
 // SAFETY: tasks read x and write disjoint rows of col.
 unsafe impl Sync for Shared {}
 
-/// Fills `col` [IC/g·KH·KW × OH·OW] from one group's channels at `xg`, zeros for padding.
-unsafe fn im2col(pool: Option<&Pool>, s: &ConvShape, xg: *const f32, col: *mut f32) {
-    let rows = s.ic / s.groups * s.kh * s.kw;
+/// Fills `col` [IC/g·KD·KH·KW × OD·OH·OW] from one group's channels at `xg`, zeros for
+/// padding.
+unsafe fn im2col(pool: Option<&Pool>, s: &ConvShape, d: &Depth, xg: *const f32, col: *mut f32) {
+    let taps = d.kernel * s.kh * s.kw;
+    let rows = s.ic / s.groups * taps;
+    let (plane, oplane) = (s.ih * s.iw, s.oh * s.ow);
     let sh = Shared { x: xg, col };
     let threads = pool.map_or(1, Pool::threads);
     let tasks = if threads <= 1 {
@@ -124,8 +157,18 @@ unsafe fn im2col(pool: Option<&Pool>, s: &ConvShape, xg: *const f32, col: *mut f
     let body = |t: usize| {
         let sh = &sh;
         for r in t * rows / tasks..(t + 1) * rows / tasks {
-            // SAFETY: row r of col belongs to this task; x per the caller's contract.
-            unsafe { im2col_row(s, sh.x, r, sh.col.add(r * s.oh * s.ow)) };
+            let (c, tz, t2) = (r / taps, r % taps / (s.kh * s.kw), r % (s.kh * s.kw));
+            for oz in 0..d.output {
+                // SAFETY: row r of col belongs to this task (its planes at oz·OH·OW); x
+                // per the caller's contract.
+                unsafe {
+                    let dst = sh.col.add((r * d.output + oz) * oplane);
+                    match d.input_plane(oz, tz) {
+                        Some(iz) => im2col_row(s, sh.x.add((c * d.input + iz) * plane), t2, dst),
+                        None => std::slice::from_raw_parts_mut(dst, oplane).fill(0.0),
+                    }
+                }
+            }
         }
     };
     match pool {

@@ -1,8 +1,10 @@
 //! `ConvTranspose`, the data gradient of a convolution, on the CPU's transposed
-//! convolution kernel (4-D, explicit pads, no `output_shape`).
+//! convolution kernel (1 to 3 spatial axes, explicit pads, no `output_shape`).
 use crate::backend::cpu::isa;
+use crate::backend::cpu::kernels::conv::Depth;
 use crate::backend::cpu::kernels::conv_transpose::{conv_transpose, ConvTransposeShape};
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
+use crate::backend::cpu::steps::conv::window_axes;
 
 use super::super::Build;
 
@@ -26,55 +28,84 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let (Some(x), Some(w), y) = (b.input(0), b.input(1), &b.outs[0]) else {
         return Ok(None);
     };
-    if x.shape.len() != 4 || w.shape.len() != 4 || y.shape.len() != 4 {
+    let (Some(xs), Some(ys)) = (x.shape.get(2..), y.shape.get(2..)) else {
+        return Ok(None);
+    };
+    if w.shape.len() != xs.len() + 2 || ys.len() != xs.len() {
         return Ok(None);
     }
-    let pair = |name: &str, default: usize| -> Result<[usize; 2], String> {
-        match attrs.ints(name)? {
-            Some(&[a, b]) => Ok([a as usize, b as usize]),
-            Some(v) => Err(format!("{name} {v:?} is not 2-D")),
-            None => Ok([default; 2]),
+    let Some(axes) = window_axes(attrs, xs, &w.shape[2..])? else {
+        return Ok(None);
+    };
+    // The output sizes, padded in front like the axes.
+    let mut out = [1; 3];
+    out[3 - ys.len()..].copy_from_slice(ys);
+    let mut opad = [0; 3];
+    match attrs.ints("output_padding")? {
+        None => {}
+        Some(v) if v.len() == xs.len() && v.iter().all(|&p| p >= 0) => {
+            for (o, &p) in opad[3 - v.len()..].iter_mut().zip(v) {
+                *o = p as usize;
+            }
         }
-    };
-    let pads = match attrs.ints("pads")? {
-        Some(&[t, l, bo, r]) => [t as usize, l as usize, bo as usize, r as usize],
-        Some(v) => return Err(format!("pads {v:?} is not 2-D")),
-        None => [0; 4],
-    };
-    let groups = attrs.int_or("group", 1)? as usize;
+        Some(v) => {
+            return Err(format!(
+                "output_padding {v:?} does not fit {} axes",
+                xs.len()
+            ))
+        }
+    }
+    // The output size the attributes give (output_padding included) must be Y's.
+    for (i, ((a, &o), &p)) in axes.iter().zip(&out).zip(&opad).enumerate() {
+        let full = a
+            .stride
+            .checked_mul(a.input.max(1) - 1)
+            .and_then(|v| v.checked_add(p))
+            .and_then(|v| v.checked_add(a.dilation.checked_mul(a.kernel.max(1) - 1)?))
+            .and_then(|v| v.checked_add(1));
+        if full.is_none()
+            || full
+                != o.checked_add(a.pads[0])
+                    .and_then(|v| v.checked_add(a.pads[1]))
+        {
+            return Err(format!(
+                "output {:?} is not the full result {full:?} less pads along axis {i}",
+                y.shape
+            ));
+        }
+    }
+    let groups = attrs.int_or("group", 1)?;
+    let groups = usize::try_from(groups).map_err(|_| format!("group {groups} is negative"))?;
+    let [d, h, wa] = axes;
     let shape = ConvTransposeShape {
         n: x.shape[0],
         c: x.shape[1],
-        h: x.shape[2],
-        w: x.shape[3],
+        h: h.input,
+        w: wa.input,
         m: y.shape[1],
-        kh: w.shape[2],
-        kw: w.shape[3],
-        oh: y.shape[2],
-        ow: y.shape[3],
-        strides: pair("strides", 1)?,
-        pad_top: pads[0],
-        pad_left: pads[1],
-        dilations: pair("dilations", 1)?,
+        kh: h.kernel,
+        kw: wa.kernel,
+        oh: out[1],
+        ow: out[2],
+        strides: [h.stride, wa.stride],
+        pad_top: h.pads[0],
+        pad_left: wa.pads[0],
+        dilations: [h.dilation, wa.dilation],
         groups,
+        depth: Depth {
+            input: d.input,
+            kernel: d.kernel,
+            output: out[0],
+            stride: d.stride,
+            pad: d.pads[0],
+            dilation: d.dilation,
+        },
     };
     shape.check()?;
-    if w.shape[0] != shape.c || w.shape[1] * groups != shape.m {
+    if w.shape[0] != shape.c || w.shape[1].checked_mul(groups) != Some(shape.m) {
         return Err(format!(
             "W {:?} does not map {} channels to {} in {groups} groups",
             w.shape, shape.c, shape.m
-        ));
-    }
-    // The output size the attributes give (output_padding included) must be Y's.
-    let opad = pair("output_padding", 0)?;
-    let full = |i: usize, a: usize, k: usize| {
-        shape.strides[a] * (i.max(1) - 1) + opad[a] + shape.dilations[a] * (k - 1) + 1
-    };
-    let (fh, fw) = (full(shape.h, 0, shape.kh), full(shape.w, 1, shape.kw));
-    if fh != shape.oh + pads[0] + pads[2] || fw != shape.ow + pads[1] + pads[3] {
-        return Err(format!(
-            "output {:?} is not the {fh}×{fw} full result less pads {pads:?}",
-            y.shape
         ));
     }
     Ok(Some(Box::new(ConvTransposeStep {
