@@ -22,7 +22,7 @@
 use super::pattern::{any, op, ops, Pat, Uses};
 use super::{add_in_place_of, give_back_name, sweep, try_add, Changed, Pass, PassContext};
 use crate::error::Result;
-use crate::ir::{Attr, Attrs, Graph, Node, NodeId, Value};
+use crate::ir::{Attr, Attrs, DType, Graph, Node, NodeId, Value};
 
 pub struct Layout;
 
@@ -110,10 +110,11 @@ fn plain_2d(g: &Graph, n: &Node) -> bool {
         && n.attrs.string_or("auto_pad", "NOTSET") == Ok("NOTSET")
 }
 
+/// Only f32 convs: the blocked kernels are f32 (others run plain, unreordered).
 fn blockable(g: &Graph, n: &Node, b: usize) -> bool {
     n.attrs.int_or("group", 1) == Ok(1)
         && n.attrs.int_or("block", 0) == Ok(0)
-        && n.outputs.first().is_some_and(|t| t.dtype.is_float())
+        && n.outputs.first().is_some_and(|t| t.dtype == DType::F32)
         && blocked_channels(g, n, b).is_some()
 }
 
