@@ -17,6 +17,7 @@ pub mod norm;
 mod par;
 pub mod pool_indices;
 pub mod pooling;
+pub mod quant;
 pub mod reduce;
 pub mod reorder;
 pub mod scatter;
