@@ -25,5 +25,6 @@ pub mod select;
 pub mod softmax;
 #[cfg(test)]
 mod testutil;
+pub mod trees;
 
 pub use activation::Act;

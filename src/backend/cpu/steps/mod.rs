@@ -19,6 +19,7 @@ pub mod matmul;
 pub mod nn;
 pub mod quant;
 pub mod reduce;
+pub mod trees;
 pub mod view;
 
 /// What a family builder sees of a node.
@@ -82,6 +83,7 @@ const FAMILIES: &[Builder] = &[
     view::build_transpose,
     view::build_gather,
     quant::build,
+    trees::build,
     backward::build,
 ];
 
