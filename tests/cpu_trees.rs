@@ -26,7 +26,10 @@ fn check_exact(g: &Graph, inputs: &[Tensor]) {
         }
         .compile_cpu(g)
         .unwrap();
-        let kinds = exe.step_kinds(&shapes).unwrap().expect("lowered to kernels");
+        let kinds = exe
+            .step_kinds(&shapes)
+            .unwrap()
+            .expect("lowered to kernels");
         assert!(
             kinds.contains(&"tree-ensemble") && !kinds.contains(&"fallback"),
             "{kinds:?}\n{}",
@@ -194,10 +197,7 @@ fn opset_5_tree_ensemble_with_membership() {
         a.set("nodes_featureids", ints(&[0, 1, 0]));
         a.set("nodes_modes", ints(&[6, 1, 0]));
         a.set("nodes_splits", Attr::Floats(vec![0.0, 0.5, 0.0]));
-        a.set(
-            "membership_values",
-            Attr::Floats(vec![1.0, 3.0, f64::NAN]),
-        );
+        a.set("membership_values", Attr::Floats(vec![1.0, 3.0, f64::NAN]));
         a.set("nodes_missing_value_tracks_true", ints(&[0, 1, 0]));
         a.set("nodes_truenodeids", ints(&[0, 1, 3]));
         a.set("nodes_trueleafs", ints(&[1, 1, 1]));
