@@ -110,7 +110,16 @@ fn zero_point(
 #[test]
 fn integer_matmuls_are_exact() {
     // (A dims, B dims, A's dtype, B's dtype, A's zero point, B's zero point, B constant)
-    let cases: &[(&[usize], &[usize], DType, DType, usize, usize, bool)] = &[
+    type Case = (
+        &'static [usize],
+        &'static [usize],
+        DType,
+        DType,
+        usize,
+        usize,
+        bool,
+    );
+    let cases: &[Case] = &[
         (&[1, 1], &[1, 1], DType::U8, DType::I8, 0, 0, true),
         (&[5, 7], &[7, 9], DType::U8, DType::U8, 1, 1, true),
         (&[17, 700], &[700, 33], DType::U8, DType::U8, 1, 2, true),

@@ -49,12 +49,11 @@ pub(crate) unsafe fn ensemble_rows(
                     width,
                 );
                 let seen = std::slice::from_raw_parts_mut(seenp.get().add(r * width), width);
-                e.row(row, s, seen).map(|pick| {
-                    for (k, &v) in s.iter().enumerate() {
-                        *scores.get().add(r * width + k) = v as f32;
-                    }
-                    pick
-                })
+                let picked = e.row(row, s, seen);
+                for (k, &v) in s.iter().enumerate() {
+                    *scores.get().add(r * width + k) = v as f32;
+                }
+                picked
             };
             match picked {
                 Ok(pick) => {
