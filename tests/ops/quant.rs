@@ -290,3 +290,77 @@ fn low_bit_inputs_are_refused_by_arithmetic_and_bad_round_modes_by_cast() {
     );
     assert_eq!(y.to_f64_vec(), vec![1.0, 0.125, 2.0]);
 }
+
+#[test]
+fn matmul_integer_subtracts_zero_points_per_tensor_and_per_row() {
+    // The ONNX documentation's example: A minus 12 times B.
+    let a = u8s(&[4, 3], &[11, 7, 3, 10, 6, 2, 9, 5, 1, 8, 4, 0]);
+    let b = u8s(&[3, 2], &[1, 4, 2, 5, 3, 6]);
+    let y = run1(
+        "MatMulInteger",
+        vec![
+            Input(a.clone()),
+            Input(b.clone()),
+            Input(u8s(&[], &[12])),
+            Input(u8s(&[], &[0])),
+        ],
+        Attrs::new(),
+    );
+    let want = [-38, -83, -44, -98, -50, -113, -56, -128];
+    assert_eq!(y, i32s(&[4, 2], &want));
+    // Per row of A (the same 12 four times) and per column of B (0 and 1).
+    let y = run1(
+        "MatMulInteger",
+        vec![
+            Input(a),
+            Input(b),
+            Input(u8s(&[4], &[12; 4])),
+            Input(u8s(&[2], &[0, 1])),
+        ],
+        Attrs::new(),
+    );
+    // Column 1 loses 1 from each of B's entries: minus the row sums of A - 12.
+    let row_sums = [-15, -18, -21, -24];
+    let want: Vec<i32> = (0..8)
+        .map(|i| want[i] - if i % 2 == 1 { row_sums[i / 2] } else { 0 })
+        .collect();
+    assert_eq!(y, i32s(&[4, 2], &want));
+    let e = run_err(
+        "MatMulInteger",
+        vec![Input(f32s(&[1, 1], &[1.0])), Input(u8s(&[1, 1], &[1]))],
+        Attrs::new(),
+    );
+    assert!(e.contains("A must be i8 or u8"), "{e}");
+}
+
+#[test]
+fn conv_integer_pads_with_the_zero_point() {
+    // The ONNX documentation's example: x = 2..=10 minus 1, a 2×2 window of ones.
+    let x = u8s(&[1, 1, 3, 3], &[2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    let w = u8s(&[1, 1, 2, 2], &[1, 1, 1, 1]);
+    let y = run1(
+        "ConvInteger",
+        vec![Input(x.clone()), Input(w.clone()), Input(u8s(&[], &[1]))],
+        Attrs::new(),
+    );
+    assert_eq!(y, i32s(&[1, 1, 2, 2], &[12, 16, 24, 28]));
+    let y = run1(
+        "ConvInteger",
+        vec![Input(x), Input(w), Input(u8s(&[], &[1]))],
+        attrs(&[("pads", Attr::Ints(vec![1, 1, 1, 1]))]),
+    );
+    let want = [1, 3, 5, 3, 5, 12, 16, 9, 11, 24, 28, 15, 7, 15, 17, 9];
+    assert_eq!(y, i32s(&[1, 1, 4, 4], &want));
+    // A per-output-channel weight zero point of i8 weights.
+    let y = run1(
+        "ConvInteger",
+        vec![
+            Input(u8s(&[1, 1, 1, 2], &[3, 5])),
+            Input(i8s(&[2, 1, 1, 1], &[-2, 4])),
+            Absent,
+            Input(i8s(&[2], &[-1, 2])),
+        ],
+        Attrs::new(),
+    );
+    assert_eq!(y, i32s(&[1, 2, 1, 2], &[-3, -5, 6, 10]));
+}

@@ -223,57 +223,22 @@ pub(super) fn batch_normalization_training(
     Ok(outs)
 }
 
-/// `ConvInteger` and `MatMulInteger`: `(x - x_zero_point) op (w - w_zero_point)` in
-/// int32. The operands are widened to f64, where every product and every sum of up to
-/// 2^37 of them is exact, so the result equals integer arithmetic.
-pub(super) fn integer_op(
-    b: &mut Builder,
-    op: &str,
-    inputs: &[Option<Value>],
-    attrs: Attrs,
-) -> Result<Vec<Value>> {
-    let acc = integer_accumulate(b, op, inputs, attrs)?;
-    Ok(vec![b.cast(acc, DType::I32)?])
-}
-
-/// The f64 accumulation of [`integer_op`]; a zero point applies per row of a matmul's
-/// A, per column of its B, per output channel of a convolution's W.
+/// The i32 `ConvInteger` or `MatMulInteger` of the float op `op`'s operands (the
+/// QLinear ops' and onnxruntime's quantized matmuls' accumulation), widened to f64.
 pub(super) fn integer_accumulate(
     b: &mut Builder,
     op: &str,
     inputs: &[Option<Value>],
     attrs: Attrs,
 ) -> Result<Value> {
-    let conv = op == "Conv";
-    let (x, w) = (need(inputs, 0, "A")?, need(inputs, 1, "B")?);
-    let rank = b.rank(x)?;
-    let mut widened = vec![];
-    for (i, v) in [x, w].into_iter().enumerate() {
-        let zero = inputs.get(2 + i).copied().flatten();
-        for (at, v) in [(i, Some(v)), (2 + i, zero)] {
-            if let Some(v) = v {
-                let d = b.dtype(v)?;
-                if !matches!(d, DType::I8 | DType::U8) {
-                    return Err(Error::Graph(format!(
-                        "input {at} must be int8 or uint8, got {}",
-                        d.name()
-                    )));
-                }
-            }
-        }
-        let mut v = b.cast(v, DType::F64)?;
-        if let Some(z) = zero {
-            let z = b.cast(z, DType::F64)?;
-            let z = match (conv, i) {
-                (true, 1) => b.along_axis(z, 0, rank)?,
-                (false, 0) => b.along_axis(z, rank.saturating_sub(2), rank)?,
-                _ => z,
-            };
-            v = b.binary("Sub", v, z)?;
-        }
-        widened.push(v);
-    }
-    b.op(op, &widened, attrs)
+    let integer_op = if op == "Conv" {
+        "ConvInteger"
+    } else {
+        "MatMulInteger"
+    };
+    let operands: Vec<Option<Value>> = inputs.iter().take(4).copied().collect();
+    let acc = b.op_outputs(integer_op, &operands, attrs)?[0];
+    b.cast(acc, DType::F64)
 }
 
 /// `QLinearConv` and `QLinearMatMul`: the integer op (plus QLinearConv's int32 bias),

@@ -172,12 +172,6 @@ pub(super) fn convert(
         }
         "Compress" => return expand::compress(&mut Builder::new(imp, name), &inputs, &attrs),
         "EyeLike" => return expand::eye_like(&mut Builder::new(imp, name), &inputs, &attrs),
-        "ConvInteger" => {
-            return expand::integer_op(&mut Builder::new(imp, name), "Conv", &inputs, attrs)
-        }
-        "MatMulInteger" => {
-            return expand::integer_op(&mut Builder::new(imp, name), "MatMul", &inputs, attrs)
-        }
         "QLinearConv" => {
             return expand::qlinear(&mut Builder::new(imp, name), "Conv", &inputs, attrs)
         }

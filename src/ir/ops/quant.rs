@@ -314,22 +314,193 @@ impl Op for DynamicQuantize {
 pub(super) fn dynamic_quantize_u8(values: impl Iterator<Item = f32> + Clone) -> (Vec<u8>, f32, u8) {
     let hi = values.clone().fold(0.0f32, f32::max);
     let lo = values.clone().fold(0.0f32, f32::min);
-    let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
-    let zero_point = (-lo / scale).clamp(0.0, 255.0).round_ties_even();
-    // Clamped before rounding, to [-zero point, 255 - zero point] (f32::max and min
-    // return the bound for NaN), as onnxruntime's kernel does.
+    let (scale, zero_point) = dynamic_quantize_params(lo, hi);
     let quantized = values
-        .map(|v| {
-            ((v / scale)
-                .max(-zero_point)
-                .min(255.0 - zero_point)
-                .round_ties_even()
-                + zero_point) as u8
-        })
+        .map(|v| dynamic_quantize_one(v, scale, zero_point))
         .collect();
     (quantized, scale, zero_point as u8)
 }
 
+/// The scale and zero point (a whole number in [0, 255]) of [`dynamic_quantize_u8`]
+/// for values whose range, widened to hold 0, is `lo..=hi`.
+pub fn dynamic_quantize_params(lo: f32, hi: f32) -> (f32, f32) {
+    let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
+    (scale, (-lo / scale).clamp(0.0, 255.0).round_ties_even())
+}
+
+/// One value of [`dynamic_quantize_u8`]: clamped before rounding, to [-zero point,
+/// 255 - zero point] (f32::max and min return the bound for NaN), as onnxruntime's
+/// kernel does.
+#[inline(always)]
+pub fn dynamic_quantize_one(v: f32, scale: f32, zero_point: f32) -> u8 {
+    ((v / scale)
+        .max(-zero_point)
+        .min(255.0 - zero_point)
+        .round_ties_even()
+        + zero_point) as u8
+}
+
+/// `ConvInteger` and `MatMulInteger`: `(a - a_zero_point) op (b - b_zero_point)` in
+/// i32, the float op's geometry. A zero point is per tensor, per row of A (per output
+/// channel of a convolution's W) or per column of B.
+struct IntegerOp {
+    schema: OpSchema,
+    /// The float op whose geometry (and, on exact f64 operands, arithmetic) this is.
+    float_op: &'static str,
+}
+
+const CONV_INTEGER_ATTRS: &[AttrSpec] = &[
+    AttrSpec::opt("auto_pad", AttrKind::String, "NOTSET"),
+    AttrSpec::opt("dilations", AttrKind::Ints, "1 per axis"),
+    AttrSpec::opt("group", AttrKind::Int, "1"),
+    AttrSpec::opt("kernel_shape", AttrKind::Ints, "W's spatial dims"),
+    AttrSpec::opt("pads", AttrKind::Ints, "0 per side"),
+    AttrSpec::opt("strides", AttrKind::Ints, "1 per axis"),
+];
+
+impl IntegerOp {
+    fn float_op(&self) -> Result<&'static dyn Op, String> {
+        super::lookup(self.float_op).ok_or_else(|| format!("no {} op", self.float_op))
+    }
+
+    /// The axis of operand `operand` (0: A or X, 1: B or W) a 1-D zero point runs along.
+    fn zero_point_axis(&self, operand: usize, rank: usize) -> usize {
+        match (self.float_op, operand) {
+            ("Conv", _) => 0,
+            (_, 0) => rank.saturating_sub(2),
+            _ => rank.saturating_sub(1),
+        }
+    }
+}
+
+impl Op for IntegerOp {
+    fn schema(&self) -> &OpSchema {
+        &self.schema
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        for i in 0..4 {
+            if let Some(t) = cx.opt_input(i) {
+                if !matches!(t.dtype, DType::U8 | DType::I8) {
+                    let name = self.schema.inputs[i].trim_end_matches('?');
+                    return Err(format!("{name} must be i8 or u8, got {}", t.dtype));
+                }
+            }
+        }
+        for (operand, zero_point) in [(0, 2), (1, 3)] {
+            let (Some(v), Some(z)) = (cx.opt_input(operand), cx.opt_input(zero_point)) else {
+                continue;
+            };
+            let axis = self.zero_point_axis(operand, v.rank());
+            let fits = z.shape.dims().iter().all(|d| d.fixed() == Some(1))
+                || (z.rank() == 1 && v.rank() > axis && z.shape.dim(0) == v.shape.dim(axis))
+                || z.rank() == v.rank();
+            if !fits {
+                let name = self.schema.inputs[zero_point].trim_end_matches('?');
+                return Err(format!(
+                    "{name} ({z}) must be a scalar or run along axis {axis} of {v}"
+                ));
+            }
+        }
+        // The geometry is the float op's on the same shapes.
+        let as_float = |i: usize| -> Result<Option<TensorType>, String> {
+            Ok(Some(TensorType::new(
+                DType::F32,
+                cx.input(i)?.shape.clone(),
+            )))
+        };
+        let inputs = [as_float(0)?, as_float(1)?];
+        let float_cx = InferCtx {
+            node_name: cx.node_name,
+            inputs: &inputs,
+            consts: &[],
+            attrs: cx.attrs,
+        };
+        let mut out = self.float_op()?.infer(&float_cx)?;
+        for t in &mut out {
+            t.dtype = DType::I32;
+        }
+        Ok(out)
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        // Each operand minus its zero point, in f64: every product and every sum of up to
+        // 2^37 of them is exact there, so the float op computes the integer result.
+        let mut operands = vec![];
+        for (operand, zero_point) in [(0, 2), (1, 3)] {
+            let v = cx.input(operand)?.to_f64_array();
+            let v = match cx.opt_input(zero_point) {
+                None => v,
+                Some(z) => {
+                    let mut z = z.to_f64_array();
+                    let axis = self.zero_point_axis(operand, v.ndim());
+                    if z.len() != 1 && z.ndim() == 1 && v.ndim() > 1 {
+                        let mut shape = vec![1; v.ndim()];
+                        shape[axis] = z.len();
+                        z = z
+                            .into_shape_with_order(IxDyn(&shape))
+                            .map_err(|e| e.to_string())?;
+                    } else if z.len() == 1 {
+                        z = z
+                            .into_shape_with_order(IxDyn(&[]))
+                            .map_err(|e| e.to_string())?;
+                    }
+                    let z = z.broadcast(v.raw_dim()).ok_or_else(|| {
+                        format!(
+                            "zero point {:?} does not fit operand {:?}",
+                            z.shape(),
+                            v.shape()
+                        )
+                    })?;
+                    &v - &z
+                }
+            };
+            operands.push(Tensor::F64(v));
+        }
+        let types: Vec<TensorType> = operands
+            .iter()
+            .map(|t| TensorType::new(DType::F64, crate::ir::Shape::fixed(t.shape())))
+            .collect();
+        let out = super::evaluate(
+            self.float_op()?,
+            &EvalCtx {
+                inputs: &[Some(&operands[0]), Some(&operands[1])],
+                input_types: &[Some(&types[0]), Some(&types[1])],
+                attrs: cx.attrs,
+            },
+        )?;
+        Ok(out.into_iter().map(|t| t.cast(DType::I32)).collect())
+    }
+}
+
 pub(crate) fn ops() -> Vec<&'static dyn Op> {
-    vec![leak(Quantize), leak(Dequantize), leak(DynamicQuantize)]
+    vec![
+        leak(Quantize),
+        leak(Dequantize),
+        leak(DynamicQuantize),
+        leak(IntegerOp {
+            schema: OpSchema {
+                name: "ConvInteger",
+                family: "quant",
+                inputs: &["x", "w", "x_zero_point?", "w_zero_point?"],
+                outputs: &["y"],
+                attrs: CONV_INTEGER_ATTRS,
+                doc: "Conv of (x - x_zero_point) with (w - w_zero_point) in i32 (u8/i8 \
+                      operands; w's zero point per tensor or per output channel).",
+            },
+            float_op: "Conv",
+        }),
+        leak(IntegerOp {
+            schema: OpSchema {
+                name: "MatMulInteger",
+                family: "quant",
+                inputs: &["A", "B", "a_zero_point?", "b_zero_point?"],
+                outputs: &["Y"],
+                attrs: &[],
+                doc: "MatMul of (A - a_zero_point) and (B - b_zero_point) in i32 (u8/i8 \
+                      operands; zero points per tensor, per row of A, per column of B).",
+            },
+            float_op: "MatMul",
+        }),
+    ]
 }

@@ -194,30 +194,39 @@ impl Forest {
         Err("the trees' branches form a cycle".into())
     }
 
-    /// One row's aggregated scores per target (`None`: no leaf reached scores it).
-    fn scores(&self, row: &[f64]) -> Result<Vec<Option<f64>>, String> {
-        let mut scores: Vec<Option<f64>> = vec![None; self.targets];
+    /// One row's aggregated scores per target into `scores`; `seen[t]` says whether a
+    /// leaf reached scored target t (else its score is 0).
+    fn scores_into(
+        &self,
+        row: &[f64],
+        scores: &mut [f64],
+        seen: &mut [bool],
+    ) -> Result<(), String> {
+        scores.fill(0.0);
+        seen.fill(false);
         for &root in &self.roots {
             let leaf = self.leaf(row, root)?;
             for &(target, weight) in self.leaves.get(leaf).into_iter().flatten() {
-                let slot = scores
-                    .get_mut(target)
-                    .ok_or_else(|| format!("target {target} is out of range"))?;
-                *slot = Some(match (*slot, self.aggregate) {
-                    (None, _) => weight,
-                    (Some(s), Aggregate::Sum | Aggregate::Average) => s + weight,
-                    (Some(s), Aggregate::Min) => s.min(weight),
-                    (Some(s), Aggregate::Max) => s.max(weight),
-                });
+                let (Some(slot), Some(seen)) = (scores.get_mut(target), seen.get_mut(target))
+                else {
+                    return Err(format!("target {target} is out of range"));
+                };
+                *slot = match (*seen, self.aggregate) {
+                    (false, _) => weight,
+                    (true, Aggregate::Sum | Aggregate::Average) => *slot + weight,
+                    (true, Aggregate::Min) => slot.min(weight),
+                    (true, Aggregate::Max) => slot.max(weight),
+                };
+                *seen = true;
             }
         }
         if self.aggregate == Aggregate::Average && !self.roots.is_empty() {
             let trees = self.roots.len() as f64;
-            for s in scores.iter_mut().flatten() {
+            for s in scores.iter_mut() {
                 *s /= trees;
             }
         }
-        Ok(scores)
+        Ok(())
     }
 
     /// The rows of `x` ([N, F], or [F] for one row) as f64.
@@ -228,24 +237,115 @@ impl Forest {
             _ => (1, values.len(), values),
         }
     }
+}
 
-    /// Regression: each row's scores, plus `base`, post-transformed; [N, targets].
-    fn regress(&self, x: &Tensor, base: &[f64]) -> Result<(usize, Vec<f64>), String> {
-        let (n, width, values) = Self::rows(x);
-        super::util::check_size(&[n, self.targets])?;
-        let mut out = Vec::with_capacity(n.saturating_mul(self.targets));
-        for r in 0..n {
-            let row = values.get(r * width..(r + 1) * width).unwrap_or(&[]);
-            let mut scores: Vec<f64> = self
-                .scores(row)?
-                .into_iter()
-                .enumerate()
-                .map(|(t, s)| s.unwrap_or(0.0) + base.get(t).copied().unwrap_or(0.0))
-                .collect();
-            self.post.apply(&mut scores);
-            out.extend(scores);
+/// A tree ensemble read from its attributes once, for a backend that runs it many times
+/// with the interpreter's own walk (so with its results): a regressor's or a
+/// classifier's scores per row, post-transformed.
+pub struct Ensemble {
+    forest: Forest,
+    base: Vec<f64>,
+    /// A classifier's labels, and the one class every weight is for when binary.
+    classifier: Option<(Labels, Option<usize>)>,
+}
+
+impl Ensemble {
+    /// The ensemble of op `op` (`TreeEnsemble`, `TreeEnsembleRegressor` or
+    /// `TreeEnsembleClassifier`) with `attrs`.
+    pub fn new(op: &str, attrs: &Attrs) -> Result<Ensemble, String> {
+        Ok(match op {
+            "TreeEnsemble" => Ensemble {
+                forest: forest_v5(attrs)?,
+                base: vec![],
+                classifier: None,
+            },
+            "TreeEnsembleRegressor" => {
+                let (forest, base) = regressor_forest(attrs)?;
+                Ensemble {
+                    forest,
+                    base,
+                    classifier: None,
+                }
+            }
+            "TreeEnsembleClassifier" => {
+                let c = classifier(attrs)?;
+                Ensemble {
+                    forest: c.forest,
+                    base: c.base,
+                    classifier: Some((c.labels, c.binary)),
+                }
+            }
+            other => return Err(format!("{other} is not a tree ensemble")),
+        })
+    }
+
+    /// Scores per row: targets or classes.
+    pub fn width(&self) -> usize {
+        self.forest.targets
+    }
+
+    /// The features a row needs at least.
+    pub fn features(&self) -> usize {
+        self.forest.max_feature().map_or(0, |f| f + 1)
+    }
+
+    /// A classifier's integer labels (`None`: a regressor, or string labels).
+    pub fn int_labels(&self) -> Option<&[i64]> {
+        match &self.classifier {
+            Some((Labels::Ints(v), _)) => Some(v),
+            _ => None,
         }
-        Ok((n, out))
+    }
+
+    /// One row's post-transformed scores into `scores` (`width` of them; `seen` is as
+    /// long, scratch); returns the index of the first largest (a classifier's pick).
+    pub fn row(&self, row: &[f64], scores: &mut [f64], seen: &mut [bool]) -> Result<usize, String> {
+        self.forest.scores_into(row, scores, seen)?;
+        let base = |k: usize| match self.base.len() {
+            0 => 0.0,
+            1 if self.classifier.is_some() => self.base[0],
+            _ => self.base.get(k).copied().unwrap_or(0.0),
+        };
+        match &self.classifier {
+            Some((_, Some(k))) => {
+                // Binary: the one class's score s gives the pair (1 - s, s) or (-s, s).
+                let s = scores.get(*k).copied().unwrap_or(0.0) + base(*k);
+                let other = match self.forest.post {
+                    PostTransform::None | PostTransform::Probit => 1.0 - s,
+                    _ => -s,
+                };
+                if let [a, b] = scores {
+                    (*a, *b) = (other, s);
+                }
+            }
+            _ => {
+                for (k, s) in scores.iter_mut().enumerate() {
+                    *s += base(k);
+                }
+            }
+        }
+        self.forest.post.apply(scores);
+        // The first largest score wins, as numpy's argmax.
+        Ok(scores
+            .iter()
+            .enumerate()
+            .fold(0, |best, (k, &s)| if s > scores[best] { k } else { best }))
+    }
+
+    /// Every row of `x`: the scores [N × width] and each row's pick.
+    fn run(&self, x: &Tensor) -> Result<(usize, Vec<f64>, Vec<usize>), String> {
+        let (n, features, values) = Forest::rows(x);
+        let width = self.width();
+        super::util::check_size(&[n, width])?;
+        let mut scores = vec![0.0; n * width];
+        let mut seen = vec![false; width];
+        let mut picks = Vec::with_capacity(n);
+        for r in 0..n {
+            let row = values.get(r * features..(r + 1) * features).unwrap_or(&[]);
+            let out = &mut scores[r * width..(r + 1) * width];
+            picks.push(self.row(row, out, &mut seen)?);
+        }
+        Ok((n, scores, picks))
     }
 }
 
@@ -631,13 +731,9 @@ impl Op for TreeEnsemble {
 
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
         let x = cx.input(0)?;
-        let forest = forest_v5(cx.attrs)?;
-        let (n, y) = forest.regress(x, &[])?;
-        Ok(vec![Tensor::from_f64s(
-            x.dtype(),
-            &[n, forest.targets],
-            &y,
-        )?])
+        let e = Ensemble::new("TreeEnsemble", cx.attrs)?;
+        let (n, y, _) = e.run(x)?;
+        Ok(vec![Tensor::from_f64s(x.dtype(), &[n, e.width()], &y)?])
     }
 }
 
@@ -711,13 +807,9 @@ impl Op for TreeEnsembleRegressor {
     }
 
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
-        let (forest, base) = regressor_forest(cx.attrs)?;
-        let (n, y) = forest.regress(cx.input(0)?, &base)?;
-        Ok(vec![Tensor::from_f64s(
-            DType::F32,
-            &[n, forest.targets],
-            &y,
-        )?])
+        let e = Ensemble::new("TreeEnsembleRegressor", cx.attrs)?;
+        let (n, y, _) = e.run(cx.input(0)?)?;
+        Ok(vec![Tensor::from_f64s(DType::F32, &[n, e.width()], &y)?])
     }
 }
 
@@ -839,42 +931,13 @@ impl Op for TreeEnsembleClassifier {
     }
 
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
-        let c = classifier(cx.attrs)?;
-        let classes = c.labels.len();
-        let (n, width, values) = Forest::rows(cx.input(0)?);
-        let mut z = Vec::with_capacity(n.saturating_mul(classes));
-        let mut picks = Vec::with_capacity(n);
-        for r in 0..n {
-            let row = values.get(r * width..(r + 1) * width).unwrap_or(&[]);
-            let base = |k: usize| match c.base.len() {
-                0 => 0.0,
-                1 => c.base[0],
-                _ => c.base[k],
-            };
-            let raw = c.forest.scores(row)?;
-            let mut scores: Vec<f64> = match c.binary {
-                Some(k) => {
-                    let s = raw[k].unwrap_or(0.0) + base(k);
-                    let other = match c.forest.post {
-                        PostTransform::None | PostTransform::Probit => 1.0 - s,
-                        _ => -s,
-                    };
-                    vec![other, s]
-                }
-                None => (0..classes)
-                    .map(|k| raw[k].unwrap_or(0.0) + base(k))
-                    .collect(),
-            };
-            c.forest.post.apply(&mut scores);
-            // The first largest score wins, as numpy's argmax.
-            let best = scores
-                .iter()
-                .enumerate()
-                .fold(0, |best, (k, &s)| if s > scores[best] { k } else { best });
-            picks.push(best);
-            z.extend(scores);
-        }
-        let y = match &c.labels {
+        let e = Ensemble::new("TreeEnsembleClassifier", cx.attrs)?;
+        let classes = e.width();
+        let (n, z, picks) = e.run(cx.input(0)?)?;
+        let Some((labels, _)) = &e.classifier else {
+            return Err("not a classifier".into());
+        };
+        let y = match labels {
             Labels::Ints(labels) => {
                 let y: Vec<i64> = picks.iter().map(|&k| labels[k]).collect();
                 Tensor::from_i64s(DType::I64, &[n], &y)?

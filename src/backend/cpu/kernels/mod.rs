@@ -18,6 +18,7 @@ pub mod norm;
 pub(crate) mod par;
 pub mod pool_indices;
 pub mod pooling;
+pub mod quant;
 pub mod reduce;
 pub mod reorder;
 pub mod resize;
@@ -26,5 +27,6 @@ pub mod select;
 pub mod softmax;
 #[cfg(test)]
 mod testutil;
+pub mod trees;
 
 pub use activation::Act;

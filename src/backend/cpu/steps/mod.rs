@@ -21,6 +21,7 @@ pub mod movement;
 pub mod nn;
 pub mod quant;
 pub mod reduce;
+pub mod trees;
 pub mod view;
 
 /// What a family builder sees of a node.
@@ -84,6 +85,7 @@ const FAMILIES: &[Builder] = &[
     view::build,
     movement::build,
     quant::build,
+    trees::build,
     backward::build,
 ];
 

@@ -1,0 +1,78 @@
+//! Tree ensembles over rows in parallel: each row converted to f64 and walked by the
+//! interpreter's own [`Ensemble`] (built once at lowering), so the scores are its own.
+use std::sync::Mutex;
+
+use super::par::{for_ranges, SyncPtr};
+use crate::backend::cpu::pool::Pool;
+use crate::ir::ops::tree::Ensemble;
+
+/// Where a tree step's rows go: f32 scores `[rows × width]` and, for a classifier with
+/// integer labels, each row's label.
+pub(crate) struct TreeOutputs<'a> {
+    pub scores: *mut f32,
+    pub labels: Option<(*mut i64, &'a [i64])>,
+}
+
+/// Runs `e` over `rows` rows of `features` f32 values at `x`.
+///
+/// # Safety
+/// `x` readable for rows × features floats; `scratch` writable for rows × (features +
+/// width) f64 and `seen` for rows × width bools; the outputs writable for their rows.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn ensemble_rows(
+    e: &Ensemble,
+    x: *const f32,
+    rows: usize,
+    features: usize,
+    scratch: *mut f64,
+    seen: *mut bool,
+    out: &TreeOutputs,
+    pool: Option<&Pool>,
+) -> Result<(), String> {
+    let width = e.width();
+    let failure = Mutex::new(None);
+    let (xp, sp, seenp) = (SyncPtr(x as *mut f32), SyncPtr(scratch), SyncPtr(seen));
+    let scores = SyncPtr(out.scores);
+    let labels = out.labels.map(|(p, l)| (SyncPtr(p), l));
+    let work = e.width().max(1) * 64;
+    for_ranges(pool, rows, work, &|range| {
+        for r in range {
+            // SAFETY: r < rows: its row of x, its scratch and its outputs lie inside the
+            // buffers, and no other task touches them.
+            let picked = unsafe {
+                let row = std::slice::from_raw_parts_mut(sp.get().add(r * features), features);
+                for (f, v) in row.iter_mut().enumerate() {
+                    *v = *xp.get().add(r * features + f) as f64;
+                }
+                let s = std::slice::from_raw_parts_mut(
+                    sp.get().add(rows * features + r * width),
+                    width,
+                );
+                let seen = std::slice::from_raw_parts_mut(seenp.get().add(r * width), width);
+                let picked = e.row(row, s, seen);
+                for (k, &v) in s.iter().enumerate() {
+                    *scores.get().add(r * width + k) = v as f32;
+                }
+                picked
+            };
+            match picked {
+                Ok(pick) => {
+                    if let Some((p, l)) = labels {
+                        // SAFETY: as above; pick < width = the labels' count.
+                        unsafe { *p.get().add(r) = l.get(pick).copied().unwrap_or_default() };
+                    }
+                }
+                Err(m) => {
+                    if let Ok(mut f) = failure.lock() {
+                        f.get_or_insert(m);
+                    }
+                    return;
+                }
+            }
+        }
+    });
+    match failure.into_inner() {
+        Ok(Some(m)) => Err(m),
+        _ => Ok(()),
+    }
+}
