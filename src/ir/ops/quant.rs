@@ -312,22 +312,31 @@ impl Op for DynamicQuantize {
 /// saturated (NaN gives 0). Every step is f32, as ONNX's definition is: computing the
 /// range, the scale or a quotient in f64 instead moves ties and flips some values by one.
 pub(super) fn dynamic_quantize_u8(values: impl Iterator<Item = f32> + Clone) -> (Vec<u8>, f32, u8) {
+    let (scale, zero_point) = dynamic_quant_params(values.clone());
+    let quantized = values.map(|v| quantize_u8(v, scale, zero_point)).collect();
+    (quantized, scale, zero_point as u8)
+}
+
+/// The scale and zero point (a whole number in 0..=255) [`dynamic_quantize_u8`] uses
+/// for `values`.
+pub(crate) fn dynamic_quant_params(values: impl Iterator<Item = f32> + Clone) -> (f32, f32) {
     let hi = values.clone().fold(0.0f32, f32::max);
-    let lo = values.clone().fold(0.0f32, f32::min);
+    let lo = values.fold(0.0f32, f32::min);
     let scale = if hi == lo { 1.0 } else { (hi - lo) / 255.0 };
     let zero_point = (-lo / scale).clamp(0.0, 255.0).round_ties_even();
+    (scale, zero_point)
+}
+
+/// One value quantized with [`dynamic_quant_params`]' scale and zero point.
+#[inline]
+pub(crate) fn quantize_u8(v: f32, scale: f32, zero_point: f32) -> u8 {
     // Clamped before rounding, to [-zero point, 255 - zero point] (f32::max and min
     // return the bound for NaN), as onnxruntime's kernel does.
-    let quantized = values
-        .map(|v| {
-            ((v / scale)
-                .max(-zero_point)
-                .min(255.0 - zero_point)
-                .round_ties_even()
-                + zero_point) as u8
-        })
-        .collect();
-    (quantized, scale, zero_point as u8)
+    ((v / scale)
+        .max(-zero_point)
+        .min(255.0 - zero_point)
+        .round_ties_even()
+        + zero_point) as u8
 }
 
 pub(crate) fn ops() -> Vec<&'static dyn Op> {

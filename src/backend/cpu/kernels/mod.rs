@@ -19,6 +19,7 @@ pub mod pool_indices;
 pub mod pooling;
 pub mod reduce;
 pub mod reorder;
+pub mod rnn;
 pub mod scatter;
 pub mod select;
 pub mod softmax;

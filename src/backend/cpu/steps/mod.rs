@@ -19,6 +19,7 @@ pub mod matmul;
 pub mod nn;
 pub mod quant;
 pub mod reduce;
+pub mod rnn;
 pub mod view;
 
 /// What a family builder sees of a node.
@@ -82,6 +83,8 @@ const FAMILIES: &[Builder] = &[
     view::build_transpose,
     view::build_gather,
     quant::build,
+    rnn::build,
+    rnn::build_quant_lstm,
     backward::build,
 ];
 
