@@ -305,8 +305,8 @@ fn every_activation_with_its_alpha_and_beta() {
                 names[pos] = act;
                 let case = Case {
                     activations: Some(names),
-                    alphas: with_params.then(|| vec![0.7, 0.4, 1.3][..n].to_vec()),
-                    betas: with_params.then(|| vec![0.2, 0.6, 0.9][..n].to_vec()),
+                    alphas: with_params.then(|| [0.7, 0.4, 1.3][..n].to_vec()),
+                    betas: with_params.then(|| [0.2, 0.6, 0.9][..n].to_vec()),
                     clip: (i % 3 == 0).then_some(2.0),
                     ..Case::new(op)
                 };

@@ -541,8 +541,8 @@ impl RnnLayer {
                     if s.gru_reset_first() {
                         if first {
                             let rs = std::slice::from_raw_parts_mut(reset.add(n * h), h);
-                            for j in 0..h {
-                                rs[j] = r[j] * hrow[j];
+                            for ((o, r), h) in rs.iter_mut().zip(r).zip(&*hrow) {
+                                *o = r * h;
                             }
                             return;
                         }
@@ -555,9 +555,9 @@ impl RnnLayer {
                         let rb = io
                             .b
                             .map(|b| std::slice::from_raw_parts(b.add(d * 2 * gh + gh + 2 * h), h));
-                        for j in 0..h {
-                            let rh = gc[j] + rb.map_or(0.0, |rb| rb[j]);
-                            gc[j] = xc[j] + r[j] * rh;
+                        for (j, g) in gc.iter_mut().enumerate() {
+                            let rh = *g + rb.map_or(0.0, |rb| rb[j]);
+                            *g = xc[j] + r[j] * rh;
                         }
                         clip(gc);
                         acts[1].apply(gc);
@@ -573,9 +573,9 @@ impl RnnLayer {
                     let (go, rest) = rest.split_at_mut(h);
                     let (gf, gc) = rest.split_at_mut(h);
                     if let Some(p) = p {
-                        for j in 0..h {
-                            gi[j] += p[j] * crow[j];
-                            gf[j] += p[2 * h + j] * crow[j];
+                        for (j, &c) in crow.iter().enumerate() {
+                            gi[j] += p[j] * c;
+                            gf[j] += p[2 * h + j] * c;
                         }
                     }
                     clip(gi);
@@ -588,20 +588,20 @@ impl RnnLayer {
                     }
                     clip(gc);
                     acts[1].apply(gc);
-                    for j in 0..h {
-                        crow[j] = gf[j] * crow[j] + gi[j] * gc[j];
+                    for (j, c) in crow.iter_mut().enumerate() {
+                        *c = gf[j] * *c + gi[j] * gc[j];
                     }
                     if let Some(p) = p {
-                        for j in 0..h {
-                            go[j] += p[h + j] * crow[j];
+                        for (j, &c) in crow.iter().enumerate() {
+                            go[j] += p[h + j] * c;
                         }
                     }
                     clip(go);
                     acts[0].apply(go);
                     gc.copy_from_slice(crow);
                     acts[2].apply(gc);
-                    for j in 0..h {
-                        hrow[j] = go[j] * gc[j];
+                    for ((hv, o), c) in hrow.iter_mut().zip(&*go).zip(&*gc) {
+                        *hv = o * c;
                     }
                 }
             }
