@@ -362,7 +362,7 @@ fn a_large_layer_uses_the_pool() {
         hidden: 160,
         direction: "bidirectional",
         initial: true,
-        lens: Some((0..64).map(|n| (n % 4) as i32).collect()),
+        lens: Some((0..64).map(|n| n % 4).collect()),
         ..Case::new("LSTM")
     };
     check(&case, 600);
