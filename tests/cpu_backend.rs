@@ -696,3 +696,302 @@ fn low_bit_dequantize_per_tensor_per_axis_and_blocked() {
         }
     }
 }
+
+/// Every activation exporters write runs as one vectorized kernel, and after a
+/// convolution or a product it is the kernel's epilogue: no step of its own.
+#[test]
+fn activations_as_kernels_and_epilogues() {
+    let mut rng = Rng(71);
+    let f = |k: &str, v: f64| Attrs::new().with(k, Attr::Float(v));
+    let acts: Vec<(&str, Attrs)> = vec![
+        ("HardSwish", Attrs::new()),
+        ("Mish", Attrs::new()),
+        ("Softplus", Attrs::new()),
+        ("Softsign", Attrs::new()),
+        ("Selu", Attrs::new()),
+        ("Selu", f("alpha", 1.5).with("gamma", Attr::Float(0.9))),
+        ("Celu", f("alpha", 0.7)),
+        ("ThresholdedRelu", f("alpha", 0.3)),
+        ("LeakyRelu", f("alpha", 0.2)),
+        ("Elu", f("alpha", 0.6)),
+        ("HardSigmoid", f("alpha", 0.3)),
+        ("Gelu", Attrs::new()),
+        (
+            "Gelu",
+            Attrs::new().with("approximate", Attr::String("tanh".into())),
+        ),
+    ];
+    for (name, attrs) in &acts {
+        let mut g = Graph::new("act");
+        let x = param(&mut g, "x", &[3, 37]);
+        let y = op(&mut g, name, &[x], attrs.clone());
+        g.add_output("y", y).unwrap();
+        uses(&g, "activation");
+        check(&g, 5);
+        // After a convolution: its epilogue.
+        let mut g = Graph::new("conv-act");
+        let x = param(&mut g, "x", &[1, 16, 9, 7]);
+        let w = weight(&mut g, &mut rng, "w", &[24, 16, 3, 3]);
+        let h = op(&mut g, "Conv", &[x, w], ints(&[("pads", &[1, 1, 1, 1])]));
+        let y = op(&mut g, name, &[h], attrs.clone());
+        g.add_output("y", y).unwrap();
+        let k = kinds(&g);
+        assert!(
+            !k.iter()
+                .any(|s| ["activation", "fused-eltwise", "fallback"].contains(s)),
+            "{name}: {k:?}"
+        );
+        check(&g, 6);
+    }
+}
+
+/// The decomposed forms exporters write: HardSwish as `x * clip(x + 3, 0, 6) / 6` (and
+/// as `x * HardSigmoid(x)`) after a convolution, SiLU as `x * sigmoid(x)` after a
+/// product, each folded into the producer's epilogue.
+#[test]
+fn decomposed_hardswish_and_silu_fuse_into_epilogues() {
+    let mut rng = Rng(73);
+    let c = |g: &mut Graph, v: f32| scalar(g, &format!("c{v}"), v);
+    for form in 0..3 {
+        let mut g = Graph::new("hardswish");
+        let x = param(&mut g, "x", &[1, 16, 8, 5]);
+        let w = weight(&mut g, &mut rng, "w", &[32, 16, 1, 1]);
+        let h = op(&mut g, "Conv", &[x, w], Attrs::new());
+        let (three, zero, six) = (c(&mut g, 3.0), c(&mut g, 0.0), c(&mut g, 6.0));
+        let y = if form == 2 {
+            let hs = Attrs::new()
+                .with("alpha", Attr::Float(1.0 / 6.0))
+                .with("beta", Attr::Float(0.5));
+            let s = op(&mut g, "HardSigmoid", &[h], hs);
+            op(&mut g, "Mul", &[h, s], Attrs::new())
+        } else {
+            let t = op(&mut g, "Add", &[h, three], Attrs::new());
+            let t = op(&mut g, "Clip", &[t, zero, six], Attrs::new());
+            if form == 0 {
+                let m = op(&mut g, "Mul", &[h, t], Attrs::new());
+                op(&mut g, "Div", &[m, six], Attrs::new())
+            } else {
+                let d = op(&mut g, "Div", &[t, six], Attrs::new());
+                op(&mut g, "Mul", &[h, d], Attrs::new())
+            }
+        };
+        g.add_output("y", y).unwrap();
+        let k = kinds(&g);
+        assert!(
+            !k.iter()
+                .any(|s| ["activation", "fused-eltwise", "binary", "fallback"].contains(s)),
+            "form {form}: {k:?}"
+        );
+        check(&g, 7);
+    }
+    let mut g = Graph::new("silu");
+    let x = param(&mut g, "x", &[5, 33]);
+    let w = weight(&mut g, &mut rng, "w", &[33, 20]);
+    let h = op(&mut g, "MatMul", &[x, w], Attrs::new());
+    let s = op(&mut g, "Sigmoid", &[h], Attrs::new());
+    let y = op(&mut g, "Mul", &[s, h], Attrs::new());
+    g.add_output("y", y).unwrap();
+    let k = kinds(&g);
+    assert_eq!(k.len(), 1, "{k:?}");
+    check(&g, 8);
+}
+
+/// Binary ops on every numeric dtype, broadcast, exactly as the interpreter computes
+/// them (integers wrap); an integer division by zero is an error naming the node.
+#[test]
+fn binary_ops_on_every_numeric_dtype() {
+    let dtypes = [
+        DType::I8,
+        DType::U8,
+        DType::I16,
+        DType::U16,
+        DType::I32,
+        DType::U32,
+        DType::I64,
+        DType::U64,
+        DType::F64,
+        DType::F16,
+        DType::BF16,
+    ];
+    let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
+    let mut rng = Rng(79);
+    for dtype in dtypes {
+        for name in ["Add", "Sub", "Mul", "Div", "Max", "Min"] {
+            let mut g = Graph::new("typed");
+            let a = common::typed_param(&mut g, "a", dtype, &[3, 1, 5]);
+            let b = common::typed_param(&mut g, "b", dtype, &[4, 1]);
+            let y = op(&mut g, name, &[a, b], Attrs::new());
+            g.add_output("y", y).unwrap();
+            uses(&g, "binary-elem");
+            let values = |rng: &mut Rng, n: usize| -> Vec<f64> {
+                // Small magnitudes (unsigned types too), never 0 (a divisor).
+                (0..n)
+                    .map(|_| {
+                        let v = (rng.f32_tensor(&[1], 1.0).to_f64_vec()[0] * 100.0).round();
+                        let unsigned =
+                            matches!(dtype, DType::U8 | DType::U16 | DType::U32 | DType::U64);
+                        let v = if unsigned { v.abs() } else { v };
+                        if v == 0.0 {
+                            7.0
+                        } else {
+                            v
+                        }
+                    })
+                    .collect()
+            };
+            let inputs = vec![
+                Tensor::from_f64s(dtype, &[3, 1, 5], &values(&mut rng, 15)).unwrap(),
+                Tensor::from_f64s(dtype, &[4, 1], &values(&mut rng, 4)).unwrap(),
+            ];
+            let want = interp.compile(&g).unwrap().run(&inputs).unwrap();
+            for threads in [1, 2] {
+                let got = cpu(threads).compile(&g).unwrap().run(&inputs).unwrap();
+                assert_eq!(got, want, "{name} on {dtype}");
+            }
+        }
+    }
+    let mut g = Graph::new("div0");
+    let a = common::typed_param(&mut g, "a", DType::I32, &[4]);
+    let b = common::typed_param(&mut g, "b", DType::I32, &[4]);
+    let y = common::named_op(&mut g, "Div", &[a, b], Attrs::new(), "the_div");
+    g.add_output("y", y).unwrap();
+    let a = Tensor::from_f64s(DType::I32, &[4], &[1.0, 2.0, 3.0, 4.0]).unwrap();
+    let b = Tensor::from_f64s(DType::I32, &[4], &[1.0, 0.0, 3.0, 4.0]).unwrap();
+    let err = cpu(1).compile(&g).unwrap().run(&[a, b]).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("the_div") && msg.contains("division by zero"),
+        "{msg}"
+    );
+}
+
+/// Multi-head attention as one kernel: 3-D and 4-D operands, grouped key/value heads,
+/// no mask, a key mask and a full mask, an explicit scale.
+#[test]
+fn attention_heads_on_the_gemm() {
+    let mask_shapes: [Option<&[usize]>; 4] = [
+        None,
+        Some(&[2, 1, 1, 11]),
+        Some(&[11]),
+        Some(&[2, 4, 7, 11]),
+    ];
+    for mask_shape in mask_shapes {
+        for three_d in [true, false] {
+            let (hq, hkv, d, dv) = (4, 2, 8, 5);
+            let (b, sq, t) = (2, 7, 11);
+            let mut g = Graph::new("attention");
+            let (q, k, v) = if three_d {
+                (
+                    param(&mut g, "q", &[b, sq, hq * d]),
+                    param(&mut g, "k", &[b, t, hkv * d]),
+                    param(&mut g, "v", &[b, t, hkv * dv]),
+                )
+            } else {
+                (
+                    param(&mut g, "q", &[b, hq, sq, d]),
+                    param(&mut g, "k", &[b, hkv, t, d]),
+                    param(&mut g, "v", &[b, hkv, t, dv]),
+                )
+            };
+            let mut ins = vec![q, k, v];
+            if let Some(ms) = mask_shape {
+                ins.push(param(&mut g, "mask", ms));
+            }
+            let mut attrs = Attrs::new();
+            if three_d {
+                attrs = attrs
+                    .with("q_num_heads", Attr::Int(hq as i64))
+                    .with("kv_num_heads", Attr::Int(hkv as i64));
+            }
+            if mask_shape.is_some_and(|m| m.len() == 1) {
+                attrs = attrs.with("scale", Attr::Float(0.3));
+            }
+            let node = g.op("Attention", &ins, attrs, "att").unwrap();
+            g.add_output("y", Value::from(node)).unwrap();
+            uses(&g, "attention");
+            check(&g, 11);
+        }
+    }
+}
+
+/// Reductions on integer and f64/f16 tensors over constant axes, kept or dropped, as
+/// the interpreter computes them (integers exactly).
+#[test]
+fn reductions_on_every_numeric_dtype() {
+    let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
+    let mut rng = Rng(83);
+    for dtype in [DType::I32, DType::I64, DType::U8, DType::F64, DType::F16] {
+        let kinds_of: &[&str] = if dtype.is_float() {
+            &[
+                "ReduceSum",
+                "ReduceMean",
+                "ReduceMax",
+                "ReduceMin",
+                "ReduceProd",
+                "ReduceL1",
+                "ReduceL2",
+                "ReduceLogSumExp",
+                "ReduceSumSquare",
+            ]
+        } else {
+            &[
+                "ReduceSum",
+                "ReduceMax",
+                "ReduceMin",
+                "ReduceProd",
+                "ReduceL1",
+                "ReduceSumSquare",
+            ]
+        };
+        for (k, name) in kinds_of.iter().enumerate() {
+            for ax in [&[1i64][..], &[0, 2], &[-1], &[0, 1, 2]] {
+                let mut g = Graph::new("reduce");
+                let x = common::typed_param(&mut g, "x", dtype, &[3, 4, 5]);
+                let a = axes(&mut g, "axes", ax);
+                let attrs = Attrs::new().with("keepdims", Attr::Int((k % 2) as i64));
+                let y = op(&mut g, name, &[x, a], attrs);
+                g.add_output("y", y).unwrap();
+                uses(&g, "reduce");
+                let vals: Vec<f64> = rng
+                    .f32_tensor(&[60], 3.0)
+                    .to_f64_vec()
+                    .iter()
+                    .map(|v| {
+                        if dtype.is_float() {
+                            *v
+                        } else {
+                            v.round().abs()
+                        }
+                    })
+                    .collect();
+                let inputs = vec![Tensor::from_f64s(dtype, &[3, 4, 5], &vals).unwrap()];
+                let want = interp.compile(&g).unwrap().run(&inputs).unwrap();
+                for threads in [1, 2] {
+                    let got = cpu(threads).compile(&g).unwrap().run(&inputs).unwrap();
+                    got[0]
+                        .check_close(&want[0], 1e-12, 1e-12)
+                        .unwrap_or_else(|e| panic!("{name} {ax:?} on {dtype}: {e}"));
+                }
+            }
+        }
+    }
+}
+
+/// LayerNormalization over the trailing axes from any `axis` is one kernel.
+#[test]
+fn layernorm_over_trailing_axes() {
+    let mut rng = Rng(89);
+    for axis in [0i64, 1, -2, 2] {
+        let mut g = Graph::new("ln");
+        let x = param(&mut g, "x", &[3, 5, 7]);
+        let from = if axis < 0 { axis + 3 } else { axis } as usize;
+        let dims = &[3, 5, 7][from..];
+        let gamma = weight(&mut g, &mut rng, "gamma", dims);
+        let beta = weight(&mut g, &mut rng, "beta", dims);
+        let attrs = Attrs::new().with("axis", Attr::Int(axis));
+        let y = op(&mut g, "LayerNormalization", &[x, gamma, beta], attrs);
+        g.add_output("y", y).unwrap();
+        uses(&g, "layernorm");
+        check(&g, 13);
+    }
+}

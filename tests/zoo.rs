@@ -270,6 +270,10 @@ fn fallback_steps(model: &str, graph: &kiln::Graph, shapes: &[Vec<usize>]) -> Ve
 /// interpreter's op on copies (`fallback`) and no signature run on the interpreter as a
 /// whole. Fails naming each offending step.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow unoptimised: cargo test --release --test zoo"
+)]
 fn zoo_models_compile_to_kernels_only() {
     let dir = zoo_dir();
     let manifest = dir.join("manifest.txt");

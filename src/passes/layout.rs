@@ -14,6 +14,11 @@
 //!   GlobalAveragePool reading `Reorder(Xb, to plain)` pools `Xb` itself (`block = b`)
 //!   and its readers get `Reorder(Y, to plain)`. Pools act on each channel alone, so
 //!   the pad lanes they pool stay unspecified and harmless.
+//! - a `Concat` along channels of `Reorder(Xb_i, to plain)`, every input but the last a
+//!   whole number of blocks, concatenates the `Xb_i` along their block axis (a block
+//!   copy); a `Resize` of `Reorder(Xb, to plain)` over spatial axes only (constant
+//!   scales or sizes, no roi, `stretch`) resizes `Xb` over the same axes. Their readers
+//!   get `Reorder(Y, to plain)`, which cancels against a blocked convolution's input.
 use super::pattern::{any, op, ops, Pat, Uses};
 use super::{add_in_place_of, give_back_name, sweep, try_add, Changed, Pass, PassContext};
 use crate::error::Result;
@@ -56,6 +61,11 @@ impl Pass for Layout {
             }
             if let Some(m) = pool.matches(g, uses, id.into()) {
                 return block_pool(g, uses, id, m.value("xb"), b, cx);
+            }
+            match g.node(id).op.as_str() {
+                "Concat" => return block_concat(g, uses, id, b, cx),
+                "Resize" => return block_resize(g, uses, id, b, cx),
+                _ => {}
             }
             cancel_pair(g, uses, id, &cancel, cx)
         })
@@ -191,6 +201,167 @@ fn block_pool(
             Ok(false)
         }
     }
+}
+
+/// The blocked value and channel count behind `v` when `v` is `Reorder(xb, to plain)`
+/// with block `b`, read by nobody else (so that blocking its reader removes it).
+fn plain_of_blocked(g: &Graph, uses: &Uses, v: Value, b: usize) -> Option<(Value, usize)> {
+    let n = g.node(v.node);
+    if n.op != "Reorder" || !reorder_is(n, "plain", b) || v.output != 0 {
+        return None;
+    }
+    if uses.users(v).len() != 1 || uses.is_graph_output(v) {
+        return None;
+    }
+    let c = usize::try_from(n.attrs.int("channels").ok()??).ok()?;
+    Some((n.inputs.first().copied().flatten()?, c))
+}
+
+/// Replaces `id` by `op(inputs) {attrs}` on blocked values, its readers reading
+/// `Reorder(that, to plain)` of `channels`.
+fn restore_plain(
+    g: &mut Graph,
+    id: NodeId,
+    inputs: &[Option<Value>],
+    attrs: Attrs,
+    b: usize,
+    channels: usize,
+    cx: &mut PassContext,
+) -> Result<bool> {
+    let n = g.node(id).clone();
+    let Some(blocked) = add_in_place_of(g, id, &n.op, inputs, attrs) else {
+        return Ok(false);
+    };
+    let name = format!("{}.y_plain", n.name);
+    match reorder(g, blocked.into(), "plain", b, channels, &name) {
+        Some(p) if g.value_type(p)? == &n.outputs[0] && cx.allow_rewrite() => {
+            g.replace_uses(id.into(), p)?;
+            Ok(true)
+        }
+        _ => {
+            give_back_name(g, blocked, id);
+            Ok(false)
+        }
+    }
+}
+
+/// `Concat(Reorder(plain, xb_i)..., axis = 1)` as `Reorder(plain, Concat(xb_i..., axis = 1))`
+/// when every input but the last fills whole blocks.
+fn block_concat(
+    g: &mut Graph,
+    uses: &Uses,
+    id: NodeId,
+    b: usize,
+    cx: &mut PassContext,
+) -> Result<bool> {
+    let n = g.node(id).clone();
+    let Some(y) = n.outputs.first() else {
+        return Ok(false);
+    };
+    if y.dtype != crate::ir::DType::F32 || y.rank() < 3 {
+        return Ok(false);
+    }
+    let axis = n.attrs.int("axis").ok().flatten();
+    if axis != Some(1) && axis != Some(1 - y.rank() as i64) {
+        return Ok(false);
+    }
+    let mut inputs = vec![];
+    let mut channels = 0;
+    for (k, v) in n.inputs.iter().enumerate() {
+        let Some((xb, c)) = v.and_then(|v| plain_of_blocked(g, uses, v, b)) else {
+            return Ok(false);
+        };
+        if k + 1 < n.inputs.len() && c % b != 0 {
+            return Ok(false);
+        }
+        inputs.push(Some(xb));
+        channels += c;
+    }
+    let attrs = n.attrs.clone().with("axis", Attr::Int(1));
+    restore_plain(g, id, &inputs, attrs, b, channels, cx)
+}
+
+/// `Resize(Reorder(plain, xb))` over spatial axes as `Reorder(plain, Resize(xb))` with
+/// the same axes (a blocked tensor keeps the spatial axes' positions).
+fn block_resize(
+    g: &mut Graph,
+    uses: &Uses,
+    id: NodeId,
+    b: usize,
+    cx: &mut PassContext,
+) -> Result<bool> {
+    let n = g.node(id).clone();
+    let Some((xb, c)) = n
+        .inputs
+        .first()
+        .copied()
+        .flatten()
+        .and_then(|v| plain_of_blocked(g, uses, v, b))
+    else {
+        return Ok(false);
+    };
+    let x = g.value_type(n.inputs[0].expect("checked"))?.clone();
+    let Some(dims) = x.static_dims() else {
+        return Ok(false);
+    };
+    let r = dims.len();
+    let stretch = n.attrs.string_or("keep_aspect_ratio_policy", "stretch") == Ok("stretch");
+    let crop = n.attrs.string_or("coordinate_transformation_mode", "") == Ok("tf_crop_and_resize");
+    let roi = n.inputs.get(1).copied().flatten();
+    let konst = |k: usize| -> Option<Option<crate::tensor::Tensor>> {
+        match n.inputs.get(k).copied().flatten() {
+            None => Some(None),
+            Some(v) => {
+                let c = g.node(v.node);
+                (c.op == "Constant").then(|| c.data.as_deref().filter(|t| !t.is_empty()).cloned())
+            }
+        }
+    };
+    let (Some(scales), Some(sizes)) = (konst(2), konst(3)) else {
+        return Ok(false);
+    };
+    let empty_roi = roi.is_none() || konst(1) == Some(None);
+    if !stretch || crop || !empty_roi || n.attrs.ints("axes").ok().flatten().is_some() {
+        return Ok(false);
+    }
+    // Axes 0 and 1 (N and C) must stay as they are.
+    let spatial: Vec<i64> = (2..r as i64).collect();
+    let operand = match (&scales, &sizes) {
+        (Some(s), None) if s.len() == r => {
+            let v = s.to_f64_vec();
+            if v[0] != 1.0 || v[1] != 1.0 {
+                return Ok(false);
+            }
+            (
+                2,
+                crate::tensor::Tensor::from_f64s(s.dtype(), &[r - 2], &v[2..]),
+            )
+        }
+        (None, Some(z)) if z.len() == r => {
+            let v = z.to_i64_vec();
+            if v[0] != dims[0] as i64 || v[1] != dims[1] as i64 {
+                return Ok(false);
+            }
+            (
+                3,
+                crate::tensor::Tensor::from_i64s(z.dtype(), &[r - 2], &v[2..]),
+            )
+        }
+        _ => return Ok(false),
+    };
+    let (slot, Ok(t)) = operand else {
+        return Ok(false);
+    };
+    let name = format!(
+        "{}.blocked_{}",
+        n.name,
+        if slot == 2 { "scales" } else { "sizes" }
+    );
+    let k = super::add_const(g, &name, t)?;
+    let mut inputs = vec![Some(xb), None, None, None];
+    inputs[slot] = Some(k.into());
+    let attrs = n.attrs.clone().with("axes", Attr::Ints(spatial));
+    restore_plain(g, id, &inputs, attrs, b, c, cx)
 }
 
 /// `Reorder(blocked, Reorder(plain, x))` is `x` (up to its pad lanes, which are

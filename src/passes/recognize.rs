@@ -6,6 +6,10 @@
 //! - LayerNorm: `(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * gamma + beta` over
 //!   the last axis → `LayerNormalization`.
 //!
+//! - HardSwish: `x * clip(x + 3, 0, 6) / 6` (or `* (1/6)`, or the `/ 6` on the clip)
+//!   and `x * HardSigmoid(x)` with alpha 1/6, beta 1/2 → `HardSwish`.
+//! - SiLU: `x * sigmoid(x)` → `Silu`.
+//!
 //! The composite op computes in f64 and rounds once, so its result is as close to exact
 //! as the decomposed graph's or closer.
 use super::pattern::{alt, any, const_where, constant, op, splat, Match, NodePat, Pat, Uses};
@@ -20,7 +24,7 @@ impl Pass for Recognize {
         "recognize"
     }
     fn summary(&self) -> &'static str {
-        "GELU, Softmax and LayerNormalization from their decomposed forms"
+        "GELU, HardSwish, SiLU, Softmax and LayerNormalization from their decomposed forms"
     }
     fn run(&self, g: &mut Graph, cx: &mut PassContext) -> Result<Changed> {
         let pats = Patterns::new();
@@ -41,6 +45,8 @@ fn reduce(name: &str, x: Pat, axes: &str) -> NodePat {
 
 struct Patterns {
     gelu: Pat,
+    hardswish: Pat,
+    silu: Pat,
     softmax: Pat,
     layernorm: Pat,
 }
@@ -115,8 +121,39 @@ impl Patterns {
                 .pat(),
             scaled,
         ]);
+        // clip(x + 3, 0, 6)
+        let clip6 = || {
+            op("Clip")
+                .args(vec![
+                    op("Add").commutative().args(vec![x(), splat(3.0)]).pat(),
+                    splat(0.0),
+                    splat(6.0),
+                ])
+                .pat()
+        };
+        let hard_sigmoid = op("HardSigmoid")
+            .when(|_, n: &Node| {
+                let a = n.attrs.float_or("alpha", 0.2).unwrap_or(0.0);
+                (a - 1.0 / 6.0).abs() <= 1e-6 && n.attrs.float_or("beta", 0.5) == Ok(0.5)
+            })
+            .args(vec![x()])
+            .pat();
+        let div6 = |a: Pat| {
+            alt(vec![
+                op("Div").args(vec![a.clone(), splat(6.0)]).pat(),
+                mul(a, near(1.0 / 6.0)),
+            ])
+        };
+        let hardswish = alt(vec![
+            div6(mul(x(), clip6())),
+            mul(x(), div6(clip6())),
+            mul(x(), hard_sigmoid),
+        ]);
+        let silu = mul(x(), op("Sigmoid").args(vec![x()]).pat());
         Patterns {
             gelu,
+            hardswish,
+            silu,
             softmax,
             layernorm,
         }
@@ -126,6 +163,15 @@ impl Patterns {
         let root: Value = id.into();
         if let Some(m) = self.gelu.matches(g, uses, root) {
             return replace_node(g, id, id, "Gelu", &[Some(m.value("x"))], Attrs::new(), cx);
+        }
+        for (pat, name) in [(&self.hardswish, "HardSwish"), (&self.silu, "Silu")] {
+            if let Some(m) = pat.matches(g, uses, root) {
+                let x = m.value("x");
+                if !g.value_type(x)?.dtype.is_float() {
+                    return Ok(false);
+                }
+                return replace_node(g, id, id, name, &[Some(x)], Attrs::new(), cx);
+            }
         }
         if let Some(m) = self.softmax.matches(g, uses, root) {
             let Some(axis) = one_axis(g, &m, &["sum_axes", "max_axes"]) else {

@@ -286,6 +286,11 @@ fn unary_ops() -> Vec<&'static dyn Op> {
         simple("HardSwish", "x · max(0, min(1, x/6 + 1/2)).", |x, _| {
             x * (x / 6.0 + 0.5).clamp(0.0, 1.0)
         }),
+        simple(
+            "Silu",
+            "Kiln-only: x · sigmoid(x) (SiLU), what the recognize pass makes of x * Sigmoid(x).",
+            |x, _| x * sigmoid(x),
+        ),
         Unary::new(
             "LeakyRelu",
             "x if x ≥ 0 else alpha·x; alpha defaults to 0.01.",

@@ -24,6 +24,14 @@ pub const ACTIVATIONS: &[&str] = &[
     "Elu",
     "Gelu",
     "Clip",
+    "HardSwish",
+    "Silu",
+    "Mish",
+    "Softplus",
+    "Softsign",
+    "Selu",
+    "Celu",
+    "ThresholdedRelu",
 ];
 
 /// `activation` and `activation_attrs` as an op to apply: its name, attributes and the

@@ -196,34 +196,17 @@ impl Op for Resize {
 
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
         let xt = cx.input(0)?;
-        let (s, z) = operands(cx.opt_input(2), cx.opt_input(3));
-        let p = plan(cx.attrs, xt.shape(), s.as_deref(), z.as_deref())?;
-        let settings = mode_settings(cx.attrs)?;
         let r = xt.rank();
-        let roi = cx
-            .opt_input(1)
-            .filter(|t| !t.is_empty())
-            .map(|t| t.to_f64_vec());
-        // roi lists starts then ends, for `axes` (or all axes).
-        let roi_of = |a: usize| -> Result<Option<(f64, f64)>, String> {
-            let Some(roi) = &roi else { return Ok(None) };
-            let n = p.axes.len();
-            if roi.len() != 2 * n {
-                return Err(format!("roi has {} values, expected {}", roi.len(), 2 * n));
-            }
-            let i = p.axes.iter().position(|&x| x == a).unwrap_or(0);
-            Ok(Some((roi[i], roi[n + i])))
-        };
+        let taps = resize_taps(
+            cx.attrs,
+            xt.shape(),
+            cx.opt_input(1),
+            cx.opt_input(2),
+            cx.opt_input(3),
+        )?;
         let mut y = xt.to_f64_array();
-        for &a in &p.axes {
-            let roi = roi_of(a)?;
-            let unchanged = (p.scales[a] - 1.0).abs() < 1e-9
-                && p.sizes[a] == y.shape()[a]
-                && roi.is_none_or(|(s, e)| s.abs() < 1e-9 && (e - 1.0).abs() < 1e-9);
-            if unchanged {
-                continue;
-            }
-            y = resize_axis(&y, a, p.scales[a], p.sizes[a], roi, &settings)?;
+        for (a, t) in &taps.axes {
+            y = interpolate_axis(&y, *a, t, taps.extrapolation);
         }
         debug_assert_eq!(y.ndim(), r);
         let d = xt.dtype();
@@ -415,23 +398,72 @@ fn source_coordinate(
     }))
 }
 
-/// One 1-D interpolation pass along `axis`.
-fn resize_axis(
-    x: &ArrayD<f64>,
-    axis: usize,
+/// Per output index along one axis: its neighbours (clamped to the input: edge padding)
+/// and their weights, or `None` where tf_crop_and_resize extrapolates.
+pub(crate) type AxisTaps = Vec<Option<Vec<(usize, f64)>>>;
+
+/// What a Resize does, axis by axis: the changed axes in the order the reference
+/// interpolates them, with their taps, and the value extrapolated points take.
+pub(crate) struct ResizeTaps {
+    pub axes: Vec<(usize, AxisTaps)>,
+    pub extrapolation: f64,
+}
+
+/// The taps of a Resize with these attributes on an input of dims `input`, given its
+/// `roi`, `scales` and `sizes` operands (the backends interpolate with them as the
+/// reference does).
+pub(crate) fn resize_taps(
+    attrs: &Attrs,
+    input: &[usize],
+    roi: Option<&Tensor>,
+    scales: Option<&Tensor>,
+    sizes: Option<&Tensor>,
+) -> Result<ResizeTaps, String> {
+    let (s, z) = operands(scales, sizes);
+    let p = plan(attrs, input, s.as_deref(), z.as_deref())?;
+    let settings = mode_settings(attrs)?;
+    let roi = roi.filter(|t| !t.is_empty()).map(|t| t.to_f64_vec());
+    // roi lists starts then ends, for `axes` (or all axes).
+    let roi_of = |a: usize| -> Result<Option<(f64, f64)>, String> {
+        let Some(roi) = &roi else { return Ok(None) };
+        let n = p.axes.len();
+        if roi.len() != 2 * n {
+            return Err(format!("roi has {} values, expected {}", roi.len(), 2 * n));
+        }
+        let i = p.axes.iter().position(|&x| x == a).unwrap_or(0);
+        Ok(Some((roi[i], roi[n + i])))
+    };
+    let mut axes = vec![];
+    for &a in &p.axes {
+        let roi = roi_of(a)?;
+        let unchanged = (p.scales[a] - 1.0).abs() < 1e-9
+            && p.sizes[a] == input[a]
+            && roi.is_none_or(|(s, e)| s.abs() < 1e-9 && (e - 1.0).abs() < 1e-9);
+        if unchanged {
+            continue;
+        }
+        let taps = axis_taps(input[a], p.scales[a], p.sizes[a], roi, &settings)
+            .map_err(|e| format!("axis {a}: {e}"))?;
+        axes.push((a, taps));
+    }
+    Ok(ResizeTaps {
+        axes,
+        extrapolation: settings.extrapolation,
+    })
+}
+
+/// The taps of one axis of size `input` resized to `output`.
+fn axis_taps(
+    input: usize,
     scale: f64,
     output: usize,
     roi: Option<(f64, f64)>,
     s: &Settings,
-) -> Result<ArrayD<f64>, String> {
-    let input = x.shape()[axis];
-    let mut shape = x.shape().to_vec();
-    shape[axis] = output;
+) -> Result<AxisTaps, String> {
     if input == 0 && output > 0 {
-        return Err(format!("cannot resize an empty axis {axis} to {output}"));
+        return Err(format!("cannot resize an empty axis to {output}"));
     }
-    // Per output index: its neighbours (clamped to the input: edge padding) and weights.
-    let mut taps: Vec<Option<Vec<(usize, f64)>>> = Vec::with_capacity(output);
+    let mut taps: AxisTaps = Vec::with_capacity(output);
     for o in 0..output {
         let Some(xo) = source_coordinate(s, o, scale, input, output, roi)? else {
             taps.push(None);
@@ -476,16 +508,28 @@ fn resize_axis(
                 .collect(),
         ));
     }
+    Ok(taps)
+}
+
+/// One 1-D interpolation pass along `axis` with its taps.
+fn interpolate_axis(
+    x: &ArrayD<f64>,
+    axis: usize,
+    taps: &AxisTaps,
+    extrapolation: f64,
+) -> ArrayD<f64> {
+    let mut shape = x.shape().to_vec();
+    shape[axis] = taps.len();
     let mut y = ArrayD::<f64>::zeros(IxDyn(&shape));
     for (mut out_lane, in_lane) in y.lanes_mut(Axis(axis)).into_iter().zip(x.lanes(Axis(axis))) {
         for (o, t) in taps.iter().enumerate() {
             out_lane[o] = match t {
-                None => s.extrapolation,
+                None => extrapolation,
                 Some(t) => t.iter().map(|&(i, w)| w * in_lane[i]).sum(),
             };
         }
     }
-    Ok(y)
+    y
 }
 
 pub(crate) fn ops() -> Vec<&'static dyn Op> {

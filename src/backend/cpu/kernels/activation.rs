@@ -1,7 +1,12 @@
 //! Activations applied in kernels' epilogues and fused elementwise loops.
 use super::math;
+use super::par::{for_ranges, SyncPtr};
 use crate::backend::cpu::isa::{self, Isa};
+use crate::backend::cpu::pool::Pool;
 use crate::ir::Attrs;
+
+/// Floats per piece of [`Act::apply_from`]: a piece stays in L1 between copy and apply.
+const PIECE: usize = 4096;
 
 /// √(2/π), GELU's tanh-approximation constant.
 const GELU_TANH_K: f32 = 0.797_884_6;
@@ -23,6 +28,41 @@ pub enum Act {
     /// GELU with the tanh approximation.
     GeluTanh,
     Clip(f32, f32),
+    /// x·max(0, min(1, x/6 + 1/2))
+    HardSwish,
+    /// x·sigmoid(x) (SiLU).
+    Silu,
+    /// x·tanh(ln(1 + e^x))
+    Mish,
+    /// ln(1 + e^x)
+    Softplus,
+    /// x / (1 + |x|)
+    Softsign,
+    /// gamma·(x if x > 0 else alpha·(e^x − 1)): (alpha, gamma).
+    Selu(f32, f32),
+    /// max(0, x) + min(0, alpha·(e^(x/alpha) − 1))
+    Celu(f32),
+    /// x if x > alpha else 0
+    ThresholdedRelu(f32),
+}
+
+/// SELU's default alpha and gamma (ONNX's).
+const SELU_ALPHA: f32 = 1.673_263_2;
+const SELU_GAMMA: f32 = 1.050_701;
+
+/// Above this, Mish's factor tanh(softplus(x)) is 1 in f32 (and e^x stays finite).
+const MISH_CAP: f32 = 20.0;
+
+/// tanh(ln(1 + e^x)) as e(e + 2) / (e(e + 2) + 2), e = e^x (no log, no overflow).
+#[inline]
+fn mish_factor(v: f32) -> f32 {
+    let e = math::exp(v.min(MISH_CAP));
+    let m = e * (e + 2.0);
+    if v.is_nan() {
+        v
+    } else {
+        m / (m + 2.0)
+    }
 }
 
 impl Act {
@@ -44,23 +84,74 @@ impl Act {
         };
         Ok(match name {
             "none" => Act::None,
-            "Relu" => Act::Relu,
-            "LeakyRelu" => Act::LeakyRelu(num("alpha", 0.01)?),
-            "Sigmoid" => Act::Sigmoid,
-            "Tanh" => Act::Tanh,
-            "HardSigmoid" => Act::HardSigmoid(num("alpha", 0.2)?, num("beta", 0.5)?),
-            "Elu" => Act::Elu(num("alpha", 1.0)?),
             "Gelu" if kv.get("approximate").map(String::as_str) == Some("tanh") => Act::GeluTanh,
             "Gelu" => Act::Gelu,
             "Clip" => Act::Clip(num("min", f32::NEG_INFINITY)?, num("max", f32::INFINITY)?),
-            other => return Err(format!("the CPU backend has no activation '{other}'")),
+            other => match Act::of_op(other, |k, d| Ok(f64::from(num(k, d as f32)?)))? {
+                Some(act) => act,
+                None => return Err(format!("the CPU backend has no activation '{other}'")),
+            },
         })
+    }
+
+    /// The activation a one-input elementwise op computes, its float attributes read
+    /// through `attr(name, default)`; `None` when the op is no activation here (Clip,
+    /// whose bounds are operands, is the caller's).
+    pub(crate) fn of_op(
+        op: &str,
+        attr: impl Fn(&str, f64) -> Result<f64, String>,
+    ) -> Result<Option<Act>, String> {
+        let f = |k: &str, d: f64| attr(k, d).map(|v| v as f32);
+        Ok(Some(match op {
+            "Relu" => Act::Relu,
+            "LeakyRelu" => Act::LeakyRelu(f("alpha", 0.01)?),
+            "Sigmoid" => Act::Sigmoid,
+            "Tanh" => Act::Tanh,
+            "HardSigmoid" => Act::HardSigmoid(f("alpha", 0.2)?, f("beta", 0.5)?),
+            "Elu" => Act::Elu(f("alpha", 1.0)?),
+            "HardSwish" => Act::HardSwish,
+            "Silu" => Act::Silu,
+            "Mish" => Act::Mish,
+            "Softplus" => Act::Softplus,
+            "Softsign" => Act::Softsign,
+            "Selu" => Act::Selu(
+                f("alpha", f64::from(SELU_ALPHA))?,
+                f("gamma", f64::from(SELU_GAMMA))?,
+            ),
+            "Celu" => Act::Celu(f("alpha", 1.0)?),
+            "ThresholdedRelu" => Act::ThresholdedRelu(f("alpha", 1.0)?),
+            _ => return Ok(None),
+        }))
     }
 
     /// Applies the activation to every element of `x` in place (vectorized when the CPU
     /// has AVX2).
     pub(crate) fn apply(self, x: &mut [f32]) {
         self.apply_isa(isa::isa(), x)
+    }
+
+    /// `y = act(x)` split over the pool in cache-sized pieces (each piece copied, then
+    /// activated in place); `x` may be `y` itself.
+    ///
+    /// # Safety
+    /// `x` must be readable for `y.len()` floats, and be `y` or not overlap it.
+    pub(crate) unsafe fn apply_from(self, x: *const f32, y: &mut [f32], pool: Option<&Pool>) {
+        let isa = isa::isa();
+        let (src, dst) = (SyncPtr(x as *mut f32), SyncPtr(y.as_mut_ptr()));
+        for_ranges(pool, y.len().div_ceil(PIECE), PIECE, &|r| {
+            let at = r.start * PIECE;
+            let len = (r.end * PIECE).min(y.len()) - at;
+            // SAFETY: pieces are disjoint and inside y; x covers them too, and is y or
+            // disjoint from it.
+            unsafe {
+                let d = dst.get().add(at);
+                let s = src.get().add(at);
+                if s != d {
+                    std::ptr::copy_nonoverlapping(s, d, len);
+                }
+                self.apply_isa(isa, std::slice::from_raw_parts_mut(d, len));
+            }
+        });
     }
 
     /// [`Act::apply`] on the path `isa` asks for.
@@ -109,6 +200,27 @@ impl Act {
             Act::GeluTanh => {
                 let u = GELU_TANH_K * (v + 0.044715 * v * v * v);
                 0.5 * v * (1.0 + math::tanh(u))
+            }
+            Act::HardSwish => v * (v * (1.0 / 6.0) + 0.5).clamp(0.0, 1.0),
+            Act::Silu => v * math::sigmoid(v),
+            Act::Mish => v * mish_factor(v),
+            Act::Softplus => v.max(0.0) + math::exp(-v.abs()).ln_1p(),
+            Act::Softsign => v / (1.0 + v.abs()),
+            Act::Selu(a, g) => {
+                if v > 0.0 {
+                    g * v
+                } else {
+                    g * (a * (math::exp(v) - 1.0))
+                }
+            }
+            Act::Celu(a) => math::relu(v) + (a * (math::exp(v / a) - 1.0)).min(0.0),
+            // NaN is not above alpha: 0, as the op has it.
+            Act::ThresholdedRelu(a) => {
+                if v > a {
+                    v
+                } else {
+                    0.0
+                }
             }
         }
     }
@@ -168,6 +280,59 @@ impl Act {
                         _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e))
                     })
                 }
+                Act::HardSwish => {
+                    let sixth = _mm256_set1_ps(1.0 / 6.0);
+                    avx2::map(p, p, n, |v| {
+                        let h = _mm256_fmadd_ps(v, sixth, half);
+                        // Constants first: NaN stays NaN.
+                        _mm256_mul_ps(v, _mm256_min_ps(one, _mm256_max_ps(zero, h)))
+                    })
+                }
+                Act::Silu => avx2::map(p, p, n, |v| _mm256_mul_ps(v, avx2::sigmoid(v))),
+                Act::Mish => {
+                    let cap = _mm256_set1_ps(MISH_CAP);
+                    let two = _mm256_set1_ps(2.0);
+                    avx2::map(p, p, n, |v| {
+                        // tanh(ln(1 + e)) = e(e + 2) / (e(e + 2) + 2), e = e^x; above the cap
+                        // the factor is 1 to f32 precision (min keeps NaN: second operand).
+                        let e = avx2::exp(_mm256_min_ps(cap, v));
+                        let m = _mm256_mul_ps(e, _mm256_add_ps(e, two));
+                        _mm256_mul_ps(v, _mm256_div_ps(m, _mm256_add_ps(m, two)))
+                    })
+                }
+                Act::Softplus => x.iter_mut().for_each(|v| *v = self.scalar(*v)),
+                Act::Softsign => {
+                    let sign = _mm256_set1_ps(-0.0);
+                    avx2::map(p, p, n, |v| {
+                        let d = _mm256_add_ps(one, _mm256_andnot_ps(sign, v));
+                        _mm256_div_ps(v, d)
+                    })
+                }
+                Act::Selu(a, g) => {
+                    let (a, g) = (_mm256_set1_ps(a), _mm256_set1_ps(g));
+                    avx2::map(p, p, n, |v| {
+                        let e = _mm256_mul_ps(a, _mm256_sub_ps(avx2::exp(v), one));
+                        let pos = _mm256_cmp_ps::<_CMP_GT_OQ>(v, zero);
+                        _mm256_mul_ps(g, _mm256_blendv_ps(e, v, pos))
+                    })
+                }
+                Act::Celu(a) => {
+                    let inv = _mm256_set1_ps(1.0 / a);
+                    let a = _mm256_set1_ps(a);
+                    avx2::map(p, p, n, |v| {
+                        let e = avx2::exp(_mm256_mul_ps(v, inv));
+                        let neg = _mm256_min_ps(zero, _mm256_mul_ps(a, _mm256_sub_ps(e, one)));
+                        // max(v, 0) with v second keeps NaN.
+                        _mm256_add_ps(_mm256_max_ps(zero, v), neg)
+                    })
+                }
+                Act::ThresholdedRelu(a) => {
+                    let a = _mm256_set1_ps(a);
+                    avx2::map(p, p, n, |v| {
+                        let keep = _mm256_cmp_ps::<_CMP_GT_OQ>(v, a);
+                        _mm256_and_ps(v, keep)
+                    })
+                }
                 Act::GeluTanh => {
                     let k = _mm256_set1_ps(GELU_TANH_K);
                     let c = _mm256_set1_ps(0.044715);
@@ -216,7 +381,28 @@ mod tests {
                 let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
                 0.5 * x * (1.0 + u.tanh())
             }
+            Act::HardSwish => x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+            Act::Silu => x / (1.0 + (-x).exp()),
+            Act::Mish => x * softplus(x).tanh(),
+            Act::Softplus => softplus(x),
+            Act::Softsign => x / (1.0 + x.abs()),
+            Act::Selu(a, g) => g as f64 * if x > 0.0 { x } else { a as f64 * x.exp_m1() },
+            Act::Celu(a) => {
+                let a = a as f64;
+                x.max(0.0) + (a * (x / a).exp_m1()).min(0.0)
+            }
+            Act::ThresholdedRelu(a) => {
+                if x > a as f64 {
+                    x
+                } else {
+                    0.0
+                }
+            }
         }
+    }
+
+    fn softplus(x: f64) -> f64 {
+        x.max(0.0) + (-x.abs()).exp().ln_1p()
     }
 
     #[test]
@@ -232,6 +418,14 @@ mod tests {
             Act::Elu(1.3),
             Act::Gelu,
             Act::GeluTanh,
+            Act::HardSwish,
+            Act::Silu,
+            Act::Mish,
+            Act::Softplus,
+            Act::Softsign,
+            Act::Selu(1.673_263_2, 1.050_701),
+            Act::Celu(0.7),
+            Act::ThresholdedRelu(0.4),
         ];
         for isa in isas() {
             for act in acts {
@@ -243,7 +437,9 @@ mod tests {
                     act.apply_isa(isa, &mut y);
                     for (&x, &g) in xs.iter().zip(&y) {
                         if x.is_nan() {
-                            assert!(g.is_nan(), "{act:?} {} of NaN: {g}", isa.name());
+                            // NaN is not above the threshold; every other keeps it.
+                            let want_nan = !matches!(act, Act::ThresholdedRelu(_));
+                            assert_eq!(g.is_nan(), want_nan, "{act:?} {} of NaN: {g}", isa.name());
                             continue;
                         }
                         let want = reference(act, x as f64);

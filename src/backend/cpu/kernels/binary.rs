@@ -10,6 +10,8 @@ use super::math;
 use super::par::SyncPtr;
 use crate::backend::cpu::isa::{self, Isa};
 use crate::backend::cpu::pool::Pool;
+use crate::tensor::Elem;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// An elementwise binary op. Max and Min propagate NaN (as the interpreter's do).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +101,68 @@ pub(crate) fn binary_planned(
             *d = op.scalar(a[oa + k * ia], b[ob + k * ib]);
         }
     });
+}
+
+/// `out = a op b` on a dtype other than f32, broadcast as `plan` says, computed as the
+/// interpreter does: integers in i64, wrapping, then cast back like C; floats (f64, f16,
+/// bf16) in f64, rounded once. An integer division by zero is an error (Pow on
+/// integers is the interpreter's: not here).
+pub(crate) fn binary_elem<T: Elem>(
+    op: BinOp,
+    plan: &Broadcast,
+    a: &[T],
+    b: &[T],
+    out: &mut [T],
+    pool: Option<&Pool>,
+) -> Result<(), String> {
+    assert!(out.len() >= plan.total());
+    assert_eq!([a.len(), b.len()], plan.lens());
+    let [ia, ib] = *plan.inner_strides();
+    let int = T::DTYPE.is_int();
+    let by_zero = AtomicBool::new(false);
+    let o = SyncPtr(out.as_mut_ptr());
+    plan.for_each(pool, 1, |[oa, ob], at, len| {
+        // SAFETY: each call writes its own piece of out, inside the output's total.
+        let dst = unsafe { std::slice::from_raw_parts_mut(o.get().add(at), len) };
+        let pairs = (0..len).map(|k| (a[oa + k * ia], b[ob + k * ib]));
+        if int {
+            for (d, (x, y)) in dst.iter_mut().zip(pairs) {
+                let (x, y) = (x.to_i64(), y.to_i64());
+                *d = T::from_i64(match op {
+                    BinOp::Add => x.wrapping_add(y),
+                    BinOp::Sub => x.wrapping_sub(y),
+                    BinOp::Mul => x.wrapping_mul(y),
+                    BinOp::Div if y == 0 => {
+                        by_zero.store(true, Ordering::Relaxed);
+                        0
+                    }
+                    BinOp::Div => x.wrapping_div(y),
+                    BinOp::Max => x.max(y),
+                    BinOp::Min => x.min(y),
+                    BinOp::Pow => unreachable!("integer Pow is declined at lowering"),
+                });
+            }
+        } else {
+            for (d, (x, y)) in dst.iter_mut().zip(pairs) {
+                let (x, y) = (x.to_f64(), y.to_f64());
+                *d = T::from_f64(match op {
+                    BinOp::Add => x + y,
+                    BinOp::Sub => x - y,
+                    BinOp::Mul => x * y,
+                    BinOp::Div => x / y,
+                    BinOp::Max if x.is_nan() || y.is_nan() => f64::NAN,
+                    BinOp::Min if x.is_nan() || y.is_nan() => f64::NAN,
+                    BinOp::Max => x.max(y),
+                    BinOp::Min => x.min(y),
+                    BinOp::Pow => x.powf(y),
+                });
+            }
+        }
+    });
+    if by_zero.load(Ordering::Relaxed) {
+        return Err("integer division by zero".into());
+    }
+    Ok(())
 }
 
 /// One run: `dst[k] = a[k·sa] op b[k·sb]` with strides 0 or 1 (not both 0).

@@ -14,6 +14,7 @@ use super::par::{for_ranges, SyncPtr};
 use crate::backend::cpu::isa::Isa;
 use crate::backend::cpu::pool::Pool;
 use crate::ir::ops::reduce::ReduceKind;
+use crate::tensor::Elem;
 
 /// The fold that accumulates the kind (LogSumExp's second pass is `ExpSum`).
 fn fold_of(kind: ReduceKind) -> Fold {
@@ -220,6 +221,92 @@ pub(crate) fn reduce(
             }
         });
     }
+}
+
+/// Reduces `x` into `y` as `plan` says on a dtype other than f32, as the interpreter
+/// does: integers in i64, wrapping (the kinds integers take: Sum, Max, Min, Prod, L1,
+/// SumSquare), floats in f64, each output rounded once.
+pub(crate) fn reduce_elem<T: Elem>(
+    kind: ReduceKind,
+    plan: &ReducePlan,
+    x: &[T],
+    y: &mut [T],
+    pool: Option<&Pool>,
+) {
+    assert_eq!(x.len(), plan.in_len);
+    assert_eq!(y.len(), plan.out_len);
+    let combos = plan.reduced_combinations();
+    let int = T::DTYPE.is_int();
+    // Every input element folded into output o, in order.
+    let visit = |o: usize, f: &mut dyn FnMut(T)| {
+        let (base, run) = if plan.inner_reduced {
+            (ReducePlan::offset(&plan.kept, o), plan.inner)
+        } else {
+            let (row, j) = (o / plan.inner, o % plan.inner);
+            (ReducePlan::offset(&plan.kept, row) + j, 1)
+        };
+        for c in 0..combos {
+            let at = base + ReducePlan::offset(&plan.reduced, c);
+            x[at..at + run].iter().for_each(|&v| f(v));
+        }
+    };
+    let yp = SyncPtr(y.as_mut_ptr());
+    for_ranges(pool, plan.out_len, plan.count, &|r| {
+        for o in r {
+            let out = if int {
+                let (init, f): (i64, fn(i64, i64) -> i64) = match kind {
+                    ReduceKind::Max => (i64::MIN, |a, v| a.max(v)),
+                    ReduceKind::Min => (i64::MAX, |a, v| a.min(v)),
+                    ReduceKind::Prod => (1, |a, v| a.wrapping_mul(v)),
+                    ReduceKind::L1 => (0, |a, v| a.wrapping_add(v.wrapping_abs())),
+                    ReduceKind::SumSquare => (0, |a, v| a.wrapping_add(v.wrapping_mul(v))),
+                    _ => (0, |a, v| a.wrapping_add(v)),
+                };
+                let mut acc = init;
+                visit(o, &mut |v| acc = f(acc, v.to_i64()));
+                T::from_i64(acc)
+            } else {
+                let fold = |shift: f64, map: fn(f64, f64) -> f64, max: bool| {
+                    let mut acc = if max { f64::NEG_INFINITY } else { 0.0 };
+                    visit(o, &mut |v| {
+                        let v = map(v.to_f64(), shift);
+                        acc = if !max {
+                            acc + v
+                        } else if v > acc || v.is_nan() {
+                            v
+                        } else {
+                            acc
+                        };
+                    });
+                    acc
+                };
+                let id = |v: f64, _| v;
+                let count = plan.count as f64;
+                T::from_f64(match kind {
+                    ReduceKind::Sum => fold(0.0, id, false),
+                    ReduceKind::Mean => fold(0.0, id, false) / count,
+                    ReduceKind::Max => fold(0.0, id, true),
+                    ReduceKind::Min => -fold(0.0, |v, _| -v, true),
+                    ReduceKind::Prod => {
+                        let mut acc = 1.0;
+                        visit(o, &mut |v| acc *= v.to_f64());
+                        acc
+                    }
+                    ReduceKind::L1 => fold(0.0, |v, _| v.abs(), false),
+                    ReduceKind::L2 => fold(0.0, |v, _| v * v, false).sqrt(),
+                    ReduceKind::LogSum => fold(0.0, id, false).ln(),
+                    ReduceKind::SumSquare => fold(0.0, |v, _| v * v, false),
+                    ReduceKind::LogSumExp => {
+                        let m = fold(0.0, id, true);
+                        let m = if m.is_finite() { m } else { 0.0 };
+                        fold(m, |v, m| (v - m).exp(), false).ln() + m
+                    }
+                })
+            };
+            // SAFETY: o < out_len, and each task writes its own outputs.
+            unsafe { *yp.get().add(o) = out };
+        }
+    });
 }
 
 /// Outputs `r` when the innermost run is reduced: each folds its contiguous runs.

@@ -1,10 +1,10 @@
-//! Comparisons, `Where` and `Cast` with numpy broadcasting: the masks and conversions
-//! that backward graphs are made of (Relu's gradient is `Where(x > 0, gy, 0)`,
-//! SoftmaxCrossEntropyLoss's one-hot an `Equal` cast to float). Booleans are one byte,
+//! Comparisons and `Where` with numpy broadcasting: the masks that backward graphs are
+//! made of (Relu's gradient is `Where(x > 0, gy, 0)`, SoftmaxCrossEntropyLoss's one-hot
+//! an `Equal`). Booleans are one byte,
 //! 0 or 1. Rows whose operands are contiguous or broadcast scalars run loops the
 //! compiler vectorizes; other strides run an indexed loop.
 use super::broadcast::Runs;
-use super::par::{for_ranges, SyncPtr};
+use super::par::SyncPtr;
 use crate::backend::cpu::pool::Pool;
 
 /// Operands a [`Walk`] follows at most.
@@ -332,80 +332,6 @@ unsafe fn compare_select_with(
     });
 }
 
-/// An element type `Cast` converts between, with ONNX's rules (float → int truncates
-/// toward zero, anything → bool is `!= 0`), through f64 as the interpreter does.
-pub trait CastElem: Copy + Send + Sync {
-    fn to_f64(self) -> f64;
-    fn from_f64(v: f64) -> Self;
-}
-
-impl CastElem for f32 {
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn from_f64(v: f64) -> f32 {
-        v as f32
-    }
-}
-
-impl CastElem for f64 {
-    fn to_f64(self) -> f64 {
-        self
-    }
-    fn from_f64(v: f64) -> f64 {
-        v
-    }
-}
-
-impl CastElem for i32 {
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn from_f64(v: f64) -> i32 {
-        v as i32
-    }
-}
-
-impl CastElem for i64 {
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn from_f64(v: f64) -> i64 {
-        v as i64
-    }
-}
-
-/// Booleans as their byte.
-impl CastElem for u8 {
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    fn from_f64(v: f64) -> u8 {
-        (v != 0.0) as u8
-    }
-}
-
-/// `out[i] = src[i]` converted (see [`CastElem`]); `out` may be `src`'s buffer when
-/// the element sizes are equal (each element is read before it is written).
-///
-/// # Safety
-/// `src` and `out` must hold `len` elements.
-pub(crate) unsafe fn cast<S: CastElem, D: CastElem>(
-    src: *const S,
-    out: *mut D,
-    len: usize,
-    pool: Option<&Pool>,
-) {
-    let (s, o) = (SyncPtr(src as *mut S), SyncPtr(out));
-    let chunk = 16 * 1024;
-    for_ranges(pool, len.div_ceil(chunk), chunk, &|r| {
-        for i in r.start * chunk..(r.end * chunk).min(len) {
-            // SAFETY: i < len; each range writes its own elements.
-            unsafe { *o.get().add(i) = D::from_f64((*s.get().add(i)).to_f64()) };
-        }
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::testutil::{lcg_data, pools};
@@ -567,22 +493,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn casts_truncate_and_test_nonzero() {
-        let src = [1.7f32, -1.7, 0.0, -0.0, 3e9, 2.5];
-        let mut ints = [0i64; 6];
-        // SAFETY: src and ints hold 6 elements.
-        unsafe { cast(src.as_ptr(), ints.as_mut_ptr(), 6, None) };
-        assert_eq!(ints, [1, -1, 0, 0, 3_000_000_000, 2]);
-        let mut bools = [9u8; 6];
-        // SAFETY: src and bools hold 6 elements.
-        unsafe { cast(src.as_ptr(), bools.as_mut_ptr(), 6, None) };
-        assert_eq!(bools, [1, 1, 0, 0, 1, 1]);
-        let mut back = [0f32; 6];
-        // SAFETY: bools and back hold 6 elements.
-        unsafe { cast(bools.as_ptr(), back.as_mut_ptr(), 6, None) };
-        assert_eq!(back, [1.0, 1.0, 0.0, 0.0, 1.0, 1.0]);
     }
 }

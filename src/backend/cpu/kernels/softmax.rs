@@ -34,7 +34,6 @@ pub(crate) fn softmax_isa(
 }
 
 /// Softmax of each length-`n` row of `x`, in place, on the path `isa` asks for.
-#[cfg(test)]
 pub(crate) fn softmax_inplace_isa(
     isa: Isa,
     x: &mut [f32],

@@ -9,6 +9,9 @@ use crate::backend::cpu::kernels::fused::{FusedLoop, Operand, StepOp, MAX_BUFFER
 use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::ir::ops::fused::{self, Arg};
+use crate::ir::DType;
+use crate::tensor::Elem;
+use crate::with_dtype;
 
 use super::Build;
 
@@ -22,6 +25,21 @@ enum Elt {
     },
     Unary {
         op: UnaryOp,
+        x: Slot,
+    },
+    /// A binary op on another numeric dtype (`dtype`, every operand's), element by
+    /// element as the interpreter computes it.
+    BinaryElem {
+        op: BinOp,
+        a: Slot,
+        b: Slot,
+        copy: Option<(usize, Loc)>,
+        plan: Broadcast,
+        dtype: DType,
+    },
+    /// An activation (HardSwish, Mish, …), in place on the output.
+    Act {
+        act: Act,
         x: Slot,
     },
     Fused {
@@ -67,6 +85,17 @@ fn unary_op(name: &str) -> Option<UnaryOp> {
     })
 }
 
+/// The activation a one-input op (other than [`unary_op`]'s) computes, Gelu included.
+fn activation(op: &str, attrs: &crate::ir::Attrs) -> Result<Option<Act>, String> {
+    if op == "Gelu" {
+        return Ok(Some(match attrs.string_or("approximate", "none")? {
+            "tanh" => Act::GeluTanh,
+            _ => Act::Gelu,
+        }));
+    }
+    Act::of_op(op, |k, d| attrs.float_or(k, d))
+}
+
 /// A `Fused` node as a tiled loop; `None` when a step has no kernel here (or the
 /// chain does not fit the loop), so that it runs through the fallback.
 fn build_fused(b: &Build, y: &Slot) -> Result<Option<Elt>, String> {
@@ -104,19 +133,12 @@ fn build_fused(b: &Build, y: &Slot) -> Result<Option<Elt>, String> {
                 })
             })
             .collect();
-        let a = &st.attrs;
-        let alpha = |default: f64| a.float_or("alpha", default).map(|v| v as f32);
         let op = if let Some(op) = binary_op(&st.op, args.len()) {
             StepOp::Binary(op)
         } else if let Some(op) = unary_op(&st.op) {
             StepOp::Unary(op)
         } else {
             let act = match st.op.as_str() {
-                "LeakyRelu" => Act::LeakyRelu(alpha(0.01)?),
-                "Elu" => Act::Elu(alpha(1.0)?),
-                "HardSigmoid" => Act::HardSigmoid(alpha(0.2)?, a.float_or("beta", 0.5)? as f32),
-                "Gelu" if a.string_or("approximate", "none")? == "tanh" => Act::GeluTanh,
-                "Gelu" => Act::Gelu,
                 "Clip" => {
                     let bound = |k: usize| st.args.get(k).map_or(Some(None), scalar);
                     let (Some(lo), Some(hi)) = (bound(1), bound(2)) else {
@@ -124,7 +146,10 @@ fn build_fused(b: &Build, y: &Slot) -> Result<Option<Elt>, String> {
                     };
                     Act::Clip(lo.unwrap_or(f32::NEG_INFINITY), hi.unwrap_or(f32::INFINITY))
                 }
-                _ => return Ok(None),
+                other => match activation(other, &st.attrs)? {
+                    Some(act) => act,
+                    None => return Ok(None),
+                },
             };
             steps.push((StepOp::Act(act), args.into_iter().take(1).collect()));
             continue;
@@ -184,9 +209,86 @@ struct EltStep {
     y: Slot,
 }
 
+/// The dtypes other than f32 that binary ops and reductions run on here.
+pub(super) const ELEM_DTYPES: &[DType] = &[
+    DType::F64,
+    DType::F16,
+    DType::BF16,
+    DType::I8,
+    DType::U8,
+    DType::I16,
+    DType::U16,
+    DType::I32,
+    DType::U32,
+    DType::I64,
+    DType::U64,
+];
+
+/// A binary op whose operands and result are all of one of [`ELEM_DTYPES`].
+fn build_binary_elem(b: &Build) -> Option<Elt> {
+    let (Some(a), Some(bb), [y]) = (b.input(0), b.input(1), b.outs) else {
+        return None;
+    };
+    let dtype = y.dtype;
+    if b.ins.len() != 2 || !ELEM_DTYPES.contains(&dtype) || a.dtype != dtype || bb.dtype != dtype {
+        return None;
+    }
+    let op = binary_op(&b.node.op, 2)?;
+    if op == BinOp::Pow && dtype.is_int() {
+        return None;
+    }
+    let copy = [a, bb]
+        .iter()
+        .position(|s| s.loc == y.loc)
+        .map(|k| (k, b.scratch(y.bytes())));
+    let plan = Broadcast::new(&[&a.shape, &bb.shape], &y.shape)?;
+    Some(Elt::BinaryElem {
+        op,
+        a: a.clone(),
+        b: bb.clone(),
+        copy,
+        plan,
+        dtype,
+    })
+}
+
+/// [`binary::binary_elem`] on the step's buffers, as `T`.
+///
+/// # Safety
+/// The slots hold `T`s of their shapes in `cx`; `copy` is a scratch of the output's size.
+unsafe fn run_binary_elem<T: Elem>(
+    cx: &Cx,
+    op: BinOp,
+    plan: &Broadcast,
+    [a, b]: [&Slot; 2],
+    copy: Option<(usize, Loc)>,
+    y: &Slot,
+) -> Result<(), String> {
+    // SAFETY: the caller's contract; an operand that is the output's buffer is read
+    // from its copy, so the slices below never alias the output.
+    unsafe {
+        let mut ptrs = [cx.ptr(a.loc) as *const T, cx.ptr(b.loc) as *const T];
+        if let Some((k, at)) = copy {
+            let dst = cx.ptr(at) as *mut T;
+            std::ptr::copy_nonoverlapping(ptrs[k], dst, y.elements());
+            ptrs[k] = dst;
+        }
+        let a_s = std::slice::from_raw_parts(ptrs[0], a.elements());
+        let b_s = std::slice::from_raw_parts(ptrs[1], b.elements());
+        let out = std::slice::from_raw_parts_mut(cx.ptr(y.loc) as *mut T, y.elements());
+        binary::binary_elem(op, plan, a_s, b_s, out, cx.pool)
+    }
+}
+
 pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
-    if !b.all_f32() || b.outs.is_empty() {
+    if b.outs.is_empty() {
         return Ok(None);
+    }
+    if !b.all_f32() {
+        let y = b.outs[0].clone();
+        return Ok(
+            build_binary_elem(b).map(|what| Box::new(EltStep { what, y }) as Box<dyn Kernel>)
+        );
     }
     let y = b.outs[0].clone();
     if b.node.op == "Fused" {
@@ -216,21 +318,38 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         };
         return Ok(Some(Box::new(EltStep { what, y })));
     }
-    let Some(unop) = unary_op(&b.node.op) else {
+    let Some(x) = b.input(0).cloned() else {
         return Ok(None);
     };
-    let Some(x) = b.input(0) else { return Ok(None) };
-    Ok(Some(Box::new(EltStep {
-        what: Elt::Unary {
-            op: unop,
-            x: x.clone(),
+    let what = match unary_op(&b.node.op) {
+        Some(op) => Elt::Unary { op, x },
+        None => match activation(&b.node.op, &b.node.attrs)? {
+            Some(act) if b.ins.len() == 1 => Elt::Act { act, x },
+            _ => return Ok(None),
         },
-        y,
-    })))
+    };
+    Ok(Some(Box::new(EltStep { what, y })))
 }
 
 impl Kernel for EltStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        if let Elt::BinaryElem {
+            op,
+            a,
+            b,
+            copy,
+            plan,
+            dtype,
+        } = &self.what
+        {
+            // SAFETY: the slots hold `dtype` elements of their shapes (checked at build).
+            return unsafe {
+                with_dtype!(
+                    *dtype,
+                    run_binary_elem(cx, *op, plan, [a, b], *copy, &self.y)
+                )
+            };
+        }
         // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
         // used, and the CPU features it is compiled for.
         unsafe {
@@ -240,6 +359,8 @@ impl Kernel for EltStep {
                 Elt::Unary { op, x } => {
                     binary::unary(*op, std::slice::from_raw_parts(cx.f32(x), x.elements()), y)
                 }
+                // x is y's own buffer or a distinct one (the planner shares whole buffers).
+                Elt::Act { act, x } => act.apply_from(cx.f32(x), y, cx.pool),
                 Elt::Binary {
                     op,
                     a,
@@ -257,6 +378,7 @@ impl Kernel for EltStep {
                     let b_s = std::slice::from_raw_parts(ptrs[1], b.elements());
                     binary::binary_planned(isa::isa(), *op, plan, a_s, b_s, y, cx.pool);
                 }
+                Elt::BinaryElem { .. } => unreachable!("run above"),
                 Elt::Adam { ins, extra } => {
                     let ptrs: [*const f32; 11] = std::array::from_fn(|k| cx.f32(&ins[k]));
                     let outs = [y.as_mut_ptr(), cx.f32_mut(&extra[0]), cx.f32_mut(&extra[1])];
@@ -284,12 +406,14 @@ impl Kernel for EltStep {
         }
     }
     fn can_fail(&self) -> bool {
-        false
+        matches!(self.what, Elt::BinaryElem { op: BinOp::Div, dtype, .. } if dtype.is_int())
     }
     fn kind(&self) -> &'static str {
         match self.what {
             Elt::Binary { .. } => "binary",
+            Elt::BinaryElem { .. } => "binary-elem",
             Elt::Unary { .. } => "unary",
+            Elt::Act { .. } => "activation",
             Elt::Fused { .. } => "fused-eltwise",
             Elt::Adam { .. } => "adam-update",
         }

@@ -8,6 +8,7 @@ use crate::ir::{Graph, Node, NodeId};
 use crate::passes::PassOptions;
 use crate::tensor::Tensor;
 
+pub mod attention;
 pub mod backward;
 pub mod control;
 pub mod conv;
@@ -16,6 +17,7 @@ pub mod custom;
 pub mod eltwise;
 pub mod fallback;
 pub mod matmul;
+pub mod movement;
 pub mod nn;
 pub mod quant;
 pub mod reduce;
@@ -77,11 +79,11 @@ const FAMILIES: &[Builder] = &[
     conv::build,
     backward::build_max_pool_indices,
     nn::build,
+    attention::build,
     reduce::build,
     eltwise::build,
     view::build,
-    view::build_transpose,
-    view::build_gather,
+    movement::build,
     quant::build,
     rnn::build,
     rnn::build_quant_lstm,

@@ -1,4 +1,4 @@
-//! Pooling, layout reorders, softmax and layer normalization: the memory-bound ops
+//! Pooling, layout reorders, softmax and layer normalization (over any trailing axes): the memory-bound ops
 //! around the convolutions and products, each one vectorized kernel over the arena.
 //! Pools with `block` > 0 (the layout pass's) run the NCHWxc kernels on blocked buffers,
 //! every lane (pad lanes too) pooled as a channel.
@@ -75,7 +75,7 @@ struct NnStep {
 }
 
 /// Whether anything reads output `k` of the node (a graph output counts).
-fn used(b: &Build, k: u32) -> bool {
+pub(super) fn used(b: &Build, k: u32) -> bool {
     let v = b.id.out(k);
     b.g.outputs().iter().any(|o| o.value == v)
         || b.g.nodes().iter().any(|n| n.inputs.contains(&Some(v)))
@@ -215,8 +215,16 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
                 log: op == "LogSoftmax",
             }
         }
-        "LayerNormalization" if last_axis(-1)? => {
-            let (rows, n) = row_split();
+        "LayerNormalization" => {
+            // Normalized over the axes from `axis` on: rows of their product.
+            let rank = x.shape.len() as i64;
+            let axis = attrs.int_or("axis", -1)?;
+            let axis = if axis < 0 { axis + rank } else { axis };
+            if !(0..rank).contains(&axis) {
+                return Ok(None);
+            }
+            let n: usize = x.shape[axis as usize..].iter().product();
+            let rows = x.elements() / n.max(1);
             let Some(scale) = b.input(1).filter(|s| s.elements() == n) else {
                 return Ok(None);
             };

@@ -1,12 +1,17 @@
-//! Reductions on f32 over axes known at compile time (an `axes` attribute, constant
-//! input or `axis_names`): one vectorized kernel over the arena. Axes computed at run
-//! time go to the fallback.
+//! Reductions over axes known at compile time (an `axes` attribute, constant input or
+//! `axis_names`): on f32 one vectorized kernel over the arena, on the other numeric
+//! dtypes one loop computing as the interpreter does. Axes computed at run time go to
+//! the fallback.
 use crate::backend::cpu::isa;
 use crate::backend::cpu::kernels::reduce::{self, ReducePlan};
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::ir::ops::reduce::reduce_axes;
 use crate::ir::ops::reduce::ReduceKind;
 use crate::ir::DType;
+use crate::tensor::Elem;
+use crate::with_dtype;
+
+use super::eltwise::ELEM_DTYPES;
 
 use super::Build;
 
@@ -26,7 +31,7 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let (Some(x), [y]) = (b.input(0), b.outs) else {
         return Ok(None);
     };
-    if x.dtype != DType::F32 || y.dtype != DType::F32 {
+    if x.dtype != y.dtype || !(x.dtype == DType::F32 || ELEM_DTYPES.contains(&x.dtype)) {
         return Ok(None);
     }
     let Some(xv) = b.node.inputs[0] else {
@@ -46,7 +51,8 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             y.elements()
         ));
     }
-    let scratch = (kind == ReduceKind::LogSumExp).then(|| b.scratch(y.bytes()));
+    let scratch =
+        (kind == ReduceKind::LogSumExp && x.dtype == DType::F32).then(|| b.scratch(y.bytes()));
     Ok(Some(Box::new(ReduceStep {
         kind,
         plan,
@@ -56,11 +62,28 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     })))
 }
 
+/// [`reduce::reduce_elem`] on the step's buffers, as `T`.
+///
+/// # Safety
+/// The step's slots hold `T`s of their shapes in `cx`.
+unsafe fn run_elem<T: Elem>(cx: &Cx, s: &ReduceStep) -> Result<(), String> {
+    // SAFETY: the caller's contract; x and y are distinct buffers (no in-place rule).
+    unsafe {
+        let x = std::slice::from_raw_parts(cx.ptr(s.x.loc) as *const T, s.x.elements());
+        let y = std::slice::from_raw_parts_mut(cx.ptr(s.y.loc) as *mut T, s.y.elements());
+        reduce::reduce_elem(s.kind, &s.plan, x, y, cx.pool);
+    }
+    Ok(())
+}
+
 impl Kernel for ReduceStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
         // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
         // used, and the CPU features it is compiled for.
         unsafe {
+            if self.x.dtype != DType::F32 {
+                return with_dtype!(self.x.dtype, run_elem(cx, self));
+            }
             let x = std::slice::from_raw_parts(cx.f32(&self.x), self.x.elements());
             let y = std::slice::from_raw_parts_mut(cx.f32_mut(&self.y), self.y.elements());
             let scratch = match self.scratch {

@@ -212,6 +212,7 @@ pub(crate) fn elementwise(
         "Softsign" => unary_f32("(X / (1.0f + fabsf(X)))"),
         "Mish" => unary_f32("(X * tanhf(kiln_softplus(X)))"),
         "HardSwish" => unary_f32("(X * fminf(fmaxf(X / 6.0f + 0.5f, 0.0f), 1.0f))"),
+        "Silu" => unary_f32("(X / (1.0f + expf(-X)))"),
         "LeakyRelu" => {
             let a = float_lit(alpha(0.01)?);
             unary_f32(&format!("(X >= 0.0f ? X : {a} * X)"))

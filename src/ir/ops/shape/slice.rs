@@ -165,15 +165,16 @@ const PAD: OpSchema = OpSchema {
           ...]; mode constant, reflect, edge or wrap.",
 };
 
+/// Pad's mode.
 #[derive(Clone, Copy, PartialEq)]
-enum Mode {
+pub(crate) enum Mode {
     Constant,
     Reflect,
     Edge,
     Wrap,
 }
 
-fn mode(s: &str) -> Result<Mode, String> {
+pub(crate) fn mode(s: &str) -> Result<Mode, String> {
     Ok(match s {
         "constant" => Mode::Constant,
         "reflect" => Mode::Reflect,
@@ -188,7 +189,11 @@ fn mode(s: &str) -> Result<Mode, String> {
 }
 
 /// (begin, end) per axis.
-fn pad_plan(rank: usize, pads: &[i64], axes: Option<&[i64]>) -> Result<Vec<(i64, i64)>, String> {
+pub(crate) fn pad_plan(
+    rank: usize,
+    pads: &[i64],
+    axes: Option<&[i64]>,
+) -> Result<Vec<(i64, i64)>, String> {
     let axes: Vec<usize> = match axes {
         Some(a) => a
             .iter()
@@ -212,7 +217,7 @@ fn pad_plan(rank: usize, pads: &[i64], axes: Option<&[i64]>) -> Result<Vec<(i64,
 }
 
 /// The input index an output index `o` of a padded axis reads, or `None` for the fill.
-fn pad_source(o: usize, begin: i64, d: usize, mode: Mode) -> Option<usize> {
+pub(crate) fn pad_source(o: usize, begin: i64, d: usize, mode: Mode) -> Option<usize> {
     let i = o as i64 - begin;
     let d = d as i64;
     if (0..d).contains(&i) {

@@ -1,9 +1,8 @@
 //! The ops backward graphs are built from that the other families do not cover, one
 //! step type per kernel, by op kind: `ConvTranspose` (Conv's data gradient,
 //! [`conv_transpose`]), `ScatterElements` (MaxPool's gradient, [`scatter`]), MaxPool
-//! with Indices ([`pool`]), comparisons, `Where`, `Cast` and their fused form (masks and
-//! one-hots, [`select`]), `Slice` and `ConstantOfShape` (the crop of a filter gradient
-//! and zeros to scatter into, [`shape`]) and `SoftmaxCrossEntropyLoss` ([`loss`]).
+//! with Indices ([`pool`]), comparisons and their fused form with `Where` (masks and
+//! one-hots, [`select`]), `ConstantOfShape` (zeros to scatter into, [`shape`]) and `SoftmaxCrossEntropyLoss` ([`loss`]).
 use crate::backend::cpu::kernels::select::CmpOp;
 use crate::backend::cpu::program::Kernel;
 
@@ -20,11 +19,8 @@ pub fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     match b.node.op.as_str() {
         "ConvTranspose" => conv_transpose::build(b),
         "ScatterElements" => scatter::build(b),
-        "Where" => select::build_where(b),
-        "Cast" => select::build_cast(b),
         "SoftmaxCrossEntropyLoss" => loss::build(b),
         "Fused" => select::build_compare_select(b),
-        "Slice" => shape::build_slice(b),
         "ConstantOfShape" => shape::build_fill(b),
         op => match CmpOp::from_op(op) {
             Some(cmp) => select::build_compare(b, cmp),

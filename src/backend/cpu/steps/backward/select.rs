@@ -1,7 +1,6 @@
-//! Comparisons, `Where`, `Cast` and the fused `Where(a op b, x, y)`: the masks and
-//! one-hots of backward graphs (Relu's gradient is the fused form), on the CPU's
-//! compare-select kernels.
-use crate::backend::cpu::kernels::select::{cast, compare, compare_select, select, CmpOp, Walk};
+//! Comparisons and the fused `Where(a op b, x, y)`: the masks and one-hots of backward
+//! graphs (Relu's gradient is the fused form), on the CPU's compare-select kernels.
+use crate::backend::cpu::kernels::select::{compare, compare_select, CmpOp, Walk};
 use crate::backend::cpu::program::{Cx, Kernel, Slot};
 use crate::ir::ops::fused::{self, Arg};
 use crate::ir::DType;
@@ -11,14 +10,6 @@ use super::super::Build;
 /// Element types the comparisons and selects handle.
 fn plain_dtype(d: DType) -> bool {
     matches!(d, DType::F32 | DType::I32 | DType::I64)
-}
-
-/// Element types `Cast` converts between.
-fn cast_dtype(d: DType) -> bool {
-    matches!(
-        d,
-        DType::F32 | DType::F64 | DType::I32 | DType::I64 | DType::Bool
-    )
 }
 
 /// Runs `$body` with `$T` the Rust type of the dtype `$d` (f32, i32 or i64).
@@ -35,34 +26,6 @@ macro_rules! with_plain {
             }
             _ => {
                 type $T = i64;
-                $body
-            }
-        }
-    };
-}
-
-/// Runs `$body` with `$T` the Rust type `Cast` uses for the dtype `$d`.
-macro_rules! with_cast {
-    ($d:expr, $T:ident => $body:expr) => {
-        match $d {
-            DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            DType::F64 => {
-                type $T = f64;
-                $body
-            }
-            DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            _ => {
-                type $T = u8;
                 $body
             }
         }
@@ -121,111 +84,6 @@ impl Kernel for CompareStep {
     }
     fn kind(&self) -> &'static str {
         "compare"
-    }
-}
-
-pub(super) struct WhereStep {
-    walk: Walk,
-    cond: Slot,
-    x: Slot,
-    /// The second choice (`Where`'s input 2), not the output.
-    other: Slot,
-    y: Slot,
-}
-
-pub(super) fn build_where(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
-    let y = b.outs[0].clone();
-    let (Some(c), Some(x), Some(yv)) = (b.input(0), b.input(1), b.input(2)) else {
-        return Ok(None);
-    };
-    if c.dtype != DType::Bool || !plain_dtype(x.dtype) || yv.dtype != x.dtype {
-        return Ok(None);
-    }
-    let walk = Walk::new(&[&c.shape, &x.shape, &yv.shape], &y.shape).ok_or_else(|| {
-        format!(
-            "{:?}, {:?}, {:?} do not broadcast to {:?}",
-            c.shape, x.shape, yv.shape, y.shape
-        )
-    })?;
-    Ok(Some(Box::new(WhereStep {
-        walk,
-        cond: c.clone(),
-        x: x.clone(),
-        other: yv.clone(),
-        y,
-    })))
-}
-
-impl Kernel for WhereStep {
-    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
-        // their planned sizes for this run.
-        unsafe {
-            let Self {
-                walk,
-                cond,
-                x,
-                other,
-                y,
-            } = self;
-            with_plain!(x.dtype, T => select(
-                walk,
-                cx.ptr(cond.loc),
-                cx.ptr(x.loc) as *const T,
-                cx.ptr(other.loc) as *const T,
-                cx.ptr(y.loc) as *mut T,
-                cx.pool,
-            ));
-            Ok(())
-        }
-    }
-    fn can_fail(&self) -> bool {
-        false
-    }
-    fn kind(&self) -> &'static str {
-        "where"
-    }
-}
-
-pub(super) struct CastStep {
-    x: Slot,
-    y: Slot,
-}
-
-pub(super) fn build_cast(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
-    let y = b.outs[0].clone();
-    let Some(x) = b.input(0) else { return Ok(None) };
-    if !cast_dtype(x.dtype) || !cast_dtype(y.dtype) || x.elements() != y.elements() {
-        return Ok(None);
-    }
-    Ok(Some(Box::new(CastStep { x: x.clone(), y })))
-}
-
-impl Kernel for CastStep {
-    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
-        // their planned sizes for this run.
-        unsafe {
-            let Self { x, y: ys } = self;
-            let y = cx.ptr(ys.loc);
-            let n = x.elements();
-            if x.dtype == ys.dtype {
-                if cx.ptr(x.loc) != y {
-                    std::ptr::copy_nonoverlapping(cx.ptr(x.loc), y, x.bytes());
-                }
-            } else {
-                with_cast!(x.dtype, S => with_cast!(ys.dtype, D => {
-                    cast(cx.ptr(x.loc) as *const S, y as *mut D, n, cx.pool)
-                }))
-            }
-            Ok(())
-        }
-    }
-    fn can_fail(&self) -> bool {
-        false
-    }
-    fn kind(&self) -> &'static str {
-        "cast"
     }
 }
 

@@ -1,0 +1,157 @@
+//! Linear and cubic `Resize` on f32: one 1-D pass per resized axis (the reference's
+//! separable interpolation), each output index a weighted sum of its taps. A pass over
+//! an axis with elements after it (H of NCHW) adds whole input rows scaled by their
+//! weight, a loop the compiler vectorizes; a pass over the last axis sums gathered
+//! elements. Nearest resizing is a table copy (`movement::TableCopy`), not this.
+use super::par::{for_ranges, SyncPtr};
+use crate::backend::cpu::pool::Pool;
+
+/// One axis' interpolation: the tensor seen as `[outer, n_in, inner]` becomes
+/// `[outer, n_out, inner]`.
+#[derive(Debug, Clone)]
+pub struct AxisPass {
+    outer: usize,
+    n_in: usize,
+    inner: usize,
+    /// Per output index, its range in `index`/`weight` (empty: the extrapolation value).
+    taps: Vec<(u32, u32)>,
+    index: Vec<usize>,
+    weight: Vec<f32>,
+}
+
+impl AxisPass {
+    /// The pass over axis `axis` of `dims` with, per output index, its (input index,
+    /// weight) taps or `None` (extrapolated). Zero weights are dropped.
+    pub fn new(dims: &[usize], axis: usize, taps: &[Option<Vec<(usize, f64)>>]) -> AxisPass {
+        let (mut index, mut weight, mut ranges) = (vec![], vec![], vec![]);
+        for t in taps {
+            let start = index.len() as u32;
+            for &(i, w) in t.iter().flatten() {
+                if w != 0.0 {
+                    index.push(i);
+                    weight.push(w as f32);
+                }
+            }
+            ranges.push((start, index.len() as u32));
+        }
+        AxisPass {
+            outer: dims[..axis].iter().product(),
+            n_in: dims[axis],
+            inner: dims[axis + 1..].iter().product(),
+            taps: ranges,
+            index,
+            weight,
+        }
+    }
+
+    fn n_out(&self) -> usize {
+        self.taps.len()
+    }
+
+    /// Elements of the pass' output.
+    pub fn out_len(&self) -> usize {
+        self.outer * self.n_out() * self.inner
+    }
+
+    /// Runs the pass from `x` into `y`; `extrapolated` is the value of points with no taps.
+    ///
+    /// # Safety
+    /// `x` holds `outer · n_in · inner` floats, `y` [`AxisPass::out_len`]; no overlap.
+    pub unsafe fn run(&self, x: *const f32, y: *mut f32, extrapolated: f32, pool: Option<&Pool>) {
+        let (xs, ys) = (SyncPtr(x as *mut f32), SyncPtr(y));
+        let (n_out, inner, n_in) = (self.n_out(), self.inner, self.n_in);
+        let taps_per = self.index.len().div_ceil(n_out.max(1)).max(1);
+        if inner == 1 {
+            for_ranges(pool, self.outer, n_out * taps_per, &|r| {
+                for o in r {
+                    // SAFETY: row o of x and of y lie inside their buffers; tap indices are
+                    // below n_in (clamped by the reference).
+                    unsafe {
+                        let (xr, yr) = (xs.get().add(o * n_in), ys.get().add(o * n_out));
+                        for (j, &(s, e)) in self.taps.iter().enumerate() {
+                            let mut acc = if s == e { extrapolated } else { 0.0 };
+                            for t in s as usize..e as usize {
+                                acc += self.weight[t] * *xr.add(self.index[t]);
+                            }
+                            *yr.add(j) = acc;
+                        }
+                    }
+                }
+            });
+            return;
+        }
+        for_ranges(pool, self.outer * n_out, inner * taps_per, &|r| {
+            for row in r {
+                let (o, j) = (row / n_out, row % n_out);
+                let (s, e) = self.taps[j];
+                // SAFETY: output row `row` and the input rows of its taps lie inside the
+                // buffers; each row is written by one task.
+                unsafe {
+                    let out = std::slice::from_raw_parts_mut(ys.get().add(row * inner), inner);
+                    if s == e {
+                        out.fill(extrapolated);
+                        continue;
+                    }
+                    let input = |t: usize| {
+                        std::slice::from_raw_parts(
+                            xs.get().add((o * n_in + self.index[t]) * inner),
+                            inner,
+                        )
+                    };
+                    let (s, e) = (s as usize, e as usize);
+                    let w0 = self.weight[s];
+                    for (d, &v) in out.iter_mut().zip(input(s)) {
+                        *d = w0 * v;
+                    }
+                    for t in s + 1..e {
+                        let w = self.weight[t];
+                        for (d, &v) in out.iter_mut().zip(input(t)) {
+                            *d += w * v;
+                        }
+                    }
+                }
+            }
+        });
+    }
+}
+
+/// A whole resize: its passes in order, the intermediate results alternating between
+/// two scratch buffers.
+#[derive(Debug, Clone)]
+pub struct ResizePlan {
+    pub passes: Vec<AxisPass>,
+    pub extrapolated: f32,
+}
+
+impl ResizePlan {
+    /// Floats of each of the two scratch buffers.
+    pub fn scratch_len(&self) -> usize {
+        let n = self.passes.len().saturating_sub(1);
+        self.passes[..n]
+            .iter()
+            .map(AxisPass::out_len)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Runs every pass from `x` to `y`.
+    ///
+    /// # Safety
+    /// `x` holds the input, `y` the output, `scratch` twice [`ResizePlan::scratch_len`]
+    /// floats; none overlap.
+    pub unsafe fn run(&self, x: *const f32, y: *mut f32, scratch: *mut f32, pool: Option<&Pool>) {
+        let half = self.scratch_len();
+        let mut from = x;
+        for (k, pass) in self.passes.iter().enumerate() {
+            let to = if k + 1 == self.passes.len() {
+                y
+            } else {
+                // SAFETY: scratch holds two halves (the caller's contract).
+                unsafe { scratch.add((k % 2) * half) }
+            };
+            // SAFETY: `from` holds this pass' input (x or the previous half), `to` its output.
+            unsafe { pass.run(from, to, self.extrapolated, pool) };
+            from = to;
+        }
+    }
+}
