@@ -7,8 +7,10 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use kiln::internals::cpu::blas::{self, gemm_openblas};
 use kiln::internals::cpu::gemm::{gemm, gemm_packed, gemm_with_isa, Epilogue, Mat, PackedB};
 use kiln::internals::cpu::{Isa, Pool};
+#[cfg(target_arch = "x86_64")]
+use kiln::internals::peak::{fma256_gflops, fma512_gflops};
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SHAPES: &[(&str, usize, usize, usize)] = &[
     ("square_1024", 1024, 1024, 1024),
@@ -55,82 +57,6 @@ fn data(len: usize, seed: u32) -> Vec<f32> {
             (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
         })
         .collect()
-}
-
-/// FLOP/s of 12 independent `vfmadd231ps ymm` chains on registers (no loads): the
-/// single-core f32 FMA peak of this machine with the instructions the kernel uses.
-#[cfg(target_arch = "x86_64")]
-fn fma_peak_gflops() -> Option<f64> {
-    use std::arch::x86_64::*;
-    #[target_feature(enable = "avx2,fma")]
-    fn chains(iters: u64, x: f32) -> f32 {
-        let a = _mm256_set1_ps(x);
-        let b = _mm256_set1_ps(0.999_999);
-        let mut c = [_mm256_set1_ps(1.0); 12];
-        for _ in 0..iters {
-            for v in c.iter_mut() {
-                *v = _mm256_fmadd_ps(*v, b, a);
-            }
-        }
-        let mut s = _mm256_setzero_ps();
-        for v in c {
-            s = _mm256_add_ps(s, v);
-        }
-        let mut out = [0f32; 8];
-        // SAFETY: `out` holds 8 floats.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr(), s) };
-        out.iter().sum()
-    }
-    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
-        return None;
-    }
-    let iters = 20_000_000u64;
-    let mut rates: Vec<f64> = (0..7)
-        .map(|_| {
-            let t = Instant::now();
-            // SAFETY: AVX2 and FMA were detected above.
-            black_box(unsafe { chains(black_box(iters), black_box(1e-7)) });
-            (iters * 12 * 16) as f64 / t.elapsed().as_secs_f64() / 1e9
-        })
-        .collect();
-    rates.sort_by(f64::total_cmp);
-    Some(rates[rates.len() / 2])
-}
-
-/// The same with 24 independent `vfmadd231ps zmm` chains: the AVX-512 kernel's peak.
-#[cfg(target_arch = "x86_64")]
-fn fma512_peak_gflops() -> Option<f64> {
-    use std::arch::x86_64::*;
-    #[target_feature(enable = "avx512f")]
-    fn chains(iters: u64, x: f32) -> f32 {
-        let a = _mm512_set1_ps(x);
-        let b = _mm512_set1_ps(0.999_999);
-        let mut c = [_mm512_set1_ps(1.0); 24];
-        for _ in 0..iters {
-            for v in c.iter_mut() {
-                *v = _mm512_fmadd_ps(*v, b, a);
-            }
-        }
-        let mut s = _mm512_setzero_ps();
-        for v in c {
-            s = _mm512_add_ps(s, v);
-        }
-        _mm512_reduce_add_ps(s)
-    }
-    if !is_x86_feature_detected!("avx512f") {
-        return None;
-    }
-    let iters = 10_000_000u64;
-    let mut rates: Vec<f64> = (0..7)
-        .map(|_| {
-            let t = Instant::now();
-            // SAFETY: AVX-512F was detected above.
-            black_box(unsafe { chains(black_box(iters), black_box(1e-7)) });
-            (iters * 24 * 32) as f64 / t.elapsed().as_secs_f64() / 1e9
-        })
-        .collect();
-    rates.sort_by(f64::total_cmp);
-    Some(rates[rates.len() / 2])
 }
 
 /// `c = a·b` (row-major m×k, k×n, m×n) by the `gemm` crate.
@@ -204,11 +130,11 @@ fn check_gemm_crate(
 fn bench(cr: &mut Criterion) {
     blas::single_threaded();
     #[cfg(target_arch = "x86_64")]
-    if let Some(p) = fma_peak_gflops() {
+    if let Some(p) = fma256_gflops() {
         println!("FMA peak, one thread (median of 7): {p:.1} GFLOP/s");
     }
     #[cfg(target_arch = "x86_64")]
-    if let Some(p) = fma512_peak_gflops() {
+    if let Some(p) = fma512_gflops() {
         println!("AVX-512 FMA peak, one thread (median of 7): {p:.1} GFLOP/s");
     }
     let pool = Pool::new(2);

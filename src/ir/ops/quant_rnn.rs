@@ -61,15 +61,15 @@ fn directions(dir: &str) -> Result<usize, String> {
 
 /// One direction's quantized weights `[k, n]` with their scales (one, or one per column)
 /// and zero point (onnxruntime reads the first).
-struct QuantWeights {
-    values: Vec<i32>,
-    n: usize,
-    scales: Vec<f32>,
-    zero: i32,
+pub(crate) struct QuantWeights {
+    pub(crate) values: Vec<i32>,
+    pub(crate) n: usize,
+    pub(crate) scales: Vec<f32>,
+    pub(crate) zero: i32,
 }
 
 impl QuantWeights {
-    fn new(
+    pub(crate) fn new(
         w: &Tensor,
         scale: &Tensor,
         zero: &Tensor,

@@ -13,7 +13,7 @@ use crate::ir::{AttrKind, Attrs, DType, Dim, Shape, TensorType};
 use crate::tensor::Tensor;
 
 #[derive(Clone, Copy, PartialEq)]
-enum Cell {
+pub(crate) enum Cell {
     Rnn,
     Gru,
     Lstm,
@@ -75,7 +75,7 @@ const LSTM_ATTRS: &[AttrSpec] = &[
     COMMON_ATTRS[6],
 ];
 
-fn directions(attrs: &Attrs) -> Result<usize, String> {
+pub(crate) fn directions(attrs: &Attrs) -> Result<usize, String> {
     match attrs.string_or("direction", "forward")? {
         "forward" | "reverse" => Ok(1),
         "bidirectional" => Ok(2),
@@ -87,10 +87,10 @@ fn directions(attrs: &Attrs) -> Result<usize, String> {
 
 /// One activation function with its alpha and beta (ONNX's defaults where not given).
 #[derive(Clone, Copy)]
-struct Activation {
-    kind: &'static str,
-    alpha: f64,
-    beta: f64,
+pub(crate) struct Activation {
+    pub(crate) kind: &'static str,
+    pub(crate) alpha: f64,
+    pub(crate) beta: f64,
 }
 
 impl Activation {
@@ -154,7 +154,11 @@ impl Activation {
 
 /// Each direction's activations, from `activations` and its alpha/beta lists (the i-th
 /// activation takes the i-th alpha and beta).
-fn activations(cell: Cell, attrs: &Attrs, dirs: usize) -> Result<Vec<Vec<Activation>>, String> {
+pub(crate) fn activations(
+    cell: Cell,
+    attrs: &Attrs,
+    dirs: usize,
+) -> Result<Vec<Vec<Activation>>, String> {
     let per_dir = cell.default_activations().len();
     let names: Vec<String> = match attrs.strings("activations")? {
         Some(n) => n.to_vec(),

@@ -22,6 +22,7 @@ pub mod quant;
 pub mod reduce;
 pub mod reorder;
 pub mod resize;
+pub mod rnn;
 pub mod scatter;
 pub mod select;
 pub mod softmax;

@@ -21,6 +21,7 @@ pub mod movement;
 pub mod nn;
 pub mod quant;
 pub mod reduce;
+pub mod rnn;
 pub mod trees;
 pub mod view;
 
@@ -86,6 +87,8 @@ const FAMILIES: &[Builder] = &[
     movement::build,
     quant::build,
     trees::build,
+    rnn::build,
+    rnn::build_quant_lstm,
     backward::build,
 ];
 

@@ -1,0 +1,143 @@
+//! The recurrent kernels on one layer: LSTM and GRU at hidden 1,024, batch 64, input
+//! 1,024, 16 steps (the throughput case) and a silero-like 128-hidden, batch-1 layer (the
+//! latency case), at one and two threads. Prints GFLOP/s of the two GEMMs' work (the
+//! gate math is not counted), the share of this machine's FMA peak measured in the same
+//! process (times the threads), and onnxruntime's time for the same single-op model
+//! (`bench/rnn_ort.py`, when `target/py/bin/python` exists).
+//!
+//! `cargo bench --bench rnn`
+use kiln::internals::cpu::rnn::{Cell, RnnAct, RnnIo, RnnLayer, RnnSpec};
+use kiln::internals::cpu::Pool;
+use kiln::internals::peak::fma_gflops;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn lcg(n: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5) * 2.0 * scale
+        })
+        .collect()
+}
+
+/// The median milliseconds of `f` over about a second (at least 5 runs).
+fn median_ms(mut f: impl FnMut()) -> f64 {
+    f();
+    let mut times = vec![];
+    let start = Instant::now();
+    while times.len() < 5 || (start.elapsed() < Duration::from_secs(1) && times.len() < 500) {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// onnxruntime's median milliseconds for the same layer, if python with it is here.
+fn ort_ms(
+    op: &str,
+    seq: usize,
+    batch: usize,
+    input: usize,
+    hidden: usize,
+    threads: usize,
+) -> Option<f64> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let python = format!("{root}/target/py/bin/python");
+    let out = Command::new(python)
+        .arg(format!("{root}/bench/rnn_ort.py"))
+        .args([op, &seq.to_string(), &batch.to_string(), &input.to_string()])
+        .args([hidden.to_string(), threads.to_string()])
+        .output()
+        .ok()?;
+    String::from_utf8(out.stdout).ok()?.trim().parse().ok()
+}
+
+fn main() {
+    let peak = fma_gflops();
+    match peak {
+        Some(p) => println!("FMA peak, one thread (median of 7): {p:.1} GFLOP/s"),
+        None => println!("FMA peak: not measurable on this CPU"),
+    }
+    let pools = [None, Some(Pool::new(2))];
+    println!(
+        "{:<6} {:>4} {:>6} {:>6} {:>6} {:>3} {:>10} {:>9} {:>7} {:>10} {:>8}",
+        "layer",
+        "seq",
+        "batch",
+        "input",
+        "hidden",
+        "thr",
+        "kiln ms",
+        "GFLOP/s",
+        "% peak",
+        "ort ms",
+        "kiln/ort"
+    );
+    for (cell, name) in [(Cell::Lstm, "LSTM"), (Cell::Gru, "GRU")] {
+        for (seq, batch, input, hidden) in
+            [(16, 64, 1024, 1024), (1, 1, 128, 128), (64, 1, 128, 128)]
+        {
+            let spec = RnnSpec {
+                cell,
+                dirs: 1,
+                reverse: false,
+                seq,
+                batch,
+                input,
+                hidden,
+                batch_first: false,
+                acts: vec![[RnnAct::Sigmoid, RnnAct::Tanh, RnnAct::Tanh]],
+                clip: None,
+                linear_before_reset: false,
+                input_forget: false,
+            };
+            let gh = cell.gates() * hidden;
+            let scale = 1.0 / (hidden as f32).sqrt();
+            let w = lcg(gh * input, 1, scale);
+            let r = lcg(gh * hidden, 2, scale);
+            let b = lcg(2 * gh, 3, scale);
+            let x = lcg(seq * batch * input, 4, 1.0);
+            let mut y = vec![0f32; seq * batch * hidden];
+            let mut y_h = vec![0f32; batch * hidden];
+            let mut y_c = vec![0f32; batch * hidden];
+            let mut scratch = vec![0f32; spec.scratch_floats()];
+            let flops = 2.0 * spec.macs() as f64;
+            // SAFETY: w and r hold W and R of this spec.
+            let layer = unsafe { RnnLayer::new(spec, Some(w.as_ptr()), Some(r.as_ptr())) };
+            let io = RnnIo {
+                x: x.as_ptr(),
+                w: w.as_ptr(),
+                r: r.as_ptr(),
+                b: Some(b.as_ptr()),
+                lens: None,
+                h0: None,
+                c0: None,
+                p: None,
+                y: y.as_mut_ptr(),
+                y_h: y_h.as_mut_ptr(),
+                y_c: Some(y_c.as_mut_ptr()),
+            };
+            for (threads, pool) in [1, 2].into_iter().zip(&pools) {
+                let sp = scratch.as_mut_ptr();
+                // SAFETY: every buffer holds what the spec says; scratch its floats.
+                let ms = median_ms(|| unsafe {
+                    layer.run(pool.as_ref(), &io, sp).expect("valid lengths")
+                });
+                let gflops = flops / ms / 1e6;
+                let pct = peak.map_or(f64::NAN, |p| 100.0 * gflops / (p * threads as f64));
+                let ort = ort_ms(name, seq, batch, input, hidden, threads);
+                println!(
+                    "{name:<6} {seq:>4} {batch:>6} {input:>6} {hidden:>6} {threads:>3} {ms:>10.4} {gflops:>9.1} {pct:>6.1}% {:>10} {:>8}",
+                    ort.map_or("-".into(), |o| format!("{o:.4}")),
+                    ort.map_or("-".into(), |o| format!("{:.2}", ms / o)),
+                );
+            }
+        }
+    }
+}

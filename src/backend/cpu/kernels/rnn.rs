@@ -1,0 +1,905 @@
+//! Recurrent layers on f32: RNN, GRU and LSTM as ONNX defines them (forward, reverse or
+//! bidirectional, per-row sequence lengths, both layouts, every activation, clipping,
+//! peepholes, `input_forget`, GRU's `linear_before_reset`).
+//!
+//! The input projection of the whole sequence, `X·Wᵀ + biases` for every time step and
+//! both directions, is one GEMM over the packed weights. The time loop then runs inside
+//! the kernel: per step one recurrent GEMM `H·Rᵀ` over the batch, then the gate math
+//! row by row (in parallel over rows when the batch is large), all in step scratch.
+use super::gemm::{self, Bias, Epilogue, Mat, PackedB};
+use super::par::{for_ranges, SyncPtr};
+use super::Act;
+use crate::backend::cpu::pool::Pool;
+
+/// The kind of cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cell {
+    Rnn,
+    Gru,
+    Lstm,
+}
+
+impl Cell {
+    /// Gate blocks in W and R.
+    pub fn gates(self) -> usize {
+        match self {
+            Cell::Rnn => 1,
+            Cell::Gru => 3,
+            Cell::Lstm => 4,
+        }
+    }
+}
+
+/// An activation a recurrent layer may name, with its alpha and beta.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RnnAct {
+    Relu,
+    Tanh,
+    Sigmoid,
+    /// alpha·x + beta
+    Affine(f32, f32),
+    LeakyRelu(f32),
+    /// x if x > alpha, else 0
+    ThresholdedRelu(f32),
+    /// alpha·tanh(beta·x)
+    ScaledTanh(f32, f32),
+    HardSigmoid(f32, f32),
+    Elu(f32),
+    Softsign,
+    Softplus,
+}
+
+impl RnnAct {
+    /// The activation ONNX names `kind` (lower case), with its alpha and beta.
+    pub fn new(kind: &str, alpha: f32, beta: f32) -> Option<RnnAct> {
+        Some(match kind {
+            "relu" => RnnAct::Relu,
+            "tanh" => RnnAct::Tanh,
+            "sigmoid" => RnnAct::Sigmoid,
+            "affine" => RnnAct::Affine(alpha, beta),
+            "leakyrelu" => RnnAct::LeakyRelu(alpha),
+            "thresholdedrelu" => RnnAct::ThresholdedRelu(alpha),
+            "scaledtanh" => RnnAct::ScaledTanh(alpha, beta),
+            "hardsigmoid" => RnnAct::HardSigmoid(alpha, beta),
+            "elu" => RnnAct::Elu(alpha),
+            "softsign" => RnnAct::Softsign,
+            "softplus" => RnnAct::Softplus,
+            _ => return None,
+        })
+    }
+
+    /// Applies the activation to `x` in place (vectorized where the epilogue activations
+    /// have the same function).
+    fn apply(self, x: &mut [f32]) {
+        match self {
+            RnnAct::Relu => Act::Relu.apply(x),
+            RnnAct::Tanh => Act::Tanh.apply(x),
+            RnnAct::Sigmoid => Act::Sigmoid.apply(x),
+            RnnAct::LeakyRelu(a) => Act::LeakyRelu(a).apply(x),
+            RnnAct::HardSigmoid(a, b) => Act::HardSigmoid(a, b).apply(x),
+            RnnAct::Elu(a) => Act::Elu(a).apply(x),
+            RnnAct::Affine(a, b) => x.iter_mut().for_each(|v| *v = a * *v + b),
+            RnnAct::ThresholdedRelu(a) => x.iter_mut().for_each(|v| {
+                if *v <= a {
+                    *v = 0.0
+                }
+            }),
+            RnnAct::ScaledTanh(a, b) => {
+                x.iter_mut().for_each(|v| *v *= b);
+                Act::Tanh.apply(x);
+                x.iter_mut().for_each(|v| *v *= a);
+            }
+            RnnAct::Softsign => x.iter_mut().for_each(|v| *v /= 1.0 + v.abs()),
+            // ln(1 + e^x) without overflow: past 20 it is x to f32 precision.
+            RnnAct::Softplus => x.iter_mut().for_each(|v| {
+                if *v <= 20.0 {
+                    *v = v.exp().ln_1p()
+                }
+            }),
+        }
+    }
+}
+
+/// A layer's geometry and attributes.
+#[derive(Debug, Clone)]
+pub struct RnnSpec {
+    pub cell: Cell,
+    /// 1 or 2 (bidirectional).
+    pub dirs: usize,
+    /// A single direction running backwards (`direction = reverse`).
+    pub reverse: bool,
+    pub seq: usize,
+    pub batch: usize,
+    pub input: usize,
+    pub hidden: usize,
+    /// `layout = 1`: X, Y and the states are batch-major.
+    pub batch_first: bool,
+    /// Per direction: the cell's activations (f, g, h for LSTM; f, g for GRU; f for RNN),
+    /// unused ones repeated.
+    pub acts: Vec<[RnnAct; 3]>,
+    pub clip: Option<f32>,
+    pub linear_before_reset: bool,
+    pub input_forget: bool,
+}
+
+impl RnnSpec {
+    fn gh(&self) -> usize {
+        self.cell.gates() * self.hidden
+    }
+    /// Gate columns of the per-step recurrent product: all but GRU's candidate when the
+    /// reset gate applies before R (that product needs the reset gate first).
+    fn main_cols(&self) -> usize {
+        if self.gru_reset_first() {
+            2 * self.hidden
+        } else {
+            self.gh()
+        }
+    }
+    fn gru_reset_first(&self) -> bool {
+        self.cell == Cell::Gru && !self.linear_before_reset
+    }
+    /// Floats of one direction's per-step scratch (rounded to whole cache lines).
+    fn dir_floats(&self) -> usize {
+        let bh = (self.batch * self.hidden).next_multiple_of(16);
+        (self.batch * self.main_cols()).next_multiple_of(16) + 4 * bh
+    }
+    fn proj_floats(&self) -> usize {
+        (self.seq * self.batch * self.dirs * self.gh()).next_multiple_of(16)
+    }
+    /// Floats of scratch [`RnnLayer::run`] needs.
+    pub fn scratch_floats(&self) -> usize {
+        (self.dirs * self.gh()).next_multiple_of(16)
+            + self.proj_floats()
+            + self.dirs * self.dir_floats()
+    }
+    /// Multiply-adds of one run (the two GEMMs), for benchmarks.
+    pub fn macs(&self) -> usize {
+        let rows = self.seq * self.batch * self.dirs;
+        rows * self.gh() * (self.input + self.hidden)
+    }
+}
+
+/// The weights, packed when constant.
+pub struct RnnWeights {
+    /// Wᵀ of every direction side by side: input × dirs·gates·hidden.
+    w: Option<PackedB>,
+    /// Per direction: R's main gate columns (see [`RnnSpec::main_cols`]) and, for GRU
+    /// with the reset gate before R, its candidate columns.
+    r: Vec<(PackedB, Option<PackedB>)>,
+}
+
+/// Where one run's operands are.
+#[derive(Clone, Copy)]
+pub struct RnnIo {
+    pub x: *const f32,
+    pub w: *const f32,
+    pub r: *const f32,
+    pub b: Option<*const f32>,
+    pub lens: Option<*const i32>,
+    pub h0: Option<*const f32>,
+    pub c0: Option<*const f32>,
+    pub p: Option<*const f32>,
+    pub y: *mut f32,
+    pub y_h: *mut f32,
+    pub y_c: Option<*mut f32>,
+}
+
+// SAFETY: the pointers address buffers the caller keeps alive for the run; tasks write
+// disjoint parts of the outputs and scratch.
+unsafe impl Send for RnnIo {}
+// SAFETY: as for `Send` above.
+unsafe impl Sync for RnnIo {}
+
+/// A compiled recurrent layer.
+pub struct RnnLayer {
+    pub spec: RnnSpec,
+    weights: RnnWeights,
+}
+
+/// Below this many multiply-adds per step and direction, the two directions of a
+/// bidirectional layer run side by side on two threads instead of splitting each GEMM.
+const SIDE_BY_SIDE_MAX_MACS: usize = 1 << 22;
+
+impl RnnLayer {
+    /// The layer, with `w` and `r` packed when given (constants).
+    ///
+    /// # Safety
+    /// `w` and `r`, when given, must address W [dirs, gates·hidden, input] and R
+    /// [dirs, gates·hidden, hidden].
+    pub unsafe fn new(spec: RnnSpec, w: Option<*const f32>, r: Option<*const f32>) -> RnnLayer {
+        let (gh, h) = (spec.gh(), spec.hidden);
+        // SAFETY: the views lie inside W and R as the caller guarantees.
+        let weights = unsafe {
+            RnnWeights {
+                w: w.map(|w| PackedB::new(spec.input, spec.dirs * gh, w_view(w, spec.input))),
+                r: match r {
+                    Some(r) => (0..spec.dirs)
+                        .map(|d| {
+                            let rd = r.add(d * gh * h);
+                            let main = PackedB::new(h, spec.main_cols(), Mat::rows(rd, h).t());
+                            let cand = spec
+                                .gru_reset_first()
+                                .then(|| PackedB::new(h, h, Mat::rows(rd.add(2 * h * h), h).t()));
+                            (main, cand)
+                        })
+                        .collect(),
+                    None => vec![],
+                },
+            }
+        };
+        RnnLayer { spec, weights }
+    }
+
+    /// Runs the layer; `scratch` holds [`RnnSpec::scratch_floats`] floats. Fails only on
+    /// sequence lengths out of range.
+    ///
+    /// # Safety
+    /// `io`'s pointers must address the ONNX operands of this spec's shapes (outputs
+    /// writable and not overlapping the inputs), `scratch` the scratch floats.
+    pub unsafe fn run(
+        &self,
+        pool: Option<&Pool>,
+        io: &RnnIo,
+        scratch: *mut f32,
+    ) -> Result<(), String> {
+        let s = &self.spec;
+        if let Some(lens) = io.lens {
+            for n in 0..s.batch {
+                // SAFETY: sequence_lens holds batch entries.
+                let l = unsafe { *lens.add(n) };
+                if l < 0 || l as usize > s.seq {
+                    return Err(format!(
+                        "sequence_lens[{n}] is {l}, outside 0..={} (the sequence length)",
+                        s.seq
+                    ));
+                }
+            }
+        }
+        let (gh, dirs) = (s.gh(), s.dirs);
+        // SAFETY: the scratch regions below partition `scratch_floats` floats; the
+        // operands are as the caller guarantees.
+        unsafe {
+            let bias = scratch;
+            let proj = bias.add((dirs * gh).next_multiple_of(16));
+            let per_dir = proj.add(s.proj_floats());
+            self.combine_biases(io.b, bias);
+            let ep = Epilogue {
+                bias: Bias::PerCol(bias),
+                residual: None,
+                act: Act::None,
+            };
+            let (m, n) = (s.seq * s.batch, dirs * gh);
+            let x = Mat::rows(io.x, s.input);
+            match &self.weights.w {
+                Some(pw) => gemm::gemm_packed(pool, m, n, s.input, x, pw, proj, n, &ep),
+                None => gemm::gemm(pool, m, n, s.input, x, w_view(io.w, s.input), proj, n, &ep),
+            }
+            let threads = pool.map_or(1, |p| p.threads());
+            let step_macs = s.batch * gh * s.hidden;
+            let (io, proj_p) = (*io, SyncPtr(proj));
+            let per_dir = SyncPtr(per_dir);
+            let dir_scratch = |d: usize| SyncPtr(per_dir.get().add(d * s.dir_floats()));
+            match pool {
+                Some(p) if dirs == 2 && threads >= 2 && step_macs <= SIDE_BY_SIDE_MAX_MACS => p
+                    .run(2, &|d| {
+                        self.direction(None, &io, d, proj_p.get(), dir_scratch(d).get())
+                    }),
+                _ => {
+                    (0..dirs).for_each(|d| self.direction(pool, &io, d, proj, dir_scratch(d).get()))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Wb + Rb per gate column into `out` (dirs × gates·hidden), except GRU's candidate
+    /// with `linear_before_reset`, whose Rb is scaled by the reset gate (added per step).
+    ///
+    /// # Safety
+    /// `b` (if given) addresses B [dirs, 2·gates·hidden]; `out` dirs·gates·hidden floats.
+    unsafe fn combine_biases(&self, b: Option<*const f32>, out: *mut f32) {
+        let s = &self.spec;
+        let gh = s.gh();
+        // SAFETY: as the caller guarantees.
+        let out = unsafe { std::slice::from_raw_parts_mut(out, s.dirs * gh) };
+        let Some(b) = b else {
+            out.fill(0.0);
+            return;
+        };
+        // SAFETY: as the caller guarantees.
+        let b = unsafe { std::slice::from_raw_parts(b, s.dirs * 2 * gh) };
+        for d in 0..s.dirs {
+            let (wb, rb) = b[d * 2 * gh..(d + 1) * 2 * gh].split_at(gh);
+            let o = &mut out[d * gh..(d + 1) * gh];
+            for e in 0..gh {
+                let separate = s.cell == Cell::Gru && s.linear_before_reset && e >= 2 * s.hidden;
+                o[e] = if separate { wb[e] } else { wb[e] + rb[e] };
+            }
+        }
+    }
+
+    /// One direction's time loop.
+    ///
+    /// # Safety
+    /// As for [`RnnLayer::run`]; `proj` holds the input projection, `scratch` this
+    /// direction's [`RnnSpec::dir_floats`] floats.
+    unsafe fn direction(
+        &self,
+        pool: Option<&Pool>,
+        io: &RnnIo,
+        d: usize,
+        proj: *mut f32,
+        scratch: *mut f32,
+    ) {
+        let s = &self.spec;
+        let (batch, h, gh) = (s.batch, s.hidden, s.gh());
+        let cols = s.main_cols();
+        let bh = (batch * h).next_multiple_of(16);
+        let reverse = s.reverse || d == 1;
+        // SAFETY: the scratch regions partition `dir_floats`; the operands are as the
+        // caller guarantees.
+        unsafe {
+            let rec = scratch;
+            let hs = rec.add((batch * cols).next_multiple_of(16));
+            let cs = hs.add(bh);
+            let reset = cs.add(bh);
+            let cand = reset.add(bh);
+            // Initial states: the layout's [dirs, batch, h] or [batch, dirs, h] rows.
+            for n in 0..batch {
+                let at = self.state_row(d, n);
+                for (dst, src) in [(hs, io.h0), (cs, io.c0)] {
+                    let dst = std::slice::from_raw_parts_mut(dst.add(n * h), h);
+                    match src {
+                        Some(p) => dst.copy_from_slice(std::slice::from_raw_parts(p.add(at), h)),
+                        None => dst.fill(0.0),
+                    }
+                }
+            }
+            let len = |n: usize| io.lens.map_or(s.seq, |l| *l.add(n) as usize);
+            let rows = SyncPtr(rec);
+            let (hsp, csp, resetp, candp, projp) = (
+                SyncPtr(hs),
+                SyncPtr(cs),
+                SyncPtr(reset),
+                SyncPtr(cand),
+                SyncPtr(proj),
+            );
+            let (r_main, r_cand) = match self.weights.r.get(d) {
+                Some((m, c)) => (Some(m), c.as_ref()),
+                None => (None, None),
+            };
+            let rd = io.r.add(d * gh * h);
+            let gate_work = gh * 8;
+            for step in 0..s.seq {
+                // Each row's time at this step, or None past its length.
+                let time = |n: usize| {
+                    let l = len(n);
+                    (step < l).then(|| if reverse { l - 1 - step } else { step })
+                };
+                let hmat = Mat::rows(hs, h);
+                match r_main {
+                    Some(p) => {
+                        gemm::gemm_packed(pool, batch, cols, h, hmat, p, rec, cols, &Epilogue::NONE)
+                    }
+                    None => gemm::gemm(
+                        pool,
+                        batch,
+                        cols,
+                        h,
+                        hmat,
+                        Mat::rows(rd, h).t(),
+                        rec,
+                        cols,
+                        &Epilogue::NONE,
+                    ),
+                }
+                let phase = |first: bool| {
+                    for_ranges(pool, batch, gate_work, &|range| {
+                        for n in range {
+                            let t = time(n);
+                            self.row(
+                                *io,
+                                d,
+                                n,
+                                step,
+                                t,
+                                first,
+                                projp.get(),
+                                rows.get(),
+                                hsp.get(),
+                                csp.get(),
+                                resetp.get(),
+                                candp.get(),
+                            );
+                        }
+                    })
+                };
+                if s.gru_reset_first() {
+                    phase(true);
+                    let rmat = Mat::rows(reset, h);
+                    match r_cand {
+                        Some(p) => {
+                            gemm::gemm_packed(pool, batch, h, h, rmat, p, cand, h, &Epilogue::NONE)
+                        }
+                        None => gemm::gemm(
+                            pool,
+                            batch,
+                            h,
+                            h,
+                            rmat,
+                            Mat::rows(rd.add(2 * h * h), h).t(),
+                            cand,
+                            h,
+                            &Epilogue::NONE,
+                        ),
+                    }
+                }
+                phase(false);
+            }
+            // Final states: each row's last valid step (its initial state if none).
+            for n in 0..batch {
+                let at = self.state_row(d, n);
+                std::ptr::copy_nonoverlapping(hs.add(n * h), io.y_h.add(at), h);
+                if let Some(y_c) = io.y_c {
+                    std::ptr::copy_nonoverlapping(cs.add(n * h), y_c.add(at), h);
+                }
+            }
+        }
+    }
+
+    /// The offset of direction `d`, row `n` in a state tensor.
+    fn state_row(&self, d: usize, n: usize) -> usize {
+        let s = &self.spec;
+        if s.batch_first {
+            (n * s.dirs + d) * s.hidden
+        } else {
+            (d * s.batch + n) * s.hidden
+        }
+    }
+
+    /// The row of X (and of the projection) holding time `t`, batch row `n`.
+    fn x_row(&self, t: usize, n: usize) -> usize {
+        let s = &self.spec;
+        if s.batch_first {
+            n * s.seq + t
+        } else {
+            t * s.batch + n
+        }
+    }
+
+    /// The offset of Y[t, d, n] (or Y[n, t, d] batch-first).
+    fn y_at(&self, t: usize, d: usize, n: usize) -> usize {
+        let s = &self.spec;
+        if s.batch_first {
+            ((n * s.seq + t) * s.dirs + d) * s.hidden
+        } else {
+            ((t * s.dirs + d) * s.batch + n) * s.hidden
+        }
+    }
+
+    /// Row `n`'s gate math at `step` (time `t`, None past its length). GRU with the
+    /// reset gate before R runs in two phases around the candidate's product: `first`
+    /// computes z, r and r⊙h, the second the rest.
+    ///
+    /// # Safety
+    /// As for [`RnnLayer::direction`]; rows of different `n` touch disjoint memory.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn row(
+        &self,
+        io: RnnIo,
+        d: usize,
+        n: usize,
+        step: usize,
+        t: Option<usize>,
+        first: bool,
+        proj: *const f32,
+        rec: *mut f32,
+        hs: *mut f32,
+        cs: *mut f32,
+        reset: *mut f32,
+        cand: *mut f32,
+    ) {
+        let s = &self.spec;
+        let (h, gh, cols) = (s.hidden, s.gh(), s.main_cols());
+        // SAFETY: every slice below is row n's part of a buffer of the spec's geometry.
+        unsafe {
+            let Some(t) = t else {
+                if first {
+                    std::slice::from_raw_parts_mut(reset.add(n * h), h).fill(0.0);
+                } else {
+                    // Past the row's length: Y is zero, the state stays.
+                    std::slice::from_raw_parts_mut(io.y.add(self.y_at(step, d, n)), h).fill(0.0);
+                }
+                return;
+            };
+            let g = std::slice::from_raw_parts_mut(rec.add(n * cols), cols);
+            let xp =
+                std::slice::from_raw_parts(proj.add(self.x_row(t, n) * s.dirs * gh + d * gh), gh);
+            let hrow = std::slice::from_raw_parts_mut(hs.add(n * h), h);
+            let acts = &s.acts[d];
+            let clip = |v: &mut [f32]| {
+                if let Some(c) = s.clip {
+                    v.iter_mut().for_each(|x| *x = x.clamp(-c, c));
+                }
+            };
+            match s.cell {
+                Cell::Rnn => {
+                    add(g, xp);
+                    clip(g);
+                    acts[0].apply(g);
+                    hrow.copy_from_slice(g);
+                }
+                Cell::Gru => {
+                    let (zr, gc) = g.split_at_mut(2 * h);
+                    if first || !s.gru_reset_first() {
+                        add(zr, &xp[..2 * h]);
+                        clip(zr);
+                        acts[0].apply(zr);
+                    }
+                    let (z, r) = zr.split_at(h);
+                    let xc = &xp[2 * h..];
+                    if s.gru_reset_first() {
+                        if first {
+                            let rs = std::slice::from_raw_parts_mut(reset.add(n * h), h);
+                            for ((o, r), h) in rs.iter_mut().zip(r).zip(&*hrow) {
+                                *o = r * h;
+                            }
+                            return;
+                        }
+                        let c = std::slice::from_raw_parts_mut(cand.add(n * h), h);
+                        add(c, xc);
+                        clip(c);
+                        acts[1].apply(c);
+                        blend(hrow, z, c);
+                    } else {
+                        let rb = io
+                            .b
+                            .map(|b| std::slice::from_raw_parts(b.add(d * 2 * gh + gh + 2 * h), h));
+                        for (j, g) in gc.iter_mut().enumerate() {
+                            let rh = *g + rb.map_or(0.0, |rb| rb[j]);
+                            *g = xc[j] + r[j] * rh;
+                        }
+                        clip(gc);
+                        acts[1].apply(gc);
+                        blend(hrow, z, gc);
+                    }
+                }
+                Cell::Lstm => {
+                    add(g, xp);
+                    let crow = std::slice::from_raw_parts_mut(cs.add(n * h), h);
+                    let p =
+                        io.p.map(|p| std::slice::from_raw_parts(p.add(d * 3 * h), 3 * h));
+                    let (gi, rest) = g.split_at_mut(h);
+                    let (go, rest) = rest.split_at_mut(h);
+                    let (gf, gc) = rest.split_at_mut(h);
+                    if let Some(p) = p {
+                        for (j, &c) in crow.iter().enumerate() {
+                            gi[j] += p[j] * c;
+                            gf[j] += p[2 * h + j] * c;
+                        }
+                    }
+                    clip(gi);
+                    acts[0].apply(gi);
+                    if s.input_forget {
+                        gf.iter_mut().zip(&*gi).for_each(|(f, i)| *f = 1.0 - i);
+                    } else {
+                        clip(gf);
+                        acts[0].apply(gf);
+                    }
+                    clip(gc);
+                    acts[1].apply(gc);
+                    for (j, c) in crow.iter_mut().enumerate() {
+                        *c = gf[j] * *c + gi[j] * gc[j];
+                    }
+                    if let Some(p) = p {
+                        for (j, &c) in crow.iter().enumerate() {
+                            go[j] += p[h + j] * c;
+                        }
+                    }
+                    clip(go);
+                    acts[0].apply(go);
+                    gc.copy_from_slice(crow);
+                    acts[2].apply(gc);
+                    for ((hv, o), c) in hrow.iter_mut().zip(&*go).zip(&*gc) {
+                        *hv = o * c;
+                    }
+                }
+            }
+            let y = std::slice::from_raw_parts_mut(io.y.add(self.y_at(t, d, n)), h);
+            y.copy_from_slice(hrow);
+        }
+    }
+}
+
+/// Wᵀ of every direction side by side (input × dirs·gates·hidden) as a view of W.
+fn w_view(w: *const f32, input: usize) -> Mat {
+    Mat::rows(w, input).t()
+}
+
+fn add(x: &mut [f32], y: &[f32]) {
+    x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+}
+
+/// GRU's new state: h = (1 - z)·c + z·h.
+fn blend(h: &mut [f32], z: &[f32], c: &[f32]) {
+    for ((h, z), c) in h.iter_mut().zip(z).zip(c) {
+        *h = (1.0 - z) * c + z * *h;
+    }
+}
+
+/// The geometry and attributes of a `DynamicQuantizeLSTM` (com.microsoft): an LSTM with
+/// the default activations whose 8-bit weights multiply activations quantized to u8 on
+/// the fly, all of X at once, each step's hidden state as a whole.
+#[derive(Debug, Clone)]
+pub struct QuantLstmSpec {
+    pub dirs: usize,
+    pub reverse: bool,
+    pub seq: usize,
+    pub batch: usize,
+    pub input: usize,
+    pub hidden: usize,
+    /// `f32::MAX` when the layer has no clip, as onnxruntime clamps either way.
+    pub clip: f32,
+    pub input_forget: bool,
+}
+
+impl QuantLstmSpec {
+    /// Floats of scratch [`QuantLstm::run`] needs.
+    pub fn scratch_floats(&self) -> usize {
+        let (rows, g4, h) = (self.seq * self.batch, 4 * self.hidden, self.hidden);
+        [
+            self.dirs * g4,
+            rows * self.input,
+            rows * g4,
+            self.batch * g4,
+            3 * self.batch * h,
+        ]
+        .iter()
+        .map(|n| n.next_multiple_of(16))
+        .sum()
+    }
+}
+
+/// One direction's 8-bit weights `[k, 4·hidden]` as what they multiply by, `w - zero
+/// point` in f32 (exact), packed, with their scales (one, or one per column).
+pub struct QuantMatrix {
+    packed: PackedB,
+    scales: Vec<f32>,
+}
+
+impl QuantMatrix {
+    /// The matrix of `values` (k × n, row-major, zero point already subtracted), or None
+    /// when an f32 GEMM could round its integer products: only when every partial sum of
+    /// u8-range activations times these values stays below 2^24 is it exact.
+    pub fn new(values: &[f32], k: usize, n: usize, scales: Vec<f32>) -> Option<QuantMatrix> {
+        let largest = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        if values.len() != k * n || k as f64 * 255.0 * largest as f64 >= (1u32 << 24) as f64 {
+            return None;
+        }
+        // SAFETY: `values` holds the k×n matrix (checked above).
+        let packed = unsafe { PackedB::new(k, n, Mat::rows(values.as_ptr(), n)) };
+        Some(QuantMatrix { packed, scales })
+    }
+
+    fn scale(&self, col: usize) -> f32 {
+        if self.scales.len() == 1 {
+            self.scales[0]
+        } else {
+            self.scales[col]
+        }
+    }
+}
+
+/// Where one `DynamicQuantizeLSTM` run's operands are (the weights are compiled in).
+#[derive(Clone, Copy)]
+pub struct QuantLstmIo {
+    pub x: *const f32,
+    pub b: Option<*const f32>,
+    pub lens: Option<*const i32>,
+    pub h0: Option<*const f32>,
+    pub c0: Option<*const f32>,
+    pub p: Option<*const f32>,
+    pub y: *mut f32,
+    pub y_h: *mut f32,
+    pub y_c: *mut f32,
+}
+
+// SAFETY: as for `RnnIo`.
+unsafe impl Send for QuantLstmIo {}
+// SAFETY: as for `Send` above.
+unsafe impl Sync for QuantLstmIo {}
+
+/// A compiled `DynamicQuantizeLSTM`. It computes what the interpreter's reference
+/// (onnxruntime's kernel) does, in the same f32 operations: the integer products come
+/// exact out of the f32 GEMM, and the gate math uses the same scalar functions.
+pub struct QuantLstm {
+    pub spec: QuantLstmSpec,
+    /// Per direction: W and R.
+    weights: Vec<(QuantMatrix, QuantMatrix)>,
+}
+
+impl QuantLstm {
+    pub fn new(spec: QuantLstmSpec, weights: Vec<(QuantMatrix, QuantMatrix)>) -> QuantLstm {
+        QuantLstm { spec, weights }
+    }
+
+    /// Runs the layer; `scratch` holds [`QuantLstmSpec::scratch_floats`] floats. Fails
+    /// only on sequence lengths out of range.
+    ///
+    /// # Safety
+    /// `io`'s pointers must address the operands of this spec's shapes (outputs
+    /// writable, not overlapping the inputs), `scratch` the scratch floats.
+    pub unsafe fn run(
+        &self,
+        pool: Option<&Pool>,
+        io: &QuantLstmIo,
+        scratch: *mut f32,
+    ) -> Result<(), String> {
+        use crate::ir::ops::quant::{dynamic_quantize_one, dynamic_quantize_params};
+        // The range widened to hold 0, as the interpreter's dynamic quantization takes it.
+        let quant_params = |v: &[f32]| {
+            let hi = v.iter().copied().fold(0.0f32, f32::max);
+            let lo = v.iter().copied().fold(0.0f32, f32::min);
+            dynamic_quantize_params(lo, hi)
+        };
+        let s = &self.spec;
+        let (batch, h, g4, dirs) = (s.batch, s.hidden, 4 * s.hidden, s.dirs);
+        let len = |n: usize| -> Result<usize, String> {
+            let Some(lens) = io.lens else {
+                return Ok(s.seq);
+            };
+            // SAFETY: sequence_lens holds batch entries.
+            let l = unsafe { *lens.add(n) };
+            if l < 0 || l as usize > s.seq {
+                return Err(format!(
+                    "sequence_lens[{n}] is {l}, outside 0..={} (the sequence length)",
+                    s.seq
+                ));
+            }
+            Ok(l as usize)
+        };
+        let mut max_len = 0;
+        for n in 0..batch {
+            max_len = max_len.max(len(n)?);
+        }
+        // SAFETY: the scratch regions below partition `scratch_floats`; the operands are
+        // as the caller guarantees.
+        unsafe {
+            let region = |at: *mut f32, n: usize| at.add(n.next_multiple_of(16));
+            let bias = scratch;
+            let xq = region(bias, dirs * g4);
+            let xacc = region(xq, s.seq * batch * s.input);
+            let racc = region(xacc, s.seq * batch * g4);
+            let hq = region(racc, batch * g4);
+            let hs = region(hq, batch * h);
+            let cs = region(hs, batch * h);
+            let y_len = s.seq * dirs * batch * h;
+            std::slice::from_raw_parts_mut(io.y, y_len).fill(0.0);
+            std::slice::from_raw_parts_mut(io.y_h, dirs * batch * h).fill(0.0);
+            std::slice::from_raw_parts_mut(io.y_c, dirs * batch * h).fill(0.0);
+            let bias_s = std::slice::from_raw_parts_mut(bias, dirs * g4);
+            match io.b {
+                Some(b) => {
+                    let b = std::slice::from_raw_parts(b, dirs * 2 * g4);
+                    for d in 0..dirs {
+                        for e in 0..g4 {
+                            bias_s[d * g4 + e] = b[d * 2 * g4 + e] + b[d * 2 * g4 + g4 + e];
+                        }
+                    }
+                }
+                None => bias_s.fill(0.0),
+            }
+            // X's first max_len steps quantized as a whole: every row any step reads.
+            let rows = max_len * batch;
+            let x = std::slice::from_raw_parts(io.x, rows * s.input);
+            let (x_scale, x_zero) = quant_params(x);
+            let xq_s = std::slice::from_raw_parts_mut(xq, rows * s.input);
+            for (q, &v) in xq_s.iter_mut().zip(x) {
+                *q = f32::from(dynamic_quantize_one(v, x_scale, x_zero)) - x_zero;
+            }
+            let len = |n: usize| io.lens.map_or(s.seq, |l| *l.add(n) as usize);
+            for d in 0..dirs {
+                let reverse = s.reverse || d == 1;
+                let (wq, rq) = &self.weights[d];
+                let (xacc_p, racc_p, hs_p, cs_p) =
+                    (SyncPtr(xacc), SyncPtr(racc), SyncPtr(hs), SyncPtr(cs));
+                gemm::gemm_packed(
+                    pool,
+                    rows,
+                    g4,
+                    s.input,
+                    Mat::rows(xq, s.input),
+                    &wq.packed,
+                    xacc,
+                    g4,
+                    &Epilogue::NONE,
+                );
+                for n in 0..batch {
+                    let at = (d * batch + n) * h;
+                    for (dst, src) in [(hs, io.h0), (cs, io.c0)] {
+                        let dst = std::slice::from_raw_parts_mut(dst.add(n * h), h);
+                        match src {
+                            Some(p) => {
+                                dst.copy_from_slice(std::slice::from_raw_parts(p.add(at), h))
+                            }
+                            None => dst.fill(0.0),
+                        }
+                    }
+                }
+                let fused_bias = &bias_s[d * g4..(d + 1) * g4];
+                let peep =
+                    io.p.map(|p| std::slice::from_raw_parts(p.add(d * 3 * h), 3 * h));
+                for t in 0..max_len {
+                    let hstate = std::slice::from_raw_parts(hs, batch * h);
+                    let (h_scale, h_zero) = quant_params(hstate);
+                    let hq_s = std::slice::from_raw_parts_mut(hq, batch * h);
+                    for (q, &v) in hq_s.iter_mut().zip(hstate) {
+                        *q = f32::from(dynamic_quantize_one(v, h_scale, h_zero)) - h_zero;
+                    }
+                    gemm::gemm_packed(
+                        pool,
+                        batch,
+                        g4,
+                        h,
+                        Mat::rows(hq, h),
+                        &rq.packed,
+                        racc,
+                        g4,
+                        &Epilogue::NONE,
+                    );
+                    for_ranges(pool, batch, g4 * 16, &|range| {
+                        for n in range {
+                            let l = len(n);
+                            let hrow = std::slice::from_raw_parts_mut(hs_p.get().add(n * h), h);
+                            if t >= l {
+                                hrow.fill(0.0); // a finished row's state reads as zero
+                                continue;
+                            }
+                            let time = if reverse { l - 1 - t } else { t };
+                            let xa = std::slice::from_raw_parts(
+                                xacc_p.get().add((time * batch + n) * g4),
+                                g4,
+                            );
+                            let ra = std::slice::from_raw_parts(racc_p.get().add(n * g4), g4);
+                            let crow = std::slice::from_raw_parts_mut(cs_p.get().add(n * h), h);
+                            let pre = |k: usize, j: usize| {
+                                let col = k * h + j;
+                                let step = 0.0 + xa[col] * (x_scale * wq.scale(col));
+                                let step = step + ra[col] * (h_scale * rq.scale(col));
+                                (step + fused_bias[col]).clamp(-s.clip, s.clip)
+                            };
+                            let p = |k: usize, j: usize| peep.map_or(0.0, |p| p[k * h + j]);
+                            for j in 0..h {
+                                let c_prev = crow[j];
+                                let i = std_sigmoid(pre(0, j) + p(0, j) * c_prev);
+                                let f = if s.input_forget {
+                                    1.0 - i
+                                } else {
+                                    std_sigmoid(pre(2, j) + p(2, j) * c_prev)
+                                };
+                                let cand = pre(3, j).tanh();
+                                let cell = (f * c_prev + i * cand).clamp(-s.clip, s.clip);
+                                let o = std_sigmoid(pre(1, j) + p(1, j) * cell);
+                                hrow[j] = o * cell.tanh();
+                                crow[j] = cell;
+                            }
+                            let out = ((time * dirs + d) * batch + n) * h;
+                            std::ptr::copy_nonoverlapping(hrow.as_ptr(), io.y.add(out), h);
+                            if t + 1 == l {
+                                let at = (d * batch + n) * h;
+                                std::ptr::copy_nonoverlapping(hrow.as_ptr(), io.y_h.add(at), h);
+                                std::ptr::copy_nonoverlapping(crow.as_ptr(), io.y_c.add(at), h);
+                            }
+                        }
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The sigmoid onnxruntime's quantized LSTM computes (and the reference with it).
+fn std_sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
