@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use crate::error::{Error, Result};
-use crate::ir::{DType, Dim, Graph, NodeId, Shape, TensorType};
+use crate::ir::{Attr, DType, Dim, Graph, NodeId, Shape, TensorType};
 use crate::passes::{run_passes, run_pipeline, ConstantFold, InlineConstantIf, PassOptions};
 use crate::tensor::Tensor;
 
@@ -21,6 +21,18 @@ pub(crate) fn specialize_for_shapes(
     shapes: &[Vec<usize>],
     passes: &PassOptions,
 ) -> Result<Graph> {
+    let mut g = bind_input_shapes(graph, shapes, passes)?;
+    if has_unranked(&g) {
+        // The passes need ranks; the backends run such a graph on the interpreter.
+        return Ok(g);
+    }
+    run_pipeline(&mut g, passes)?;
+    Ok(g)
+}
+
+/// `graph` with its inputs' symbols bound to `shapes` and what that settles settled
+/// (ranks, `If` branches), not yet optimized.
+fn bind_input_shapes(graph: &Graph, shapes: &[Vec<usize>], passes: &PassOptions) -> Result<Graph> {
     let mut g = graph.clone();
     let mut bindings = HashMap::new();
     for (&id, shape) in g.inputs().iter().zip(shapes) {
@@ -36,11 +48,9 @@ pub(crate) fn specialize_for_shapes(
         }
     }
     g.specialize(&bindings)?;
-    if has_unranked(&g) && !settle_ranks(&mut g, passes)? {
-        // The passes need ranks; the backends run such a graph on the interpreter.
-        return Ok(g);
+    if !is_static(&g) {
+        settle_types(&mut g, passes)?;
     }
-    run_pipeline(&mut g, passes)?;
     Ok(g)
 }
 
@@ -50,20 +60,71 @@ fn has_unranked(g: &Graph) -> bool {
         .any(|n| n.outputs.iter().any(|t| t.is_unranked_tensor()))
 }
 
-/// Gives a value of unknown rank (an `If` whose branches differ in rank) its rank once
-/// the shapes are bound: what the static shapes make constant is folded and the `If`s
-/// whose condition that decides are inlined, until every rank is known or nothing more
-/// changes. Returns whether every rank is known.
-fn settle_ranks(g: &mut Graph, passes: &PassOptions) -> Result<bool> {
+fn is_static(g: &Graph) -> bool {
+    g.nodes().iter().all(|n| {
+        n.outputs
+            .iter()
+            .all(|t| t.is_static() || t.is_host_object())
+    })
+}
+
+/// Makes static what the bound shapes decide: what they make constant is folded, the
+/// `If`s whose condition that decides are inlined, and the branches of the `If`s left
+/// (a condition computed from data) are specialized for the shapes of their captures,
+/// so that an `If` whose branches then agree has static results. Repeats until every
+/// type is static or nothing more changes.
+fn settle_types(g: &mut Graph, passes: &PassOptions) -> Result<()> {
     loop {
+        // Only the rewrites that need no ranks.
         let report = run_passes(g, &[&ConstantFold, &InlineConstantIf], passes)?;
-        if !has_unranked(g) {
-            return Ok(true);
+        if is_static(g) {
+            return Ok(());
         }
-        if !report.records.iter().any(|r| r.changed) {
-            return Ok(false);
+        let folded = report.records.iter().any(|r| r.changed);
+        if !specialize_branches(g, passes)? && !folded {
+            return Ok(());
         }
     }
+}
+
+/// Specializes each branch of every `If` with static captures and a result that is not
+/// static for those captures' shapes. A branch those shapes do not fit (it would fail
+/// if it ran) is kept as it is. Returns whether a branch changed.
+fn specialize_branches(g: &mut Graph, passes: &PassOptions) -> Result<bool> {
+    let mut changed = false;
+    for id in g.schedule()? {
+        let node = g.node(id);
+        if node.op != "If" || node.outputs.iter().all(|t| t.is_static()) {
+            continue;
+        }
+        let captures: Option<Vec<Vec<usize>>> = node.inputs[1..]
+            .iter()
+            .map(|v| v.and_then(|v| g.value_type(v).ok()?.static_dims()))
+            .collect();
+        let Some(captures) = captures else { continue };
+        let mut attrs = node.attrs.clone();
+        let mut edited = false;
+        for name in ["then_branch", "else_branch"] {
+            let Ok(Some(body)) = node.attrs.graph(name) else {
+                continue;
+            };
+            if static_input_shapes(body).as_ref() == Some(&captures) {
+                continue;
+            }
+            if let Ok(settled) = bind_input_shapes(body, &captures, passes) {
+                attrs.set(name, Attr::Graph(Arc::new(settled)));
+                edited = true;
+            }
+        }
+        if edited {
+            g.node_mut(id).attrs = attrs;
+            changed = true;
+        }
+    }
+    if changed {
+        g.refresh_types()?;
+    }
+    Ok(changed)
 }
 
 /// The graph inputs' dims when all are static (one program serves every run).
@@ -125,13 +186,17 @@ impl<P> ProgramCache<P> {
     /// The program already built for these inputs' shapes, found without allocating
     /// (the hot path of a run).
     pub(crate) fn find(&self, inputs: &[Tensor]) -> Option<Arc<P>> {
+        self.find_by(|shapes| {
+            shapes.len() == inputs.len() && shapes.iter().zip(inputs).all(|(s, t)| s == t.shape())
+        })
+    }
+
+    /// The program built for the signature `matches` accepts, found without allocating.
+    pub(crate) fn find_by(&self, matches: impl Fn(&[Vec<usize>]) -> bool) -> Option<Arc<P>> {
         let programs = self.programs.read().unwrap_or_else(|e| e.into_inner());
         programs
             .iter()
-            .find(|(shapes, _)| {
-                shapes.len() == inputs.len()
-                    && shapes.iter().zip(inputs).all(|(s, t)| s == t.shape())
-            })
+            .find(|(shapes, _)| matches(shapes))
             .map(|(_, p)| p.clone())
     }
 }

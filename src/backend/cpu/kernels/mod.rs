@@ -13,6 +13,7 @@ pub mod fused;
 pub mod gemm;
 pub mod loss;
 pub mod math;
+pub mod nms;
 pub mod norm;
 mod par;
 pub mod pool_indices;

@@ -16,6 +16,7 @@ pub mod custom;
 pub mod eltwise;
 pub mod fallback;
 pub mod matmul;
+pub mod nms;
 pub mod nn;
 pub mod quant;
 pub mod reduce;
