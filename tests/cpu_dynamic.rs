@@ -308,3 +308,48 @@ fn an_if_on_data_settles_when_its_branches_do() {
         }
     }
 }
+
+/// `If(c, x)` whose else branch fits only some shapes of `x`: for the others, the `If`
+/// takes the then branch's types and taking the else branch is a run-time error.
+#[test]
+fn an_if_whose_other_branch_cannot_run_still_compiles() {
+    let x_type = || {
+        kiln::ir::TensorType::new(
+            DType::F32,
+            kiln::ir::Shape::new([
+                kiln::ir::Dim::Sym("n".into()),
+                kiln::ir::Dim::Fixed(3),
+                kiln::ir::Dim::Sym("k".into()),
+            ]),
+        )
+    };
+    let branch = |then: bool| {
+        let mut b = Graph::new(if then { "relu" } else { "flatten6" });
+        let x: Value = b.add_parameter("x", x_type()).unwrap().into();
+        let y = if then {
+            op(&mut b, "Relu", &[x], Attrs::new())
+        } else {
+            let six = constant(&mut b, Tensor::from_vec(&[1], vec![6i64]).unwrap());
+            op(&mut b, "Reshape", &[x, six], Attrs::new())
+        };
+        b.add_output("y", y).unwrap();
+        b
+    };
+    let mut g = Graph::new("if");
+    let c = typed_param(&mut g, "c", DType::Bool, &[]);
+    let x: Value = g.add_parameter("x", x_type()).unwrap().into();
+    let attrs = Attrs::new()
+        .with("then_branch", Attr::Graph(Arc::new(branch(true))))
+        .with("else_branch", Attr::Graph(Arc::new(branch(false))))
+        .with("captures", Attr::Int(1));
+    let r = op(&mut g, "If", &[c, x], attrs);
+    g.add_output("r", r).unwrap();
+    let exe = cpu(&g);
+    let x = Rng(9).f32_tensor(&[4, 3, 2], 1.0);
+    let taken = [Tensor::from_vec(&[], vec![true]).unwrap(), x.clone()];
+    check(&exe, &g, &taken);
+    assert!(kinds(&exe, &taken).contains(&"if"));
+    let other = [Tensor::from_vec(&[], vec![false]).unwrap(), x];
+    let err = exe.run(&other).unwrap_err().to_string();
+    assert!(err.contains("cannot run on these input shapes"), "{err}");
+}

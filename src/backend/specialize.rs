@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use crate::error::{Error, Result};
-use crate::ir::{Attr, DType, Dim, Graph, NodeId, Shape, TensorType};
+use crate::ir::{Attr, Attrs, DType, Dim, Graph, NodeId, Shape, TensorType};
 use crate::passes::{run_passes, run_pipeline, ConstantFold, InlineConstantIf, PassOptions};
 use crate::tensor::Tensor;
 
@@ -89,8 +89,10 @@ fn settle_types(g: &mut Graph, passes: &PassOptions) -> Result<()> {
 
 /// Specializes each branch of every `If` with static captures and a result that is not
 /// static for those captures' shapes. A branch those shapes do not fit (it would fail
-/// if it ran) is kept as it is. Returns whether a branch changed.
+/// if it ran) becomes one that fails when it runs, with the other branch's result types
+/// (see [`failing_branch`]), so that the `If` has them. Returns whether a branch changed.
 fn specialize_branches(g: &mut Graph, passes: &PassOptions) -> Result<bool> {
+    const BRANCHES: [&str; 2] = ["then_branch", "else_branch"];
     let mut changed = false;
     for id in g.schedule()? {
         let node = g.node(id);
@@ -101,30 +103,111 @@ fn specialize_branches(g: &mut Graph, passes: &PassOptions) -> Result<bool> {
             .iter()
             .map(|v| v.and_then(|v| g.value_type(v).ok()?.static_dims()))
             .collect();
-        let Some(captures) = captures else { continue };
+        let (Some(captures), Some(cond)) = (captures, node.inputs[0]) else {
+            continue;
+        };
+        let (Ok(Some(then)), Ok(Some(other))) =
+            (node.attrs.graph(BRANCHES[0]), node.attrs.graph(BRANCHES[1]))
+        else {
+            continue;
+        };
+        let bodies = [then.clone(), other.clone()];
+        if bodies
+            .iter()
+            .all(|b| static_input_shapes(b).as_ref() == Some(&captures))
+        {
+            continue;
+        }
+        let settled = bodies.map(|b| bind_input_shapes(&b, &captures, passes));
         let mut attrs = node.attrs.clone();
-        let mut edited = false;
-        for name in ["then_branch", "else_branch"] {
-            let Ok(Some(body)) = node.attrs.graph(name) else {
-                continue;
-            };
-            if static_input_shapes(body).as_ref() == Some(&captures) {
+        let mut inputs = node.inputs.clone();
+        let results_static = |b: &Graph| {
+            b.outputs()
+                .iter()
+                .all(|o| b.value_type(o.value).is_ok_and(|t| t.is_static()))
+        };
+        let (good, e, bad) = match settled {
+            [Ok(a), Ok(b)] => {
+                attrs.set(BRANCHES[0], Attr::Graph(Arc::new(a)));
+                attrs.set(BRANCHES[1], Attr::Graph(Arc::new(b)));
+                g.node_mut(id).attrs = attrs;
+                changed = true;
                 continue;
             }
-            if let Ok(settled) = bind_input_shapes(body, &captures, passes) {
-                attrs.set(name, Attr::Graph(Arc::new(settled)));
-                edited = true;
-            }
-        }
-        if edited {
-            g.node_mut(id).attrs = attrs;
-            changed = true;
-        }
+            [Ok(good), Err(e)] if results_static(&good) => (good, e, 1),
+            [Err(e), Ok(good)] if results_static(&good) => (good, e, 0),
+            _ => continue,
+        };
+        let params: Vec<TensorType> = node.inputs[1..]
+            .iter()
+            .map(|v| g.value_type(v.expect("checked static")).cloned())
+            .collect::<Result<_>>()?;
+        let cond_ty = g.value_type(cond)?.clone();
+        let failing = failing_branch(BRANCHES[bad], &e.to_string(), &params, &cond_ty, &good)?;
+        let mut good = good;
+        good.add_parameter(&good.fresh_name("cond"), cond_ty)?;
+        attrs.set(BRANCHES[1 - bad], Attr::Graph(Arc::new(good)));
+        attrs.set(BRANCHES[bad], Attr::Graph(Arc::new(failing)));
+        attrs.set("captures", Attr::Int(inputs.len() as i64));
+        inputs.push(Some(cond));
+        let n = g.node_mut(id);
+        n.attrs = attrs;
+        n.inputs = inputs;
+        changed = true;
     }
     if changed {
         g.refresh_types()?;
     }
     Ok(changed)
+}
+
+/// A branch that fails when it runs, with the results of `like`: it gathers row
+/// `cond + 1` of a one-row constant, out of range whichever way `cond` went, in a
+/// node whose name says why (`why`) the branch `name` cannot run on these shapes. Its
+/// parameters are the captures (`params`), then the condition.
+fn failing_branch(
+    name: &str,
+    why: &str,
+    params: &[TensorType],
+    cond: &TensorType,
+    like: &Graph,
+) -> Result<Graph> {
+    let mut b = Graph::new(name);
+    for (k, ty) in params.iter().enumerate() {
+        b.add_parameter(&format!("capture{k}"), ty.clone())?;
+    }
+    let c = b.add_parameter("cond", cond.clone())?;
+    let to_i64 = Attrs::new().with("to", Attr::String("i64".into()));
+    let taken = b.op("Cast", &[c.into()], to_i64, "taken")?;
+    let one = b.add_constant_value(
+        "one",
+        Tensor::from_vec(&[], vec![1i64]).map_err(Error::Graph)?,
+    )?;
+    let row = b.op("Add", &[taken.into(), one.into()], Attrs::new(), "row")?;
+    let scalar = b.add_constant_value(
+        "scalar",
+        Tensor::from_vec(&[0], Vec::<i64>::new()).map_err(Error::Graph)?,
+    )?;
+    let row = b.op(
+        "Reshape",
+        &[row.into(), scalar.into()],
+        Attrs::new(),
+        "row_index",
+    )?;
+    let why = why.replace('"', "'");
+    for (k, o) in like.outputs().iter().enumerate() {
+        let ty = like.value_type(o.value)?;
+        let mut dims = vec![1];
+        dims.extend(
+            ty.static_dims()
+                .ok_or_else(|| Error::Graph(format!("{name}: result {k} is not static")))?,
+        );
+        let rows = b.add_constant_value(&format!("result{k}"), Tensor::zeros(ty.dtype, &dims))?;
+        let fails = format!("{name} cannot run on these input shapes ({why}): result {k}");
+        let r = b.op("Gather", &[rows.into(), row.into()], Attrs::new(), &fails)?;
+        b.add_output(&o.name, r.into())?;
+    }
+    Ok(b)
 }
 
 /// The graph inputs' dims when all are static (one program serves every run).
