@@ -161,10 +161,10 @@ fn specialize_branches(g: &mut Graph, passes: &PassOptions) -> Result<bool> {
     Ok(changed)
 }
 
-/// A branch that fails when it runs, with the results of `like`: it gathers row
-/// `cond + 1` of a one-row constant, out of range whichever way `cond` went, in a
-/// node whose name says why (`why`) the branch `name` cannot run on these shapes. Its
-/// parameters are the captures (`params`), then the condition.
+/// A branch that fails when it runs, with the results of `like`: it gathers row `cond`
+/// of an empty constant, out of range whichever way `cond` went, in a node whose name
+/// says why (`why`) the branch `name` cannot run on these shapes. Its parameters are
+/// the captures (`params`), then the condition.
 fn failing_branch(
     name: &str,
     why: &str,
@@ -178,12 +178,7 @@ fn failing_branch(
     }
     let c = b.add_parameter("cond", cond.clone())?;
     let to_i64 = Attrs::new().with("to", Attr::String("i64".into()));
-    let taken = b.op("Cast", &[c.into()], to_i64, "taken")?;
-    let one = b.add_constant_value(
-        "one",
-        Tensor::from_vec(&[], vec![1i64]).map_err(Error::Graph)?,
-    )?;
-    let row = b.op("Add", &[taken.into(), one.into()], Attrs::new(), "row")?;
+    let row = b.op("Cast", &[c.into()], to_i64, "row")?;
     let scalar = b.add_constant_value(
         "scalar",
         Tensor::from_vec(&[0], Vec::<i64>::new()).map_err(Error::Graph)?,
@@ -197,7 +192,7 @@ fn failing_branch(
     let why = why.replace('"', "'");
     for (k, o) in like.outputs().iter().enumerate() {
         let ty = like.value_type(o.value)?;
-        let mut dims = vec![1];
+        let mut dims = vec![0];
         dims.extend(
             ty.static_dims()
                 .ok_or_else(|| Error::Graph(format!("{name}: result {k} is not static")))?,
