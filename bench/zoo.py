@@ -1,7 +1,7 @@
 """Every zoo model through Kiln and onnxruntime (and OpenVINO when it loads the model),
 alternating in one run, at each thread count: the same model file, the same inputs.
 
-Usage: zoo.py KILN ZOO_DIR OUT_DIR [--threads 1,2] [--rounds 5] [--models a,b] [--seconds S]
+Usage: zoo.py KILN ZOO_DIR OUT_DIR (or `bench/zoo [options]`) [--threads 1,2] [--rounds 5] [--models a,b] [--seconds S]
 
 The inputs are the zoo's own (`test_data_set_0/input_<i>.pb`), written once as
 OUT_DIR/<model>/<input name>.npy for `kiln bench`. Each round times onnxruntime for about

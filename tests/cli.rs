@@ -449,6 +449,40 @@ fn compile_optimizes_dumps_and_reports_memory() {
 }
 
 #[test]
+fn compile_report_lists_each_cpu_step_and_marks_the_interpreter() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/graphs/convnet.kir");
+    let o = kiln(&[
+        "compile",
+        model.to_str().unwrap(),
+        "--shape",
+        "N=2",
+        "--report",
+    ]);
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(out.contains("conv-"), "{out}");
+    assert!(out.contains(", 0 on the reference interpreter"), "{out}");
+    // Det has no kernel: its step runs the interpreter's op, and the report says so.
+    let dir = scratch("compile_report");
+    let g = write(
+        &dir,
+        "det.kir",
+        "graph \"det\" {\n  %0 \"x\" = Parameter : f32[2, 2]\n  %1 \"d\" = Det(%0) : f32[]\n  return \"d\" = %1\n}\n",
+    );
+    let o = kiln(&["compile", &g, "--report"]);
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(
+        out.contains("fallback") && out.contains("'d' (Det)  <- interpreter"),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 steps, 1 on the reference interpreter"),
+        "{out}"
+    );
+}
+
+#[test]
 fn compile_rejects_bad_options() {
     let dir = scratch("compile_bad");
     let g = write(&dir, "axpy.kir", AXPY);

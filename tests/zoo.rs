@@ -246,13 +246,38 @@ fn comparison_is_relative_to_the_largest_reference_value_and_exact_on_integers()
     assert!(compare(&tiny, &zeros).is_err());
 }
 
-/// Each zoo model compiled for `cpu` at its test inputs' shapes: every step a kernel,
-/// none the interpreter's op on copies (`fallback`) and no signature run on the
-/// interpreter as a whole. Prints every offending step, then fails naming them.
+/// The steps of `graph` compiled for `cpu` at these input shapes that run the
+/// interpreter's op (`fallback`) or the whole signature on the interpreter, each as
+/// `<model>: <node> (<kind>)`.
+fn fallback_steps(model: &str, graph: &kiln::Graph, shapes: &[Vec<usize>]) -> Vec<String> {
+    let exe = CpuBackend {
+        passes: cpu_pass_options(PassOptions::default()),
+        threads: 1,
+        tuning: Tuning::from_env(),
+    }
+    .compile_cpu(graph)
+    .unwrap_or_else(|e| panic!("{model}: {e}"));
+    exe.step_report(shapes)
+        .unwrap_or_else(|e| panic!("{model}: {e}"))
+        .into_iter()
+        .filter(|s| s.is_fallback())
+        .map(|s| format!("{model}: {} ({})", s.node, s.kind))
+        .collect()
+}
+
+/// Every zoo model (at its test inputs' shapes) and every benchmark model (those of
+/// `scripts/test-onnx-models.sh`) compiled for `cpu`: every step a kernel, none the
+/// interpreter's op on copies (`fallback`) and no signature run on the interpreter as a
+/// whole. Fails naming each offending step.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "slow unoptimised: cargo test --release --test zoo"
+)]
 fn zoo_models_compile_to_kernels_only() {
     let dir = zoo_dir();
     let manifest = dir.join("manifest.txt");
+    let bench = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/real-models");
     if !common::require(
         common::Need::Zoo,
         common::exists(&manifest, "scripts/model-zoo.sh"),
@@ -260,35 +285,47 @@ fn zoo_models_compile_to_kernels_only() {
         return;
     }
     let only = std::env::var("KILN_ZOO_MODELS").ok();
+    let wanted = |n: &str| only.as_ref().is_none_or(|o| n.contains(o.as_str()));
     let mut offenders = vec![];
     for name in std::fs::read_to_string(&manifest)
         .unwrap()
         .lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| only.as_ref().is_none_or(|o| n.contains(o.as_str())))
+        .filter(|n| wanted(n))
     {
         let model = dir.join(name);
         let graph = onnx::import_file(&model.join("model.onnx")).unwrap();
         let inputs = read_tensors(&model.join("test_data_set_0"), "input").unwrap();
         let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
-        let exe = CpuBackend {
-            passes: cpu_pass_options(PassOptions::default()),
-            threads: 1,
-            tuning: Tuning::from_env(),
+        offenders.extend(fallback_steps(name, &graph, &shapes));
+    }
+    // The benchmark models take one input each, named after the graph input.
+    for name in ["mlp", "small_cnn", "resnet18", "resnet50", "bert_encoder"] {
+        let model = bench.join(name);
+        if !wanted(name) || !model.join("model.onnx").exists() {
+            continue;
         }
-        .compile_cpu(&graph)
-        .unwrap();
-        for step in exe.step_report(&shapes).unwrap() {
-            if step.is_fallback() {
-                println!("{name}: {} runs on the {}", step.node, step.kind);
-                offenders.push(format!("{name}: {} ({})", step.node, step.kind));
-            }
-        }
+        let graph = onnx::import_file(&model.join("model.onnx")).unwrap();
+        let shapes: Vec<Vec<usize>> = graph
+            .inputs()
+            .iter()
+            .map(|&id| {
+                let path = model.join(format!("{}.npy", graph.node(id).name));
+                kiln::tensor::npy::read(&path)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+                    .shape()
+                    .to_vec()
+            })
+            .collect();
+        offenders.extend(fallback_steps(name, &graph, &shapes));
+    }
+    for o in &offenders {
+        println!("{o}");
     }
     assert!(
         offenders.is_empty(),
-        "{} steps of zoo models run on the interpreter:\n{}",
+        "{} steps run on the interpreter:\n{}",
         offenders.len(),
         offenders.join("\n")
     );

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use kiln::backend::cpu::{CpuBackend, Tuning};
 use kiln::backend::cpu_pass_options;
 use kiln::ir::text;
 use kiln::memory;
@@ -21,6 +22,8 @@ pub struct Request<'a> {
     pub memory_chart: Option<&'a Path>,
     pub output: Option<&'a Path>,
     pub repeat: usize,
+    /// List the cpu program's steps and their kernels.
+    pub report: bool,
 }
 
 /// One compile: the graph, what the passes did, the plan, and the phases' times.
@@ -161,5 +164,61 @@ pub(crate) fn run(req: &Request) -> Result<()> {
         text::save(&c.graph, path, Some(64))?;
         writeln!(out, "wrote {}", path.display()).ok();
     }
+    if req.report {
+        write_step_report(req, &options, &mut out)?;
+    }
     emit(&out)
+}
+
+/// The cpu program's steps, one a line: `<index> <kernel> <node>`, bodies indented, and
+/// a count of the steps that run the reference interpreter.
+fn write_step_report(req: &Request, options: &PassOptions, out: &mut String) -> Result<()> {
+    let mut graph = load(req.file)?;
+    let mut given = bindings(req.shapes)?;
+    for s in graph.specialize(&given)? {
+        given.insert(s, 1);
+    }
+    graph.specialize(&given)?;
+    let shapes = graph
+        .inputs()
+        .iter()
+        .map(|&id| {
+            let t = &graph.node(id).outputs[0];
+            t.static_dims().ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "input '{}' has type {t}: give its dims with --shape",
+                    graph.node(id).name
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // The pipeline again, without its dumps and timing tables.
+    let mut passes = options.clone();
+    passes.dump_ir = Default::default();
+    passes.pass_timing = false;
+    let exe = CpuBackend {
+        passes,
+        threads: 1,
+        tuning: Tuning::from_env(),
+    }
+    .compile_cpu(&graph)?;
+    let steps = exe.step_report(&shapes)?;
+    writeln!(out, "steps  (cpu; kernel, node)").ok();
+    for (i, s) in steps.iter().enumerate() {
+        let mark = if s.is_fallback() {
+            "  <- interpreter"
+        } else {
+            ""
+        };
+        let indent = "  ".repeat(s.depth);
+        writeln!(out, "{i:5}  {indent}{:<20} {}{mark}", s.kind, s.node).ok();
+    }
+    let slow = steps.iter().filter(|s| s.is_fallback()).count();
+    writeln!(
+        out,
+        "kernels {} steps, {slow} on the reference interpreter",
+        steps.len()
+    )
+    .ok();
+    Ok(())
 }

@@ -117,6 +117,10 @@ enum Command {
         /// Compile this many times and report the median time of each phase.
         #[arg(long, default_value_t = 1)]
         repeat: usize,
+        /// Also lower for the cpu backend and list each step's kernel (control-flow
+        /// bodies indented); steps that run the reference interpreter are marked.
+        #[arg(long)]
+        report: bool,
     },
     /// Time a .kir or .onnx graph: median/p10/p90 latency and GFLOP/s, warm-up excluded.
     Bench {
@@ -203,6 +207,7 @@ fn dispatch(command: Command) -> Result<()> {
             memory_chart,
             output,
             repeat,
+            report,
         } => {
             let mut options = PassOptions::from_env()?;
             let settings = [
@@ -227,6 +232,7 @@ fn dispatch(command: Command) -> Result<()> {
                 memory_chart: memory_chart.as_deref(),
                 output: output.as_deref(),
                 repeat: repeat.max(1),
+                report,
             })
         }
         Command::Bench {

@@ -189,9 +189,10 @@ pub(crate) fn pool2d_nchw(
     pool2d_nchw_isa(isa::isa(), kind, p, x, dims, y, indices, pool)
 }
 
-/// [`pool2d_nchw`] on the path `isa` asks for. The AVX2 path computes eight outputs of
-/// a row at once where the window has horizontal stride 1 and lies inside the row
-/// (and no indices are asked for); the rest is scalar.
+/// [`pool2d_nchw`] on the path `isa` asks for. The AVX2 paths (when no indices are
+/// asked for) compute eight outputs of a row at once where the window has horizontal
+/// stride 1 and lies inside the row, reducing the window's rows first where the
+/// window is large or strided; the rest is scalar.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn pool2d_nchw_isa(
     isa: Isa,
@@ -214,8 +215,20 @@ pub(crate) fn pool2d_nchw_isa(
     let (th, tw) = (axis_taps(p, 0, h, oh), axis_taps(p, 1, w, ow));
     let yp = SyncPtr(y.as_mut_ptr());
     let work = oh * ow * p.kernel[0] * p.kernel[1];
+    // Outputs vlo..vhi of each row: horizontal taps all inside, a multiple of 8.
+    let extent = (p.kernel[1] - 1) * p.dilations[1];
+    let vlo = p.pads[1].min(ow);
+    let end = (w + p.pads[1]).saturating_sub(extent).clamp(vlo, ow);
+    let vhi = vlo + (end - vlo) / 8 * 8;
+    // Separable: each output row reduces its window's input rows into one row first,
+    // then each output reduces its taps of that row: kh + kw operations per output
+    // rather than kh·kw (large windows, e.g. the 5/9/13 max pools of SPP blocks), and
+    // the only vector path when the horizontal stride is not 1.
+    let separable = p.strides[1] > 1 || p.kernel[0] * p.kernel[1] >= 9;
     #[cfg(target_arch = "x86_64")]
-    if math::use_avx2(isa) && idx.is_none() && p.strides[1] > 1 && w <= STRIDED_ROW_MAX {
+    if math::use_avx2(isa) && idx.is_none() && separable && w <= STRIDED_ROW_MAX {
+        // Stride 1, dilation 1: eight outputs at once over the reduced row.
+        let row_vec = p.strides[1] == 1 && p.dilations[1] == 1 && vhi > vlo;
         for_ranges(pool, n * c, work, &|r| {
             let mut col = [0f32; STRIDED_ROW_MAX];
             for plane in r {
@@ -229,7 +242,31 @@ pub(crate) fn pool2d_nchw_isa(
                     let rows = (fh..fh + ch).map(|a| coord(p, 0, i, a) * w);
                     // SAFETY: AVX2 checked; every row start is inside the plane.
                     unsafe { reduce_rows_avx2(kind, xs, rows, &mut col[..w]) };
+                    if row_vec {
+                        let count = if p.count_include_pad {
+                            th.padded[i] * p.kernel[1]
+                        } else {
+                            ch * p.kernel[1]
+                        };
+                        let out = &mut ys[i * ow + vlo..i * ow + vhi];
+                        // SAFETY: AVX2 checked; outputs vlo..vhi (a multiple of 8) have
+                        // every tap inside the row (see vlo/vhi).
+                        unsafe {
+                            plain_row_avx2(
+                                kind,
+                                &col[..w],
+                                [0].into_iter(),
+                                vlo - p.pads[1],
+                                p,
+                                count,
+                                out,
+                            )
+                        };
+                    }
                     for j in 0..ow {
+                        if row_vec && (vlo..vhi).contains(&j) {
+                            continue;
+                        }
                         let (fw, cw) = (tw.first[j], tw.count[j]);
                         let taps = (fw..fw + cw).map(|b| col[coord(p, 1, j, b)]);
                         ys[i * ow + j] = match kind {
@@ -255,12 +292,7 @@ pub(crate) fn pool2d_nchw_isa(
         });
         return;
     }
-    // Outputs vlo..vhi of each row: horizontal taps all inside, a multiple of 8.
     let vec_ok = math::use_avx2(isa) && p.strides[1] == 1 && idx.is_none();
-    let extent = (p.kernel[1] - 1) * p.dilations[1];
-    let vlo = p.pads[1].min(ow);
-    let end = (w + p.pads[1]).saturating_sub(extent).clamp(vlo, ow);
-    let vhi = vlo + (end - vlo) / 8 * 8;
     for_ranges(pool, n * c, work, &|r| {
         for plane in r {
             let xs = &x[plane * h * w..(plane + 1) * h * w];
@@ -340,7 +372,7 @@ pub(crate) fn pool2d_nchw_isa(
     });
 }
 
-/// The widest row the strided path reduces in a stack buffer (wider rows take the
+/// The widest row the separable path reduces in a stack buffer (wider rows take the
 /// general path).
 const STRIDED_ROW_MAX: usize = 2048;
 
@@ -963,6 +995,10 @@ mod tests {
             ([2, 2], [2, 2], [1, 1], [0, 0, 0, 0], true, false),
             ([3, 3], [1, 2], [2, 2], [2, 1, 0, 2], true, false),
             ([1, 1], [1, 1], [1, 1], [0, 0, 0, 0], false, false),
+            // SPP's stride-1 windows (separable, rows reduced first).
+            ([5, 5], [1, 1], [1, 1], [2, 2, 2, 2], false, false),
+            ([13, 13], [1, 1], [1, 1], [6, 6, 6, 6], false, true),
+            ([9, 3], [1, 1], [1, 1], [4, 0, 4, 1], false, false),
         ] {
             v.push(Pool2d {
                 kernel: k,
