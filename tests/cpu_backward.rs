@@ -46,7 +46,7 @@ fn fallbacks(g: &Graph, inputs: &[Tensor]) -> Vec<String> {
             .filter(|s| s.kernel.kind() == "fallback")
             .map(|s| s.node.clone())
             .collect(),
-        Compiled::Interp(_) => vec!["the whole graph (not lowered)".into()],
+        _ => vec!["the whole graph (not one lowered program)".into()],
     }
 }
 

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use crate::error::{Error, Result};
-use crate::ir::{DType, Dim, Graph, NodeId, Shape, TensorType};
+use crate::ir::{Attr, Attrs, DType, Dim, Graph, NodeId, Shape, TensorType};
 use crate::passes::{run_passes, run_pipeline, ConstantFold, InlineConstantIf, PassOptions};
 use crate::tensor::Tensor;
 
@@ -21,6 +21,18 @@ pub(crate) fn specialize_for_shapes(
     shapes: &[Vec<usize>],
     passes: &PassOptions,
 ) -> Result<Graph> {
+    let mut g = bind_input_shapes(graph, shapes, passes)?;
+    if has_unranked(&g) {
+        // The passes need ranks; the backends run such a graph on the interpreter.
+        return Ok(g);
+    }
+    run_pipeline(&mut g, passes)?;
+    Ok(g)
+}
+
+/// `graph` with its inputs' symbols bound to `shapes` and what that settles settled
+/// (ranks, `If` branches), not yet optimized.
+fn bind_input_shapes(graph: &Graph, shapes: &[Vec<usize>], passes: &PassOptions) -> Result<Graph> {
     let mut g = graph.clone();
     let mut bindings = HashMap::new();
     for (&id, shape) in g.inputs().iter().zip(shapes) {
@@ -36,11 +48,9 @@ pub(crate) fn specialize_for_shapes(
         }
     }
     g.specialize(&bindings)?;
-    if has_unranked(&g) && !settle_ranks(&mut g, passes)? {
-        // The passes need ranks; the backends run such a graph on the interpreter.
-        return Ok(g);
+    if !is_static(&g) {
+        settle_types(&mut g, passes)?;
     }
-    run_pipeline(&mut g, passes)?;
     Ok(g)
 }
 
@@ -50,20 +60,149 @@ fn has_unranked(g: &Graph) -> bool {
         .any(|n| n.outputs.iter().any(|t| t.is_unranked_tensor()))
 }
 
-/// Gives a value of unknown rank (an `If` whose branches differ in rank) its rank once
-/// the shapes are bound: what the static shapes make constant is folded and the `If`s
-/// whose condition that decides are inlined, until every rank is known or nothing more
-/// changes. Returns whether every rank is known.
-fn settle_ranks(g: &mut Graph, passes: &PassOptions) -> Result<bool> {
+fn is_static(g: &Graph) -> bool {
+    g.nodes().iter().all(|n| {
+        n.outputs
+            .iter()
+            .all(|t| t.is_static() || t.is_host_object())
+    })
+}
+
+/// Makes static what the bound shapes decide: what they make constant is folded, the
+/// `If`s whose condition that decides are inlined, and the branches of the `If`s left
+/// (a condition computed from data) are specialized for the shapes of their captures,
+/// so that an `If` whose branches then agree has static results. Repeats until every
+/// type is static or nothing more changes.
+fn settle_types(g: &mut Graph, passes: &PassOptions) -> Result<()> {
     loop {
+        // Only the rewrites that need no ranks.
         let report = run_passes(g, &[&ConstantFold, &InlineConstantIf], passes)?;
-        if !has_unranked(g) {
-            return Ok(true);
+        if is_static(g) {
+            return Ok(());
         }
-        if !report.records.iter().any(|r| r.changed) {
-            return Ok(false);
+        let folded = report.records.iter().any(|r| r.changed);
+        if !specialize_branches(g, passes)? && !folded {
+            return Ok(());
         }
     }
+}
+
+/// Specializes each branch of every `If` with static captures and a result that is not
+/// static for those captures' shapes. A branch those shapes do not fit (it would fail
+/// if it ran) becomes one that fails when it runs, with the other branch's result types
+/// (see [`failing_branch`]), so that the `If` has them. Returns whether a branch changed.
+fn specialize_branches(g: &mut Graph, passes: &PassOptions) -> Result<bool> {
+    const BRANCHES: [&str; 2] = ["then_branch", "else_branch"];
+    let mut changed = false;
+    for id in g.schedule()? {
+        let node = g.node(id);
+        if node.op != "If" || node.outputs.iter().all(|t| t.is_static()) {
+            continue;
+        }
+        let captures: Option<Vec<Vec<usize>>> = node.inputs[1..]
+            .iter()
+            .map(|v| v.and_then(|v| g.value_type(v).ok()?.static_dims()))
+            .collect();
+        let (Some(captures), Some(cond)) = (captures, node.inputs[0]) else {
+            continue;
+        };
+        let (Ok(Some(then)), Ok(Some(other))) =
+            (node.attrs.graph(BRANCHES[0]), node.attrs.graph(BRANCHES[1]))
+        else {
+            continue;
+        };
+        let bodies = [then.clone(), other.clone()];
+        if bodies
+            .iter()
+            .all(|b| static_input_shapes(b).as_ref() == Some(&captures))
+        {
+            continue;
+        }
+        let settled = bodies.map(|b| bind_input_shapes(&b, &captures, passes));
+        let mut attrs = node.attrs.clone();
+        let mut inputs = node.inputs.clone();
+        let results_static = |b: &Graph| {
+            b.outputs()
+                .iter()
+                .all(|o| b.value_type(o.value).is_ok_and(|t| t.is_static()))
+        };
+        let (good, e, bad) = match settled {
+            [Ok(a), Ok(b)] => {
+                attrs.set(BRANCHES[0], Attr::Graph(Arc::new(a)));
+                attrs.set(BRANCHES[1], Attr::Graph(Arc::new(b)));
+                g.node_mut(id).attrs = attrs;
+                changed = true;
+                continue;
+            }
+            [Ok(good), Err(e)] if results_static(&good) => (good, e, 1),
+            [Err(e), Ok(good)] if results_static(&good) => (good, e, 0),
+            _ => continue,
+        };
+        let params: Vec<TensorType> = node.inputs[1..]
+            .iter()
+            .map(|v| g.value_type(v.expect("checked static")).cloned())
+            .collect::<Result<_>>()?;
+        let cond_ty = g.value_type(cond)?.clone();
+        let failing = failing_branch(BRANCHES[bad], &e.to_string(), &params, &cond_ty, &good)?;
+        let mut good = good;
+        good.add_parameter(&good.fresh_name("cond"), cond_ty)?;
+        attrs.set(BRANCHES[1 - bad], Attr::Graph(Arc::new(good)));
+        attrs.set(BRANCHES[bad], Attr::Graph(Arc::new(failing)));
+        attrs.set("captures", Attr::Int(inputs.len() as i64));
+        inputs.push(Some(cond));
+        let n = g.node_mut(id);
+        n.attrs = attrs;
+        n.inputs = inputs;
+        changed = true;
+    }
+    if changed {
+        g.refresh_types()?;
+    }
+    Ok(changed)
+}
+
+/// A branch that fails when it runs, with the results of `like`: it gathers row `cond`
+/// of an empty constant, out of range whichever way `cond` went, in a node whose name
+/// says why (`why`) the branch `name` cannot run on these shapes. Its parameters are
+/// the captures (`params`), then the condition.
+fn failing_branch(
+    name: &str,
+    why: &str,
+    params: &[TensorType],
+    cond: &TensorType,
+    like: &Graph,
+) -> Result<Graph> {
+    let mut b = Graph::new(name);
+    for (k, ty) in params.iter().enumerate() {
+        b.add_parameter(&format!("capture{k}"), ty.clone())?;
+    }
+    let c = b.add_parameter("cond", cond.clone())?;
+    let to_i64 = Attrs::new().with("to", Attr::String("i64".into()));
+    let row = b.op("Cast", &[c.into()], to_i64, "row")?;
+    let scalar = b.add_constant_value(
+        "scalar",
+        Tensor::from_vec(&[0], Vec::<i64>::new()).map_err(Error::Graph)?,
+    )?;
+    let row = b.op(
+        "Reshape",
+        &[row.into(), scalar.into()],
+        Attrs::new(),
+        "row_index",
+    )?;
+    let why = why.replace('"', "'");
+    for (k, o) in like.outputs().iter().enumerate() {
+        let ty = like.value_type(o.value)?;
+        let mut dims = vec![0];
+        dims.extend(
+            ty.static_dims()
+                .ok_or_else(|| Error::Graph(format!("{name}: result {k} is not static")))?,
+        );
+        let rows = b.add_constant_value(&format!("result{k}"), Tensor::zeros(ty.dtype, &dims))?;
+        let fails = format!("{name} cannot run on these input shapes ({why}): result {k}");
+        let r = b.op("Gather", &[rows.into(), row.into()], Attrs::new(), &fails)?;
+        b.add_output(&o.name, r.into())?;
+    }
+    Ok(b)
 }
 
 /// The graph inputs' dims when all are static (one program serves every run).
@@ -125,13 +264,17 @@ impl<P> ProgramCache<P> {
     /// The program already built for these inputs' shapes, found without allocating
     /// (the hot path of a run).
     pub(crate) fn find(&self, inputs: &[Tensor]) -> Option<Arc<P>> {
+        self.find_by(|shapes| {
+            shapes.len() == inputs.len() && shapes.iter().zip(inputs).all(|(s, t)| s == t.shape())
+        })
+    }
+
+    /// The program built for the signature `matches` accepts, found without allocating.
+    pub(crate) fn find_by(&self, matches: impl Fn(&[Vec<usize>]) -> bool) -> Option<Arc<P>> {
         let programs = self.programs.read().unwrap_or_else(|e| e.into_inner());
         programs
             .iter()
-            .find(|(shapes, _)| {
-                shapes.len() == inputs.len()
-                    && shapes.iter().zip(inputs).all(|(s, t)| s == t.shape())
-            })
+            .find(|(shapes, _)| matches(shapes))
             .map(|(_, p)| p.clone())
     }
 }

@@ -27,6 +27,7 @@ pub(crate) mod pool;
 pub(crate) mod program;
 pub(crate) mod state;
 pub(crate) mod steps;
+pub(crate) mod tail;
 pub(crate) mod tune;
 
 pub use tune::Tuning;
@@ -81,10 +82,13 @@ impl CpuBackend {
     }
 }
 
-/// How one input-shape signature runs: lowered, or (when some type stays dynamic after
-/// specialization, e.g. data-dependent shapes) on the interpreter.
+/// How one input-shape signature runs: lowered; lowered with a dynamic tail (when the
+/// only dynamic types come from ops with data-dependent output shapes, see [`tail`]);
+/// or (when some other type stays dynamic after specialization, or it holds host
+/// objects) on the interpreter.
 pub enum Compiled {
     Program(Program),
+    Split(Box<tail::Split>),
     Interp(InterpExecutable),
 }
 
@@ -142,6 +146,7 @@ impl CpuExecutable {
         // Not cached: only shapes that `run` checked have programs in the cache.
         Ok(match self.specialize(shapes)? {
             Compiled::Program(p) => Some(p.steps.iter().map(|s| s.kernel.kind()).collect()),
+            c @ Compiled::Split(_) => Some(self.report(&c)?.iter().map(|s| s.kind).collect()),
             Compiled::Interp(_) => None,
         })
     }
@@ -151,6 +156,12 @@ impl CpuExecutable {
     /// and what tests check to know no step runs on the interpreter. A signature that
     /// runs on the interpreter as a whole is one step of kind `interpreter`.
     pub fn step_report(&self, shapes: &[Vec<usize>]) -> Result<Vec<StepInfo>> {
+        self.report(&self.specialize(shapes)?)
+    }
+
+    /// [`Self::step_report`] of a compiled signature; a dynamic tail's steps are those
+    /// of its program at the sources' bounds.
+    fn report(&self, compiled: &Compiled) -> Result<Vec<StepInfo>> {
         fn walk(p: &Program, depth: usize, out: &mut Vec<StepInfo>) {
             for s in &p.steps {
                 out.push(StepInfo {
@@ -164,8 +175,23 @@ impl CpuExecutable {
             }
         }
         let mut out = vec![];
-        match self.specialize(shapes)? {
-            Compiled::Program(p) => walk(&p, 0, &mut out),
+        match compiled {
+            Compiled::Program(p) => walk(p, 0, &mut out),
+            Compiled::Split(s) => {
+                walk(&s.head, 0, &mut out);
+                for src in &s.sources {
+                    out.push(StepInfo {
+                        node: src.node.clone(),
+                        kind: src.kernel.kind(),
+                        depth: 0,
+                    });
+                }
+                let extents = s.bound_extents();
+                let shapes: Vec<Vec<usize>> = (0..s.tail_inputs.len())
+                    .map(|k| s.tail_dims(k, &extents))
+                    .collect();
+                out.extend(self.report(&self.specialize_graph(&s.tail, &shapes)?)?);
+            }
             Compiled::Interp(_) => out.push(StepInfo {
                 node: format!(
                     "graph '{}' (a type stays dynamic or holds host objects)",
@@ -179,9 +205,17 @@ impl CpuExecutable {
     }
 
     fn specialize(&self, shapes: &[Vec<usize>]) -> Result<Compiled> {
-        let g = specialize_for_shapes(&self.graph, shapes, &self.passes)?;
+        self.specialize_graph(&self.graph, shapes)
+    }
+
+    /// `graph` (this executable's, or a dynamic tail) compiled for input `shapes`.
+    fn specialize_graph(&self, graph: &Graph, shapes: &[Vec<usize>]) -> Result<Compiled> {
+        let g = specialize_for_shapes(graph, shapes, &self.passes)?;
         Ok(if runs_on_host(&g) {
-            Compiled::Interp(InterpExecutable::new(g)?)
+            match tail::split(&g, Some(&self.pool), &self.tuning, &self.passes)? {
+                Some(s) => Compiled::Split(Box::new(s)),
+                None => Compiled::Interp(InterpExecutable::new(g)?),
+            }
         } else {
             let vars = self.variables.read().unwrap_or_else(|e| e.into_inner());
             Compiled::Program(lower::lower(
@@ -194,9 +228,12 @@ impl CpuExecutable {
         })
     }
 
-    fn run_program(&self, p: &Program, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        // The inputs' bytes where they are (a copy only for a non-contiguous tensor);
-        // the pointers on the stack for the usual few inputs.
+    /// Runs a signature on the inputs' bytes where they are (a copy only for a
+    /// non-contiguous tensor); the pointers on the stack for the usual few inputs.
+    fn run_compiled(&self, compiled: &Compiled, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+        if let Compiled::Interp(e) = compiled {
+            return self.run_interp(e, inputs);
+        }
         let mut copies = vec![];
         let mut input_ptr = |t: &Tensor| match contiguous_bytes(t) {
             Some(p) => p,
@@ -217,13 +254,52 @@ impl CpuExecutable {
             many = inputs.iter().map(input_ptr).collect();
             &many
         };
-        let mut arena = {
-            let mut free = self.arenas.lock().unwrap_or_else(|e| e.into_inner());
-            match free.iter().position(|a| a.len() >= p.arena_bytes) {
-                Some(i) => free.swap_remove(i),
-                None => AlignedBuf::try_zeroed(p.arena_bytes)?,
-            }
-        };
+        match compiled {
+            Compiled::Program(p) => self.run_program(p, ptrs),
+            Compiled::Split(s) => self.run_split(s, ptrs),
+            Compiled::Interp(_) => unreachable!("run above"),
+        }
+    }
+
+    /// An arena of at least `bytes`, a finished run's when one is free.
+    fn take_arena(&self, bytes: usize) -> Result<AlignedBuf> {
+        let mut free = self.arenas.lock().unwrap_or_else(|e| e.into_inner());
+        match free.iter().position(|a| a.len() >= bytes) {
+            Some(i) => Ok(free.swap_remove(i)),
+            None => AlignedBuf::try_zeroed(bytes),
+        }
+    }
+
+    fn give_back_arena(&self, arena: AlignedBuf) {
+        self.arenas
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(arena);
+    }
+
+    /// Runs `p`'s steps under `cx`, timing them under `KILN_PROFILE`.
+    fn run_steps(&self, p: &Program, cx: &Cx) -> Result<()> {
+        for step in &p.steps {
+            let t = self.profile.as_ref().map(|_| std::time::Instant::now());
+            // SAFETY: the arena has the program's size and the inputs its types (checked).
+            unsafe { step.kernel.run(cx) }
+                .map_err(|e| Error::Runtime(format!("{}: {e}", step.node)))?;
+            self.record(&step.node, step.kernel.kind(), t);
+        }
+        Ok(())
+    }
+
+    fn record(&self, node: &str, kind: &'static str, start: Option<std::time::Instant>) {
+        if let (Some(profile), Some(t)) = (&self.profile, start) {
+            let mut profile = profile.lock().unwrap_or_else(|e| e.into_inner());
+            let entry = profile.entry((node.to_string(), kind)).or_default();
+            entry.0 += t.elapsed().as_secs_f64();
+            entry.1 += 1;
+        }
+    }
+
+    fn run_program(&self, p: &Program, ptrs: &[*const u8]) -> Result<Vec<Tensor>> {
+        let mut arena = self.take_arena(p.arena_bytes)?;
         // A run that stores holds the variables alone from its first read to its commit.
         let reads;
         let mut stores = None;
@@ -240,23 +316,7 @@ impl CpuExecutable {
             pool: Some(&self.pool),
         };
         let flush = denormals::FlushDenormals::new();
-        let mut result = Ok(());
-        for step in &p.steps {
-            let t = self.profile.as_ref().map(|_| std::time::Instant::now());
-            // SAFETY: the arena has the program's size and the inputs its types (checked).
-            if let Err(e) = unsafe { step.kernel.run(&cx) } {
-                result = Err(Error::Runtime(format!("{}: {e}", step.node)));
-                break;
-            }
-            if let (Some(profile), Some(t)) = (&self.profile, t) {
-                let mut profile = profile.lock().unwrap_or_else(|e| e.into_inner());
-                let entry = profile
-                    .entry((step.node.clone(), step.kernel.kind()))
-                    .or_default();
-                entry.0 += t.elapsed().as_secs_f64();
-                entry.1 += 1;
-            }
-        }
+        let result = self.run_steps(p, &cx);
         drop(flush);
         let outputs = result.and_then(|()| {
             p.outputs
@@ -268,11 +328,95 @@ impl CpuExecutable {
         if let (Ok(_), Some(vars)) = (&outputs, stores.as_deref_mut()) {
             vars.commit(&p.swaps);
         }
-        self.arenas
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(arena);
+        self.give_back_arena(arena);
         outputs
+    }
+
+    /// A run of a split signature: the head, the sources, then the tail's program for
+    /// the extents they report (compiled on first sight), reading the head's arena.
+    fn run_split(&self, s: &tail::Split, ptrs: &[*const u8]) -> Result<Vec<Tensor>> {
+        let mut arena = self.take_arena(s.arena_bytes)?;
+        let cx = Cx {
+            arena: arena.as_mut_ptr(),
+            inputs: ptrs,
+            state: &[],
+            pool: Some(&self.pool),
+        };
+        let result = self.run_split_in(s, &cx);
+        self.give_back_arena(arena);
+        result
+    }
+
+    fn run_split_in(&self, s: &tail::Split, cx: &Cx) -> Result<Vec<Tensor>> {
+        let flush = denormals::FlushDenormals::new();
+        self.run_steps(&s.head, cx)?;
+        let mut extents = [0; tail::MAX_SOURCES];
+        for (src, extent) in s.sources.iter().zip(&mut extents) {
+            let t = self.profile.as_ref().map(|_| std::time::Instant::now());
+            // SAFETY: the arena has the split's size and the inputs their types.
+            *extent = unsafe { src.kernel.run(cx) }
+                .map_err(|e| Error::Runtime(format!("{}: {e}", src.node)))?;
+            self.record(&src.node, src.kernel.kind(), t);
+        }
+        drop(flush);
+        let extents = &extents[..s.sources.len()];
+        let n = s.tail_inputs.len();
+        let found = s.tails.find_by(|shapes| {
+            shapes.len() == n
+                && shapes
+                    .iter()
+                    .enumerate()
+                    .all(|(k, shape)| s.tail_input_is(k, shape, extents))
+        });
+        let tail = match found {
+            Some(t) => t,
+            None => {
+                let shapes: Vec<Vec<usize>> = (0..n).map(|k| s.tail_dims(k, extents)).collect();
+                s.tails
+                    .get_or_build(&shapes, || self.specialize_graph(&s.tail, &shapes))?
+            }
+        };
+        let mut ptrs = [std::ptr::null(); tail::MAX_TAIL_INPUTS];
+        for (input, p) in s.tail_inputs.iter().zip(&mut ptrs) {
+            *p = match input {
+                tail::TailInput::Head(slot) => cx.ptr(slot.loc) as *const u8,
+                tail::TailInput::Source(j) => cx.ptr(s.sources[*j].out.loc) as *const u8,
+            };
+        }
+        let ptrs = &ptrs[..n];
+        let mut tail_outs = match &*tail {
+            Compiled::Program(p) => self.run_program(p, ptrs)?,
+            Compiled::Split(t) => self.run_split(t, ptrs)?,
+            Compiled::Interp(e) => {
+                let inputs = (0..n)
+                    .map(|k| {
+                        let slot = program::Slot {
+                            loc: program::Loc::Input(k),
+                            dtype: e.graph().node(e.graph().inputs()[k]).outputs[0].dtype,
+                            shape: s.tail_dims(k, extents),
+                        };
+                        let tail_cx = Cx {
+                            inputs: ptrs,
+                            ..*cx
+                        };
+                        // SAFETY: the pointer addresses the value the slot describes.
+                        unsafe { steps::fallback::read(&tail_cx, &slot) }.map_err(Error::Runtime)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                self.run_interp(e, &inputs)?
+            }
+        };
+        s.outputs
+            .iter()
+            .map(|o| match o {
+                // SAFETY: head slots lie in the arena, the inputs or the constants.
+                tail::Output::Head(slot) => unsafe { read_output(cx, slot) },
+                tail::Output::Tail(k) => Ok(std::mem::replace(
+                    &mut tail_outs[*k],
+                    Tensor::zeros(crate::ir::DType::F32, &[0]),
+                )),
+            })
+            .collect()
     }
 }
 
@@ -381,10 +525,7 @@ impl Executable for CpuExecutable {
                 self.program(&shapes)?
             }
         };
-        match &*program {
-            Compiled::Program(p) => self.run_program(p, inputs),
-            Compiled::Interp(e) => self.run_interp(e, inputs),
-        }
+        self.run_compiled(&program, inputs)
     }
 
     fn variables(&self) -> Vec<(String, TensorType)> {

@@ -103,3 +103,16 @@ pub struct Step {
     /// Whether it writes a variable's next value over its current one.
     pub updates_variable: bool,
 }
+
+/// A step whose output extent depends on the data (`NonMaxSuppression`, `NonZero`): it
+/// writes its result compactly at the start of an upper-bound buffer and returns the
+/// size of the output's one dynamic axis.
+pub trait Source: Send + Sync {
+    /// Runs the step.
+    ///
+    /// # Safety
+    /// As for [`Kernel::run`].
+    unsafe fn run(&self, cx: &Cx) -> Result<usize, String>;
+    /// As for [`Kernel::kind`].
+    fn kind(&self) -> &'static str;
+}

@@ -14,6 +14,7 @@ pub mod gemm;
 pub mod loss;
 pub mod math;
 pub mod movement;
+pub mod nms;
 pub mod norm;
 pub(crate) mod par;
 pub mod pool_indices;

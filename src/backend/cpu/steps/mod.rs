@@ -18,6 +18,7 @@ pub mod eltwise;
 pub mod fallback;
 pub mod matmul;
 pub mod movement;
+pub mod nms;
 pub mod nn;
 pub mod quant;
 pub mod reduce;

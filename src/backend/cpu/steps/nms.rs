@@ -1,0 +1,216 @@
+//! Steps whose output extent depends on the data (see `kernels::nms`): each declares an
+//! upper bound for its output, which lowering places in the arena, and reports the
+//! actual extent when it runs (see `cpu::tail`).
+use super::Build;
+use crate::backend::cpu::kernels::nms::{
+    count_non_zero, non_max_suppression, non_zero, NmsLimits, NmsShape,
+};
+use crate::backend::cpu::program::{Cx, Loc, Slot, Source};
+use crate::ir::{DType, Dim, TensorType};
+
+/// The output type's one dynamic axis and the size that bounds it, for a node this
+/// module has a step for (`None` otherwise).
+pub(crate) fn bound(
+    op: &str,
+    ins: &[Option<&TensorType>],
+    consts: &[Option<i64>],
+) -> Option<(usize, usize)> {
+    let dims = |k: usize| ins.get(k).copied().flatten()?.static_dims();
+    match op {
+        "NonMaxSuppression" => {
+            let (b, s) = (dims(0)?, dims(1)?);
+            let (batches, classes, boxes) = (*s.first()?, *s.get(1)?, *b.get(1)?);
+            // Without a constant limit, every box of every class may be kept.
+            let per_class = match consts.get(2).copied().flatten() {
+                Some(m) => usize::try_from(m.max(0)).ok()?.min(boxes),
+                None => boxes,
+            };
+            Some((0, batches.checked_mul(classes)?.checked_mul(per_class)?))
+        }
+        "NonZero" => Some((
+            1,
+            dims(0)?.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?,
+        )),
+        _ => None,
+    }
+}
+
+/// The step for `b`'s node, whose output slot has the upper-bound shape; `None` when
+/// its dtypes or shapes are not ones the kernels cover.
+pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Source>>, String> {
+    match b.node.op.as_str() {
+        "NonMaxSuppression" => build_nms(b),
+        "NonZero" => build_non_zero(b),
+        _ => Ok(None),
+    }
+}
+
+struct Nms {
+    boxes: Slot,
+    scores: Slot,
+    max_per_class: Option<Slot>,
+    iou_threshold: Option<Slot>,
+    score_threshold: Option<Slot>,
+    shape: NmsShape,
+    candidates: Loc,
+    kept: Loc,
+    kept_len: usize,
+    out: Slot,
+}
+
+fn build_nms(b: &Build) -> Result<Option<Box<dyn Source>>, String> {
+    let (Some(boxes), Some(scores)) = (b.input(0).cloned(), b.input(1).cloned()) else {
+        return Ok(None);
+    };
+    let scalar = |k: usize, dtype: DType| match b.input(k) {
+        // An empty operand means the default, as the reference reads it.
+        Some(s) if s.elements() == 0 => Ok(None),
+        Some(s) if s.dtype == dtype => Ok(Some(s.clone())),
+        Some(_) => Err(()),
+        None => Ok(None),
+    };
+    let (Ok(max_per_class), Ok(iou_threshold), Ok(score_threshold)) = (
+        scalar(2, DType::I64),
+        scalar(3, DType::F32),
+        scalar(4, DType::F32),
+    ) else {
+        return Ok(None);
+    };
+    let fits = boxes.dtype == DType::F32
+        && scores.dtype == DType::F32
+        && boxes.shape.len() == 3
+        && scores.shape.len() == 3
+        && boxes.shape[2] == 4
+        && boxes.shape[0] == scores.shape[0]
+        && boxes.shape[1] == scores.shape[2];
+    if !fits {
+        return Ok(None);
+    }
+    let shape = NmsShape {
+        batches: scores.shape[0],
+        classes: scores.shape[1],
+        boxes: boxes.shape[1],
+        center_point_box: b.node.attrs.int_or("center_point_box", 0)? == 1,
+    };
+    let out = b.outs[0].clone();
+    let per_class_bound = shape
+        .batches
+        .checked_mul(shape.classes)
+        .and_then(|bc| out.shape[0].checked_div(bc))
+        .unwrap_or(0);
+    let kept_len = per_class_bound.min(shape.boxes);
+    // Candidates, then the kept boxes of one class, in the step's scratch.
+    let cand_bytes = shape.boxes.checked_mul(4).ok_or("box count overflows")?;
+    let cand_bytes = cand_bytes.next_multiple_of(crate::memory::ALIGN);
+    let Loc::Arena(at) = b.scratch(cand_bytes + kept_len * 4) else {
+        unreachable!("the scratch region is in the arena")
+    };
+    Ok(Some(Box::new(Nms {
+        boxes,
+        scores,
+        max_per_class,
+        iou_threshold,
+        score_threshold,
+        shape,
+        candidates: Loc::Arena(at),
+        kept: Loc::Arena(at + cand_bytes),
+        kept_len,
+        out,
+    })))
+}
+
+impl Source for Nms {
+    unsafe fn run(&self, cx: &Cx) -> Result<usize, String> {
+        // SAFETY: the slots were lowered for this arena and these inputs; the scratch
+        // and output regions hold what `build_nms` reserved.
+        unsafe {
+            let f32_at = |s: &Option<Slot>| s.as_ref().map(|s| f64::from(*cx.f32(s)));
+            let max_per_class = match &self.max_per_class {
+                Some(s) => {
+                    usize::try_from((*(cx.ptr(s.loc) as *const i64)).max(0)).unwrap_or(usize::MAX)
+                }
+                None => 0,
+            };
+            let limits = NmsLimits {
+                max_per_class,
+                iou_threshold: f32_at(&self.iou_threshold).unwrap_or(0.0),
+                score_threshold: f32_at(&self.score_threshold),
+            };
+            let n = self.shape.boxes;
+            let boxes = std::slice::from_raw_parts(cx.f32(&self.boxes), self.boxes.elements());
+            let scores = std::slice::from_raw_parts(cx.f32(&self.scores), self.scores.elements());
+            let candidates = std::slice::from_raw_parts_mut(cx.ptr(self.candidates) as *mut u32, n);
+            let kept = std::slice::from_raw_parts_mut(cx.ptr(self.kept) as *mut u32, self.kept_len);
+            let out = std::slice::from_raw_parts_mut(
+                cx.ptr(self.out.loc) as *mut i64,
+                self.out.elements(),
+            );
+            Ok(non_max_suppression(
+                boxes, scores, self.shape, limits, candidates, kept, out,
+            ))
+        }
+    }
+    fn kind(&self) -> &'static str {
+        "nms"
+    }
+}
+
+struct NonZero {
+    x: Slot,
+    mask: u64,
+    out: Slot,
+}
+
+fn build_non_zero(b: &Build) -> Result<Option<Box<dyn Source>>, String> {
+    let Some(x) = b.input(0).cloned() else {
+        return Ok(None);
+    };
+    // The bits that make an element non-zero: all but a float's sign.
+    let mask = match x.dtype {
+        DType::F16 | DType::BF16 => 0x7fff,
+        DType::F32 => 0x7fff_ffff,
+        DType::F64 => 0x7fff_ffff_ffff_ffff,
+        d if d == DType::Bool || d.is_int() && !d.is_low_bit() => u64::MAX,
+        _ => return Ok(None),
+    };
+    Ok(Some(Box::new(NonZero {
+        x,
+        mask,
+        out: b.outs[0].clone(),
+    })))
+}
+
+impl Source for NonZero {
+    unsafe fn run(&self, cx: &Cx) -> Result<usize, String> {
+        // SAFETY: the slots were lowered for this arena and these inputs; the output
+        // holds rank × elements entries, the most there can be.
+        unsafe {
+            let width = self.x.dtype.size_in_bytes();
+            let x = std::slice::from_raw_parts(cx.ptr(self.x.loc), self.x.bytes());
+            let count = count_non_zero(x, width, self.mask);
+            let out = std::slice::from_raw_parts_mut(
+                cx.ptr(self.out.loc) as *mut i64,
+                self.out.elements(),
+            );
+            non_zero(x, width, self.mask, &self.x.shape, count, out);
+            Ok(count)
+        }
+    }
+    fn kind(&self) -> &'static str {
+        "nonzero"
+    }
+}
+
+/// The output's dims at run time: `ty`'s, its dynamic axis `axis` of size `extent`.
+pub(crate) fn dims_at(ty: &TensorType, axis: usize, extent: usize) -> Option<Vec<usize>> {
+    ty.shape
+        .axes
+        .iter()
+        .enumerate()
+        .map(|(k, a)| match &a.dim {
+            _ if k == axis => Some(extent),
+            Dim::Fixed(n) => Some(*n),
+            Dim::Sym(_) => None,
+        })
+        .collect()
+}

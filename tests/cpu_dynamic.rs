@@ -1,0 +1,355 @@
+//! Data-dependent shapes on the CPU backend: `NonMaxSuppression` and `NonZero` steps and
+//! the dynamic tail after them, checked against the interpreter and that no step runs on
+//! it; and `If`s on data whose branches settle once the input shapes are bound.
+mod common;
+
+use std::sync::Arc;
+
+use kiln::backend::cpu::{CpuBackend, CpuExecutable};
+use kiln::backend::{backend_with, cpu_pass_options, Device, Executable};
+use kiln::ir::{Attr, Attrs, DType, Graph, Value};
+use kiln::passes::PassOptions;
+use kiln::Tensor;
+
+use common::{constant, op, typed_param, Rng};
+
+fn cpu(g: &Graph) -> CpuExecutable {
+    CpuBackend {
+        passes: cpu_pass_options(PassOptions::default()),
+        threads: 2,
+        tuning: Default::default(),
+    }
+    .compile_cpu(g)
+    .unwrap()
+}
+
+fn interp(g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
+    backend_with(Device::Interp, PassOptions::default(), 1)
+        .unwrap()
+        .compile(g)
+        .unwrap()
+        .run(inputs)
+        .unwrap()
+}
+
+/// Runs `g` on cpu and interp and compares (integers exactly, floats to rounding).
+fn check(exe: &CpuExecutable, g: &Graph, inputs: &[Tensor]) {
+    let want = interp(g, inputs);
+    let got = exe.run(inputs).unwrap();
+    assert_eq!(got.len(), want.len());
+    for (k, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(a.shape(), b.shape(), "output {k}");
+        a.check_close(b, 1e-6, 1e-6)
+            .unwrap_or_else(|e| panic!("output {k}: {e}"));
+    }
+}
+
+/// The step kinds of `exe`'s program for `inputs`, which must run no step on the
+/// interpreter.
+fn kinds(exe: &CpuExecutable, inputs: &[Tensor]) -> Vec<&'static str> {
+    let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+    let report = exe.step_report(&shapes).unwrap();
+    for s in &report {
+        assert!(!s.is_fallback(), "{} runs on the {}", s.node, s.kind);
+    }
+    report.iter().map(|s| s.kind).collect()
+}
+
+/// Boxes [b, n, 4] that overlap often (corners or centers in a small square) and
+/// scores [b, c, n] on a coarse grid, so that ties are common.
+fn boxes_and_scores(rng: &mut Rng, b: usize, c: usize, n: usize) -> (Tensor, Tensor) {
+    let boxes: Vec<f32> = (0..b * n * 4).map(|_| (rng.f32() + 1.0) * 2.0).collect();
+    let scores: Vec<f32> = (0..b * c * n)
+        .map(|_| (rng.below(9) as f32) / 8.0)
+        .collect();
+    (
+        Tensor::from_vec(&[b, n, 4], boxes).unwrap(),
+        Tensor::from_vec(&[b, c, n], scores).unwrap(),
+    )
+}
+
+fn scalar_f32(v: f32) -> Tensor {
+    Tensor::from_vec(&[1], vec![v]).unwrap()
+}
+
+/// `NonMaxSuppression(boxes, scores, max, iou, score?)`, the limits constants or
+/// (with `limits_as_inputs`) graph inputs.
+fn nms_graph(
+    b: usize,
+    c: usize,
+    n: usize,
+    center: bool,
+    limits: (i64, f32, Option<f32>),
+    limits_as_inputs: bool,
+) -> Graph {
+    let mut g = Graph::new("nms");
+    let boxes = typed_param(&mut g, "boxes", DType::F32, &[b, n, 4]);
+    let scores = typed_param(&mut g, "scores", DType::F32, &[b, c, n]);
+    let (max, iou, score) = if limits_as_inputs {
+        (
+            typed_param(&mut g, "max", DType::I64, &[1]),
+            typed_param(&mut g, "iou", DType::F32, &[1]),
+            limits
+                .2
+                .map(|_| typed_param(&mut g, "score", DType::F32, &[1])),
+        )
+    } else {
+        (
+            constant(&mut g, Tensor::from_vec(&[1], vec![limits.0]).unwrap()),
+            constant(&mut g, scalar_f32(limits.1)),
+            limits.2.map(|s| constant(&mut g, scalar_f32(s))),
+        )
+    };
+    let mut ins: Vec<Option<Value>> = vec![Some(boxes), Some(scores), Some(max), Some(iou)];
+    ins.extend(score.map(Some));
+    let attrs = Attrs::new().with("center_point_box", Attr::Int(center as i64));
+    let sel = g.add_op("NonMaxSuppression", &ins, attrs, "nms").unwrap();
+    g.add_output("selected", sel.into()).unwrap();
+    g
+}
+
+#[test]
+fn non_max_suppression_matches_the_interpreter_on_random_boxes() {
+    let mut rng = Rng(23);
+    let cases = [
+        (1, 1, 10, false, (10, 0.5, None)),
+        (2, 3, 40, true, (5, 0.3, Some(0.4))),
+        (3, 2, 64, false, (100, 0.0, Some(0.0))),
+        (1, 4, 33, true, (0, 0.5, None)),
+        (2, 2, 25, false, (3, 0.7, Some(0.9))),
+    ];
+    for (b, c, n, center, limits) in cases {
+        for as_inputs in [false, true] {
+            let g = nms_graph(b, c, n, center, limits, as_inputs);
+            let exe = cpu(&g);
+            for _ in 0..4 {
+                let (boxes, scores) = boxes_and_scores(&mut rng, b, c, n);
+                let mut inputs = vec![boxes, scores];
+                if as_inputs {
+                    inputs.push(Tensor::from_vec(&[1], vec![limits.0]).unwrap());
+                    inputs.push(scalar_f32(limits.1));
+                    inputs.extend(limits.2.map(scalar_f32));
+                }
+                check(&exe, &g, &inputs);
+                assert!(kinds(&exe, &inputs).contains(&"nms"));
+            }
+        }
+    }
+}
+
+#[test]
+fn non_zero_matches_the_interpreter_on_every_dtype() {
+    let mut rng = Rng(5);
+    for dtype in [
+        DType::F32,
+        DType::F64,
+        DType::Bool,
+        DType::I64,
+        DType::I32,
+        DType::U8,
+    ] {
+        for dims in [&[7][..], &[3, 4], &[2, 3, 5], &[]] {
+            let mut g = Graph::new("nonzero");
+            let x = typed_param(&mut g, "x", dtype, dims);
+            let y = op(&mut g, "NonZero", &[x], Attrs::new());
+            g.add_output("y", y).unwrap();
+            let exe = cpu(&g);
+            for _ in 0..3 {
+                // Mostly zeros (and a negative zero), so that the count varies.
+                let t = rng.tensor_of(dtype, dims);
+                let v: Vec<f64> = t
+                    .to_f64_vec()
+                    .into_iter()
+                    .map(|v| if rng.below(3) == 0 { v } else { -0.0 })
+                    .collect();
+                let x = Tensor::from_f64s(dtype, dims, &v).unwrap();
+                check(&exe, &g, std::slice::from_ref(&x));
+                assert!(kinds(&exe, std::slice::from_ref(&x)).contains(&"nonzero"));
+            }
+        }
+    }
+}
+
+/// Boxes kept by NMS, gathered and scaled (a dynamic tail), beside a static output.
+#[test]
+fn a_dynamic_tail_runs_on_kernels_for_each_extent() {
+    let (c, n) = (2, 30);
+    let mut g = Graph::new("tail");
+    let boxes = typed_param(&mut g, "boxes", DType::F32, &[1, n, 4]);
+    let scores = typed_param(&mut g, "scores", DType::F32, &[1, c, n]);
+    let max = constant(&mut g, Tensor::from_vec(&[1], vec![10i64]).unwrap());
+    let iou = constant(&mut g, scalar_f32(0.1));
+    let score = constant(&mut g, scalar_f32(0.6));
+    let sel = op(
+        &mut g,
+        "NonMaxSuppression",
+        &[boxes, scores, max, iou, score],
+        Attrs::new(),
+    );
+    let col = constant(&mut g, Tensor::from_vec(&[], vec![2i64]).unwrap());
+    let cols = op(&mut g, "Transpose", &[sel], Attrs::new());
+    let which = op(&mut g, "Gather", &[cols, col], Attrs::new());
+    let shape = constant(&mut g, Tensor::from_vec(&[2], vec![n as i64, 4]).unwrap());
+    let flat = op(&mut g, "Reshape", &[boxes, shape], Attrs::new());
+    let picked = op(
+        &mut g,
+        "Gather",
+        &[flat, which],
+        Attrs::new().with("axis", Attr::Int(0)),
+    );
+    let two = constant(&mut g, Tensor::from_vec(&[], vec![2.0f32]).unwrap());
+    let scaled = op(&mut g, "Mul", &[picked, two], Attrs::new());
+    let relu = op(&mut g, "Relu", &[scores], Attrs::new());
+    g.add_output("picked", scaled).unwrap();
+    g.add_output("selected", sel).unwrap();
+    g.add_output("relu", relu).unwrap();
+    let exe = cpu(&g);
+    let mut rng = Rng(7);
+    let mut extents = std::collections::BTreeSet::new();
+    for _ in 0..8 {
+        let (b, s) = boxes_and_scores(&mut rng, 1, c, n);
+        let inputs = [b, s];
+        check(&exe, &g, &inputs);
+        extents.insert(exe.run(&inputs).unwrap()[1].shape()[0]);
+        let kinds = kinds(&exe, &inputs);
+        assert!(kinds.contains(&"nms"), "{kinds:?}");
+    }
+    assert!(extents.len() > 1, "the extent should vary: {extents:?}");
+}
+
+/// `If(c, x)` whose branches squeeze `x`'s last axis only when it is 1 (so that their
+/// rank is unknown until `x`'s shape is bound), as exporters write it.
+#[test]
+fn an_if_on_data_settles_when_its_branches_do() {
+    let branch = |neg: bool| {
+        let squeeze_if_one = |then: bool| {
+            let mut b = Graph::new(if then { "squeeze" } else { "keep" });
+            let x = b
+                .add_parameter("x", kiln::ir::TensorType::unranked(DType::F32))
+                .unwrap()
+                .into();
+            let y = if then {
+                let axes = constant(&mut b, Tensor::from_vec(&[1], vec![-1i64]).unwrap());
+                op(&mut b, "Squeeze", &[x, axes], Attrs::new())
+            } else {
+                op(&mut b, "Identity", &[x], Attrs::new())
+            };
+            b.add_output("y", y).unwrap();
+            b
+        };
+        let mut b = Graph::new(if neg { "neg" } else { "relu" });
+        let x = b
+            .add_parameter(
+                "x",
+                kiln::ir::TensorType::new(
+                    DType::F32,
+                    kiln::ir::Shape::new([
+                        kiln::ir::Dim::Sym("n".into()),
+                        kiln::ir::Dim::Fixed(3),
+                        kiln::ir::Dim::Sym("k".into()),
+                    ]),
+                ),
+            )
+            .unwrap()
+            .into();
+        let shape = op(&mut b, "Shape", &[x], Attrs::new());
+        let last = constant(&mut b, Tensor::from_vec(&[1], vec![-1i64]).unwrap());
+        let k = op(
+            &mut b,
+            "Gather",
+            &[shape, last],
+            Attrs::new().with("axis", Attr::Int(0)),
+        );
+        let one = constant(&mut b, Tensor::from_vec(&[1], vec![1i64]).unwrap());
+        let is_one = op(&mut b, "Equal", &[k, one], Attrs::new());
+        let attrs = Attrs::new()
+            .with("then_branch", Attr::Graph(Arc::new(squeeze_if_one(true))))
+            .with("else_branch", Attr::Graph(Arc::new(squeeze_if_one(false))))
+            .with("captures", Attr::Int(1));
+        let y = op(&mut b, "If", &[is_one, x], attrs);
+        let r = op(&mut b, if neg { "Neg" } else { "Relu" }, &[y], Attrs::new());
+        b.add_output("r", r).unwrap();
+        b
+    };
+    let mut g = Graph::new("if");
+    let c = typed_param(&mut g, "c", DType::Bool, &[]);
+    let x = g
+        .add_parameter(
+            "x",
+            kiln::ir::TensorType::new(
+                DType::F32,
+                kiln::ir::Shape::new([
+                    kiln::ir::Dim::Sym("n".into()),
+                    kiln::ir::Dim::Fixed(3),
+                    kiln::ir::Dim::Sym("k".into()),
+                ]),
+            ),
+        )
+        .unwrap()
+        .into();
+    let attrs = Attrs::new()
+        .with("then_branch", Attr::Graph(Arc::new(branch(false))))
+        .with("else_branch", Attr::Graph(Arc::new(branch(true))))
+        .with("captures", Attr::Int(1));
+    let r = op(&mut g, "If", &[c, x], attrs);
+    assert!(g.value_type(r).unwrap().is_unranked_tensor());
+    g.add_output("r", r).unwrap();
+    let exe = cpu(&g);
+    let mut rng = Rng(3);
+    for dims in [[2, 3, 1], [4, 3, 2]] {
+        for cond in [true, false] {
+            let inputs = [
+                Tensor::from_vec(&[], vec![cond]).unwrap(),
+                rng.f32_tensor(&dims, 1.0),
+            ];
+            check(&exe, &g, &inputs);
+            let kinds = kinds(&exe, &inputs);
+            assert!(kinds.contains(&"if"), "{kinds:?}");
+        }
+    }
+}
+
+/// `If(c, x)` whose else branch fits only some shapes of `x`: for the others, the `If`
+/// takes the then branch's types and taking the else branch is a run-time error.
+#[test]
+fn an_if_whose_other_branch_cannot_run_still_compiles() {
+    let x_type = || {
+        kiln::ir::TensorType::new(
+            DType::F32,
+            kiln::ir::Shape::new([
+                kiln::ir::Dim::Sym("n".into()),
+                kiln::ir::Dim::Fixed(3),
+                kiln::ir::Dim::Sym("k".into()),
+            ]),
+        )
+    };
+    let branch = |then: bool| {
+        let mut b = Graph::new(if then { "relu" } else { "flatten6" });
+        let x: Value = b.add_parameter("x", x_type()).unwrap().into();
+        let y = if then {
+            op(&mut b, "Relu", &[x], Attrs::new())
+        } else {
+            let six = constant(&mut b, Tensor::from_vec(&[1], vec![6i64]).unwrap());
+            op(&mut b, "Reshape", &[x, six], Attrs::new())
+        };
+        b.add_output("y", y).unwrap();
+        b
+    };
+    let mut g = Graph::new("if");
+    let c = typed_param(&mut g, "c", DType::Bool, &[]);
+    let x: Value = g.add_parameter("x", x_type()).unwrap().into();
+    let attrs = Attrs::new()
+        .with("then_branch", Attr::Graph(Arc::new(branch(true))))
+        .with("else_branch", Attr::Graph(Arc::new(branch(false))))
+        .with("captures", Attr::Int(1));
+    let r = op(&mut g, "If", &[c, x], attrs);
+    g.add_output("r", r).unwrap();
+    let exe = cpu(&g);
+    let x = Rng(9).f32_tensor(&[4, 3, 2], 1.0);
+    let taken = [Tensor::from_vec(&[], vec![true]).unwrap(), x.clone()];
+    check(&exe, &g, &taken);
+    assert!(kinds(&exe, &taken).contains(&"if"));
+    let other = [Tensor::from_vec(&[], vec![false]).unwrap(), x];
+    let err = exe.run(&other).unwrap_err().to_string();
+    assert!(err.contains("cannot run on these input shapes"), "{err}");
+}
