@@ -7,7 +7,7 @@ mod common;
 
 use common::{constant, op, typed_param, Rng};
 use kiln::backend::cpu::Tuning;
-use kiln::backend::cpu::{Compiled, CpuBackend};
+use kiln::backend::cpu::CpuBackend;
 use kiln::backend::{backend_with, cpu_pass_options, Device};
 use kiln::ir::{text, Attr, Attrs, DType, Graph};
 use kiln::passes::PassOptions;
@@ -28,10 +28,12 @@ fn check(g: &Graph, inputs: &[Tensor], kind: &str, tol: f64) {
     let exe = cpu(1)
         .compile_cpu(g)
         .unwrap_or_else(|e| panic!("{e}\n{}", text::print(g)));
-    let kinds: Vec<&str> = match &*exe.program(&shapes).unwrap() {
-        Compiled::Program(p) => p.steps.iter().map(|s| s.kernel.kind()).collect(),
-        Compiled::Interp(_) => panic!("not lowered\n{}", text::print(g)),
-    };
+    let kinds: Vec<&str> = exe
+        .step_report(&shapes)
+        .unwrap()
+        .iter()
+        .map(|s| s.kind)
+        .collect();
     assert!(
         kinds.contains(&kind) && !kinds.contains(&"fallback"),
         "want a {kind} step and no fallback, got {kinds:?}\n{}",
