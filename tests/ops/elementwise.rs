@@ -227,6 +227,17 @@ pub const UNARY_TABLE: &[(&str, [f64; 5])] = &[
             3.0,
         ],
     ),
+    // Kiln's own x·sigmoid(x), which the recognize pass makes of the exporters' chain.
+    (
+        "Silu",
+        [
+            -0.2384058440442351,
+            -0.1887703343990727,
+            0.0,
+            0.5093840243815447,
+            2.8577223804672998,
+        ],
+    ),
     ("LeakyRelu", [-0.02, -0.005, 0.0, 0.75, 3.0]),
     (
         "Elu",
