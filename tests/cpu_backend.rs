@@ -560,6 +560,28 @@ fn pools_softmax_and_layernorm() {
         uses(&g, "layernorm");
         check(&g, width as u64);
     }
+    // Along an inner axis (YOLOv8's distribution head: axis 1 of [1, 16, 4, N]); lane
+    // counts below, at and above the kernel's 64-lane blocks.
+    for (shape, axis) in [
+        (vec![1, 16, 4, 37], 1),
+        (vec![2, 3, 70], 1),
+        (vec![5, 2, 3], 0),
+        (vec![2, 7, 64], -2),
+    ] {
+        for softmax in ["Softmax", "LogSoftmax"] {
+            let mut g = Graph::new("inner");
+            let x = param(&mut g, "x", &shape);
+            let s = op(
+                &mut g,
+                softmax,
+                &[x],
+                Attrs::new().with("axis", Attr::Int(axis)),
+            );
+            g.add_output("y", s).unwrap();
+            uses(&g, "softmax");
+            check(&g, shape.len() as u64);
+        }
+    }
 }
 
 /// The small CNN's chain: a 1-channel conv reads the plain image (the direct kernel,

@@ -6,8 +6,8 @@
 mod common;
 
 use common::{constant, op, typed_param, Rng};
-use kiln::backend::cpu::Tuning;
 use kiln::backend::cpu::CpuBackend;
+use kiln::backend::cpu::Tuning;
 use kiln::backend::{backend_with, cpu_pass_options, Device};
 use kiln::ir::{text, Attr, Attrs, DType, Graph};
 use kiln::passes::PassOptions;

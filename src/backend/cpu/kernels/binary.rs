@@ -437,6 +437,10 @@ pub enum UnaryOp {
     Sigmoid,
     Tanh,
     Erf,
+    Floor,
+    Ceil,
+    /// Half to even, as ONNX's Round.
+    Round,
 }
 
 impl UnaryOp {
@@ -454,6 +458,9 @@ impl UnaryOp {
             UnaryOp::Sigmoid => math::sigmoid(x),
             UnaryOp::Tanh => math::tanh(x),
             UnaryOp::Erf => math::erf(x),
+            UnaryOp::Floor => x.floor(),
+            UnaryOp::Ceil => x.ceil(),
+            UnaryOp::Round => x.round_ties_even(),
         }
     }
 }
@@ -519,6 +526,11 @@ unsafe fn unary_avx2(op: UnaryOp, src: *const f32, dst: *mut f32, n: usize) {
             UnaryOp::Sigmoid => avx2::map(src, dst, n, |v| avx2::sigmoid(v)),
             UnaryOp::Tanh => avx2::map(src, dst, n, |v| avx2::tanh(v)),
             UnaryOp::Erf => avx2::map(src, dst, n, |v| avx2::erf(v)),
+            UnaryOp::Floor => avx2::map(src, dst, n, |v| _mm256_floor_ps(v)),
+            UnaryOp::Ceil => avx2::map(src, dst, n, |v| _mm256_ceil_ps(v)),
+            UnaryOp::Round => avx2::map(src, dst, n, |v| {
+                _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v)
+            }),
             UnaryOp::Log => {
                 for i in 0..n {
                     *dst.add(i) = (*src.add(i)).ln();
@@ -626,7 +638,7 @@ mod tests {
         }
     }
 
-    /// Against the interpreter: exact for Neg/Abs/Sqrt/Reciprocal/Relu, 2 ulp for Log, 4 ulp-ish
+    /// Against the interpreter: exact for Neg/Abs/Sqrt/Reciprocal/Relu/Floor/Ceil/Round, 2 ulp for Log, 4 ulp-ish
     /// (5e-7 relative, 1e-7 absolute for Erf) for Exp/Sigmoid/Tanh/Erf.
     #[test]
     fn unary_matches_interpreter() {
@@ -641,6 +653,9 @@ mod tests {
             (UnaryOp::Sigmoid, "Sigmoid"),
             (UnaryOp::Tanh, "Tanh"),
             (UnaryOp::Erf, "Erf"),
+            (UnaryOp::Floor, "Floor"),
+            (UnaryOp::Ceil, "Ceil"),
+            (UnaryOp::Round, "Round"),
         ];
         for isa in isas() {
             for n in [1, 7, 9, 33, 100] {

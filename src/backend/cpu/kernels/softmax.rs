@@ -1,4 +1,5 @@
-//! Softmax and LogSoftmax over the last axis of a `[rows, n]` buffer.
+//! Softmax and LogSoftmax over the last axis of a `[rows, n]` buffer, or over the middle
+//! axis of an `[outer, n, inner]` one.
 use super::math;
 use super::par::{for_ranges, SyncPtr};
 use crate::backend::cpu::isa::{self, Isa};
@@ -101,6 +102,71 @@ fn run(
                 }
                 let _ = avx2;
                 scalar_row(s, d, n, log);
+            }
+        }
+    });
+}
+
+/// Lanes of the strided form reduced together (on the stack).
+const LANES: usize = 64;
+
+/// Softmax (or LogSoftmax if `log`) along the middle axis of `[outer, n, inner]`:
+/// each of the `outer·inner` lanes (stride `inner`) on its own, `LANES` neighbouring
+/// lanes at once so the loops run over contiguous memory. `src` may be `dst`: each
+/// element is read before it is written.
+pub(crate) fn softmax_strided(
+    src: *const f32,
+    dst: *mut f32,
+    [outer, n, inner]: [usize; 3],
+    log: bool,
+    pool: Option<&Pool>,
+) {
+    if n == 0 || inner == 0 {
+        return;
+    }
+    let (src, dst) = (SyncPtr(src as *mut f32), SyncPtr(dst));
+    for_ranges(pool, outer, n * inner * 4, &|r| {
+        let (mut max, mut sum) = ([0f32; LANES], [0f32; LANES]);
+        for o in r {
+            for c0 in (0..inner).step_by(LANES) {
+                let w = LANES.min(inner - c0);
+                let at = |i: usize| (o * n + i) * inner + c0;
+                // SAFETY: lane block c0..c0 + w of row o lies inside both buffers, which
+                // the caller sized [outer, n, inner]; tasks own disjoint rows o.
+                unsafe {
+                    let (s, d) = (src.get() as *const f32, dst.get());
+                    max[..w].fill(f32::NEG_INFINITY);
+                    sum[..w].fill(0.0);
+                    for i in 0..n {
+                        let x = std::slice::from_raw_parts(s.add(at(i)), w);
+                        for (m, &v) in max[..w].iter_mut().zip(x) {
+                            *m = m.max(v);
+                        }
+                    }
+                    for i in 0..n {
+                        let (x, y) = (s.add(at(i)), d.add(at(i)));
+                        for k in 0..w {
+                            let e = math::exp(*x.add(k) - max[k]);
+                            sum[k] += e;
+                            if !log {
+                                *y.add(k) = e;
+                            }
+                        }
+                    }
+                    for k in 0..w {
+                        sum[k] = if log {
+                            max[k] + sum[k].ln()
+                        } else {
+                            1.0 / sum[k]
+                        };
+                    }
+                    for i in 0..n {
+                        let (x, y) = (s.add(at(i)), d.add(at(i)));
+                        for (k, &t) in sum[..w].iter().enumerate() {
+                            *y.add(k) = if log { *x.add(k) - t } else { *y.add(k) * t };
+                        }
+                    }
+                }
             }
         }
     });

@@ -81,6 +81,9 @@ fn unary_op(name: &str) -> Option<UnaryOp> {
         "Sigmoid" => UnaryOp::Sigmoid,
         "Tanh" => UnaryOp::Tanh,
         "Erf" => UnaryOp::Erf,
+        "Floor" => UnaryOp::Floor,
+        "Ceil" => UnaryOp::Ceil,
+        "Round" => UnaryOp::Round,
         _ => return None,
     })
 }

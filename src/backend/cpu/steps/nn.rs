@@ -53,9 +53,11 @@ enum Nn {
         spatial: usize,
         block: usize,
     },
+    /// Along the middle axis of `[rows, n, inner]` (`inner` 1: the last axis).
     Softmax {
         rows: usize,
         n: usize,
+        inner: usize,
         log: bool,
     },
     LayerNorm {
@@ -212,6 +214,23 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             Nn::Softmax {
                 rows,
                 n,
+                inner: 1,
+                log: op == "LogSoftmax",
+            }
+        }
+        "Softmax" | "LogSoftmax" => {
+            // Along an inner axis: [outer, n, inner] with inner > 1.
+            let rank = x.shape.len() as i64;
+            let axis = attrs.int_or("axis", -1)?;
+            let axis = if axis < 0 { axis + rank } else { axis };
+            if !(0..rank).contains(&axis) {
+                return Ok(None);
+            }
+            let axis = axis as usize;
+            Nn::Softmax {
+                rows: x.shape[..axis].iter().product(),
+                n: x.shape[axis],
+                inner: x.shape[axis + 1..].iter().product(),
                 log: op == "LogSoftmax",
             }
         }
@@ -313,9 +332,27 @@ impl Kernel for NnStep {
                 Nn::Softmax {
                     rows,
                     n,
+                    inner: 1,
                     log: false,
                 } => softmax::softmax(x, y, *rows, *n, pool),
-                Nn::Softmax { rows, n, log: true } => softmax::log_softmax(x, y, *rows, *n, pool),
+                Nn::Softmax {
+                    rows,
+                    n,
+                    inner: 1,
+                    log: true,
+                } => softmax::log_softmax(x, y, *rows, *n, pool),
+                Nn::Softmax {
+                    rows,
+                    n,
+                    inner,
+                    log,
+                } => softmax::softmax_strided(
+                    x.as_ptr(),
+                    y.as_mut_ptr(),
+                    [*rows, *n, *inner],
+                    *log,
+                    pool,
+                ),
                 Nn::LayerNorm {
                     rows,
                     n,
