@@ -11,11 +11,9 @@ machine's cores from the next); a latency is the median over the rounds' medians
 a Markdown table with the ratios (below 1: Kiln is faster) and their geometric means.
 """
 import argparse
-import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -24,7 +22,8 @@ import onnx
 from onnx import numpy_helper
 import onnxruntime as ort
 
-PAUSE_S = 1.0
+# The one way to time `kiln bench`, and the pause that lets the peers' pools go idle.
+from compare import PAUSE_S, kiln_round
 
 
 def timed(run, n):
@@ -64,15 +63,6 @@ def openvino_run(model, threads, feeds):
     except Exception as e:  # OpenVINO not installed, or it refuses the model
         print(f"  openvino: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return None
-
-
-def kiln_round(kiln, model, inputs, threads, n):
-    time.sleep(PAUSE_S)
-    out = subprocess.run(
-        [kiln, "bench", model, "--inputs", *inputs, "--threads", str(threads), "--iterations", str(n),
-         "--warmup", "2", "--json"],
-        check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)["median_ms"]
 
 
 def geomean(xs):
@@ -121,7 +111,7 @@ def main():
                 o_t.append(timed(lambda: sess.run(None, feeds), n))
                 if ov:
                     v_t.append(timed(ov, n))
-                k_t.append(kiln_round(args.kiln, model, npys, threads, n))
+                k_t.append(kiln_round(args.kiln, model, npys, threads, n)["median_ms"])
             k, o = statistics.median(k_t), statistics.median(o_t)
             v = statistics.median(v_t) if v_t else None
             rows.append((m, threads, k, o, v))
