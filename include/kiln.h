@@ -33,6 +33,8 @@
 #define KILN_RANK_UNKNOWN SIZE_MAX
 
 
+
+
 /**
  * The major version of the external-op interface this header describes; a
  * registration's `version` must equal it.
@@ -286,6 +288,8 @@ typedef struct kiln_tensor_view {
   const int64_t *dims;
   const int64_t *strides;
 } kiln_tensor_view;
+
+
 
 
 
