@@ -91,18 +91,21 @@ fn one_move(
     y: &Slot,
     dims: &[usize],
     src: &[isize],
-) -> Box<dyn Kernel> {
+) -> Result<Box<dyn Kernel>, String> {
     let es = x.dtype.size_in_bytes();
-    Box::new(Moves {
+    let from_at = x_at
+        .checked_mul(es as isize)
+        .ok_or_else(|| format!("{kind}: the source offset overflows"))?;
+    Ok(Box::new(Moves {
         kind,
         moves: vec![Move {
             from: x.loc,
-            from_at: x_at * es as isize,
+            from_at,
             to: y.loc,
             to_at: 0,
             plan: CopyPlan::new(dims, src, &strides(dims), es),
         }],
-    })
+    }))
 }
 
 /// Constant integer operand `k`: `Some(None)` when omitted, `None` when not a constant.
@@ -220,7 +223,7 @@ fn build_slice(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     if dims != y.shape || x.dtype != y.dtype {
         return Err(shape_mismatch("slicing", &dims, y));
     }
-    Ok(Some(one_move("slice", x, base, y, &dims, &src)))
+    Ok(Some(one_move("slice", x, base, y, &dims, &src)?))
 }
 
 /// `Expand`: the input's strides, 0 along broadcast axes.
@@ -242,7 +245,7 @@ fn build_expand(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             _ => return Err(format!("cannot expand {:?} to {:?}", x.shape, y.shape)),
         };
     }
-    Ok(Some(one_move("expand", x, 0, y, &y.shape, &src)))
+    Ok(Some(one_move("expand", x, 0, y, &y.shape, &src)?))
 }
 
 /// `Tile`: each axis seen as (repeat, index), the repeat with source stride 0.
@@ -301,7 +304,7 @@ fn build_transpose(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         return Err(shape_mismatch("the permutation", &dims, y));
     }
     let src: Vec<isize> = perm.iter().map(|&a| xs[a]).collect();
-    Ok(Some(one_move("transpose", x, 0, y, &dims, &src)))
+    Ok(Some(one_move("transpose", x, 0, y, &dims, &src)?))
 }
 
 /// A table copy with a fill value: fixed bytes, or one element of a slot read at run time.
@@ -495,7 +498,7 @@ fn build_resize(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             y,
             &x.shape,
             &strides(&x.shape),
-        )));
+        )?));
     }
     let scratch = b.scratch(2 * plan.scratch_len() * 4);
     Ok(Some(Box::new(ResizeStep {
