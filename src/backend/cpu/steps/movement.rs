@@ -216,7 +216,10 @@ fn build_slice(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         let range = slice_range(x.shape[axis], start, end, step)?;
         dims[axis] = range.len;
         if range.len > 0 {
-            base += range.start as isize * xs[axis];
+            base = (range.start as isize)
+                .checked_mul(xs[axis])
+                .and_then(|o| base.checked_add(o))
+                .ok_or("slicing: the start offset overflows")?;
         }
         src[axis] = xs[axis] * range.step as isize;
     }
