@@ -59,6 +59,11 @@ fn ort_ms(
 }
 
 fn main() {
+    // `cargo test --all-targets` runs benches without `--bench`: only check they start.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("rnn bench: run it with `cargo bench --bench rnn`");
+        return;
+    }
     let peak = fma_gflops();
     match peak {
         Some(p) => println!("FMA peak, one thread (median of 7): {p:.1} GFLOP/s"),
