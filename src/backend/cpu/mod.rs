@@ -20,6 +20,7 @@ use crate::passes::PassOptions;
 use crate::tensor::Tensor;
 
 pub(crate) mod denormals;
+pub(crate) mod host;
 pub(crate) mod isa;
 pub(crate) mod kernels;
 pub(crate) mod lower;
