@@ -214,6 +214,9 @@ fn isas() -> Vec<Isa> {
     if detected() >= Isa::Avx2 {
         v.push(Isa::Avx2);
     }
+    if detected() >= Isa::Avx512 {
+        v.push(Isa::Avx512);
+    }
     v
 }
 
