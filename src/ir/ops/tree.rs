@@ -28,21 +28,6 @@ enum Rule {
     Member(Vec<f64>),
 }
 
-impl Rule {
-    /// Comparisons with NaN are IEEE's: only `Neq` holds.
-    fn holds(&self, x: f64, split: f64) -> bool {
-        match self {
-            Rule::Leq => x <= split,
-            Rule::Lt => x < split,
-            Rule::Gte => x >= split,
-            Rule::Gt => x > split,
-            Rule::Eq => x == split,
-            Rule::Neq => x != split,
-            Rule::Member(set) => set.contains(&x),
-        }
-    }
-}
-
 #[derive(Debug)]
 struct Branch {
     feature: usize,
@@ -148,48 +133,142 @@ fn erf_inv(x: f64) -> f64 {
     sign * (-v + (v * v - v2).sqrt()).sqrt()
 }
 
-/// Every tree of an ensemble, in one form whatever attributes described it.
+/// Every tree of an ensemble, in one form whatever attributes described it: the
+/// branches packed for the walk ([`Node`], 24 bytes: a forest of a few thousand nodes
+/// stays in L1), each leaf's weights in one flat list.
 #[derive(Debug)]
 struct Forest {
-    branches: Vec<Branch>,
-    /// Each leaf's (target, weight) pairs.
-    leaves: Vec<Vec<(usize, f64)>>,
-    roots: Vec<Child>,
+    nodes: Vec<Node>,
+    /// The sets of the `Member` branches, indexed by their `split`.
+    sets: Vec<Vec<f64>>,
+    /// Leaf l's (target, weight) pairs are `weights[leaf_start[l]..leaf_start[l + 1]]`.
+    leaf_start: Vec<usize>,
+    weights: Vec<(usize, f64)>,
+    /// Each tree's root, a [`Node`] child.
+    roots: Vec<u32>,
+    max_feature: Option<usize>,
+    max_target: Option<usize>,
     targets: usize,
     aggregate: Aggregate,
     post: PostTransform,
 }
 
+/// A branch as the walk reads it. A child is a branch index, or a leaf index with
+/// [`LEAF`] set.
+#[derive(Clone, Copy, Debug)]
+struct Node {
+    /// The split value; for [`RULE_MEMBER`], the index of the set in `Forest::sets`.
+    split: f64,
+    feature: u32,
+    yes: u32,
+    no: u32,
+    rule: u8,
+    missing_true: bool,
+}
+
+const LEAF: u32 = 1 << 31;
+const RULE_MEMBER: u8 = 6;
+
 impl Forest {
-    /// The largest feature index a branch reads.
-    fn max_feature(&self) -> Option<usize> {
-        self.branches.iter().map(|b| b.feature).max()
+    fn new(
+        branches: Vec<Branch>,
+        leaves: Vec<Vec<(usize, f64)>>,
+        roots: Vec<Child>,
+        targets: usize,
+        aggregate: Aggregate,
+        post: PostTransform,
+    ) -> Result<Forest, String> {
+        let counts = (branches.len(), leaves.len());
+        let too_many = || format!("{} branches or {} leaves are too many", counts.0, counts.1);
+        let child = |c: Child| -> Result<u32, String> {
+            let (i, tag) = match c {
+                Child::Branch(b) => (b, 0),
+                Child::Leaf(l) => (l, LEAF),
+            };
+            u32::try_from(i)
+                .ok()
+                .filter(|&i| i < LEAF)
+                .map(|i| i | tag)
+                .ok_or_else(too_many)
+        };
+        let max_feature = branches.iter().map(|b| b.feature).max();
+        let mut sets = vec![];
+        let mut nodes = Vec::with_capacity(branches.len());
+        for b in branches {
+            let (rule, split) = match b.rule {
+                Rule::Leq => (0, b.split),
+                Rule::Lt => (1, b.split),
+                Rule::Gte => (2, b.split),
+                Rule::Gt => (3, b.split),
+                Rule::Eq => (4, b.split),
+                Rule::Neq => (5, b.split),
+                Rule::Member(set) => {
+                    sets.push(set);
+                    (RULE_MEMBER, (sets.len() - 1) as f64)
+                }
+            };
+            nodes.push(Node {
+                split,
+                feature: u32::try_from(b.feature)
+                    .map_err(|_| format!("feature index {} is too large", b.feature))?,
+                yes: child(b.yes)?,
+                no: child(b.no)?,
+                rule,
+                missing_true: b.missing_true,
+            });
+        }
+        let mut leaf_start = Vec::with_capacity(leaves.len() + 1);
+        let mut weights = vec![];
+        for leaf in leaves {
+            leaf_start.push(weights.len());
+            weights.extend(leaf);
+        }
+        leaf_start.push(weights.len());
+        let max_target = weights.iter().map(|&(t, _)| t).max();
+        Ok(Forest {
+            nodes,
+            sets,
+            leaf_start,
+            weights,
+            roots: roots.into_iter().map(child).collect::<Result<_, _>>()?,
+            max_feature,
+            max_target,
+            targets,
+            aggregate,
+            post,
+        })
     }
 
-    /// The leaf `row` reaches from `root`.
-    fn leaf(&self, row: &[f64], root: Child) -> Result<usize, String> {
+    /// The largest feature index a branch reads.
+    fn max_feature(&self) -> Option<usize> {
+        self.max_feature
+    }
+
+    /// The leaf `row` reaches from `root`; `row` holds every feature a branch reads.
+    fn leaf(&self, row: &[f64], root: u32) -> Result<usize, String> {
         let mut at = root;
         // A walk longer than the number of branches has gone round a cycle.
-        for _ in 0..=self.branches.len() {
-            match at {
-                Child::Leaf(leaf) => return Ok(leaf),
-                Child::Branch(b) => {
-                    let branch = self
-                        .branches
-                        .get(b)
-                        .ok_or_else(|| format!("branch {b} does not exist"))?;
-                    let x = *row.get(branch.feature).ok_or_else(|| {
-                        format!(
-                            "a branch reads feature {} of rows of {} features",
-                            branch.feature,
-                            row.len()
-                        )
-                    })?;
-                    let yes =
-                        branch.rule.holds(x, branch.split) || (x.is_nan() && branch.missing_true);
-                    at = if yes { branch.yes } else { branch.no };
-                }
+        for _ in 0..=self.nodes.len() {
+            if at & LEAF != 0 {
+                return Ok((at & !LEAF) as usize);
             }
+            let n = self.nodes[at as usize];
+            let x = row[n.feature as usize];
+            let holds = match n.rule {
+                0 => x <= n.split,
+                1 => x < n.split,
+                2 => x >= n.split,
+                3 => x > n.split,
+                4 => x == n.split,
+                5 => x != n.split,
+                _ => self.sets[n.split as usize].contains(&x),
+            };
+            // Comparisons with NaN are IEEE's (only Neq holds), unless missing is true.
+            at = if holds || (n.missing_true && x.is_nan()) {
+                n.yes
+            } else {
+                n.no
+            };
         }
         Err("the trees' branches form a cycle".into())
     }
@@ -202,15 +281,25 @@ impl Forest {
         scores: &mut [f64],
         seen: &mut [bool],
     ) -> Result<(), String> {
+        if let Some(f) = self.max_feature.filter(|&f| f >= row.len()) {
+            return Err(format!(
+                "a branch reads feature {f} of rows of {} features",
+                row.len()
+            ));
+        }
+        if let Some(t) = self
+            .max_target
+            .filter(|&t| t >= scores.len().min(seen.len()))
+        {
+            return Err(format!("target {t} is out of range"));
+        }
         scores.fill(0.0);
         seen.fill(false);
         for &root in &self.roots {
             let leaf = self.leaf(row, root)?;
-            for &(target, weight) in self.leaves.get(leaf).into_iter().flatten() {
-                let (Some(slot), Some(seen)) = (scores.get_mut(target), seen.get_mut(target))
-                else {
-                    return Err(format!("target {target} is out of range"));
-                };
+            for &(target, weight) in &self.weights[self.leaf_start[leaf]..self.leaf_start[leaf + 1]]
+            {
+                let (slot, seen) = (&mut scores[target], &mut seen[target]);
                 *slot = match (*seen, self.aggregate) {
                     (false, _) => weight,
                     (true, Aggregate::Sum | Aggregate::Average) => *slot + weight,
@@ -510,14 +599,7 @@ fn forest_v5(attrs: &Attrs) -> Result<Forest, String> {
         4 => PostTransform::Probit,
         p => return Err(format!("post_transform must be 0..=4, got {p}")),
     };
-    Ok(Forest {
-        branches,
-        leaves,
-        roots,
-        targets,
-        aggregate,
-        post,
-    })
+    Forest::new(branches, leaves, roots, targets, aggregate, post)
 }
 
 /// The opset 1/3 form: nodes named by (tree id, node id), leaves the nodes of mode LEAF,
@@ -635,14 +717,14 @@ fn forest_v3(attrs: &Attrs, prefix: &str, targets: usize) -> Result<Forest, Stri
         let child = find(tree_ids[i], node_ids[i])?;
         roots.entry(tree_ids[i]).or_insert(child);
     }
-    Ok(Forest {
+    Forest::new(
         branches,
         leaves,
-        roots: roots.into_values().collect(),
+        roots.into_values().collect(),
         targets,
-        aggregate: aggregate_by_name(attrs.string_or("aggregate_function", "SUM")?)?,
-        post: PostTransform::parse(attrs.string_or("post_transform", "NONE")?)?,
-    })
+        aggregate_by_name(attrs.string_or("aggregate_function", "SUM")?)?,
+        PostTransform::parse(attrs.string_or("post_transform", "NONE")?)?,
+    )
 }
 
 /// X ([N, F] or [F]) and the output's rows: N, or 1.
