@@ -1,6 +1,14 @@
 //! The intra-op thread pool: `run(n, f)` calls `f(0..n)` across the pool's threads and
 //! the caller's, and returns when all calls have.
 //!
+//! The first tasks have a home: task p is claimed first by participant p (the caller is
+//! 0, worker k is k), so a loop split into one part per thread (the GEMM's split over N,
+//! a recurrent layer's steps) keeps each part on one core, in its cache, from one loop
+//! to the next. The other tasks are claimed in order by whoever is free, and a
+//! participant with nothing left steals the home tasks of one that has not started, so
+//! no run waits on a descheduled core. The caller polls for the workers' last tasks for
+//! a bounded moment before it sleeps.
+//!
 //! Idle workers sleep on a condition variable. A worker that just finished a task polls
 //! for the next parallel loop for a bounded moment (`SPIN`, tens of microseconds)
 //! before it sleeps, so that the loops of one run, back to back, do not each pay a
@@ -8,7 +16,7 @@
 //! the workers; a second thread calling `run` while they are busy (several threads
 //! running one executable) does its tasks itself instead of waiting.
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, TryLockError};
 use std::thread::JoinHandle;
 
@@ -20,6 +28,10 @@ struct Job {
     /// below `n`, all of which complete before `run` returns.
     f: *const Task<'static>,
     n: usize,
+    /// Tasks 0..home have a home participant; bit p of `home_claimed` says task p is taken.
+    home: usize,
+    home_claimed: AtomicU64,
+    /// The next task past the home ones.
     next: AtomicUsize,
     pending: AtomicUsize,
     panicked: AtomicBool,
@@ -31,21 +43,39 @@ unsafe impl Send for Job {}
 unsafe impl Sync for Job {}
 
 impl Job {
-    /// Claims and runs tasks until none are left; true when this call finished the last.
-    fn work(&self) -> bool {
+    /// Participant `me`'s share: its home task, then the shared ones, then the home
+    /// tasks nobody has claimed; true when this call finished the last task.
+    fn work(&self, me: usize) -> bool {
         let mut finished_last = false;
-        loop {
-            let i = self.next.fetch_add(1, Ordering::Relaxed);
-            if i >= self.n {
-                return finished_last;
-            }
+        let mut run = |i: usize| {
             // SAFETY: index i < n is unfinished, so the caller is still waiting.
             let f = unsafe { &*self.f };
             if catch_unwind(AssertUnwindSafe(|| f(i))).is_err() {
                 self.panicked.store(true, Ordering::Relaxed);
             }
             finished_last = self.pending.fetch_sub(1, Ordering::AcqRel) == 1;
+        };
+        if me < self.home && self.claim_home(me) {
+            run(me);
         }
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= self.n {
+                break;
+            }
+            run(i);
+        }
+        for p in 0..self.home {
+            if self.claim_home(p) {
+                run(p);
+            }
+        }
+        finished_last
+    }
+
+    fn claim_home(&self, p: usize) -> bool {
+        let bit = 1u64 << p;
+        self.home_claimed.fetch_or(bit, Ordering::Relaxed) & bit == 0
     }
 }
 
@@ -91,7 +121,7 @@ impl Pool {
                 let shared = shared.clone();
                 std::thread::Builder::new()
                     .name(format!("kiln-worker-{k}"))
-                    .spawn(move || worker(&shared))
+                    .spawn(move || worker(&shared, k))
                     .expect("spawning a worker thread")
             })
             .collect();
@@ -123,10 +153,13 @@ impl Pool {
         // SAFETY: only the lifetime is erased; `run` does not return before every
         // claimed task has finished, and unclaimed indices are never called.
         let f: *const Task<'static> = unsafe { std::mem::transmute(f as *const Task<'_>) };
+        let home = n.min(self.threads()).min(u64::BITS as usize);
         let fresh = Job {
             f,
             n,
-            next: AtomicUsize::new(0),
+            home,
+            home_claimed: AtomicU64::new(0),
+            next: AtomicUsize::new(home),
             pending: AtomicUsize::new(n),
             panicked: AtomicBool::new(false),
         };
@@ -144,7 +177,12 @@ impl Pool {
             self.shared.epoch.store(st.epoch, Ordering::Release);
         }
         self.shared.wake.notify_all();
-        job.work();
+        job.work(0);
+        // The workers' last tasks are usually moments from done: poll before sleeping.
+        let polling = std::time::Instant::now();
+        while job.pending.load(Ordering::Acquire) != 0 && polling.elapsed() < SPIN {
+            std::hint::spin_loop();
+        }
         let mut st = lock(&self.shared.state);
         while job.pending.load(Ordering::Acquire) != 0 {
             st = self.shared.done.wait(st).unwrap_or_else(|e| e.into_inner());
@@ -171,7 +209,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn worker(shared: &Shared) {
+/// Worker `me` (1-based: the caller of `run` is participant 0).
+fn worker(shared: &Shared, me: usize) {
     // Workers only run kernels: denormals stay flushed for their lifetime.
     let _flush = super::denormals::FlushDenormals::new();
     let mut seen = 0;
@@ -192,7 +231,7 @@ fn worker(shared: &Shared) {
             st.job.clone()
         };
         if let Some(job) = job {
-            if job.work() {
+            if job.work(me) {
                 // Take the lock so the notification cannot slip between the caller's
                 // check of `pending` and its wait.
                 let _st = lock(&shared.state);
@@ -210,7 +249,7 @@ mod tests {
     fn every_index_runs_once() {
         for threads in [1, 2, 4] {
             let pool = Pool::new(threads);
-            for n in [0, 1, 2, 7, 1000] {
+            for n in [0, 1, 2, 3, 4, 5, 7, 1000] {
                 let hits: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
                 pool.run(n, &|i| {
                     hits[i].fetch_add(1, Ordering::Relaxed);
