@@ -1161,3 +1161,50 @@ fn layernorm_over_trailing_axes() {
         check(&g, 13);
     }
 }
+
+/// InstanceNormalization (and so GroupNormalization, which imports as it) and
+/// LpNormalization along any axis run as kernels.
+#[test]
+fn instance_and_lp_normalization() {
+    let mut rng = Rng(90);
+    for dims in [&[2, 3, 5, 7][..], &[1, 4, 33], &[2, 2, 3, 4, 5]] {
+        let mut g = Graph::new("in");
+        let x = param(&mut g, "x", dims);
+        let scale = weight(&mut g, &mut rng, "scale", &[dims[1]]);
+        let bias = weight(&mut g, &mut rng, "bias", &[dims[1]]);
+        let attrs = Attrs::new().with("epsilon", Attr::Float(1e-3));
+        let y = op(&mut g, "InstanceNormalization", &[x, scale, bias], attrs);
+        g.add_output("y", y).unwrap();
+        uses(&g, "instancenorm");
+        check(&g, 14);
+    }
+    for (axis, p) in [(-1i64, 2i64), (0, 1), (1, 2), (2, 1)] {
+        let mut g = Graph::new("lp");
+        let x = param(&mut g, "x", &[3, 5, 7]);
+        let attrs = Attrs::new()
+            .with("axis", Attr::Int(axis))
+            .with("p", Attr::Int(p));
+        let y = op(&mut g, "LpNormalization", &[x], attrs);
+        g.add_output("y", y).unwrap();
+        uses(&g, "lpnorm");
+        check(&g, 15);
+    }
+}
+
+/// TopK along any axis, largest or smallest, runs as a kernel.
+#[test]
+fn topk_along_any_axis() {
+    for (axis, k, largest) in [(-1i64, 3i64, 1i64), (0, 2, 0), (1, 5, 1), (2, 1, 0)] {
+        let mut g = Graph::new("topk");
+        let x = param(&mut g, "x", &[4, 5, 6]);
+        let k = g.ints("k", &[k]).unwrap();
+        let attrs = Attrs::new()
+            .with("axis", Attr::Int(axis))
+            .with("largest", Attr::Int(largest));
+        let node = g.add_op("TopK", &[Some(x), Some(k)], attrs, "").unwrap();
+        g.add_output("values", node.out(0)).unwrap();
+        g.add_output("indices", node.out(1)).unwrap();
+        uses(&g, "topk");
+        check(&g, 16);
+    }
+}

@@ -12,6 +12,13 @@ use crate::tensor::{Elem, Tensor};
 
 // ---------------------------------------------------------------- TopK
 
+/// The order TopK ranks values by: numbers as usual (-0 equal to 0), NaN above every
+/// number, as the ONNX reference's sort has it. A total order, so any sort agrees.
+pub(crate) fn topk_order(a: f64, b: f64) -> std::cmp::Ordering {
+    a.partial_cmp(&b)
+        .unwrap_or_else(|| a.is_nan().cmp(&b.is_nan()))
+}
+
 struct TopK;
 
 const TOP_K: OpSchema = OpSchema {
@@ -86,8 +93,7 @@ impl Op for TopK {
             let mut order: Vec<usize> = (0..d).collect();
             // A stable sort keeps equal values in index order.
             order.sort_by(|&i, &j| {
-                let (p, q) = (lane[i], lane[j]);
-                let c = p.partial_cmp(&q).unwrap_or(std::cmp::Ordering::Equal);
+                let c = topk_order(lane[i], lane[j]);
                 if largest {
                     c.reverse()
                 } else {

@@ -29,6 +29,7 @@ pub mod select;
 pub mod softmax;
 #[cfg(test)]
 mod testutil;
+pub(crate) mod topk;
 pub mod trees;
 
 pub use activation::Act;

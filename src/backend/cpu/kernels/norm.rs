@@ -1,5 +1,7 @@
-//! LayerNormalization over the last axis of a `[rows, n]` buffer (ONNX semantics: each
-//! row's mean and biased variance, `y = (x - mean) / sqrt(var + eps) * gamma + beta`).
+//! Normalizations. LayerNormalization over the last axis of a `[rows, n]` buffer (ONNX
+//! semantics: each row's mean and biased variance, `y = (x - mean) / sqrt(var + eps) *
+//! gamma + beta`); InstanceNormalization, the same per plane with one scale and bias per
+//! channel (GroupNormalization imports as it); LpNormalization along any axis.
 use super::math;
 use super::par::{for_ranges, SyncPtr};
 use crate::backend::cpu::isa::{self, Isa};
@@ -256,6 +258,114 @@ unsafe fn avx2_row(
         }
         (mean, inv)
     }
+}
+
+/// Sum of `f(v)` over `x` in 16 f32 lanes per block of 1,024 values, the blocks summed
+/// in f64: vectorizable, and a plane of 10⁵ values keeps its digits.
+fn blocked_sum(x: &[f32], f: impl Fn(f32) -> f32) -> f64 {
+    let mut total = 0.0f64;
+    for block in x.chunks(1024) {
+        let mut lanes = [0.0f32; 16];
+        let mut chunks = block.chunks_exact(16);
+        for c in &mut chunks {
+            for (l, &v) in lanes.iter_mut().zip(c) {
+                *l += f(v);
+            }
+        }
+        for (l, &v) in lanes.iter_mut().zip(chunks.remainder()) {
+            *l += f(v);
+        }
+        total += lanes.iter().map(|&l| l as f64).sum::<f64>();
+    }
+    total
+}
+
+/// InstanceNormalization of `rows` planes of `n` floats, plane r with channel
+/// `r % channels`'s scale and bias: `y = (x - mean) · scale / sqrt(var + eps) + bias`
+/// (biased variance, two passes).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn instance_norm(
+    src: &[f32],
+    dst: &mut [f32],
+    rows: usize,
+    n: usize,
+    scale: &[f32],
+    bias: &[f32],
+    eps: f64,
+    pool: Option<&Pool>,
+) {
+    let channels = scale.len();
+    assert!(src.len() >= rows * n && dst.len() >= rows * n);
+    assert!(channels > 0 && bias.len() == channels);
+    if n == 0 {
+        return;
+    }
+    let out = SyncPtr(dst.as_mut_ptr());
+    for_ranges(pool, rows, n * 4, &|r| {
+        for row in r {
+            let x = &src[row * n..(row + 1) * n];
+            // SAFETY: row < rows; tasks write disjoint rows of dst (asserted long enough).
+            let y = unsafe { std::slice::from_raw_parts_mut(out.get().add(row * n), n) };
+            let mean = blocked_sum(x, |v| v) / n as f64;
+            let m = mean as f32;
+            let var = blocked_sum(x, |v| (v - m) * (v - m)) / n as f64;
+            let c = row % channels;
+            let k = (scale[c] as f64 / (var + eps).sqrt()) as f32;
+            let b = bias[c];
+            for (y, &x) in y.iter_mut().zip(x) {
+                *y = (x - m) * k + b;
+            }
+        }
+    });
+}
+
+/// LpNormalization (p = 1 or 2) along the middle axis of `[outer, len, inner]`: each
+/// lane divided by its norm, a zero lane left zero. `norms` is scratch for `inner`
+/// values per task (`outer` tasks at most: give `outer · inner`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn lp_norm(
+    src: &[f32],
+    dst: &mut [f32],
+    [outer, len, inner]: [usize; 3],
+    p: u32,
+    norms: &mut [f32],
+    pool: Option<&Pool>,
+) {
+    let plane = len * inner;
+    if outer * plane == 0 {
+        return;
+    }
+    assert!(src.len() >= outer * plane && dst.len() >= outer * plane);
+    assert!(norms.len() >= outer * inner);
+    let (out, scratch) = (SyncPtr(dst.as_mut_ptr()), SyncPtr(norms.as_mut_ptr()));
+    for_ranges(pool, outer, plane * 3, &|r| {
+        for o in r {
+            let x = &src[o * plane..(o + 1) * plane];
+            // SAFETY: o < outer; tasks write disjoint planes of dst and their own inner
+            // floats of the scratch (both asserted long enough).
+            let (y, norm) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(out.get().add(o * plane), plane),
+                    std::slice::from_raw_parts_mut(scratch.get().add(o * inner), inner),
+                )
+            };
+            // Lanes run along `len`, `inner` apart: accumulate whole rows of `inner`.
+            norm.fill(0.0);
+            for row in x.chunks_exact(inner) {
+                for (s, &v) in norm.iter_mut().zip(row) {
+                    *s += if p == 1 { v.abs() } else { v * v };
+                }
+            }
+            if p != 1 {
+                norm.iter_mut().for_each(|s| *s = s.sqrt());
+            }
+            for (yr, xr) in y.chunks_exact_mut(inner).zip(x.chunks_exact(inner)) {
+                for ((y, &x), &s) in yr.iter_mut().zip(xr).zip(&*norm) {
+                    *y = if s == 0.0 { 0.0 } else { x / s };
+                }
+            }
+        }
+    });
 }
 
 #[cfg(test)]

@@ -83,6 +83,7 @@ const FAMILIES: &[Builder] = &[
     nn::build,
     attention::build,
     reduce::build,
+    reduce::build_topk,
     eltwise::build,
     view::build,
     movement::build,

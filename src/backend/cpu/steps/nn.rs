@@ -1,10 +1,12 @@
-//! Pooling, layout reorders, softmax and layer normalization (over any trailing axes): the memory-bound ops
+//! Pooling, layout reorders, softmax and the normalizations (layer norm over any trailing
+//! axes, instance norm, Lp norm along any axis): the memory-bound ops
 //! around the convolutions and products, each one vectorized kernel over the arena.
 //! Pools with `block` > 0 (the layout pass's) run the NCHWxc kernels on blocked buffers,
 //! every lane (pad lanes too) pooled as a channel.
 use crate::backend::cpu::kernels::pooling::{Pool2d, PoolKind};
 use crate::backend::cpu::kernels::{norm, pooling, reorder, softmax};
-use crate::backend::cpu::program::{Cx, Kernel, Slot};
+use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
+use crate::ir::shape::norm_axis;
 
 use super::Build;
 
@@ -67,6 +69,20 @@ enum Nn {
         scale: Slot,
         bias: Option<Slot>,
         stats: Option<(Slot, Slot)>,
+    },
+    /// `rows` planes of `n`, channel `row % C` (C = the scale's length).
+    InstanceNorm {
+        rows: usize,
+        n: usize,
+        eps: f64,
+        scale: Slot,
+        bias: Slot,
+    },
+    /// Along the middle axis of `[outer, len, inner]`; `norms`: outer · inner f32.
+    LpNorm {
+        dims: [usize; 3],
+        p: u32,
+        norms: Loc,
     },
 }
 
@@ -268,6 +284,40 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
                 stats,
             }
         }
+        "InstanceNormalization" => {
+            let (Some(scale), Some(bias)) = (b.input(1), b.input(2)) else {
+                return Ok(None);
+            };
+            let c = x.shape.get(1).copied().unwrap_or(0);
+            let f32s = [scale, bias].iter().all(|t| t.dtype == x.dtype);
+            if x.shape.len() < 3 || c == 0 || scale.elements() != c || bias.elements() != c || !f32s
+            {
+                return Ok(None);
+            }
+            let n: usize = x.shape[2..].iter().product();
+            Nn::InstanceNorm {
+                rows: x.shape[0] * c,
+                n,
+                eps: attrs.float_or("epsilon", 1e-5)?,
+                scale: scale.clone(),
+                bias: bias.clone(),
+            }
+        }
+        "LpNormalization" => {
+            let axis = norm_axis(attrs.int_or("axis", -1)?, x.shape.len())?;
+            let p = match attrs.int_or("p", 2)? {
+                1 => 1,
+                2 => 2,
+                _ => return Ok(None),
+            };
+            let outer: usize = x.shape[..axis].iter().product();
+            let inner: usize = x.shape[axis + 1..].iter().product();
+            Nn::LpNorm {
+                dims: [outer, x.shape[axis], inner],
+                p,
+                norms: b.scratch(outer * inner * std::mem::size_of::<f32>()),
+            }
+        }
         _ => return Ok(None),
     };
     Ok(Some(Box::new(NnStep {
@@ -368,6 +418,23 @@ impl Kernel for NnStep {
                     let bias = bias.as_ref().map(|s| read(cx, s));
                     norm::layer_norm(x, y, *rows, *n, read(cx, scale), bias, *eps, stats, pool)
                 }
+                Nn::InstanceNorm {
+                    rows,
+                    n,
+                    eps,
+                    scale,
+                    bias,
+                } => {
+                    let (scale, bias) = (read(cx, scale), read(cx, bias));
+                    norm::instance_norm(x, y, *rows, *n, scale, bias, *eps, pool)
+                }
+                Nn::LpNorm { dims, p, norms } => {
+                    let norms = std::slice::from_raw_parts_mut(
+                        cx.ptr(*norms) as *mut f32,
+                        dims[0] * dims[2],
+                    );
+                    norm::lp_norm(x, y, *dims, *p, norms, pool)
+                }
             }
             Ok(())
         }
@@ -384,6 +451,8 @@ impl Kernel for NnStep {
             Nn::Block { .. } | Nn::Unblock { .. } => "reorder",
             Nn::Softmax { .. } => "softmax",
             Nn::LayerNorm { .. } => "layernorm",
+            Nn::InstanceNorm { .. } => "instancenorm",
+            Nn::LpNorm { .. } => "lpnorm",
         }
     }
 }

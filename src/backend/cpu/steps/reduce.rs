@@ -1,12 +1,15 @@
 //! Reductions over axes known at compile time (an `axes` attribute, constant input or
 //! `axis_names`): on f32 one vectorized kernel over the arena, on the other numeric
 //! dtypes one loop computing as the interpreter does. Axes computed at run time go to
-//! the fallback.
+//! the fallback. TopK on f32 along an axis.
 use crate::backend::cpu::isa;
 use crate::backend::cpu::kernels::reduce::{self, ReducePlan};
+use crate::backend::cpu::kernels::topk::TopK;
+use crate::backend::cpu::pool::Pool;
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::ir::ops::reduce::reduce_axes;
 use crate::ir::ops::reduce::ReduceKind;
+use crate::ir::shape::norm_axis;
 use crate::ir::DType;
 use crate::tensor::Elem;
 use crate::with_dtype;
@@ -99,5 +102,75 @@ impl Kernel for ReduceStep {
     }
     fn kind(&self) -> &'static str {
         "reduce"
+    }
+}
+
+/// `TopK` on f32 along an axis, k read from the output's shape (static once lowered)
+/// and checked against the K input at run time.
+struct TopKStep {
+    topk: TopK,
+    x: Slot,
+    k: Slot,
+    values: Slot,
+    indices: Slot,
+    scratch: Loc,
+}
+
+pub(crate) fn build_topk(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+    if b.node.op != "TopK" {
+        return Ok(None);
+    }
+    let (Some(x), Some(k), [values, indices]) = (b.input(0), b.input(1), b.outs) else {
+        return Ok(None);
+    };
+    if x.dtype != DType::F32 || k.dtype != DType::I64 || k.elements() != 1 {
+        return Ok(None);
+    }
+    let axis = norm_axis(b.node.attrs.int_or("axis", -1)?, x.shape.len())?;
+    let topk = TopK {
+        dims: [
+            x.shape[..axis].iter().product(),
+            x.shape[axis],
+            x.shape[axis + 1..].iter().product(),
+        ],
+        k: values.shape[axis],
+        largest: b.node.attrs.int_or("largest", 1)? != 0,
+    };
+    let threads = b.pool.map_or(1, Pool::threads);
+    let scratch = b.scratch(topk.scratch_len(threads) * std::mem::size_of::<u32>());
+    Ok(Some(Box::new(TopKStep {
+        topk,
+        x: x.clone(),
+        k: k.clone(),
+        values: values.clone(),
+        indices: indices.clone(),
+        scratch,
+    })))
+}
+
+impl Kernel for TopKStep {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        // SAFETY: the Kernel::run contract: the slots hold their shapes' elements (x and
+        // values f32, K and indices i64), the scratch what build_topk asked for.
+        unsafe {
+            let k = *(cx.ptr(self.k.loc) as *const i64);
+            if k != self.topk.k as i64 {
+                return Err(format!(
+                    "K is {k} but the output was shaped for {}",
+                    self.topk.k
+                ));
+            }
+            self.topk.run(
+                cx.f32(&self.x),
+                cx.f32_mut(&self.values),
+                cx.ptr(self.indices.loc) as *mut i64,
+                cx.ptr(self.scratch) as *mut u32,
+                cx.pool,
+            );
+        }
+        Ok(())
+    }
+    fn kind(&self) -> &'static str {
+        "topk"
     }
 }
