@@ -244,69 +244,88 @@ impl Forest {
         self.max_feature
     }
 
-    /// The leaf `row` reaches from `root`; `row` holds every feature a branch reads.
-    fn leaf(&self, row: &[f64], root: u32) -> Result<usize, String> {
-        let mut at = root;
+    /// Steps each walk in `at` (row r's at `x[r·features..]`) until all reach leaves.
+    /// The walks are independent: interleaved, their loads overlap.
+    fn walk(&self, x: &[f64], features: usize, at: &mut [u32]) -> Result<(), String> {
         // A walk longer than the number of branches has gone round a cycle.
         for _ in 0..=self.nodes.len() {
-            if at & LEAF != 0 {
-                return Ok((at & !LEAF) as usize);
+            let mut done = true;
+            for (r, a) in at.iter_mut().enumerate() {
+                if *a & LEAF != 0 {
+                    continue;
+                }
+                done = false;
+                let n = self.nodes[*a as usize];
+                let x = x[r * features + n.feature as usize];
+                let holds = match n.rule {
+                    0 => x <= n.split,
+                    1 => x < n.split,
+                    2 => x >= n.split,
+                    3 => x > n.split,
+                    4 => x == n.split,
+                    5 => x != n.split,
+                    _ => self.sets[n.split as usize].contains(&x),
+                };
+                // Comparisons with NaN are IEEE's (only Neq holds), unless missing is true.
+                *a = if holds || (n.missing_true && x.is_nan()) {
+                    n.yes
+                } else {
+                    n.no
+                };
             }
-            let n = self.nodes[at as usize];
-            let x = row[n.feature as usize];
-            let holds = match n.rule {
-                0 => x <= n.split,
-                1 => x < n.split,
-                2 => x >= n.split,
-                3 => x > n.split,
-                4 => x == n.split,
-                5 => x != n.split,
-                _ => self.sets[n.split as usize].contains(&x),
-            };
-            // Comparisons with NaN are IEEE's (only Neq holds), unless missing is true.
-            at = if holds || (n.missing_true && x.is_nan()) {
-                n.yes
-            } else {
-                n.no
-            };
+            if done {
+                return Ok(());
+            }
         }
         Err("the trees' branches form a cycle".into())
     }
 
-    /// One row's aggregated scores per target into `scores`; `seen[t]` says whether a
-    /// leaf reached scored target t (else its score is 0).
+    /// The aggregated scores per target of the `rows` rows of `x` (`features` each) into
+    /// `scores` (`width` per row); `seen[r·width + t]` says whether a leaf reached
+    /// scored target t of row r (else its score is 0). Each row sums its trees in
+    /// order, whatever the interleaving.
     fn scores_into(
         &self,
-        row: &[f64],
+        x: &[f64],
+        [rows, features]: [usize; 2],
         scores: &mut [f64],
         seen: &mut [bool],
     ) -> Result<(), String> {
-        if let Some(f) = self.max_feature.filter(|&f| f >= row.len()) {
+        if let Some(f) = self.max_feature.filter(|&f| f >= features) {
             return Err(format!(
-                "a branch reads feature {f} of rows of {} features",
-                row.len()
+                "a branch reads feature {f} of rows of {features} features"
             ));
         }
-        if let Some(t) = self
-            .max_target
-            .filter(|&t| t >= scores.len().min(seen.len()))
-        {
+        let width = scores.len() / rows.max(1);
+        if let Some(t) = self.max_target.filter(|&t| t >= width) {
             return Err(format!("target {t} is out of range"));
         }
         scores.fill(0.0);
         seen.fill(false);
-        for &root in &self.roots {
-            let leaf = self.leaf(row, root)?;
-            for &(target, weight) in &self.weights[self.leaf_start[leaf]..self.leaf_start[leaf + 1]]
-            {
-                let (slot, seen) = (&mut scores[target], &mut seen[target]);
-                *slot = match (*seen, self.aggregate) {
-                    (false, _) => weight,
-                    (true, Aggregate::Sum | Aggregate::Average) => *slot + weight,
-                    (true, Aggregate::Min) => slot.min(weight),
-                    (true, Aggregate::Max) => slot.max(weight),
-                };
-                *seen = true;
+        const WALKS: usize = 8;
+        for start in (0..rows).step_by(WALKS) {
+            let block = WALKS.min(rows - start);
+            let x = &x[start * features..];
+            let mut at = [0u32; WALKS];
+            for &root in &self.roots {
+                at.fill(root);
+                self.walk(x, features, &mut at[..block])?;
+                for (r, &leaf) in at[..block].iter().enumerate() {
+                    let leaf = (leaf & !LEAF) as usize;
+                    let row = (start + r) * width;
+                    for &(target, weight) in
+                        &self.weights[self.leaf_start[leaf]..self.leaf_start[leaf + 1]]
+                    {
+                        let (slot, seen) = (&mut scores[row + target], &mut seen[row + target]);
+                        *slot = match (*seen, self.aggregate) {
+                            (false, _) => weight,
+                            (true, Aggregate::Sum | Aggregate::Average) => *slot + weight,
+                            (true, Aggregate::Min) => slot.min(weight),
+                            (true, Aggregate::Max) => slot.max(weight),
+                        };
+                        *seen = true;
+                    }
+                }
             }
         }
         if self.aggregate == Aggregate::Average && !self.roots.is_empty() {
@@ -386,39 +405,52 @@ impl Ensemble {
         }
     }
 
-    /// One row's post-transformed scores into `scores` (`width` of them; `seen` is as
-    /// long, scratch); returns the index of the first largest (a classifier's pick).
-    pub fn row(&self, row: &[f64], scores: &mut [f64], seen: &mut [bool]) -> Result<usize, String> {
-        self.forest.scores_into(row, scores, seen)?;
+    /// The post-transformed scores of the rows of `x` (`features` each; as many as
+    /// `picks`) into `scores` (`width` per row; `seen` is as long, scratch), and each
+    /// row's index of its first largest score (a classifier's pick) into `picks`.
+    pub fn rows(
+        &self,
+        x: &[f64],
+        features: usize,
+        scores: &mut [f64],
+        seen: &mut [bool],
+        picks: &mut [usize],
+    ) -> Result<(), String> {
+        self.forest
+            .scores_into(x, [picks.len(), features], scores, seen)?;
         let base = |k: usize| match self.base.len() {
             0 => 0.0,
             1 if self.classifier.is_some() => self.base[0],
             _ => self.base.get(k).copied().unwrap_or(0.0),
         };
-        match &self.classifier {
-            Some((_, Some(k))) => {
-                // Binary: the one class's score s gives the pair (1 - s, s) or (-s, s).
-                let s = scores.get(*k).copied().unwrap_or(0.0) + base(*k);
-                let other = match self.forest.post {
-                    PostTransform::None | PostTransform::Probit => 1.0 - s,
-                    _ => -s,
-                };
-                if let [a, b] = scores {
-                    (*a, *b) = (other, s);
+        let width = self.width();
+        for (scores, pick) in scores.chunks_exact_mut(width.max(1)).zip(picks) {
+            match &self.classifier {
+                Some((_, Some(k))) => {
+                    // Binary: the one class's score s gives the pair (1 - s, s) or (-s, s).
+                    let s = scores.get(*k).copied().unwrap_or(0.0) + base(*k);
+                    let other = match self.forest.post {
+                        PostTransform::None | PostTransform::Probit => 1.0 - s,
+                        _ => -s,
+                    };
+                    if let [a, b] = scores {
+                        (*a, *b) = (other, s);
+                    }
+                }
+                _ => {
+                    for (k, s) in scores.iter_mut().enumerate() {
+                        *s += base(k);
+                    }
                 }
             }
-            _ => {
-                for (k, s) in scores.iter_mut().enumerate() {
-                    *s += base(k);
-                }
-            }
+            self.forest.post.apply(scores);
+            // The first largest score wins, as numpy's argmax.
+            *pick = scores
+                .iter()
+                .enumerate()
+                .fold(0, |best, (k, &s)| if s > scores[best] { k } else { best });
         }
-        self.forest.post.apply(scores);
-        // The first largest score wins, as numpy's argmax.
-        Ok(scores
-            .iter()
-            .enumerate()
-            .fold(0, |best, (k, &s)| if s > scores[best] { k } else { best }))
+        Ok(())
     }
 
     /// Every row of `x`: the scores [N × width] and each row's pick.
@@ -427,13 +459,10 @@ impl Ensemble {
         let width = self.width();
         super::util::check_size(&[n, width])?;
         let mut scores = vec![0.0; n * width];
-        let mut seen = vec![false; width];
-        let mut picks = Vec::with_capacity(n);
-        for r in 0..n {
-            let row = values.get(r * features..(r + 1) * features).unwrap_or(&[]);
-            let out = &mut scores[r * width..(r + 1) * width];
-            picks.push(self.row(row, out, &mut seen)?);
-        }
+        let mut seen = vec![false; n * width];
+        let mut picks = vec![0; n];
+        let values = values.get(..n * features).unwrap_or(&[]);
+        self.rows(values, features, &mut scores, &mut seen, &mut picks)?;
         Ok((n, scores, picks))
     }
 }

@@ -1,5 +1,6 @@
-//! Tree ensembles over rows in parallel: each row converted to f64 and walked by the
-//! interpreter's own [`Ensemble`] (built once at lowering), so the scores are its own.
+//! Tree ensembles over rows in parallel: rows converted to f64 and walked, several at a
+//! time, by the interpreter's own [`Ensemble`] (built once at lowering), so the scores
+//! are its own.
 use std::sync::Mutex;
 
 use super::par::{for_ranges, SyncPtr};
@@ -36,37 +37,41 @@ pub(crate) unsafe fn ensemble_rows(
     let labels = out.labels.map(|(p, l)| (SyncPtr(p), l));
     let work = e.width().max(1) * 64;
     for_ranges(pool, rows, work, &|range| {
-        for r in range {
-            // SAFETY: r < rows: its row of x, its scratch and its outputs lie inside the
-            // buffers, and no other task touches them.
-            let picked = unsafe {
-                let row = std::slice::from_raw_parts_mut(sp.get().add(r * features), features);
-                for (f, v) in row.iter_mut().enumerate() {
-                    *v = *xp.get().add(r * features + f) as f64;
+        // Rows in groups whose picks fit on the stack; the ensemble interleaves their walks.
+        const GROUP: usize = 64;
+        for start in range.clone().step_by(GROUP) {
+            let n = GROUP.min(range.end - start);
+            let mut picks = [0usize; GROUP];
+            // SAFETY: rows start..start+n < rows: their part of x, of the scratch and of
+            // the outputs lie inside the buffers, and no other task touches them.
+            let result = unsafe {
+                let x =
+                    std::slice::from_raw_parts_mut(sp.get().add(start * features), n * features);
+                for (f, v) in x.iter_mut().enumerate() {
+                    *v = *xp.get().add(start * features + f) as f64;
                 }
                 let s = std::slice::from_raw_parts_mut(
-                    sp.get().add(rows * features + r * width),
-                    width,
+                    sp.get().add(rows * features + start * width),
+                    n * width,
                 );
-                let seen = std::slice::from_raw_parts_mut(seenp.get().add(r * width), width);
-                let picked = e.row(row, s, seen);
+                let seen =
+                    std::slice::from_raw_parts_mut(seenp.get().add(start * width), n * width);
+                let result = e.rows(x, features, s, seen, &mut picks[..n]);
                 for (k, &v) in s.iter().enumerate() {
-                    *scores.get().add(r * width + k) = v as f32;
+                    *scores.get().add(start * width + k) = v as f32;
                 }
-                picked
+                result
             };
-            match picked {
-                Ok(pick) => {
-                    if let Some((p, l)) = labels {
-                        // SAFETY: as above; pick < width = the labels' count.
-                        unsafe { *p.get().add(r) = l.get(pick).copied().unwrap_or_default() };
-                    }
+            if let Err(m) = result {
+                if let Ok(mut f) = failure.lock() {
+                    f.get_or_insert(m);
                 }
-                Err(m) => {
-                    if let Ok(mut f) = failure.lock() {
-                        f.get_or_insert(m);
-                    }
-                    return;
+                return;
+            }
+            if let Some((p, l)) = labels {
+                for (r, &pick) in picks[..n].iter().enumerate() {
+                    // SAFETY: as above; pick < width = the labels' count.
+                    unsafe { *p.get().add(start + r) = l.get(pick).copied().unwrap_or_default() };
                 }
             }
         }
