@@ -1208,3 +1208,22 @@ fn topk_along_any_axis() {
         check(&g, 16);
     }
 }
+
+/// Two-operand Einsums run on the GEMM (the pipeline lowers them to MatMul).
+#[test]
+fn einsums_run_on_the_gemm() {
+    for (eq, a, b) in [
+        ("bhqd,bhkd->bhqk", &[2, 3, 4, 5][..], &[2, 3, 6, 5][..]),
+        ("bid,jd->bij", &[2, 3, 4], &[5, 4]),
+    ] {
+        let mut g = Graph::new("einsum");
+        let x = param(&mut g, "a", a);
+        let y = param(&mut g, "b", b);
+        let attrs = Attrs::new().with("equation", Attr::String(eq.into()));
+        let e = op(&mut g, "Einsum", &[x, y], attrs);
+        g.add_output("y", e).unwrap();
+        uses(&g, "gemm");
+        assert!(!kinds(&g).contains(&"fallback"), "{eq}");
+        check(&g, 17);
+    }
+}

@@ -895,3 +895,35 @@ fn reorder_round_trips_and_pads_channels() {
         .to_string();
     assert!(e.contains("holding 9 channels"), "{e}");
 }
+
+/// Two-operand Einsums become one MatMul (or FusedMatMul) between transposes and reshapes (checked by
+/// the interpreter before and after); a diagonal, a label summed in one operand alone
+/// and a three-operand Einsum stay Einsums.
+#[test]
+fn simplify_lowers_einsums_to_matmuls() {
+    let cases: &[(&str, &[usize], &[usize], bool)] = &[
+        ("ij,jk->ik", &[3, 4], &[4, 5], true),
+        ("bhqd,bhkd->bhqk", &[2, 3, 4, 5], &[2, 3, 6, 5], true),
+        ("bid,jd->bij", &[2, 3, 4], &[5, 4], true),
+        ("ij,kj", &[3, 4], &[5, 4], true),
+        ("bij,bjk->bki", &[2, 3, 4], &[2, 4, 5], true),
+        ("...ij,...jk->...ik", &[2, 3, 4], &[2, 4, 5], true),
+        ("i,i->", &[7], &[7], true),
+        ("ij,k->ijk", &[2, 3], &[4], true),
+        ("ii,ij->ij", &[3, 3], &[3, 4], false),
+        ("ij,jk->k", &[3, 4], &[4, 5], false),
+    ];
+    for &(eq, a, b, lowered) in cases {
+        let mut g = Graph::new("einsum");
+        let x = param(&mut g, "a", a);
+        let y = param(&mut g, "b", b);
+        let attrs = Attrs::new().with("equation", Attr::String(eq.into()));
+        let e = named_op(&mut g, "Einsum", &[x, y], attrs, "e");
+        g.add_output("y", e).unwrap();
+        let after = optimized(&g, "simplify");
+        let ops: Vec<&str> = after.nodes().iter().map(|n| n.op.as_str()).collect();
+        assert_eq!(ops.contains(&"Einsum"), !lowered, "{eq}: {ops:?}");
+        let matmul = ops.iter().any(|o| o.ends_with("MatMul"));
+        assert_eq!(matmul, lowered, "{eq}: {ops:?}");
+    }
+}

@@ -19,6 +19,7 @@ mod canonicalize;
 mod constant_fold;
 mod cse;
 mod dce;
+mod einsum;
 mod fold_batchnorm;
 mod fuse_elementwise;
 mod fuse_epilogue;

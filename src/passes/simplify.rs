@@ -2,7 +2,8 @@
 //! `x ^ 1`, integer `x - x`), no-op data movement (Identity, a Cast, Reshape, Expand,
 //! Squeeze, Unsqueeze or Flatten to the operand's own type, a one-operand Concat),
 //! Transpose∘Transpose composed, Reshape of a reshape collapsed, and transposes of the
-//! last two axes folded into Gemm's and FusedMatMul's `trans` flags. Control flow: an
+//! last two axes folded into Gemm's and FusedMatMul's `trans` flags; two-operand Einsums
+//! lowered to a MatMul ([`super::einsum`]). Control flow: an
 //! `If` on a constant condition becomes its chosen branch (inlined, the captures bound
 //! to the operands), and a `Loop` that surely runs a small constant number of trips is
 //! unrolled (at most [`MAX_UNROLLED_TRIPS`] trips and [`MAX_UNROLLED_NODES`] copied nodes).
@@ -129,6 +130,7 @@ impl Rules {
         match g.node(id).op.as_str() {
             "If" => return inline_if(g, id, cx),
             "Loop" => return unroll_loop(g, id, cx),
+            "Einsum" => return super::einsum::lower(g, id, cx),
             _ => {}
         }
         let root: Value = id.into();

@@ -309,7 +309,7 @@ const EINSUM: OpSchema = OpSchema {
 
 /// A parsed equation: per operand its labels (letters, or `None` for the ellipsis), and
 /// the output's.
-struct Equation {
+pub(crate) struct Equation {
     inputs: Vec<Vec<Option<char>>>,
     output: Vec<Option<char>>,
 }
@@ -336,7 +336,7 @@ fn parse_term(term: &str) -> Result<Vec<Option<char>>, String> {
     Ok(labels)
 }
 
-fn parse_equation(eq: &str, n_inputs: usize) -> Result<Equation, String> {
+pub(crate) fn parse_equation(eq: &str, n_inputs: usize) -> Result<Equation, String> {
     let (lhs, rhs) = match eq.split_once("->") {
         Some((l, r)) => (l, Some(r)),
         None => (eq, None),
@@ -385,7 +385,10 @@ fn parse_equation(eq: &str, n_inputs: usize) -> Result<Equation, String> {
 
 /// Expands each operand's ellipsis into numbered labels (right-aligned across
 /// operands); returns per operand its axis labels, and the output labels. Labels: letters map to their char code, ellipsis axis j to 256 + j.
-fn expand(eq: &Equation, ranks: &[usize]) -> Result<(Vec<Vec<u32>>, Vec<u32>), String> {
+pub(crate) fn einsum_labels(
+    eq: &Equation,
+    ranks: &[usize],
+) -> Result<(Vec<Vec<u32>>, Vec<u32>), String> {
     let mut widths = vec![];
     for (i, (t, &r)) in eq.inputs.iter().zip(ranks).enumerate() {
         let letters = t.iter().filter(|l| l.is_some()).count();
@@ -430,7 +433,7 @@ impl Op for Einsum {
         let dtype = same_dtype("Einsum", &types)?;
         let eq = parse_equation(cx.attrs.string_or("equation", "")?, n)?;
         let ranks: Vec<usize> = types.iter().map(|t| t.rank()).collect();
-        let (ins, outs) = expand(&eq, &ranks)?;
+        let (ins, outs) = einsum_labels(&eq, &ranks)?;
         let mut dims: std::collections::BTreeMap<u32, Axis> = Default::default();
         for (i, (labels, t)) in ins.iter().zip(&types).enumerate() {
             for (axis, &l) in t.shape.axes.iter().zip(labels) {
@@ -458,7 +461,7 @@ impl Op for Einsum {
         let ts: Vec<&Tensor> = (0..n).map(|i| cx.input(i)).collect::<Result<_, _>>()?;
         let eq = parse_equation(cx.attrs.string_or("equation", "")?, n)?;
         let ranks: Vec<usize> = ts.iter().map(|t| t.rank()).collect();
-        let (ins, outs) = expand(&eq, &ranks)?;
+        let (ins, outs) = einsum_labels(&eq, &ranks)?;
         // Dense label numbering for `contract`.
         let mut ids: Vec<u32> = ins.iter().flatten().copied().collect();
         ids.sort_unstable();
