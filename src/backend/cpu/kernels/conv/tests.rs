@@ -743,6 +743,10 @@ fn winograd_matches_reference() {
         // Many tiles: several batches and both parallel schemes.
         case(1, 16, 16, [40, 37], 3, 1, P1, 1, 1, true, true, Relu),
         case(2, 96, 80, [7, 7], 3, 1, P1, 1, 1, true, true, none),
+        // Odd tile counts (49 and 169 tiles: ragged last micro-kernel calls), an odd
+        // number of output blocks (AVX-512's pairs plus a single block), OC % 16 ≠ 0.
+        case(1, 24, 40, [26, 26], 3, 1, P1, 1, 1, true, true, Sigmoid),
+        case(1, 20, 72, [22, 30], 3, 1, P1, 1, 1, false, true, Relu),
     ];
     let mut worst = [0.0f64; 2];
     for (i, c) in cases.iter().enumerate() {
@@ -754,6 +758,71 @@ fn winograd_matches_reference() {
         "winograd worst relative error: F(2,3) {:e}, F(4,3) {:e}",
         worst[0], worst[1]
     );
+}
+
+/// The tile-product micro-kernels of every ISA, for every tile count and output-block
+/// count a call may have, against an f64 product (including IC remainders of the
+/// 4-unrolled loop).
+#[test]
+fn winograd_tile_products_match_reference() {
+    use winograd::{gemm_tiles, Tiles, K_AVX2, K_AVX512, K_PORTABLE, UR, UR512};
+    let mut r = Lcg(77);
+    for isa in isas() {
+        let (rows_max, nb_max) = if isa == Isa::Avx512 {
+            (UR512, 2)
+        } else {
+            (UR, 1)
+        };
+        for k in [1, 3, 4, 17, 48] {
+            for rows in 1..=rows_max {
+                for nb in 1..=nb_max {
+                    let (lda, ldb, ldo) = (k + 3, k * BLOCK + 32, 3 * BLOCK);
+                    let obs = rows * ldo + BLOCK;
+                    let a = r.vec(rows * lda);
+                    let b = r.vec(nb * ldb);
+                    let mut out = vec![f32::NAN; nb * obs];
+                    let t = Tiles {
+                        rows,
+                        k,
+                        a: a.as_ptr(),
+                        lda,
+                        nb,
+                        b: b.as_ptr(),
+                        ldb,
+                        out: out.as_mut_ptr(),
+                        ldo,
+                        obs,
+                    };
+                    // SAFETY: the buffers hold what `t` describes; each kernel runs only
+                    // when isas() says the CPU has its ISA.
+                    unsafe {
+                        match isa {
+                            Isa::Portable => gemm_tiles::<K_PORTABLE>(&t),
+                            Isa::Avx2 => gemm_tiles::<K_AVX2>(&t),
+                            Isa::Avx512 => gemm_tiles::<K_AVX512>(&t),
+                        }
+                    }
+                    for j in 0..nb {
+                        for row in 0..rows {
+                            for l in 0..BLOCK {
+                                let terms = (0..k).map(|p| {
+                                    a[row * lda + p] as f64 * b[j * ldb + p * BLOCK + l] as f64
+                                });
+                                let want: f64 = terms.clone().sum();
+                                let mag: f64 = terms.map(f64::abs).sum();
+                                let got = out[j * obs + row * ldo + l] as f64;
+                                assert!(
+                                    (got - want).abs() <= 1e-5 * (1.0 + mag),
+                                    "{} k={k} rows={rows} nb={nb} block {j} row {row} lane {l}: {got} vs {want}",
+                                    isa.name()
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[test]

@@ -25,20 +25,29 @@
 //! ranges when an image has few tiles) are claimed dynamically by one task per pool
 //! thread, each with its own slice of the caller's scratch: no allocation and no lock
 //! per call. Both the transforms and the micro-kernel have a portable path
-//! ([`Isa::Portable`], plain Rust over 16-lane arrays) and an AVX2+FMA one (the same
-//! transform code compiled with AVX2 enabled; the micro-kernel with intrinsics).
+//! ([`Isa::Portable`], plain Rust over 16-lane arrays), an AVX2+FMA one and an
+//! AVX-512F one (the same transform code compiled with the ISA enabled, so a 16-lane
+//! vector is two ymm or one zmm; the micro-kernels with intrinsics: 6 tiles × one
+//! output block in 12 ymm, 12 tiles × two output blocks in 24 zmm).
 use super::{ConvShape, BLOCK};
+use crate::backend::cpu::host;
 use crate::backend::cpu::isa::{self, Isa};
 use crate::backend::cpu::kernels::{math, Act};
 use crate::backend::cpu::pool::Pool;
 use std::ops::{Add, Mul, Sub};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Bytes of one batch's V and M (per thread): most of the 512 KiB L2, leaving room for
-/// the weights streaming through.
-const L2_BUDGET: usize = 320 * 1024;
-/// Tiles per micro-kernel call (2·6 accumulators + 2 weights + 1 broadcast ≤ 16 ymm).
-const UR: usize = 6;
+/// Bytes of one batch's V and M (per thread): most of the host's L2 (5/8 of it), leaving
+/// room for the weights streaming through.
+fn l2_budget() -> usize {
+    host::caches().l2 / 8 * 5
+}
+/// Tiles per AVX2/portable micro-kernel call (2·6 accumulators + 2 weights + 1
+/// broadcast ≤ 16 ymm).
+pub(super) const UR: usize = 6;
+/// Tiles per AVX-512 micro-kernel call, with two output blocks (2·12 accumulators + 2
+/// weights + broadcasts ≤ 32 zmm). Batches are multiples of it (and so of [`UR`]).
+pub(super) const UR512: usize = 12;
 /// Fewest tiles in one batch (unless the image has fewer): each weight loaded from L3
 /// serves this many tiles, which matters more than V and M leaving L2 (chosen by
 /// measurement on the ResNet shapes, `bench/RESULTS.md`).
@@ -156,7 +165,7 @@ impl PackedWinograd {
         let (th, tw) = (s.oh.div_ceil(m), s.ow.div_ceil(m));
         // V and M of one tile: α² vectors of IC and of OC (rounded to blocks).
         let per_tile = a * a * (icb + ocb) * BLOCK * std::mem::size_of::<f32>();
-        let batch = (L2_BUDGET / per_tile).clamp(MIN_BATCH, MAX_BATCH) / UR * UR;
+        let batch = (l2_budget() / per_tile).clamp(MIN_BATCH, MAX_BATCH) / UR512 * UR512;
         let batch = batch.min(th * tw);
         Ok(PackedWinograd {
             shape,
@@ -278,11 +287,7 @@ pub unsafe fn conv_winograd_isa(
     } else {
         1
     };
-    let isa = if isa >= Isa::Avx2 && isa::detected() >= Isa::Avx2 {
-        Isa::Avx2
-    } else {
-        Isa::Portable
-    };
+    let isa = isa.min(isa::detected());
     let ctx = Ctx {
         p,
         x,
@@ -336,9 +341,14 @@ unsafe fn task(c: &Ctx, t: usize) {
             v,
             mm,
         };
-        // SAFETY: forwarded contract; `avx2` paths only when the CPU has AVX2+FMA.
+        // SAFETY: forwarded contract; c.isa is capped by what the CPU has, so the
+        // `avx2` paths run only with AVX2+FMA, the `avx512` ones only with AVX-512F.
         unsafe {
             match (c.isa, p.m) {
+                #[cfg(target_arch = "x86_64")]
+                (Isa::Avx512, 2) => item_avx512::<4>(c, &w),
+                #[cfg(target_arch = "x86_64")]
+                (Isa::Avx512, _) => item_avx512::<6>(c, &w),
                 #[cfg(target_arch = "x86_64")]
                 (Isa::Avx2, 2) => item_avx2::<4>(c, &w),
                 #[cfg(target_arch = "x86_64")]
@@ -362,22 +372,35 @@ struct Item {
     mm: *mut f32,
 }
 
+/// The micro-kernel an [`item`] instance uses (const-generic parameter values).
+pub(super) const K_PORTABLE: u8 = 0;
+pub(super) const K_AVX2: u8 = 1;
+pub(super) const K_AVX512: u8 = 2;
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn item_avx512<const A: usize>(c: &Ctx, w: &Item) {
+    // SAFETY: forwarded contract; this function runs only on AVX-512F CPUs.
+    unsafe { item::<A, K_AVX512>(c, w) }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn item_avx2<const A: usize>(c: &Ctx, w: &Item) {
     // SAFETY: forwarded contract; this function runs only on AVX2+FMA CPUs.
-    unsafe { item::<A, true>(c, w) }
+    unsafe { item::<A, K_AVX2>(c, w) }
 }
 
 unsafe fn item_portable<const A: usize>(c: &Ctx, w: &Item) {
     // SAFETY: forwarded contract.
-    unsafe { item::<A, false>(c, w) }
+    unsafe { item::<A, K_PORTABLE>(c, w) }
 }
 
-/// The three steps for one work item; `AVX` selects the intrinsics micro-kernel (and
-/// is only true inside [`item_avx2`], which compiles the transforms with AVX2 too).
+/// The three steps for one work item; `K` selects the micro-kernel (`K_AVX2` only
+/// inside [`item_avx2`], `K_AVX512` only inside [`item_avx512`], which compile the
+/// transforms for their ISA too).
 #[inline(always)]
-unsafe fn item<const A: usize, const AVX: bool>(c: &Ctx, w: &Item) {
+unsafe fn item<const A: usize, const K: u8>(c: &Ctx, w: &Item) {
     let p = c.p;
     let s = &p.shape;
     let m = A - 2;
@@ -414,21 +437,41 @@ unsafe fn item<const A: usize, const AVX: bool>(c: &Ctx, w: &Item) {
             };
         }
     }
-    // 2. M[ob][tile][ξ][16] = Σ_ic V[ξ][tile][ic] · U[ξ][ob][ic][16].
+    // 2. M[ob][tile][ξ][16] = Σ_ic V[ξ][tile][ic] · U[ξ][ob][ic][16], AVX-512 two
+    // output blocks at a time.
+    let (ur, nb_max) = if K == K_AVX512 { (UR512, 2) } else { (UR, 1) };
+    let ldb = s.ic * BLOCK;
+    let obs = p.batch * aa * BLOCK;
     for xi in 0..aa {
-        for ob in w.ob0..w.ob1 {
-            let u = p.u[(xi * p.ocb + ob) * s.ic * BLOCK..].as_ptr();
+        let mut ob = w.ob0;
+        while ob < w.ob1 {
+            let nb = nb_max.min(w.ob1 - ob);
+            let u = p.u[(xi * p.ocb + ob) * ldb..].as_ptr();
             let mut k = 0;
             while k < w.tb {
-                let r = UR.min(w.tb - k);
+                let r = ur.min(w.tb - k);
                 let a = w.v.wrapping_add((xi * p.batch + k) * icp);
                 let out =
                     w.mm.wrapping_add((((ob - w.ob0) * p.batch + k) * aa + xi) * BLOCK);
-                // SAFETY: r tile rows of V[ξ] with IC valid columns, U[ξ][ob] holds
-                // IC×16 floats, M has room for r tiles of this block at ξ.
-                unsafe { gemm_tiles::<AVX>(r, s.ic, a, icp, u, out, aa * BLOCK) };
+                let t = Tiles {
+                    rows: r,
+                    k: s.ic,
+                    a,
+                    lda: icp,
+                    nb,
+                    b: u,
+                    ldb,
+                    out,
+                    ldo: aa * BLOCK,
+                    obs,
+                };
+                // SAFETY: r tile rows of V[ξ] with IC valid columns, U[ξ][ob..ob+nb]
+                // hold IC×16 floats each (ldb apart), M has room for r tiles of these
+                // blocks at ξ.
+                unsafe { gemm_tiles::<K>(&t) };
                 k += r;
             }
+            ob += nb;
         }
     }
     // 3. Output transform, bias, residual, activation.
@@ -658,35 +701,69 @@ unsafe fn output_tile<const A: usize>(
     }
 }
 
-/// `out[r][ξ-slot] = Σ_{p<k} a[r][p] · b[p][0..16]` for r < rows (≤ [`UR`]): rows of a
-/// `lda` apart, b k×16 contiguous, out rows `ldo` apart.
+/// One micro-kernel call: `out[j][r] = Σ_{p<k} a[r][p] · b[j][p][0..16]` for r < rows,
+/// j < nb: rows of a `lda` apart, b's blocks k×16 contiguous and `ldb` apart, out rows
+/// `ldo` apart and its blocks `obs` apart.
+pub(super) struct Tiles {
+    pub rows: usize,
+    pub k: usize,
+    pub a: *const f32,
+    pub lda: usize,
+    pub nb: usize,
+    pub b: *const f32,
+    pub ldb: usize,
+    pub out: *mut f32,
+    pub ldo: usize,
+    pub obs: usize,
+}
+
+/// Runs [`Tiles`] on kernel `K`: rows ≤ [`UR512`] and nb ≤ 2 for `K_AVX512`, rows ≤
+/// [`UR`] otherwise (the portable and AVX2 kernels do one block at a time).
+///
+/// # Safety
+/// The pointers hold what [`Tiles`] describes; `K_AVX2` only on AVX2+FMA CPUs,
+/// `K_AVX512` only on AVX-512F ones.
 #[inline(always)]
-unsafe fn gemm_tiles<const AVX: bool>(
-    rows: usize,
-    k: usize,
-    a: *const f32,
-    lda: usize,
-    b: *const f32,
-    out: *mut f32,
-    ldo: usize,
-) {
-    macro_rules! go {
-        ($($n:literal)*) => {
-            match rows {
-                $($n => {
-                    #[cfg(target_arch = "x86_64")]
-                    if AVX {
-                        // SAFETY: AVX is true only inside item_avx2 (AVX2+FMA CPUs).
-                        return unsafe { kernel_avx2::<$n>(k, a, lda, b, out, ldo) };
-                    }
-                    // SAFETY: forwarded contract.
-                    unsafe { kernel_portable::<$n>(k, a, lda, b, out, ldo) }
-                })*
-                _ => unreachable!("at most {UR} rows"),
-            }
-        };
+pub(super) unsafe fn gemm_tiles<const K: u8>(t: &Tiles) {
+    #[cfg(target_arch = "x86_64")]
+    if K == K_AVX512 {
+        macro_rules! go512 {
+            ($($n:literal)*) => {
+                match (t.rows, t.nb) {
+                    $(
+                        // SAFETY: K_AVX512 runs only on AVX-512F CPUs; forwarded contract.
+                        ($n, 1) => unsafe { kernel_avx512::<$n, 1>(t) },
+                        // SAFETY: as above.
+                        ($n, 2) => unsafe { kernel_avx512::<$n, 2>(t) },
+                    )*
+                    _ => unreachable!("at most {UR512} rows and 2 blocks"),
+                }
+            };
+        }
+        return go512!(1 2 3 4 5 6 7 8 9 10 11 12);
     }
-    go!(1 2 3 4 5 6)
+    for j in 0..t.nb {
+        let (b, out) = (t.b.wrapping_add(j * t.ldb), t.out.wrapping_add(j * t.obs));
+        let (k, a, lda, ldo) = (t.k, t.a, t.lda, t.ldo);
+        macro_rules! go {
+            ($($n:literal)*) => {
+                match t.rows {
+                    $($n => {
+                        #[cfg(target_arch = "x86_64")]
+                        if K == K_AVX2 {
+                            // SAFETY: K_AVX2 runs only on AVX2+FMA CPUs.
+                            unsafe { kernel_avx2::<$n>(k, a, lda, b, out, ldo) };
+                            continue;
+                        }
+                        // SAFETY: forwarded contract.
+                        unsafe { kernel_portable::<$n>(k, a, lda, b, out, ldo) }
+                    })*
+                    _ => unreachable!("at most {UR} rows"),
+                }
+            };
+        }
+        go!(1 2 3 4 5 6)
+    }
 }
 
 /// The micro-kernel in plain Rust (the compiler vectorizes the 16 output lanes).
@@ -761,6 +838,57 @@ unsafe fn kernel_avx2<const R: usize>(
         for (r, acc) in acc.iter().enumerate() {
             _mm256_storeu_ps(out.add(r * ldo), acc[0]);
             _mm256_storeu_ps(out.add(r * ldo + 8), acc[1]);
+        }
+    }
+}
+
+/// The AVX-512F micro-kernel: R×NB zmm accumulators (R tiles × NB output blocks), NB
+/// weight loads and R broadcasts per input channel.
+///
+/// # Safety
+/// The CPU has AVX-512F; `t` as [`Tiles`] with rows = R, nb = NB.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn kernel_avx512<const R: usize, const NB: usize>(t: &Tiles) {
+    use std::arch::x86_64::*;
+    let (k, a, b) = (t.k, t.a, t.b);
+    // SAFETY: (whole body) b's NB blocks hold k×16 floats each (ldb apart), a R rows of
+    // k (lda apart), out R rows of 16 (ldo apart) per block (obs apart); unaligned
+    // loads and stores throughout.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); NB]; R];
+        // One pointer per row: the broadcasts' addresses do not chain through lda.
+        let rows: [*const f32; R] = std::array::from_fn(|r| a.add(r * t.lda));
+        let bs: [*const f32; NB] = std::array::from_fn(|j| b.add(j * t.ldb));
+        macro_rules! step {
+            ($p:expr) => {{
+                let w: [__m512; NB] =
+                    std::array::from_fn(|j| _mm512_loadu_ps(bs[j].add($p * BLOCK)));
+                for (row, acc) in rows.iter().zip(acc.iter_mut()) {
+                    let x = _mm512_set1_ps(*row.add($p));
+                    for (acc, w) in acc.iter_mut().zip(&w) {
+                        *acc = _mm512_fmadd_ps(x, *w, *acc);
+                    }
+                }
+            }};
+        }
+        // Unrolled by 4: IC is usually a multiple of 4.
+        let mut p = 0;
+        while p + 4 <= k {
+            step!(p);
+            step!(p + 1);
+            step!(p + 2);
+            step!(p + 3);
+            p += 4;
+        }
+        while p < k {
+            step!(p);
+            p += 1;
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (j, acc) in acc.iter().enumerate() {
+                _mm512_storeu_ps(t.out.add(r * t.ldo + j * t.obs), *acc);
+            }
         }
     }
 }
