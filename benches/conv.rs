@@ -15,11 +15,12 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kiln::backend::cpu::{CpuBackend, Tuning};
 use kiln::backend::{cpu_pass_options, Executable};
 use kiln::internals::cpu::conv::{
-    conv_blocked, conv_blocked_isa, conv_depthwise, conv_im2col, conv_plain, conv_plain_scratch_len, conv_winograd,
-    winograd_supported, ConvShape, PackedConv, PackedWinograd,
+    conv_blocked, conv_blocked_isa, conv_depthwise, conv_im2col, conv_plain,
+    conv_plain_scratch_len, conv_winograd, winograd_supported, ConvShape, PackedConv,
+    PackedWinograd,
 };
-use kiln::internals::cpu::{Act, Isa};
 use kiln::internals::cpu::Pool;
+use kiln::internals::cpu::{Act, Isa};
 use kiln::ir::{Attr, Attrs, DType, Graph, Shape, TensorType};
 use kiln::passes::PassOptions;
 use kiln::Tensor;
@@ -347,14 +348,56 @@ fn zoo_layers(_: &mut Criterion) {
     let layers: [(&str, usize, usize, [usize; 2], [usize; 2], usize, usize); 7] = [
         ("magika_conv0_256-512_k5", 256, 512, [1, 512], [1, 5], 1, 0),
         ("ddddocr_conv41_12-24_208", 12, 24, [208, 208], [3, 3], 1, 1),
-        ("ddddocr_conv44_24-48s2_208", 24, 48, [208, 208], [3, 3], 2, 1),
-        ("ddddocr_conv64_48-96s2_104", 48, 96, [104, 104], [3, 3], 2, 1),
-        ("ddddocr_conv98_96-192s2_52", 96, 192, [52, 52], [3, 3], 2, 1),
-        ("ddddocr_conv132_192-384s2_26", 192, 384, [26, 26], [3, 3], 2, 1),
-        ("ddddocr_conv180_192-192_1x1_26", 192, 192, [26, 26], [1, 1], 1, 0),
+        (
+            "ddddocr_conv44_24-48s2_208",
+            24,
+            48,
+            [208, 208],
+            [3, 3],
+            2,
+            1,
+        ),
+        (
+            "ddddocr_conv64_48-96s2_104",
+            48,
+            96,
+            [104, 104],
+            [3, 3],
+            2,
+            1,
+        ),
+        (
+            "ddddocr_conv98_96-192s2_52",
+            96,
+            192,
+            [52, 52],
+            [3, 3],
+            2,
+            1,
+        ),
+        (
+            "ddddocr_conv132_192-384s2_26",
+            192,
+            384,
+            [26, 26],
+            [3, 3],
+            2,
+            1,
+        ),
+        (
+            "ddddocr_conv180_192-192_1x1_26",
+            192,
+            192,
+            [26, 26],
+            [1, 1],
+            1,
+            0,
+        ),
     ];
     let peak = kiln::internals::peak::fma_gflops();
-    println!("\nzoo conv layers, blocked direct kernel: AVX2 vs AVX-512 (alternating, median)");
+    println!(
+        "\nzoo conv layers, blocked direct kernel: AVX2 vs AVX-512 (alternating, fastest run)"
+    );
     match peak {
         Some(p) => println!("FMA peak, one thread: {p:.1} GFLOP/s"),
         None => println!("FMA peak: not measurable on this CPU"),
@@ -375,20 +418,29 @@ fn zoo_layers(_: &mut Criterion) {
             let mut times = [vec![], vec![]];
             let isas = [Isa::Avx2, Isa::Avx512];
             let start = Instant::now();
-            while times[1].len() < 5 || (start.elapsed().as_secs_f64() < 1.0 && times[1].len() < 500) {
+            while times[1].len() < 5
+                || (start.elapsed().as_secs_f64() < 1.0 && times[1].len() < 500)
+            {
                 for (i, isa) in isas.into_iter().enumerate() {
                     let t = Instant::now();
                     // SAFETY: buffers sized by the packed conv's lengths.
                     unsafe {
-                        conv_blocked_isa(isa, pool, &packed, xb.as_ptr(), None, yb.as_mut_ptr(), Act::Relu)
+                        conv_blocked_isa(
+                            isa,
+                            pool,
+                            &packed,
+                            xb.as_ptr(),
+                            None,
+                            yb.as_mut_ptr(),
+                            Act::Relu,
+                        )
                     };
                     times[i].push(t.elapsed().as_secs_f64());
                 }
             }
-            let gf = |t: &mut Vec<f64>| {
-                t.sort_by(f64::total_cmp);
-                s.flops() / t[t.len() / 2] / 1e9
-            };
+            // The fastest run: on a shared machine the others are preempted ones.
+            let gf =
+                |t: &mut Vec<f64>| s.flops() / t.iter().copied().fold(f64::MAX, f64::min) / 1e9;
             let (g2, g5) = (gf(&mut times[0]), gf(&mut times[1]));
             let pct = |g: f64| peak.map_or(f64::NAN, |p| 100.0 * g / (p * threads as f64));
             println!(

@@ -93,8 +93,7 @@ impl PackedConv {
         // half of L1 across the tiles of a row, as a GEMM's KC slice of B does; each
         // further chunk re-reads the row's outputs, which share the other half.
         let per_block = taps * TAP * std::mem::size_of::<f32>() * oc_group(isa::isa());
-        let div: usize = std::env::var("KILN_TMP_CHUNK").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
-        let chunk = (host::caches().l1d * 4 / div / 4 / per_block).clamp(1, icb);
+        let chunk = (host::caches().l1d / 2 / per_block).clamp(1, icb);
         let chunks = icb.div_ceil(chunk);
         let chunk = icb.div_ceil(chunks);
         let mut last_mask = [0u32; BLOCK];
@@ -193,14 +192,9 @@ fn oc_group(isa: Isa) -> usize {
 
 /// Output pixels per interior micro-kernel call for `nb` output blocks on `isa`.
 fn tile_width(isa: Isa, nb: usize) -> usize {
-    static TMP: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
-    let (w2, w1) = *TMP.get_or_init(|| {
-        let v = |k: &str, d: usize| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
-        (v("KILN_TMP_W2", UR512_2), v("KILN_TMP_W1", UR512_1))
-    });
     match (isa >= Isa::Avx512, nb) {
-        (true, 2) => w2,
-        (true, _) => w1,
+        (true, 2) => UR512_2,
+        (true, _) => UR512_1,
         _ => UR,
     }
 }
@@ -494,9 +488,9 @@ unsafe fn tile(
             };
         }
         if nb == 2 {
-            go512!(2: 1 2 3 4 5 6 7 8 9 10 11 12 13 14);
+            go512!(2: 1 2 3 4 5 6 7 8 9 10 11 12);
         } else {
-            go512!(1: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28);
+            go512!(1: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24);
         }
     }
     macro_rules! go {

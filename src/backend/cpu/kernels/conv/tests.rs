@@ -499,7 +499,20 @@ fn blocked_splits_long_rows() {
     use Act::{Relu, Sigmoid};
     let cases = [
         case(1, 16, 40, [1, 300], 3, 1, P1, 1, 1, true, true, Sigmoid),
-        case(1, 48, 32, [1, 257], 5, 1, [4, 2, 4, 2], 2, 1, true, true, Relu),
+        case(
+            1,
+            48,
+            32,
+            [1, 257],
+            5,
+            1,
+            [4, 2, 4, 2],
+            2,
+            1,
+            true,
+            true,
+            Relu,
+        ),
         case(1, 20, 16, [1, 131], 1, 1, P0, 1, 1, false, true, Act::None),
         case(1, 32, 35, [1, 200], 3, 2, P1, 1, 1, true, false, Relu),
     ];
