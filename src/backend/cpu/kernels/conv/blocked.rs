@@ -483,7 +483,17 @@ unsafe fn tile(
                         // SAFETY: as above.
                         return unsafe { tile_avx512::<$nb, $n, true>(t, nkw, x, w, y, z) };
                     })*
-                    _ => {}
+                    _ => {
+                        for i in 0..r {
+                            // SAFETY: pixel i of the group, forwarded contract.
+                            unsafe {
+                                tile(isa, nb, 1, t, nkw, x.wrapping_add(i * t.xs_px), w,
+                                    y.wrapping_add(i * BLOCK),
+                                    if z.is_null() { z } else { z.wrapping_add(i * BLOCK) })
+                            }
+                        }
+                        return;
+                    }
                 }
             };
         }
@@ -527,8 +537,8 @@ unsafe fn tile(
             }
         };
     }
-    let _ = isa;
-    debug_assert_eq!(nb, 1, "two output blocks per call only on AVX-512");
+    // Two output blocks per call only on AVX-512 (see `oc_group`).
+    debug_assert_eq!(nb, 1);
     go!(1 2 3 4 5 6)
 }
 
