@@ -344,8 +344,17 @@ fn grid(_: &mut Criterion) {
 /// the CPU step makes of it), run by the blocked kernel's AVX2 and AVX-512 paths in
 /// alternation in this process, against the host's FMA peak.
 fn zoo_layers(_: &mut Criterion) {
-    // (name, ic, oc, [ih, iw], [kh, kw], stride, pad)
-    let layers: [(&str, usize, usize, [usize; 2], [usize; 2], usize, usize); 7] = [
+    /// (name, ic, oc, [ih, iw], [kh, kw], stride, pad)
+    type Layer = (
+        &'static str,
+        usize,
+        usize,
+        [usize; 2],
+        [usize; 2],
+        usize,
+        usize,
+    );
+    let layers: [Layer; 7] = [
         ("magika_conv0_256-512_k5", 256, 512, [1, 512], [1, 5], 1, 0),
         ("ddddocr_conv41_12-24_208", 12, 24, [208, 208], [3, 3], 1, 1),
         (
