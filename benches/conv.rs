@@ -15,11 +15,12 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kiln::backend::cpu::{CpuBackend, Tuning};
 use kiln::backend::{cpu_pass_options, Executable};
 use kiln::internals::cpu::conv::{
-    conv_blocked, conv_depthwise, conv_im2col, conv_plain, conv_plain_scratch_len, conv_winograd,
-    winograd_supported, ConvShape, PackedConv, PackedWinograd,
+    conv_blocked, conv_blocked_isa, conv_depthwise, conv_im2col, conv_plain,
+    conv_plain_scratch_len, conv_winograd, winograd_supported, ConvShape, PackedConv,
+    PackedWinograd,
 };
-use kiln::internals::cpu::Act;
 use kiln::internals::cpu::Pool;
+use kiln::internals::cpu::{Act, Isa};
 use kiln::ir::{Attr, Attrs, DType, Graph, Shape, TensorType};
 use kiln::passes::PassOptions;
 use kiln::Tensor;
@@ -339,5 +340,127 @@ fn grid(_: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench, grid);
+/// The zoo's slowest direct-conv layers (ddddocr_det's, magika's 1-D conv as the row
+/// the CPU step makes of it), run by the blocked kernel's AVX2 and AVX-512 paths in
+/// alternation in this process, against the host's FMA peak.
+fn zoo_layers(_: &mut Criterion) {
+    /// (name, ic, oc, [ih, iw], [kh, kw], stride, pad)
+    type Layer = (
+        &'static str,
+        usize,
+        usize,
+        [usize; 2],
+        [usize; 2],
+        usize,
+        usize,
+    );
+    let layers: [Layer; 7] = [
+        ("magika_conv0_256-512_k5", 256, 512, [1, 512], [1, 5], 1, 0),
+        ("ddddocr_conv41_12-24_208", 12, 24, [208, 208], [3, 3], 1, 1),
+        (
+            "ddddocr_conv44_24-48s2_208",
+            24,
+            48,
+            [208, 208],
+            [3, 3],
+            2,
+            1,
+        ),
+        (
+            "ddddocr_conv64_48-96s2_104",
+            48,
+            96,
+            [104, 104],
+            [3, 3],
+            2,
+            1,
+        ),
+        (
+            "ddddocr_conv98_96-192s2_52",
+            96,
+            192,
+            [52, 52],
+            [3, 3],
+            2,
+            1,
+        ),
+        (
+            "ddddocr_conv132_192-384s2_26",
+            192,
+            384,
+            [26, 26],
+            [3, 3],
+            2,
+            1,
+        ),
+        (
+            "ddddocr_conv180_192-192_1x1_26",
+            192,
+            192,
+            [26, 26],
+            [1, 1],
+            1,
+            0,
+        ),
+    ];
+    let peak = kiln::internals::peak::fma_gflops();
+    println!(
+        "\nzoo conv layers, blocked direct kernel: AVX2 vs AVX-512 (alternating, fastest run)"
+    );
+    match peak {
+        Some(p) => println!("FMA peak, one thread: {p:.1} GFLOP/s"),
+        None => println!("FMA peak: not measurable on this CPU"),
+    }
+    if kiln::internals::cpu::isa() < Isa::Avx512 {
+        println!("(no AVX-512 here: skipped)");
+        return;
+    }
+    let pool2 = Pool::new(2);
+    for (name, ic, oc, hw, k, st, p) in layers {
+        let s = ConvShape::new(1, ic, hw, oc, k, [st, st], [p; 4], [1, 1], 1).expect("valid");
+        let w = lcg(oc * ic * k[0] * k[1], 1);
+        let b = lcg(oc, 2);
+        let packed = PackedConv::new(s.pointwise_rows(), &w, Some(&b)).expect("packable");
+        let xb = lcg(packed.x_len(), 3);
+        let mut yb = vec![0.0f32; packed.y_len()];
+        for (threads, pool) in [(1, None), (2, Some(&pool2))] {
+            let mut times = [vec![], vec![]];
+            let isas = [Isa::Avx2, Isa::Avx512];
+            let start = Instant::now();
+            while times[1].len() < 5
+                || (start.elapsed().as_secs_f64() < 1.0 && times[1].len() < 500)
+            {
+                for (i, isa) in isas.into_iter().enumerate() {
+                    let t = Instant::now();
+                    // SAFETY: buffers sized by the packed conv's lengths.
+                    unsafe {
+                        conv_blocked_isa(
+                            isa,
+                            pool,
+                            &packed,
+                            xb.as_ptr(),
+                            None,
+                            yb.as_mut_ptr(),
+                            Act::Relu,
+                        )
+                    };
+                    times[i].push(t.elapsed().as_secs_f64());
+                }
+            }
+            // The fastest run: on a shared machine the others are preempted ones.
+            let gf =
+                |t: &mut Vec<f64>| s.flops() / t.iter().copied().fold(f64::MAX, f64::min) / 1e9;
+            let (g2, g5) = (gf(&mut times[0]), gf(&mut times[1]));
+            let pct = |g: f64| peak.map_or(f64::NAN, |p| 100.0 * g / (p * threads as f64));
+            println!(
+                "{name:32} t{threads}  avx2 {g2:6.1} GFLOP/s ({:4.1}% peak)  avx512 {g5:6.1} GFLOP/s ({:4.1}% peak)  ×{:.2}",
+                pct(g2),
+                pct(g5),
+                g5 / g2
+            );
+        }
+    }
+}
+
+criterion_group!(benches, bench, grid, zoo_layers);
 criterion_main!(benches);

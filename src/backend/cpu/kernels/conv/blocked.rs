@@ -10,29 +10,37 @@
 //! bias, masked residual). The kernel stops at the last real input channel, so the
 //! unspecified (possibly non-finite) pad lanes of the input are never read into a sum.
 //!
-//! The micro-kernel computes R ≤ [`UR`] consecutive output pixels of one row × the 16
-//! output channels of one block: 2·R ymm accumulators; per input channel it loads two
-//! weight vectors, broadcasts R input values and issues 2·R FMAs. Padding needs no
-//! padded copy: each output row visits only its valid kernel rows, the interior columns
-//! run in groups of R, and each border pixel runs alone with its own valid kernel
-//! columns. When one output block's weights outgrow [`CHUNK_BYTES`], input blocks are
-//! processed in chunks that accumulate into y (bias and residual at the first,
-//! activation at the last).
+//! The micro-kernel computes R consecutive output pixels of one row × NB output blocks
+//! of 16 channels, one vector accumulator per (pixel, 8 or 16 lanes): per input channel
+//! it loads the NB blocks' weight vectors, broadcasts R input values and issues the
+//! FMAs. AVX2 runs NB = 1, R ≤ [`UR`] (2·R ymm accumulators); AVX-512 runs NB = 2,
+//! R ≤ [`UR512_2`] (each broadcast feeds two FMAs, the broadcasts are FMA memory
+//! operands), and NB = 1, R ≤ [`UR512_1`] for an odd block count's last block.
+//! Padding needs no padded copy: each output row visits only its valid kernel rows, the
+//! interior columns run in groups of R, and each border pixel runs alone with its own
+//! valid kernel columns. When the weights of one call's output blocks outgrow half of
+//! the host's L1d ([`host::caches`]), input blocks are processed in chunks that
+//! accumulate into y (bias and residual at the first, activation at the last).
+//!
+//! Threads take output rows of (image, group of NB blocks); when there are fewer rows
+//! than the threads want (a 1-D signal with few output blocks), each row is cut into
+//! column spans.
 use super::ConvShape;
+use crate::backend::cpu::host;
 use crate::backend::cpu::isa::{self, Isa};
 use crate::backend::cpu::kernels::{math, Act};
 use crate::backend::cpu::pool::Pool;
 
 /// Channels per block of the NCHW16c layout.
 pub const BLOCK: usize = 16;
-/// Output pixels per micro-kernel call (2·UR accumulators + 2 weights + 1 broadcast ≤ 16
-/// ymm registers).
+/// Output pixels per AVX2 micro-kernel call (2·UR accumulators + 2 weights + 1
+/// broadcast ≤ 16 ymm registers).
 const UR: usize = 6;
-/// The weights of one output block × one input-channel chunk kept under this, so that
-/// they stay in L1 (32 KiB) across the tiles of a row, as a GEMM's KC slice of B does;
-/// each further chunk re-reads the row's outputs, which also stay in L1. Chosen by
-/// measurement against L2-resident weights (`bench/RESULTS.md`).
-const CHUNK_BYTES: usize = 16 * 1024;
+/// Output pixels per AVX-512 call with two output blocks (2·UR512_2 accumulators + 2
+/// weights ≤ 32 zmm registers; broadcasts are memory operands).
+const UR512_2: usize = 12;
+/// Output pixels per AVX-512 call with one output block (an odd block count's last).
+const UR512_1: usize = 24;
 /// Floats of packed weights per (input block, kernel tap): 16 ic × 16 oc.
 const TAP: usize = BLOCK * BLOCK;
 
@@ -81,8 +89,11 @@ impl PackedConv {
         if let Some(b) = bias {
             pb[..s.oc].copy_from_slice(b);
         }
-        let per_block = taps * TAP * std::mem::size_of::<f32>();
-        let chunk = (CHUNK_BYTES / per_block).clamp(1, icb);
+        // The weights of one micro-kernel call's output blocks × one input chunk stay in
+        // half of L1 across the tiles of a row, as a GEMM's KC slice of B does; each
+        // further chunk re-reads the row's outputs, which share the other half.
+        let per_block = taps * TAP * std::mem::size_of::<f32>() * oc_group(isa::isa());
+        let chunk = (host::caches().l1d / 2 / per_block).clamp(1, icb);
         let chunks = icb.div_ceil(chunk);
         let chunk = icb.div_ceil(chunks);
         let mut last_mask = [0u32; BLOCK];
@@ -157,11 +168,36 @@ struct Ctx<'a> {
     relu: bool,
     /// Applied to finished rows when not done in registers.
     act: Act,
-    avx2: bool,
+    /// The effective instruction set (capped by the CPU's).
+    isa: Isa,
+    /// Output blocks per micro-kernel call ([`oc_group`]) and groups of them per image.
+    group: usize,
+    groups: usize,
+    /// Column spans per output row (more than one when rows are too few for the threads).
+    splits: usize,
 }
 
-// SAFETY: tasks write disjoint output rows and only read x, z and the weights.
+// SAFETY: tasks write disjoint output spans and only read x, z and the weights.
 unsafe impl Sync for Ctx<'_> {}
+
+/// Output blocks one micro-kernel call computes on `isa`: AVX-512's 32 registers hold
+/// two blocks' accumulators, so each broadcast input value feeds two FMAs.
+fn oc_group(isa: Isa) -> usize {
+    if isa >= Isa::Avx512 {
+        2
+    } else {
+        1
+    }
+}
+
+/// Output pixels per interior micro-kernel call for `nb` output blocks on `isa`.
+fn tile_width(isa: Isa, nb: usize) -> usize {
+    match (isa >= Isa::Avx512, nb) {
+        (true, 2) => UR512_2,
+        (true, _) => UR512_1,
+        _ => UR,
+    }
+}
 
 /// [`conv_blocked`] with an explicit instruction set (capped by what the CPU has).
 ///
@@ -177,10 +213,23 @@ pub unsafe fn conv_blocked_isa(
     act: Act,
 ) {
     let s = &p.shape;
-    let rows = s.n * p.ocb * s.oh;
+    let isa = isa.min(isa::detected());
+    let group = oc_group(isa);
+    let groups = p.ocb.div_ceil(group);
+    let rows = s.n * groups * s.oh;
     if rows == 0 || s.ow == 0 {
         return;
     }
+    let threads = pool.map_or(1, Pool::threads);
+    let want = if threads <= 1 { 1 } else { threads * 4 };
+    // Too few rows for the threads (a 1-D conv with few output blocks): each row splits
+    // into column spans of at least two tiles.
+    let splits = if rows >= want {
+        1
+    } else {
+        let most = (s.ow / (2 * tile_width(isa, group))).max(1);
+        want.div_ceil(rows).min(most)
+    };
     let ctx = Ctx {
         p,
         x,
@@ -188,18 +237,17 @@ pub unsafe fn conv_blocked_isa(
         y,
         relu: act == Act::Relu,
         act: if act == Act::Relu { Act::None } else { act },
-        avx2: isa >= Isa::Avx2 && isa::detected() >= Isa::Avx2,
+        isa,
+        group,
+        groups,
+        splits,
     };
-    let threads = pool.map_or(1, Pool::threads);
-    let tasks = if threads <= 1 {
-        1
-    } else {
-        (threads * 4).min(rows)
-    };
+    let units = rows * splits;
+    let tasks = want.min(units);
     let body = |t: usize| {
-        let (r0, r1) = (t * rows / tasks, (t + 1) * rows / tasks);
-        // SAFETY: tasks cover disjoint row ranges of y; the caller vouches for buffers.
-        unsafe { run_rows(&ctx, r0, r1) }
+        let (u0, u1) = (t * units / tasks, (t + 1) * units / tasks);
+        // SAFETY: tasks cover disjoint spans of y; the caller vouches for buffers.
+        unsafe { run_units(&ctx, u0, u1) }
     };
     match pool {
         Some(pool) if tasks > 1 => pool.run(tasks, &body),
@@ -207,26 +255,36 @@ pub unsafe fn conv_blocked_isa(
     }
 }
 
-/// Computes flattened output rows [r0, r1) of (n, output block, oy).
-unsafe fn run_rows(c: &Ctx, r0: usize, r1: usize) {
+/// Computes units [u0, u1): flattened output rows of (n, output-block group, oy), each
+/// cut into `c.splits` column spans.
+unsafe fn run_units(c: &Ctx, u0: usize, u1: usize) {
     let p = c.p;
     let s = &p.shape;
-    let mut r = r0;
-    while r < r1 {
+    let mut u = u0;
+    while u < u1 {
+        let (r, part) = (u / c.splits, u % c.splits);
         let seg = r / s.oh;
-        let (n, ob) = (seg / p.ocb, seg % p.ocb);
+        let (n, g) = (seg / c.groups, seg % c.groups);
         let oy0 = r % s.oh;
-        let oy1 = s.oh.min(oy0 + (r1 - r));
+        // Whole rows run chunk by chunk over all of the range's rows of this segment, so
+        // a chunk's weights serve every row; a span runs alone.
+        let (oy1, cols, next) = if c.splits == 1 {
+            let oy1 = s.oh.min(oy0 + (u1 - u));
+            (oy1, (0, s.ow), u + (oy1 - oy0))
+        } else {
+            let span = (part * s.ow / c.splits, (part + 1) * s.ow / c.splits);
+            (oy0 + 1, span, u + 1)
+        };
         let mut ib0 = 0;
         while ib0 < p.icb {
             let ib1 = p.icb.min(ib0 + p.chunk);
             for oy in oy0..oy1 {
                 // SAFETY: indices are in range; buffers per the caller's contract.
-                unsafe { row(c, n, ob, oy, ib0, ib1) };
+                unsafe { row(c, n, g, oy, ib0, ib1, cols) };
             }
             ib0 = ib1;
         }
-        r += oy1 - oy0;
+        u = next;
     }
 }
 
@@ -244,17 +302,35 @@ struct Tile {
     xs_px: usize,
     ws_icb: usize,
     ws_kh: usize,
+    /// From one output block to the next: in the weights and in y (and z).
+    ws_ob: usize,
+    ys_ob: usize,
     first: bool,
     last: bool,
     relu: bool,
+    /// The bias of the call's output blocks (contiguous).
     bias: *const f32,
+    /// The first output block's valid lanes (the AVX2 and portable paths run one block).
     mask: *const u32,
+    /// Each output block's valid lanes as a bit mask (AVX-512).
+    kmask: [u16; 2],
 }
 
-/// One output row of block `ob` over input blocks [ib0, ib1).
-unsafe fn row(c: &Ctx, n: usize, ob: usize, oy: usize, ib0: usize, ib1: usize) {
+/// Output row `oy` of group `g`'s blocks over input blocks [ib0, ib1), columns
+/// [cols.0, cols.1).
+unsafe fn row(
+    c: &Ctx,
+    n: usize,
+    g: usize,
+    oy: usize,
+    ib0: usize,
+    ib1: usize,
+    (c0, c1): (usize, usize),
+) {
     let p = c.p;
     let s = &p.shape;
+    let ob = g * c.group;
+    let nb = c.group.min(p.ocb - ob);
     let (kh0, kh1, iy0) = s.kh_range(oy);
     let first = ib0 == 0;
     let last = ib1 == p.icb;
@@ -263,6 +339,18 @@ unsafe fn row(c: &Ctx, n: usize, ob: usize, oy: usize, ib0: usize, ib1: usize) {
         (s.ih * s.iw, 1)
     } else {
         (1, BLOCK)
+    };
+    let mask_of = |b: usize| {
+        if b + 1 == p.ocb {
+            &p.last_mask
+        } else {
+            &FULL_MASK
+        }
+    };
+    let kmask_of = |b: usize| {
+        (mask_of(b).iter().enumerate())
+            .filter(|(_, &m)| m != 0)
+            .fold(0u16, |k, (i, _)| k | 1 << i)
     };
     let t = Tile {
         nicb: ib1 - ib0,
@@ -280,15 +368,14 @@ unsafe fn row(c: &Ctx, n: usize, ob: usize, oy: usize, ib0: usize, ib1: usize) {
         xs_px: s.strides[1] * col,
         ws_icb: s.kh * s.kw * TAP,
         ws_kh: s.kw * TAP,
+        ws_ob: p.icb * s.kh * s.kw * TAP,
+        ys_ob: s.oh * s.ow * BLOCK,
         first,
         last,
         relu: c.relu,
         bias: p.bias[ob * BLOCK..].as_ptr(),
-        mask: if ob + 1 == p.ocb {
-            p.last_mask.as_ptr()
-        } else {
-            FULL_MASK.as_ptr()
-        },
+        mask: mask_of(ob).as_ptr(),
+        kmask: [kmask_of(ob), kmask_of(ob + nb - 1)],
     };
     let xrow = if p.plain_x {
         c.x.wrapping_add(((n * s.ic + ib0 * BLOCK) * s.ih + iy0) * s.iw)
@@ -320,7 +407,8 @@ unsafe fn row(c: &Ctx, n: usize, ob: usize, oy: usize, ib0: usize, ib1: usize) {
         // SAFETY: taps kw0..kw1 of pixel ox read inside the input row.
         unsafe {
             tile(
-                c.avx2,
+                c.isa,
+                nb,
                 1,
                 &t,
                 kw1 - kw0,
@@ -332,15 +420,18 @@ unsafe fn row(c: &Ctx, n: usize, ob: usize, oy: usize, ib0: usize, ib1: usize) {
         }
     };
     let (lo, hi) = s.interior_cols();
-    (0..lo).for_each(border);
+    let (lo, hi) = (lo.clamp(c0, c1), hi.clamp(c0, c1));
+    (c0..lo).for_each(border);
+    let width = tile_width(c.isa, nb);
     let mut ox = lo;
     while ox < hi {
-        let r = UR.min(hi - ox);
+        let r = width.min(hi - ox);
         let ix0 = ox * s.strides[1] - s.pad_left;
         // SAFETY: interior pixels read all kernel columns inside the input row.
         unsafe {
             tile(
-                c.avx2,
+                c.isa,
+                nb,
                 r,
                 &t,
                 s.kw,
@@ -352,18 +443,22 @@ unsafe fn row(c: &Ctx, n: usize, ob: usize, oy: usize, ib0: usize, ib1: usize) {
         };
         ox += r;
     }
-    (hi..s.ow).for_each(border);
+    (hi..c1).for_each(border);
     if last && c.act != Act::None {
-        // SAFETY: this task owns the row, which holds ow·16 finished floats.
-        c.act
-            .apply(unsafe { std::slice::from_raw_parts_mut(yrow, s.ow * BLOCK) });
+        for b in 0..nb {
+            let span = yrow.wrapping_add(b * t.ys_ob + c0 * BLOCK);
+            // SAFETY: this task owns the span, which holds (c1-c0)·16 finished floats.
+            c.act
+                .apply(unsafe { std::slice::from_raw_parts_mut(span, (c1 - c0) * BLOCK) });
+        }
     }
 }
 
-/// Runs the micro-kernel for `r` (1..=UR) pixels.
+/// Runs the micro-kernel for `r` pixels × `nb` output blocks (2 only on AVX-512).
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile(
-    avx2: bool,
+    isa: Isa,
+    nb: usize,
     r: usize,
     t: &Tile,
     nkw: usize,
@@ -375,13 +470,46 @@ unsafe fn tile(
     // A channel stride of 1 (blocked x) is a constant in its own instances, so the
     // blocked path pays nothing for the plain one.
     let strided = t.xs_c != 1;
+    #[cfg(target_arch = "x86_64")]
+    if isa >= Isa::Avx512 {
+        macro_rules! go512 {
+            ($nb:literal: $($n:literal)*) => {
+                match (r, strided) {
+                    $(($n, false) => {
+                        // SAFETY: `isa` is capped by the CPU's, which has AVX-512F.
+                        return unsafe { tile_avx512::<$nb, $n, false>(t, nkw, x, w, y, z) };
+                    }
+                    ($n, true) => {
+                        // SAFETY: as above.
+                        return unsafe { tile_avx512::<$nb, $n, true>(t, nkw, x, w, y, z) };
+                    })*
+                    _ => {
+                        for i in 0..r {
+                            // SAFETY: pixel i of the group, forwarded contract.
+                            unsafe {
+                                tile(isa, nb, 1, t, nkw, x.wrapping_add(i * t.xs_px), w,
+                                    y.wrapping_add(i * BLOCK),
+                                    if z.is_null() { z } else { z.wrapping_add(i * BLOCK) })
+                            }
+                        }
+                        return;
+                    }
+                }
+            };
+        }
+        if nb == 2 {
+            go512!(2: 1 2 3 4 5 6 7 8 9 10 11 12);
+        } else {
+            go512!(1: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24);
+        }
+    }
     macro_rules! go {
         ($($n:literal)*) => {
             match (r, strided) {
                 $(($n, false) => {
                     #[cfg(target_arch = "x86_64")]
-                    if avx2 {
-                        // SAFETY: `avx2` is set only when the CPU has AVX2 and FMA.
+                    if isa >= Isa::Avx2 {
+                        // SAFETY: `isa` is capped by the CPU's, which has AVX2 and FMA.
                         return unsafe { tile_avx2::<$n, false>(t, nkw, x, w, y, z) };
                     }
                     // SAFETY: forwarded contract.
@@ -389,8 +517,8 @@ unsafe fn tile(
                 }
                 ($n, true) => {
                     #[cfg(target_arch = "x86_64")]
-                    if avx2 {
-                        // SAFETY: `avx2` is set only when the CPU has AVX2 and FMA.
+                    if isa >= Isa::Avx2 {
+                        // SAFETY: `isa` is capped by the CPU's, which has AVX2 and FMA.
                         return unsafe { tile_avx2::<$n, true>(t, nkw, x, w, y, z) };
                     }
                     // SAFETY: forwarded contract.
@@ -400,7 +528,7 @@ unsafe fn tile(
                     for i in 0..r {
                         // SAFETY: pixel i of the group, forwarded contract.
                         unsafe {
-                            tile(avx2, 1, t, nkw, x.wrapping_add(i * t.xs_px), w,
+                            tile(isa, nb, 1, t, nkw, x.wrapping_add(i * t.xs_px), w,
                                 y.wrapping_add(i * BLOCK),
                                 if z.is_null() { z } else { z.wrapping_add(i * BLOCK) })
                         }
@@ -409,7 +537,8 @@ unsafe fn tile(
             }
         };
     }
-    let _ = avx2;
+    // Two output blocks per call only on AVX-512 (see `oc_group`).
+    debug_assert_eq!(nb, 1);
     go!(1 2 3 4 5 6)
 }
 
@@ -559,6 +688,94 @@ unsafe fn tile_avx2<const R: usize, const STRIDED: bool>(
         for (r, a) in acc.iter().enumerate() {
             _mm256_storeu_ps(y.add(r * BLOCK), a[0]);
             _mm256_storeu_ps(y.add(r * BLOCK + 8), a[1]);
+        }
+    }
+}
+
+/// The AVX-512F micro-kernel: R pixels × NB (1 or 2) output blocks, one zmm accumulator
+/// each; per input channel NB weight loads and R broadcasts (folded into the FMAs as
+/// `{1to16}` memory operands) feed R·NB FMAs. `STRIDED` as in [`tile_portable`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn tile_avx512<const NB: usize, const R: usize, const STRIDED: bool>(
+    t: &Tile,
+    nkw: usize,
+    x: *const f32,
+    w: *const f32,
+    y: *mut f32,
+    z: *const f32,
+) {
+    use std::arch::x86_64::*;
+    let xc = if STRIDED { t.xs_c } else { 1 };
+    // SAFETY: (whole body) the pointers address R output pixels of NB blocks, their taps
+    // and the weights of the caller's ranges; unaligned loads and stores throughout, and
+    // the residual's masked loads never touch its pad lanes.
+    unsafe {
+        let mut acc = [[_mm512_setzero_ps(); NB]; R];
+        if t.first {
+            let mut b = [_mm512_setzero_ps(); NB];
+            for (j, v) in b.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(t.bias.add(j * BLOCK));
+            }
+            acc.iter_mut().for_each(|a| *a = b);
+        } else {
+            for (r, a) in acc.iter_mut().enumerate() {
+                for (j, v) in a.iter_mut().enumerate() {
+                    *v = _mm512_loadu_ps(y.add(j * t.ys_ob + r * BLOCK));
+                }
+            }
+        }
+        // Input block ib over its first nc channels.
+        macro_rules! block {
+            ($ib:expr, $nc:expr) => {
+                for kh in 0..t.nkh {
+                    let xr = x.add($ib * t.xs_icb + kh * t.xs_kh);
+                    let wr = w.add($ib * t.ws_icb + kh * t.ws_kh);
+                    for kw in 0..nkw {
+                        let xp = xr.add(kw * t.xs_kw);
+                        let wp = wr.add(kw * TAP);
+                        for ci in 0..$nc {
+                            let mut wv = [_mm512_setzero_ps(); NB];
+                            for (j, v) in wv.iter_mut().enumerate() {
+                                *v = _mm512_loadu_ps(wp.add(j * t.ws_ob + ci * BLOCK));
+                            }
+                            for (r, a) in acc.iter_mut().enumerate() {
+                                let b = _mm512_set1_ps(*xp.add(r * t.xs_px + ci * xc));
+                                for (v, wj) in a.iter_mut().zip(&wv) {
+                                    *v = _mm512_fmadd_ps(b, *wj, *v);
+                                }
+                            }
+                        }
+                    }
+                }
+            };
+        }
+        let full = t.nicb - usize::from(t.ic_tail < BLOCK && t.nicb > 0);
+        for ib in 0..full {
+            block!(ib, BLOCK);
+        }
+        if full < t.nicb {
+            block!(full, t.ic_tail);
+        }
+        // z is given only with the first chunk (see `row`).
+        if !z.is_null() {
+            for (r, a) in acc.iter_mut().enumerate() {
+                for (j, v) in a.iter_mut().enumerate() {
+                    let zv = _mm512_maskz_loadu_ps(t.kmask[j], z.add(j * t.ys_ob + r * BLOCK));
+                    *v = _mm512_add_ps(*v, zv);
+                }
+            }
+        }
+        if t.last && t.relu {
+            let zero = _mm512_setzero_ps();
+            for a in acc.iter_mut() {
+                a.iter_mut().for_each(|v| *v = _mm512_max_ps(zero, *v));
+            }
+        }
+        for (r, a) in acc.iter().enumerate() {
+            for (j, v) in a.iter().enumerate() {
+                _mm512_storeu_ps(y.add(j * t.ys_ob + r * BLOCK), *v);
+            }
         }
     }
 }

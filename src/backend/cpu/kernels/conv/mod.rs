@@ -4,7 +4,7 @@
 //!
 //! Three paths, all fusing bias, a residual and an activation:
 //! - [`blocked`]: direct convolution on NCHW16c tensors (group 1) with weights packed at
-//!   compile time ([`PackedConv`]) and an AVX2+FMA register-blocked micro-kernel;
+//!   compile time ([`PackedConv`]) and AVX-512 and AVX2+FMA register-blocked micro-kernels;
 //! - [`winograd`]: Winograd F(2×2, 3×3) / F(4×4, 3×3) for 3×3 stride-1 convolutions on
 //!   NCHW16c tensors, weights transformed at compile time ([`PackedWinograd`]);
 //! - [`plain`]: NCHW tensors with any groups by im2col + [`super::gemm::gemm`] (1×1,

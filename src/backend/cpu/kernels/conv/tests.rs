@@ -476,6 +476,53 @@ fn blocked_matches_reference() {
     }
 }
 
+/// Every row length up to 30 interior pixels, so each micro-kernel width and remainder
+/// runs (AVX-512: 12 pixels × 2 output blocks and 24 × 1, here both, as 48 output
+/// channels are one pair and one single block; AVX2: 6), with ragged input and output
+/// blocks, a residual and each kind of activation.
+#[test]
+fn blocked_covers_every_tile_width() {
+    let acts = [Act::Relu, Act::Sigmoid, Act::None];
+    for ow in 1..=30 {
+        let (oc, act) = ([48, 40, 16][ow % 3], acts[ow % 3]);
+        let c = case(1, 20, oc, [2, ow], 3, 1, P1, 1, 1, true, true, act);
+        run_blocked(&c, 5000 + ow as u64);
+        let c = case(1, 3, oc, [2, ow], 3, 1, P1, 1, 1, ow % 2 == 0, true, act);
+        run_plain_x(&c, 6000 + ow as u64);
+    }
+}
+
+/// Rows too few for the threads (a 1-D signal, as magika's conv) split into column
+/// spans; each span's border pixels, tiles and epilogue stay its own.
+#[test]
+fn blocked_splits_long_rows() {
+    use Act::{Relu, Sigmoid};
+    let cases = [
+        case(1, 16, 40, [1, 300], 3, 1, P1, 1, 1, true, true, Sigmoid),
+        case(
+            1,
+            48,
+            32,
+            [1, 257],
+            5,
+            1,
+            [4, 2, 4, 2],
+            2,
+            1,
+            true,
+            true,
+            Relu,
+        ),
+        case(1, 20, 16, [1, 131], 1, 1, P0, 1, 1, false, true, Act::None),
+        case(1, 32, 35, [1, 200], 3, 2, P1, 1, 1, true, false, Relu),
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        run_blocked(c, 7000 + i as u64);
+    }
+    let c = case(1, 3, 20, [1, 190], 3, 1, P1, 1, 1, true, true, Sigmoid);
+    run_plain_x(&c, 7100);
+}
+
 #[test]
 fn plain_x_blocked_y_matches_reference() {
     use Act::{Relu, Sigmoid};
