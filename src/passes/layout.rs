@@ -10,6 +10,11 @@
 //!   than `b` input channels (a first layer on a 1- or 3-channel image) X stays plain
 //!   (`plain_x = 1`) rather than being padded to `b` lanes; with `b` or more, a ragged
 //!   last input block is cheaper than a plain read.
+//! - a depthwise 1-D or 2-D convolution (one input and one output channel per group, at
+//!   least `b` channels, constant weights: the CPU kernel packs them at compile time)
+//!   is blocked the same way, so a MobileNet block runs pointwise → depthwise →
+//!   pointwise with no reorder between. Lanes never mix across channels, so the pad
+//!   lanes stay harmless.
 //! - a 2-D MaxPool (its Indices unused), AveragePool, GlobalMaxPool or
 //!   GlobalAveragePool reading `Reorder(Xb, to plain)` pools `Xb` itself (`block = b`)
 //!   and its readers get `Reorder(Y, to plain)`. Pools act on each channel alone, so
@@ -112,10 +117,27 @@ fn plain_2d(g: &Graph, n: &Node) -> bool {
 
 /// Only f32 convs: the blocked kernels are f32 (others run plain, unreordered).
 fn blockable(g: &Graph, n: &Node, b: usize) -> bool {
-    n.attrs.int_or("group", 1) == Ok(1)
+    let Some((c, m)) = blocked_channels(g, n, b) else {
+        return false;
+    };
+    let grouped = match n.attrs.int_or("group", 1) {
+        Ok(1) => true,
+        Ok(group) => depthwise(g, n, group, c, m),
+        Err(_) => false,
+    };
+    grouped
         && n.attrs.int_or("block", 0) == Ok(0)
         && n.outputs.first().is_some_and(|t| t.dtype == DType::F32)
-        && blocked_channels(g, n, b).is_some()
+}
+
+/// A convolution of `group` groups of one input and one output channel each over `c`
+/// channels (into `m`) whose weights [C, 1, k...] are a constant.
+fn depthwise(g: &Graph, n: &Node, group: i64, c: usize, m: usize) -> bool {
+    let Some(w) = n.inputs.get(1).copied().flatten() else {
+        return false;
+    };
+    let one = |axis: usize| g.value_type(w).is_ok_and(|t| t.shape.dim(axis).fixed() == Some(1));
+    usize::try_from(group) == Ok(c) && c == m && one(1) && g.node(w.node).op == "Constant"
 }
 
 fn reorder(
