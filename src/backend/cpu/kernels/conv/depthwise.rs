@@ -562,3 +562,246 @@ unsafe fn tile_avx2<const R: usize, const MASKED: bool>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Against a naive f64 reference. Tolerance: |got − want| ≤ 1e-5·(1 + Σ|x·w| +
+    //! |bias| + |z|) per output (at most 25 products per sum).
+    use super::*;
+    use crate::backend::cpu::kernels::math::tests::isas;
+    use crate::backend::cpu::kernels::testutil::{lcg_data, pools};
+
+    #[derive(Clone, Copy, Debug)]
+    struct Case {
+        n: usize,
+        c: usize,
+        hw: [usize; 2],
+        k: [usize; 2],
+        s: [usize; 2],
+        /// [top, left, bottom, right]
+        p: [usize; 4],
+        d: [usize; 2],
+        bias: bool,
+        res: bool,
+        act: Act,
+    }
+
+    /// Pre-activation outputs and their error scales, NCHW.
+    fn reference(
+        s: &ConvShape,
+        x: &[f32],
+        w: &[f32],
+        b: Option<&[f32]>,
+        z: Option<&[f32]>,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let mut out = vec![0.0; s.n * s.oc * s.oh * s.ow];
+        let mut scale = vec![0.0; out.len()];
+        for n in 0..s.n {
+            for c in 0..s.oc {
+                for oy in 0..s.oh {
+                    for ox in 0..s.ow {
+                        let i = ((n * s.oc + c) * s.oh + oy) * s.ow + ox;
+                        let mut acc = b.map_or(0.0, |b| f64::from(b[c]));
+                        let mut mag = acc.abs();
+                        for ky in 0..s.kh {
+                            for kx in 0..s.kw {
+                                let iy = (oy * s.strides[0] + ky * s.dilations[0])
+                                    .checked_sub(s.pad_top)
+                                    .filter(|&v| v < s.ih);
+                                let ix = (ox * s.strides[1] + kx * s.dilations[1])
+                                    .checked_sub(s.pad_left)
+                                    .filter(|&v| v < s.iw);
+                                let (Some(iy), Some(ix)) = (iy, ix) else {
+                                    continue;
+                                };
+                                let xv = f64::from(x[((n * s.ic + c) * s.ih + iy) * s.iw + ix]);
+                                let wv = f64::from(w[(c * s.kh + ky) * s.kw + kx]);
+                                acc += xv * wv;
+                                mag += (xv * wv).abs();
+                            }
+                        }
+                        if let Some(z) = z {
+                            acc += f64::from(z[i]);
+                            mag += f64::from(z[i]).abs();
+                        }
+                        out[i] = acc;
+                        scale[i] = 1.0 + mag;
+                    }
+                }
+            }
+        }
+        (out, scale)
+    }
+
+    /// NCHW → NCHW16c with NaN in the pad lanes (they must never be read into a sum).
+    fn block(x: &[f32], n: usize, c: usize, hw: usize) -> Vec<f32> {
+        let cb = c.div_ceil(BLOCK);
+        let mut out = vec![f32::NAN; n * cb * hw * BLOCK];
+        for ni in 0..n {
+            for ci in 0..c {
+                for p in 0..hw {
+                    out[((ni * cb + ci / BLOCK) * hw + p) * BLOCK + ci % BLOCK] =
+                        x[(ni * c + ci) * hw + p];
+                }
+            }
+        }
+        out
+    }
+
+    /// NCHW16c → NCHW; asserts every lane, pad lanes included, is finite.
+    fn unblock(y: &[f32], n: usize, c: usize, hw: usize) -> Vec<f32> {
+        let cb = c.div_ceil(BLOCK);
+        assert!(y.iter().all(|v| v.is_finite()), "non-finite output lanes");
+        let mut out = vec![0.0; n * c * hw];
+        for ni in 0..n {
+            for ci in 0..c {
+                for p in 0..hw {
+                    out[(ni * c + ci) * hw + p] =
+                        y[((ni * cb + ci / BLOCK) * hw + p) * BLOCK + ci % BLOCK];
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs `c` on every path and pool, out of place and (with a residual) in place
+    /// on z's buffer, and checks each against the reference.
+    fn run(c: &Case, seed: u64) {
+        let s = ConvShape::new(c.n, c.c, c.hw, c.c, c.k, c.s, c.p, c.d, c.c).unwrap();
+        let x = lcg_data(s.n * s.ic * s.ih * s.iw, 1.0, seed);
+        let w = lcg_data(s.oc * s.kh * s.kw, 1.0, seed + 1);
+        let b = c.bias.then(|| lcg_data(s.oc, 1.0, seed + 2));
+        let z = c.res.then(|| lcg_data(s.n * s.oc * s.oh * s.ow, 1.0, seed + 3));
+        let (want, scale) = reference(&s, &x, &w, b.as_deref(), z.as_deref());
+        let p = PackedDepthwise::new(s, &w, b.as_deref()).unwrap();
+        let (ihw, ohw) = (s.ih * s.iw, s.oh * s.ow);
+        let xb = block(&x, s.n, s.ic, ihw);
+        let zb = z.as_ref().map(|z| block(z, s.n, s.oc, ohw));
+        assert_eq!((xb.len(), p.y_len()), (p.x_len(), s.n * s.oc.div_ceil(16) * ohw * 16));
+        for isa in isas() {
+            for pool in pools() {
+                let in_place: &[bool] = if zb.is_some() { &[false, true] } else { &[false] };
+                for &aliased in in_place {
+                    let mut y = match (&zb, aliased) {
+                        (Some(z), true) => z.clone(),
+                        _ => vec![f32::NAN; p.y_len()],
+                    };
+                    let zp = match (&zb, aliased) {
+                        (Some(_), true) => Some(y.as_ptr()),
+                        (Some(z), false) => Some(z.as_ptr()),
+                        (None, _) => None,
+                    };
+                    // SAFETY: buffers sized by the packed conv; y may be z's buffer.
+                    unsafe {
+                        conv_depthwise_blocked_isa(
+                            isa,
+                            pool.as_ref(),
+                            &p,
+                            xb.as_ptr(),
+                            zp,
+                            y.as_mut_ptr(),
+                            c.act,
+                        )
+                    };
+                    let got = unblock(&y, s.n, s.oc, ohw);
+                    for i in 0..got.len() {
+                        let a = c.act.scalar(want[i] as f32);
+                        let err = (f64::from(got[i]) - f64::from(a)).abs();
+                        assert!(
+                            err <= 1e-5 * scale[i],
+                            "{isa:?} pool={} in place={aliased} {c:?} at {i}: got {} want {a}",
+                            pool.is_some(),
+                            got[i]
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn case(
+        c: usize,
+        hw: [usize; 2],
+        k: usize,
+        s: usize,
+        p: [usize; 4],
+        d: usize,
+        res: bool,
+        act: Act,
+    ) -> Case {
+        Case {
+            n: 1,
+            c,
+            hw,
+            k: [k, k],
+            s: [s, s],
+            p,
+            d: [d, d],
+            bias: true,
+            res,
+            act,
+        }
+    }
+
+    #[test]
+    fn matches_reference() {
+        let none = Act::None;
+        let mut cases = vec![
+            // MobileNet shapes: 3×3 and 5×5, stride 1 and 2, same padding.
+            case(16, [14, 14], 3, 1, [1; 4], 1, false, Act::HardSwish),
+            case(32, [15, 13], 3, 2, [1; 4], 1, false, Act::Relu),
+            case(24, [9, 23], 5, 1, [2; 4], 1, true, none),
+            case(40, [11, 10], 5, 2, [2; 4], 1, true, Act::HardSwish),
+            // Ragged channel counts (pad lanes NaN in x and z), dilation, asymmetric pads.
+            case(5, [7, 9], 3, 1, [0, 1, 2, 0], 1, true, Act::Clip(0.0, 6.0)),
+            case(33, [10, 12], 3, 1, [2, 2, 2, 2], 2, true, Act::Relu),
+            case(17, [12, 11], 3, 2, [1, 0, 0, 2], 2, false, Act::Sigmoid),
+            case(20, [6, 19], 5, 1, [0, 3, 1, 4], 1, true, Act::LeakyRelu(0.1)),
+            // A kernel wider than the image, rows with no valid tap, a single pixel.
+            case(16, [2, 3], 5, 1, [2; 4], 1, true, Act::HardSwish),
+            case(18, [1, 1], 3, 1, [1; 4], 1, false, none),
+            case(16, [3, 4], 3, 1, [4, 0, 4, 0], 1, true, none),
+            // Rows of many groups, no padding.
+            case(48, [4, 37], 3, 1, [0; 4], 1, false, Act::Clip(-1.0, 1.0)),
+        ];
+        // Non-square kernels, strides and dilations; no bias; two images.
+        cases.push(Case {
+            n: 2,
+            c: 21,
+            hw: [9, 13],
+            k: [1, 5],
+            s: [2, 1],
+            p: [0, 2, 1, 2],
+            d: [1, 2],
+            bias: false,
+            res: true,
+            act: Act::Tanh,
+        });
+        cases.push(Case {
+            n: 2,
+            c: 16,
+            hw: [1, 30],
+            k: [1, 3],
+            s: [1, 3],
+            p: [0, 1, 0, 1],
+            d: [1, 1],
+            bias: false,
+            res: false,
+            act: none,
+        });
+        for (i, c) in cases.iter().enumerate() {
+            run(c, 100 + 7 * i as u64);
+        }
+    }
+
+    #[test]
+    fn rejects_other_groupings() {
+        let s = ConvShape::new(1, 8, [4, 4], 16, [3, 3], [1, 1], [1; 4], [1, 1], 8).unwrap();
+        let e = PackedDepthwise::new(s, &[0.0; 16 * 9], None).unwrap_err();
+        assert!(e.contains("one channel per group"), "{e}");
+        let s = ConvShape::new(1, 8, [4, 4], 8, [3, 3], [1, 1], [1; 4], [1, 1], 8).unwrap();
+        let e = PackedDepthwise::new(s, &[0.0; 8 * 8], None).unwrap_err();
+        assert!(e.contains("weights hold 64 values"), "{e}");
+    }
+}
