@@ -898,7 +898,8 @@ fn reorder_round_trips_and_pads_channels() {
 
 /// A MobileNet-style chain over [1, 6, 9, 9] with `mid` middle channels: pointwise
 /// conv-bn-HardSwish, depthwise 3×3 conv-bn + the pointwise output, ReLU, depthwise
-/// 5×5 stride 2 with asymmetric pads, HardSwish, pointwise back to 6 channels.
+/// 5×5 stride 2 with asymmetric pads, an unfolded per-channel scale and shift,
+/// HardSwish and a scalar scale (PP-LCNet's), pointwise back to 6 channels.
 fn depthwise_chain(mid: usize) -> Graph {
     let mut rng = Rng(23);
     let mut g = Graph::new("mobilenet");
@@ -923,7 +924,19 @@ fn depthwise_chain(mid: usize) -> Graph {
         .with("pads", Attr::Ints(vec![2, 1, 1, 2]))
         .with("strides", Attr::Ints(vec![2, 2]));
     let d = conv(&mut g, &mut rng, d, &[mid, 1, 5, 5], attrs, "dw2");
+    let scale = g
+        .add_constant_value("scale", rng.f32_tensor(&[mid, 1, 1], 1.0))
+        .unwrap();
+    let shift = g
+        .add_constant_value("shift", rng.f32_tensor(&[1, mid, 1, 1], 1.0))
+        .unwrap();
+    let k = g
+        .add_constant_value("k", rng.f32_tensor(&[1], 1.0))
+        .unwrap();
+    let d = named_op(&mut g, "Mul", &[d, scale.into()], none(), "scale");
+    let d = named_op(&mut g, "Add", &[shift.into(), d], none(), "shift");
     let d = named_op(&mut g, "HardSwish", &[d], none(), "hs2");
+    let d = named_op(&mut g, "Mul", &[d, k.into()], none(), "k");
     let y = conv(&mut g, &mut rng, d, &[6, mid, 1, 1], none(), "pw2");
     g.add_output("y", y).unwrap();
     g
@@ -940,7 +953,9 @@ fn layout_keeps_depthwise_chains_blocked() {
     assert_same(&g, &after, 29);
     let dump = text::print(&after);
     let node = |name: &str| {
-        let id = after.find(name).unwrap_or_else(|| panic!("no {name}\n{dump}"));
+        let id = after
+            .find(name)
+            .unwrap_or_else(|| panic!("no {name}\n{dump}"));
         after.node(id).clone()
     };
     for conv in ["pw1", "dw1", "dw2", "pw2"] {
@@ -949,6 +964,17 @@ fn layout_keeps_depthwise_chains_blocked() {
     }
     // The residual fused into dw1 reads pw1's blocked output.
     assert_eq!(node("dw1").inputs.len(), 4, "{dump}");
+    // The scale, shift and activation run blocked, between dw2 and pw2.
+    let fused: Vec<_> = after.nodes().iter().filter(|n| n.op == "Fused").collect();
+    assert_eq!(fused.len(), 1, "{dump}");
+    let dw2 = after.find("dw2").unwrap();
+    assert!(
+        fused[0]
+            .inputs
+            .iter()
+            .any(|v| v.map(|v| v.node) == Some(dw2)),
+        "{dump}"
+    );
     // Only the graph's input and output are reordered.
     let reorders = after.nodes().iter().filter(|n| n.op == "Reorder").count();
     assert_eq!(reorders, 2, "{dump}");
@@ -956,11 +982,21 @@ fn layout_keeps_depthwise_chains_blocked() {
     let mut g = Graph::new("runtime_w");
     let x = param(&mut g, "x", &[1, 8, 5, 5]);
     let w = param(&mut g, "w", &[8, 1, 3, 3]);
-    let y = named_op(&mut g, "Conv", &[x, w], Attrs::new().with("group", Attr::Int(8)), "dw");
+    let y = named_op(
+        &mut g,
+        "Conv",
+        &[x, w],
+        Attrs::new().with("group", Attr::Int(8)),
+        "dw",
+    );
     g.add_output("y", y).unwrap();
     let mut after = g.clone();
     run_pipeline(&mut after, &o).unwrap();
-    assert!(after.nodes().iter().all(|n| n.op != "Reorder"), "{}", text::print(&after));
+    assert!(
+        after.nodes().iter().all(|n| n.op != "Reorder"),
+        "{}",
+        text::print(&after)
+    );
 }
 
 #[test]

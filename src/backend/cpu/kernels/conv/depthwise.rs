@@ -261,7 +261,11 @@ unsafe fn row(c: &Ctx, r: usize) {
     };
     let (lo, hi) = s.interior_cols();
     (0..lo).for_each(border);
-    let ur = if c.path == Path::Avx2 { UR_AVX2 } else { UR_512 };
+    let ur = if c.path == Path::Avx2 {
+        UR_AVX2
+    } else {
+        UR_512
+    };
     // Equal groups (9 pixels as 5 + 4, not 8 + 1: a lone pixel is the slowest).
     let groups = (hi - lo).div_ceil(ur);
     let mut ox = lo;
@@ -671,16 +675,25 @@ mod tests {
         let x = lcg_data(s.n * s.ic * s.ih * s.iw, 1.0, seed);
         let w = lcg_data(s.oc * s.kh * s.kw, 1.0, seed + 1);
         let b = c.bias.then(|| lcg_data(s.oc, 1.0, seed + 2));
-        let z = c.res.then(|| lcg_data(s.n * s.oc * s.oh * s.ow, 1.0, seed + 3));
+        let z = c
+            .res
+            .then(|| lcg_data(s.n * s.oc * s.oh * s.ow, 1.0, seed + 3));
         let (want, scale) = reference(&s, &x, &w, b.as_deref(), z.as_deref());
         let p = PackedDepthwise::new(s, &w, b.as_deref()).unwrap();
         let (ihw, ohw) = (s.ih * s.iw, s.oh * s.ow);
         let xb = block(&x, s.n, s.ic, ihw);
         let zb = z.as_ref().map(|z| block(z, s.n, s.oc, ohw));
-        assert_eq!((xb.len(), p.y_len()), (p.x_len(), s.n * s.oc.div_ceil(16) * ohw * 16));
+        assert_eq!(
+            (xb.len(), p.y_len()),
+            (p.x_len(), s.n * s.oc.div_ceil(16) * ohw * 16)
+        );
         for isa in isas() {
             for pool in pools() {
-                let in_place: &[bool] = if zb.is_some() { &[false, true] } else { &[false] };
+                let in_place: &[bool] = if zb.is_some() {
+                    &[false, true]
+                } else {
+                    &[false]
+                };
                 for &aliased in in_place {
                     let mut y = match (&zb, aliased) {
                         (Some(z), true) => z.clone(),
@@ -757,7 +770,16 @@ mod tests {
             case(5, [7, 9], 3, 1, [0, 1, 2, 0], 1, true, Act::Clip(0.0, 6.0)),
             case(33, [10, 12], 3, 1, [2, 2, 2, 2], 2, true, Act::Relu),
             case(17, [12, 11], 3, 2, [1, 0, 0, 2], 2, false, Act::Sigmoid),
-            case(20, [6, 19], 5, 1, [0, 3, 1, 4], 1, true, Act::LeakyRelu(0.1)),
+            case(
+                20,
+                [6, 19],
+                5,
+                1,
+                [0, 3, 1, 4],
+                1,
+                true,
+                Act::LeakyRelu(0.1),
+            ),
             // A kernel wider than the image, rows with no valid tap, a single pixel.
             case(16, [2, 3], 5, 1, [2; 4], 1, true, Act::HardSwish),
             case(18, [1, 1], 3, 1, [1; 4], 1, false, none),
