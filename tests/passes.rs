@@ -925,13 +925,13 @@ fn depthwise_chain(mid: usize) -> Graph {
         .with("strides", Attr::Ints(vec![2, 2]));
     let d = conv(&mut g, &mut rng, d, &[mid, 1, 5, 5], attrs, "dw2");
     let scale = g
-        .add_constant_value("scale", rng.f32_tensor(&[mid, 1, 1], 1.0))
+        .add_constant_value("scale.c", rng.f32_tensor(&[mid, 1, 1], 1.0))
         .unwrap();
     let shift = g
-        .add_constant_value("shift", rng.f32_tensor(&[1, mid, 1, 1], 1.0))
+        .add_constant_value("shift.c", rng.f32_tensor(&[1, mid, 1, 1], 1.0))
         .unwrap();
     let k = g
-        .add_constant_value("k", rng.f32_tensor(&[1], 1.0))
+        .add_constant_value("k.c", rng.f32_tensor(&[1], 1.0))
         .unwrap();
     let d = named_op(&mut g, "Mul", &[d, scale.into()], none(), "scale");
     let d = named_op(&mut g, "Add", &[shift.into(), d], none(), "shift");
