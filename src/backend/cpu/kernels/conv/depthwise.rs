@@ -316,24 +316,28 @@ unsafe fn tile(
                 $($n => {
                     #[cfg(target_arch = "x86_64")]
                     match (path, masked, $n < PAIR_BELOW) {
-                        // SAFETY (each): the path is chosen only when the CPU has it;
-                        // the pointers per the caller's contract.
                         (Path::Avx512, false, false) => {
+                            // SAFETY: Avx512 is chosen only when the CPU has it; pointers per the contract.
                             return unsafe { tile_avx512::<$n, false, false>(t, nkw, x, w, y, z) }
                         }
                         (Path::Avx512, false, true) => {
+                            // SAFETY: Avx512 is chosen only when the CPU has it; pointers per the contract.
                             return unsafe { tile_avx512::<$n, false, true>(t, nkw, x, w, y, z) }
                         }
                         (Path::Avx512, true, false) => {
+                            // SAFETY: Avx512 is chosen only when the CPU has it; pointers per the contract.
                             return unsafe { tile_avx512::<$n, true, false>(t, nkw, x, w, y, z) }
                         }
                         (Path::Avx512, true, true) => {
+                            // SAFETY: Avx512 is chosen only when the CPU has it; pointers per the contract.
                             return unsafe { tile_avx512::<$n, true, true>(t, nkw, x, w, y, z) }
                         }
                         (Path::Avx2, false, _) => {
+                            // SAFETY: Avx2 is chosen only when the CPU has it; pointers per the contract.
                             return unsafe { tile_avx2::<$n, false>(t, nkw, x, w, y, z) }
                         }
                         (Path::Avx2, true, _) => {
+                            // SAFETY: Avx2 is chosen only when the CPU has it; pointers per the contract.
                             return unsafe { tile_avx2::<$n, true>(t, nkw, x, w, y, z) }
                         }
                         (Path::Portable, ..) => {}
