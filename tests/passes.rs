@@ -925,5 +925,124 @@ fn simplify_lowers_einsums_to_matmuls() {
         assert_eq!(ops.contains(&"Einsum"), !lowered, "{eq}: {ops:?}");
         let matmul = ops.iter().any(|o| o.ends_with("MatMul"));
         assert_eq!(matmul, lowered, "{eq}: {ops:?}");
+/// A MobileNet-style chain over [1, 6, 9, 9] with `mid` middle channels: pointwise
+/// conv-bn-HardSwish, depthwise 3×3 conv-bn + the pointwise output, ReLU, depthwise
+/// 5×5 stride 2 with asymmetric pads, an unfolded per-channel scale and shift,
+/// HardSwish and a scalar scale (PP-LCNet's), pointwise back to 6 channels.
+fn depthwise_chain(mid: usize) -> Graph {
+    let mut rng = Rng(23);
+    let mut g = Graph::new("mobilenet");
+    let x = param(&mut g, "x", &[1, 6, 9, 9]);
+    let conv = |g: &mut Graph, rng: &mut Rng, x: Value, w: &[usize], attrs: Attrs, name: &str| {
+        let wv = g
+            .add_constant_value(&format!("{name}.w"), rng.f32_tensor(w, 1.0))
+            .unwrap();
+        let b = g
+            .add_constant_value(&format!("{name}.b"), rng.f32_tensor(&w[..1], 1.0))
+            .unwrap();
+        named_op(g, "Conv", &[x, wv.into(), b.into()], attrs, name)
+    };
+    let group = |k: i64| Attrs::new().with("group", Attr::Int(k));
+    let h = conv(&mut g, &mut rng, x, &[mid, 6, 1, 1], none(), "pw1");
+    let h = named_op(&mut g, "HardSwish", &[h], none(), "hs1");
+    let pads = group(mid as i64).with("pads", Attr::Ints(vec![1, 1, 1, 1]));
+    let d = conv(&mut g, &mut rng, h, &[mid, 1, 3, 3], pads, "dw1");
+    let d = named_op(&mut g, "Add", &[d, h], none(), "add");
+    let d = named_op(&mut g, "Relu", &[d], none(), "relu");
+    let attrs = group(mid as i64)
+        .with("pads", Attr::Ints(vec![2, 1, 1, 2]))
+        .with("strides", Attr::Ints(vec![2, 2]));
+    let d = conv(&mut g, &mut rng, d, &[mid, 1, 5, 5], attrs, "dw2");
+    let scale = g
+        .add_constant_value("scale.c", rng.f32_tensor(&[mid, 1, 1], 1.0))
+        .unwrap();
+    let shift = g
+        .add_constant_value("shift.c", rng.f32_tensor(&[1, mid, 1, 1], 1.0))
+        .unwrap();
+    let k = g
+        .add_constant_value("k.c", rng.f32_tensor(&[1], 1.0))
+        .unwrap();
+    let d = named_op(&mut g, "Mul", &[d, scale.into()], none(), "scale");
+    let d = named_op(&mut g, "Add", &[shift.into(), d], none(), "shift");
+    let d = named_op(&mut g, "HardSwish", &[d], none(), "hs2");
+    let d = named_op(&mut g, "Mul", &[d, k.into()], none(), "k");
+    let y = conv(&mut g, &mut rng, d, &[6, mid, 1, 1], none(), "pw2");
+    g.add_output("y", y).unwrap();
+    g
+}
+
+#[test]
+fn layout_keeps_depthwise_chains_blocked() {
+    // 10 channels in blocks of 4: the last block is ragged.
+    let g = depthwise_chain(10);
+    let mut o = options(passes::DEFAULT_PIPELINE);
+    o.set("layout", "nchw4c").unwrap();
+    let mut after = g.clone();
+    run_pipeline(&mut after, &o).unwrap();
+    assert_same(&g, &after, 29);
+    let dump = text::print(&after);
+    let node = |name: &str| {
+        let id = after
+            .find(name)
+            .unwrap_or_else(|| panic!("no {name}\n{dump}"));
+        after.node(id).clone()
+    };
+    for conv in ["pw1", "dw1", "dw2", "pw2"] {
+        assert_eq!(node(conv).op, "FusedConv", "{conv}\n{dump}");
+        assert_eq!(node(conv).attrs.int("block"), Ok(Some(4)), "{conv}\n{dump}");
+    }
+    // The residual fused into dw1 reads pw1's blocked output.
+    assert_eq!(node("dw1").inputs.len(), 4, "{dump}");
+    // The scale, shift and activation run blocked, between dw2 and pw2.
+    let fused: Vec<_> = after.nodes().iter().filter(|n| n.op == "Fused").collect();
+    assert_eq!(fused.len(), 1, "{dump}");
+    let dw2 = after.find("dw2").unwrap();
+    assert!(
+        fused[0]
+            .inputs
+            .iter()
+            .any(|v| v.map(|v| v.node) == Some(dw2)),
+        "{dump}"
+    );
+    // Only the graph's input and output are reordered.
+    let reorders = after.nodes().iter().filter(|n| n.op == "Reorder").count();
+    assert_eq!(reorders, 2, "{dump}");
+    // A depthwise conv whose weights are computed at run time stays plain.
+    let mut g = Graph::new("runtime_w");
+    let x = param(&mut g, "x", &[1, 8, 5, 5]);
+    let w = param(&mut g, "w", &[8, 1, 3, 3]);
+    let y = named_op(
+        &mut g,
+        "Conv",
+        &[x, w],
+        Attrs::new().with("group", Attr::Int(8)),
+        "dw",
+    );
+    g.add_output("y", y).unwrap();
+    let mut after = g.clone();
+    run_pipeline(&mut after, &o).unwrap();
+    assert!(
+        after.nodes().iter().all(|n| n.op != "Reorder"),
+        "{}",
+        text::print(&after)
+    );
+}
+
+#[test]
+fn depthwise_chains_agree_on_cpu() {
+    use kiln::backend::{backend_with, Device};
+    // The CPU backend's blocks of 16: 24 channels, the last block half full.
+    let g = depthwise_chain(24);
+    let inputs = random_inputs(&g, &mut Rng(31), 1, 1.0);
+    let want = run(&g, &inputs);
+    for threads in [1, 2] {
+        let exe = backend_with(Device::Cpu, PassOptions::default(), threads)
+            .unwrap()
+            .compile(&g)
+            .unwrap();
+        let got = exe.run(&inputs).unwrap();
+        got[0]
+            .check_close(&want[0], 1e-4, 1e-4)
+            .unwrap_or_else(|e| panic!("{threads} threads: {e}"));
     }
 }

@@ -10,6 +10,11 @@
 //!   than `b` input channels (a first layer on a 1- or 3-channel image) X stays plain
 //!   (`plain_x = 1`) rather than being padded to `b` lanes; with `b` or more, a ragged
 //!   last input block is cheaper than a plain read.
+//! - a depthwise 1-D or 2-D convolution (one input and one output channel per group, at
+//!   least `b` channels, constant weights: the CPU kernel packs them at compile time)
+//!   is blocked the same way, so a MobileNet block runs pointwise → depthwise →
+//!   pointwise with no reorder between. Lanes never mix across channels, so the pad
+//!   lanes stay harmless.
 //! - a 2-D MaxPool (its Indices unused), AveragePool, GlobalMaxPool or
 //!   GlobalAveragePool reading `Reorder(Xb, to plain)` pools `Xb` itself (`block = b`)
 //!   and its readers get `Reorder(Y, to plain)`. Pools act on each channel alone, so
@@ -19,6 +24,13 @@
 //!   copy); a `Resize` of `Reorder(Xb, to plain)` over spatial axes only (constant
 //!   scales or sizes, no roi, `stretch`) resizes `Xb` over the same axes. Their readers
 //!   get `Reorder(Y, to plain)`, which cancels against a blocked convolution's input.
+//! - an elementwise op or `Fused` on [N, C, H, W] whose operands are each either
+//!   `Reorder(Xb_i, to plain)` of the output's shape or a constant that is a scalar or
+//!   per channel ([C, 1, 1] after leading ones) runs on the `Xb_i`, each per-channel
+//!   constant blocked as [1, C/b, 1, 1, b] (zeros in its pad lanes), and its readers get
+//!   `Reorder(Y, to plain)`: the unfolded scale, shift and activation between two
+//!   convolutions (PP-LCNet's) stay blocked. Lanes never mix, so pad lanes stay
+//!   harmless.
 use super::pattern::{any, op, ops, Pat, Uses};
 use super::{add_in_place_of, give_back_name, sweep, try_add, Changed, Pass, PassContext};
 use crate::error::Result;
@@ -65,6 +77,7 @@ impl Pass for Layout {
             match g.node(id).op.as_str() {
                 "Concat" => return block_concat(g, uses, id, b, cx),
                 "Resize" => return block_resize(g, uses, id, b, cx),
+                op if ELEMENTWISE.contains(&op) => return block_elementwise(g, uses, id, b, cx),
                 _ => {}
             }
             cancel_pair(g, uses, id, &cancel, cx)
@@ -112,10 +125,30 @@ fn plain_2d(g: &Graph, n: &Node) -> bool {
 
 /// Only f32 convs: the blocked kernels are f32 (others run plain, unreordered).
 fn blockable(g: &Graph, n: &Node, b: usize) -> bool {
-    n.attrs.int_or("group", 1) == Ok(1)
+    let Some((c, m)) = blocked_channels(g, n, b) else {
+        return false;
+    };
+    let grouped = match n.attrs.int_or("group", 1) {
+        Ok(1) => true,
+        Ok(group) => depthwise(g, n, group, c, m),
+        Err(_) => false,
+    };
+    grouped
         && n.attrs.int_or("block", 0) == Ok(0)
         && n.outputs.first().is_some_and(|t| t.dtype == DType::F32)
-        && blocked_channels(g, n, b).is_some()
+}
+
+/// A convolution of `group` groups of one input and one output channel each over `c`
+/// channels (into `m`) whose weights [C, 1, k...] are a constant.
+fn depthwise(g: &Graph, n: &Node, group: i64, c: usize, m: usize) -> bool {
+    let Some(w) = n.inputs.get(1).copied().flatten() else {
+        return false;
+    };
+    let one = |axis: usize| {
+        g.value_type(w)
+            .is_ok_and(|t| t.shape.dim(axis).fixed() == Some(1))
+    };
+    usize::try_from(group) == Ok(c) && c == m && one(1) && g.node(w.node).op == "Constant"
 }
 
 fn reorder(
@@ -367,6 +400,94 @@ fn block_resize(
     inputs[slot] = Some(k.into());
     let attrs = n.attrs.clone().with("axes", Attr::Ints(spatial));
     restore_plain(g, id, &inputs, attrs, b, c, cx)
+}
+
+/// Elementwise ops that [`block_elementwise`] runs on blocked tensors.
+const ELEMENTWISE: &[&str] = &[
+    "Fused",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Relu",
+    "HardSwish",
+    "HardSigmoid",
+    "Sigmoid",
+    "Tanh",
+    "LeakyRelu",
+    "Clip",
+];
+
+/// An elementwise op over `Reorder(plain, xb_i)` operands and scalar or per-channel
+/// constants as `Reorder(plain, op(xb_i..., blocked constants))`.
+fn block_elementwise(
+    g: &mut Graph,
+    uses: &Uses,
+    id: NodeId,
+    b: usize,
+    cx: &mut PassContext,
+) -> Result<bool> {
+    let n = g.node(id).clone();
+    let [y] = n.outputs.as_slice() else {
+        return Ok(false);
+    };
+    let Some(dims) = y.static_dims().filter(|d| d.len() == 4) else {
+        return Ok(false);
+    };
+    if y.dtype != DType::F32 {
+        return Ok(false);
+    }
+    let c = dims[1];
+    let mut inputs = vec![];
+    let mut blocked = false;
+    for (k, v) in n.inputs.iter().enumerate() {
+        let Some(v) = *v else {
+            inputs.push(None);
+            continue;
+        };
+        if let Some((xb, ch)) = plain_of_blocked(g, uses, v, b) {
+            if ch != c || g.value_type(v)? != y {
+                return Ok(false);
+            }
+            inputs.push(Some(xb));
+            blocked = true;
+            continue;
+        }
+        let Some(t) = g
+            .node(v.node)
+            .data
+            .clone()
+            .filter(|_| g.node(v.node).op == "Constant")
+        else {
+            return Ok(false);
+        };
+        if t.len() == 1 {
+            inputs.push(Some(v));
+            continue;
+        }
+        let shape = t.shape();
+        let r = shape.len();
+        let per_channel = r >= 3
+            && shape[r - 3..] == [c, 1, 1]
+            && shape[..r - 3].iter().all(|&d| d == 1)
+            && t.dtype() == DType::F32;
+        if !per_channel {
+            return Ok(false);
+        }
+        let mut lanes = vec![0.0; c.div_ceil(b) * b];
+        lanes[..c].copy_from_slice(&t.to_f64_vec());
+        let Ok(tb) =
+            crate::tensor::Tensor::from_f64s(t.dtype(), &[1, c.div_ceil(b), 1, 1, b], &lanes)
+        else {
+            return Ok(false);
+        };
+        let k = super::add_const(g, &format!("{}.blocked_{k}", n.name), tb)?;
+        inputs.push(Some(k.into()));
+    }
+    if !blocked {
+        return Ok(false);
+    }
+    restore_plain(g, id, &inputs, n.attrs.clone(), b, c, cx)
 }
 
 /// `Reorder(blocked, Reorder(plain, x))` is `x` (up to its pad lanes, which are

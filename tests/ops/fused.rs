@@ -106,7 +106,7 @@ fn blocked_fused_conv_reads_and_writes_blocks() {
         run1("Reorder", vec![Input(yb)], to("plain", Some(8))),
         plain
     );
-    // Blocked convs are group-1 only, and X must hold W's channel count.
+    // Blocked convs are group-1 or depthwise only, and X must hold W's channel count.
     let mut g2 = a.clone();
     g2.push(("group", Attr::Int(2)));
     let e = run_err(

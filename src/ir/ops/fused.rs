@@ -310,7 +310,14 @@ impl Op for FusedConv {
         }
         // The reference for the blocked form: plain X, plain conv, blocked Y.
         let w = cx.input(1)?;
-        let c_in = w.shape().get(1).copied().ok_or("W needs rank >= 3")?;
+        let group = usize::try_from(cx.attrs.int_or("group", 1)?).map_err(|_| "negative group")?;
+        let c_in = w
+            .shape()
+            .get(1)
+            .copied()
+            .ok_or("W needs rank >= 3")?
+            .checked_mul(group)
+            .ok_or("the channel count overflows")?;
         let x = if plain_x {
             cx.input(0)?.clone()
         } else {
@@ -337,16 +344,26 @@ fn conv_block(attrs: &Attrs) -> Result<(usize, bool), String> {
     }
 }
 
-/// X's channel count for a blocked conv (which supports group 1 only): W's axis 1.
+/// X's channel count for a blocked conv, which has group 1 (W's axis 1) or is depthwise:
+/// one input and one output channel per group (W's axis 0).
 fn blocked_conv_channels(w: &TensorType, attrs: &Attrs) -> Result<usize, String> {
-    if attrs.int_or("group", 1)? != 1 {
-        return Err("a blocked FusedConv needs group = 1".into());
+    let group = attrs.int_or("group", 1)?;
+    let fixed = |axis: usize| {
+        w.shape
+            .dim(axis)
+            .fixed()
+            .filter(|_| w.rank() >= 3)
+            .ok_or_else(|| format!("W ({w}) needs static channel axes"))
+    };
+    let c = fixed(1)?;
+    if group == 1 {
+        return Ok(c);
     }
-    w.shape
-        .dim(1)
-        .fixed()
-        .filter(|_| w.rank() >= 3)
-        .ok_or_else(|| format!("W ({w}) needs a static channel axis"))
+    let m = fixed(0)?;
+    if c != 1 || i64::try_from(m) != Ok(group) {
+        return Err("a blocked FusedConv needs group = 1 or one channel per group".into());
+    }
+    Ok(m)
 }
 
 // ---------------------------------------------------------------- FusedMatMul

@@ -1,12 +1,15 @@
 //! Convolutions (`Conv`, `FusedConv`) of 1 to 3 spatial axes: blocked NCHW16c ones by
-//! the direct kernel with weights packed at compile time, plain NCHW ones (any groups)
+//! the direct kernel with weights packed at compile time (group 1) or the blocked
+//! depthwise kernel (one channel per group), plain NCHW ones (any groups)
 //! by im2col + GEMM or, with one input channel per group, the direct depthwise kernel.
 //! Where a shape has several algorithms, [`tune::choose`] picks (cost model, tune cache
 //! or measurement). The kernels are 2-D: a 1-D convolution is one row, a 2-D one over
 //! a single column (W = 1, a 1×1-wide kernel) runs as a row (the same bytes, and the
 //! kernels tile along rows), and a 3-D one adds a depth axis to im2col.
 use crate::aligned::AlignedBuf;
-use crate::backend::cpu::kernels::conv::{self, ConvShape, Depth, PackedConv, PackedWinograd};
+use crate::backend::cpu::kernels::conv::{
+    self, ConvShape, Depth, PackedConv, PackedDepthwise, PackedWinograd,
+};
 use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::pool::Pool;
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
@@ -30,6 +33,8 @@ struct Blocked {
 enum BlockedAlgo {
     Direct(PackedConv),
     Winograd(PackedWinograd),
+    /// One channel per group.
+    Depthwise(PackedDepthwise),
 }
 
 impl BlockedAlgo {
@@ -50,13 +55,14 @@ impl BlockedAlgo {
             match self {
                 BlockedAlgo::Direct(p) => conv::conv_blocked(pool, p, x, z, y, act),
                 BlockedAlgo::Winograd(p) => conv::conv_winograd(pool, p, x, z, y, act, scratch),
+                BlockedAlgo::Depthwise(p) => conv::conv_depthwise_blocked(pool, p, x, z, y, act),
             }
         }
     }
 
     fn scratch_bytes(&self, pool: Option<&Pool>) -> usize {
         match self {
-            BlockedAlgo::Direct(_) => 0,
+            BlockedAlgo::Direct(_) | BlockedAlgo::Depthwise(_) => 0,
             BlockedAlgo::Winograd(p) => p.scratch_len(pool.map_or(1, Pool::threads)) * 4,
         }
     }
@@ -329,7 +335,11 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         };
         let w = wv.as_slice().expect("standard layout");
         let bias = bv.as_ref().map(|v| v.as_slice().expect("standard layout"));
-        let algo = choose_blocked(b, shape, plain_x, w, bias, act, z.is_some())?;
+        let algo = if shape.groups > 1 && !plain_x {
+            BlockedAlgo::Depthwise(PackedDepthwise::new(shape, w, bias)?)
+        } else {
+            choose_blocked(b, shape, plain_x, w, bias, act, z.is_some())?
+        };
         let bytes = algo.scratch_bytes(b.pool);
         return Ok(Some(Box::new(Blocked {
             algo,
@@ -482,6 +492,7 @@ impl Kernel for Blocked {
             BlockedAlgo::Direct(_) => "conv-blocked",
             BlockedAlgo::Winograd(p) if p.m() == 2 => "conv-winograd2",
             BlockedAlgo::Winograd(..) => "conv-winograd4",
+            BlockedAlgo::Depthwise(_) => "conv-depthwise-blocked",
         }
     }
 }

@@ -5,6 +5,9 @@
 //! Three paths, all fusing bias, a residual and an activation:
 //! - [`blocked`]: direct convolution on NCHW16c tensors (group 1) with weights packed at
 //!   compile time ([`PackedConv`]) and AVX-512 and AVX2+FMA register-blocked micro-kernels;
+//! - [`depthwise`]: direct depthwise convolution on NCHW16c tensors (one channel per
+//!   group), weights packed at compile time ([`PackedDepthwise`]), AVX-512, AVX2 and
+//!   portable micro-kernels;
 //! - [`winograd`]: Winograd F(2×2, 3×3) / F(4×4, 3×3) for 3×3 stride-1 convolutions on
 //!   NCHW16c tensors, weights transformed at compile time ([`PackedWinograd`]);
 //! - [`plain`]: NCHW tensors with any groups by im2col + [`super::gemm::gemm`] (1×1,
@@ -12,6 +15,7 @@
 //!   input channel per group (depthwise) run a direct kernel instead; 3-D convolutions
 //!   gather their depth taps into the same im2col matrix.
 pub mod blocked;
+pub mod depthwise;
 pub mod plain;
 pub mod winograd;
 
@@ -19,6 +23,7 @@ pub mod winograd;
 mod tests;
 
 pub use blocked::{conv_blocked, conv_blocked_isa, PackedConv, BLOCK};
+pub use depthwise::{conv_depthwise_blocked, conv_depthwise_blocked_isa, PackedDepthwise};
 pub use plain::{
     conv_depthwise, conv_im2col, conv_im2col_volume, conv_plain, conv_plain_scratch_len,
     conv_volume_scratch_len,
