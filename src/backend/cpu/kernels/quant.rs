@@ -1,13 +1,9 @@
 //! Quantized kernels: dynamic u8 quantization (the interpreter's f32 numerics, one pass
-//! for the range and one for the values) and the integer operands of `MatMulInteger`
-//! and `ConvInteger` widened to f32 for the packed GEMM.
-//!
-//! The GEMM computes integer products exactly in f32 while every partial sum stays
-//! within 2^24 (all integers up to it are f32 values, whatever the order of the
-//! additions): [`exact_depth`] is how many products of the operands' largest
-//! magnitudes fit, and the products split K into chunks of that depth, each chunk's
-//! exact result converted to i32 and summed there.
+//! for the range and one for the values) and `ConvInteger`'s operand for the integer
+//! GEMM ([`super::qgemm`]): the image channels-last, then one row of patch bytes per
+//! output position, so that every tap is a copy of `channels` bytes.
 use super::par::{for_ranges, SyncPtr};
+use super::qgemm::{padded_k, row_terms};
 use crate::backend::cpu::isa::{self, Isa};
 use crate::backend::cpu::pool::Pool;
 use crate::ir::ops::quant::{dynamic_quantize_one, dynamic_quantize_params};
@@ -125,13 +121,6 @@ impl Bytes {
     }
 }
 
-/// How many products of factors at most `a_max` and `b_max` in magnitude sum exactly
-/// in f32 (at least 1).
-pub(crate) fn exact_depth(a_max: u32, b_max: u32) -> usize {
-    let product = (a_max.max(1) as u64) * (b_max.max(1) as u64);
-    ((1u64 << 24) / product).max(1) as usize
-}
-
 /// Where an element's zero point is: one for all, or one per index `(e / inner) % len`
 /// (a matrix's rows: inner = its columns; its columns: inner = 1).
 #[derive(Debug, Clone, Copy)]
@@ -140,64 +129,14 @@ pub(crate) enum ZeroPointAt {
     Along { inner: usize, len: usize },
 }
 
-/// `out[e] = value(src[e]) - value(zero_point[at(e)])` as f32, for `len` elements.
-///
-/// # Safety
-/// `src` readable and `out` writable for `len` elements; `zero_point` (if any) for the
-/// indices `at` names.
-pub(crate) unsafe fn widen(
-    src: *const u8,
-    kind: Bytes,
-    zero_point: Option<(*const u8, Bytes, ZeroPointAt)>,
-    out: *mut f32,
-    len: usize,
-    pool: Option<&Pool>,
-) {
-    let (s, o) = (SyncPtr(src as *mut u8), SyncPtr(out));
-    let zp = zero_point.map(|(p, k, at)| (SyncPtr(p as *mut u8), k, at));
-    for_ranges(pool, len.div_ceil(CHUNK), CHUNK, &|r| {
-        let (start, end) = (r.start * CHUNK, (r.end * CHUNK).min(len));
-        for e in start..end {
-            // SAFETY: e < len; the zero point index is inside it by the caller's
-            // contract; each task writes its own range.
-            unsafe {
-                let z = match zp {
-                    None => 0,
-                    Some((p, k, ZeroPointAt::All)) => k.value(*p.get()),
-                    Some((p, k, ZeroPointAt::Along { inner, len })) => {
-                        k.value(*p.get().add((e / inner) % len))
-                    }
-                };
-                *o.get().add(e) = (kind.value(*s.get().add(e)) - z) as f32;
-            }
+impl ZeroPointAt {
+    /// The index of element `e`'s zero point.
+    pub(crate) fn index(self, e: usize) -> usize {
+        match self {
+            ZeroPointAt::All => 0,
+            ZeroPointAt::Along { inner, len } => (e / inner) % len,
         }
-    });
-}
-
-/// `acc[i] = exact[i]` (first) or `acc[i] += exact[i]`, the f32 values whole numbers
-/// within 2^24, `acc` i32; `acc` may be `exact`'s buffer when `first`.
-///
-/// # Safety
-/// Both hold `len` elements.
-pub(crate) unsafe fn accumulate_exact(
-    exact: *const f32,
-    acc: *mut i32,
-    len: usize,
-    first: bool,
-    pool: Option<&Pool>,
-) {
-    let (s, o) = (SyncPtr(exact as *mut f32), SyncPtr(acc));
-    for_ranges(pool, len.div_ceil(CHUNK), CHUNK, &|r| {
-        let (start, end) = (r.start * CHUNK, (r.end * CHUNK).min(len));
-        for i in start..end {
-            // SAFETY: i < len; each element is read before it is written.
-            unsafe {
-                let v = *s.get().add(i) as i32;
-                let a = o.get().add(i);
-                *a = if first { v } else { (*a).wrapping_add(v) };
-            }
-        }
-    });
+    }
 }
 
 /// A convolution's geometry over up to three spatial axes (missing leading axes are 1).
@@ -213,74 +152,121 @@ pub(crate) struct ConvGeometry {
 }
 
 impl ConvGeometry {
-    /// Rows of the column matrix: channels × kernel taps.
+    /// Columns of a patch: kernel taps × channels.
     pub(crate) fn depth(&self) -> usize {
-        self.channels * self.kernel.iter().product::<usize>()
+        self.channels * self.taps()
     }
-    /// Columns of the column matrix: output positions.
+    pub(crate) fn taps(&self) -> usize {
+        self.kernel.iter().product()
+    }
+    /// Rows of the patch matrix: output positions.
     pub(crate) fn positions(&self) -> usize {
         self.output.iter().product()
     }
-    fn input_plane(&self) -> usize {
+    pub(crate) fn input_plane(&self) -> usize {
         self.input.iter().product()
     }
 }
 
-/// The column matrix `[depth × positions]` of the 8-bit image `x` (`channels` planes):
-/// row (c, tap) holds `value(x) - zero_point` under that tap at each output position,
-/// 0 where the tap falls in the padding (padding is the zero point).
+/// Elements of the image per parallel task of [`channels_last`].
+const PIXELS: usize = 1024;
+
+/// The 8-bit image `x` (`channels` planes) channels-last in `out` (`plane × channels`),
+/// each byte as the unsigned a' of [`super::qgemm`] (i8 flipped to `a + 128`), so that a
+/// patch's taps are runs of `channels` bytes.
 ///
 /// # Safety
-/// `x` readable for `channels` planes, `col` writable for depth × positions floats.
-pub(crate) unsafe fn im2col(
+/// `x` readable for `channels` planes, `out` writable for as many bytes.
+pub(crate) unsafe fn channels_last(
     g: &ConvGeometry,
     x: *const u8,
     kind: Bytes,
-    zero_point: i32,
-    col: *mut f32,
+    out: *mut u8,
     pool: Option<&Pool>,
 ) {
-    let taps: usize = g.kernel.iter().product();
+    let (plane, c) = (g.input_plane(), g.channels);
+    let flip = flip_to_unsigned(kind);
+    let (xp, op) = (SyncPtr(x as *mut u8), SyncPtr(out));
+    for_ranges(pool, plane.div_ceil(PIXELS), PIXELS * c, &|r| {
+        let (start, end) = (r.start * PIXELS, (r.end * PIXELS).min(plane));
+        for ch in 0..c {
+            for p in start..end {
+                // SAFETY: p < plane and ch < channels: inside both buffers; each task
+                // writes its own pixels.
+                unsafe { *op.get().add(p * c + ch) = *xp.get().add(ch * plane + p) ^ flip };
+            }
+        }
+    });
+}
+
+/// The byte that flips a `kind` value to the unsigned a' (a + 128 for i8).
+fn flip_to_unsigned(kind: Bytes) -> u8 {
+    match kind {
+        Bytes::U8 => 0,
+        Bytes::I8 => 0x80,
+    }
+}
+
+/// Output positions per parallel task of [`im2col_rows`].
+const POSITIONS: usize = 64;
+
+/// The patch matrix of a channels-last image ([`channels_last`]): row p (an output
+/// position) holds, tap by tap (depth, height, width), the `channels` bytes under it,
+/// the zero point's a' where the tap falls in the padding (padding is the zero point),
+/// zeros up to [`padded_k`]; with each row's terms for [`super::qgemm::AView`].
+///
+/// # Safety
+/// `image` readable for plane × channels bytes, `col` writable for positions ×
+/// padded_k(depth) bytes, `terms` for 2 · positions i32.
+pub(crate) unsafe fn im2col_rows(
+    g: &ConvGeometry,
+    image: *const u8,
+    kind: Bytes,
+    zero_point: i32,
+    col: *mut u8,
+    terms: *mut i32,
+    pool: Option<&Pool>,
+) {
+    let (c, taps, depth) = (g.channels, g.taps(), g.depth());
+    let kp = padded_k(depth);
+    let alpha = zero_point + if kind == Bytes::I8 { 128 } else { 0 };
     let positions = g.positions();
-    let (xp, cp) = (SyncPtr(x as *mut u8), SyncPtr(col));
+    let (ip, cp, tp) = (SyncPtr(image as *mut u8), SyncPtr(col), SyncPtr(terms));
     let source = |o: usize, k: usize, axis: usize| -> Option<usize> {
         let p = (o * g.stride[axis] + k * g.dilation[axis]) as isize - g.pad_begin[axis] as isize;
         (0..g.input[axis] as isize)
             .contains(&p)
             .then_some(p as usize)
     };
-    for_ranges(pool, g.depth(), positions, &|rows| {
-        for row in rows {
-            let (c, tap) = (row / taps, row % taps);
-            let (kd, kh, kw) = (
-                tap / (g.kernel[1] * g.kernel[2]),
-                (tap / g.kernel[2]) % g.kernel[1],
-                tap % g.kernel[2],
+    for_ranges(pool, positions.div_ceil(POSITIONS), POSITIONS * kp, &|r| {
+        let (start, end) = (r.start * POSITIONS, (r.end * POSITIONS).min(positions));
+        for p in start..end {
+            let (od, oh, ow) = (
+                p / (g.output[1] * g.output[2]),
+                (p / g.output[2]) % g.output[1],
+                p % g.output[2],
             );
-            // SAFETY: row < depth: its plane and its row of col are inside the buffers;
-            // every index below is checked against the input's extent.
+            // SAFETY: p < positions: its row of col and terms is inside them; every
+            // source index is checked against the input's extent.
             unsafe {
-                let plane = xp.get().add(c * g.input_plane());
-                let mut out = cp.get().add(row * positions);
-                for od in 0..g.output[0] {
-                    let id = source(od, kd, 0);
-                    for oh in 0..g.output[1] {
-                        let ih = source(oh, kh, 1);
-                        let Some((id, ih)) = id.zip(ih) else {
-                            std::ptr::write_bytes(out, 0, g.output[2]);
-                            out = out.add(g.output[2]);
-                            continue;
-                        };
-                        let line = plane.add((id * g.input[1] + ih) * g.input[2]);
-                        for ow in 0..g.output[2] {
-                            *out = match source(ow, kw, 2) {
-                                Some(iw) => (kind.value(*line.add(iw)) - zero_point) as f32,
-                                None => 0.0,
-                            };
-                            out = out.add(1);
+                let row = std::slice::from_raw_parts_mut(cp.get().add(p * kp), kp);
+                for tap in 0..taps {
+                    let (kd, kh, kw) = (
+                        tap / (g.kernel[1] * g.kernel[2]),
+                        (tap / g.kernel[2]) % g.kernel[1],
+                        tap % g.kernel[2],
+                    );
+                    let dst = &mut row[tap * c..(tap + 1) * c];
+                    match (source(od, kd, 0), source(oh, kh, 1), source(ow, kw, 2)) {
+                        (Some(id), Some(ih), Some(iw)) => {
+                            let at = ((id * g.input[1] + ih) * g.input[2] + iw) * c;
+                            dst.copy_from_slice(std::slice::from_raw_parts(ip.get().add(at), c));
                         }
+                        _ => dst.fill(alpha as u8),
                     }
                 }
+                row[depth..].fill(0);
+                row_terms(row.as_ptr(), depth, alpha, tp.get().add(2 * p));
             }
         }
     });
@@ -311,12 +297,5 @@ mod tests {
                 assert_eq!(q, dynamic_quantize_one(v, scale, zero_point), "element {i}");
             }
         }
-    }
-
-    #[test]
-    fn exact_depth_keeps_sums_within_f32_integers() {
-        assert_eq!(exact_depth(255, 255), (1 << 24) / 65025);
-        assert_eq!(exact_depth(0, 0), 1 << 24);
-        assert!(exact_depth(255, 128) * 255 * 128 <= 1 << 24);
     }
 }
