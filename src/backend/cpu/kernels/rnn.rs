@@ -917,14 +917,13 @@ unsafe fn quantize_rows(
     ld: usize,
     terms: *mut i32,
 ) {
-    use crate::ir::ops::quant::dynamic_quantize_one;
+    let isa = crate::backend::cpu::isa::isa();
     for (r, src) in values.chunks_exact(k.max(1)).enumerate() {
-        // SAFETY: row r of out and its terms, inside them by the caller's contract.
+        // SAFETY: row r of out and its terms, inside them by the caller's contract; the
+        // ISA's features are present (isa() checked them).
         unsafe {
             let row = std::slice::from_raw_parts_mut(out.add(r * ld), ld);
-            for (q, &v) in row.iter_mut().zip(src) {
-                *q = dynamic_quantize_one(v, scale, zero_point);
-            }
+            super::quant::quantize_range(isa, src.as_ptr(), row.as_mut_ptr(), k, scale, zero_point);
             row[k..].fill(0);
             row_terms(row.as_ptr(), k, zero_point as i32, terms.add(2 * r));
         }
