@@ -90,6 +90,53 @@ pub(crate) fn paths() -> Vec<Path> {
     out
 }
 
+/// An A prepared once (a constant): rows of a' and their terms.
+pub(crate) struct PreparedA {
+    data: Vec<u8>,
+    terms: Vec<i32>,
+    k: usize,
+}
+
+impl PreparedA {
+    /// `m` rows of `k` bytes of type `kind`, row i's zero point `zero_point(i)`.
+    pub(crate) fn new(
+        src: &[u8],
+        kind: Bytes,
+        m: usize,
+        k: usize,
+        zero_point: &(dyn Fn(usize) -> i32 + Sync),
+    ) -> Result<PreparedA, String> {
+        if src.len() != m * k {
+            return Err(format!("{} bytes are not {m}×{k}", src.len()));
+        }
+        let mut data = vec![0u8; m * padded_k(k)];
+        let mut terms = vec![0i32; 2 * m];
+        // SAFETY: the buffers hold what prepare_a reads and writes (checked above).
+        unsafe {
+            prepare_a(
+                src.as_ptr(),
+                kind,
+                m,
+                k,
+                k,
+                zero_point,
+                data.as_mut_ptr(),
+                terms.as_mut_ptr(),
+                None,
+            )
+        };
+        Ok(PreparedA { data, terms, k })
+    }
+
+    pub(crate) fn view(&self) -> AView {
+        AView {
+            data: self.data.as_ptr(),
+            ld: padded_k(self.k),
+            terms: self.terms.as_ptr(),
+        }
+    }
+}
+
 /// Where A is: `m` rows of a' bytes `ld` apart (each padded with zeros to
 /// [`padded_k`]), and per row the pair (Σa' − K·α, α) in `terms`.
 #[derive(Clone, Copy)]
@@ -108,6 +155,10 @@ pub(crate) struct BView {
     k: usize,
     n: usize,
 }
+
+// SAFETY: a view is read by the GEMM's tasks; producers that fill one in parallel
+// (`panel_mut`) each write their own panels.
+unsafe impl Sync for BView {}
 
 /// Byte offsets of a packed B's sums and betas, and its total size.
 fn b_layout(k: usize, n: usize) -> (usize, usize, usize) {
@@ -166,6 +217,38 @@ pub(crate) unsafe fn pack_b(
             k,
             n,
         }
+    }
+}
+
+/// The view of a B packed in `buf` ([`packed_b_bytes`] long, 4-byte aligned), whose
+/// panels, sums and betas the caller fills, as [`pack_b`] lays them out.
+///
+/// # Safety
+/// `buf` holds the packed bytes.
+pub(crate) unsafe fn b_view(buf: *mut u8, k: usize, n: usize) -> BView {
+    let (sums_at, betas_at, _) = b_layout(k, n);
+    // SAFETY: the offsets lie inside the buffer (the caller's contract).
+    unsafe {
+        BView {
+            data: buf as *const i8,
+            sums: buf.add(sums_at) as *const i32,
+            betas: buf.add(betas_at) as *const i32,
+            k,
+            n,
+        }
+    }
+}
+
+impl BView {
+    /// Panel `p`'s bytes, its columns' Σb' and β, to fill (for producers that write
+    /// the packed layout directly): group g of column j at byte `g·4·NR + (j % NR)·4`.
+    pub(crate) fn panel_mut(&self, p: usize) -> (*mut i8, *mut i32, *mut i32) {
+        let kp = padded_k(self.k);
+        (
+            self.data.wrapping_add(p * kp * NR) as *mut i8,
+            self.sums.wrapping_add(p * NR) as *mut i32,
+            self.betas.wrapping_add(p * NR) as *mut i32,
+        )
     }
 }
 

@@ -1,9 +1,10 @@
 //! Quantized kernels: dynamic u8 quantization (the interpreter's f32 numerics, one pass
 //! for the range and one for the values) and `ConvInteger`'s operand for the integer
-//! GEMM ([`super::qgemm`]): the image channels-last, then one row of patch bytes per
-//! output position, so that every tap is a copy of `channels` bytes.
+//! GEMM ([`super::qgemm`]): the image channels-last, then its patches written straight
+//! into the GEMM's packed B (a column per output position), so that every tap is a copy
+//! of `channels` bytes, four at a time when the channels fill whole groups.
 use super::par::{for_ranges, SyncPtr};
-use super::qgemm::{padded_k, row_terms};
+use super::qgemm::{padded_k, BView, NR};
 use crate::backend::cpu::isa::{self, Isa};
 use crate::backend::cpu::pool::Pool;
 use crate::ir::ops::quant::{dynamic_quantize_one, dynamic_quantize_params};
@@ -194,7 +195,7 @@ impl ConvGeometry {
 const PIXELS: usize = 1024;
 
 /// The 8-bit image `x` (`channels` planes) channels-last in `out` (`plane × channels`),
-/// each byte as the unsigned a' of [`super::qgemm`] (i8 flipped to `a + 128`), so that a
+/// each byte as the signed b' of [`super::qgemm`] (u8 flipped to `b − 128`), so that a
 /// patch's taps are runs of `channels` bytes.
 ///
 /// # Safety
@@ -207,7 +208,10 @@ pub(crate) unsafe fn channels_last(
     pool: Option<&Pool>,
 ) {
     let (plane, c) = (g.input_plane(), g.channels);
-    let flip = flip_to_unsigned(kind);
+    let flip = match kind {
+        Bytes::U8 => 0x80u8,
+        Bytes::I8 => 0,
+    };
     let (xp, op) = (SyncPtr(x as *mut u8), SyncPtr(out));
     for_ranges(pool, plane.div_ceil(PIXELS), PIXELS * c, &|r| {
         let (start, end) = (r.start * PIXELS, (r.end * PIXELS).min(plane));
@@ -221,74 +225,92 @@ pub(crate) unsafe fn channels_last(
     });
 }
 
-/// The byte that flips a `kind` value to the unsigned a' (a + 128 for i8).
-fn flip_to_unsigned(kind: Bytes) -> u8 {
-    match kind {
-        Bytes::U8 => 0,
-        Bytes::I8 => 0x80,
-    }
-}
-
-/// Output positions per parallel task of [`im2col_rows`].
-const POSITIONS: usize = 64;
-
-/// The patch matrix of a channels-last image ([`channels_last`]): row p (an output
-/// position) holds, tap by tap (depth, height, width), the `channels` bytes under it,
-/// the zero point's a' where the tap falls in the padding (padding is the zero point),
-/// zeros up to [`padded_k`]; with each row's terms for [`super::qgemm::AView`].
+/// The patch matrix of a channels-last image ([`channels_last`]) written straight into
+/// a packed B of the integer GEMM: column p (an output position) holds, tap by tap
+/// (depth, height, width), the `channels` bytes under it, and `beta` (the zero point's
+/// b': padding is the zero point) where the tap falls in the padding; each column's
+/// β is `beta` and its Σb' is summed as it is written.
 ///
 /// # Safety
-/// `image` readable for plane × channels bytes, `col` writable for positions ×
-/// padded_k(depth) bytes, `terms` for 2 · positions i32.
-pub(crate) unsafe fn im2col_rows(
+/// `image` readable for plane × channels bytes; `b` a packed B of depth × positions in
+/// writable memory.
+pub(crate) unsafe fn im2col_packed(
     g: &ConvGeometry,
     image: *const u8,
-    kind: Bytes,
-    zero_point: i32,
-    col: *mut u8,
-    terms: *mut i32,
+    beta: i32,
+    b: &BView,
     pool: Option<&Pool>,
 ) {
     let (c, taps, depth) = (g.channels, g.taps(), g.depth());
     let kp = padded_k(depth);
-    let alpha = zero_point + if kind == Bytes::I8 { 128 } else { 0 };
     let positions = g.positions();
-    let (ip, cp, tp) = (SyncPtr(image as *mut u8), SyncPtr(col), SyncPtr(terms));
+    let ip = SyncPtr(image as *mut u8);
     let source = |o: usize, k: usize, axis: usize| -> Option<usize> {
         let p = (o * g.stride[axis] + k * g.dilation[axis]) as isize - g.pad_begin[axis] as isize;
         (0..g.input[axis] as isize)
             .contains(&p)
             .then_some(p as usize)
     };
-    for_ranges(pool, positions.div_ceil(POSITIONS), POSITIONS * kp, &|r| {
-        let (start, end) = (r.start * POSITIONS, (r.end * POSITIONS).min(positions));
-        for p in start..end {
-            let (od, oh, ow) = (
-                p / (g.output[1] * g.output[2]),
-                (p / g.output[2]) % g.output[1],
-                p % g.output[2],
-            );
-            // SAFETY: p < positions: its row of col and terms is inside them; every
-            // source index is checked against the input's extent.
+    // Whole 4-byte groups per tap when the channels fill them.
+    let words = c % 4 == 0;
+    let pad_word = u32::from_ne_bytes([beta as u8; 4]);
+    for_ranges(pool, positions.div_ceil(NR), NR * kp, &|panels| {
+        for panel in panels {
+            let (data, sums, betas) = b.panel_mut(panel);
+            let data = SyncPtr(data as *mut u8);
+            // SAFETY: the panel's bytes and terms lie inside the packed B; every source
+            // index is checked against the input's extent; each task fills its panels.
             unsafe {
-                let row = std::slice::from_raw_parts_mut(cp.get().add(p * kp), kp);
-                for tap in 0..taps {
-                    let (kd, kh, kw) = (
-                        tap / (g.kernel[1] * g.kernel[2]),
-                        (tap / g.kernel[2]) % g.kernel[1],
-                        tap % g.kernel[2],
-                    );
-                    let dst = &mut row[tap * c..(tap + 1) * c];
-                    match (source(od, kd, 0), source(oh, kh, 1), source(ow, kw, 2)) {
-                        (Some(id), Some(ih), Some(iw)) => {
-                            let at = ((id * g.input[1] + ih) * g.input[2] + iw) * c;
-                            dst.copy_from_slice(std::slice::from_raw_parts(ip.get().add(at), c));
+                std::ptr::write_bytes(data.get(), 0, kp * NR);
+                for lane in 0..NR {
+                    let p = panel * NR + lane;
+                    let mut sum = 0i32;
+                    if p < positions {
+                        let (od, oh, ow) = (
+                            p / (g.output[1] * g.output[2]),
+                            (p / g.output[2]) % g.output[1],
+                            p % g.output[2],
+                        );
+                        let column = data.get().add(lane * 4);
+                        for tap in 0..taps {
+                            let (kd, kh, kw) = (
+                                tap / (g.kernel[1] * g.kernel[2]),
+                                (tap / g.kernel[2]) % g.kernel[1],
+                                tap % g.kernel[2],
+                            );
+                            let src =
+                                match (source(od, kd, 0), source(oh, kh, 1), source(ow, kw, 2)) {
+                                    (Some(id), Some(ih), Some(iw)) => Some(
+                                        ip.get()
+                                            .add(((id * g.input[1] + ih) * g.input[2] + iw) * c),
+                                    ),
+                                    _ => None,
+                                };
+                            let k0 = tap * c;
+                            if words {
+                                for w in 0..c / 4 {
+                                    let v = match src {
+                                        Some(s) => (s.add(4 * w) as *const u32).read_unaligned(),
+                                        None => pad_word,
+                                    };
+                                    let at = column.add((k0 / 4 + w) * NR * 4) as *mut u32;
+                                    at.write_unaligned(v);
+                                    let bytes = v.to_ne_bytes();
+                                    sum += bytes.iter().map(|&x| x as i8 as i32).sum::<i32>();
+                                }
+                            } else {
+                                for e in 0..c {
+                                    let v = src.map_or(beta as u8, |s| *s.add(e));
+                                    let kk = k0 + e;
+                                    *column.add((kk / 4) * NR * 4 + kk % 4) = v;
+                                    sum += v as i8 as i32;
+                                }
+                            }
                         }
-                        _ => dst.fill(alpha as u8),
                     }
+                    *sums.add(lane) = sum;
+                    *betas.add(lane) = if p < positions { beta } else { 0 };
                 }
-                row[depth..].fill(0);
-                row_terms(row.as_ptr(), depth, alpha, tp.get().add(2 * p));
             }
         }
     });

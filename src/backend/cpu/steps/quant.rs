@@ -1,16 +1,16 @@
 //! Quantized steps. `DynamicQuantizeLinear`; `MatMulInteger` and `ConvInteger` as
 //! exact integer GEMMs ([`kernels::qgemm`]), constant weights packed once at lowering
-//! with their zero points (a convolution's as the patch rows of
-//! [`kernels::quant::im2col_rows`] run); and
+//! with their zero points (a convolution's as its patches run, see
+//! [`kernels::quant::im2col_packed`]); and
 //! DequantizeLinear from the low-bit dtypes (int4/uint4/int2/uint2, float8, float4) to
 //! f32: each element's byte indexes a 256-entry table of its value, then
 //! `(value - zero_point) * scale`, per tensor, per axis or blocked. Both operands are
 //! exact in f32, so one f32 multiply rounds once, as the interpreter's f64 does.
 use crate::backend::cpu::kernels::qgemm::{
-    pack_b, packed_b_bytes, padded_k, prepare_a, qgemm, AView, PackedB8,
+    b_view, pack_b, packed_b_bytes, padded_k, prepare_a, qgemm, PackedB8, PreparedA,
 };
 use crate::backend::cpu::kernels::quant::{
-    self as kernels_quant, channels_last, im2col_rows, Bytes, ConvGeometry, ZeroPointAt,
+    self as kernels_quant, channels_last, im2col_packed, Bytes, ConvGeometry, ZeroPointAt,
 };
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::backend::matmul_geometry::{geometry, Geometry};
@@ -277,9 +277,9 @@ impl Kernel for MatMulInteger {
     }
 }
 
-/// `ConvInteger`: per image and group, the image channels-last, its patch matrix (one
-/// row per output position), then the integer GEMM with the weights packed at lowering,
-/// stored transposed into y's channel planes.
+/// `ConvInteger`: per image and group, the image channels-last, its patches packed as
+/// the integer GEMM's B (a column per output position), then the weights (prepared at
+/// lowering, one row per output channel) times them straight into y's planes.
 pub struct ConvInteger {
     x: Slot,
     x_kind: Bytes,
@@ -289,8 +289,8 @@ pub struct ConvInteger {
     groups: usize,
     /// Output channels per group.
     m: usize,
-    /// Per group: W's rows (taps × channels, as the patches run) as the GEMM's B.
-    weights: Vec<PackedB8>,
+    /// Per group: W's rows (taps × channels, as the patches run) as the GEMM's A.
+    weights: Vec<PreparedA>,
     scratch: Loc,
     offsets: Vec<usize>,
 }
@@ -355,7 +355,7 @@ fn build_conv_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let mut weights = vec![];
     for g in 0..groups {
         // Row j of the group's weights reordered from (channel, tap) to the patches'
-        // (tap, channel): the GEMM's column j.
+        // (tap, channel).
         let mut reordered = vec![0u8; m * depth];
         for j in 0..m {
             for c in 0..channels {
@@ -370,15 +370,12 @@ fn build_conv_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             1 => w_zero_point[0],
             _ => w_zero_point[g * m + j],
         };
-        // SAFETY: `reordered` holds the m rows of depth bytes the strides name.
-        weights
-            .push(unsafe { PackedB8::new(reordered.as_ptr(), w_kind, depth, m, (1, depth), &zb)? });
+        weights.push(PreparedA::new(&reordered, w_kind, m, depth, &zb)?);
     }
     let positions = geometry.positions();
     let (offsets, total) = carve(&[
         geometry.input_plane() * channels,
-        positions * padded_k(depth),
-        2 * positions * 4,
+        packed_b_bytes(depth, positions),
     ]);
     Ok(Some(Box::new(ConvInteger {
         x: x.clone(),
@@ -398,11 +395,11 @@ impl Kernel for ConvInteger {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
         // SAFETY: the Kernel::run contract: x holds N images of groups × channels
         // planes (bytes), y N × groups × m output planes (i32), the scratch the
-        // channels-last image, the patch rows and their terms carved at lowering.
+        // channels-last image and its packed patches carved at lowering.
         unsafe {
             let pool = cx.pool;
             let g = &self.geometry;
-            let (kp, p) = (padded_k(g.depth()), g.positions());
+            let p = g.positions();
             let plane = g.input_plane();
             let zero_point = self
                 .x_zero_point
@@ -410,8 +407,9 @@ impl Kernel for ConvInteger {
                 .map_or(0, |(s, kind)| kind.value(*cx.ptr(s.loc)));
             let scratch = cx.ptr(self.scratch);
             let image = scratch.add(self.offsets[0]);
-            let col = scratch.add(self.offsets[1]);
-            let terms = scratch.add(self.offsets[2]) as *mut i32;
+            let col = b_view(scratch.add(self.offsets[1]), g.depth(), p);
+            // Padding reads as the zero point: b' = zero point − 128 for u8.
+            let beta = zero_point - if self.x_kind == Bytes::U8 { 128 } else { 0 };
             let images = self.x.shape[0];
             let (x, y) = (
                 cx.ptr(self.x.loc) as *const u8,
@@ -421,14 +419,9 @@ impl Kernel for ConvInteger {
                 for group in 0..self.groups {
                     let at = n * self.groups + group;
                     channels_last(g, x.add(at * g.channels * plane), self.x_kind, image, pool);
-                    im2col_rows(g, image, self.x_kind, zero_point, col, terms, pool);
-                    let a = AView {
-                        data: col,
-                        ld: kp,
-                        terms,
-                    };
+                    im2col_packed(g, image, beta, &col, pool);
                     let w = self.weights[group].view();
-                    qgemm(pool, p, &a, &w, y.add(at * self.m * p), (1, p));
+                    qgemm(pool, self.m, &w, &col, y.add(at * self.m * p), (p, 1));
                 }
             }
             Ok(())
