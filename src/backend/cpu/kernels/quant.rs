@@ -196,15 +196,18 @@ const PIXELS: usize = 1024;
 
 /// The 8-bit image `x` (`channels` planes) channels-last in `out` (`plane × channels`),
 /// each byte as the signed b' of [`super::qgemm`] (u8 flipped to `b − 128`), so that a
-/// patch's taps are runs of `channels` bytes.
+/// patch's taps are runs of `channels` bytes; and each pixel's Σb' in `sums`, so that a
+/// patch's sum is one addition per tap.
 ///
 /// # Safety
-/// `x` readable for `channels` planes, `out` writable for as many bytes.
+/// `x` readable for `channels` planes, `out` writable for as many bytes, `sums` for
+/// one i32 per pixel.
 pub(crate) unsafe fn channels_last(
     g: &ConvGeometry,
     x: *const u8,
     kind: Bytes,
     out: *mut u8,
+    sums: *mut i32,
     pool: Option<&Pool>,
 ) {
     let (plane, c) = (g.input_plane(), g.channels);
@@ -212,14 +215,21 @@ pub(crate) unsafe fn channels_last(
         Bytes::U8 => 0x80u8,
         Bytes::I8 => 0,
     };
-    let (xp, op) = (SyncPtr(x as *mut u8), SyncPtr(out));
+    let (xp, op, sp) = (SyncPtr(x as *mut u8), SyncPtr(out), SyncPtr(sums));
     for_ranges(pool, plane.div_ceil(PIXELS), PIXELS * c, &|r| {
         let (start, end) = (r.start * PIXELS, (r.end * PIXELS).min(plane));
+        // SAFETY: start..end < plane: this task's pixels of sums.
+        let sums = unsafe { std::slice::from_raw_parts_mut(sp.get().add(start), end - start) };
+        sums.fill(0);
         for ch in 0..c {
-            for p in start..end {
+            for (p, sum) in (start..end).zip(sums.iter_mut()) {
                 // SAFETY: p < plane and ch < channels: inside both buffers; each task
                 // writes its own pixels.
-                unsafe { *op.get().add(p * c + ch) = *xp.get().add(ch * plane + p) ^ flip };
+                unsafe {
+                    let v = *xp.get().add(ch * plane + p) ^ flip;
+                    *op.get().add(p * c + ch) = v;
+                    *sum += v as i8 as i32;
+                }
             }
         }
     });
@@ -229,14 +239,15 @@ pub(crate) unsafe fn channels_last(
 /// a packed B of the integer GEMM: column p (an output position) holds, tap by tap
 /// (depth, height, width), the `channels` bytes under it, and `beta` (the zero point's
 /// b': padding is the zero point) where the tap falls in the padding; each column's
-/// β is `beta` and its Σb' is summed as it is written.
+/// β is `beta` and its Σb' the sum of its taps' pixel sums.
 ///
 /// # Safety
-/// `image` readable for plane × channels bytes; `b` a packed B of depth × positions in
-/// writable memory.
+/// `image` readable for plane × channels bytes and `pixel_sums` for plane i32 (as
+/// [`channels_last`] wrote them); `b` a packed B of depth × positions in writable memory.
 pub(crate) unsafe fn im2col_packed(
     g: &ConvGeometry,
     image: *const u8,
+    pixel_sums: *const i32,
     beta: i32,
     b: &BView,
     pool: Option<&Pool>,
@@ -244,7 +255,8 @@ pub(crate) unsafe fn im2col_packed(
     let (c, taps, depth) = (g.channels, g.taps(), g.depth());
     let kp = padded_k(depth);
     let positions = g.positions();
-    let ip = SyncPtr(image as *mut u8);
+    let (ip, sp) = (SyncPtr(image as *mut u8), SyncPtr(pixel_sums as *mut i32));
+    let pad_sum = beta.wrapping_mul(c as i32);
     let source = |o: usize, k: usize, axis: usize| -> Option<usize> {
         let p = (o * g.stride[axis] + k * g.dilation[axis]) as isize - g.pad_begin[axis] as isize;
         (0..g.input[axis] as isize)
@@ -280,11 +292,15 @@ pub(crate) unsafe fn im2col_packed(
                             );
                             let src =
                                 match (source(od, kd, 0), source(oh, kh, 1), source(ow, kw, 2)) {
-                                    (Some(id), Some(ih), Some(iw)) => Some(
-                                        ip.get()
-                                            .add(((id * g.input[1] + ih) * g.input[2] + iw) * c),
-                                    ),
-                                    _ => None,
+                                    (Some(id), Some(ih), Some(iw)) => {
+                                        let pixel = (id * g.input[1] + ih) * g.input[2] + iw;
+                                        sum = sum.wrapping_add(*sp.get().add(pixel));
+                                        Some(ip.get().add(pixel * c))
+                                    }
+                                    _ => {
+                                        sum = sum.wrapping_add(pad_sum);
+                                        None
+                                    }
                                 };
                             let k0 = tap * c;
                             if words {
@@ -295,15 +311,12 @@ pub(crate) unsafe fn im2col_packed(
                                     };
                                     let at = column.add((k0 / 4 + w) * NR * 4) as *mut u32;
                                     at.write_unaligned(v);
-                                    let bytes = v.to_ne_bytes();
-                                    sum += bytes.iter().map(|&x| x as i8 as i32).sum::<i32>();
                                 }
                             } else {
                                 for e in 0..c {
                                     let v = src.map_or(beta as u8, |s| *s.add(e));
                                     let kk = k0 + e;
                                     *column.add((kk / 4) * NR * 4 + kk % 4) = v;
-                                    sum += v as i8 as i32;
                                 }
                             }
                         }

@@ -376,6 +376,7 @@ fn build_conv_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let (offsets, total) = carve(&[
         geometry.input_plane() * channels,
         packed_b_bytes(depth, positions),
+        geometry.input_plane() * 4,
     ]);
     Ok(Some(Box::new(ConvInteger {
         x: x.clone(),
@@ -395,7 +396,7 @@ impl Kernel for ConvInteger {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
         // SAFETY: the Kernel::run contract: x holds N images of groups × channels
         // planes (bytes), y N × groups × m output planes (i32), the scratch the
-        // channels-last image and its packed patches carved at lowering.
+        // channels-last image, its packed patches and its pixel sums carved at lowering.
         unsafe {
             let pool = cx.pool;
             let g = &self.geometry;
@@ -408,6 +409,7 @@ impl Kernel for ConvInteger {
             let scratch = cx.ptr(self.scratch);
             let image = scratch.add(self.offsets[0]);
             let col = b_view(scratch.add(self.offsets[1]), g.depth(), p);
+            let pixel_sums = scratch.add(self.offsets[2]) as *mut i32;
             // Padding reads as the zero point: b' = zero point − 128 for u8.
             let beta = zero_point - if self.x_kind == Bytes::U8 { 128 } else { 0 };
             let images = self.x.shape[0];
@@ -418,8 +420,9 @@ impl Kernel for ConvInteger {
             for n in 0..images {
                 for group in 0..self.groups {
                     let at = n * self.groups + group;
-                    channels_last(g, x.add(at * g.channels * plane), self.x_kind, image, pool);
-                    im2col_packed(g, image, beta, &col, pool);
+                    let x = x.add(at * g.channels * plane);
+                    channels_last(g, x, self.x_kind, image, pixel_sums, pool);
+                    im2col_packed(g, image, pixel_sums, beta, &col, pool);
                     let w = self.weights[group].view();
                     qgemm(pool, self.m, &w, &col, y.add(at * self.m * p), (p, 1));
                 }
