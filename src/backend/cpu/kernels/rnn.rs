@@ -851,10 +851,16 @@ impl QuantLstm {
                         terms: hterms,
                     };
                     qgemm(pool, batch, &ha, &rq.packed.view(), racc, (g4, 1));
-                    for_ranges(pool, batch, g4 * 16, &|range| {
-                        for n in range {
+                    // Each row's gates in chunks of hidden units: a batch-1 step still
+                    // spreads its transcendental functions over the threads.
+                    let chunks = h.div_ceil(GATE_CHUNK);
+                    for_ranges(pool, batch * chunks, GATE_CHUNK * 256, &|range| {
+                        for item in range {
+                            let (n, j0) = (item / chunks, (item % chunks) * GATE_CHUNK);
+                            let width = GATE_CHUNK.min(h - j0);
                             let l = len(n);
-                            let hrow = std::slice::from_raw_parts_mut(hs_p.get().add(n * h), h);
+                            let at = n * h + j0;
+                            let hrow = std::slice::from_raw_parts_mut(hs_p.get().add(at), width);
                             if t >= l {
                                 hrow.fill(0.0); // a finished row's state reads as zero
                                 continue;
@@ -865,7 +871,7 @@ impl QuantLstm {
                                 g4,
                             );
                             let ra = std::slice::from_raw_parts(racc_p.get().add(n * g4), g4);
-                            let crow = std::slice::from_raw_parts_mut(cs_p.get().add(n * h), h);
+                            let crow = std::slice::from_raw_parts_mut(cs_p.get().add(at), width);
                             let pre = |k: usize, j: usize| {
                                 let col = k * h + j;
                                 let step = 0.0 + xa[col] as f32 * (x_scale * wq.scale(col));
@@ -873,8 +879,9 @@ impl QuantLstm {
                                 (step + fused_bias[col]).clamp(-s.clip, s.clip)
                             };
                             let p = |k: usize, j: usize| peep.map_or(0.0, |p| p[k * h + j]);
-                            for j in 0..h {
-                                let c_prev = crow[j];
+                            for (e, (hv, cv)) in hrow.iter_mut().zip(crow.iter_mut()).enumerate() {
+                                let j = j0 + e;
+                                let c_prev = *cv;
                                 let i = std_sigmoid(pre(0, j) + p(0, j) * c_prev);
                                 let f = if s.input_forget {
                                     1.0 - i
@@ -884,24 +891,35 @@ impl QuantLstm {
                                 let cand = pre(3, j).tanh();
                                 let cell = (f * c_prev + i * cand).clamp(-s.clip, s.clip);
                                 let o = std_sigmoid(pre(1, j) + p(1, j) * cell);
-                                hrow[j] = o * cell.tanh();
-                                crow[j] = cell;
-                            }
-                            let out = ((time * dirs + d) * batch + n) * h;
-                            std::ptr::copy_nonoverlapping(hrow.as_ptr(), io.y.add(out), h);
-                            if t + 1 == l {
-                                let at = (d * batch + n) * h;
-                                std::ptr::copy_nonoverlapping(hrow.as_ptr(), io.y_h.add(at), h);
-                                std::ptr::copy_nonoverlapping(crow.as_ptr(), io.y_c.add(at), h);
+                                *hv = o * cell.tanh();
+                                *cv = cell;
                             }
                         }
                     });
+                    for n in 0..batch {
+                        let l = len(n);
+                        if t >= l {
+                            continue;
+                        }
+                        let time = if reverse { l - 1 - t } else { t };
+                        let (hrow, crow) = (hs.add(n * h), cs.add(n * h));
+                        let out = ((time * dirs + d) * batch + n) * h;
+                        std::ptr::copy_nonoverlapping(hrow, io.y.add(out), h);
+                        if t + 1 == l {
+                            let at = (d * batch + n) * h;
+                            std::ptr::copy_nonoverlapping(hrow, io.y_h.add(at), h);
+                            std::ptr::copy_nonoverlapping(crow, io.y_c.add(at), h);
+                        }
+                    }
                 }
             }
         }
         Ok(())
     }
 }
+
+/// Hidden units per parallel task of a step's gate math.
+const GATE_CHUNK: usize = 64;
 
 /// `values` (rows of `k`) quantized to u8 with `scale` and `zero_point` into rows `ld`
 /// bytes apart (zero-padded), with their terms for the integer GEMM.
