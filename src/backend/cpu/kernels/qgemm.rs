@@ -20,6 +20,7 @@ use std::ops::Range;
 use super::par::{for_ranges, SyncPtr};
 use super::quant::Bytes;
 use crate::aligned::AlignedBuf;
+use crate::backend::cpu::host;
 use crate::backend::cpu::isa::{self, Isa};
 use crate::backend::cpu::pool::Pool;
 
@@ -27,8 +28,6 @@ use crate::backend::cpu::pool::Pool;
 pub(crate) const NR: usize = 32;
 /// Rows per micro-tile at most.
 pub(crate) const MR: usize = 8;
-/// Bytes of A a block of rows keeps in L2 while it sweeps the panels.
-const A_BLOCK_BYTES: usize = 256 * 1024;
 
 /// A micro-tile's raw products Σa'b'.
 type Dot = [[i32; NR]; MR];
@@ -413,7 +412,9 @@ pub(crate) unsafe fn qgemm_on(
         return;
     }
     let kp = padded_k(b.k);
-    let mc = (A_BLOCK_BYTES / kp.max(1) / MR * MR).max(MR);
+    // A block of rows stays in a quarter of L2 while it sweeps the panels.
+    let a_block = host::caches().l2 / 4;
+    let mc = (a_block / kp.max(1) / MR * MR).max(MR);
     let blocks = m.div_ceil(mc);
     let panels = b.n.div_ceil(NR);
     let job = Job {
