@@ -274,22 +274,20 @@ pub(crate) unsafe fn im2col_packed(
             // index is checked against the input's extent; each task fills its panels.
             unsafe {
                 std::ptr::write_bytes(data.get(), 0, kp * NR);
+                // The position and the tap advance by counters: no division per byte.
+                let p0 = panel * NR;
+                let (mut od, mut oh, mut ow) = (
+                    p0 / (g.output[1] * g.output[2]),
+                    (p0 / g.output[2]) % g.output[1],
+                    p0 % g.output[2],
+                );
                 for lane in 0..NR {
-                    let p = panel * NR + lane;
+                    let p = p0 + lane;
                     let mut sum = 0i32;
                     if p < positions {
-                        let (od, oh, ow) = (
-                            p / (g.output[1] * g.output[2]),
-                            (p / g.output[2]) % g.output[1],
-                            p % g.output[2],
-                        );
                         let column = data.get().add(lane * 4);
+                        let (mut kd, mut kh, mut kw) = (0, 0, 0);
                         for tap in 0..taps {
-                            let (kd, kh, kw) = (
-                                tap / (g.kernel[1] * g.kernel[2]),
-                                (tap / g.kernel[2]) % g.kernel[1],
-                                tap % g.kernel[2],
-                            );
                             let src =
                                 match (source(od, kd, 0), source(oh, kh, 1), source(ow, kw, 2)) {
                                     (Some(id), Some(ih), Some(iw)) => {
@@ -318,6 +316,24 @@ pub(crate) unsafe fn im2col_packed(
                                     let kk = k0 + e;
                                     *column.add((kk / 4) * NR * 4 + kk % 4) = v;
                                 }
+                            }
+                            kw += 1;
+                            if kw == g.kernel[2] {
+                                kw = 0;
+                                kh += 1;
+                                if kh == g.kernel[1] {
+                                    kh = 0;
+                                    kd += 1;
+                                }
+                            }
+                        }
+                        ow += 1;
+                        if ow == g.output[2] {
+                            ow = 0;
+                            oh += 1;
+                            if oh == g.output[1] {
+                                oh = 0;
+                                od += 1;
                             }
                         }
                     }
