@@ -19,6 +19,7 @@ pub mod norm;
 pub(crate) mod par;
 pub mod pool_indices;
 pub mod pooling;
+pub mod qgemm;
 pub mod quant;
 pub mod reduce;
 pub mod reorder;

@@ -1,13 +1,10 @@
 //! Quantized kernels: dynamic u8 quantization (the interpreter's f32 numerics, one pass
-//! for the range and one for the values) and the integer operands of `MatMulInteger`
-//! and `ConvInteger` widened to f32 for the packed GEMM.
-//!
-//! The GEMM computes integer products exactly in f32 while every partial sum stays
-//! within 2^24 (all integers up to it are f32 values, whatever the order of the
-//! additions): [`exact_depth`] is how many products of the operands' largest
-//! magnitudes fit, and the products split K into chunks of that depth, each chunk's
-//! exact result converted to i32 and summed there.
+//! for the range and one for the values) and `ConvInteger`'s operand for the integer
+//! GEMM ([`super::qgemm`]): the image channels-last, then its patches written straight
+//! into the GEMM's packed B (a column per output position), so that every tap is a copy
+//! of `channels` bytes, four at a time when the channels fill whole groups.
 use super::par::{for_ranges, SyncPtr};
+use super::qgemm::{padded_k, BView, NR};
 use crate::backend::cpu::isa::{self, Isa};
 use crate::backend::cpu::pool::Pool;
 use crate::ir::ops::quant::{dynamic_quantize_one, dynamic_quantize_params};
@@ -69,7 +66,7 @@ pub(crate) unsafe fn dynamic_quantize_u8(
 ///
 /// # Safety
 /// `x` readable and `y` writable for `len` elements; `isa`'s features present.
-unsafe fn quantize_range(
+pub(crate) unsafe fn quantize_range(
     isa: Isa,
     x: *const f32,
     y: *mut u8,
@@ -84,11 +81,33 @@ unsafe fn quantize_range(
             unsafe { *y.add(i) = dynamic_quantize_one(*x.add(i), scale, zero_point) };
         }
     }
+    /// The same operations sixteen lanes at a time: `vmaxps` returns its second operand
+    /// when the first is NaN, as `f32::max` skips a NaN; the rounding is to nearest
+    /// even; the result, a whole number in 0..=255, truncates to its byte exactly.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn avx512(x: *const f32, y: *mut u8, len: usize, scale: f32, zero_point: f32) {
-        // SAFETY: forwarded contract.
-        unsafe { body(x, y, len, scale, zero_point) }
+        use std::arch::x86_64::*;
+        let (s, lo, hi, z) = (
+            _mm512_set1_ps(scale),
+            _mm512_set1_ps(-zero_point),
+            _mm512_set1_ps(255.0 - zero_point),
+            _mm512_set1_ps(zero_point),
+        );
+        let whole = len / 16 * 16;
+        for i in (0..whole).step_by(16) {
+            // SAFETY: i + 16 <= len: inside both buffers.
+            unsafe {
+                let v = _mm512_div_ps(_mm512_loadu_ps(x.add(i)), s);
+                let v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+                let v =
+                    _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v);
+                let q = _mm512_cvtps_epi32(_mm512_add_ps(v, z));
+                _mm_storeu_si128(y.add(i) as *mut __m128i, _mm512_cvtepi32_epi8(q));
+            }
+        }
+        // SAFETY: the tail of both buffers.
+        unsafe { body(x.add(whole), y.add(whole), len - whole, scale, zero_point) }
     }
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
@@ -125,13 +144,6 @@ impl Bytes {
     }
 }
 
-/// How many products of factors at most `a_max` and `b_max` in magnitude sum exactly
-/// in f32 (at least 1).
-pub(crate) fn exact_depth(a_max: u32, b_max: u32) -> usize {
-    let product = (a_max.max(1) as u64) * (b_max.max(1) as u64);
-    ((1u64 << 24) / product).max(1) as usize
-}
-
 /// Where an element's zero point is: one for all, or one per index `(e / inner) % len`
 /// (a matrix's rows: inner = its columns; its columns: inner = 1).
 #[derive(Debug, Clone, Copy)]
@@ -140,64 +152,14 @@ pub(crate) enum ZeroPointAt {
     Along { inner: usize, len: usize },
 }
 
-/// `out[e] = value(src[e]) - value(zero_point[at(e)])` as f32, for `len` elements.
-///
-/// # Safety
-/// `src` readable and `out` writable for `len` elements; `zero_point` (if any) for the
-/// indices `at` names.
-pub(crate) unsafe fn widen(
-    src: *const u8,
-    kind: Bytes,
-    zero_point: Option<(*const u8, Bytes, ZeroPointAt)>,
-    out: *mut f32,
-    len: usize,
-    pool: Option<&Pool>,
-) {
-    let (s, o) = (SyncPtr(src as *mut u8), SyncPtr(out));
-    let zp = zero_point.map(|(p, k, at)| (SyncPtr(p as *mut u8), k, at));
-    for_ranges(pool, len.div_ceil(CHUNK), CHUNK, &|r| {
-        let (start, end) = (r.start * CHUNK, (r.end * CHUNK).min(len));
-        for e in start..end {
-            // SAFETY: e < len; the zero point index is inside it by the caller's
-            // contract; each task writes its own range.
-            unsafe {
-                let z = match zp {
-                    None => 0,
-                    Some((p, k, ZeroPointAt::All)) => k.value(*p.get()),
-                    Some((p, k, ZeroPointAt::Along { inner, len })) => {
-                        k.value(*p.get().add((e / inner) % len))
-                    }
-                };
-                *o.get().add(e) = (kind.value(*s.get().add(e)) - z) as f32;
-            }
+impl ZeroPointAt {
+    /// The index of element `e`'s zero point.
+    pub(crate) fn index(self, e: usize) -> usize {
+        match self {
+            ZeroPointAt::All => 0,
+            ZeroPointAt::Along { inner, len } => (e / inner) % len,
         }
-    });
-}
-
-/// `acc[i] = exact[i]` (first) or `acc[i] += exact[i]`, the f32 values whole numbers
-/// within 2^24, `acc` i32; `acc` may be `exact`'s buffer when `first`.
-///
-/// # Safety
-/// Both hold `len` elements.
-pub(crate) unsafe fn accumulate_exact(
-    exact: *const f32,
-    acc: *mut i32,
-    len: usize,
-    first: bool,
-    pool: Option<&Pool>,
-) {
-    let (s, o) = (SyncPtr(exact as *mut f32), SyncPtr(acc));
-    for_ranges(pool, len.div_ceil(CHUNK), CHUNK, &|r| {
-        let (start, end) = (r.start * CHUNK, (r.end * CHUNK).min(len));
-        for i in start..end {
-            // SAFETY: i < len; each element is read before it is written.
-            unsafe {
-                let v = *s.get().add(i) as i32;
-                let a = o.get().add(i);
-                *a = if first { v } else { (*a).wrapping_add(v) };
-            }
-        }
-    });
+    }
 }
 
 /// A convolution's geometry over up to three spatial axes (missing leading axes are 1).
@@ -213,73 +175,170 @@ pub(crate) struct ConvGeometry {
 }
 
 impl ConvGeometry {
-    /// Rows of the column matrix: channels × kernel taps.
+    /// Columns of a patch: kernel taps × channels.
     pub(crate) fn depth(&self) -> usize {
-        self.channels * self.kernel.iter().product::<usize>()
+        self.channels * self.taps()
     }
-    /// Columns of the column matrix: output positions.
+    pub(crate) fn taps(&self) -> usize {
+        self.kernel.iter().product()
+    }
+    /// Rows of the patch matrix: output positions.
     pub(crate) fn positions(&self) -> usize {
         self.output.iter().product()
     }
-    fn input_plane(&self) -> usize {
+    pub(crate) fn input_plane(&self) -> usize {
         self.input.iter().product()
     }
 }
 
-/// The column matrix `[depth × positions]` of the 8-bit image `x` (`channels` planes):
-/// row (c, tap) holds `value(x) - zero_point` under that tap at each output position,
-/// 0 where the tap falls in the padding (padding is the zero point).
+/// Elements of the image per parallel task of [`channels_last`].
+const PIXELS: usize = 1024;
+
+/// The 8-bit image `x` (`channels` planes) channels-last in `out` (`plane × channels`),
+/// each byte as the signed b' of [`super::qgemm`] (u8 flipped to `b − 128`), so that a
+/// patch's taps are runs of `channels` bytes; and each pixel's Σb' in `sums`, so that a
+/// patch's sum is one addition per tap.
 ///
 /// # Safety
-/// `x` readable for `channels` planes, `col` writable for depth × positions floats.
-pub(crate) unsafe fn im2col(
+/// `x` readable for `channels` planes, `out` writable for as many bytes, `sums` for
+/// one i32 per pixel.
+pub(crate) unsafe fn channels_last(
     g: &ConvGeometry,
     x: *const u8,
     kind: Bytes,
-    zero_point: i32,
-    col: *mut f32,
+    out: *mut u8,
+    sums: *mut i32,
     pool: Option<&Pool>,
 ) {
-    let taps: usize = g.kernel.iter().product();
+    let (plane, c) = (g.input_plane(), g.channels);
+    let flip = match kind {
+        Bytes::U8 => 0x80u8,
+        Bytes::I8 => 0,
+    };
+    let (xp, op, sp) = (SyncPtr(x as *mut u8), SyncPtr(out), SyncPtr(sums));
+    for_ranges(pool, plane.div_ceil(PIXELS), PIXELS * c, &|r| {
+        let (start, end) = (r.start * PIXELS, (r.end * PIXELS).min(plane));
+        // SAFETY: start..end < plane: this task's pixels of sums.
+        let sums = unsafe { std::slice::from_raw_parts_mut(sp.get().add(start), end - start) };
+        sums.fill(0);
+        for ch in 0..c {
+            for (p, sum) in (start..end).zip(sums.iter_mut()) {
+                // SAFETY: p < plane and ch < channels: inside both buffers; each task
+                // writes its own pixels.
+                unsafe {
+                    let v = *xp.get().add(ch * plane + p) ^ flip;
+                    *op.get().add(p * c + ch) = v;
+                    *sum += v as i8 as i32;
+                }
+            }
+        }
+    });
+}
+
+/// The patch matrix of a channels-last image ([`channels_last`]) written straight into
+/// a packed B of the integer GEMM: column p (an output position) holds, tap by tap
+/// (depth, height, width), the `channels` bytes under it, and `beta` (the zero point's
+/// b': padding is the zero point) where the tap falls in the padding; each column's
+/// β is `beta` and its Σb' the sum of its taps' pixel sums.
+///
+/// # Safety
+/// `image` readable for plane × channels bytes and `pixel_sums` for plane i32 (as
+/// [`channels_last`] wrote them); `b` a packed B of depth × positions in writable memory.
+pub(crate) unsafe fn im2col_packed(
+    g: &ConvGeometry,
+    image: *const u8,
+    pixel_sums: *const i32,
+    beta: i32,
+    b: &BView,
+    pool: Option<&Pool>,
+) {
+    let (c, taps, depth) = (g.channels, g.taps(), g.depth());
+    let kp = padded_k(depth);
     let positions = g.positions();
-    let (xp, cp) = (SyncPtr(x as *mut u8), SyncPtr(col));
+    let (ip, sp) = (SyncPtr(image as *mut u8), SyncPtr(pixel_sums as *mut i32));
+    let pad_sum = beta.wrapping_mul(c as i32);
     let source = |o: usize, k: usize, axis: usize| -> Option<usize> {
         let p = (o * g.stride[axis] + k * g.dilation[axis]) as isize - g.pad_begin[axis] as isize;
         (0..g.input[axis] as isize)
             .contains(&p)
             .then_some(p as usize)
     };
-    for_ranges(pool, g.depth(), positions, &|rows| {
-        for row in rows {
-            let (c, tap) = (row / taps, row % taps);
-            let (kd, kh, kw) = (
-                tap / (g.kernel[1] * g.kernel[2]),
-                (tap / g.kernel[2]) % g.kernel[1],
-                tap % g.kernel[2],
-            );
-            // SAFETY: row < depth: its plane and its row of col are inside the buffers;
-            // every index below is checked against the input's extent.
+    // Whole 4-byte groups per tap when the channels fill them.
+    let words = c % 4 == 0;
+    let pad_word = u32::from_ne_bytes([beta as u8; 4]);
+    for_ranges(pool, positions.div_ceil(NR), NR * kp, &|panels| {
+        for panel in panels {
+            let (data, sums, betas) = b.panel_mut(panel);
+            let data = SyncPtr(data as *mut u8);
+            // SAFETY: the panel's bytes and terms lie inside the packed B; every source
+            // index is checked against the input's extent; each task fills its panels.
             unsafe {
-                let plane = xp.get().add(c * g.input_plane());
-                let mut out = cp.get().add(row * positions);
-                for od in 0..g.output[0] {
-                    let id = source(od, kd, 0);
-                    for oh in 0..g.output[1] {
-                        let ih = source(oh, kh, 1);
-                        let Some((id, ih)) = id.zip(ih) else {
-                            std::ptr::write_bytes(out, 0, g.output[2]);
-                            out = out.add(g.output[2]);
-                            continue;
-                        };
-                        let line = plane.add((id * g.input[1] + ih) * g.input[2]);
-                        for ow in 0..g.output[2] {
-                            *out = match source(ow, kw, 2) {
-                                Some(iw) => (kind.value(*line.add(iw)) - zero_point) as f32,
-                                None => 0.0,
-                            };
-                            out = out.add(1);
+                std::ptr::write_bytes(data.get(), 0, kp * NR);
+                // The position and the tap advance by counters: no division per byte.
+                let p0 = panel * NR;
+                let (mut od, mut oh, mut ow) = (
+                    p0 / (g.output[1] * g.output[2]),
+                    (p0 / g.output[2]) % g.output[1],
+                    p0 % g.output[2],
+                );
+                for lane in 0..NR {
+                    let p = p0 + lane;
+                    let mut sum = 0i32;
+                    if p < positions {
+                        let column = data.get().add(lane * 4);
+                        let (mut kd, mut kh, mut kw) = (0, 0, 0);
+                        for tap in 0..taps {
+                            let src =
+                                match (source(od, kd, 0), source(oh, kh, 1), source(ow, kw, 2)) {
+                                    (Some(id), Some(ih), Some(iw)) => {
+                                        let pixel = (id * g.input[1] + ih) * g.input[2] + iw;
+                                        sum = sum.wrapping_add(*sp.get().add(pixel));
+                                        Some(ip.get().add(pixel * c))
+                                    }
+                                    _ => {
+                                        sum = sum.wrapping_add(pad_sum);
+                                        None
+                                    }
+                                };
+                            let k0 = tap * c;
+                            if words {
+                                for w in 0..c / 4 {
+                                    let v = match src {
+                                        Some(s) => (s.add(4 * w) as *const u32).read_unaligned(),
+                                        None => pad_word,
+                                    };
+                                    let at = column.add((k0 / 4 + w) * NR * 4) as *mut u32;
+                                    at.write_unaligned(v);
+                                }
+                            } else {
+                                for e in 0..c {
+                                    let v = src.map_or(beta as u8, |s| *s.add(e));
+                                    let kk = k0 + e;
+                                    *column.add((kk / 4) * NR * 4 + kk % 4) = v;
+                                }
+                            }
+                            kw += 1;
+                            if kw == g.kernel[2] {
+                                kw = 0;
+                                kh += 1;
+                                if kh == g.kernel[1] {
+                                    kh = 0;
+                                    kd += 1;
+                                }
+                            }
+                        }
+                        ow += 1;
+                        if ow == g.output[2] {
+                            ow = 0;
+                            oh += 1;
+                            if oh == g.output[1] {
+                                oh = 0;
+                                od += 1;
+                            }
                         }
                     }
+                    *sums.add(lane) = sum;
+                    *betas.add(lane) = if p < positions { beta } else { 0 };
                 }
             }
         }
@@ -291,6 +350,33 @@ mod tests {
     use super::super::testutil::pools;
     use super::*;
     use crate::ir::ops::quant::dynamic_quantize_params;
+
+    #[test]
+    fn every_isa_quantizes_as_the_reference() {
+        let mut x: Vec<f32> = (0..100)
+            .map(|i| ((i * 37) % 61) as f32 * 0.25 - 7.0)
+            .collect();
+        x[5] = f32::NAN;
+        x[20] = f32::INFINITY;
+        x[21] = f32::NEG_INFINITY;
+        x[22] = 1e30;
+        for (scale, zero_point) in [(0.1f32, 0.0f32), (0.05, 128.0), (0.5, 255.0), (3.0, 7.0)] {
+            for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
+                if isa > isa::detected() {
+                    continue;
+                }
+                let mut y = vec![0u8; x.len()];
+                // SAFETY: both buffers hold x.len() elements; the ISA is present.
+                unsafe {
+                    quantize_range(isa, x.as_ptr(), y.as_mut_ptr(), x.len(), scale, zero_point)
+                };
+                for (i, (&v, &q)) in x.iter().zip(&y).enumerate() {
+                    let want = dynamic_quantize_one(v, scale, zero_point);
+                    assert_eq!(q, want, "{isa:?} element {i} = {v}, scale {scale}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn dynamic_quantization_matches_the_reference_values() {
@@ -311,12 +397,5 @@ mod tests {
                 assert_eq!(q, dynamic_quantize_one(v, scale, zero_point), "element {i}");
             }
         }
-    }
-
-    #[test]
-    fn exact_depth_keeps_sums_within_f32_integers() {
-        assert_eq!(exact_depth(255, 255), (1 << 24) / 65025);
-        assert_eq!(exact_depth(0, 0), 1 << 24);
-        assert!(exact_depth(255, 128) * 255 * 128 <= 1 << 24);
     }
 }

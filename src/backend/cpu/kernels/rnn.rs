@@ -643,42 +643,59 @@ pub struct QuantLstmSpec {
     pub input_forget: bool,
 }
 
+use super::qgemm::{padded_k, qgemm, row_terms, AView, PackedB8};
+use super::quant::Bytes;
+
 impl QuantLstmSpec {
-    /// Floats of scratch [`QuantLstm::run`] needs.
-    pub fn scratch_floats(&self) -> usize {
+    /// Byte sizes of the scratch regions [`QuantLstm::run`] uses: the fused bias, X
+    /// quantized (rows padded for the integer GEMM) with its row terms, X's and one
+    /// step's integer products, the hidden state quantized with its terms, and the state.
+    fn regions(&self) -> [usize; 9] {
         let (rows, g4, h) = (self.seq * self.batch, 4 * self.hidden, self.hidden);
         [
-            self.dirs * g4,
-            rows * self.input,
-            rows * g4,
-            self.batch * g4,
-            3 * self.batch * h,
+            self.dirs * g4 * 4,
+            rows * padded_k(self.input),
+            2 * rows * 4,
+            rows * g4 * 4,
+            self.batch * g4 * 4,
+            self.batch * padded_k(h),
+            2 * self.batch * 4,
+            self.batch * h * 4,
+            self.batch * h * 4,
         ]
-        .iter()
-        .map(|n| n.next_multiple_of(16))
-        .sum()
+    }
+
+    /// Bytes of scratch [`QuantLstm::run`] needs.
+    pub fn scratch_bytes(&self) -> usize {
+        self.regions().iter().map(|n| n.next_multiple_of(64)).sum()
     }
 }
 
-/// One direction's 8-bit weights `[k, 4·hidden]` as what they multiply by, `w - zero
-/// point` in f32 (exact), packed, with their scales (one, or one per column).
+/// One direction's 8-bit weights `[k, 4·hidden]` packed for the integer GEMM with their
+/// zero point, and their scales (one, or one per column).
 pub struct QuantMatrix {
-    packed: PackedB,
+    packed: PackedB8,
     scales: Vec<f32>,
 }
 
 impl QuantMatrix {
-    /// The matrix of `values` (k × n, row-major, zero point already subtracted), or None
-    /// when an f32 GEMM could round its integer products: only when every partial sum of
-    /// u8-range activations times these values stays below 2^24 is it exact.
-    pub fn new(values: &[f32], k: usize, n: usize, scales: Vec<f32>) -> Option<QuantMatrix> {
-        let largest = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        if values.len() != k * n || k as f64 * 255.0 * largest as f64 >= (1u32 << 24) as f64 {
-            return None;
+    /// The matrix of `values` (k × n, row-major, 8-bit values of type `kind`) minus
+    /// `zero`.
+    pub(crate) fn new(
+        values: &[i32],
+        kind: Bytes,
+        k: usize,
+        n: usize,
+        zero: i32,
+        scales: Vec<f32>,
+    ) -> Result<QuantMatrix, String> {
+        if values.len() != k * n || (scales.len() != 1 && scales.len() != n) {
+            return Err(format!("quantized weights are not {k}×{n}"));
         }
-        // SAFETY: `values` holds the k×n matrix (checked above).
-        let packed = unsafe { PackedB::new(k, n, Mat::rows(values.as_ptr(), n)) };
-        Some(QuantMatrix { packed, scales })
+        let bytes: Vec<u8> = values.iter().map(|&v| v as u8).collect();
+        // SAFETY: `bytes` holds the k×n matrix (checked above).
+        let packed = unsafe { PackedB8::new(bytes.as_ptr(), kind, k, n, (n, 1), &|_| zero)? };
+        Ok(QuantMatrix { packed, scales })
     }
 
     fn scale(&self, col: usize) -> f32 {
@@ -711,7 +728,8 @@ unsafe impl Sync for QuantLstmIo {}
 
 /// A compiled `DynamicQuantizeLSTM`. It computes what the interpreter's reference
 /// (onnxruntime's kernel) does, in the same f32 operations: the integer products come
-/// exact out of the f32 GEMM, and the gate math uses the same scalar functions.
+/// exact out of the integer GEMM (X's whole sequence at once, then each step's hidden
+/// state), and the gate math uses the same scalar functions.
 pub struct QuantLstm {
     pub spec: QuantLstmSpec,
     /// Per direction: W and R.
@@ -723,19 +741,20 @@ impl QuantLstm {
         QuantLstm { spec, weights }
     }
 
-    /// Runs the layer; `scratch` holds [`QuantLstmSpec::scratch_floats`] floats. Fails
+    /// Runs the layer; `scratch` holds [`QuantLstmSpec::scratch_bytes`] bytes (64-byte
+    /// aligned). Fails
     /// only on sequence lengths out of range.
     ///
     /// # Safety
     /// `io`'s pointers must address the operands of this spec's shapes (outputs
-    /// writable, not overlapping the inputs), `scratch` the scratch floats.
+    /// writable, not overlapping the inputs), `scratch` the scratch bytes.
     pub unsafe fn run(
         &self,
         pool: Option<&Pool>,
         io: &QuantLstmIo,
-        scratch: *mut f32,
+        scratch: *mut u8,
     ) -> Result<(), String> {
-        use crate::ir::ops::quant::{dynamic_quantize_one, dynamic_quantize_params};
+        use crate::ir::ops::quant::dynamic_quantize_params;
         // The range widened to hold 0, as the interpreter's dynamic quantization takes it.
         let quant_params = |v: &[f32]| {
             let hi = v.iter().copied().fold(0.0f32, f32::max);
@@ -762,17 +781,18 @@ impl QuantLstm {
         for n in 0..batch {
             max_len = max_len.max(len(n)?);
         }
-        // SAFETY: the scratch regions below partition `scratch_floats`; the operands are
+        // SAFETY: the scratch regions below partition `scratch_bytes`; the operands are
         // as the caller guarantees.
         unsafe {
-            let region = |at: *mut f32, n: usize| at.add(n.next_multiple_of(16));
-            let bias = scratch;
-            let xq = region(bias, dirs * g4);
-            let xacc = region(xq, s.seq * batch * s.input);
-            let racc = region(xacc, s.seq * batch * g4);
-            let hq = region(racc, batch * g4);
-            let hs = region(hq, batch * h);
-            let cs = region(hs, batch * h);
+            let mut at = [scratch; 9];
+            for (i, n) in s.regions().iter().enumerate().take(8) {
+                at[i + 1] = at[i].add(n.next_multiple_of(64));
+            }
+            let bias = at[0] as *mut f32;
+            let (xq, xterms, xacc) = (at[1], at[2] as *mut i32, at[3] as *mut i32);
+            let (racc, hq, hterms) = (at[4] as *mut i32, at[5], at[6] as *mut i32);
+            let (hs, cs) = (at[7] as *mut f32, at[8] as *mut f32);
+            let (kx, kh) = (padded_k(s.input), padded_k(h));
             let y_len = s.seq * dirs * batch * h;
             std::slice::from_raw_parts_mut(io.y, y_len).fill(0.0);
             std::slice::from_raw_parts_mut(io.y_h, dirs * batch * h).fill(0.0);
@@ -793,27 +813,19 @@ impl QuantLstm {
             let rows = max_len * batch;
             let x = std::slice::from_raw_parts(io.x, rows * s.input);
             let (x_scale, x_zero) = quant_params(x);
-            let xq_s = std::slice::from_raw_parts_mut(xq, rows * s.input);
-            for (q, &v) in xq_s.iter_mut().zip(x) {
-                *q = f32::from(dynamic_quantize_one(v, x_scale, x_zero)) - x_zero;
-            }
+            quantize_rows(x, s.input, x_scale, x_zero, xq, kx, xterms);
             let len = |n: usize| io.lens.map_or(s.seq, |l| *l.add(n) as usize);
             for d in 0..dirs {
                 let reverse = s.reverse || d == 1;
                 let (wq, rq) = &self.weights[d];
                 let (xacc_p, racc_p, hs_p, cs_p) =
                     (SyncPtr(xacc), SyncPtr(racc), SyncPtr(hs), SyncPtr(cs));
-                gemm::gemm_packed(
-                    pool,
-                    rows,
-                    g4,
-                    s.input,
-                    Mat::rows(xq, s.input),
-                    &wq.packed,
-                    xacc,
-                    g4,
-                    &Epilogue::NONE,
-                );
+                let xa = AView {
+                    data: xq,
+                    ld: kx,
+                    terms: xterms,
+                };
+                qgemm(pool, rows, &xa, &wq.packed.view(), xacc, (g4, 1));
                 for n in 0..batch {
                     let at = (d * batch + n) * h;
                     for (dst, src) in [(hs, io.h0), (cs, io.c0)] {
@@ -832,25 +844,23 @@ impl QuantLstm {
                 for t in 0..max_len {
                     let hstate = std::slice::from_raw_parts(hs, batch * h);
                     let (h_scale, h_zero) = quant_params(hstate);
-                    let hq_s = std::slice::from_raw_parts_mut(hq, batch * h);
-                    for (q, &v) in hq_s.iter_mut().zip(hstate) {
-                        *q = f32::from(dynamic_quantize_one(v, h_scale, h_zero)) - h_zero;
-                    }
-                    gemm::gemm_packed(
-                        pool,
-                        batch,
-                        g4,
-                        h,
-                        Mat::rows(hq, h),
-                        &rq.packed,
-                        racc,
-                        g4,
-                        &Epilogue::NONE,
-                    );
-                    for_ranges(pool, batch, g4 * 16, &|range| {
-                        for n in range {
+                    quantize_rows(hstate, h, h_scale, h_zero, hq, kh, hterms);
+                    let ha = AView {
+                        data: hq,
+                        ld: kh,
+                        terms: hterms,
+                    };
+                    qgemm(pool, batch, &ha, &rq.packed.view(), racc, (g4, 1));
+                    // Each row's gates in chunks of hidden units: a batch-1 step still
+                    // spreads its transcendental functions over the threads.
+                    let chunks = h.div_ceil(GATE_CHUNK);
+                    for_ranges(pool, batch * chunks, GATE_CHUNK * 256, &|range| {
+                        for item in range {
+                            let (n, j0) = (item / chunks, (item % chunks) * GATE_CHUNK);
+                            let width = GATE_CHUNK.min(h - j0);
                             let l = len(n);
-                            let hrow = std::slice::from_raw_parts_mut(hs_p.get().add(n * h), h);
+                            let at = n * h + j0;
+                            let hrow = std::slice::from_raw_parts_mut(hs_p.get().add(at), width);
                             if t >= l {
                                 hrow.fill(0.0); // a finished row's state reads as zero
                                 continue;
@@ -861,16 +871,17 @@ impl QuantLstm {
                                 g4,
                             );
                             let ra = std::slice::from_raw_parts(racc_p.get().add(n * g4), g4);
-                            let crow = std::slice::from_raw_parts_mut(cs_p.get().add(n * h), h);
+                            let crow = std::slice::from_raw_parts_mut(cs_p.get().add(at), width);
                             let pre = |k: usize, j: usize| {
                                 let col = k * h + j;
-                                let step = 0.0 + xa[col] * (x_scale * wq.scale(col));
-                                let step = step + ra[col] * (h_scale * rq.scale(col));
+                                let step = 0.0 + xa[col] as f32 * (x_scale * wq.scale(col));
+                                let step = step + ra[col] as f32 * (h_scale * rq.scale(col));
                                 (step + fused_bias[col]).clamp(-s.clip, s.clip)
                             };
                             let p = |k: usize, j: usize| peep.map_or(0.0, |p| p[k * h + j]);
-                            for j in 0..h {
-                                let c_prev = crow[j];
+                            for (e, (hv, cv)) in hrow.iter_mut().zip(crow.iter_mut()).enumerate() {
+                                let j = j0 + e;
+                                let c_prev = *cv;
                                 let i = std_sigmoid(pre(0, j) + p(0, j) * c_prev);
                                 let f = if s.input_forget {
                                     1.0 - i
@@ -880,22 +891,60 @@ impl QuantLstm {
                                 let cand = pre(3, j).tanh();
                                 let cell = (f * c_prev + i * cand).clamp(-s.clip, s.clip);
                                 let o = std_sigmoid(pre(1, j) + p(1, j) * cell);
-                                hrow[j] = o * cell.tanh();
-                                crow[j] = cell;
-                            }
-                            let out = ((time * dirs + d) * batch + n) * h;
-                            std::ptr::copy_nonoverlapping(hrow.as_ptr(), io.y.add(out), h);
-                            if t + 1 == l {
-                                let at = (d * batch + n) * h;
-                                std::ptr::copy_nonoverlapping(hrow.as_ptr(), io.y_h.add(at), h);
-                                std::ptr::copy_nonoverlapping(crow.as_ptr(), io.y_c.add(at), h);
+                                *hv = o * cell.tanh();
+                                *cv = cell;
                             }
                         }
                     });
+                    for n in 0..batch {
+                        let l = len(n);
+                        if t >= l {
+                            continue;
+                        }
+                        let time = if reverse { l - 1 - t } else { t };
+                        let (hrow, crow) = (hs.add(n * h), cs.add(n * h));
+                        let out = ((time * dirs + d) * batch + n) * h;
+                        std::ptr::copy_nonoverlapping(hrow, io.y.add(out), h);
+                        if t + 1 == l {
+                            let at = (d * batch + n) * h;
+                            std::ptr::copy_nonoverlapping(hrow, io.y_h.add(at), h);
+                            std::ptr::copy_nonoverlapping(crow, io.y_c.add(at), h);
+                        }
+                    }
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// Hidden units per parallel task of a step's gate math.
+const GATE_CHUNK: usize = 64;
+
+/// `values` (rows of `k`) quantized to u8 with `scale` and `zero_point` into rows `ld`
+/// bytes apart (zero-padded), with their terms for the integer GEMM.
+///
+/// # Safety
+/// `out` writable for rows · ld bytes, `terms` for 2 · rows i32, `ld` ≥ k.
+unsafe fn quantize_rows(
+    values: &[f32],
+    k: usize,
+    scale: f32,
+    zero_point: f32,
+    out: *mut u8,
+    ld: usize,
+    terms: *mut i32,
+) {
+    let isa = crate::backend::cpu::isa::isa();
+    for (r, src) in values.chunks_exact(k.max(1)).enumerate() {
+        // SAFETY: row r of out and its terms, inside them by the caller's contract; the
+        // ISA's features are present (isa() checked them).
+        unsafe {
+            let row = std::slice::from_raw_parts_mut(out.add(r * ld), ld);
+            super::quant::quantize_range(isa, src.as_ptr(), row.as_mut_ptr(), k, scale, zero_point);
+            row[k..].fill(0);
+            row_terms(row.as_ptr(), k, zero_point as i32, terms.add(2 * r));
+        }
     }
 }
 

@@ -1,14 +1,16 @@
 //! Quantized steps. `DynamicQuantizeLinear`; `MatMulInteger` and `ConvInteger` as
-//! exact f32 GEMMs over their widened operands (see [`kernels::quant`]), the constant
-//! weights widened, zero-point-shifted (and packed) once at lowering; and
+//! exact integer GEMMs ([`kernels::qgemm`]), constant weights packed once at lowering
+//! with their zero points (a convolution's as its patches run, see
+//! [`kernels::quant::im2col_packed`]); and
 //! DequantizeLinear from the low-bit dtypes (int4/uint4/int2/uint2, float8, float4) to
 //! f32: each element's byte indexes a 256-entry table of its value, then
 //! `(value - zero_point) * scale`, per tensor, per axis or blocked. Both operands are
 //! exact in f32, so one f32 multiply rounds once, as the interpreter's f64 does.
-use crate::backend::cpu::kernels::gemm::{self, Epilogue, Mat, PackedB};
+use crate::backend::cpu::kernels::qgemm::{
+    b_view, pack_b, packed_b_bytes, padded_k, prepare_a, qgemm, PackedB8, PreparedA,
+};
 use crate::backend::cpu::kernels::quant::{
-    self as kernels_quant, accumulate_exact, exact_depth, im2col, widen, Bytes, ConvGeometry,
-    ZeroPointAt,
+    self as kernels_quant, channels_last, im2col_packed, Bytes, ConvGeometry, ZeroPointAt,
 };
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::backend::matmul_geometry::{geometry, Geometry};
@@ -84,9 +86,6 @@ fn bytes_of(d: DType) -> Option<Bytes> {
     }
 }
 
-/// Largest magnitude of a widened runtime 8-bit operand minus its zero point.
-const RUNTIME_MAX: u32 = 255;
-
 /// Scratch sub-buffers of a step, each 64-byte aligned: byte offsets and the total.
 fn carve(sizes: &[usize]) -> (Vec<usize>, usize) {
     let mut at = 0;
@@ -101,52 +100,35 @@ fn carve(sizes: &[usize]) -> (Vec<usize>, usize) {
     (offsets, at)
 }
 
-/// A constant 8-bit tensor minus its (constant) zero point, as f32 with the largest
-/// magnitude: the zero point one for all (`per` = None) or one per index
-/// `(e / inner) % len` (`per` = Some((inner, len))).
-fn widen_constant(
-    t: &Tensor,
-    zero_point: Option<&Tensor>,
-    per: Option<(usize, usize)>,
-) -> Result<(Vec<f32>, u32), String> {
-    let v = t.to_f64_vec();
-    let z = zero_point.map(|z| z.to_f64_vec()).unwrap_or_default();
-    let mut max = 0u32;
-    let mut out = Vec::with_capacity(v.len());
-    for (e, &x) in v.iter().enumerate() {
-        let zi = match per {
-            _ if z.len() <= 1 => 0,
-            Some((inner, len)) => (e / inner) % len,
-            None => return Err("a zero point per element is not supported".into()),
-        };
-        let w = x - z.get(zi).copied().unwrap_or(0.0);
-        max = max.max(w.abs() as u32);
-        out.push(w as f32);
-    }
-    Ok((out, max))
+/// A constant 8-bit tensor's bytes as stored (i8 in two's complement).
+fn raw_bytes(t: &Tensor) -> Vec<u8> {
+    t.to_f64_vec().iter().map(|&v| v as i64 as u8).collect()
 }
 
-/// `MatMulInteger`: A (and B unless constant) widened into scratch, then per batch and
-/// per exact chunk of K one f32 GEMM, summed in i32.
+/// An 8-bit zero point slot: where it is, its type and which element each index reads.
+type ZeroPoint = (Slot, Bytes, ZeroPointAt);
+
+/// `MatMulInteger`: per batch, A's rows made unsigned with their sums, B packed (at
+/// lowering when constant with a constant zero point, else per run), then the integer
+/// GEMM straight into y.
 pub struct MatMulInteger {
     a: Slot,
     a_kind: Bytes,
-    a_zero_point: Option<(Slot, Bytes, ZeroPointAt)>,
+    a_zero_point: Option<ZeroPoint>,
     b: Slot,
     b_kind: Bytes,
-    b_zero_point: Option<(Slot, Bytes, ZeroPointAt)>,
+    b_zero_point: Option<ZeroPoint>,
     y: Slot,
     m: usize,
     n: usize,
     k: usize,
     batches: Vec<(usize, usize)>,
-    /// B widened at lowering (a constant), and packed per chunk when one batch.
-    b_const: Option<Vec<f32>>,
-    b_packed: Vec<PackedB>,
-    /// K's chunk depth within which f32 sums are exact.
-    depth: usize,
+    /// Constant B packed at lowering, and which of them each batch multiplies by (empty
+    /// when B is packed per run).
+    b_packed: Vec<PackedB8>,
+    b_index: Vec<usize>,
     scratch: Loc,
-    /// Byte offsets in the scratch of A', B' and the partial product.
+    /// Byte offsets in the scratch of A's rows, their terms and B packed.
     offsets: Vec<usize>,
 }
 
@@ -162,62 +144,64 @@ fn build_matmul_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     }
     let Geometry { m, n, k, batches } = geometry(&a.shape, &bm.shape, y.elements(), false, false)?;
     // A's zero point: per tensor or per row of A; B's: per tensor or per column.
-    let zero_point =
-        |i: usize, v: &Slot, axis_from_end: usize| -> Option<Option<(Slot, Bytes, ZeroPointAt)>> {
-            let Some(z) = b.input(i) else {
-                return Some(None);
-            };
-            let kind = bytes_of(z.dtype)?;
-            if z.elements() == 1 {
-                return Some(Some((z.clone(), kind, ZeroPointAt::All)));
-            }
-            let rank = v.shape.len();
-            if z.shape.len() != 1 || rank < 2 {
-                return None;
-            }
-            let len = v.shape[rank - 1 - axis_from_end];
-            let inner: usize = v.shape[rank - axis_from_end..].iter().product();
-            (z.shape[0] == len).then(|| Some((z.clone(), kind, ZeroPointAt::Along { inner, len })))
+    let zero_point = |i: usize, v: &Slot, axis_from_end: usize| -> Option<Option<ZeroPoint>> {
+        let Some(z) = b.input(i) else {
+            return Some(None);
         };
+        let kind = bytes_of(z.dtype)?;
+        if z.elements() == 1 {
+            return Some(Some((z.clone(), kind, ZeroPointAt::All)));
+        }
+        let rank = v.shape.len();
+        if z.shape.len() != 1 || rank < 2 {
+            return None;
+        }
+        let len = v.shape[rank - 1 - axis_from_end];
+        let inner: usize = v.shape[rank - axis_from_end..].iter().product();
+        (z.shape[0] == len).then(|| Some((z.clone(), kind, ZeroPointAt::Along { inner, len })))
+    };
     let (Some(a_zero_point), Some(b_zero_point)) = (zero_point(2, a, 1), zero_point(3, bm, 0))
     else {
         return Ok(None);
     };
     let b_const_zero = match (&b_zero_point, b.constant(3)) {
-        (None, _) => Some(None),
-        (Some(_), Some(z)) => Some(Some(z)),
+        (None, _) => Some(vec![]),
+        (Some(_), Some(z)) => Some(z.to_f64_vec().iter().map(|&v| v as i32).collect()),
         (Some(_), None) => None,
     };
-    let (b_const, b_max) = match (b.constant(1), b_const_zero) {
-        (Some(t), Some(z)) => {
-            let per = b_zero_point.as_ref().and_then(|(_, _, at)| match at {
-                ZeroPointAt::Along { inner, len } => Some((*inner, *len)),
-                ZeroPointAt::All => None,
-            });
-            let (w, max) = widen_constant(t, z, per)?;
-            (Some(w), max)
-        }
-        _ => (None, RUNTIME_MAX),
-    };
-    let depth = exact_depth(RUNTIME_MAX, b_max);
-    let mut b_packed = vec![];
-    if let (Some(w), 1) = (&b_const, batches.len()) {
-        let mut k0 = 0;
-        while k0 < k {
-            let kc = depth.min(k - k0);
-            // SAFETY: rows k0..k0+kc of the k×n matrix w.
-            b_packed.push(unsafe { PackedB::new(kc, n, Mat::rows(w.as_ptr().add(k0 * n), n)) });
-            k0 += kc;
+    let (mut b_packed, mut b_index) = (vec![], vec![]);
+    if let (Some(t), Some(z)) = (b.constant(1), b_const_zero) {
+        let bytes = raw_bytes(t);
+        let at = b_zero_point
+            .as_ref()
+            .map_or(ZeroPointAt::All, |(_, _, at)| *at);
+        let zb = |j: usize| z.get(at.index(j)).copied().unwrap_or(0);
+        let mut packed_at: Vec<usize> = vec![];
+        for &(_, ob) in &batches {
+            let i = match packed_at.iter().position(|&o| o == ob) {
+                Some(i) => i,
+                None => {
+                    if ob + k * n > bytes.len() {
+                        return Ok(None);
+                    }
+                    // SAFETY: the k×n matrix at ob lies inside the bytes (checked).
+                    let p = unsafe {
+                        PackedB8::new(bytes.as_ptr().add(ob), b_kind, k, n, (n, 1), &zb)?
+                    };
+                    b_packed.push(p);
+                    packed_at.push(ob);
+                    packed_at.len() - 1
+                }
+            };
+            b_index.push(i);
         }
     }
-    let f = std::mem::size_of::<f32>();
-    let partial = if depth < k { m * n * f } else { 0 };
-    let b_bytes = if b_const.is_none() {
-        bm.elements() * f
+    let b_bytes = if b_index.is_empty() {
+        packed_b_bytes(k, n)
     } else {
         0
     };
-    let (offsets, total) = carve(&[a.elements() * f, b_bytes, partial]);
+    let (offsets, total) = carve(&[m * padded_k(k), 2 * m * 4, b_bytes]);
     Ok(Some(Box::new(MatMulInteger {
         a: a.clone(),
         a_kind,
@@ -230,9 +214,8 @@ fn build_matmul_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         n,
         k,
         batches,
-        b_const,
         b_packed,
-        depth,
+        b_index,
         scratch: b.scratch(total),
         offsets,
     })))
@@ -241,62 +224,47 @@ fn build_matmul_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 impl Kernel for MatMulInteger {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
         // SAFETY: the Kernel::run contract: the slots hold their elements (one byte per
-        // 8-bit element, i32 y), the scratch the sizes carved at lowering; the GEMMs
-        // read m×k and k×n matrices at the batches' offsets, as the geometry planned.
+        // 8-bit element, i32 y), the scratch the sizes carved at lowering; the batches'
+        // offsets address m×k and k×n matrices, as the geometry planned.
         unsafe {
             let pool = cx.pool;
             let scratch = cx.ptr(self.scratch);
-            let a_wide = scratch.add(self.offsets[0]) as *mut f32;
-            let zp = |z: &Option<(Slot, Bytes, ZeroPointAt)>| {
-                z.as_ref()
-                    .map(|(s, k, at)| (cx.ptr(s.loc) as *const u8, *k, *at))
-            };
-            widen(
-                cx.ptr(self.a.loc),
-                self.a_kind,
-                zp(&self.a_zero_point),
-                a_wide,
-                self.a.elements(),
-                pool,
-            );
-            let b_wide = match &self.b_const {
-                Some(w) => w.as_ptr(),
-                None => {
-                    let p = scratch.add(self.offsets[1]) as *mut f32;
-                    widen(
-                        cx.ptr(self.b.loc),
-                        self.b_kind,
-                        zp(&self.b_zero_point),
-                        p,
-                        self.b.elements(),
-                        pool,
-                    );
-                    p
-                }
-            };
-            let partial = scratch.add(self.offsets[2]) as *mut f32;
             let (m, n, k) = (self.m, self.n, self.k);
-            let y = cx.ptr(self.y.loc);
+            let a_rows = scratch.add(self.offsets[0]);
+            let a_terms = scratch.add(self.offsets[1]) as *mut i32;
+            let b_scratch = scratch.add(self.offsets[2]);
+            // The zero point of element e of an operand.
+            let zp = |z: &Option<ZeroPoint>, e: usize| {
+                z.as_ref().map_or(0, |(s, kind, at)| {
+                    kind.value(*cx.ptr(s.loc).add(at.index(e)))
+                })
+            };
+            let (a, b) = (
+                cx.ptr(self.a.loc) as *const u8,
+                cx.ptr(self.b.loc) as *const u8,
+            );
+            let y = cx.ptr(self.y.loc) as *mut i32;
             for (i, &(oa, ob)) in self.batches.iter().enumerate() {
-                let y = (y as *mut f32).add(i * m * n);
-                let mut k0 = 0;
-                for chunk in 0.. {
-                    if k0 >= k && chunk > 0 {
-                        break;
+                let a_zero = |r: usize| zp(&self.a_zero_point, oa + r * k);
+                let av = prepare_a(
+                    a.add(oa),
+                    self.a_kind,
+                    m,
+                    k,
+                    k,
+                    &a_zero,
+                    a_rows,
+                    a_terms,
+                    pool,
+                );
+                let bv = match self.b_index.get(i) {
+                    Some(&p) => self.b_packed[p].view(),
+                    None => {
+                        let b_zero = |j: usize| zp(&self.b_zero_point, ob + j);
+                        pack_b(b.add(ob), self.b_kind, k, n, (n, 1), &b_zero, b_scratch)
                     }
-                    let kc = self.depth.min(k - k0);
-                    let out = if chunk == 0 { y } else { partial };
-                    let a = Mat::rows(a_wide.add(oa + k0), k);
-                    match self.b_packed.get(chunk) {
-                        Some(p) => gemm::gemm_packed(pool, m, n, kc, a, p, out, n, &Epilogue::NONE),
-                        None => {
-                            let b = Mat::rows(b_wide.add(ob + k0 * n), n);
-                            gemm::gemm(pool, m, n, kc, a, b, out, n, &Epilogue::NONE)
-                        }
-                    }
-                    accumulate_exact(out, y as *mut i32, m * n, chunk == 0, pool);
-                    k0 += kc;
-                }
+                };
+                qgemm(pool, m, &av, &bv, y.add(i * m * n), (n, 1));
             }
             Ok(())
         }
@@ -309,8 +277,9 @@ impl Kernel for MatMulInteger {
     }
 }
 
-/// `ConvInteger`: per image and group, the column matrix of x minus its zero point,
-/// then per exact chunk of its depth one f32 GEMM with the widened weights.
+/// `ConvInteger`: per image and group, the image channels-last, its patches packed as
+/// the integer GEMM's B (a column per output position), then the weights (prepared at
+/// lowering, one row per output channel) times them straight into y's planes.
 pub struct ConvInteger {
     x: Slot,
     x_kind: Bytes,
@@ -320,9 +289,8 @@ pub struct ConvInteger {
     groups: usize,
     /// Output channels per group.
     m: usize,
-    /// W minus its zero point: [groups · m, depth].
-    weights: Vec<f32>,
-    depth: usize,
+    /// Per group: W's rows (taps × channels, as the patches run) as the GEMM's A.
+    weights: Vec<PreparedA>,
     scratch: Loc,
     offsets: Vec<usize>,
 }
@@ -331,7 +299,9 @@ fn build_conv_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let (Some(x), Some(w), y) = (b.input(0), b.input(1), &b.outs[0]) else {
         return Ok(None);
     };
-    let (Some(x_kind), Some(w_data)) = (bytes_of(x.dtype), b.constant(1)) else {
+    let (Some(x_kind), Some(w_kind), Some(w_data)) =
+        (bytes_of(x.dtype), bytes_of(w.dtype), b.constant(1))
+    else {
         return Ok(None);
     };
     let rank = x.shape.len();
@@ -346,9 +316,11 @@ fn build_conv_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         },
         Some(_) => return Ok(None),
     };
-    let w_zero_point = match (b.input(3), b.constant(3)) {
-        (None, _) => None,
-        (Some(_), Some(z)) if z.len() == 1 || z.len() == w.shape[0] => Some(z),
+    let w_zero_point: Vec<i32> = match (b.input(3), b.constant(3)) {
+        (None, _) => vec![],
+        (Some(_), Some(z)) if z.len() == 1 || z.len() == w.shape[0] => {
+            z.to_f64_vec().iter().map(|&v| v as i32).collect()
+        }
         _ => return Ok(None),
     };
     let groups = usize::try_from(b.node.attrs.int_or("group", 1)?).map_err(|e| e.to_string())?;
@@ -374,19 +346,38 @@ fn build_conv_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         dilation: pad3(&wins.iter().map(|w| w.dilation).collect::<Vec<_>>(), 1),
         pad_begin: pad3(&wins.iter().map(|w| w.pad_begin).collect::<Vec<_>>(), 0),
     };
-    let depth_total = geometry.depth();
-    let per_channel = w_data.len() / total_m.max(1);
-    let (weights, w_max) = widen_constant(w_data, w_zero_point, Some((per_channel, total_m)))?;
-    let depth = exact_depth(w_max, RUNTIME_MAX);
+    let (depth, taps) = (geometry.depth(), geometry.taps());
+    let bytes = raw_bytes(w_data);
+    if bytes.len() != total_m * depth {
+        return Ok(None);
+    }
     let m = total_m / groups;
-    let f = std::mem::size_of::<f32>();
+    let mut weights = vec![];
+    for g in 0..groups {
+        // Row j of the group's weights reordered from (channel, tap) to the patches'
+        // (tap, channel).
+        let mut reordered = vec![0u8; m * depth];
+        for j in 0..m {
+            for c in 0..channels {
+                for t in 0..taps {
+                    reordered[j * depth + t * channels + c] =
+                        bytes[(g * m + j) * depth + c * taps + t];
+                }
+            }
+        }
+        let zb = |j: usize| match w_zero_point.len() {
+            0 => 0,
+            1 => w_zero_point[0],
+            _ => w_zero_point[g * m + j],
+        };
+        weights.push(PreparedA::new(&reordered, w_kind, m, depth, &zb)?);
+    }
     let positions = geometry.positions();
-    let partial = if depth < depth_total {
-        m * positions * f
-    } else {
-        0
-    };
-    let (offsets, total) = carve(&[depth_total * positions * f, partial]);
+    let (offsets, total) = carve(&[
+        geometry.input_plane() * channels,
+        packed_b_bytes(depth, positions),
+        geometry.input_plane() * 4,
+    ]);
     Ok(Some(Box::new(ConvInteger {
         x: x.clone(),
         x_kind,
@@ -396,7 +387,6 @@ fn build_conv_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         groups,
         m,
         weights,
-        depth,
         scratch: b.scratch(total),
         offsets,
     })))
@@ -405,41 +395,36 @@ fn build_conv_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 impl Kernel for ConvInteger {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
         // SAFETY: the Kernel::run contract: x holds N images of groups × channels
-        // planes (bytes), y N × groups × m output planes (i32), the scratch the column
-        // matrix and partial product carved at lowering.
+        // planes (bytes), y N × groups × m output planes (i32), the scratch the
+        // channels-last image, its packed patches and its pixel sums carved at lowering.
         unsafe {
             let pool = cx.pool;
             let g = &self.geometry;
-            let (k, p) = (g.depth(), g.positions());
-            let plane: usize = g.input.iter().product();
+            let p = g.positions();
+            let plane = g.input_plane();
             let zero_point = self
                 .x_zero_point
                 .as_ref()
                 .map_or(0, |(s, kind)| kind.value(*cx.ptr(s.loc)));
             let scratch = cx.ptr(self.scratch);
-            let col = scratch.add(self.offsets[0]) as *mut f32;
-            let partial = scratch.add(self.offsets[1]) as *mut f32;
+            let image = scratch.add(self.offsets[0]);
+            let col = b_view(scratch.add(self.offsets[1]), g.depth(), p);
+            let pixel_sums = scratch.add(self.offsets[2]) as *mut i32;
+            // Padding reads as the zero point: b' = zero point − 128 for u8.
+            let beta = zero_point - if self.x_kind == Bytes::U8 { 128 } else { 0 };
             let images = self.x.shape[0];
-            let (x, y) = (cx.ptr(self.x.loc) as *const u8, cx.ptr(self.y.loc));
-            for image in 0..images {
+            let (x, y) = (
+                cx.ptr(self.x.loc) as *const u8,
+                cx.ptr(self.y.loc) as *mut i32,
+            );
+            for n in 0..images {
                 for group in 0..self.groups {
-                    let x = x.add((image * self.groups + group) * g.channels * plane);
-                    im2col(g, x, self.x_kind, zero_point, col, pool);
-                    let y = (y as *mut f32).add((image * self.groups + group) * self.m * p);
-                    let w = self.weights.as_ptr().add(group * self.m * k);
-                    let mut k0 = 0;
-                    for chunk in 0.. {
-                        if k0 >= k && chunk > 0 {
-                            break;
-                        }
-                        let kc = self.depth.min(k - k0);
-                        let out = if chunk == 0 { y } else { partial };
-                        let a = Mat::rows(w.add(k0), k);
-                        let b = Mat::rows(col.add(k0 * p), p);
-                        gemm::gemm(pool, self.m, p, kc, a, b, out, p, &Epilogue::NONE);
-                        accumulate_exact(out, y as *mut i32, self.m * p, chunk == 0, pool);
-                        k0 += kc;
-                    }
+                    let at = n * self.groups + group;
+                    let x = x.add(at * g.channels * plane);
+                    channels_last(g, x, self.x_kind, image, pixel_sums, pool);
+                    im2col_packed(g, image, pixel_sums, beta, &col, pool);
+                    let w = self.weights[group].view();
+                    qgemm(pool, self.m, &w, &col, y.add(at * self.m * p), (p, 1));
                 }
             }
             Ok(())

@@ -1,5 +1,6 @@
 //! Recurrent layers: `RNN`, `GRU` and `LSTM` on f32 lower to [`RnnLayer`] (weights packed
 //! at compile time when constant), com.microsoft `DynamicQuantizeLSTM` to [`QuantLstm`].
+use crate::backend::cpu::kernels::quant::Bytes;
 use crate::backend::cpu::kernels::rnn::{
     Cell, QuantLstm, QuantLstmIo, QuantLstmSpec, QuantMatrix, RnnAct, RnnIo, RnnLayer, RnnSpec,
 };
@@ -145,8 +146,8 @@ pub struct QuantLstmStep {
     scratch: Loc,
 }
 
-/// `DynamicQuantizeLSTM` with constant weights, scales and zero points whose products
-/// an f32 GEMM computes exactly (else the interpreter runs it).
+/// `DynamicQuantizeLSTM` with constant 8-bit weights, scales and zero points (else the
+/// interpreter runs it): the weights packed once for the integer GEMM.
 pub(crate) fn build_quant_lstm(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     if b.node.op != "DynamicQuantizeLSTM" {
         return Ok(None);
@@ -190,19 +191,23 @@ pub(crate) fn build_quant_lstm(b: &Build) -> Result<Option<Box<dyn Kernel>>, Str
     {
         return Ok(None);
     }
+    let kind = |d: DType| match d {
+        DType::U8 => Some(Bytes::U8),
+        DType::I8 => Some(Bytes::I8),
+        _ => None,
+    };
+    let (Some(w_kind), Some(r_kind)) = (kind(w.dtype), kind(r.dtype)) else {
+        return Ok(None);
+    };
     let mut weights = vec![];
     for d in 0..dirs {
-        let matrix = |t, scale, zero, what, k| -> Result<Option<QuantMatrix>, String> {
+        let matrix = |t, scale, zero, what, k, kind| -> Result<QuantMatrix, String> {
             let q = QuantWeights::new(t, scale, zero, d, what)?;
-            let values: Vec<f32> = q.values.iter().map(|&v| (v - q.zero) as f32).collect();
-            Ok(QuantMatrix::new(&values, k, q.n, q.scales))
+            QuantMatrix::new(&q.values, kind, k, q.n, q.zero, q.scales)
         };
-        let wm = matrix(wt, consts[0], consts[1], "W", input)?;
-        let rm = matrix(rt, consts[2], consts[3], "R", hidden)?;
-        match (wm, rm) {
-            (Some(wm), Some(rm)) => weights.push((wm, rm)),
-            _ => return Ok(None),
-        }
+        let wm = matrix(wt, consts[0], consts[1], "W", input, w_kind)?;
+        let rm = matrix(rt, consts[2], consts[3], "R", hidden, r_kind)?;
+        weights.push((wm, rm));
     }
     let spec = QuantLstmSpec {
         dirs,
@@ -214,7 +219,7 @@ pub(crate) fn build_quant_lstm(b: &Build) -> Result<Option<Box<dyn Kernel>>, Str
         clip: a.float("clip")?.map_or(f32::MAX, |c| c as f32),
         input_forget: a.int_or("input_forget", 0)? != 0,
     };
-    let scratch = b.scratch(spec.scratch_floats() * 4);
+    let scratch = b.scratch(spec.scratch_bytes());
     Ok(Some(Box::new(QuantLstmStep {
         layer: QuantLstm::new(spec, weights),
         ins: [0, 3, 4, 5, 6, 7].map(|k| b.input(k).cloned()),
@@ -241,7 +246,7 @@ impl Kernel for QuantLstmStep {
         // region holds `scratch_floats`.
         unsafe {
             self.layer
-                .run(cx.pool, &io, cx.ptr(self.scratch) as *mut f32)
+                .run(cx.pool, &io, cx.ptr(self.scratch))
                 .map_err(|e| format!("{}: {e}", self.kind()))
         }
     }

@@ -1,0 +1,810 @@
+//! The integer GEMM of the quantized ops: 8-bit activations (A, m × k) times 8-bit
+//! weights (B, k × n) minus their zero points, exact in i32.
+//!
+//! B is packed (once at lowering when constant) into panels of [`NR`] columns, each
+//! group of four consecutive K values of a column one 32-bit lane, as `vpdpbusd`
+//! multiplies them, and stored signed: b' = b − sb (sb = 128 for u8, 0 for i8). A's rows
+//! are unsigned: a' = a + sa (sa = 128 for i8, 0 for u8), K padded with zeros to a
+//! multiple of four. With α = za + sa per row and β = zb − sb per column,
+//!
+//! Σ(a − za)(b − zb) = Σa'b' − β·(Σa' − K·α) − α·Σb',
+//!
+//! so the micro-kernel computes only Σa'b' (unsigned × signed, what VNNI multiplies),
+//! and the epilogue subtracts the per-row (Σa' − K·α, α) and per-column (β, Σb') terms.
+//! All i32 arithmetic wraps, as the interpreter's i64 sums wrapped to i32 do, so the
+//! results are bit-exact. Paths: AVX512-VNNI, and one portable body (compiled for AVX2
+//! and AVX-512 too) for hosts without it. A block of rows shares each B panel while it
+//! is in L1; a tile is [`MR`] rows at most, fewer for the last (one for a GEMV).
+use std::ops::Range;
+
+use super::par::{for_ranges, SyncPtr};
+use super::quant::Bytes;
+use crate::aligned::AlignedBuf;
+use crate::backend::cpu::host;
+use crate::backend::cpu::isa::{self, Isa};
+use crate::backend::cpu::pool::Pool;
+
+/// Columns per packed panel: two AVX-512 vectors of i32.
+pub(crate) const NR: usize = 32;
+/// Rows per micro-tile at most.
+pub(crate) const MR: usize = 8;
+
+/// A micro-tile's raw products Σa'b'.
+type Dot = [[i32; NR]; MR];
+
+/// K rounded up to the 4-value groups a lane holds.
+pub(crate) fn padded_k(k: usize) -> usize {
+    k.next_multiple_of(4)
+}
+
+/// The code path of the integer GEMM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Path {
+    Portable,
+    Avx2,
+    Avx512,
+    /// AVX-512 with VNNI: `vpdpbusd`.
+    Vnni,
+}
+
+fn has_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+fn path_for(isa: Isa) -> Path {
+    match isa {
+        Isa::Avx512 if has_vnni() => Path::Vnni,
+        Isa::Avx512 => Path::Avx512,
+        Isa::Avx2 => Path::Avx2,
+        Isa::Portable => Path::Portable,
+    }
+}
+
+/// The path [`isa::isa`] allows.
+pub(crate) fn path() -> Path {
+    path_for(isa::isa())
+}
+
+/// Every path this host can run (for the tests).
+#[cfg(test)]
+pub(crate) fn paths() -> Vec<Path> {
+    let mut out = vec![Path::Portable];
+    let best = isa::detected();
+    if best >= Isa::Avx2 {
+        out.push(Path::Avx2);
+    }
+    if best >= Isa::Avx512 {
+        out.push(Path::Avx512);
+        if has_vnni() {
+            out.push(Path::Vnni);
+        }
+    }
+    out
+}
+
+/// An A prepared once (a constant): rows of a' and their terms.
+pub(crate) struct PreparedA {
+    data: Vec<u8>,
+    terms: Vec<i32>,
+    k: usize,
+}
+
+impl PreparedA {
+    /// `m` rows of `k` bytes of type `kind`, row i's zero point `zero_point(i)`.
+    pub(crate) fn new(
+        src: &[u8],
+        kind: Bytes,
+        m: usize,
+        k: usize,
+        zero_point: &(dyn Fn(usize) -> i32 + Sync),
+    ) -> Result<PreparedA, String> {
+        if src.len() != m * k {
+            return Err(format!("{} bytes are not {m}×{k}", src.len()));
+        }
+        let mut data = vec![0u8; m * padded_k(k)];
+        let mut terms = vec![0i32; 2 * m];
+        // SAFETY: the buffers hold what prepare_a reads and writes (checked above).
+        unsafe {
+            prepare_a(
+                src.as_ptr(),
+                kind,
+                m,
+                k,
+                k,
+                zero_point,
+                data.as_mut_ptr(),
+                terms.as_mut_ptr(),
+                None,
+            )
+        };
+        Ok(PreparedA { data, terms, k })
+    }
+
+    pub(crate) fn view(&self) -> AView {
+        AView {
+            data: self.data.as_ptr(),
+            ld: padded_k(self.k),
+            terms: self.terms.as_ptr(),
+        }
+    }
+}
+
+/// Where A is: `m` rows of a' bytes `ld` apart (each padded with zeros to
+/// [`padded_k`]), and per row the pair (Σa' − K·α, α) in `terms`.
+#[derive(Clone, Copy)]
+pub(crate) struct AView {
+    pub data: *const u8,
+    pub ld: usize,
+    pub terms: *const i32,
+}
+
+/// A packed B: the panels, then Σb' and β per column (n rounded up to [`NR`]).
+#[derive(Clone, Copy)]
+pub(crate) struct BView {
+    data: *const i8,
+    sums: *const i32,
+    betas: *const i32,
+    k: usize,
+    n: usize,
+}
+
+// SAFETY: a view is read by the GEMM's tasks; producers that fill one in parallel
+// (`panel_mut`) each write their own panels.
+unsafe impl Sync for BView {}
+
+/// Byte offsets of a packed B's sums and betas, and its total size.
+fn b_layout(k: usize, n: usize) -> (usize, usize, usize) {
+    let np = n.next_multiple_of(NR);
+    let panels = np * padded_k(k);
+    let terms = np * 4;
+    (panels, panels + terms, panels + 2 * terms)
+}
+
+/// Bytes [`pack_b`] writes.
+pub(crate) fn packed_b_bytes(k: usize, n: usize) -> usize {
+    b_layout(k, n).2
+}
+
+/// Packs the k × n matrix whose element (kk, j) is the byte at `src + kk·rs + j·cs`, of
+/// type `kind`, with column j's zero point `zero_point(j)`, into `dst` (4-byte aligned,
+/// [`packed_b_bytes`] long).
+///
+/// # Safety
+/// `src` readable at every element's offset; `dst` writable for the packed bytes.
+pub(crate) unsafe fn pack_b(
+    src: *const u8,
+    kind: Bytes,
+    k: usize,
+    n: usize,
+    (rs, cs): (usize, usize),
+    zero_point: &dyn Fn(usize) -> i32,
+    dst: *mut u8,
+) -> BView {
+    let (sums_at, betas_at, total) = b_layout(k, n);
+    let kp = padded_k(k);
+    let (flip, shift) = match kind {
+        Bytes::U8 => (0x80u8, 128),
+        Bytes::I8 => (0, 0),
+    };
+    // SAFETY: every write is inside the `total` bytes of dst; every read is an element.
+    unsafe {
+        std::ptr::write_bytes(dst, 0, total);
+        let sums = dst.add(sums_at) as *mut i32;
+        let betas = dst.add(betas_at) as *mut i32;
+        for j in 0..n {
+            let panel = dst.add((j / NR) * kp * NR) as *mut i8;
+            let mut sum = 0i32;
+            for kk in 0..k {
+                let v = (*src.add(kk * rs + j * cs) ^ flip) as i8;
+                *panel.add((kk / 4) * NR * 4 + (j % NR) * 4 + kk % 4) = v;
+                sum += v as i32;
+            }
+            *sums.add(j) = sum;
+            *betas.add(j) = zero_point(j).wrapping_sub(shift);
+        }
+        BView {
+            data: dst as *const i8,
+            sums,
+            betas,
+            k,
+            n,
+        }
+    }
+}
+
+/// The view of a B packed in `buf` ([`packed_b_bytes`] long, 4-byte aligned), whose
+/// panels, sums and betas the caller fills, as [`pack_b`] lays them out.
+///
+/// # Safety
+/// `buf` holds the packed bytes.
+pub(crate) unsafe fn b_view(buf: *mut u8, k: usize, n: usize) -> BView {
+    let (sums_at, betas_at, _) = b_layout(k, n);
+    // SAFETY: the offsets lie inside the buffer (the caller's contract).
+    unsafe {
+        BView {
+            data: buf as *const i8,
+            sums: buf.add(sums_at) as *const i32,
+            betas: buf.add(betas_at) as *const i32,
+            k,
+            n,
+        }
+    }
+}
+
+impl BView {
+    /// Panel `p`'s bytes, its columns' Σb' and β, to fill (for producers that write
+    /// the packed layout directly): group g of column j at byte `g·4·NR + (j % NR)·4`.
+    pub(crate) fn panel_mut(&self, p: usize) -> (*mut i8, *mut i32, *mut i32) {
+        let kp = padded_k(self.k);
+        (
+            self.data.wrapping_add(p * kp * NR) as *mut i8,
+            self.sums.wrapping_add(p * NR) as *mut i32,
+            self.betas.wrapping_add(p * NR) as *mut i32,
+        )
+    }
+}
+
+/// A B packed once (a constant), owning its bytes.
+pub(crate) struct PackedB8 {
+    buf: AlignedBuf,
+    k: usize,
+    n: usize,
+}
+
+impl PackedB8 {
+    /// Packs as [`pack_b`] does.
+    ///
+    /// # Safety
+    /// As [`pack_b`] for `src`.
+    pub(crate) unsafe fn new(
+        src: *const u8,
+        kind: Bytes,
+        k: usize,
+        n: usize,
+        strides: (usize, usize),
+        zero_point: &dyn Fn(usize) -> i32,
+    ) -> Result<PackedB8, String> {
+        let mut buf = AlignedBuf::try_zeroed(packed_b_bytes(k, n)).map_err(|e| e.to_string())?;
+        // SAFETY: the caller's contract for src; buf holds the packed bytes.
+        unsafe { pack_b(src, kind, k, n, strides, zero_point, buf.as_mut_ptr()) };
+        Ok(PackedB8 { buf, k, n })
+    }
+
+    pub(crate) fn view(&self) -> BView {
+        let (sums_at, betas_at, _) = b_layout(self.k, self.n);
+        let p = self.buf.as_ptr();
+        // SAFETY: the offsets lie inside the buffer, laid out by `pack_b`.
+        unsafe {
+            BView {
+                data: p as *const i8,
+                sums: p.add(sums_at) as *const i32,
+                betas: p.add(betas_at) as *const i32,
+                k: self.k,
+                n: self.n,
+            }
+        }
+    }
+}
+
+/// Σa' − K·α and α of one row of `k` a' bytes, into `terms[0..2]`.
+///
+/// # Safety
+/// `row` readable for `k` bytes, `terms` writable for two i32.
+#[inline(always)]
+pub(crate) unsafe fn row_terms(row: *const u8, k: usize, alpha: i32, terms: *mut i32) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let s: i32 = std::slice::from_raw_parts(row, k)
+            .iter()
+            .map(|&v| v as i32)
+            .sum();
+        *terms = s.wrapping_sub((k as i32).wrapping_mul(alpha));
+        *terms.add(1) = alpha;
+    }
+}
+
+/// Copies `m` rows of `k` bytes of type `kind` (`lda` apart) into `dst` as a' bytes
+/// ([`padded_k`] apart, zero-padded), with each row's terms for zero point
+/// `zero_point(i)`.
+///
+/// # Safety
+/// `src` readable for the rows, `dst` writable for m · padded_k bytes, `terms` for 2m i32.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn prepare_a(
+    src: *const u8,
+    kind: Bytes,
+    m: usize,
+    k: usize,
+    lda: usize,
+    zero_point: &(dyn Fn(usize) -> i32 + Sync),
+    dst: *mut u8,
+    terms: *mut i32,
+    pool: Option<&Pool>,
+) -> AView {
+    let kp = padded_k(k);
+    let (flip, shift) = match kind {
+        Bytes::U8 => (0u8, 0),
+        Bytes::I8 => (0x80u8, 128),
+    };
+    let (s, d, t) = (SyncPtr(src as *mut u8), SyncPtr(dst), SyncPtr(terms));
+    for_ranges(pool, m, kp, &|rows| {
+        for i in rows {
+            // SAFETY: row i of each buffer, inside them by the caller's contract; each
+            // task writes its own rows.
+            unsafe {
+                let from = std::slice::from_raw_parts(s.get().add(i * lda), k);
+                let to = std::slice::from_raw_parts_mut(d.get().add(i * kp), kp);
+                for (o, &v) in to.iter_mut().zip(from) {
+                    *o = v ^ flip;
+                }
+                to[k..].fill(0);
+                row_terms(
+                    to.as_ptr(),
+                    k,
+                    zero_point(i).wrapping_add(shift),
+                    t.get().add(2 * i),
+                );
+            }
+        }
+    });
+    AView {
+        data: dst,
+        ld: kp,
+        terms,
+    }
+}
+
+/// C = (A − za)(B − zb) for `m` rows, C[i][j] written at `c + i·rs + j·cs`, on the path
+/// the ISA allows.
+///
+/// # Safety
+/// `a` holds m rows as [`AView`] says, `b` was packed by [`pack_b`] and is alive, `c`
+/// writable at every element's offset.
+pub(crate) unsafe fn qgemm(
+    pool: Option<&Pool>,
+    m: usize,
+    a: &AView,
+    b: &BView,
+    c: *mut i32,
+    strides: (usize, usize),
+) {
+    // SAFETY: forwarded contract.
+    unsafe { qgemm_on(path(), pool, m, a, b, c, strides) }
+}
+
+/// The GEMM's work: shared by the tasks.
+struct Job {
+    m: usize,
+    a: AView,
+    b: BView,
+    c: SyncPtr<i32>,
+    rs: usize,
+    cs: usize,
+    /// Rows per block.
+    mc: usize,
+    panels: usize,
+}
+
+// SAFETY: the views' pointers are only read, and each task writes its own tiles of C.
+unsafe impl Sync for Job {}
+
+/// [`qgemm`] on `path` (which must be one the host has).
+///
+/// # Safety
+/// As [`qgemm`]; `path`'s features present.
+pub(crate) unsafe fn qgemm_on(
+    path: Path,
+    pool: Option<&Pool>,
+    m: usize,
+    a: &AView,
+    b: &BView,
+    c: *mut i32,
+    (rs, cs): (usize, usize),
+) {
+    if m == 0 || b.n == 0 {
+        return;
+    }
+    let kp = padded_k(b.k);
+    // A block of rows stays in a quarter of L2 while it sweeps the panels.
+    let a_block = host::caches().l2 / 4;
+    let mc = (a_block / kp.max(1) / MR * MR).max(MR);
+    let blocks = m.div_ceil(mc);
+    let panels = b.n.div_ceil(NR);
+    let job = Job {
+        m,
+        a: *a,
+        b: *b,
+        c: SyncPtr(c),
+        rs,
+        cs,
+        mc,
+        panels,
+    };
+    let work = mc.min(m) * kp * NR / 16;
+    for_ranges(pool, blocks * panels, work, &|tasks| {
+        // SAFETY: the caller's contract; each task writes its own tiles.
+        unsafe {
+            match path {
+                #[cfg(target_arch = "x86_64")]
+                Path::Vnni => tasks_vnni(&job, tasks),
+                #[cfg(target_arch = "x86_64")]
+                Path::Avx512 => tasks_avx512(&job, tasks),
+                #[cfg(target_arch = "x86_64")]
+                Path::Avx2 => tasks_avx2(&job, tasks),
+                _ => run_tasks(&job, tasks, dot_portable),
+            }
+        }
+    });
+}
+
+/// Tasks are (row block, panel) pairs, blocks outer, so neighbouring tasks share A.
+#[inline(always)]
+unsafe fn run_tasks(
+    job: &Job,
+    tasks: Range<usize>,
+    dot: impl Fn(usize, usize, *const u8, usize, *const i8, &mut Dot),
+) {
+    let kp = padded_k(job.b.k);
+    let groups = kp / 4;
+    let mut tile: Dot = [[0; NR]; MR];
+    for t in tasks {
+        let (block, panel) = (t / job.panels, t % job.panels);
+        let (i_end, j0) = (((block + 1) * job.mc).min(job.m), panel * NR);
+        let cols = NR.min(job.b.n - j0);
+        // SAFETY: the panel and rows lie inside the operands (the caller's contract).
+        unsafe {
+            let bp = job.b.data.add(panel * kp * NR);
+            let mut i0 = block * job.mc;
+            while i0 < i_end {
+                let rows = MR.min(i_end - i0);
+                dot(
+                    rows,
+                    groups,
+                    job.a.data.add(i0 * job.a.ld),
+                    job.a.ld,
+                    bp,
+                    &mut tile,
+                );
+                finish(job, &tile, rows, cols, i0, j0);
+                i0 += rows;
+            }
+        }
+    }
+}
+
+/// Subtracts the zero points' terms from a tile's products and stores it.
+#[inline(always)]
+unsafe fn finish(job: &Job, tile: &Dot, rows: usize, cols: usize, i0: usize, j0: usize) {
+    // SAFETY: rows and columns inside the operands and C (the caller's contract).
+    unsafe {
+        let sums = std::slice::from_raw_parts(job.b.sums.add(j0), NR);
+        let betas = std::slice::from_raw_parts(job.b.betas.add(j0), NR);
+        for (r, dot) in tile.iter().enumerate().take(rows) {
+            let i = i0 + r;
+            let (ra, alpha) = (*job.a.terms.add(2 * i), *job.a.terms.add(2 * i + 1));
+            let mut v = [0i32; NR];
+            for j in 0..NR {
+                v[j] = dot[j]
+                    .wrapping_sub(betas[j].wrapping_mul(ra))
+                    .wrapping_sub(alpha.wrapping_mul(sums[j]));
+            }
+            let out = job.c.get().add(i * job.rs + j0 * job.cs);
+            if job.cs == 1 {
+                std::ptr::copy_nonoverlapping(v.as_ptr(), out, cols);
+            } else {
+                for (j, &x) in v.iter().enumerate().take(cols) {
+                    *out.add(j * job.cs) = x;
+                }
+            }
+        }
+    }
+}
+
+/// The portable micro-kernel: `rows` rows of Σa'b' over `groups` groups of four K.
+#[inline(always)]
+fn dot_portable(rows: usize, groups: usize, a: *const u8, lda: usize, b: *const i8, out: &mut Dot) {
+    #[inline(always)]
+    fn body<const R: usize>(groups: usize, a: *const u8, lda: usize, b: *const i8, out: &mut Dot) {
+        let mut acc = [[0i32; NR]; R];
+        for g in 0..groups {
+            // SAFETY: group g of the panel and of each row (the tile's contract).
+            let bg = unsafe { std::slice::from_raw_parts(b.add(g * NR * 4), NR * 4) };
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: as above.
+                let av = unsafe { std::slice::from_raw_parts(a.add(r * lda + 4 * g), 4) };
+                let av: [i32; 4] = std::array::from_fn(|t| av[t] as i32);
+                for (j, x) in acc.iter_mut().enumerate() {
+                    let bj = &bg[4 * j..4 * j + 4];
+                    let s = av[0] * bj[0] as i32
+                        + av[1] * bj[1] as i32
+                        + av[2] * bj[2] as i32
+                        + av[3] * bj[3] as i32;
+                    *x = x.wrapping_add(s);
+                }
+            }
+        }
+        out[..R].copy_from_slice(&acc);
+    }
+    match rows {
+        1 => body::<1>(groups, a, lda, b, out),
+        2 => body::<2>(groups, a, lda, b, out),
+        3 => body::<3>(groups, a, lda, b, out),
+        4 => body::<4>(groups, a, lda, b, out),
+        5 => body::<5>(groups, a, lda, b, out),
+        6 => body::<6>(groups, a, lda, b, out),
+        7 => body::<7>(groups, a, lda, b, out),
+        _ => body::<8>(groups, a, lda, b, out),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tasks_avx2(job: &Job, tasks: Range<usize>) {
+    // SAFETY: forwarded contract.
+    unsafe { run_tasks(job, tasks, dot_portable) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn tasks_avx512(job: &Job, tasks: Range<usize>) {
+    // SAFETY: forwarded contract.
+    unsafe { run_tasks(job, tasks, dot_portable) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tasks_vnni(job: &Job, tasks: Range<usize>) {
+    // SAFETY: forwarded contract; the caller checked the features.
+    unsafe {
+        run_tasks(job, tasks, |rows, groups, a, lda, b, out| match rows {
+            1 => dot_vnni::<1>(groups, a, lda, b, out),
+            2 => dot_vnni::<2>(groups, a, lda, b, out),
+            3 => dot_vnni::<3>(groups, a, lda, b, out),
+            4 => dot_vnni::<4>(groups, a, lda, b, out),
+            5 => dot_vnni::<5>(groups, a, lda, b, out),
+            6 => dot_vnni::<6>(groups, a, lda, b, out),
+            7 => dot_vnni::<7>(groups, a, lda, b, out),
+            _ => dot_vnni::<8>(groups, a, lda, b, out),
+        })
+    }
+}
+
+/// The VNNI micro-kernel: per group of four K, each row's four a' bytes broadcast and
+/// `vpdpbusd` against the panel's two vectors. One or two rows alternate two sets of
+/// accumulators, so that a GEMV is not bound by one chain's latency.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+#[inline]
+fn dot_vnni<const R: usize>(groups: usize, a: *const u8, lda: usize, b: *const i8, out: &mut Dot) {
+    use std::arch::x86_64::*;
+    let sets = if R <= 2 { 2 } else { 1 };
+    let mut acc = [[[_mm512_setzero_si512(); 2]; R]; 2];
+    let mut g = 0;
+    while g < groups {
+        for (s, acc) in acc.iter_mut().enumerate().take(sets) {
+            let g = g + s;
+            if g >= groups {
+                break;
+            }
+            // SAFETY: group g of the panel (128 bytes) and of each row (4 bytes).
+            unsafe {
+                let bg = b.add(g * NR * 4);
+                let b0 = _mm512_loadu_si512(bg as *const _);
+                let b1 = _mm512_loadu_si512(bg.add(64) as *const _);
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let av =
+                        _mm512_set1_epi32((a.add(r * lda + 4 * g) as *const i32).read_unaligned());
+                    acc[0] = _mm512_dpbusd_epi32(acc[0], av, b0);
+                    acc[1] = _mm512_dpbusd_epi32(acc[1], av, b1);
+                }
+            }
+        }
+        g += sets;
+    }
+    for r in 0..R {
+        let (lo, hi) = (
+            _mm512_add_epi32(acc[0][r][0], acc[1][r][0]),
+            _mm512_add_epi32(acc[0][r][1], acc[1][r][1]),
+        );
+        // SAFETY: a row of the tile holds NR = 32 i32.
+        unsafe {
+            _mm512_storeu_si512(out[r].as_mut_ptr() as *mut _, lo);
+            _mm512_storeu_si512(out[r].as_mut_ptr().add(16) as *mut _, hi);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::pools;
+    use super::*;
+
+    /// Deterministic bytes with the extremes mixed in.
+    fn bytes(n: usize, seed: u64) -> Vec<u8> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|i| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                match i % 11 {
+                    0 => 0,
+                    1 => 255,
+                    2 => 0x80,
+                    3 => 0x7f,
+                    _ => (s >> 24) as u8,
+                }
+            })
+            .collect()
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Zp {
+        None,
+        All,
+        Each,
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check(m: usize, k: usize, n: usize, ak: Bytes, bk: Bytes, za: Zp, zb: Zp, transposed: bool) {
+        let seed = (m * 31 + k * 7 + n) as u64;
+        let (a, b) = (bytes(m * k, seed), bytes(k * n, seed + 1));
+        let zbytes = bytes(m.max(n), seed + 2);
+        let zero = |z: Zp, kind: Bytes, i: usize| -> i32 {
+            match z {
+                Zp::None => 0,
+                Zp::All => kind.value(zbytes[0]),
+                Zp::Each => kind.value(zbytes[i]),
+            }
+        };
+        let mut want = vec![0i32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let mut s = 0i64;
+                for kk in 0..k {
+                    let av = ak.value(a[i * k + kk]) - zero(za, ak, i);
+                    let bv = bk.value(b[kk * n + j]) - zero(zb, bk, j);
+                    s += av as i64 * bv as i64;
+                }
+                want[i * n + j] = s as i32;
+            }
+        }
+        // B as given (row-major) or its transpose read through strides.
+        let (b_src, strides) = if transposed {
+            let mut t = vec![0u8; k * n];
+            for kk in 0..k {
+                for j in 0..n {
+                    t[j * k + kk] = b[kk * n + j];
+                }
+            }
+            (t, (1, k))
+        } else {
+            (b.clone(), (n, 1))
+        };
+        // SAFETY: b_src holds the k × n elements the strides name.
+        let packed = unsafe {
+            PackedB8::new(b_src.as_ptr(), bk, k, n, strides, &|j| zero(zb, bk, j)).unwrap()
+        };
+        let kp = padded_k(k);
+        for pool in pools() {
+            for path in paths() {
+                let mut a_buf = vec![0u8; m * kp];
+                let mut terms = vec![0i32; 2 * m];
+                let mut c = vec![0i32; m * n];
+                // SAFETY: every buffer holds what the calls name.
+                unsafe {
+                    let av = prepare_a(
+                        a.as_ptr(),
+                        ak,
+                        m,
+                        k,
+                        k,
+                        &|i| zero(za, ak, i),
+                        a_buf.as_mut_ptr(),
+                        terms.as_mut_ptr(),
+                        pool.as_ref(),
+                    );
+                    let st = if transposed { (1, m) } else { (n, 1) };
+                    qgemm_on(
+                        path,
+                        pool.as_ref(),
+                        m,
+                        &av,
+                        &packed.view(),
+                        c.as_mut_ptr(),
+                        st,
+                    );
+                }
+                if transposed {
+                    let mut t = vec![0i32; m * n];
+                    for i in 0..m {
+                        for j in 0..n {
+                            t[i * n + j] = c[j * m + i];
+                        }
+                    }
+                    c = t;
+                }
+                assert_eq!(
+                    c,
+                    want,
+                    "m={m} k={k} n={n} {ak:?}×{bk:?} za={za:?} zb={zb:?} {path:?} pool={}",
+                    pool.is_some()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn matches_the_naive_product_on_every_path() {
+        let shapes = [
+            (1, 1, 1),
+            (1, 7, 33),
+            (1, 64, 100),
+            (2, 5, 17),
+            (3, 13, 31),
+            (8, 16, 32),
+            (9, 30, 65),
+            (17, 3, 40),
+            (40, 67, 70),
+        ];
+        for (m, k, n) in shapes {
+            for ak in [Bytes::U8, Bytes::I8] {
+                for bk in [Bytes::U8, Bytes::I8] {
+                    for (za, zb) in [
+                        (Zp::None, Zp::None),
+                        (Zp::All, Zp::All),
+                        (Zp::Each, Zp::Each),
+                        (Zp::All, Zp::Each),
+                    ] {
+                        check(m, k, n, ak, bk, za, zb, false);
+                    }
+                }
+            }
+            check(m, k, n, Bytes::U8, Bytes::I8, Zp::All, Zp::Each, true);
+        }
+    }
+
+    #[test]
+    fn extreme_values_saturate_nothing() {
+        // Every a' = 255 and b' = −128 (or 127): vpmaddubsw would saturate, vpdpbusd not.
+        for (av, bv, bk) in [
+            (255u8, 0u8, Bytes::U8),
+            (255, 0x80, Bytes::I8),
+            (0, 0x7f, Bytes::I8),
+        ] {
+            let (m, k, n) = (3, 1031, 37);
+            let a = vec![av; m * k];
+            let b = vec![bv; k * n];
+            // SAFETY: the buffers hold what the calls name.
+            let packed = unsafe { PackedB8::new(b.as_ptr(), bk, k, n, (n, 1), &|_| 0).unwrap() };
+            let want = (k as i64 * av as i64 * bk.value(bv) as i64) as i32;
+            for path in paths() {
+                let kp = padded_k(k);
+                let (mut ab, mut terms, mut c) = (vec![0; m * kp], vec![0; 2 * m], vec![0; m * n]);
+                // SAFETY: as above.
+                unsafe {
+                    let view = prepare_a(
+                        a.as_ptr(),
+                        Bytes::U8,
+                        m,
+                        k,
+                        k,
+                        &|_| 0,
+                        ab.as_mut_ptr(),
+                        terms.as_mut_ptr(),
+                        None,
+                    );
+                    qgemm_on(path, None, m, &view, &packed.view(), c.as_mut_ptr(), (n, 1));
+                }
+                assert!(c.iter().all(|&v| v == want), "{path:?} {av} {bv}");
+            }
+        }
+    }
+}
