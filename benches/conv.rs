@@ -262,7 +262,16 @@ fn parse_grid(spec: &str) -> GridShape {
 }
 
 /// The grid's shapes through the CPU backend at one and two threads, then onnxruntime.
+/// Whether this is `cargo bench`: `cargo test --all-targets` runs benches without
+/// `--bench`, where the hand-timed sections below would run for minutes unoptimized.
+fn benchmarking() -> bool {
+    std::env::args().any(|a| a == "--bench")
+}
+
 fn grid(_: &mut Criterion) {
+    if !benchmarking() {
+        return;
+    }
     println!("\nconv grid: one-Conv models on the CPU backend (median of runs in ~0.5 s)");
     for spec in GRID {
         let s = parse_grid(spec);
@@ -344,6 +353,9 @@ fn grid(_: &mut Criterion) {
 /// the CPU step makes of it), run by the blocked kernel's AVX2 and AVX-512 paths in
 /// alternation in this process, against the host's FMA peak.
 fn zoo_layers(_: &mut Criterion) {
+    if !benchmarking() {
+        return;
+    }
     /// (name, ic, oc, [ih, iw], [kh, kw], stride, pad)
     type Layer = (
         &'static str,

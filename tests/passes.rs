@@ -925,6 +925,9 @@ fn simplify_lowers_einsums_to_matmuls() {
         assert_eq!(ops.contains(&"Einsum"), !lowered, "{eq}: {ops:?}");
         let matmul = ops.iter().any(|o| o.ends_with("MatMul"));
         assert_eq!(matmul, lowered, "{eq}: {ops:?}");
+    }
+}
+
 /// A MobileNet-style chain over [1, 6, 9, 9] with `mid` middle channels: pointwise
 /// conv-bn-HardSwish, depthwise 3×3 conv-bn + the pointwise output, ReLU, depthwise
 /// 5×5 stride 2 with asymmetric pads, an unfolded per-channel scale and shift,

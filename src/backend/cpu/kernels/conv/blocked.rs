@@ -26,6 +26,7 @@
 //! than the threads want (a 1-D signal with few output blocks), each row is cut into
 //! column spans.
 use super::ConvShape;
+use crate::aligned::AlignedBuf;
 use crate::backend::cpu::host;
 use crate::backend::cpu::isa::{self, Isa};
 use crate::backend::cpu::kernels::{math, Act};
@@ -45,12 +46,13 @@ const UR512_1: usize = 24;
 const TAP: usize = BLOCK * BLOCK;
 
 /// Convolution weights and bias packed for [`conv_blocked`].
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct PackedConv {
     shape: ConvShape,
     icb: usize,
     ocb: usize,
-    w: Vec<f32>,
+    /// 64-byte aligned, so that no zmm load of a weight row splits a cache line.
+    w: AlignedBuf,
     /// OCB·16 values, zero past OC.
     bias: Vec<f32>,
     /// Input blocks per cache chunk.
@@ -103,7 +105,10 @@ impl PackedConv {
             shape,
             icb,
             ocb,
-            w: pw,
+            w: {
+                let bytes: Vec<u8> = pw.iter().flat_map(|v| v.to_ne_bytes()).collect();
+                AlignedBuf::try_from_bytes(&bytes).map_err(|e| e.to_string())?
+            },
             bias: pb,
             chunk,
             last_mask,
@@ -383,8 +388,7 @@ unsafe fn row(
         c.x.wrapping_add(((n * p.icb + ib0) * s.ih + iy0) * s.iw * BLOCK)
     };
     let wrow =
-        p.w.as_ptr()
-            .wrapping_add(((ob * p.icb + ib0) * s.kh + kh0) * s.kw * TAP);
+        (p.w.as_ptr() as *const f32).wrapping_add(((ob * p.icb + ib0) * s.kh + kh0) * s.kw * TAP);
     let yoff = ((n * p.ocb + ob) * s.oh + oy) * s.ow * BLOCK;
     let yrow = c.y.wrapping_add(yoff);
     // The residual joins at the first chunk: each tile reads its residual pixels before
