@@ -576,6 +576,7 @@ mod tests {
     //! Against a naive f64 reference. Tolerance: |got − want| ≤ 1e-5·(1 + Σ|x·w| +
     //! |bias| + |z|) per output (at most 25 products per sum).
     use super::*;
+    use crate::backend::cpu::kernels::conv::tests::{block, unblock};
     use crate::backend::cpu::kernels::math::tests::isas;
     use crate::backend::cpu::kernels::testutil::{lcg_data, pools};
 
@@ -639,37 +640,6 @@ mod tests {
             }
         }
         (out, scale)
-    }
-
-    /// NCHW → NCHW16c with NaN in the pad lanes (they must never be read into a sum).
-    fn block(x: &[f32], n: usize, c: usize, hw: usize) -> Vec<f32> {
-        let cb = c.div_ceil(BLOCK);
-        let mut out = vec![f32::NAN; n * cb * hw * BLOCK];
-        for ni in 0..n {
-            for ci in 0..c {
-                for p in 0..hw {
-                    out[((ni * cb + ci / BLOCK) * hw + p) * BLOCK + ci % BLOCK] =
-                        x[(ni * c + ci) * hw + p];
-                }
-            }
-        }
-        out
-    }
-
-    /// NCHW16c → NCHW; asserts every lane, pad lanes included, is finite.
-    fn unblock(y: &[f32], n: usize, c: usize, hw: usize) -> Vec<f32> {
-        let cb = c.div_ceil(BLOCK);
-        assert!(y.iter().all(|v| v.is_finite()), "non-finite output lanes");
-        let mut out = vec![0.0; n * c * hw];
-        for ni in 0..n {
-            for ci in 0..c {
-                for p in 0..hw {
-                    out[(ni * c + ci) * hw + p] =
-                        y[((ni * cb + ci / BLOCK) * hw + p) * BLOCK + ci % BLOCK];
-                }
-            }
-        }
-        out
     }
 
     /// Runs `c` on every path and pool, out of place and (with a residual) in place

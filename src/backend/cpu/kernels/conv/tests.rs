@@ -103,7 +103,7 @@ fn check_tol(
 }
 
 /// NCHW → NCHW16c with NaN in the pad lanes (they must be ignored).
-fn block(x: &[f32], n: usize, c: usize, hw: usize) -> Vec<f32> {
+pub(super) fn block(x: &[f32], n: usize, c: usize, hw: usize) -> Vec<f32> {
     let cb = c.div_ceil(BLOCK);
     let mut out = vec![f32::NAN; n * cb * hw * BLOCK];
     for ni in 0..n {
@@ -118,7 +118,7 @@ fn block(x: &[f32], n: usize, c: usize, hw: usize) -> Vec<f32> {
 }
 
 /// NCHW16c → NCHW; asserts the pad lanes are finite.
-fn unblock(y: &[f32], n: usize, c: usize, hw: usize) -> Vec<f32> {
+pub(super) fn unblock(y: &[f32], n: usize, c: usize, hw: usize) -> Vec<f32> {
     let cb = c.div_ceil(BLOCK);
     assert!(y.iter().all(|v| v.is_finite()), "non-finite output lanes");
     let mut out = vec![0.0; n * c * hw];
