@@ -807,6 +807,43 @@ fn winograd_matches_reference() {
     );
 }
 
+/// The work split of a Winograd call: every tile in exactly one range, none longer than
+/// the batch the scratch holds, and (where the tiles allow) an item count that is a
+/// multiple of the thread count.
+#[test]
+fn winograd_schedule_balances_threads() {
+    use winograd::{schedule, tile_range, UR512};
+    for n in 1..4 {
+        for tiles in (1..400).step_by(7) {
+            for batch in [24, 48, 96] {
+                let batch = batch.min(tiles);
+                for ocb in 1..8 {
+                    for threads in 1..5 {
+                        let (batches, splits) = schedule(n, tiles, batch, ocb, threads);
+                        assert!(batches >= tiles.div_ceil(batch) && (1..=ocb).contains(&splits));
+                        let mut next = 0;
+                        for b in 0..batches {
+                            let (t0, t1) = tile_range(tiles, batches, b);
+                            assert!(t0 == next && t1 - t0 <= batch, "{tiles} {batches} {b}");
+                            next = t1;
+                        }
+                        assert_eq!(next, tiles);
+                        if tiles / threads >= UR512 && tiles > batch {
+                            assert_eq!(
+                                (n * batches * splits) % threads,
+                                0,
+                                "{n} {tiles} {threads}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // ddddocr's 52×52 layers: 169 tiles of F(4,3) in batches of 84, two threads: four ranges.
+    assert_eq!(schedule(1, 169, 84, 3, 2), (4, 1));
+}
+
 /// The tile-product micro-kernels of every ISA, for every tile count and output-block
 /// count a call may have, against an f64 product (including IC remainders of the
 /// 4-unrolled loop).

@@ -279,14 +279,7 @@ pub unsafe fn conv_winograd_isa(
         return;
     }
     let threads = pool.map_or(1, Pool::threads).max(1);
-    let batches = (p.th * p.tw).div_ceil(p.batch);
-    // Few batches (small images): split the output blocks too, so every thread gets
-    // work; each split repeats the (cheap) input transform of its batch.
-    let splits = if threads > 1 && s.n * batches < 2 * threads {
-        (2 * threads).div_ceil(s.n * batches).min(p.ocb).max(1)
-    } else {
-        1
-    };
+    let (batches, splits) = schedule(s.n, p.th * p.tw, p.batch, p.ocb, threads);
     let isa = isa.min(isa::detected());
     let ctx = Ctx {
         p,
@@ -314,6 +307,49 @@ pub unsafe fn conv_winograd_isa(
     }
 }
 
+/// How one call's work is cut: `(batches, splits)`, each image's tiles into `batches`
+/// ranges of near-equal size (multiples of [`UR512`] but the last, none over `batch`),
+/// times `splits` near-equal output-block ranges. With several threads the item count
+/// is made a multiple of the thread count, so no thread idles through the last round:
+/// by cutting the tiles finer while each range keeps at least one whole micro-kernel
+/// call, else (small images) by splitting the output blocks, each split repeating its
+/// batch's input transform.
+pub(super) fn schedule(
+    n: usize,
+    tiles: usize,
+    batch: usize,
+    ocb: usize,
+    threads: usize,
+) -> (usize, usize) {
+    let least = tiles.div_ceil(batch);
+    if threads == 1 {
+        return (least, 1);
+    }
+    let mut batches = least;
+    while (n * batches) % threads != 0 && tiles / (batches + 1) >= UR512 {
+        batches += 1;
+    }
+    if (n * batches) % threads == 0 {
+        return (batches, 1);
+    }
+    let splits = (1..=ocb)
+        .find(|k| (n * least * k) % threads == 0 && ocb / k >= 2)
+        .unwrap_or(threads.div_ceil(n * least).min(ocb));
+    (least, splits.max(1))
+}
+
+/// Tiles `[t0, t1)` of batch `b` of `batches`: edges at multiples of [`UR512`], so a
+/// range is at most `⌈tiles / batches⌉` rounded up to one.
+pub(super) fn tile_range(tiles: usize, batches: usize, b: usize) -> (usize, usize) {
+    let edge = |b: usize| {
+        (b * tiles)
+            .div_ceil(batches)
+            .next_multiple_of(UR512)
+            .min(tiles)
+    };
+    (edge(b), edge(b + 1))
+}
+
 /// One task: claims work items until none are left, using scratch slice `t`.
 unsafe fn task(c: &Ctx, t: usize) {
     let p = c.p;
@@ -332,10 +368,14 @@ unsafe fn task(c: &Ctx, t: usize) {
         if ob0 == ob1 {
             continue;
         }
+        let (t0, t1) = tile_range(p.th * p.tw, c.batches, b);
+        if t0 == t1 {
+            continue;
+        }
         let w = Item {
             n,
-            t0: b * p.batch,
-            tb: p.batch.min(p.th * p.tw - b * p.batch),
+            t0,
+            tb: t1 - t0,
             ob0,
             ob1,
             v,
