@@ -326,14 +326,14 @@ pub(super) fn schedule(
         return (least, 1);
     }
     let mut batches = least;
-    while (n * batches) % threads != 0 && tiles / (batches + 1) >= UR512 {
+    while !(n * batches).is_multiple_of(threads) && tiles / (batches + 1) >= UR512 {
         batches += 1;
     }
-    if (n * batches) % threads == 0 {
+    if (n * batches).is_multiple_of(threads) {
         return (batches, 1);
     }
     let splits = (1..=ocb)
-        .find(|k| (n * least * k) % threads == 0 && ocb / k >= 2)
+        .find(|k| (n * least * k).is_multiple_of(threads) && ocb / k >= 2)
         .unwrap_or(threads.div_ceil(n * least).min(ocb));
     (least, splits.max(1))
 }
