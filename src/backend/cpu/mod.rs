@@ -72,7 +72,7 @@ impl CpuBackend {
             programs: ProgramCache::new(),
             arenas: Mutex::new(vec![]),
             profile: std::env::var("KILN_PROFILE")
-                .is_ok_and(|v| v == "1")
+                .is_ok_and(|v| v == "1" || v == "all")
                 .then(Default::default),
         };
         // Static inputs: build the one program now, so errors show at compile time.
@@ -471,8 +471,12 @@ impl Drop for CpuExecutable {
         }
         let mut steps: Vec<_> = profile.iter().collect();
         steps.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
-        eprintln!("kiln profile: slowest steps");
-        for ((node, kind), (t, n)) in steps.into_iter().take(12) {
+        let all = std::env::var("KILN_PROFILE").is_ok_and(|v| v == "all");
+        eprintln!(
+            "kiln profile: {} steps",
+            if all { "all" } else { "slowest" }
+        );
+        for ((node, kind), (t, n)) in steps.into_iter().take(if all { usize::MAX } else { 12 }) {
             eprintln!("  {:>9.3} ms/run  {kind:<14} {node}", t * 1e3 / *n as f64);
         }
     }
