@@ -10,7 +10,7 @@
 //! a bounded moment before it sleeps.
 //!
 //! Idle workers sleep on a condition variable. A worker that just finished a task polls
-//! for the next parallel loop for a bounded moment (`SPIN`, tens of microseconds)
+//! for the next parallel loop for a bounded moment (`SPIN`, half a millisecond)
 //! before it sleeps, so that the loops of one run, back to back, do not each pay a
 //! wake-up; once a run is over, nothing spins. One run at a time owns
 //! the workers; a second thread calling `run` while they are busy (several threads
@@ -86,8 +86,10 @@ struct State {
     shutdown: bool,
 }
 
-/// How long a worker polls for the next loop before sleeping.
-const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+/// How long a worker polls for the next loop before sleeping: longer than most
+/// single-threaded steps between two parallel ones (a reorder, a softmax), so a run's
+/// loops rarely pay a wake-up (YOLOv8n at 2 threads: 50 µs → 500 µs, 11.6 → 10.9 ms).
+const SPIN: std::time::Duration = std::time::Duration::from_micros(500);
 
 #[derive(Default)]
 struct Shared {

@@ -279,7 +279,7 @@ pub unsafe fn conv_winograd_isa(
         return;
     }
     let threads = pool.map_or(1, Pool::threads).max(1);
-    let (batches, splits) = schedule(s.n, p.th * p.tw, p.batch, p.ocb, threads);
+    let (batches, splits) = schedule(s.n, p.th * p.tw, p.batch, p.icb, p.ocb, threads);
     let isa = isa.min(isa::detected());
     let ctx = Ctx {
         p,
@@ -308,16 +308,18 @@ pub unsafe fn conv_winograd_isa(
 }
 
 /// How one call's work is cut: `(batches, splits)`, each image's tiles into `batches`
-/// ranges of near-equal size (multiples of [`UR512`] but the last, none over `batch`),
-/// times `splits` near-equal output-block ranges. With several threads the item count
-/// is made a multiple of the thread count, so no thread idles through the last round:
-/// by cutting the tiles finer while each range keeps at least one whole micro-kernel
-/// call, else (small images) by splitting the output blocks, each split repeating its
-/// batch's input transform.
+/// ranges (edges at multiples of [`UR512`], none over `batch`) times `splits` near-equal
+/// output-block ranges, each split repeating its batch's input transform. With several
+/// threads, the cut whose items, claimed in order by whichever thread is free, finish
+/// first under a cost model (micro-kernel calls × blocks, plus the transforms); ties go
+/// to fewer items. Neither "more tiles per thread" nor "more items than threads" is
+/// right alone: 25 tiles of four 64-channel blocks split best by blocks, 169 tiles of
+/// three by tiles.
 pub(super) fn schedule(
     n: usize,
     tiles: usize,
     batch: usize,
+    icb: usize,
     ocb: usize,
     threads: usize,
 ) -> (usize, usize) {
@@ -325,17 +327,38 @@ pub(super) fn schedule(
     if threads == 1 {
         return (least, 1);
     }
-    let mut batches = least;
-    while !(n * batches).is_multiple_of(threads) && tiles / (batches + 1) >= UR512 {
-        batches += 1;
+    // In units of one tile's product with one input and one output block.
+    let cost = |tb: usize, nob: usize| {
+        let product = tb.next_multiple_of(UR512) * icb * nob;
+        // Input transform ≈ half a block product, output transform a quarter.
+        product + tb * icb / 2 + tb * nob / 4 + icb
+    };
+    let makespan = |batches: usize, splits: usize| {
+        let mut free = vec![0usize; threads];
+        for _ in 0..n {
+            for b in 0..batches {
+                let (t0, t1) = tile_range(tiles, batches, b);
+                for k in 0..splits {
+                    let nob = (k + 1) * ocb / splits - k * ocb / splits;
+                    if t1 > t0 && nob > 0 {
+                        let first = free.iter_mut().min().expect("threads > 1");
+                        *first += cost(t1 - t0, nob);
+                    }
+                }
+            }
+        }
+        free.into_iter().max().unwrap_or(0)
+    };
+    let mut best = (least, 1, makespan(least, 1));
+    for batches in least..=(least + 2 * threads).min(tiles) {
+        for splits in 1..=ocb.min(2 * threads) {
+            let m = makespan(batches, splits);
+            if m < best.2 {
+                best = (batches, splits, m);
+            }
+        }
     }
-    if (n * batches).is_multiple_of(threads) {
-        return (batches, 1);
-    }
-    let splits = (1..=ocb)
-        .find(|k| (n * least * k).is_multiple_of(threads) && ocb / k >= 2)
-        .unwrap_or(threads.div_ceil(n * least).min(ocb));
-    (least, splits.max(1))
+    (best.0, best.1)
 }
 
 /// Tiles `[t0, t1)` of batch `b` of `batches`: edges at multiples of [`UR512`], so a
