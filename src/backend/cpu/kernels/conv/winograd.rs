@@ -444,26 +444,26 @@ pub(super) const K_AVX512: u8 = 2;
 #[target_feature(enable = "avx512f")]
 unsafe fn item_avx512<const A: usize>(c: &Ctx, w: &Item) {
     // SAFETY: forwarded contract; this function runs only on AVX-512F CPUs.
-    unsafe { item::<A, K_AVX512>(c, w) }
+    unsafe { item::<A, K_AVX512, Z>(c, w) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn item_avx2<const A: usize>(c: &Ctx, w: &Item) {
     // SAFETY: forwarded contract; this function runs only on AVX2+FMA CPUs.
-    unsafe { item::<A, K_AVX2>(c, w) }
+    unsafe { item::<A, K_AVX2, L>(c, w) }
 }
 
 unsafe fn item_portable<const A: usize>(c: &Ctx, w: &Item) {
     // SAFETY: forwarded contract.
-    unsafe { item::<A, K_PORTABLE>(c, w) }
+    unsafe { item::<A, K_PORTABLE, L>(c, w) }
 }
 
 /// The three steps for one work item; `K` selects the micro-kernel (`K_AVX2` only
 /// inside [`item_avx2`], `K_AVX512` only inside [`item_avx512`], which compile the
 /// transforms for their ISA too).
 #[inline(always)]
-unsafe fn item<const A: usize, const K: u8>(c: &Ctx, w: &Item) {
+unsafe fn item<const A: usize, const K: u8, V: Lanes>(c: &Ctx, w: &Item) {
     let p = c.p;
     let s = &p.shape;
     let m = A - 2;
@@ -490,7 +490,7 @@ unsafe fn item<const A: usize, const K: u8>(c: &Ctx, w: &Item) {
             // SAFETY: positions (r0..r1, c0..c1) of the patch are inside plane (n, ib)
             // of x; V has room for tile k, block ib, every ξ.
             unsafe {
-                input_tile::<A>(
+                input_tile::<V, A>(
                     org,
                     s.iw * BLOCK,
                     [r0, r1, c0, c1],
@@ -546,6 +546,7 @@ unsafe fn item<const A: usize, const K: u8>(c: &Ctx, w: &Item) {
         } else {
             [true; BLOCK]
         };
+        let bits = (0..BLOCK).fold(0u16, |b, l| b | (u16::from(mask[l]) << l));
         let ybase = (w.n * p.ocb + ob) * plane_y;
         for k in 0..w.tb {
             let tile = w.t0 + k;
@@ -562,10 +563,10 @@ unsafe fn item<const A: usize, const K: u8>(c: &Ctx, w: &Item) {
             // SAFETY: M holds this tile's α²·16 floats; the hv×wv valid pixels of the
             // tile are inside plane (n, ob) of y and z.
             unsafe {
-                output_tile::<A>(
+                output_tile::<V, A>(
                     src,
                     bias,
-                    &mask,
+                    (&mask, bits),
                     z,
                     c.y.wrapping_add(off),
                     s.ow * BLOCK,
@@ -588,8 +589,27 @@ unsafe fn item<const A: usize, const K: u8>(c: &Ctx, w: &Item) {
     }
 }
 
-/// 16 channel lanes: plain arrays the compiler keeps in vector registers (two ymm with
-/// AVX2 enabled).
+/// 16 channel lanes as the transforms see them: [`L`] (portable, and AVX2 when compiled
+/// with it) or [`Z`] (one zmm register). The transforms are written once over this trait
+/// with plain loops over fixed-size arrays: after unrolling they stay in registers. (Built
+/// with `std::array::from_fn` or closures instead, they ended in helpers compiled
+/// without the caller's target features: SSE, four lanes at a time.)
+trait Lanes: Copy + Add<Output = Self> + Sub<Output = Self> + Mul<f32, Output = Self> {
+    fn zero() -> Self;
+    /// # Safety
+    /// `p` holds 16 readable floats.
+    unsafe fn load(p: *const f32) -> Self;
+    /// The lanes of `mask` from `p`, zero elsewhere (the others may be NaN in memory).
+    /// # Safety
+    /// `p` holds 16 readable floats.
+    unsafe fn load_masked(p: *const f32, mask: &[bool; BLOCK], bits: u16) -> Self;
+    /// # Safety
+    /// `p` holds 16 writable floats.
+    unsafe fn store(self, p: *mut f32);
+    fn relu(self) -> Self;
+}
+
+/// 16 lanes as a plain array (two ymm with AVX2 enabled).
 #[derive(Clone, Copy)]
 struct L([f32; BLOCK]);
 
@@ -601,11 +621,43 @@ impl L {
         // SAFETY: the caller passes 16 readable floats.
         L(unsafe { p.cast::<[f32; BLOCK]>().read_unaligned() })
     }
+}
+
+impl Lanes for L {
+    #[inline(always)]
+    fn zero() -> L {
+        L::ZERO
+    }
+
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> L {
+        // SAFETY: the caller's contract.
+        unsafe { L::load(p) }
+    }
+
+    #[inline(always)]
+    unsafe fn load_masked(p: *const f32, mask: &[bool; BLOCK], _: u16) -> L {
+        // SAFETY: the caller's contract.
+        let mut v = unsafe { L::load(p) };
+        for (l, &keep) in v.0.iter_mut().zip(mask) {
+            // A select, not a multiply: the masked lanes may be NaN.
+            *l = if keep { *l } else { 0.0 };
+        }
+        v
+    }
 
     #[inline(always)]
     unsafe fn store(self, p: *mut f32) {
         // SAFETY: the caller passes 16 writable floats.
         unsafe { p.cast::<[f32; BLOCK]>().write_unaligned(self.0) }
+    }
+
+    #[inline(always)]
+    fn relu(mut self) -> L {
+        for l in self.0.iter_mut() {
+            *l = math::relu(*l);
+        }
+        self
     }
 }
 
@@ -642,48 +694,129 @@ impl Mul<f32> for L {
     }
 }
 
-/// `Bᵀ d` along one axis (α = 4: F(2,3); α = 6: F(4,3)).
-#[inline(always)]
-fn in_1d<const A: usize>(d: [L; A]) -> [L; A] {
-    if A == 4 {
-        let v = [d[0] - d[2], d[1] + d[2], d[2] - d[1], d[1] - d[3]];
-        std::array::from_fn(|i| v[i])
-    } else {
-        let t = d[4] - d[2];
-        let e = (d[3] - d[1]) * 2.0;
-        let v = [
-            d[0] * 4.0 - d[2] * 5.0 + d[4],
-            (d[3] + d[4]) - (d[1] + d[2]) * 4.0,
-            (d[4] - d[3]) + (d[1] - d[2]) * 4.0,
-            t + e,
-            t - e,
-            d[1] * 4.0 - d[3] * 5.0 + d[5],
-        ];
-        std::array::from_fn(|i| v[i])
+/// 16 lanes in one zmm register; used only inside [`item_avx512`] (AVX-512F CPUs), where
+/// these always-inlined methods' intrinsics inline too.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Z(std::arch::x86_64::__m512);
+
+#[cfg(not(target_arch = "x86_64"))]
+type Z = L;
+
+#[cfg(target_arch = "x86_64")]
+mod zmm {
+    use super::{Lanes, BLOCK, Z};
+    use std::arch::x86_64::*;
+    use std::ops::{Add, Mul, Sub};
+
+    // SAFETY (every block below): `Z` values exist only in code running on AVX-512F
+    // CPUs (see `Z`); pointers are as each method's contract says.
+    impl Lanes for Z {
+        #[inline(always)]
+        fn zero() -> Z {
+            // SAFETY: see above.
+            Z(unsafe { _mm512_setzero_ps() })
+        }
+
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Z {
+            // SAFETY: see above.
+            Z(unsafe { _mm512_loadu_ps(p) })
+        }
+
+        #[inline(always)]
+        unsafe fn load_masked(p: *const f32, _: &[bool; BLOCK], bits: u16) -> Z {
+            // SAFETY: see above; masked-off lanes are not loaded.
+            Z(unsafe { _mm512_maskz_loadu_ps(bits, p) })
+        }
+
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: see above.
+            unsafe { _mm512_storeu_ps(p, self.0) }
+        }
+
+        #[inline(always)]
+        fn relu(self) -> Z {
+            // SAFETY: see above.
+            Z(unsafe { _mm512_max_ps(self.0, _mm512_setzero_ps()) })
+        }
+    }
+
+    impl Add for Z {
+        type Output = Z;
+        #[inline(always)]
+        fn add(self, o: Z) -> Z {
+            // SAFETY: see above.
+            Z(unsafe { _mm512_add_ps(self.0, o.0) })
+        }
+    }
+
+    impl Sub for Z {
+        type Output = Z;
+        #[inline(always)]
+        fn sub(self, o: Z) -> Z {
+            // SAFETY: see above.
+            Z(unsafe { _mm512_sub_ps(self.0, o.0) })
+        }
+    }
+
+    impl Mul<f32> for Z {
+        type Output = Z;
+        #[inline(always)]
+        fn mul(self, k: f32) -> Z {
+            // SAFETY: see above.
+            Z(unsafe { _mm512_mul_ps(self.0, _mm512_set1_ps(k)) })
+        }
     }
 }
 
-/// `Aᵀ m` along one axis: the first α−2 entries of the result are meaningful (an α-array
-/// keeps one generic length for both passes).
+/// `Bᵀ d` along one axis (α = 4: F(2,3); α = 6: F(4,3)).
 #[inline(always)]
-fn out_1d<const A: usize>(m: [L; A]) -> [L; A] {
-    // The last two entries are padding (copies), never used.
+fn in_1d<V: Lanes, const A: usize>(d: [V; A]) -> [V; A] {
+    let mut v = [V::zero(); A];
     if A == 4 {
-        let y = [m[0] + m[1] + m[2], m[1] - m[2] - m[3]];
-        std::array::from_fn(|i| y[i % 2])
+        v[0] = d[0] - d[2];
+        v[1] = d[1] + d[2];
+        v[2] = d[2] - d[1];
+        v[3] = d[1] - d[3];
+    } else {
+        let t = d[4] - d[2];
+        let e = (d[3] - d[1]) * 2.0;
+        v[0] = d[0] * 4.0 - d[2] * 5.0 + d[4];
+        v[1] = (d[3] + d[4]) - (d[1] + d[2]) * 4.0;
+        v[2] = (d[4] - d[3]) + (d[1] - d[2]) * 4.0;
+        v[3] = t + e;
+        v[4] = t - e;
+        v[5] = d[1] * 4.0 - d[3] * 5.0 + d[5];
+    }
+    v
+}
+
+/// `Aᵀ m` along one axis: the first α−2 entries of the result are meaningful (an α-array
+/// keeps one generic length for both passes; the rest stay zero).
+#[inline(always)]
+fn out_1d<V: Lanes, const A: usize>(m: [V; A]) -> [V; A] {
+    let mut y = [V::zero(); A];
+    if A == 4 {
+        y[0] = m[0] + m[1] + m[2];
+        y[1] = m[1] - m[2] - m[3];
     } else {
         let (a, b) = (m[1] + m[2], m[1] - m[2]);
         let (c, e) = (m[3] + m[4], m[3] - m[4]);
-        let y = [m[0] + a + c, b + e * 2.0, a + c * 4.0, b + e * 8.0 + m[5]];
-        std::array::from_fn(|i| y[i % 4])
+        y[0] = m[0] + a + c;
+        y[1] = b + e * 2.0;
+        y[2] = a + c * 4.0;
+        y[3] = b + e * 8.0 + m[5];
     }
+    y
 }
 
 /// `V = Bᵀ d B` for one tile and input block: `org` is the patch's (0, 0) (possibly
 /// outside the image), `rs` the row stride; only rows r0..r1 × columns c0..c1 are read,
 /// the rest is zero. Writes α² vectors at `v + ξ·vs`.
 #[inline(always)]
-unsafe fn input_tile<const A: usize>(
+unsafe fn input_tile<V: Lanes, const A: usize>(
     org: *const f32,
     rs: usize,
     [r0, r1, c0, c1]: [usize; 4],
@@ -691,23 +824,25 @@ unsafe fn input_tile<const A: usize>(
     vs: usize,
 ) {
     let full = r0 == 0 && c0 == 0 && r1 == A && c1 == A;
-    // Column pass: cols[j] = Bᵀ d[·][j]. Arrays built by `from_fn`, never zero-filled
-    // first: a zeroed 36-vector array cost a memset call per tile (9% of the time).
-    let cols: [[L; A]; A] = std::array::from_fn(|j| {
-        let col_in = full || (c0 <= j && j < c1);
-        in_1d::<A>(std::array::from_fn(|i| {
-            if col_in && (full || (r0 <= i && i < r1)) {
+    // Column pass: cols[j] = Bᵀ d[·][j].
+    let mut cols = [[V::zero(); A]; A];
+    for (j, col) in cols.iter_mut().enumerate() {
+        let mut d = [V::zero(); A];
+        for (i, di) in d.iter_mut().enumerate() {
+            if full || (c0 <= j && j < c1 && r0 <= i && i < r1) {
                 // SAFETY: (i, j) is inside the image (the caller's ranges).
-                unsafe { L::load(org.wrapping_add(i * rs + j * BLOCK)) }
-            } else {
-                L::ZERO
+                *di = unsafe { V::load(org.wrapping_add(i * rs + j * BLOCK)) };
             }
-        }))
-    });
+        }
+        *col = in_1d(d);
+    }
     // Row pass: V[i][·] = (Bᵀ d)[i][·] B, row i gathered across the columns.
     for i in 0..A {
-        let r = in_1d::<A>(cols.map(|col| col[i]));
-        for (j, x) in r.iter().enumerate() {
+        let mut row = [V::zero(); A];
+        for (x, col) in row.iter_mut().zip(&cols) {
+            *x = col[i];
+        }
+        for (j, x) in in_1d(row).iter().enumerate() {
             // SAFETY: V has α² slots of 16 floats, vs apart.
             unsafe { x.store(v.add((i * A + j) * vs)) };
         }
@@ -716,13 +851,13 @@ unsafe fn input_tile<const A: usize>(
 
 /// `Y = Aᵀ M A + bias (+ z) (max 0)` for one tile of one output block, storing its
 /// hv×wv valid pixels at `y` (row stride `rs`); reads each residual pixel before
-/// storing it (y may be z).
+/// storing it (y may be z). `bits` is `mask` as a bit mask.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn output_tile<const A: usize>(
+unsafe fn output_tile<V: Lanes, const A: usize>(
     src: *const f32,
     bias: &[f32],
-    mask: &[bool; BLOCK],
+    (mask, bits): (&[bool; BLOCK], u16),
     z: *const f32,
     y: *mut f32,
     rs: usize,
@@ -732,31 +867,33 @@ unsafe fn output_tile<const A: usize>(
 ) {
     let m = A - 2;
     // Row pass on M's rows: t[i][·] = M[i][·] A.
-    let t: [[L; A]; A] = std::array::from_fn(|i| {
-        out_1d::<A>(std::array::from_fn(|j| {
+    let mut t = [[V::zero(); A]; A];
+    for (i, ti) in t.iter_mut().enumerate() {
+        let mut row = [V::zero(); A];
+        for (j, x) in row.iter_mut().enumerate() {
             // SAFETY: M holds α² vectors of 16.
-            unsafe { L::load(src.add((i * A + j) * BLOCK)) }
-        }))
-    });
-    let b = L(bias.try_into().expect("16 bias values"));
+            *x = unsafe { V::load(src.add((i * A + j) * BLOCK)) };
+        }
+        *ti = out_1d(row);
+    }
+    assert!(bias.len() >= BLOCK);
+    // SAFETY: 16 bias values (checked above).
+    let b = unsafe { V::load(bias.as_ptr()) };
     // Column pass: Y[·][j] = Aᵀ t[·][j].
     for j in 0..wv.min(m) {
-        let ycol = out_1d::<A>(t.map(|row| row[j]));
-        for (i, yv) in ycol.iter().enumerate().take(hv.min(m)) {
+        let mut col = [V::zero(); A];
+        for (x, ti) in col.iter_mut().zip(&t) {
+            *x = ti[j];
+        }
+        for (i, yv) in out_1d(col).iter().enumerate().take(hv.min(m)) {
             let mut o = *yv + b;
             let at = i * rs + j * BLOCK;
             if !z.is_null() {
                 // SAFETY: pixel (i, j) is inside z.
-                let zv = unsafe { L::load(z.add(at)) };
-                for ((o, &zl), &keep) in o.0.iter_mut().zip(&zv.0).zip(mask) {
-                    // A select, not a multiply: the masked lanes may be NaN.
-                    *o += if keep { zl } else { 0.0 };
-                }
+                o = o + unsafe { V::load_masked(z.add(at), mask, bits) };
             }
             if relu {
-                for l in o.0.iter_mut() {
-                    *l = math::relu(*l);
-                }
+                o = o.relu();
             }
             // SAFETY: pixel (i, j) is inside y.
             unsafe { o.store(y.add(at)) };
