@@ -160,6 +160,12 @@ impl Act {
             return;
         }
         #[cfg(target_arch = "x86_64")]
+        if math::use_avx512(isa) && self.has_avx512() {
+            // SAFETY: AVX-512F checked just above.
+            unsafe { self.apply_avx512(x) };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
         if math::use_avx2(isa) {
             // SAFETY: AVX2+FMA checked just above.
             unsafe { self.apply_avx2(x) };
@@ -221,6 +227,51 @@ impl Act {
                 } else {
                     0.0
                 }
+            }
+        }
+    }
+
+    /// Whether [`Act::apply_avx512`] has this activation (the rest run on AVX2).
+    fn has_avx512(self) -> bool {
+        matches!(
+            self,
+            Act::Relu | Act::Clip(..) | Act::Sigmoid | Act::HardSwish | Act::Silu
+        )
+    }
+
+    /// The activations of [`Act::has_avx512`] on sixteen lanes.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn apply_avx512(self, x: &mut [f32]) {
+        use math::avx512;
+        use std::arch::x86_64::*;
+        let (p, n) = (x.as_mut_ptr(), x.len());
+        let zero = _mm512_setzero_ps();
+        let one = _mm512_set1_ps(1.0);
+        // SAFETY (each arm): `avx512::map` reads and writes p[..n], which x owns; AVX-512F
+        // is enabled for this function.
+        unsafe {
+            match self {
+                // Constants first: max/min return the second operand when either is NaN,
+                // so NaN stays NaN as the ops have it.
+                Act::Relu => avx512::map(p, p, n, |v| _mm512_max_ps(zero, v)),
+                Act::Clip(lo, hi) => {
+                    let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+                    avx512::map(p, p, n, |v| _mm512_min_ps(hi, _mm512_max_ps(lo, v)))
+                }
+                Act::Sigmoid => avx512::map(p, p, n, |v| avx512::sigmoid(v)),
+                Act::HardSwish => {
+                    let (sixth, half) = (_mm512_set1_ps(1.0 / 6.0), _mm512_set1_ps(0.5));
+                    avx512::map(p, p, n, |v| {
+                        let h = _mm512_fmadd_ps(v, sixth, half);
+                        _mm512_mul_ps(v, _mm512_min_ps(one, _mm512_max_ps(zero, h)))
+                    })
+                }
+                Act::Silu => avx512::map(p, p, n, |v| _mm512_mul_ps(v, avx512::sigmoid(v))),
+                _ => unreachable!("{self:?} has no AVX-512 form"),
             }
         }
     }
