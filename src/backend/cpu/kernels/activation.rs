@@ -251,8 +251,8 @@ impl Act {
         let (p, n) = (x.as_mut_ptr(), x.len());
         let zero = _mm512_setzero_ps();
         let one = _mm512_set1_ps(1.0);
-        // SAFETY (each arm): `avx512::map` reads and writes p[..n], which x owns; AVX-512F
-        // is enabled for this function.
+        // SAFETY: in each arm, `avx512::map` reads and writes p[..n], which x owns;
+        // AVX-512F is enabled for this function.
         unsafe {
             match self {
                 // Constants first: max/min return the second operand when either is NaN,
