@@ -370,6 +370,60 @@ fn recognize_finds_gelu_softmax_and_layernorm() {
     insta::assert_snapshot!(text::print(&after));
 }
 
+/// GELU's tanh form as jax2tf writes it (x³ as nested products) and as PyTorch writes it
+/// (`Pow(x, 3)`), each becoming one `Gelu` with `approximate = "tanh"` that computes
+/// what the decomposed graph did.
+#[test]
+fn recognize_finds_gelu_tanh() {
+    for pow in [false, true] {
+        let mut g = Graph::new("gelu_tanh");
+        let x = param(&mut g, "x", &[2, 4]);
+        let cube = if pow {
+            let three = c(&mut g, "three", &[], &[3.0]);
+            named_op(&mut g, "Pow", &[x, three], none(), "x3")
+        } else {
+            let k = c(&mut g, "k", &[], &[0.044715]);
+            let xk = named_op(&mut g, "Mul", &[x, k], none(), "xk");
+            let xxk = named_op(&mut g, "Mul", &[x, xk], none(), "xxk");
+            named_op(&mut g, "Mul", &[x, xxk], none(), "x3")
+        };
+        let cube = if pow {
+            let k = c(&mut g, "k", &[], &[0.044715]);
+            named_op(&mut g, "Mul", &[cube, k], none(), "kx3")
+        } else {
+            cube
+        };
+        let inner = named_op(&mut g, "Add", &[x, cube], none(), "inner");
+        let s = c(&mut g, "s", &[], &[(2.0 / std::f32::consts::PI).sqrt()]);
+        let u = named_op(&mut g, "Mul", &[inner, s], none(), "u");
+        let t = named_op(&mut g, "Tanh", &[u], none(), "t");
+        let one = c(&mut g, "one", &[], &[1.0]);
+        let t1 = named_op(&mut g, "Add", &[t, one], none(), "t1");
+        let half = c(&mut g, "half", &[], &[0.5]);
+        let th = named_op(&mut g, "Mul", &[t1, half], none(), "th");
+        let y = named_op(&mut g, "Mul", &[x, th], none(), "y");
+        g.add_output("y", y).unwrap();
+        let after = optimized(&g, "recognize");
+        let gelus: Vec<_> = after.nodes().iter().filter(|n| n.op == "Gelu").collect();
+        assert_eq!(gelus.len(), 1, "pow={pow}: {}", text::print(&after));
+        assert_eq!(
+            gelus[0].attrs.string_or("approximate", "none").unwrap(),
+            "tanh"
+        );
+        let xs =
+            Tensor::from_vec(&[2, 4], vec![-3.0f32, -1.0, -0.5, 0.0, 0.3, 1.0, 2.0, 4.0]).unwrap();
+        let want = run(&g, &[xs.clone()]);
+        let got = run(&after, &[xs]);
+        let (w, o) = (want[0].to_f64_vec(), got[0].to_f64_vec());
+        for (a, b) in w.iter().zip(&o) {
+            assert!(
+                (a - b).abs() <= 1e-6 * (1.0 + a.abs()),
+                "pow={pow}: {w:?} vs {o:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn dce_drops_dead_nodes_and_renumbers_from_the_outputs() {
     let mut g = Graph::new("dce");

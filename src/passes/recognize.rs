@@ -1,6 +1,9 @@
 //! Recognition of composite ops from their decomposed forms, as exporters write them:
 //!
-//! - GELU: `x * 0.5 * (1 + erf(x / sqrt(2)))` (any association, `* (1/sqrt 2)` too) → `Gelu`.
+//! - GELU: `x * 0.5 * (1 + erf(x / sqrt(2)))` (any association, `* (1/sqrt 2)` too) → `Gelu`;
+//!   its tanh form `x * 0.5 * (1 + tanh(sqrt(2/π) * (x + 0.044715 x³)))` (x³ as
+//!   `x * (x * (x * c))`, `x * x * x * c` or `Pow(x, 3) * c`; what jax2tf and PyTorch write)
+//!   → `Gelu` with `approximate = "tanh"`.
 //! - Softmax: `exp(x - max(x)) / sum(exp(x - max(x)))` (or without the max) over one
 //!   axis → `Softmax`.
 //! - LayerNorm: `(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * gamma + beta` over
@@ -24,7 +27,7 @@ impl Pass for Recognize {
         "recognize"
     }
     fn summary(&self) -> &'static str {
-        "GELU, HardSwish, SiLU, Softmax and LayerNormalization from their decomposed forms"
+        "GELU (erf and tanh forms), HardSwish, SiLU, Softmax and LayerNormalization from their decomposed forms"
     }
     fn run(&self, g: &mut Graph, cx: &mut PassContext) -> Result<Changed> {
         let pats = Patterns::new();
@@ -45,6 +48,7 @@ fn reduce(name: &str, x: Pat, axes: &str) -> NodePat {
 
 struct Patterns {
     gelu: Pat,
+    gelu_tanh: Pat,
     hardswish: Pat,
     silu: Pat,
     softmax: Pat,
@@ -80,6 +84,29 @@ impl Patterns {
             mul(mul(x(), half()), erf_part()),
             mul(x(), mul(erf_part(), half())),
             mul(mul(x(), erf_part()), half()),
+        ]);
+        // 1 + tanh(sqrt(2/π) · (x + 0.044715 x³))
+        let c = || near(0.044715);
+        let cube = alt(vec![
+            mul(x(), mul(x(), mul(x(), c()))),
+            mul(mul(mul(x(), x()), x()), c()),
+            mul(op("Pow").args(vec![x(), splat(3.0)]).pat(), c()),
+        ]);
+        let inner = op("Add").commutative().args(vec![x(), cube]).pat();
+        let k = near((2.0 / std::f64::consts::PI).sqrt());
+        let tanh_part = || {
+            op("Add")
+                .commutative()
+                .args(vec![
+                    op("Tanh").args(vec![mul(inner.clone(), k.clone())]).pat(),
+                    splat(1.0),
+                ])
+                .pat()
+        };
+        let gelu_tanh = alt(vec![
+            mul(mul(x(), half()), tanh_part()),
+            mul(x(), mul(tanh_part(), half())),
+            mul(mul(x(), tanh_part()), half()),
         ]);
 
         let shifted = alt(vec![
@@ -152,6 +179,7 @@ impl Patterns {
         let silu = mul(x(), op("Sigmoid").args(vec![x()]).pat());
         Patterns {
             gelu,
+            gelu_tanh,
             hardswish,
             silu,
             softmax,
@@ -163,6 +191,10 @@ impl Patterns {
         let root: Value = id.into();
         if let Some(m) = self.gelu.matches(g, uses, root) {
             return replace_node(g, id, id, "Gelu", &[Some(m.value("x"))], Attrs::new(), cx);
+        }
+        if let Some(m) = self.gelu_tanh.matches(g, uses, root) {
+            let attrs = Attrs::new().with("approximate", Attr::String("tanh".into()));
+            return replace_node(g, id, id, "Gelu", &[Some(m.value("x"))], attrs, cx);
         }
         for (pat, name) in [(&self.hardswish, "HardSwish"), (&self.silu, "Silu")] {
             if let Some(m) = pat.matches(g, uses, root) {

@@ -235,7 +235,14 @@ impl Act {
     fn has_avx512(self) -> bool {
         matches!(
             self,
-            Act::Relu | Act::Clip(..) | Act::Sigmoid | Act::HardSwish | Act::Silu
+            Act::Relu
+                | Act::Clip(..)
+                | Act::Sigmoid
+                | Act::Tanh
+                | Act::HardSwish
+                | Act::Silu
+                | Act::Gelu
+                | Act::GeluTanh
         )
     }
 
@@ -248,6 +255,7 @@ impl Act {
     unsafe fn apply_avx512(self, x: &mut [f32]) {
         use math::avx512;
         use std::arch::x86_64::*;
+        use std::f32::consts::FRAC_1_SQRT_2;
         let (p, n) = (x.as_mut_ptr(), x.len());
         let zero = _mm512_setzero_ps();
         let one = _mm512_set1_ps(1.0);
@@ -271,6 +279,24 @@ impl Act {
                     })
                 }
                 Act::Silu => avx512::map(p, p, n, |v| _mm512_mul_ps(v, avx512::sigmoid(v))),
+                Act::Tanh => avx512::map(p, p, n, |v| avx512::tanh(v)),
+                Act::Gelu => {
+                    let (k, half) = (_mm512_set1_ps(FRAC_1_SQRT_2), _mm512_set1_ps(0.5));
+                    avx512::map(p, p, n, |v| {
+                        let e = avx512::erf(_mm512_mul_ps(v, k));
+                        _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e))
+                    })
+                }
+                Act::GeluTanh => {
+                    let (k, c) = (_mm512_set1_ps(GELU_TANH_K), _mm512_set1_ps(0.044715));
+                    let half = _mm512_set1_ps(0.5);
+                    avx512::map(p, p, n, |v| {
+                        let v3 = _mm512_mul_ps(_mm512_mul_ps(v, v), v);
+                        let u = _mm512_mul_ps(k, _mm512_fmadd_ps(c, v3, v));
+                        let t = avx512::tanh(u);
+                        _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, t))
+                    })
+                }
                 _ => unreachable!("{self:?} has no AVX-512 form"),
             }
         }

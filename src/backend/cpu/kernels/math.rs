@@ -3,9 +3,8 @@
 //! Each function has a portable scalar form (`exp`, `tanh`, ...) and an AVX2+FMA form on
 //! eight lanes (`avx2::exp`, ...) that evaluate the same range reductions and the same
 //! polynomials, so the paths agree to within rounding (the vector forms fuse the
-//! multiply-adds); exp and sigmoid also have an AVX-512F form on sixteen lanes
-//! (`avx512::exp`, `avx512::sigmoid`: SiLU and Sigmoid epilogues are half of a small
-//! convolution's time on AVX2). The kernels call them per element or per vector; the
+//! multiply-adds), and an AVX-512F form on sixteen lanes (`avx512::exp`, ...: SiLU and
+//! GELU epilogues took half of a small convolution's or GEMM's time on AVX2). The kernels call them per element or per vector; the
 //! tests run every path over slices (`exp_inplace_isa`, ...).
 //!
 //! Accuracy against f64 over the whole f32 range, each bound asserted by its test: exp
@@ -460,6 +459,68 @@ pub mod avx512 {
         }
     }
 
+    /// |x|
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn abs(x: __m512) -> __m512 {
+        _mm512_castsi512_ps(_mm512_and_si512(
+            _mm512_castps_si512(x),
+            _mm512_set1_epi32(i32::MAX),
+        ))
+    }
+
+    /// `mag` (non-negative) with the sign of `sign`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn with_sign_of(mag: __m512, sign: __m512) -> __m512 {
+        _mm512_castsi512_ps(_mm512_or_si512(
+            _mm512_castps_si512(mag),
+            _mm512_and_si512(_mm512_castps_si512(sign), _mm512_set1_epi32(i32::MIN)),
+        ))
+    }
+
+    /// tanh(x) on sixteen lanes.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn tanh(x: __m512) -> __m512 {
+        // SAFETY: AVX-512F is enabled for this function.
+        unsafe {
+            let a = abs(x);
+            let z = _mm512_mul_ps(x, x);
+            let small = _mm512_fmadd_ps(x, _mm512_mul_ps(z, horner16(&TANH_C, z)), x);
+            let e = exp(_mm512_add_ps(a, a));
+            let one = splat(1.0);
+            let big = _mm512_sub_ps(one, _mm512_div_ps(splat(2.0), _mm512_add_ps(e, one)));
+            let big = with_sign_of(big, x);
+            let is_small = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, splat(TANH_SMALL));
+            _mm512_mask_blend_ps(is_small, big, small)
+        }
+    }
+
+    /// erf(x) on sixteen lanes.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn erf(x: __m512) -> __m512 {
+        // SAFETY: AVX-512F is enabled for this function.
+        unsafe {
+            let a = abs(x);
+            let small = _mm512_mul_ps(x, horner16(&ERF_C, _mm512_mul_ps(x, x)));
+            let ac = _mm512_min_ps(splat(ERF_MAX), a);
+            let u = _mm512_fmadd_ps(ac, splat(ERF_U_A), splat(ERF_U_B));
+            let g = horner16(&ERFC_C, u);
+            let e = exp(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(ac, ac)));
+            let big = with_sign_of(_mm512_fnmadd_ps(e, g, splat(1.0)), x);
+            let is_small = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, splat(ERF_SMALL));
+            _mm512_mask_blend_ps(is_small, big, small)
+        }
+    }
+
     /// 1 / (1 + e^{-x}) on sixteen lanes.
     ///
     /// # Safety
@@ -525,6 +586,10 @@ pub mod avx512 {
     slice_fn!(exp_slice, exp);
     #[cfg(test)]
     slice_fn!(sigmoid_slice, sigmoid);
+    #[cfg(test)]
+    slice_fn!(tanh_slice, tanh);
+    #[cfg(test)]
+    slice_fn!(erf_slice, erf);
 }
 
 /// The slice forms the accuracy tests drive both paths through (the kernels call the
@@ -560,9 +625,9 @@ macro_rules! slice_fn_isa {
 #[cfg(test)]
 slice_fn_isa!(exp_inplace_isa, exp, exp_slice, exp_slice);
 #[cfg(test)]
-slice_fn_isa!(tanh_inplace_isa, tanh, tanh_slice);
+slice_fn_isa!(tanh_inplace_isa, tanh, tanh_slice, tanh_slice);
 #[cfg(test)]
-slice_fn_isa!(erf_inplace_isa, erf, erf_slice);
+slice_fn_isa!(erf_inplace_isa, erf, erf_slice, erf_slice);
 #[cfg(test)]
 slice_fn_isa!(sigmoid_inplace_isa, sigmoid, sigmoid_slice, sigmoid_slice);
 
