@@ -412,7 +412,7 @@ fn recognize_finds_gelu_tanh() {
         );
         let xs =
             Tensor::from_vec(&[2, 4], vec![-3.0f32, -1.0, -0.5, 0.0, 0.3, 1.0, 2.0, 4.0]).unwrap();
-        let want = run(&g, &[xs.clone()]);
+        let want = run(&g, std::slice::from_ref(&xs));
         let got = run(&after, &[xs]);
         let (w, o) = (want[0].to_f64_vec(), got[0].to_f64_vec());
         for (a, b) in w.iter().zip(&o) {
