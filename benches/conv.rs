@@ -16,7 +16,7 @@ use kiln::backend::cpu::{CpuBackend, Tuning};
 use kiln::backend::{cpu_pass_options, Executable};
 use kiln::internals::cpu::conv::{
     conv_blocked, conv_blocked_isa, conv_depthwise, conv_im2col, conv_plain,
-    conv_plain_scratch_len, conv_winograd, winograd_supported, ConvShape, PackedConv,
+    conv_plain_scratch_len, conv_winograd, micro_tile, winograd_supported, ConvShape, PackedConv,
     PackedWinograd,
 };
 use kiln::internals::cpu::Pool;
@@ -65,8 +65,9 @@ fn bench(c: &mut Criterion) {
         let b = lcg(oc, 2);
         let packed = PackedConv::new(s, &w, Some(&b)).expect("packable");
         // What the backend runs: a pointwise conv's pixels re-split into fuller rows.
-        let rows = (s.pointwise_rows() != s)
-            .then(|| PackedConv::new(s.pointwise_rows(), &w, Some(&b)).expect("packable"));
+        let rows = (s.pointwise_rows(micro_tile(s.oc)) != s).then(|| {
+            PackedConv::new(s.pointwise_rows(micro_tile(s.oc)), &w, Some(&b)).expect("packable")
+        });
         let xb = lcg(packed.x_len(), 3);
         let mut yb = vec![0.0f32; packed.y_len()];
         let x = lcg(ic * hw * hw, 3);
@@ -432,7 +433,8 @@ fn zoo_layers(_: &mut Criterion) {
         let s = ConvShape::new(1, ic, hw, oc, k, [st, st], [p; 4], [1, 1], 1).expect("valid");
         let w = lcg(oc * ic * k[0] * k[1], 1);
         let b = lcg(oc, 2);
-        let packed = PackedConv::new(s.pointwise_rows(), &w, Some(&b)).expect("packable");
+        let packed =
+            PackedConv::new(s.pointwise_rows(micro_tile(s.oc)), &w, Some(&b)).expect("packable");
         let xb = lcg(packed.x_len(), 3);
         let mut yb = vec![0.0f32; packed.y_len()];
         for (threads, pool) in [(1, None), (2, Some(&pool2))] {

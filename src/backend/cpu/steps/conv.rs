@@ -8,7 +8,7 @@
 //! kernels tile along rows), and a 3-D one adds a depth axis to im2col.
 use crate::aligned::AlignedBuf;
 use crate::backend::cpu::kernels::conv::{
-    self, ConvShape, Depth, PackedConv, PackedDepthwise, PackedWinograd,
+    self, micro_tile, ConvShape, Depth, PackedConv, PackedDepthwise, PackedWinograd,
 };
 use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::pool::Pool;
@@ -91,7 +91,8 @@ fn choose_blocked(
         };
         match name {
             "direct" => Ok(BlockedAlgo::Direct(
-                PackedConv::new(shape.pointwise_rows(), w, bias)?.with_plain_x(plain_x),
+                PackedConv::new(shape.pointwise_rows(micro_tile(shape.oc)), w, bias)?
+                    .with_plain_x(plain_x),
             )),
             "winograd2" => winograd(2),
             "winograd4" => winograd(4),

@@ -4,7 +4,7 @@
 //! image; in the blocked layout (a trained layer's weights are parameters), the direct
 //! blocked kernel with the weights packed at each run.
 use crate::backend::cpu::isa;
-use crate::backend::cpu::kernels::conv::{conv_blocked, ConvShape, PackedConv, BLOCK};
+use crate::backend::cpu::kernels::conv::{conv_blocked, micro_tile, ConvShape, PackedConv, BLOCK};
 use crate::backend::cpu::kernels::conv_grad::{
     conv_per_position, per_position_scratch_len, per_position_suits,
 };
@@ -183,9 +183,9 @@ fn blocked_repack(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     }
     // Packing checks the geometry now (on zeros) so that a run cannot fail on it.
     let zeros = vec![0.0; w.elements()];
-    PackedConv::new(shape.pointwise_rows(), &zeros, None)?;
+    PackedConv::new(shape.pointwise_rows(micro_tile(shape.oc)), &zeros, None)?;
     Ok(Some(Box::new(BlockedRepack {
-        shape: shape.pointwise_rows(),
+        shape: shape.pointwise_rows(micro_tile(shape.oc)),
         plain_x,
         act,
         x: x.clone(),

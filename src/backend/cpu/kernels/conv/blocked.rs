@@ -195,6 +195,13 @@ fn oc_group(isa: Isa) -> usize {
     }
 }
 
+/// Output pixels per interior micro-kernel call for `oc` output channels on this CPU
+/// (the row length [`ConvShape::pointwise_rows`] fills).
+pub fn micro_tile(oc: usize) -> usize {
+    let isa = isa::isa().min(isa::detected());
+    tile_width(isa, oc_group(isa).min(oc.div_ceil(BLOCK)))
+}
+
 /// Output pixels per interior micro-kernel call for `nb` output blocks on `isa`.
 fn tile_width(isa: Isa, nb: usize) -> usize {
     match (isa >= Isa::Avx512, nb) {

@@ -22,7 +22,7 @@ pub mod winograd;
 #[cfg(test)]
 mod tests;
 
-pub use blocked::{conv_blocked, conv_blocked_isa, PackedConv, BLOCK};
+pub use blocked::{conv_blocked, conv_blocked_isa, micro_tile, PackedConv, BLOCK};
 pub use depthwise::{conv_depthwise_blocked, conv_depthwise_blocked_isa, PackedDepthwise};
 pub use plain::{
     conv_depthwise, conv_im2col, conv_im2col_volume, conv_plain, conv_plain_scratch_len,
@@ -137,10 +137,11 @@ impl ConvShape {
 
     /// A 1×1, stride-1, unpadded convolution reads and writes each channel's H·W pixels
     /// contiguously, so any split of them into rows computes the same thing: this returns
-    /// the shape with the rows the direct kernel fills best (its micro-tile is 6 pixels
-    /// of one row; a 7-wide row wastes most of its second tile, while 49 pixels in one
-    /// row fill eight). Other shapes are returned unchanged.
-    pub fn pointwise_rows(&self) -> ConvShape {
+    /// the shape with the rows the direct kernel fills best, for its micro-tile of `tile`
+    /// pixels of one row ([`blocked::micro_tile`]: with 6, a 7-wide row wastes most of its
+    /// second tile, while 49 pixels in one row fill eight). Other shapes are returned
+    /// unchanged.
+    pub fn pointwise_rows(&self, tile: usize) -> ConvShape {
         let pixels = self.oh * self.ow;
         if self.kh != 1 || self.kw != 1 || self.strides != [1, 1] || self.oh != self.ih {
             return *self;
@@ -150,7 +151,7 @@ impl ConvShape {
         }
         // Rows of at most 128 pixels (a row's input stays in L1 across its tiles): the
         // divisor of H·W with the fewest micro-tile calls, then the longest row.
-        let calls = |w: usize| (pixels / w) * w.div_ceil(6);
+        let calls = |w: usize| (pixels / w) * w.div_ceil(tile);
         let best = (1..=pixels.min(128))
             .filter(|w| pixels.is_multiple_of(*w))
             .min_by_key(|&w| (calls(w), usize::MAX - w))

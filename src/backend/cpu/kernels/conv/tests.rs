@@ -228,8 +228,8 @@ fn run_blocked(c: &Case, seed: u64) {
     let pool2 = Pool::new(2);
     // A pointwise conv also runs with its pixels re-split into rows.
     let mut geometries = vec![s];
-    if s.pointwise_rows() != s {
-        geometries.push(s.pointwise_rows());
+    if s.pointwise_rows(6) != s {
+        geometries.push(s.pointwise_rows(6));
     }
     for (geometry, isa) in geometries
         .into_iter()
@@ -368,7 +368,7 @@ fn shapes_follow_onnx() {
 fn pointwise_rows_fill_micro_tiles() {
     let rows = |ic, [h, w]: [usize; 2], k, stride, pads| {
         let s = ConvShape::new(1, ic, [h, w], 16, [k, k], [stride; 2], pads, [1, 1], 1).unwrap();
-        let r = s.pointwise_rows();
+        let r = s.pointwise_rows(6);
         assert_eq!(r.oh * r.ow, s.oh * s.ow);
         (r.oh, r.ow)
     };
@@ -379,6 +379,11 @@ fn pointwise_rows_fill_micro_tiles() {
     assert_eq!(rows(16, [7, 7], 1, 2, P0), (4, 4));
     assert_eq!(rows(16, [7, 7], 1, 1, P1), (9, 9));
     assert_eq!(rows(16, [7, 7], 3, 1, P1), (7, 7));
+    // AVX-512's 12-pixel tiles: 104-pixel rows take 9 calls each (936 in all); the
+    // 64-pixel rows that suit 6-pixel tiles would take 1014.
+    let s = ConvShape::new(1, 48, [104, 104], 48, [1, 1], [1; 2], P0, [1, 1], 1).unwrap();
+    assert_eq!(s.pointwise_rows(12), s);
+    assert_eq!(s.pointwise_rows(6).ow, 64);
 }
 
 #[test]
