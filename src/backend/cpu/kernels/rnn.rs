@@ -9,6 +9,7 @@
 use super::gemm::{self, Bias, Epilogue, Mat, PackedB};
 use super::par::{for_ranges, SyncPtr};
 use super::Act;
+use crate::backend::cpu::host;
 use crate::backend::cpu::pool::Pool;
 
 /// The kind of cell.
@@ -197,8 +198,23 @@ pub struct RnnLayer {
 }
 
 /// Below this many multiply-adds per step and direction, the two directions of a
-/// bidirectional layer run side by side on two threads instead of splitting each GEMM.
+/// bidirectional layer may run side by side on two threads instead of splitting each
+/// GEMM ...
 const SIDE_BY_SIDE_MAX_MACS: usize = 1 << 22;
+
+/// ... when one direction's recurrent weights stay in one core's L2 (at most half of it),
+/// as each step reads them all. Larger ones split each step's GEMM over the threads, the
+/// directions one after the other, so that each core keeps its share of the weights in
+/// its cache from step to step: a 512-hidden layer (4 MiB per direction) runs 1.3× faster
+/// so on two threads of a 2 MiB-L2 host.
+fn side_by_side(spec: &RnnSpec, threads: usize) -> bool {
+    let step_macs = spec.batch * spec.gh() * spec.hidden;
+    let r_bytes = spec.gh() * spec.hidden * std::mem::size_of::<f32>();
+    spec.dirs == 2
+        && threads >= 2
+        && step_macs <= SIDE_BY_SIDE_MAX_MACS
+        && r_bytes <= host::caches().l2 / 2
+}
 
 impl RnnLayer {
     /// The layer, with `w` and `r` packed when given (constants).
@@ -275,15 +291,13 @@ impl RnnLayer {
                 None => gemm::gemm(pool, m, n, s.input, x, w_view(io.w, s.input), proj, n, &ep),
             }
             let threads = pool.map_or(1, |p| p.threads());
-            let step_macs = s.batch * gh * s.hidden;
             let (io, proj_p) = (*io, SyncPtr(proj));
             let per_dir = SyncPtr(per_dir);
             let dir_scratch = |d: usize| SyncPtr(per_dir.get().add(d * s.dir_floats()));
             match pool {
-                Some(p) if dirs == 2 && threads >= 2 && step_macs <= SIDE_BY_SIDE_MAX_MACS => p
-                    .run(2, &|d| {
-                        self.direction(None, &io, d, proj_p.get(), dir_scratch(d).get())
-                    }),
+                Some(p) if side_by_side(s, threads) => p.run(2, &|d| {
+                    self.direction(None, &io, d, proj_p.get(), dir_scratch(d).get())
+                }),
                 _ => {
                     (0..dirs).for_each(|d| self.direction(pool, &io, d, proj, dir_scratch(d).get()))
                 }
