@@ -85,6 +85,9 @@ unsafe fn fill(dst: *mut u8, len: usize, value: &[u8]) {
     }
 }
 
+/// Bytes of one piece of a long contiguous row copied by one task.
+const PIECE_BYTES: usize = 64 * 1024;
+
 /// One axis of a copy: its size and the source and destination strides (bytes).
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Axis {
@@ -159,6 +162,18 @@ impl CopyPlan {
         s
     }
 
+    /// The source and destination byte offsets of inner row `r`.
+    fn row_offsets(&self, mut r: usize) -> (isize, isize) {
+        let (mut so, mut dof) = (0isize, 0isize);
+        for a in self.outer.iter().rev() {
+            let i = (r % a.size) as isize;
+            r /= a.size;
+            so += i * a.src;
+            dof += i * a.dst;
+        }
+        (so, dof)
+    }
+
     /// How many inner rows the copy has (for tests of the merging).
     pub fn rows(&self) -> usize {
         self.outer.iter().map(|a| a.size).product()
@@ -176,6 +191,29 @@ impl CopyPlan {
         let rows = self.rows();
         let (s, d) = (SyncPtr(src as *mut u8), SyncPtr(dst));
         let row_bytes = self.inner.size * self.elem;
+        let e = self.elem as isize;
+        if self.inner.src == e && self.inner.dst == e && row_bytes > 2 * PIECE_BYTES {
+            // Long contiguous rows (a Concat or Split of whole images is one row per
+            // input): cut into pieces, so that a few rows still spread over the threads.
+            let pieces = row_bytes.div_ceil(PIECE_BYTES);
+            for_ranges(pool, rows * pieces, PIECE_BYTES / 4, &|units| {
+                for u in units {
+                    let (r, at) = (u / pieces, u % pieces * PIECE_BYTES);
+                    let (so, dof) = self.row_offsets(r);
+                    let len = PIECE_BYTES.min(row_bytes - at);
+                    // SAFETY: piece `at..at + len` of row r lies inside the copy's extent
+                    // (the caller's contract).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            s.get().offset(so).add(at),
+                            d.get().offset(dof).add(at),
+                            len,
+                        )
+                    };
+                }
+            });
+            return;
+        }
         for_ranges(pool, rows, row_bytes / 4, &|r| {
             // The source and destination offsets of row r.start, then stepped like an
             // odometer.
@@ -734,6 +772,33 @@ mod tests {
         }
         let whole = CopyPlan::new(&dims, &[20, 5, 1], &[20, 5, 1], 4);
         assert_eq!(whole.rows(), 1, "a contiguous copy is one row");
+    }
+
+    /// Rows longer than two pieces (a channel Concat of whole images): cut into pieces
+    /// over the threads, every element where the row-by-row copy puts it.
+    #[test]
+    fn long_rows_copy_in_pieces() {
+        let (rows, len) = (3usize, 40_003usize);
+        let src: Vec<u32> = (0..(rows * len) as u32).collect();
+        let plan = CopyPlan::new(&[rows, len], &[len as isize, 1], &[2 * len as isize, 1], 4);
+        for pool in pools() {
+            let mut got = vec![u32::MAX; rows * 2 * len];
+            // SAFETY: the plan reads src's rows × len and writes the first half of each of
+            // got's rows of 2·len.
+            unsafe {
+                plan.run(
+                    src.as_ptr() as *const u8,
+                    got.as_mut_ptr() as *mut u8,
+                    pool.as_ref(),
+                )
+            };
+            for r in 0..rows {
+                assert_eq!(got[r * 2 * len..][..len], src[r * len..][..len]);
+                assert!(got[r * 2 * len + len..][..len]
+                    .iter()
+                    .all(|&v| v == u32::MAX));
+            }
+        }
     }
 
     #[test]
