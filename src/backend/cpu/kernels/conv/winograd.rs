@@ -334,7 +334,9 @@ pub(super) fn schedule(
         product + tb * icb / 2 + tb * nob / 4 + icb
     };
     let makespan = |batches: usize, splits: usize| {
-        let mut free = vec![0usize; threads];
+        // No allocation per run: at most 64 threads' finishing times (more share them).
+        let mut free = [0usize; 64];
+        let free = &mut free[..threads.min(64)];
         for _ in 0..n {
             for b in 0..batches {
                 let (t0, t1) = tile_range(tiles, batches, b);
@@ -347,7 +349,7 @@ pub(super) fn schedule(
                 }
             }
         }
-        free.into_iter().max().unwrap_or(0)
+        free.iter().copied().max().unwrap_or(0)
     };
     let mut best = (least, 1, makespan(least, 1));
     for batches in least..=(least + 2 * threads).min(tiles) {
