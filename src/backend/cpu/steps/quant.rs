@@ -531,11 +531,7 @@ impl Kernel for ConvInteger {
         false
     }
     fn kind(&self) -> &'static str {
-        if self.dequant.is_some() {
-            "conv-integer-dequant"
-        } else {
-            "conv-integer"
-        }
+        "conv-integer"
     }
 }
 
