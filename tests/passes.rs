@@ -1058,9 +1058,7 @@ fn quantized_conv(tail: &str, shared: bool) -> Graph {
     let mut rng = Rng(11);
     let mut g = Graph::new("quantized_conv");
     let x = param(&mut g, "x", &[1, 4, 6, 5]);
-    let q = g
-        .op("DynamicQuantizeLinear", &[x], none(), "q")
-        .unwrap();
+    let q = g.op("DynamicQuantizeLinear", &[x], none(), "q").unwrap();
     let w: Vec<u8> = (0..144).map(|_| rng.below(256) as u8).collect();
     let w = g
         .add_constant_value("w", Tensor::from_vec(&[4, 4, 3, 3], w).unwrap())
@@ -1149,7 +1147,12 @@ fn dequantized_convolutions_fuse_their_epilogue() {
         assert_eq!(count_ops(&after, "Cast"), 1, "{tail}");
         // And through the whole pipeline.
         let all = optimized(&g, passes::DEFAULT_PIPELINE);
-        assert_eq!(count_ops(&all, "FusedConvInteger"), 1, "{}", text::print(&all));
+        assert_eq!(
+            count_ops(&all, "FusedConvInteger"),
+            1,
+            "{}",
+            text::print(&all)
+        );
     }
     // A Cast another node reads too stays, and so does the integer convolution.
     let g = quantized_conv("", true);

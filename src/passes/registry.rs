@@ -24,10 +24,7 @@ pub const DEFAULT_PIPELINE: &str = "canonicalize,constant-fold,simplify,cse,reco
 fold-batchnorm,fuse-epilogue,fuse-quant,fuse-elementwise,layout,simplify,cse,dce";
 
 /// Names that stand for several passes in a pipeline.
-const ALIASES: &[(&str, &str)] = &[(
-    "fuse",
-    "fold-batchnorm,fuse-epilogue,fuse-quant,fuse-elementwise",
-)];
+const ALIASES: &[(&str, &str)] = &[("fuse", "fold-batchnorm,fuse-epilogue,fuse-elementwise")];
 
 /// The pass called `name`.
 pub fn lookup(name: &str) -> Option<&'static dyn Pass> {

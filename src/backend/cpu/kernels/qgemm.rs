@@ -822,6 +822,11 @@ mod tests {
                 let mut a_buf = vec![0u8; m * kp];
                 let mut terms = vec![0i32; 2 * m];
                 let mut c = vec![0i32; m * n];
+                // The dequantizing epilogue's operands and output, in C's layout.
+                let bias: Vec<i32> = (0..m).map(|i| i as i32 * 977 - 3000).collect();
+                let z: Vec<f32> = (0..m * n).map(|e| (e % 13) as f32 * 0.25 - 1.5).collect();
+                let mut f = vec![0f32; m * n];
+                let st = if transposed { (1, m) } else { (n, 1) };
                 // SAFETY: every buffer holds what the calls name.
                 unsafe {
                     let av = prepare_a(
@@ -835,7 +840,6 @@ mod tests {
                         terms.as_mut_ptr(),
                         pool.as_ref(),
                     );
-                    let st = if transposed { (1, m) } else { (n, 1) };
                     qgemm_on(
                         path,
                         pool.as_ref(),
@@ -845,6 +849,23 @@ mod tests {
                         c.as_mut_ptr(),
                         st,
                     );
+                    let d = Dequant {
+                        bias: bias.as_ptr(),
+                        bias_step: 1,
+                        scale: 0.0371,
+                        z: z.as_ptr(),
+                        act: Act::Relu,
+                    };
+                    let (b, f) = (packed.view(), f.as_mut_ptr());
+                    qgemm_dequant_on(path, pool.as_ref(), m, &av, &b, f, st, d);
+                }
+                // The unfused operations, one at a time.
+                for i in 0..m {
+                    for j in 0..n {
+                        let e = i * st.0 + j * st.1;
+                        let v = want[i * n + j].wrapping_add(bias[i]) as f32 * 0.0371 + z[e];
+                        assert_eq!(f[e].to_bits(), v.max(0.0).to_bits(), "{path:?} ({i}, {j})");
+                    }
                 }
                 if transposed {
                     let mut t = vec![0i32; m * n];
