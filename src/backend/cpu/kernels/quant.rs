@@ -327,19 +327,21 @@ pub(crate) unsafe fn channels_last(
     let (xp, op, sp) = (SyncPtr(x as *mut u8), SyncPtr(out), SyncPtr(sums));
     for_ranges(pool, plane.div_ceil(PIXELS), PIXELS * c, &|r| {
         let (start, end) = (r.start * PIXELS, (r.end * PIXELS).min(plane));
-        // SAFETY: start..end < plane: this task's pixels of sums.
-        let sums = unsafe { std::slice::from_raw_parts_mut(sp.get().add(start), end - start) };
-        sums.fill(0);
-        for ch in 0..c {
-            for (p, sum) in (start..end).zip(sums.iter_mut()) {
+        // Pixel by pixel: the writes run on, the sum stays in a register, and the reads
+        // (one stream per channel) stay in L1 for the 64 pixels of a line.
+        for p in start..end {
+            let mut sum = 0i32;
+            for ch in 0..c {
                 // SAFETY: p < plane and ch < channels: inside both buffers; each task
                 // writes its own pixels.
                 unsafe {
                     let v = *xp.get().add(ch * plane + p) ^ flip;
                     *op.get().add(p * c + ch) = v;
-                    *sum += v as i8 as i32;
+                    sum += v as i8 as i32;
                 }
             }
+            // SAFETY: p < plane: this task's pixel.
+            unsafe { *sp.get().add(p) = sum };
         }
     });
 }
