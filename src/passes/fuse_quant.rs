@@ -120,9 +120,22 @@ fn fuse(g: &mut Graph, root: NodeId, m: &Match, cx: &mut PassContext) -> Result<
     if scale_ty.dtype != DType::F32 || !one {
         return Ok(false);
     }
+    // What a kernel applies in its epilogue: a bias per output channel (or one), a
+    // residual of the output's shape; anything else stays unfused.
+    let out_rank = g.node(core_id).outputs[0].rank();
     let bias = m.get("bias");
     if let Some(b) = bias {
-        if g.value_type(b)?.dtype != DType::I32 {
+        let t = g.value_type(b)?;
+        let per_channel = t.static_dims().is_some_and(|d| {
+            let at = out_rank.checked_sub(d.len());
+            at.is_some_and(|at| d.iter().enumerate().all(|(i, &n)| n == 1 || at + i == 1))
+        });
+        if t.dtype != DType::I32 || !per_channel {
+            return Ok(false);
+        }
+    }
+    if let Some(z) = m.get("z") {
+        if g.value_type(z)?.shape != g.node(root).outputs[0].shape {
             return Ok(false);
         }
     }
