@@ -269,3 +269,99 @@ fn dynamically_quantized_convolution_runs_on_kernels() {
     g.add_output("y", y).unwrap();
     check_exact(&g, &[rng.f32_tensor(&[1, 8, 12, 10], 3.0)], "conv-integer");
 }
+
+/// A dynamically quantized layer with its whole dequantizing epilogue, as exporters
+/// write it: ConvInteger, an i32 bias (a run-time input, per channel or one), Cast to
+/// f32, the scale (x's, times a constant), then `tail` ("relu", "silu", "residual" or
+/// nothing). The fuse-quant pass makes it one `FusedConvInteger` step.
+fn dequantized_conv(dims: &[usize], m: usize, group: i64, per_channel: bool, tail: &str) -> Graph {
+    let mut rng = Rng(5);
+    let mut g = Graph::new("dequantized_conv");
+    let x = typed_param(&mut g, "x", DType::F32, dims);
+    let bias_dims: &[usize] = if per_channel { &[1, m, 1, 1] } else { &[] };
+    let bias = typed_param(&mut g, "bias", DType::I32, bias_dims);
+    let q = g
+        .op("DynamicQuantizeLinear", &[x], Attrs::new(), "q")
+        .unwrap();
+    let depth = dims[1] / group as usize;
+    let w = constant(&mut g, bytes(&mut rng, DType::U8, &[m, depth, 3, 3]));
+    let wz = constant(&mut g, bytes(&mut rng, DType::U8, &[]));
+    let attrs = ints(&[("pads", &[1, 1, 1, 1])]).with("group", kiln::ir::Attr::Int(group));
+    let y = op(&mut g, "ConvInteger", &[q.out(0), w, q.out(2), wz], attrs);
+    let y = op(&mut g, "Add", &[bias, y], Attrs::new());
+    let y = op(
+        &mut g,
+        "Cast",
+        &[y],
+        Attrs::new().with("to", kiln::ir::Attr::String("f32".into())),
+    );
+    let w_scale = constant(&mut g, Tensor::from_vec(&[], vec![0.0371f32]).unwrap());
+    let scale = op(&mut g, "Mul", &[q.out(1), w_scale], Attrs::new());
+    let y = op(&mut g, "Mul", &[scale, y], Attrs::new());
+    let y = match tail {
+        "relu" => op(&mut g, "Relu", &[y], Attrs::new()),
+        "silu" => {
+            let s = op(&mut g, "Sigmoid", &[y], Attrs::new());
+            op(&mut g, "Mul", &[y, s], Attrs::new())
+        }
+        "residual" => {
+            let z = typed_param(&mut g, "z", DType::F32, &[dims[0], m, dims[2], dims[3]]);
+            op(&mut g, "Add", &[y, z], Attrs::new())
+        }
+        _ => y,
+    };
+    g.add_output("y", y).unwrap();
+    g
+}
+
+#[test]
+fn dequantizing_epilogues_are_the_interpreters() {
+    // (x dims, output channels, group, bias per channel, tail)
+    let cases: &[(&[usize], usize, i64, bool, &str)] = &[
+        (&[1, 8, 12, 10], 16, 1, true, ""),
+        (&[1, 8, 12, 10], 16, 1, true, "relu"),
+        (&[2, 6, 7, 9], 4, 2, true, "residual"),
+        (&[1, 24, 16, 40], 40, 1, false, ""),
+        (&[1, 24, 16, 40], 40, 1, true, "silu"),
+    ];
+    for (i, &(dims, m, group, per_channel, tail)) in cases.iter().enumerate() {
+        let g = dequantized_conv(dims, m, group, per_channel, tail);
+        let mut rng = Rng(50 + i as u64);
+        let mut inputs = vec![rng.f32_tensor(dims, 3.0)];
+        let bias_dims: &[usize] = if per_channel { &[1, m, 1, 1] } else { &[] };
+        let n: usize = bias_dims.iter().product();
+        let bias: Vec<i32> = (0..n).map(|_| rng.below(4001) as i32 - 2000).collect();
+        inputs.push(Tensor::from_vec(bias_dims, bias).unwrap());
+        if tail == "residual" {
+            inputs.push(rng.f32_tensor(&[dims[0], m, dims[2], dims[3]], 1.0));
+        }
+        let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
+        let kinds = cpu(1)
+            .compile_cpu(&g)
+            .unwrap()
+            .step_kinds(&shapes)
+            .unwrap()
+            .expect("lowered to kernels");
+        // One step from the convolution to the activation: no Add, Cast or Mul over the
+        // output left (the scale's own scalar Mul stays).
+        assert!(
+            !kinds
+                .iter()
+                .any(|k| ["cast", "binary-elem", "fused-eltwise"].contains(k)),
+            "case {i}: {kinds:?}"
+        );
+        if tail == "silu" {
+            // The CPU's SiLU is within a few ulps of the interpreter's, not bit-exact.
+            let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
+            let want = interp.compile(&g).unwrap().run(&inputs).unwrap();
+            for threads in [1, 2] {
+                let got = cpu(threads).compile_cpu(&g).unwrap().run(&inputs).unwrap();
+                got[0]
+                    .check_close(&want[0], 1e-6, 1e-6)
+                    .unwrap_or_else(|e| panic!("case {i}, {threads} thread(s): {e}"));
+            }
+        } else {
+            check_exact(&g, &inputs, "conv-integer");
+        }
+    }
+}

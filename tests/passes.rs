@@ -1103,3 +1103,114 @@ fn depthwise_chains_agree_on_cpu() {
             .unwrap_or_else(|e| panic!("{threads} threads: {e}"));
     }
 }
+
+/// A dynamically quantized layer as exporters write it: x quantized, ConvInteger, the
+/// bias quantized at run time by the layer's scale (Div, Floor, Cast, Reshape), added in
+/// i32, the sum cast to f32 and scaled, then `tail`: "silu" (Sigmoid·y), "residual"
+/// (x + y) or nothing. `shared` gives the Cast a second reader.
+fn quantized_conv(tail: &str, shared: bool) -> Graph {
+    let mut rng = Rng(11);
+    let mut g = Graph::new("quantized_conv");
+    let x = param(&mut g, "x", &[1, 4, 6, 5]);
+    let q = g.op("DynamicQuantizeLinear", &[x], none(), "q").unwrap();
+    let w: Vec<u8> = (0..144).map(|_| rng.below(256) as u8).collect();
+    let w = g
+        .add_constant_value("w", Tensor::from_vec(&[4, 4, 3, 3], w).unwrap())
+        .unwrap()
+        .into();
+    let wz = g
+        .add_constant_value("w_zero_point", Tensor::from_vec(&[], vec![121u8]).unwrap())
+        .unwrap()
+        .into();
+    let conv = named_op(
+        &mut g,
+        "ConvInteger",
+        &[q.out(0), w, q.out(2), wz],
+        ints("pads", &[1, 1, 1, 1]),
+        "conv",
+    );
+    let w_scale = c(&mut g, "w_scale", &[], &[0.05]);
+    let scale = named_op(&mut g, "Mul", &[q.out(1), w_scale], none(), "scale");
+    let bias = c(&mut g, "bias", &[4], &[0.7, -1.3, 0.02, 2.5]);
+    let b = named_op(&mut g, "Div", &[bias, scale], none(), "bias_div");
+    let b = named_op(&mut g, "Floor", &[b], none(), "bias_floor");
+    let to = |t: &str| Attrs::new().with("to", Attr::String(t.into()));
+    let b = named_op(&mut g, "Cast", &[b], to("i32"), "bias_i32");
+    let shape = g
+        .add_constant_value(
+            "bias_shape",
+            Tensor::from_vec(&[4], vec![1i64, -1, 1, 1]).unwrap(),
+        )
+        .unwrap()
+        .into();
+    let b = named_op(&mut g, "Reshape", &[b, shape], none(), "bias_reshaped");
+    let y = named_op(&mut g, "Add", &[conv, b], none(), "bias_add");
+    let f = named_op(&mut g, "Cast", &[y], to("f32"), "cast");
+    let y = named_op(&mut g, "Mul", &[f, scale], none(), "dequantized");
+    let y = match tail {
+        "silu" => {
+            let s = named_op(&mut g, "Sigmoid", &[y], none(), "sigmoid");
+            named_op(&mut g, "Mul", &[y, s], none(), "silu")
+        }
+        "residual" => named_op(&mut g, "Add", &[x, y], none(), "residual"),
+        _ => y,
+    };
+    g.add_output("y", y).unwrap();
+    if shared {
+        g.add_output("cast", f).unwrap();
+    }
+    g
+}
+
+fn count_ops(g: &Graph, op: &str) -> usize {
+    g.schedule()
+        .unwrap()
+        .iter()
+        .filter(|&&id| g.node(id).op == op)
+        .count()
+}
+
+#[test]
+fn dequantized_convolutions_fuse_their_epilogue() {
+    for (tail, activation, residual) in [
+        ("", None, false),
+        ("silu", Some("Silu"), false),
+        ("residual", None, true),
+    ] {
+        let g = quantized_conv(tail, false);
+        let after = optimized(&g, "recognize,fuse-quant");
+        let fused: Vec<_> = after
+            .schedule()
+            .unwrap()
+            .into_iter()
+            .filter(|&id| after.node(id).op == "FusedConvInteger")
+            .collect();
+        assert_eq!(fused.len(), 1, "{tail}:\n{}", text::print(&after));
+        let n = after.node(fused[0]);
+        assert_eq!(
+            n.attrs.string_or("activation", "none").unwrap(),
+            activation.unwrap_or("none"),
+            "{tail}"
+        );
+        // x, w, the zero points, the bias, the scale and (with a residual) Z.
+        assert_eq!(n.inputs.len(), if residual { 7 } else { 6 }, "{tail}");
+        for gone in ["ConvInteger", "Sigmoid", "Silu"] {
+            assert_eq!(count_ops(&after, gone), 0, "{tail}: {gone} left");
+        }
+        // The bias's Cast to i32 stays; the output's Cast to f32 is fused.
+        assert_eq!(count_ops(&after, "Cast"), 1, "{tail}");
+        // And through the whole pipeline.
+        let all = optimized(&g, passes::DEFAULT_PIPELINE);
+        assert_eq!(
+            count_ops(&all, "FusedConvInteger"),
+            1,
+            "{}",
+            text::print(&all)
+        );
+    }
+    // A Cast another node reads too stays, and so does the integer convolution.
+    let g = quantized_conv("", true);
+    let after = optimized(&g, "fuse-quant");
+    assert_eq!(count_ops(&after, "FusedConvInteger"), 0);
+    assert_eq!(count_ops(&after, "ConvInteger"), 1);
+}

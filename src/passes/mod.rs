@@ -23,6 +23,7 @@ mod einsum;
 mod fold_batchnorm;
 mod fuse_elementwise;
 mod fuse_epilogue;
+mod fuse_quant;
 mod layout;
 mod manager;
 mod options;

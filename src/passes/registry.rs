@@ -13,6 +13,7 @@ pub static PASSES: &[&dyn Pass] = &[
     &super::recognize::Recognize,
     &super::fold_batchnorm::FoldBatchNorm,
     &super::fuse_epilogue::FuseEpilogue,
+    &super::fuse_quant::FuseQuant,
     &super::fuse_elementwise::FuseElementwise,
     &super::layout::Layout,
     &super::dce::Dce,
@@ -20,7 +21,7 @@ pub static PASSES: &[&dyn Pass] = &[
 
 /// The pipeline `kiln_compile` and `kiln compile` run unless told otherwise.
 pub const DEFAULT_PIPELINE: &str = "canonicalize,constant-fold,simplify,cse,recognize,\
-fold-batchnorm,fuse-epilogue,fuse-elementwise,layout,simplify,cse,dce";
+fold-batchnorm,fuse-epilogue,fuse-quant,fuse-elementwise,layout,simplify,cse,dce";
 
 /// Names that stand for several passes in a pipeline.
 const ALIASES: &[(&str, &str)] = &[("fuse", "fold-batchnorm,fuse-epilogue,fuse-elementwise")];

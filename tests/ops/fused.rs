@@ -261,3 +261,77 @@ fn fused_body_runs_its_steps_in_order() {
         assert!(e.contains(needle), "{body:?}: {e}");
     }
 }
+
+#[test]
+fn fused_conv_integer_is_conv_integer_dequantized() {
+    let u8s = |shape: &[usize], k: usize| {
+        let n: usize = shape.iter().product();
+        Tensor::from_vec(shape, (0..n).map(|i| ((i * 37) % k) as u8).collect()).unwrap()
+    };
+    let x = u8s(&[1, 2, 5, 4], 251);
+    let w = u8s(&[3, 2, 3, 3], 199);
+    let (xz, wz) = (u8s(&[], 1), Tensor::from_vec(&[], vec![100u8]).unwrap());
+    let bias = i32s(&[1, 3, 1, 1], &[1000, -70000, 3]);
+    let scale = f32s(&[], &[0.0123]);
+    let z = f32s(
+        &[1, 3, 5, 4],
+        &(0..60).map(|i| i as f32 * 0.5 - 7.0).collect::<Vec<_>>(),
+    );
+    let pads = ("pads", Attr::Ints(vec![1, 1, 1, 1]));
+    let conv = run1(
+        "ConvInteger",
+        vec![
+            Input(x.clone()),
+            Const(w.clone()),
+            Input(xz.clone()),
+            Const(wz.clone()),
+        ],
+        attrs(std::slice::from_ref(&pads)),
+    );
+    let sum = run1("Add", vec![Input(conv), Input(bias.clone())], Attrs::new());
+    let cast = run1(
+        "Cast",
+        vec![Input(sum)],
+        Attrs::new().with("to", Attr::String("f32".into())),
+    );
+    let scaled = run1("Mul", vec![Input(cast), Input(scale.clone())], Attrs::new());
+    let want = run1(
+        "Relu",
+        vec![Input(run1(
+            "Add",
+            vec![Input(scaled), Input(z.clone())],
+            Attrs::new(),
+        ))],
+        Attrs::new(),
+    );
+    let mut a = act("Relu", &[]);
+    a.push(pads);
+    let got = run1(
+        "FusedConvInteger",
+        vec![
+            Input(x),
+            Const(w),
+            Input(xz),
+            Const(wz),
+            Input(bias),
+            Input(scale),
+            Input(z),
+        ],
+        attrs(&a),
+    );
+    assert_eq!(got, want);
+    // The scale must not widen the output.
+    let err = run_err(
+        "FusedConvInteger",
+        vec![
+            Input(u8s(&[1, 2, 5, 4], 7)),
+            Const(u8s(&[3, 2, 3, 3], 5)),
+            Absent,
+            Absent,
+            Absent,
+            Input(f32s(&[2, 1, 1, 1, 1], &[1.0, 2.0])),
+        ],
+        Attrs::new(),
+    );
+    assert!(err.contains("scale"), "{err}");
+}

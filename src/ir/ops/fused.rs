@@ -1,5 +1,6 @@
 //! Kiln-only ops that only passes create: a convolution or matmul with its epilogue
-//! (bias, residual, activation) and a chain of elementwise ops as one `Fused` op.
+//! (bias, residual, activation), an integer convolution dequantized with its epilogue,
+//! and a chain of elementwise ops as one `Fused` op.
 //!
 //! Their reference evaluation applies the catalogue's own ops step by step (Conv, then
 //! Add, then the activation), rounding where the unfused graph rounds, so a fused graph
@@ -453,6 +454,105 @@ impl Op for FusedMatMul {
     }
 }
 
+// ---------------------------------------------------------------- FusedConvInteger
+
+struct FusedConvInteger;
+
+const FUSED_CONV_INTEGER: OpSchema = OpSchema {
+    name: "FusedConvInteger",
+    family: "fused",
+    inputs: &[
+        "x",
+        "w",
+        "x_zero_point?",
+        "w_zero_point?",
+        "bias?",
+        "scale",
+        "Z?",
+    ],
+    outputs: &["Y"],
+    attrs: &[
+        AttrSpec::opt("auto_pad", AttrKind::String, "NOTSET"),
+        AttrSpec::opt("dilations", AttrKind::Ints, "1 per axis"),
+        AttrSpec::opt("group", AttrKind::Int, "1"),
+        AttrSpec::opt("kernel_shape", AttrKind::Ints, "W's spatial dims"),
+        AttrSpec::opt("pads", AttrKind::Ints, "0 per side"),
+        AttrSpec::opt("strides", AttrKind::Ints, "1 per axis"),
+        EPILOGUE_ATTRS[0],
+        EPILOGUE_ATTRS[1],
+    ],
+    doc: "Kiln-only, made by the fuse-quant pass: a dynamically quantized convolution \
+          dequantized, Y = activation(f32(ConvInteger(x, w, x_zero_point, w_zero_point) + \
+          bias) * scale + Z). ConvInteger's attributes; bias is i32 and broadcasts into \
+          the integer output, scale is f32 and broadcasts into Y, Z has Y's shape.",
+};
+
+/// The catalogue's `Cast` to f32.
+fn cast_f32_attrs() -> Attrs {
+    Attrs::new().with("to", Attr::String("f32".into()))
+}
+
+impl Op for FusedConvInteger {
+    fn schema(&self) -> &OpSchema {
+        &FUSED_CONV_INTEGER
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        let conv = lookup("ConvInteger").expect("ConvInteger");
+        let n = cx.inputs.len().min(4);
+        let mut y = infer_op(
+            conv,
+            cx,
+            &cx.inputs[..n],
+            &cx.consts[..cx.consts.len().min(4)],
+            &main_attrs(cx.attrs),
+        )?;
+        if let Some(bias) = cx.opt_input(4) {
+            y = add_into(cx, y, bias, "bias")?;
+        }
+        let cast = lookup("Cast").expect("Cast");
+        y = infer_op(cast, cx, &[Some(y)], &[], &cast_f32_attrs())?;
+        let mul = lookup("Mul").expect("Mul");
+        let scale = cx.input(5)?;
+        let scaled = infer_op(
+            mul,
+            cx,
+            &[Some(y.clone()), Some(scale.clone())],
+            &[],
+            &Attrs::new(),
+        )
+        .map_err(|e| format!("scale: {e}"))?;
+        if scaled.shape != y.shape {
+            return Err(format!(
+                "scale ({scale}) must not broadcast the output ({y})"
+            ));
+        }
+        Ok(vec![Epilogue::infer(cx, scaled, 6)?])
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let conv = lookup("ConvInteger").expect("ConvInteger");
+        let n = cx.inputs.len().min(4);
+        let y = eval_op(
+            conv,
+            &cx.inputs[..n],
+            &cx.input_types[..cx.input_types.len().min(4)],
+            &main_attrs(cx.attrs),
+        )?;
+        let y = add_eval(y, cx.opt_input(4))?;
+        let cast = lookup("Cast").expect("Cast");
+        let y = eval_op(cast, &[Some(&y)], &[None], &cast_f32_attrs())?;
+        let mul = lookup("Mul").expect("Mul");
+        let y = eval_op(
+            mul,
+            &[Some(&y), Some(cx.input(5)?)],
+            &[None, None],
+            &Attrs::new(),
+        )?;
+        Ok(vec![Epilogue::eval(cx, y, 6)?])
+    }
+}
+
 // ---------------------------------------------------------------- Fused
 
 /// One step of a `Fused` body: `Op(i0, t1, _) name=value ...`.
@@ -670,5 +770,10 @@ fn exported<T: Clone>(mut results: Vec<T>, attrs: &Attrs) -> Result<Vec<T>, Stri
 }
 
 pub(crate) fn ops() -> Vec<&'static dyn Op> {
-    vec![leak(FusedConv), leak(FusedMatMul), leak(Fused)]
+    vec![
+        leak(FusedConv),
+        leak(FusedMatMul),
+        leak(FusedConvInteger),
+        leak(Fused),
+    ]
 }

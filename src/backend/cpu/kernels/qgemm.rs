@@ -15,8 +15,12 @@
 //! results are bit-exact. Paths: AVX512-VNNI, and one portable body (compiled for AVX2
 //! and AVX-512 too) for hosts without it. A block of rows shares each B panel while it
 //! is in L1; a tile is [`MR`] rows at most, fewer for the last (one for a GEMV).
+//! With a [`Dequant`] the tile's epilogue goes on to floats — a per-row i32 bias, the
+//! conversion, a scale, a residual and an activation — as a dequantized layer needs,
+//! while the tile is still in L1.
 use std::ops::Range;
 
+use super::activation::Act;
 use super::par::{for_ranges, SyncPtr};
 use super::quant::Bytes;
 use crate::aligned::AlignedBuf;
@@ -379,20 +383,41 @@ pub(crate) unsafe fn qgemm(
     unsafe { qgemm_on(path(), pool, m, a, b, c, strides) }
 }
 
+/// What follows the integer product when the caller wants floats (a dequantized
+/// layer): row i's i32 results plus `bias[i · bias_step]` (wrapping), converted to f32,
+/// times `scale`, plus Z (at C's offsets), then the activation — the unfused graph's
+/// operations in its order, so the floats are the same bits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Dequant {
+    /// Null: no bias.
+    pub bias: *const i32,
+    /// 1: a bias per row; 0: one for all.
+    pub bias_step: usize,
+    pub scale: f32,
+    /// Null: no residual.
+    pub z: *const f32,
+    pub act: Act,
+}
+
 /// The GEMM's work: shared by the tasks.
 struct Job {
     m: usize,
     a: AView,
     b: BView,
+    /// i32 elements, or f32 ones with `dequant`.
     c: SyncPtr<i32>,
     rs: usize,
     cs: usize,
     /// Rows per block.
     mc: usize,
     panels: usize,
+    dequant: Option<Dequant>,
+    /// The activation's path.
+    isa: Isa,
 }
 
-// SAFETY: the views' pointers are only read, and each task writes its own tiles of C.
+// SAFETY: the views' and the epilogue's pointers are only read, and each task writes
+// its own tiles of C.
 unsafe impl Sync for Job {}
 
 /// [`qgemm`] on `path` (which must be one the host has).
@@ -406,7 +431,59 @@ pub(crate) unsafe fn qgemm_on(
     a: &AView,
     b: &BView,
     c: *mut i32,
+    strides: (usize, usize),
+) {
+    // SAFETY: forwarded contract.
+    unsafe { run_job(path, pool, m, a, b, c, strides, None) }
+}
+
+/// [`qgemm`] followed by [`Dequant`]: C holds f32.
+///
+/// # Safety
+/// As [`qgemm`]; `d.bias` readable for m rows at its step (unless null), `d.z` at every
+/// element's offset (unless null; it may be C itself).
+pub(crate) unsafe fn qgemm_dequant(
+    pool: Option<&Pool>,
+    m: usize,
+    a: &AView,
+    b: &BView,
+    c: *mut f32,
+    strides: (usize, usize),
+    d: Dequant,
+) {
+    // SAFETY: forwarded contract.
+    unsafe { qgemm_dequant_on(path(), pool, m, a, b, c, strides, d) }
+}
+
+/// [`qgemm_dequant`] on `path` (which must be one the host has).
+///
+/// # Safety
+/// As [`qgemm_dequant`]; `path`'s features present.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn qgemm_dequant_on(
+    path: Path,
+    pool: Option<&Pool>,
+    m: usize,
+    a: &AView,
+    b: &BView,
+    c: *mut f32,
+    strides: (usize, usize),
+    d: Dequant,
+) {
+    // SAFETY: forwarded contract; f32 and i32 have one size, and finish writes f32.
+    unsafe { run_job(path, pool, m, a, b, c as *mut i32, strides, Some(d)) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_job(
+    path: Path,
+    pool: Option<&Pool>,
+    m: usize,
+    a: &AView,
+    b: &BView,
+    c: *mut i32,
     (rs, cs): (usize, usize),
+    dequant: Option<Dequant>,
 ) {
     if m == 0 || b.n == 0 {
         return;
@@ -426,6 +503,8 @@ pub(crate) unsafe fn qgemm_on(
         cs,
         mc,
         panels,
+        dequant,
+        isa: isa::isa(),
     };
     let work = mc.min(m) * kp * NR / 16;
     for_ranges(pool, blocks * panels, work, &|tasks| {
@@ -496,12 +575,57 @@ unsafe fn finish(job: &Job, tile: &Dot, rows: usize, cols: usize, i0: usize, j0:
                     .wrapping_sub(alpha.wrapping_mul(sums[j]));
             }
             let out = job.c.get().add(i * job.rs + j0 * job.cs);
-            if job.cs == 1 {
+            if let Some(d) = &job.dequant {
+                dequantize(d, job, &v, i, j0, cols, out as *mut f32);
+            } else if job.cs == 1 {
                 std::ptr::copy_nonoverlapping(v.as_ptr(), out, cols);
             } else {
                 for (j, &x) in v.iter().enumerate().take(cols) {
                     *out.add(j * job.cs) = x;
                 }
+            }
+        }
+    }
+}
+
+/// A finished row of a tile through [`Dequant`], stored as f32 at `out`.
+///
+/// # Safety
+/// As [`finish`]: row `i`, columns `j0..j0 + cols` inside C, Z and the bias.
+#[inline(always)]
+unsafe fn dequantize(
+    d: &Dequant,
+    job: &Job,
+    v: &[i32; NR],
+    i: usize,
+    j0: usize,
+    cols: usize,
+    out: *mut f32,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let bias = if d.bias.is_null() {
+            0
+        } else {
+            *d.bias.add(i * d.bias_step)
+        };
+        let mut f = [0f32; NR];
+        for j in 0..NR {
+            f[j] = v[j].wrapping_add(bias) as f32 * d.scale;
+        }
+        let f = &mut f[..cols];
+        if !d.z.is_null() {
+            let z = d.z.add(i * job.rs + j0 * job.cs);
+            for (j, x) in f.iter_mut().enumerate() {
+                *x += *z.add(j * job.cs);
+            }
+        }
+        d.act.apply_isa(job.isa, f);
+        if job.cs == 1 {
+            std::ptr::copy_nonoverlapping(f.as_ptr(), out, cols);
+        } else {
+            for (j, &x) in f.iter().enumerate() {
+                *out.add(j * job.cs) = x;
             }
         }
     }
@@ -698,6 +822,11 @@ mod tests {
                 let mut a_buf = vec![0u8; m * kp];
                 let mut terms = vec![0i32; 2 * m];
                 let mut c = vec![0i32; m * n];
+                // The dequantizing epilogue's operands and output, in C's layout.
+                let bias: Vec<i32> = (0..m).map(|i| i as i32 * 977 - 3000).collect();
+                let z: Vec<f32> = (0..m * n).map(|e| (e % 13) as f32 * 0.25 - 1.5).collect();
+                let mut f = vec![0f32; m * n];
+                let st = if transposed { (1, m) } else { (n, 1) };
                 // SAFETY: every buffer holds what the calls name.
                 unsafe {
                     let av = prepare_a(
@@ -711,7 +840,6 @@ mod tests {
                         terms.as_mut_ptr(),
                         pool.as_ref(),
                     );
-                    let st = if transposed { (1, m) } else { (n, 1) };
                     qgemm_on(
                         path,
                         pool.as_ref(),
@@ -721,6 +849,23 @@ mod tests {
                         c.as_mut_ptr(),
                         st,
                     );
+                    let d = Dequant {
+                        bias: bias.as_ptr(),
+                        bias_step: 1,
+                        scale: 0.0371,
+                        z: z.as_ptr(),
+                        act: Act::Relu,
+                    };
+                    let (b, f) = (packed.view(), f.as_mut_ptr());
+                    qgemm_dequant_on(path, pool.as_ref(), m, &av, &b, f, st, d);
+                }
+                // The unfused operations, one at a time.
+                for i in 0..m {
+                    for j in 0..n {
+                        let e = i * st.0 + j * st.1;
+                        let v = want[i * n + j].wrapping_add(bias[i]) as f32 * 0.0371 + z[e];
+                        assert_eq!(f[e].to_bits(), v.max(0.0).to_bits(), "{path:?} ({i}, {j})");
+                    }
                 }
                 if transposed {
                     let mut t = vec![0i32; m * n];

@@ -1,5 +1,5 @@
 //! Quantized kernels: dynamic u8 quantization (the interpreter's f32 numerics, one pass
-//! for the range and one for the values) and `ConvInteger`'s operand for the integer
+//! for the range and one for the values, both vectorized and split over the pool) and `ConvInteger`'s operand for the integer
 //! GEMM ([`super::qgemm`]): the image channels-last, then its patches written straight
 //! into the GEMM's packed B (a column per output position), so that every tap is a copy
 //! of `channels` bytes, four at a time when the channels fill whole groups.
@@ -23,25 +23,10 @@ pub(crate) unsafe fn dynamic_quantize_u8(
     len: usize,
     pool: Option<&Pool>,
 ) -> (f32, u8) {
-    // SAFETY: the caller's contract: x holds len floats.
-    let xs = unsafe { std::slice::from_raw_parts(x, len) };
-    // Sixteen independent lanes (max and min are order-free, NaN is skipped by both).
-    let (mut hi, mut lo) = ([0.0f32; 16], [0.0f32; 16]);
-    let mut chunks = xs.chunks_exact(16);
-    for c in &mut chunks {
-        for l in 0..16 {
-            hi[l] = hi[l].max(c[l]);
-            lo[l] = lo[l].min(c[l]);
-        }
-    }
-    for &v in chunks.remainder() {
-        hi[0] = hi[0].max(v);
-        lo[0] = lo[0].min(v);
-    }
-    let hi = hi.iter().fold(0.0f32, |a, &b| a.max(b));
-    let lo = lo.iter().fold(0.0f32, |a, &b| a.min(b));
-    let (scale, zero_point) = dynamic_quantize_params(lo, hi);
     let isa = isa::isa();
+    // SAFETY: the caller's contract: x holds len floats; the ISA's features are present.
+    let (lo, hi) = unsafe { range(isa, x, len, pool) };
+    let (scale, zero_point) = dynamic_quantize_params(lo, hi);
     let (xp, yp) = (SyncPtr(x as *mut f32), SyncPtr(y));
     for_ranges(pool, len.div_ceil(CHUNK), CHUNK, &|r| {
         let (start, end) = (r.start * CHUNK, (r.end * CHUNK).min(len));
@@ -59,6 +44,130 @@ pub(crate) unsafe fn dynamic_quantize_u8(
         }
     });
     (scale, zero_point as u8)
+}
+
+/// The most pieces [`range`] splits x into: their partial ranges live on the stack.
+const RANGE_PIECES: usize = 64;
+
+/// x's range as `DynamicQuantizeLinear` takes it: (min, max) of the values and 0, NaN
+/// skipped. Pieces of at least [`CHUNK`] in parallel; min and max are order-free, so
+/// the pieces combine to the one-pass result.
+///
+/// # Safety
+/// `x` readable for `len` elements; `isa`'s features present.
+unsafe fn range(isa: Isa, x: *const f32, len: usize, pool: Option<&Pool>) -> (f32, f32) {
+    let piece = CHUNK.max(len.div_ceil(RANGE_PIECES));
+    let pieces = len.div_ceil(piece);
+    let mut parts = [(0.0f32, 0.0f32); RANGE_PIECES];
+    let (xp, pp) = (SyncPtr(x as *mut f32), SyncPtr(parts.as_mut_ptr()));
+    for_ranges(pool, pieces, piece, &|r| {
+        for p in r {
+            let (start, end) = (p * piece, ((p + 1) * piece).min(len));
+            // SAFETY: start..end lies inside x; each piece writes its own part (p <
+            // pieces <= RANGE_PIECES); the caller's ISA contract.
+            unsafe { *pp.get().add(p) = range_of(isa, xp.get().add(start), end - start) };
+        }
+    });
+    parts[..pieces]
+        .iter()
+        .fold((0.0f32, 0.0f32), |(lo, hi), &(l, h)| (lo.min(l), hi.max(h)))
+}
+
+/// (min, max) of `len` floats at `x` and 0, NaN skipped, on the ISA's widest vectors.
+///
+/// # Safety
+/// `x` readable for `len` elements; `isa`'s features present.
+pub(crate) unsafe fn range_of(isa: Isa, x: *const f32, len: usize) -> (f32, f32) {
+    /// Sixteen independent lanes (f32::max and min skip a NaN).
+    #[inline(always)]
+    fn body(xs: &[f32]) -> (f32, f32) {
+        let (mut hi, mut lo) = ([0.0f32; 16], [0.0f32; 16]);
+        let mut chunks = xs.chunks_exact(16);
+        for c in &mut chunks {
+            for l in 0..16 {
+                hi[l] = hi[l].max(c[l]);
+                lo[l] = lo[l].min(c[l]);
+            }
+        }
+        for &v in chunks.remainder() {
+            hi[0] = hi[0].max(v);
+            lo[0] = lo[0].min(v);
+        }
+        let hi = hi.iter().fold(0.0f32, |a, &b| a.max(b));
+        let lo = lo.iter().fold(0.0f32, |a, &b| a.min(b));
+        (lo, hi)
+    }
+    /// Four accumulators of sixteen lanes: `vmaxps`/`vminps` return their second
+    /// operand, the accumulator, when the element (the first) is NaN.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn avx512(x: *const f32, len: usize) -> (f32, f32) {
+        use std::arch::x86_64::*;
+        let (mut lo, mut hi) = ([_mm512_setzero_ps(); 4], [_mm512_setzero_ps(); 4]);
+        let whole = len / 64 * 64;
+        for i in (0..whole).step_by(64) {
+            for u in 0..4 {
+                // SAFETY: i + 64 <= len.
+                let v = unsafe { _mm512_loadu_ps(x.add(i + 16 * u)) };
+                hi[u] = _mm512_max_ps(v, hi[u]);
+                lo[u] = _mm512_min_ps(v, lo[u]);
+            }
+        }
+        let (mut l, mut h) = ([0f32; 16], [0f32; 16]);
+        // SAFETY: the arrays hold sixteen floats.
+        unsafe {
+            let m = _mm512_max_ps(_mm512_max_ps(hi[0], hi[1]), _mm512_max_ps(hi[2], hi[3]));
+            _mm512_storeu_ps(h.as_mut_ptr(), m);
+            let m = _mm512_min_ps(_mm512_min_ps(lo[0], lo[1]), _mm512_min_ps(lo[2], lo[3]));
+            _mm512_storeu_ps(l.as_mut_ptr(), m);
+        }
+        // SAFETY: the tail of x.
+        let (tl, th) = body(unsafe { std::slice::from_raw_parts(x.add(whole), len - whole) });
+        (
+            l.iter().fold(tl, |a, &b| a.min(b)),
+            h.iter().fold(th, |a, &b| a.max(b)),
+        )
+    }
+    /// The same with eight lanes.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn avx2(x: *const f32, len: usize) -> (f32, f32) {
+        use std::arch::x86_64::*;
+        let (mut lo, mut hi) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
+        let whole = len / 32 * 32;
+        for i in (0..whole).step_by(32) {
+            for u in 0..4 {
+                // SAFETY: i + 32 <= len.
+                let v = unsafe { _mm256_loadu_ps(x.add(i + 8 * u)) };
+                hi[u] = _mm256_max_ps(v, hi[u]);
+                lo[u] = _mm256_min_ps(v, lo[u]);
+            }
+        }
+        let (mut l, mut h) = ([0f32; 8], [0f32; 8]);
+        // SAFETY: the arrays hold eight floats.
+        unsafe {
+            let m = _mm256_max_ps(_mm256_max_ps(hi[0], hi[1]), _mm256_max_ps(hi[2], hi[3]));
+            _mm256_storeu_ps(h.as_mut_ptr(), m);
+            let m = _mm256_min_ps(_mm256_min_ps(lo[0], lo[1]), _mm256_min_ps(lo[2], lo[3]));
+            _mm256_storeu_ps(l.as_mut_ptr(), m);
+        }
+        // SAFETY: the tail of x.
+        let (tl, th) = body(unsafe { std::slice::from_raw_parts(x.add(whole), len - whole) });
+        (
+            l.iter().fold(tl, |a, &b| a.min(b)),
+            h.iter().fold(th, |a, &b| a.max(b)),
+        )
+    }
+    // SAFETY: the caller's contract, and the features of the ISA chosen.
+    unsafe {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => avx512(x, len),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => avx2(x, len),
+            _ => body(std::slice::from_raw_parts(x, len)),
+        }
+    }
 }
 
 /// [`dynamic_quantize_one`] over a range, compiled for the ISA so that the rounding is
@@ -218,19 +327,21 @@ pub(crate) unsafe fn channels_last(
     let (xp, op, sp) = (SyncPtr(x as *mut u8), SyncPtr(out), SyncPtr(sums));
     for_ranges(pool, plane.div_ceil(PIXELS), PIXELS * c, &|r| {
         let (start, end) = (r.start * PIXELS, (r.end * PIXELS).min(plane));
-        // SAFETY: start..end < plane: this task's pixels of sums.
-        let sums = unsafe { std::slice::from_raw_parts_mut(sp.get().add(start), end - start) };
-        sums.fill(0);
-        for ch in 0..c {
-            for (p, sum) in (start..end).zip(sums.iter_mut()) {
+        // Pixel by pixel: the writes run on, the sum stays in a register, and the reads
+        // (one stream per channel) stay in L1 for the 64 pixels of a line.
+        for p in start..end {
+            let mut sum = 0i32;
+            for ch in 0..c {
                 // SAFETY: p < plane and ch < channels: inside both buffers; each task
                 // writes its own pixels.
                 unsafe {
                     let v = *xp.get().add(ch * plane + p) ^ flip;
                     *op.get().add(p * c + ch) = v;
-                    *sum += v as i8 as i32;
+                    sum += v as i8 as i32;
                 }
             }
+            // SAFETY: p < plane: this task's pixel.
+            unsafe { *sp.get().add(p) = sum };
         }
     });
 }
@@ -373,6 +484,31 @@ mod tests {
                 for (i, (&v, &q)) in x.iter().zip(&y).enumerate() {
                     let want = dynamic_quantize_one(v, scale, zero_point);
                     assert_eq!(q, want, "{isa:?} element {i} = {v}, scale {scale}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_isa_finds_the_range() {
+        for len in [0usize, 1, 15, 64, 100, 1000] {
+            for shift in [0.0f32, 5.0, -5.0] {
+                let mut x: Vec<f32> = (0..len)
+                    .map(|i| ((i * 37) % 61) as f32 * 0.25 - 7.0 + shift)
+                    .collect();
+                if len > 10 {
+                    x[len / 2] = f32::NAN;
+                    x[3] = f32::NAN;
+                }
+                let hi = x.iter().fold(0.0f32, |a, &b| a.max(b));
+                let lo = x.iter().fold(0.0f32, |a, &b| a.min(b));
+                for isa in [Isa::Portable, Isa::Avx2, Isa::Avx512] {
+                    if isa > isa::detected() {
+                        continue;
+                    }
+                    // SAFETY: x holds len floats; the ISA is present.
+                    let got = unsafe { range_of(isa, x.as_ptr(), len) };
+                    assert_eq!(got, (lo, hi), "{isa:?} len {len} shift {shift}");
                 }
             }
         }

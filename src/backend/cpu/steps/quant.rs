@@ -1,13 +1,16 @@
 //! Quantized steps. `DynamicQuantizeLinear`; `MatMulInteger` and `ConvInteger` as
 //! exact integer GEMMs ([`kernels::qgemm`]), constant weights packed once at lowering
 //! with their zero points (a convolution's as its patches run, see
-//! [`kernels::quant::im2col_packed`]); and
+//! [`kernels::quant::im2col_packed`]); `FusedConvInteger`, the same convolution with the
+//! dequantizing epilogue in the GEMM; and
 //! DequantizeLinear from the low-bit dtypes (int4/uint4/int2/uint2, float8, float4) to
 //! f32: each element's byte indexes a 256-entry table of its value, then
 //! `(value - zero_point) * scale`, per tensor, per axis or blocked. Both operands are
 //! exact in f32, so one f32 multiply rounds once, as the interpreter's f64 does.
+use crate::backend::cpu::kernels::activation::Act;
 use crate::backend::cpu::kernels::qgemm::{
-    b_view, pack_b, packed_b_bytes, padded_k, prepare_a, qgemm, PackedB8, PreparedA,
+    b_view, pack_b, packed_b_bytes, padded_k, prepare_a, qgemm, qgemm_dequant, Dequant, PackedB8,
+    PreparedA,
 };
 use crate::backend::cpu::kernels::quant::{
     self as kernels_quant, channels_last, im2col_packed, Bytes, ConvGeometry, ZeroPointAt,
@@ -26,7 +29,7 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         "DequantizeLinear" => build_dequantize_low_bit(b),
         "DynamicQuantizeLinear" => build_dynamic_quantize(b),
         "MatMulInteger" => build_matmul_integer(b),
-        "ConvInteger" => build_conv_integer(b),
+        "ConvInteger" | "FusedConvInteger" => build_conv_integer(b),
         _ => Ok(None),
     }
 }
@@ -280,6 +283,7 @@ impl Kernel for MatMulInteger {
 /// `ConvInteger`: per image and group, the image channels-last, its patches packed as
 /// the integer GEMM's B (a column per output position), then the weights (prepared at
 /// lowering, one row per output channel) times them straight into y's planes.
+/// `FusedConvInteger` too: the GEMM's epilogue then dequantizes ([`Dequant`]).
 pub struct ConvInteger {
     x: Slot,
     x_kind: Bytes,
@@ -293,6 +297,62 @@ pub struct ConvInteger {
     weights: Vec<PreparedA>,
     scratch: Loc,
     offsets: Vec<usize>,
+    dequant: Option<DequantSlots>,
+}
+
+/// `FusedConvInteger`'s epilogue operands: read at run time (the scale and the bias
+/// come from the layer's `DynamicQuantizeLinear`).
+struct DequantSlots {
+    /// The i32 bias and whether it is one per output channel (else one for all).
+    bias: Option<(Slot, bool)>,
+    scale: Slot,
+    z: Option<Slot>,
+    act: Act,
+}
+
+/// `FusedConvInteger`'s epilogue, if this is one the kernel can apply: a bias of one
+/// value or one per output channel (axis 1), one scale, a residual of y's shape.
+fn dequant_slots(b: &Build, y: &Slot, total_m: usize) -> Result<Option<DequantSlots>, String> {
+    let (Some(scale), None) = (b.input(5), b.ins.get(7)) else {
+        return Ok(None);
+    };
+    if scale.dtype != DType::F32 || scale.elements() != 1 || y.dtype != DType::F32 {
+        return Ok(None);
+    }
+    let bias = match b.input(4) {
+        None => None,
+        Some(s) if s.dtype != DType::I32 => return Ok(None),
+        Some(s) if s.elements() == 1 => Some((s.clone(), false)),
+        Some(s) => {
+            // Right-aligned on y's axes, all ones but the channel axis.
+            let rank = y.shape.len();
+            let at = rank.checked_sub(s.shape.len());
+            let per_channel = at.is_some_and(|at| {
+                s.shape
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &d)| d == if at + i == 1 { total_m } else { 1 })
+            });
+            if !per_channel {
+                return Ok(None);
+            }
+            Some((s.clone(), true))
+        }
+    };
+    let z = match b.input(6) {
+        None => None,
+        Some(z) if z.dtype == DType::F32 && z.shape == y.shape => Some(z.clone()),
+        Some(_) => return Ok(None),
+    };
+    let Ok(act) = Act::from_attrs(&b.node.attrs) else {
+        return Ok(None);
+    };
+    Ok(Some(DequantSlots {
+        bias,
+        scale: scale.clone(),
+        z,
+        act,
+    }))
 }
 
 fn build_conv_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
@@ -305,9 +365,19 @@ fn build_conv_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         return Ok(None);
     };
     let rank = x.shape.len();
-    if !(3..=5).contains(&rank) || w.shape.len() != rank || y.dtype != DType::I32 {
+    let fused = b.node.op == "FusedConvInteger";
+    let out_dtype = if fused { DType::F32 } else { DType::I32 };
+    if !(3..=5).contains(&rank) || w.shape.len() != rank || y.dtype != out_dtype {
         return Ok(None);
     }
+    let dequant = if fused {
+        match dequant_slots(b, y, w.shape[0])? {
+            Some(d) => Some(d),
+            None => return Ok(None),
+        }
+    } else {
+        None
+    };
     let x_zero_point = match b.input(2) {
         None => None,
         Some(z) if z.elements() == 1 => match bytes_of(z.dtype) {
@@ -389,13 +459,15 @@ fn build_conv_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         weights,
         scratch: b.scratch(total),
         offsets,
+        dequant,
     })))
 }
 
 impl Kernel for ConvInteger {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
         // SAFETY: the Kernel::run contract: x holds N images of groups × channels
-        // planes (bytes), y N × groups × m output planes (i32), the scratch the
+        // planes (bytes), y N × groups × m output planes (i32, or f32 when fused, as Z),
+        // the bias groups × m (or one) i32, the scale one f32, the scratch the
         // channels-last image, its packed patches and its pixel sums carved at lowering.
         unsafe {
             let pool = cx.pool;
@@ -424,7 +496,32 @@ impl Kernel for ConvInteger {
                     channels_last(g, x, self.x_kind, image, pixel_sums, pool);
                     im2col_packed(g, image, pixel_sums, beta, &col, pool);
                     let w = self.weights[group].view();
-                    qgemm(pool, self.m, &w, &col, y.add(at * self.m * p), (p, 1));
+                    let out = at * self.m * p;
+                    match &self.dequant {
+                        None => qgemm(pool, self.m, &w, &col, y.add(out), (p, 1)),
+                        Some(d) => {
+                            let bias = d.bias.as_ref().map_or((std::ptr::null(), 0), |(s, per)| {
+                                let b = cx.ptr(s.loc) as *const i32;
+                                if *per {
+                                    (b.add(group * self.m), 1)
+                                } else {
+                                    (b, 0)
+                                }
+                            });
+                            let z = d.z.as_ref().map_or(std::ptr::null(), |s| {
+                                (cx.ptr(s.loc) as *const f32).add(out)
+                            });
+                            let e = Dequant {
+                                bias: bias.0,
+                                bias_step: bias.1,
+                                scale: *cx.f32(&d.scale),
+                                z,
+                                act: d.act,
+                            };
+                            let y = (y as *mut f32).add(out);
+                            qgemm_dequant(pool, self.m, &w, &col, y, (p, 1), e);
+                        }
+                    }
                 }
             }
             Ok(())
