@@ -160,9 +160,20 @@ fn add_into(
     operand: &TensorType,
     what: &str,
 ) -> Result<TensorType, String> {
-    let add = lookup("Add").expect("Add");
+    apply_into("Add", cx, y, operand, what)
+}
+
+/// `y op operand`'s type for a binary `op`, which must be `y`'s (as [`add_into`]).
+fn apply_into(
+    op: &str,
+    cx: &InferCtx<'_>,
+    y: TensorType,
+    operand: &TensorType,
+    what: &str,
+) -> Result<TensorType, String> {
+    let binary = lookup(op).expect("a catalogue op");
     let t = infer_op(
-        add,
+        binary,
         cx,
         &[Some(y.clone()), Some(operand.clone())],
         &[],
@@ -512,21 +523,7 @@ impl Op for FusedConvInteger {
         }
         let cast = lookup("Cast").expect("Cast");
         y = infer_op(cast, cx, &[Some(y)], &[], &cast_f32_attrs())?;
-        let mul = lookup("Mul").expect("Mul");
-        let scale = cx.input(5)?;
-        let scaled = infer_op(
-            mul,
-            cx,
-            &[Some(y.clone()), Some(scale.clone())],
-            &[],
-            &Attrs::new(),
-        )
-        .map_err(|e| format!("scale: {e}"))?;
-        if scaled.shape != y.shape {
-            return Err(format!(
-                "scale ({scale}) must not broadcast the output ({y})"
-            ));
-        }
+        let scaled = apply_into("Mul", cx, y, cx.input(5)?, "scale")?;
         Ok(vec![Epilogue::infer(cx, scaled, 6)?])
     }
 
