@@ -75,6 +75,9 @@ pub struct PackedWinograd {
     /// Lanes of the last output block that hold channels (the residual's other lanes
     /// are unspecified).
     last_mask: [bool; BLOCK],
+    /// The first call's thread count and [`schedule`] for it (a pool's count never
+    /// changes, so later calls reuse it instead of searching again).
+    cut: std::sync::OnceLock<(usize, (usize, usize))>,
 }
 
 /// Shapes Winograd handles: groups 1, a 3×3 kernel, strides and dilations 1, pads ≤ 2
@@ -178,6 +181,7 @@ impl PackedWinograd {
             u,
             bias: pb,
             last_mask,
+            cut: std::sync::OnceLock::new(),
         })
     }
 
@@ -279,7 +283,11 @@ pub unsafe fn conv_winograd_isa(
         return;
     }
     let threads = pool.map_or(1, Pool::threads).max(1);
-    let (batches, splits) = schedule(s.n, p.th * p.tw, p.batch, p.icb, p.ocb, threads);
+    let search = || schedule(s.n, p.th * p.tw, p.batch, p.icb, p.ocb, threads);
+    let (batches, splits) = match p.cut.get_or_init(|| (threads, search())) {
+        &(t, cut) if t == threads => cut,
+        _ => search(),
+    };
     let isa = isa.min(isa::detected());
     let ctx = Ctx {
         p,
@@ -352,8 +360,9 @@ pub(super) fn schedule(
         free.iter().copied().max().unwrap_or(0)
     };
     let mut best = (least, 1, makespan(least, 1));
-    for batches in least..=(least + 2 * threads).min(tiles) {
-        for splits in 1..=ocb.min(2 * threads) {
+    // A bounded search: at most 17 × 16 cuts, so a many-core host pays little for it.
+    for batches in least..=(least + (2 * threads).min(16)).min(tiles) {
+        for splits in 1..=ocb.min(2 * threads).min(16) {
             let m = makespan(batches, splits);
             if m < best.2 {
                 best = (batches, splits, m);
