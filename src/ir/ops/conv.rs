@@ -190,7 +190,8 @@ fn bias_check(cx: &InferCtx<'_>, m: &Dim, x: &TensorType) -> Result<(), String> 
 
 struct Conv;
 
-const CONV_ATTRS: &[AttrSpec] = &[
+/// The geometry attributes of every convolution op (Conv, ConvInteger, the fused forms).
+pub(super) const CONV_ATTRS: [AttrSpec; 6] = [
     AttrSpec::opt("auto_pad", AttrKind::String, "NOTSET"),
     AttrSpec::opt("dilations", AttrKind::Ints, "1 per axis"),
     AttrSpec::opt("group", AttrKind::Int, "1"),
@@ -204,7 +205,7 @@ const CONV: OpSchema = OpSchema {
     family: "conv",
     inputs: &["X", "W", "B?"],
     outputs: &["Y"],
-    attrs: CONV_ATTRS,
+    attrs: &CONV_ATTRS,
     doc: "Cross-correlation of X [N, C, D1, ...] with W [M, C/group, k1, ...], plus B [M].",
 };
 

@@ -11,6 +11,7 @@
 //! `layout.rs`) and, for a first layer with few input channels, `plain_x` (X stays
 //! plain NCHW while Z and Y are blocked); the reference converts to plain, runs Conv
 //! and blocks the result.
+use super::conv::CONV_ATTRS;
 use super::{layout, leak, lookup, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
 use crate::ir::{Attr, AttrKind, Attrs, DType, TensorType};
 use crate::tensor::Tensor;
@@ -483,12 +484,12 @@ const FUSED_CONV_INTEGER: OpSchema = OpSchema {
     ],
     outputs: &["Y"],
     attrs: &[
-        AttrSpec::opt("auto_pad", AttrKind::String, "NOTSET"),
-        AttrSpec::opt("dilations", AttrKind::Ints, "1 per axis"),
-        AttrSpec::opt("group", AttrKind::Int, "1"),
-        AttrSpec::opt("kernel_shape", AttrKind::Ints, "W's spatial dims"),
-        AttrSpec::opt("pads", AttrKind::Ints, "0 per side"),
-        AttrSpec::opt("strides", AttrKind::Ints, "1 per axis"),
+        CONV_ATTRS[0],
+        CONV_ATTRS[1],
+        CONV_ATTRS[2],
+        CONV_ATTRS[3],
+        CONV_ATTRS[4],
+        CONV_ATTRS[5],
         EPILOGUE_ATTRS[0],
         EPILOGUE_ATTRS[1],
     ],

@@ -349,15 +349,6 @@ struct IntegerOp {
     float_op: &'static str,
 }
 
-const CONV_INTEGER_ATTRS: &[AttrSpec] = &[
-    AttrSpec::opt("auto_pad", AttrKind::String, "NOTSET"),
-    AttrSpec::opt("dilations", AttrKind::Ints, "1 per axis"),
-    AttrSpec::opt("group", AttrKind::Int, "1"),
-    AttrSpec::opt("kernel_shape", AttrKind::Ints, "W's spatial dims"),
-    AttrSpec::opt("pads", AttrKind::Ints, "0 per side"),
-    AttrSpec::opt("strides", AttrKind::Ints, "1 per axis"),
-];
-
 impl IntegerOp {
     fn float_op(&self) -> Result<&'static dyn Op, String> {
         super::lookup(self.float_op).ok_or_else(|| format!("no {} op", self.float_op))
@@ -484,7 +475,7 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
                 family: "quant",
                 inputs: &["x", "w", "x_zero_point?", "w_zero_point?"],
                 outputs: &["y"],
-                attrs: CONV_INTEGER_ATTRS,
+                attrs: &super::conv::CONV_ATTRS,
                 doc: "Conv of (x - x_zero_point) with (w - w_zero_point) in i32 (u8/i8 \
                       operands; w's zero point per tensor or per output channel).",
             },
