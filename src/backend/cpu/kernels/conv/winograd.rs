@@ -551,7 +551,7 @@ unsafe fn item<const A: usize, const K: u8, V: Lanes>(c: &Ctx, w: &Item) {
     // 3. Output transform, bias, residual, activation.
     let plane_y = s.oh * s.ow * BLOCK;
     for ob in w.ob0..w.ob1 {
-        let bias = &p.bias[ob * BLOCK..][..BLOCK];
+        let bias: &[f32; BLOCK] = p.bias[ob * BLOCK..][..BLOCK].try_into().expect("16 values");
         let mask = if ob + 1 == p.ocb {
             p.last_mask
         } else {
@@ -867,7 +867,7 @@ unsafe fn input_tile<V: Lanes, const A: usize>(
 #[inline(always)]
 unsafe fn output_tile<V: Lanes, const A: usize>(
     src: *const f32,
-    bias: &[f32],
+    bias: &[f32; BLOCK],
     (mask, bits): (&[bool; BLOCK], u16),
     z: *const f32,
     y: *mut f32,
@@ -887,8 +887,7 @@ unsafe fn output_tile<V: Lanes, const A: usize>(
         }
         *ti = out_1d(row);
     }
-    assert!(bias.len() >= BLOCK);
-    // SAFETY: 16 bias values (checked above).
+    // SAFETY: 16 bias values.
     let b = unsafe { V::load(bias.as_ptr()) };
     // Column pass: Y[·][j] = Aᵀ t[·][j].
     for j in 0..wv.min(m) {
