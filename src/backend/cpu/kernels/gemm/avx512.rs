@@ -82,10 +82,21 @@ unsafe fn tile<const MP: usize, const NP: usize>(
                 }
             }};
         }
+        // The tile's share of the next B panel, a few lines per 4-deep step.
+        let mut next = t.prefetch as *const i8;
+        let mut next_left = t.prefetch_lines;
+        let next_per_step = next_left.div_ceil((kc / 4).max(1));
         let mut p = kc;
         while p >= 4 {
             for q in 0..MP {
                 _mm_prefetch::<_MM_HINT_T0>(a.add(q * a_next + 96) as *const i8);
+            }
+            if next_left > 0 {
+                for _ in 0..next_per_step.min(next_left) {
+                    _mm_prefetch::<_MM_HINT_T1>(next);
+                    next = next.wrapping_add(64);
+                }
+                next_left = next_left.saturating_sub(next_per_step);
             }
             step!(0);
             step!(1);

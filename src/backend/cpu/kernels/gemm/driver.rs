@@ -5,8 +5,11 @@ use super::dispatch::Kernel;
 use super::epilogue::{epilogue_only, Ep, Tile};
 use super::pack::{pack_a, pack_b};
 use super::scratch::with_scratch;
-use super::{Epilogue, Mat, KC, MC, MR, NC, NR};
+use super::{nc as host_nc, Epilogue, Mat, KC, MC, MR, NR};
 use crate::backend::cpu::pool::Pool;
+
+/// Floats in a 64-byte cache line.
+const LINE_FLOATS: usize = 16;
 
 /// Where the macro-kernel's B panels come from.
 #[derive(Clone, Copy)]
@@ -153,10 +156,11 @@ unsafe fn serial(
         // SAFETY: C and the epilogue cover m×n.
         return unsafe { epilogue_only(m, n, c, ldc, ep) };
     }
+    let nc_max = host_nc();
     with_scratch(|abuf, bbuf| {
         let mut jc = 0;
         while jc < n {
-            let nc = NC.min(n - jc);
+            let nc = nc_max.min(n - jc);
             let mut pc = 0;
             while pc < k {
                 let kc = KC.min(k - pc);
@@ -319,9 +323,16 @@ unsafe fn macro_kernel(
         let nr = kern.nr.min(nc - jr);
         // SAFETY: panel jr/NR of the packed B block.
         let bpanel = unsafe { bp.add(jr * kc) };
+        // The next panel's lines, prefetched a share per tile of this column, so it
+        // arrives from L3 spread over these tiles instead of stalling the first of the
+        // next column (pre-packed B is read straight from L3).
+        let next = nc.saturating_sub(jr + nr).min(kern.nr) * kc / LINE_FLOATS;
+        let tiles = mc.div_ceil(kern.mr);
         let mut ir = 0;
         while ir < mc {
             let mr = kern.mr.min(mc - ir);
+            let tile = ir / kern.mr;
+            let (l0, l1) = (tile * next / tiles, (tile + 1) * next / tiles);
             // SAFETY: panels ir/MR.. of the packed A block; the tile (ir, jr) lies in C.
             unsafe {
                 let e = ep.at(ir, jr);
@@ -338,6 +349,8 @@ unsafe fn macro_kernel(
                     ldr: e.ldr,
                     relu: e.relu,
                     act: e.act,
+                    prefetch: bpanel.add(nr * kc + l0 * LINE_FLOATS),
+                    prefetch_lines: l1 - l0,
                 };
                 (kern.micro)(kc, ap.add(ir * kc), bpanel, &t);
             }

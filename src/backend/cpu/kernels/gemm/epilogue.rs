@@ -53,6 +53,10 @@ pub(crate) struct Tile {
     pub(super) relu: bool,
     /// An activation other than None/ReLU, applied to each stored row segment.
     pub(super) act: Option<Act>,
+    /// Cache lines the kernel asks L2 for while it runs (the next B panel's share),
+    /// starting at `prefetch`; 0 for none.
+    pub(super) prefetch: *const f32,
+    pub(super) prefetch_lines: usize,
 }
 
 /// Stores a computed tile `acc` by the rules of `t` (the edge-tile and portable path).
@@ -190,6 +194,8 @@ pub(super) unsafe fn epilogue_only(m: usize, n: usize, c: *mut f32, ldc: usize, 
                     ldr: e.ldr,
                     relu: e.relu,
                     act: e.act,
+                    prefetch: std::ptr::null(),
+                    prefetch_lines: 0,
                 };
                 store_tile_scalar(&zero, &t);
             }
