@@ -9,6 +9,7 @@
 use kiln::internals::cpu::rnn::{Cell, RnnAct, RnnIo, RnnLayer, RnnSpec};
 use kiln::internals::cpu::Pool;
 use kiln::internals::peak::fma_gflops;
+use kiln::internals::AlignedBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,12 @@ fn lcg(n: usize, seed: u64, scale: f32) -> Vec<f32> {
             (((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5) * 2.0 * scale
         })
         .collect()
+}
+
+/// `values` in one of the crate's buffers.
+fn floats(values: &[f32]) -> AlignedBuf {
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    AlignedBuf::try_from_bytes(&bytes).expect("memory for the bench's buffers")
 }
 
 /// The median milliseconds of `f` over about a second (at least 5 runs).
@@ -107,16 +114,18 @@ fn main() {
             let w = lcg(gh * input, 1, scale);
             let r = lcg(gh * hidden, 2, scale);
             let b = lcg(2 * gh, 3, scale);
-            let x = lcg(seq * batch * input, 4, 1.0);
-            let mut y = vec![0f32; seq * batch * hidden];
+            // The activations and scratch in the crate's buffers, as a compiled
+            // model's arena holds them (huge pages when large).
+            let x = floats(&lcg(seq * batch * input, 4, 1.0));
+            let mut y = floats(&vec![0f32; seq * batch * hidden]);
             let mut y_h = vec![0f32; batch * hidden];
             let mut y_c = vec![0f32; batch * hidden];
-            let mut scratch = vec![0f32; spec.scratch_floats()];
+            let mut scratch = floats(&vec![0f32; spec.scratch_floats()]);
             let flops = 2.0 * spec.macs() as f64;
             // SAFETY: w and r hold W and R of this spec.
             let layer = unsafe { RnnLayer::new(spec, Some(w.as_ptr()), Some(r.as_ptr())) };
             let io = RnnIo {
-                x: x.as_ptr(),
+                x: x.as_ptr() as *const f32,
                 w: w.as_ptr(),
                 r: r.as_ptr(),
                 b: Some(b.as_ptr()),
@@ -124,12 +133,12 @@ fn main() {
                 h0: None,
                 c0: None,
                 p: None,
-                y: y.as_mut_ptr(),
+                y: y.as_mut_ptr() as *mut f32,
                 y_h: y_h.as_mut_ptr(),
                 y_c: Some(y_c.as_mut_ptr()),
             };
             for (threads, pool) in [1, 2].into_iter().zip(&pools) {
-                let sp = scratch.as_mut_ptr();
+                let sp = scratch.as_mut_ptr() as *mut f32;
                 // SAFETY: every buffer holds what the spec says; scratch its floats.
                 let ms = median_ms(|| unsafe {
                     layer.run(pool.as_ref(), &io, sp).expect("valid lengths")

@@ -15,6 +15,10 @@ pub mod cpu {
     pub use crate::backend::cpu::pool::Pool;
 }
 
+/// The buffer arenas and packed constants are allocated in (huge pages when large), for
+/// benches that time a kernel on the memory a compiled model would give it.
+pub use crate::aligned::AlignedBuf;
+
 /// The CUDA kernel generator (host-checkable without a GPU) and NVRTC.
 pub mod cuda {
     /// The CUDA C the backend generates, and its host emulation.

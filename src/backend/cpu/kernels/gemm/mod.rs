@@ -60,12 +60,12 @@ pub const MC: usize = 144;
 /// actually used is [`nc`], sized to the host's L2.
 pub const NC: usize = 4096;
 
-/// Columns of a packed B block on this host: the KC×nc block takes half the L2, so
-/// it is read from L3 once and reused from L2 by every MC block of A (a 4 MiB block
-/// streamed from L3 per MC block ran the 1024×4096×1024 product ~8 % slower on a
-/// 2 MiB-L2 host).
+/// Columns of a packed B block on this host: the KC×nc block takes a quarter of the
+/// L2, so it is read from L3 once and reused from L2 by every MC block of A, with room
+/// left for the A block and the C tiles passing through (a 4 MiB block streamed from L3
+/// per MC block ran the 1024×4096×1024 product ~8 % slower on a 2 MiB-L2 host).
 pub(crate) fn nc() -> usize {
-    let bytes = crate::backend::cpu::host::caches().l2 / 2;
+    let bytes = crate::backend::cpu::host::caches().l2 / 4;
     (bytes / (KC * std::mem::size_of::<f32>()) / (2 * NR) * (2 * NR)).clamp(8 * NR, NC)
 }
 

@@ -1,6 +1,7 @@
 //! The packing buffers: a 64-byte-aligned f32 buffer that grows on demand, one pair per
 //! thread, reused across calls so the steady state allocates nothing.
-use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+use crate::aligned::{alloc_advised, layout_for};
+use std::alloc::{dealloc, handle_alloc_error, Layout};
 use std::cell::RefCell;
 
 /// A 64-byte-aligned f32 buffer that grows (never shrinks) on demand.
@@ -17,10 +18,11 @@ impl AlignedBuf {
         }
     }
 
+    /// The crate's buffer layout (huge pages for large packed weights).
     fn layout(cap: usize) -> Layout {
-        match Layout::from_size_align(cap * 4, 64) {
-            Ok(l) => l,
-            Err(_) => panic!("GEMM scratch of {cap} floats exceeds the address space"),
+        match cap.checked_mul(4).and_then(layout_for) {
+            Some(l) => l,
+            None => panic!("GEMM scratch of {cap} floats exceeds the address space"),
         }
     }
 
@@ -30,7 +32,7 @@ impl AlignedBuf {
             let cap = len.max(self.cap * 2).max(64);
             let layout = Self::layout(cap);
             // SAFETY: the layout has non-zero size.
-            let p = unsafe { alloc(layout) } as *mut f32;
+            let p = unsafe { alloc_advised(layout, false) } as *mut f32;
             if p.is_null() {
                 handle_alloc_error(layout);
             }
