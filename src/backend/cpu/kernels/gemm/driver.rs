@@ -5,7 +5,7 @@ use super::dispatch::Kernel;
 use super::epilogue::{epilogue_only, Ep, Tile};
 use super::pack::{pack_a, pack_b};
 use super::scratch::with_scratch;
-use super::{nc as host_nc, Epilogue, Mat, KC, MC, MR, NR};
+use super::{Epilogue, Mat, KC, MC, MR, NC, NR};
 use crate::backend::cpu::pool::Pool;
 
 /// Floats in a 64-byte cache line.
@@ -156,11 +156,10 @@ unsafe fn serial(
         // SAFETY: C and the epilogue cover m×n.
         return unsafe { epilogue_only(m, n, c, ldc, ep) };
     }
-    let nc_max = host_nc();
     with_scratch(|abuf, bbuf| {
         let mut jc = 0;
         while jc < n {
-            let nc = nc_max.min(n - jc);
+            let nc = NC.min(n - jc);
             let mut pc = 0;
             while pc < k {
                 let kc = KC.min(k - pc);
