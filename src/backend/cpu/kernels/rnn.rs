@@ -384,17 +384,29 @@ impl RnnLayer {
             };
             let rd = io.r.add(d * gh * h);
             let gate_work = gh * 8;
+            // With one length for every row, a step's projection rows are one strided
+            // block, added in the recurrent GEMM's store rather than by the gate math:
+            // all of RNN's and LSTM's gates, GRU's z and r when the reset comes first
+            // (with `linear_before_reset`, the candidate's x part is not scaled by r).
+            let proj_in_rec = io.lens.is_none() && !(s.cell == Cell::Gru && !s.gru_reset_first());
+            let proj_ld = (self.x_row(0, 1.min(batch - 1)) - self.x_row(0, 0)) * s.dirs * gh;
             for step in 0..s.seq {
                 // Each row's time at this step, or None past its length.
                 let time = |n: usize| {
                     let l = len(n);
                     (step < l).then(|| if reverse { l - 1 - step } else { step })
                 };
+                let ep = match (proj_in_rec, time(0)) {
+                    (true, Some(t)) => Epilogue {
+                        bias: Bias::None,
+                        residual: Some((proj.add(self.x_row(t, 0) * s.dirs * gh + d * gh), proj_ld)),
+                        act: Act::None,
+                    },
+                    _ => Epilogue::NONE,
+                };
                 let hmat = Mat::rows(hs, h);
                 match r_main {
-                    Some(p) => {
-                        gemm::gemm_packed(pool, batch, cols, h, hmat, p, rec, cols, &Epilogue::NONE)
-                    }
+                    Some(p) => gemm::gemm_packed(pool, batch, cols, h, hmat, p, rec, cols, &ep),
                     None => gemm::gemm(
                         pool,
                         batch,
@@ -404,7 +416,7 @@ impl RnnLayer {
                         Mat::rows(rd, h).t(),
                         rec,
                         cols,
-                        &Epilogue::NONE,
+                        &ep,
                     ),
                 }
                 let phase = |first: bool| {
@@ -418,6 +430,7 @@ impl RnnLayer {
                                 step,
                                 t,
                                 first,
+                                proj_in_rec,
                                 projp.get(),
                                 rows.get(),
                                 hsp.get(),
@@ -493,7 +506,8 @@ impl RnnLayer {
 
     /// Row `n`'s gate math at `step` (time `t`, None past its length). GRU with the
     /// reset gate before R runs in two phases around the candidate's product: `first`
-    /// computes z, r and r⊙h, the second the rest.
+    /// computes z, r and r⊙h, the second the rest. `proj_in_rec`: the recurrent GEMM
+    /// has added the input projection to the gates already.
     ///
     /// # Safety
     /// As for [`RnnLayer::direction`]; rows of different `n` touch disjoint memory.
@@ -506,6 +520,7 @@ impl RnnLayer {
         step: usize,
         t: Option<usize>,
         first: bool,
+        proj_in_rec: bool,
         proj: *const f32,
         rec: *mut f32,
         hs: *mut f32,
@@ -538,7 +553,9 @@ impl RnnLayer {
             };
             match s.cell {
                 Cell::Rnn => {
-                    add(g, xp);
+                    if !proj_in_rec {
+                        add(g, xp);
+                    }
                     clip(g);
                     acts[0].apply(g);
                     hrow.copy_from_slice(g);
@@ -546,7 +563,9 @@ impl RnnLayer {
                 Cell::Gru => {
                     let (zr, gc) = g.split_at_mut(2 * h);
                     if first || !s.gru_reset_first() {
-                        add(zr, &xp[..2 * h]);
+                        if !proj_in_rec {
+                            add(zr, &xp[..2 * h]);
+                        }
                         clip(zr);
                         acts[0].apply(zr);
                     }
@@ -579,7 +598,9 @@ impl RnnLayer {
                     }
                 }
                 Cell::Lstm => {
-                    add(g, xp);
+                    if !proj_in_rec {
+                        add(g, xp);
+                    }
                     let crow = std::slice::from_raw_parts_mut(cs.add(n * h), h);
                     let p =
                         io.p.map(|p| std::slice::from_raw_parts(p.add(d * 3 * h), 3 * h));

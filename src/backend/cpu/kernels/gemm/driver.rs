@@ -6,6 +6,7 @@ use super::epilogue::{epilogue_only, Ep, Tile};
 use super::pack::{pack_a, pack_b};
 use super::scratch::with_scratch;
 use super::{Epilogue, Mat, KC, MC, MR, NC, NR};
+use crate::backend::cpu::host;
 use crate::backend::cpu::pool::Pool;
 
 /// Floats in a 64-byte cache line.
@@ -156,6 +157,9 @@ unsafe fn serial(
         // SAFETY: C and the epilogue cover m×n.
         return unsafe { epilogue_only(m, n, c, ldc, ep) };
     }
+    // B that fits half the L2 stays there from call to call (a recurrent layer's
+    // weights, step after step): prefetching it again would only cost load slots.
+    let stream_b = k * n * std::mem::size_of::<f32>() > host::caches().l2 / 2;
     with_scratch(|abuf, bbuf| {
         let mut jc = 0;
         while jc < n {
@@ -210,6 +214,7 @@ unsafe fn serial(
                                 pc > 0,
                                 pc + kc == k,
                                 &ep.at(0, col),
+                                false,
                             );
                             jb += w;
                         }
@@ -262,6 +267,7 @@ unsafe fn serial(
                             pc > 0,
                             pc + kc == k,
                             &tile_ep,
+                            stream_b,
                         );
                     }
                     ic += mc;
@@ -316,6 +322,7 @@ unsafe fn macro_kernel(
     accumulate: bool,
     last: bool,
     ep: &Ep,
+    prefetch_next: bool,
 ) {
     let mut jr = 0;
     while jr < nc {
@@ -325,7 +332,11 @@ unsafe fn macro_kernel(
         // The next panel's lines, prefetched a share per tile of this column, so it
         // arrives from L3 spread over these tiles instead of stalling the first of the
         // next column (pre-packed B is read straight from L3).
-        let next = nc.saturating_sub(jr + nr).min(kern.nr) * kc / LINE_FLOATS;
+        let next = if prefetch_next {
+            nc.saturating_sub(jr + nr).min(kern.nr) * kc / LINE_FLOATS
+        } else {
+            0
+        };
         let tiles = mc.div_ceil(kern.mr);
         let mut ir = 0;
         while ir < mc {
