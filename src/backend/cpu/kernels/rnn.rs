@@ -388,7 +388,7 @@ impl RnnLayer {
             // block, added in the recurrent GEMM's store rather than by the gate math:
             // all of RNN's and LSTM's gates, GRU's z and r when the reset comes first
             // (with `linear_before_reset`, the candidate's x part is not scaled by r).
-            let proj_in_rec = io.lens.is_none() && !(s.cell == Cell::Gru && !s.gru_reset_first());
+            let proj_in_rec = io.lens.is_none() && (s.cell != Cell::Gru || s.gru_reset_first());
             let proj_ld = (self.x_row(0, 1.min(batch - 1)) - self.x_row(0, 0)) * s.dirs * gh;
             for step in 0..s.seq {
                 // Each row's time at this step, or None past its length.
@@ -399,7 +399,10 @@ impl RnnLayer {
                 let ep = match (proj_in_rec, time(0)) {
                     (true, Some(t)) => Epilogue {
                         bias: Bias::None,
-                        residual: Some((proj.add(self.x_row(t, 0) * s.dirs * gh + d * gh), proj_ld)),
+                        residual: Some((
+                            proj.add(self.x_row(t, 0) * s.dirs * gh + d * gh),
+                            proj_ld,
+                        )),
                         act: Act::None,
                     },
                     _ => Epilogue::NONE,
