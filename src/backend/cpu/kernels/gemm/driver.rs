@@ -161,6 +161,28 @@ unsafe fn serial(
     // weights, step after step): prefetching it again would only cost load slots.
     let stream_b = k * n * std::mem::size_of::<f32>() > host::caches().l2 / 2;
     with_scratch(|abuf, bbuf| {
+        let mpad = m.div_ceil(MR) * MR;
+        let a_bytes = k * mpad * std::mem::size_of::<f32>();
+        if let (true, BSrc::Packed { ptr, panels, p0 }) = (m <= MC, b) {
+            if k > KC && a_bytes <= host::caches().l2 / 2 {
+                // SAFETY: as for `serial`; A fits the scratch asked for.
+                return unsafe {
+                    columns(
+                        kern,
+                        m,
+                        n,
+                        k,
+                        a,
+                        (ptr, panels, p0),
+                        c,
+                        ldc,
+                        ep,
+                        stream_b,
+                        abuf,
+                    )
+                };
+            }
+        }
         let mut jc = 0;
         while jc < n {
             let nc = NC.min(n - jc);
@@ -215,6 +237,7 @@ unsafe fn serial(
                                 pc + kc == k,
                                 &ep.at(0, col),
                                 false,
+                                (std::ptr::null(), 0),
                             );
                             jb += w;
                         }
@@ -268,6 +291,7 @@ unsafe fn serial(
                             pc + kc == k,
                             &tile_ep,
                             stream_b,
+                            (std::ptr::null(), 0),
                         );
                     }
                     ic += mc;
@@ -304,6 +328,88 @@ unsafe fn prefetch_block(b: *const f32, kc: usize, w: usize, rs: usize, cs: usiz
     }
 }
 
+/// A short A (m ≤ MC) against a pre-packed B, with A packed over all of K at once:
+/// each column of B panels runs through every K slice before the next column, so its C
+/// tiles stay in L1 from slice to slice instead of a round trip per slice through L3
+/// (a recurrent layer's step: 64 rows against a 16 MiB weight matrix).
+///
+/// # Safety
+/// As for [`serial`], with `abuf` free for A and the packed B's (ptr, panels, p0).
+#[allow(clippy::too_many_arguments)]
+unsafe fn columns(
+    kern: Kernel,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    (ptr, panels, p0): (*const f32, usize, usize),
+    c: *mut f32,
+    ldc: usize,
+    ep: &Ep,
+    stream_b: bool,
+    abuf: &mut super::scratch::AlignedBuf,
+) {
+    let mpad = m.div_ceil(MR) * MR;
+    let ap = abuf.get(k * mpad + 8);
+    // The panel of B's slice at row pc and column col (a multiple of NR).
+    let panel = |pc: usize, col: usize| {
+        ptr.wrapping_add(pc * panels * NR + (p0 + col / NR) * KC.min(k - pc) * NR)
+    };
+    // SAFETY: slice pc of A (rows of A, columns pc..pc + kc) packs into kc·mpad floats
+    // at ap + pc·mpad, inside the k·mpad asked for; every panel and tile lies inside
+    // the packed B and C.
+    unsafe {
+        let mut pc = 0;
+        while pc < k {
+            let kc = KC.min(k - pc);
+            pack_a(
+                kern,
+                m,
+                kc,
+                a.ptr.add(pc * a.cs),
+                a.rs,
+                a.cs,
+                ap.add(pc * mpad),
+            );
+            pc += kc;
+        }
+        let mut jr = 0;
+        while jr < n {
+            let nr = kern.nr.min(n - jr);
+            let mut pc = 0;
+            while pc < k {
+                let kc = KC.min(k - pc);
+                // Prefetched while this slice runs: the column's next slice, or the
+                // next column's first.
+                let then = if pc + kc < k {
+                    (panel(pc + kc, jr), nr * KC.min(k - pc - kc))
+                } else if jr + nr < n {
+                    (panel(0, jr + nr), kern.nr.min(n - jr - nr) * KC.min(k))
+                } else {
+                    (std::ptr::null(), 0)
+                };
+                macro_kernel(
+                    kern,
+                    m,
+                    nr,
+                    kc,
+                    ap.add(pc * mpad),
+                    panel(pc, jr),
+                    c.add(jr),
+                    ldc,
+                    pc > 0,
+                    pc + kc == k,
+                    &ep.at(0, jr),
+                    stream_b,
+                    then,
+                );
+                pc += kc;
+            }
+            jr += nr;
+        }
+    }
+}
+
 /// Runs the micro-kernel over packed mc×kc A and kc×nc B blocks.
 ///
 /// # Safety
@@ -323,17 +429,26 @@ unsafe fn macro_kernel(
     last: bool,
     ep: &Ep,
     prefetch_next: bool,
+    then: (*const f32, usize),
 ) {
     let mut jr = 0;
     while jr < nc {
         let nr = kern.nr.min(nc - jr);
         // SAFETY: panel jr/NR of the packed B block.
         let bpanel = unsafe { bp.add(jr * kc) };
-        // The next panel's lines, prefetched a share per tile of this column, so it
-        // arrives from L3 spread over these tiles instead of stalling the first of the
-        // next column (pre-packed B is read straight from L3).
+        // The next panel's lines (after the last column, the `then` panel of that many
+        // floats), prefetched a share per tile of this column, so it arrives from L3
+        // spread over these tiles instead of stalling the first of the next column.
+        let (next_panel, next_floats) = if jr + nr < nc {
+            (
+                bpanel.wrapping_add(nr * kc),
+                (nc - jr - nr).min(kern.nr) * kc,
+            )
+        } else {
+            then
+        };
         let next = if prefetch_next {
-            nc.saturating_sub(jr + nr).min(kern.nr) * kc / LINE_FLOATS
+            next_floats / LINE_FLOATS
         } else {
             0
         };
@@ -359,7 +474,7 @@ unsafe fn macro_kernel(
                     ldr: e.ldr,
                     relu: e.relu,
                     act: e.act,
-                    prefetch: bpanel.add(nr * kc + l0 * LINE_FLOATS),
+                    prefetch: next_panel.wrapping_add(l0 * LINE_FLOATS),
                     prefetch_lines: l1 - l0,
                 };
                 (kern.micro)(kc, ap.add(ir * kc), bpanel, &t);

@@ -198,6 +198,9 @@ fn cases() -> Vec<Case> {
         (150, 40, 300),
         (7, NC + 20, 5),
         (6, 16, 256),
+        // A short A over several K slices: the packed path runs B column by column.
+        (64, 70, 3 * KC + 5),
+        (13, 33, KC + 1),
     ]);
     triples
         .into_iter()
