@@ -71,9 +71,12 @@ fn main() {
         println!("rnn bench: run it with `cargo bench --bench rnn`");
         return;
     }
-    let peak = fma_gflops();
-    match peak {
-        Some(p) => println!("FMA peak, one thread (median of 7): {p:.1} GFLOP/s"),
+    match fma_gflops() {
+        Some(p) => println!(
+            "FMA peak, one thread (median of 7): {p:.1} GFLOP/s; each row's share is of the \
+             peak measured again just before and after it (their mean), as a shared host's \
+             clock moves"
+        ),
         None => println!("FMA peak: not measurable on this CPU"),
     }
     let pools = [None, Some(Pool::new(2))];
@@ -139,10 +142,12 @@ fn main() {
             };
             for (threads, pool) in [1, 2].into_iter().zip(&pools) {
                 let sp = scratch.as_mut_ptr() as *mut f32;
+                let before = fma_gflops();
                 // SAFETY: every buffer holds what the spec says; scratch its floats.
                 let ms = median_ms(|| unsafe {
                     layer.run(pool.as_ref(), &io, sp).expect("valid lengths")
                 });
+                let peak = before.zip(fma_gflops()).map(|(a, b)| (a + b) / 2.0);
                 let gflops = flops / ms / 1e6;
                 let pct = peak.map_or(f64::NAN, |p| 100.0 * gflops / (p * threads as f64));
                 let ort = ort_ms(name, seq, batch, input, hidden, threads);

@@ -55,12 +55,21 @@ unsafe fn tile<const MP: usize, const NP: usize>(
         // the second at bp + kc·16); the store stays inside the tile (the caller's contract).
         let mut acc = [[_mm512_setzero_ps(); 2]; MR2];
 
-        // Pull the C tile towards L1 while the product is computed.
+        // Pull the C tile (and the residual the store adds) towards L1 while the
+        // product is computed.
+        let res = if t.last { t.res } else { std::ptr::null() };
         for r in 0..t.mr {
             let p = t.c.add(r * t.ldc) as *const i8;
             _mm_prefetch::<_MM_HINT_T0>(p);
             if t.nr > NR {
                 _mm_prefetch::<_MM_HINT_T0>(p.add(64));
+            }
+            if !res.is_null() {
+                let q = res.wrapping_add(r * t.ldr) as *const i8;
+                _mm_prefetch::<_MM_HINT_T0>(q);
+                if t.nr > NR {
+                    _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(64));
+                }
             }
         }
 
@@ -88,9 +97,6 @@ unsafe fn tile<const MP: usize, const NP: usize>(
         let next_per_step = next_left.div_ceil((kc / 4).max(1));
         let mut p = kc;
         while p >= 4 {
-            for q in 0..MP {
-                _mm_prefetch::<_MM_HINT_T0>(a.add(q * a_next + 96) as *const i8);
-            }
             if next_left > 0 {
                 for _ in 0..next_per_step.min(next_left) {
                     _mm_prefetch::<_MM_HINT_T1>(next);
