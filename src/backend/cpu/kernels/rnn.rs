@@ -385,9 +385,8 @@ impl RnnLayer {
             let rd = io.r.add(d * gh * h);
             let gate_work = gh * 8;
             // With one length for every row, a step's projection rows are one strided
-            // block, added in the recurrent GEMM's store rather than by the gate math:
-            // all of RNN's and LSTM's gates, GRU's z and r when the reset comes first
-            // (with `linear_before_reset`, the candidate's x part is not scaled by r).
+            // block, added in the recurrent GEMMs' store rather than by the gate math
+            // (not for GRU with `linear_before_reset`: there r scales R's part alone).
             let proj_in_rec = io.lens.is_none() && (s.cell != Cell::Gru || s.gru_reset_first());
             let proj_ld = (self.x_row(0, 1.min(batch - 1)) - self.x_row(0, 0)) * s.dirs * gh;
             for step in 0..s.seq {
@@ -446,11 +445,15 @@ impl RnnLayer {
                 };
                 if s.gru_reset_first() {
                     phase(true);
+                    // The candidate's x part rides in the same way (its columns of the
+                    // projection rows).
+                    let ep = Epilogue {
+                        residual: ep.residual.map(|(r, ld)| (r.add(2 * h), ld)),
+                        ..ep
+                    };
                     let rmat = Mat::rows(reset, h);
                     match r_cand {
-                        Some(p) => {
-                            gemm::gemm_packed(pool, batch, h, h, rmat, p, cand, h, &Epilogue::NONE)
-                        }
+                        Some(p) => gemm::gemm_packed(pool, batch, h, h, rmat, p, cand, h, &ep),
                         None => gemm::gemm(
                             pool,
                             batch,
@@ -460,7 +463,7 @@ impl RnnLayer {
                             Mat::rows(rd.add(2 * h * h), h).t(),
                             cand,
                             h,
-                            &Epilogue::NONE,
+                            &ep,
                         ),
                     }
                 }
@@ -583,7 +586,9 @@ impl RnnLayer {
                             return;
                         }
                         let c = std::slice::from_raw_parts_mut(cand.add(n * h), h);
-                        add(c, xc);
+                        if !proj_in_rec {
+                            add(c, xc);
+                        }
                         clip(c);
                         acts[1].apply(c);
                         blend(hrow, z, c);
