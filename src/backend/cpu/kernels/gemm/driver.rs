@@ -161,8 +161,7 @@ unsafe fn serial(
     // weights, step after step): prefetching it again would only cost load slots.
     let stream_b = k * n * std::mem::size_of::<f32>() > host::caches().l2 / 2;
     with_scratch(|abuf, bbuf| {
-        let mpad = m.div_ceil(MR) * MR;
-        let a_bytes = k * mpad * std::mem::size_of::<f32>();
+        let a_bytes = k * m.div_ceil(MR) * MR * std::mem::size_of::<f32>();
         if let (true, BSrc::Packed { ptr, panels, p0 }) = (m <= MC, b) {
             if k > KC && a_bytes <= host::caches().l2 / 2 {
                 // SAFETY: as for `serial`; A fits the scratch asked for.

@@ -53,8 +53,8 @@ pub(crate) struct Tile {
     pub(super) relu: bool,
     /// An activation other than None/ReLU, applied to each stored row segment.
     pub(super) act: Option<Act>,
-    /// Cache lines the kernel asks L2 for while it runs (the next B panel's share),
-    /// starting at `prefetch`; 0 for none.
+    /// Cache lines the AVX-512 kernel asks L2 for while it runs (the next B panel's
+    /// share), starting at `prefetch`; 0 for none.
     pub(super) prefetch: *const f32,
     pub(super) prefetch_lines: usize,
 }
