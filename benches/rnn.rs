@@ -31,6 +31,11 @@ fn floats(values: &[f32]) -> AlignedBuf {
     AlignedBuf::try_from_bytes(&bytes).expect("memory for the bench's buffers")
 }
 
+/// `n` zeroed floats in one of the crate's buffers.
+fn zeros(n: usize) -> AlignedBuf {
+    AlignedBuf::try_zeroed(n * 4).expect("memory for the bench's buffers")
+}
+
 /// The median milliseconds of `f` over about a second (at least 5 runs).
 fn median_ms(mut f: impl FnMut()) -> f64 {
     f();
@@ -120,10 +125,10 @@ fn main() {
             // The activations and scratch in the crate's buffers, as a compiled
             // model's arena holds them (huge pages when large).
             let x = floats(&lcg(seq * batch * input, 4, 1.0));
-            let mut y = floats(&vec![0f32; seq * batch * hidden]);
+            let mut y = zeros(seq * batch * hidden);
             let mut y_h = vec![0f32; batch * hidden];
             let mut y_c = vec![0f32; batch * hidden];
-            let mut scratch = floats(&vec![0f32; spec.scratch_floats()]);
+            let mut scratch = zeros(spec.scratch_floats());
             let flops = 2.0 * spec.macs() as f64;
             // SAFETY: w and r hold W and R of this spec.
             let layer = unsafe { RnnLayer::new(spec, Some(w.as_ptr()), Some(r.as_ptr())) };

@@ -388,7 +388,9 @@ impl RnnLayer {
             // block, added in the recurrent GEMMs' store rather than by the gate math
             // (not for GRU with `linear_before_reset`: there r scales R's part alone).
             let proj_in_rec = io.lens.is_none() && (s.cell != Cell::Gru || s.gru_reset_first());
-            let proj_ld = (self.x_row(0, 1.min(batch - 1)) - self.x_row(0, 0)) * s.dirs * gh;
+            // Batch rows of one time step lie `seq` projection rows apart batch-first,
+            // adjacent otherwise (as `x_row` places them).
+            let proj_ld = if s.batch_first { s.seq } else { 1 } * s.dirs * gh;
             for step in 0..s.seq {
                 // Each row's time at this step, or None past its length.
                 let time = |n: usize| {

@@ -159,28 +159,15 @@ unsafe fn serial(
     }
     // B that fits half the L2 stays there from call to call (a recurrent layer's
     // weights, step after step): prefetching it again would only cost load slots.
-    let stream_b = k * n * std::mem::size_of::<f32>() > host::caches().l2 / 2;
+    let half_l2 = host::caches().l2 / 2;
+    let stream_b = k * n * std::mem::size_of::<f32>() > half_l2;
     with_scratch(|abuf, bbuf| {
         let a_bytes = k * m.div_ceil(MR) * MR * std::mem::size_of::<f32>();
-        if let (true, BSrc::Packed { ptr, panels, p0 }) = (m <= MC, b) {
-            if k > KC && a_bytes <= host::caches().l2 / 2 {
-                // SAFETY: as for `serial`; A fits the scratch asked for.
-                return unsafe {
-                    columns(
-                        kern,
-                        m,
-                        n,
-                        k,
-                        a,
-                        (ptr, panels, p0),
-                        c,
-                        ldc,
-                        ep,
-                        stream_b,
-                        abuf,
-                    )
-                };
-            }
+        let short_a = m <= MC && k > KC && a_bytes <= half_l2;
+        if let (true, BSrc::Packed { ptr, panels, p0 }) = (short_a, b) {
+            let b = (ptr, panels, p0);
+            // SAFETY: as for `serial`; A fits the scratch asked for.
+            return unsafe { columns(kern, m, n, k, a, b, c, ldc, ep, stream_b, abuf) };
         }
         let mut jc = 0;
         while jc < n {
