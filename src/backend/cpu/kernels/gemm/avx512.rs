@@ -12,6 +12,10 @@ use super::{Tile, MR, NR};
 pub(super) const MR2: usize = 2 * MR;
 /// Columns of the widest tile (two B micro-panels).
 pub(super) const NR2: usize = 2 * NR;
+/// K steps before a tile's end at which its C lines are asked of L1.
+const C_NEAR: usize = 32;
+/// K steps per block of the micro-kernel's loop (the steps `block!` spells out).
+const UNROLL: usize = 8;
 
 /// `C tile (op)= Ap·Bp`, then the tile's store rules (see [`Tile`]), for a tile of up
 /// to 12 rows × 32 columns.
@@ -32,6 +36,46 @@ pub(super) unsafe fn kernel(kc: usize, ap: *const f32, bp: *const f32, t: &Tile)
             (false, false) => tile::<1, 1>(kc, ap, bp, t),
         }
     }
+}
+
+/// Stores row `$r` of the tile (`$np` 16-wide halves of `$row`) under the masks of
+/// `$sm`: accumulate or overwrite, then (last block) bias, residual and ReLU in
+/// registers (the caller runs other activations after the last row). A macro, not a
+/// function: LLVM would not inline a `#[target_feature]` function called 12 times, and
+/// passing the accumulators to one spilled all 24 to the stack on every tile.
+///
+/// Safety (the expansion site's): inside an `unsafe` AVX-512F context, `$r < t.mr`, and
+/// `$t` a valid tile (see [`kernel`]); masked loads and stores touch only row `$r`'s
+/// `nr` elements of C, the bias and the residual, masked-off lanes neither read nor
+/// written.
+macro_rules! store_row {
+    ($row:expr, $r:expr, $np:expr, $t:expr, $sm:expr) => {{
+        let (t, r, sm): (&Tile, usize, &StoreMasks) = ($t, $r, $sm);
+        let c = t.c.add(r * t.ldc);
+        for j in 0..$np {
+            let (mask, off) = (sm.masks[j], j * NR);
+            let mut v = $row[j];
+            if t.accumulate {
+                v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, c.add(off)));
+            }
+            if t.last {
+                if !t.bias_row.is_null() {
+                    v = _mm512_add_ps(v, _mm512_set1_ps(*t.bias_row.add(r)));
+                }
+                if !t.bias_col.is_null() {
+                    v = _mm512_add_ps(v, sm.bias_col[j]);
+                }
+                if !t.res.is_null() {
+                    let rp = t.res.add(r * t.ldr + off);
+                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, rp));
+                }
+                if t.relu {
+                    v = _mm512_max_ps(_mm512_setzero_ps(), v);
+                }
+            }
+            _mm512_mask_storeu_ps(c.add(off), mask, v);
+        }
+    }};
 }
 
 /// The `6·MP × 16·NP` variant (MP, NP ∈ {1, 2}).
@@ -55,23 +99,29 @@ unsafe fn tile<const MP: usize, const NP: usize>(
         // the second at bp + kc·16); the store stays inside the tile (the caller's contract).
         let mut acc = [[_mm512_setzero_ps(); 2]; MR2];
 
-        // Pull the C tile (and the residual the store adds) towards L1 while the
-        // product is computed.
+        // The C tile (and the residual the store adds): asked of L2 now, so the
+        // trip from L3 or memory overlaps the product, and of L1 only near the end
+        // (`C_NEAR` steps before it), so the A and B streams do not evict it first.
         let res = if t.last { t.res } else { std::ptr::null() };
-        for r in 0..t.mr {
-            let p = t.c.add(r * t.ldc) as *const i8;
-            _mm_prefetch::<_MM_HINT_T0>(p);
-            if t.nr > NR {
-                _mm_prefetch::<_MM_HINT_T0>(p.add(64));
-            }
-            if !res.is_null() {
-                let q = res.wrapping_add(r * t.ldr) as *const i8;
-                _mm_prefetch::<_MM_HINT_T0>(q);
-                if t.nr > NR {
-                    _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(64));
+        macro_rules! prefetch_c {
+            ($hint:ident) => {
+                for r in 0..t.mr {
+                    let p = t.c.add(r * t.ldc) as *const i8;
+                    _mm_prefetch::<$hint>(p);
+                    if t.nr > NR {
+                        _mm_prefetch::<$hint>(p.add(64));
+                    }
+                    if !res.is_null() {
+                        let q = res.wrapping_add(r * t.ldr) as *const i8;
+                        _mm_prefetch::<$hint>(q);
+                        if t.nr > NR {
+                            _mm_prefetch::<$hint>(q.wrapping_add(64));
+                        }
+                    }
                 }
-            }
+            };
         }
+        prefetch_c!(_MM_HINT_T1);
 
         let a_next = kc * MR;
         let b_next = kc * NR;
@@ -91,92 +141,108 @@ unsafe fn tile<const MP: usize, const NP: usize>(
                 }
             }};
         }
-        // The tile's share of the next B panel, a few lines per 4-deep step.
+        // K runs in blocks of `UNROLL` steps, in three phases, so that no test or
+        // counter beyond the loop's own sits among the FMAs (a scalar uop issued to an
+        // FMA port costs an FMA): blocks that also ask L2 for the tile's share of the
+        // next B panel, then plain blocks, then (after asking L1 for C) the last
+        // `C_NEAR` steps.
+        macro_rules! block {
+            () => {{
+                step!(0);
+                step!(1);
+                step!(2);
+                step!(3);
+                step!(4);
+                step!(5);
+                step!(6);
+                step!(7);
+                a = a.add(UNROLL * MR);
+                b = b.add(UNROLL * NR);
+            }};
+        }
+        let blocks = kc / UNROLL;
         let mut next = t.prefetch as *const i8;
         let mut next_left = t.prefetch_lines;
-        let next_per_step = next_left.div_ceil((kc / 4).max(1));
-        let mut p = kc;
-        while p >= 4 {
-            if next_left > 0 {
-                for _ in 0..next_per_step.min(next_left) {
-                    _mm_prefetch::<_MM_HINT_T1>(next);
-                    next = next.wrapping_add(64);
-                }
-                next_left = next_left.saturating_sub(next_per_step);
+        let per_block = if next_left > 0 {
+            next_left.div_ceil(blocks.max(1))
+        } else {
+            0
+        };
+        let mut i = 0;
+        while next_left > 0 && i < blocks {
+            for _ in 0..per_block.min(next_left) {
+                _mm_prefetch::<_MM_HINT_T1>(next);
+                next = next.wrapping_add(64);
             }
-            step!(0);
-            step!(1);
-            step!(2);
-            step!(3);
-            a = a.add(4 * MR);
-            b = b.add(4 * NR);
-            p -= 4;
+            next_left = next_left.saturating_sub(per_block);
+            block!();
+            i += 1;
         }
-        while p > 0 {
+        let far = blocks.saturating_sub(C_NEAR / UNROLL).max(i);
+        while i < far {
+            block!();
+            i += 1;
+        }
+        prefetch_c!(_MM_HINT_T0);
+        while i < blocks {
+            block!();
+            i += 1;
+        }
+        for _ in 0..kc % UNROLL {
             step!(0);
             a = a.add(MR);
             b = b.add(NR);
-            p -= 1;
         }
-        store(&acc, NP, t);
+        // Row by row, spelled out: LLVM does not unroll a loop this large, and a rolled
+        // loop indexes `acc`, which puts all 24 accumulators on the stack.
+        let sm = store_masks(NP, t);
+        macro_rules! store_rows {
+            ($($r:literal)*) => {$(
+                if $r < MP * MR && $r < t.mr {
+                    store_row!(acc[$r], $r, NP, t, &sm);
+                }
+            )*};
+        }
+        store_rows!(0 1 2 3 4 5 6 7 8 9 10 11);
+        // Calls only after every row is stored: the accumulators die before them.
+        if let (true, Some(act)) = (t.last, t.act) {
+            for r in 0..t.mr {
+                act.apply(std::slice::from_raw_parts_mut(t.c.add(r * t.ldc), t.nr));
+            }
+        }
     }
 }
 
-/// Stores the tile's `t.mr` rows × `t.nr` columns of `acc` (of `np` 16-wide halves)
-/// under masks: accumulate or overwrite, then (last block) bias, residual and ReLU in
-/// registers; other activations run on each finished row segment.
+/// The tile-wide parts of the store: the lane masks of the (up to two) 16-wide halves
+/// and, on the last block, the per-column bias under them.
+struct StoreMasks {
+    masks: [__mmask16; 2],
+    bias_col: [__m512; 2],
+}
+
+/// Builds the [`StoreMasks`] for `t`'s columns.
+///
+/// # Safety
+/// The CPU must have AVX-512F; a non-null `t.bias_col` covers the tile's columns.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline]
-unsafe fn store(acc: &[[__m512; 2]; MR2], np: usize, t: &Tile) {
+unsafe fn store_masks(np: usize, t: &Tile) -> StoreMasks {
     // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
     // used, and the CPU features it is compiled for.
     unsafe {
-        // SAFETY: (whole body) masked loads and stores touch only the tile's mr×nr
-        // elements of C, the bias and the residual (the caller's contract); masked-off
-        // lanes are neither read nor written.
-        let zero = _mm512_setzero_ps();
         let masks: [__mmask16; 2] = std::array::from_fn(|j| {
             let cols = t.nr.saturating_sub(j * NR).min(NR);
             ((1u32 << cols) - 1) as __mmask16
         });
-        let mut bias_col = [zero; 2];
+        let mut bias_col = [_mm512_setzero_ps(); 2];
         if t.last && !t.bias_col.is_null() {
             for j in 0..np {
+                // SAFETY: masked-off lanes are not read.
                 bias_col[j] = _mm512_maskz_loadu_ps(masks[j], t.bias_col.add(j * NR));
             }
         }
-        for (r, row) in acc.iter().enumerate().take(t.mr) {
-            let c = t.c.add(r * t.ldc);
-            for j in 0..np {
-                let (mask, off) = (masks[j], j * NR);
-                let mut v = row[j];
-                if t.accumulate {
-                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, c.add(off)));
-                }
-                if t.last {
-                    if !t.bias_row.is_null() {
-                        v = _mm512_add_ps(v, _mm512_set1_ps(*t.bias_row.add(r)));
-                    }
-                    if !t.bias_col.is_null() {
-                        v = _mm512_add_ps(v, bias_col[j]);
-                    }
-                    if !t.res.is_null() {
-                        let rp = t.res.add(r * t.ldr + off);
-                        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, rp));
-                    }
-                    if t.relu {
-                        v = _mm512_max_ps(zero, v);
-                    }
-                }
-                _mm512_mask_storeu_ps(c.add(off), mask, v);
-            }
-            if t.last {
-                if let Some(act) = t.act {
-                    act.apply(std::slice::from_raw_parts_mut(c, t.nr));
-                }
-            }
-        }
+        StoreMasks { masks, bias_col }
     }
 }
 
