@@ -37,20 +37,48 @@ fn zeros(n: usize) -> AlignedBuf {
 }
 
 /// The median milliseconds of `f` over about a second (at least 5 runs).
-fn median_ms(mut f: impl FnMut()) -> f64 {
+/// Rounds of (peak probe, layer timing) behind each row.
+const ROUNDS: usize = 5;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The median time of `f` over about `budget` (at least 5 calls).
+fn median_ms(f: &mut impl FnMut(), budget: Duration) -> f64 {
     f();
     let mut times = vec![];
     let start = Instant::now();
-    while times.len() < 5 || (start.elapsed() < Duration::from_secs(1) && times.len() < 500) {
+    while times.len() < 5 || (start.elapsed() < budget && times.len() < 500) {
         let t = Instant::now();
         f();
         times.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    median(times)
 }
 
-/// onnxruntime's median milliseconds for the same layer, if python with it is here.
+/// The layer's median time and its median share of `threads` × the FMA peak, over
+/// `ROUNDS` rounds that each probe the peak and then time the layer: a shared host's
+/// clock moves, and within one round it moves both sides of the ratio alike.
+fn measure(mut f: impl FnMut(), flops: f64, threads: usize) -> (f64, f64) {
+    let (mut times, mut shares) = (vec![], vec![]);
+    for _ in 0..ROUNDS {
+        let peak = fma_gflops();
+        let ms = median_ms(&mut f, Duration::from_millis(300));
+        times.push(ms);
+        if let Some(p) = peak {
+            shares.push(100.0 * flops / ms / 1e6 / (p * threads as f64));
+        }
+    }
+    let share = if shares.is_empty() {
+        f64::NAN
+    } else {
+        median(shares)
+    };
+    (median(times), share)
+}
+
 fn ort_ms(
     op: &str,
     seq: usize,
@@ -78,9 +106,9 @@ fn main() {
     }
     match fma_gflops() {
         Some(p) => println!(
-            "FMA peak, one thread (median of 7): {p:.1} GFLOP/s; each row's share is of the \
-             peak measured again just before and after it (their mean), as a shared host's \
-             clock moves"
+            "FMA peak, one thread (median of 7): {p:.1} GFLOP/s; each row is {ROUNDS} rounds \
+             of (peak probe, layer timing): its time is the median of the rounds' times, its \
+             share the median of the rounds' shares, as a shared host's clock moves"
         ),
         None => println!("FMA peak: not measurable on this CPU"),
     }
@@ -147,14 +175,10 @@ fn main() {
             };
             for (threads, pool) in [1, 2].into_iter().zip(&pools) {
                 let sp = scratch.as_mut_ptr() as *mut f32;
-                let before = fma_gflops();
                 // SAFETY: every buffer holds what the spec says; scratch its floats.
-                let ms = median_ms(|| unsafe {
-                    layer.run(pool.as_ref(), &io, sp).expect("valid lengths")
-                });
-                let peak = before.zip(fma_gflops()).map(|(a, b)| (a + b) / 2.0);
+                let run = || unsafe { layer.run(pool.as_ref(), &io, sp).expect("valid lengths") };
+                let (ms, pct) = measure(run, flops, threads);
                 let gflops = flops / ms / 1e6;
-                let pct = peak.map_or(f64::NAN, |p| 100.0 * gflops / (p * threads as f64));
                 let ort = ort_ms(name, seq, batch, input, hidden, threads);
                 println!(
                     "{name:<6} {seq:>4} {batch:>6} {input:>6} {hidden:>6} {threads:>3} {ms:>10.4} {gflops:>9.1} {pct:>6.1}% {:>10} {:>8}",
