@@ -36,7 +36,6 @@ fn zeros(n: usize) -> AlignedBuf {
     AlignedBuf::try_zeroed(n * 4).expect("memory for the bench's buffers")
 }
 
-/// The median milliseconds of `f` over about a second (at least 5 runs).
 /// Rounds of (peak probe, layer timing) behind each row.
 const ROUNDS: usize = 5;
 
@@ -79,6 +78,7 @@ fn measure(mut f: impl FnMut(), flops: f64, threads: usize) -> (f64, f64) {
     (median(times), share)
 }
 
+/// onnxruntime's median milliseconds for the same layer, if python with it is here.
 fn ort_ms(
     op: &str,
     seq: usize,

@@ -141,9 +141,8 @@ unsafe fn tile<const MP: usize, const NP: usize>(
                 }
             }};
         }
-        // K runs in blocks of `UNROLL` steps, in three phases, so that no test or
-        // counter beyond the loop's own sits among the FMAs (a scalar uop issued to an
-        // FMA port costs an FMA): blocks that also ask L2 for the tile's share of the
+        // K runs in blocks of `UNROLL` steps, in three phases, so the only test in a
+        // block is the loop's own: blocks that also ask L2 for the tile's share of the
         // next B panel, then plain blocks, then (after asking L1 for C) the last
         // `C_NEAR` steps.
         macro_rules! block {
