@@ -101,7 +101,8 @@ unsafe fn tile<const MP: usize, const NP: usize>(
 
         // The C tile (and the residual the store adds): asked of L2 now, so the
         // trip from L3 or memory overlaps the product, and of L1 only near the end
-        // (`C_NEAR` steps before it), so the A and B streams do not evict it first.
+        // (`C_NEAR` steps before it), so the A and B streams do not evict it first. A
+        // tile no deeper than that asks L1 at once, and only once.
         let res = if t.last { t.res } else { std::ptr::null() };
         macro_rules! prefetch_c {
             ($hint:ident) => {
@@ -121,7 +122,9 @@ unsafe fn tile<const MP: usize, const NP: usize>(
                 }
             };
         }
-        prefetch_c!(_MM_HINT_T1);
+        if kc > C_NEAR {
+            prefetch_c!(_MM_HINT_T1);
+        }
 
         let a_next = kc * MR;
         let b_next = kc * NR;
