@@ -6,6 +6,9 @@
 //!   MC-row blocks of A; B's KC×NC block is packed into 16-column micro-panels (kept in
 //!   L3/L2), A's MC×KC block into 6-row micro-panels (kept in L2), and the macro-kernel
 //!   runs the micro-kernel over them with each B micro-panel (pair) resident in L1;
+//! * a pre-packed B deeper than KC runs column by column instead: A's rows in blocks
+//!   packed over all of K (half the L2 each), each column of B panels through every K
+//!   slice, so C tiles stay in L1 and are written once;
 //! * packing buffers are 64-byte aligned, thread-local, and grow once (no allocation per
 //!   call in steady state); ragged edges are zero-padded in the panels and stored
 //!   through a scratch tile, so any m, n, k (k = 0 gives `C = epilogue(0)`) is handled;

@@ -200,6 +200,8 @@ fn cases() -> Vec<Case> {
         (6, 16, 256),
         // A short A over several K slices: the packed path runs B column by column.
         (64, 70, 3 * KC + 5),
+        // A tall one: several row blocks of it, the last ragged.
+        (700, 40, 3 * KC + 5),
         (13, 33, KC + 1),
     ]);
     triples
