@@ -145,7 +145,7 @@ fn bench(cr: &mut Criterion) {
         let mut c = vec![0f32; m * n];
         let (am, bm) = (Mat::rows(a.as_ptr(), k), Mat::rows(b.as_ptr(), n));
         // SAFETY: b is k×n.
-        let packed = unsafe { PackedB::new(k, n, bm) };
+        let packed = unsafe { PackedB::new(m, k, n, bm) };
         // The `gemm` crate's arguments are strides: check it computes what Kiln does.
         #[cfg(feature = "gemm-crate")]
         check_gemm_crate(name, m, n, k, &a, &b, am, bm, &ep);

@@ -227,15 +227,19 @@ impl RnnLayer {
         // SAFETY: the views lie inside W and R as the caller guarantees.
         let weights = unsafe {
             RnnWeights {
-                w: w.map(|w| PackedB::new(spec.input, spec.dirs * gh, w_view(w, spec.input))),
+                w: w.map(|w| {
+                    let rows = spec.seq * spec.batch;
+                    PackedB::new(rows, spec.input, spec.dirs * gh, w_view(w, spec.input))
+                }),
                 r: match r {
                     Some(r) => (0..spec.dirs)
                         .map(|d| {
                             let rd = r.add(d * gh * h);
-                            let main = PackedB::new(h, spec.main_cols(), Mat::rows(rd, h).t());
-                            let cand = spec
-                                .gru_reset_first()
-                                .then(|| PackedB::new(h, h, Mat::rows(rd.add(2 * h * h), h).t()));
+                            let main =
+                                PackedB::new(spec.batch, h, spec.main_cols(), Mat::rows(rd, h).t());
+                            let cand = spec.gru_reset_first().then(|| {
+                                PackedB::new(spec.batch, h, h, Mat::rows(rd.add(2 * h * h), h).t())
+                            });
                             (main, cand)
                         })
                         .collect(),

@@ -106,7 +106,7 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
                 Mat::rows(p, n)
             };
             // SAFETY: the constant holds B's k×n elements.
-            Some(unsafe { PackedB::new(k, n, view) })
+            Some(unsafe { PackedB::new(m, k, n, view) })
         }
         _ => None,
     };

@@ -4,7 +4,7 @@
 use super::dispatch::Kernel;
 use super::epilogue::{epilogue_only, Ep, Tile};
 use super::pack::{pack_a, pack_b};
-use super::scratch::with_scratch;
+use super::scratch::{with_scratch, AlignedBuf};
 use super::{Epilogue, Mat, KC, MC, MR, NC, NR};
 use crate::backend::cpu::host;
 use crate::backend::cpu::pool::Pool;
@@ -17,11 +17,12 @@ const LINE_FLOATS: usize = 16;
 pub(super) enum BSrc {
     /// Packed per block into thread-local scratch.
     Mat(Mat),
-    /// Pre-packed (see [`PackedB`]): `panels` micro-panels per KC slice; this
-    /// (sub)problem's column 0 is panel `p0`.
+    /// Pre-packed (see [`PackedB`]): `panels` micro-panels per K slice of `depth` rows
+    /// (all of K, or KC); this (sub)problem's column 0 is panel `p0`.
     Packed {
         ptr: *const f32,
         panels: usize,
+        depth: usize,
         p0: usize,
     },
 }
@@ -91,9 +92,15 @@ pub(super) unsafe fn driver(
                     ptr: b.ptr.add(j0 * b.cs),
                     ..b
                 }),
-                BSrc::Packed { ptr, panels, p0 } => BSrc::Packed {
+                BSrc::Packed {
                     ptr,
                     panels,
+                    depth,
+                    p0,
+                } => BSrc::Packed {
+                    ptr,
+                    panels,
+                    depth,
                     p0: p0 + j0 / NR,
                 },
             };
@@ -137,7 +144,9 @@ fn largest_part(len: usize, unit: usize, parts: usize) -> usize {
         .unwrap_or(len)
 }
 
-/// The blocked loops over one (sub)problem on this thread.
+/// One (sub)problem on this thread: a pre-packed B deeper than one KC slice column by
+/// column over row blocks of A ([`columns`]), anything else through the BLIS loops
+/// ([`blocked`]).
 ///
 /// # Safety
 /// As for [`gemm`], with `b` covering k×n and `ep` positioned at C's (0, 0).
@@ -161,8 +170,8 @@ unsafe fn serial(
     // weights, step after step): prefetching it again would only cost load slots.
     let half_l2 = host::caches().l2 / 2;
     let stream_b = k * n * std::mem::size_of::<f32>() > half_l2;
-    with_scratch(|abuf, bbuf| {
-        if let (true, BSrc::Packed { ptr, panels, p0 }) = (k > KC, b) {
+    with_scratch(|abuf, bbuf| match b {
+        BSrc::Packed { .. } if k > KC => {
             // Row blocks whose A (all of K) fits half the L2, at least MC rows so B,
             // streamed once per block, is reused as much as the blocked loops reuse it.
             let fit = half_l2 / (k * std::mem::size_of::<f32>());
@@ -177,142 +186,152 @@ unsafe fn serial(
                         ..a
                     };
                     let (c, ep) = (c.add(ic * ldc), &ep.at(ic, 0));
-                    columns(
-                        kern,
-                        mb,
-                        n,
-                        k,
-                        a,
-                        (ptr, panels, p0),
-                        c,
-                        ldc,
-                        ep,
-                        stream_b,
-                        abuf,
-                    );
+                    columns(kern, mb, n, k, a, b, c, ldc, ep, stream_b, abuf);
                 }
                 ic += mb;
             }
-            return;
         }
-        let mut jc = 0;
-        while jc < n {
-            let nc = NC.min(n - jc);
-            let mut pc = 0;
-            while pc < k {
-                let kc = KC.min(k - pc);
-                if let (true, BSrc::Mat(bm)) = (m <= MC, b) {
-                    // One A block: pack it once, then pack each B micro-panel just before
-                    // its tiles run, so it goes from memory to L1 and is used there
-                    // (instead of a kc×nc block round-tripping through L3).
-                    let ap = abuf.get(kc * m.div_ceil(MR) * MR + 8);
-                    let dst = bbuf.get(kc * kern.nr);
-                    // SAFETY: (0, pc) lies inside A, (pc, jc + jb) inside B; `ap` and
-                    // `dst` hold the rounded-up blocks; every tile lies inside C.
-                    unsafe {
-                        pack_a(kern, m, kc, a.ptr.add(pc * a.cs), a.rs, a.cs, ap);
-                        let mut jb = 0;
-                        while jb < nc {
-                            let w = kern.nr.min(nc - jb);
-                            let col = jc + jb;
-                            pack_b(
-                                kern,
-                                kc,
-                                w,
-                                bm.ptr.add(pc * bm.rs + col * bm.cs),
-                                bm.rs,
-                                bm.cs,
-                                dst,
-                            );
-                            // The next panel's columns are read while this one's
-                            // tiles run (a run-time B comes from L3: the forward GEMMs
-                            // of the MLP training step run ~8% faster this way).
-                            if jb + w < nc {
-                                prefetch_block(
-                                    bm.ptr.add(pc * bm.rs + (col + w) * bm.cs),
-                                    kc,
-                                    kern.nr.min(nc - jb - w),
-                                    bm.rs,
-                                    bm.cs,
-                                );
-                            }
-                            macro_kernel(
-                                kern,
-                                m,
-                                w,
-                                kc,
-                                ap,
-                                dst,
-                                c.add(col),
-                                ldc,
-                                pc > 0,
-                                pc + kc == k,
-                                &ep.at(0, col),
-                                false,
-                                (std::ptr::null(), 0),
-                            );
-                            jb += w;
-                        }
-                    }
-                    pc += kc;
-                    continue;
-                }
-                // SAFETY: (pc, jc) lies inside B; the scratch holds the kc×nc block
-                // rounded up to whole micro-panels; a pre-packed B holds
-                // `panels` panels of kc×16 for this slice.
-                let bp: *const f32 = unsafe {
-                    match b {
-                        BSrc::Mat(b) => {
-                            let dst = bbuf.get(kc * nc.div_ceil(NR) * NR);
-                            let src = b.ptr.add(pc * b.rs + jc * b.cs);
-                            pack_b(kern, kc, nc, src, b.rs, b.cs, dst);
-                            dst
-                        }
-                        BSrc::Packed { ptr, panels, p0 } => {
-                            ptr.add(pc * panels * NR + (p0 + jc / NR) * kc * NR)
-                        }
-                    }
-                };
-                let mut ic = 0;
-                while ic < m {
-                    let mc = MC.min(m - ic);
-                    let ap = abuf.get(kc * mc.div_ceil(MR) * MR + 8);
-                    // SAFETY: (ic, pc) lies inside A; `ap` holds the mc×kc block rounded
-                    // up to whole micro-panels; every tile lies inside C.
-                    unsafe {
-                        pack_a(
+        // SAFETY: the caller's contract.
+        _ => unsafe { blocked(kern, m, n, k, a, b, c, ldc, ep, stream_b, abuf, bbuf) },
+    });
+}
+
+/// The BLIS loops over one (sub)problem; a pre-packed B only when K is one slice.
+///
+/// # Safety
+/// As for [`serial`], with the thread's packing buffers.
+#[allow(clippy::too_many_arguments)]
+unsafe fn blocked(
+    kern: Kernel,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: BSrc,
+    c: *mut f32,
+    ldc: usize,
+    ep: &Ep,
+    stream_b: bool,
+    abuf: &mut AlignedBuf,
+    bbuf: &mut AlignedBuf,
+) {
+    let mut jc = 0;
+    while jc < n {
+        let nc = NC.min(n - jc);
+        let mut pc = 0;
+        while pc < k {
+            let kc = KC.min(k - pc);
+            if let (true, BSrc::Mat(b)) = (m <= MC, b) {
+                // One A block: pack it once, then pack each B micro-panel just before
+                // its tiles run, so it goes from memory to L1 and is used there
+                // (instead of a kc×nc block round-tripping through L3).
+                let ap = abuf.get(kc * m.div_ceil(MR) * MR + 8);
+                let dst = bbuf.get(kc * kern.nr);
+                // SAFETY: (0, pc) lies inside A, (pc, jc + jb) inside B; `ap` and
+                // `dst` hold the rounded-up blocks; every tile lies inside C.
+                unsafe {
+                    pack_a(kern, m, kc, a.ptr.add(pc * a.cs), a.rs, a.cs, ap);
+                    let mut jb = 0;
+                    while jb < nc {
+                        let w = kern.nr.min(nc - jb);
+                        let col = jc + jb;
+                        pack_b(
                             kern,
-                            mc,
                             kc,
-                            a.ptr.add(ic * a.rs + pc * a.cs),
-                            a.rs,
-                            a.cs,
-                            ap,
+                            w,
+                            b.ptr.add(pc * b.rs + col * b.cs),
+                            b.rs,
+                            b.cs,
+                            dst,
                         );
-                        let tile_ep = ep.at(ic, jc);
+                        // The next panel's columns are read while this one's
+                        // tiles run (a run-time B comes from L3: the forward GEMMs
+                        // of the MLP training step run ~8% faster this way).
+                        if jb + w < nc {
+                            prefetch_block(
+                                b.ptr.add(pc * b.rs + (col + w) * b.cs),
+                                kc,
+                                kern.nr.min(nc - jb - w),
+                                b.rs,
+                                b.cs,
+                            );
+                        }
                         macro_kernel(
                             kern,
-                            mc,
-                            nc,
+                            m,
+                            w,
                             kc,
                             ap,
-                            bp,
-                            c.add(ic * ldc + jc),
+                            dst,
+                            c.add(col),
                             ldc,
                             pc > 0,
                             pc + kc == k,
-                            &tile_ep,
-                            stream_b,
+                            &ep.at(0, col),
+                            false,
                             (std::ptr::null(), 0),
                         );
+                        jb += w;
                     }
-                    ic += mc;
                 }
                 pc += kc;
+                continue;
             }
-            jc += nc;
+            // SAFETY: (pc, jc) lies inside B; the scratch holds the kc×nc block
+            // rounded up to whole micro-panels; a pre-packed B (K one slice, so kc = k
+            // = its depth) holds `panels` panels of kc×16 for this slice.
+            let bp: *const f32 = unsafe {
+                match b {
+                    BSrc::Mat(b) => {
+                        let dst = bbuf.get(kc * nc.div_ceil(NR) * NR);
+                        let src = b.ptr.add(pc * b.rs + jc * b.cs);
+                        pack_b(kern, kc, nc, src, b.rs, b.cs, dst);
+                        dst
+                    }
+                    BSrc::Packed {
+                        ptr, panels, p0, ..
+                    } => ptr.add(pc * panels * NR + (p0 + jc / NR) * kc * NR),
+                }
+            };
+            let mut ic = 0;
+            while ic < m {
+                let mc = MC.min(m - ic);
+                let ap = abuf.get(kc * mc.div_ceil(MR) * MR + 8);
+                // SAFETY: (ic, pc) lies inside A; `ap` holds the mc×kc block rounded
+                // up to whole micro-panels; every tile lies inside C.
+                unsafe {
+                    pack_a(
+                        kern,
+                        mc,
+                        kc,
+                        a.ptr.add(ic * a.rs + pc * a.cs),
+                        a.rs,
+                        a.cs,
+                        ap,
+                    );
+                    let tile_ep = ep.at(ic, jc);
+                    macro_kernel(
+                        kern,
+                        mc,
+                        nc,
+                        kc,
+                        ap,
+                        bp,
+                        c.add(ic * ldc + jc),
+                        ldc,
+                        pc > 0,
+                        pc + kc == k,
+                        &tile_ep,
+                        stream_b,
+                        (std::ptr::null(), 0),
+                    );
+                }
+                ic += mc;
+            }
+            pc += kc;
         }
-    });
+        jc += nc;
+    }
 }
 
 /// Asks for the kc×w block of B at `b` (strides rs, cs) to be brought into L2, one
@@ -340,15 +359,16 @@ unsafe fn prefetch_block(b: *const f32, kc: usize, w: usize, rs: usize, cs: usiz
     }
 }
 
-/// A block of A's rows against a pre-packed B, with A packed over all of K at once:
-/// each column of B panels runs through every K slice before the next column, so its C
-/// tiles stay in L1 from slice to slice instead of a round trip per slice through L3,
-/// and C is written once (a recurrent layer's step, 64 rows against a 16 MiB weight
-/// matrix; its input projection, 1,024 rows against 16 MiB, ran 1.2× faster so than
-/// through the KC-slice loops).
+/// A block of A's rows against a pre-packed B, column by column: each column of B
+/// panels runs through all of K before the next, so C is written once and its tiles
+/// stay in L1 meanwhile. A B packed whole (see [`packed_depth`]) runs all of K in one
+/// micro-kernel call per tile, one packed in KC slices slice by slice. A recurrent
+/// layer's step (64 rows against a 16 MiB weight matrix) and its input projection
+/// (1,024 rows) both run faster so than through the KC-slice loops, which load and
+/// store each C tile once per slice.
 ///
 /// # Safety
-/// As for [`serial`], with `abuf` free for A and the packed B's (ptr, panels, p0).
+/// As for [`serial`], with `abuf` free for A and `b` pre-packed.
 #[allow(clippy::too_many_arguments)]
 unsafe fn columns(
     kern: Kernel,
@@ -356,18 +376,27 @@ unsafe fn columns(
     n: usize,
     k: usize,
     a: Mat,
-    (ptr, panels, p0): (*const f32, usize, usize),
+    b: BSrc,
     c: *mut f32,
     ldc: usize,
     ep: &Ep,
     stream_b: bool,
-    abuf: &mut super::scratch::AlignedBuf,
+    abuf: &mut AlignedBuf,
 ) {
+    let BSrc::Packed {
+        ptr,
+        panels,
+        depth,
+        p0,
+    } = b
+    else {
+        unreachable!("columns runs a pre-packed B")
+    };
     let mpad = m.div_ceil(MR) * MR;
     let ap = abuf.get(k * mpad + 8);
     // The panel of B's slice at row pc and column col (a multiple of NR).
     let panel = |pc: usize, col: usize| {
-        ptr.wrapping_add(pc * panels * NR + (p0 + col / NR) * KC.min(k - pc) * NR)
+        ptr.wrapping_add(pc * panels * NR + (p0 + col / NR) * depth.min(k - pc) * NR)
     };
     // SAFETY: slice pc of A (rows of A, columns pc..pc + kc) packs into kc·mpad floats
     // at ap + pc·mpad, inside the k·mpad asked for; every panel and tile lies inside
@@ -375,7 +404,7 @@ unsafe fn columns(
     unsafe {
         let mut pc = 0;
         while pc < k {
-            let kc = KC.min(k - pc);
+            let kc = depth.min(k - pc);
             pack_a(
                 kern,
                 m,
@@ -392,13 +421,13 @@ unsafe fn columns(
             let nr = kern.nr.min(n - jr);
             let mut pc = 0;
             while pc < k {
-                let kc = KC.min(k - pc);
+                let kc = depth.min(k - pc);
                 // Prefetched while this slice runs: the column's next slice, or the
                 // next column's first.
                 let then = if pc + kc < k {
-                    (panel(pc + kc, jr), nr * KC.min(k - pc - kc))
+                    (panel(pc + kc, jr), nr * depth.min(k - pc - kc))
                 } else if jr + nr < n {
-                    (panel(0, jr + nr), kern.nr.min(n - jr - nr) * KC.min(k))
+                    (panel(0, jr + nr), kern.nr.min(n - jr - nr) * depth.min(k))
                 } else {
                     (std::ptr::null(), 0)
                 };
@@ -421,6 +450,20 @@ unsafe fn columns(
             }
             jr += nr;
         }
+    }
+}
+
+/// The depth of the K slices of a B packed for an A of `m` rows: all of K when a
+/// 32-column tile's two panels of it fit an eighth of the L2 and A has two 12-row
+/// tiles or more, so each tile's C is loaded and stored once and the next column's
+/// panels are prefetched over the whole column's run (an LSTM's 64-row steps ran 3–8 %
+/// faster so); else KC, so a slice's panels stay in L1 over the column's tiles (each
+/// tile reads whole-K panels from L2: 8 % slower with 16 rows, or 2,048-deep weights).
+pub(super) fn packed_depth(m: usize, k: usize) -> usize {
+    if m >= 24 && k * 2 * NR * std::mem::size_of::<f32>() <= host::caches().l2 / 8 {
+        k.max(1)
+    } else {
+        KC
     }
 }
 

@@ -193,12 +193,13 @@ pub unsafe fn gemm_with_isa(
 }
 
 /// A constant B (k×n, e.g. a layer's weights) packed once in the layout the kernel
-/// reads: for each KC slice of K, the ⌈n/16⌉ micro-panels of that slice, each kc×16
-/// floats (zero-padded past column n), in one 64-byte-aligned buffer it owns.
+/// reads: for each K slice (all of K, or KC rows: see [`driver::packed_depth`]), the ⌈n/16⌉ micro-panels of that slice, each kc×16 floats
+/// (zero-padded past column n), in one 64-byte-aligned buffer it owns.
 pub struct PackedB {
     k: usize,
     n: usize,
     panels: usize,
+    depth: usize,
     buf: AlignedBuf,
 }
 
@@ -208,18 +209,20 @@ unsafe impl Send for PackedB {}
 unsafe impl Sync for PackedB {}
 
 impl PackedB {
-    /// Packs the k×n matrix `b`.
+    /// Packs the k×n matrix `b` for an A of `m` rows (the layout's choice: it serves
+    /// any m).
     ///
     /// # Safety
     /// `b` must address a valid k×n matrix.
-    pub unsafe fn new(k: usize, n: usize, b: Mat) -> PackedB {
+    pub unsafe fn new(m: usize, k: usize, n: usize, b: Mat) -> PackedB {
         let panels = n.div_ceil(NR);
+        let depth = driver::packed_depth(m, k);
         let kern = kernel_for(isa::isa());
         let mut buf = AlignedBuf::new();
         let dst = buf.get(k * panels * NR);
         let mut pc = 0;
         while pc < k {
-            let kc = KC.min(k - pc);
+            let kc = depth.min(k - pc);
             // SAFETY: the slice starts at row pc of a valid k×n matrix; the destination
             // holds k·panels·16 floats, of which this slice fills kc·panels·16 at
             // offset pc·panels·16.
@@ -236,7 +239,23 @@ impl PackedB {
             };
             pc += kc;
         }
-        PackedB { k, n, panels, buf }
+        PackedB {
+            k,
+            n,
+            panels,
+            depth,
+            buf,
+        }
+    }
+
+    /// The driver's view of it.
+    fn src(&self) -> BSrc {
+        BSrc::Packed {
+            ptr: self.buf.ptr,
+            panels: self.panels,
+            depth: self.depth,
+            p0: 0,
+        }
     }
 }
 
@@ -284,11 +303,7 @@ pub(crate) unsafe fn gemm_packed_with_isa(
         b.k,
         b.n
     );
-    let src = BSrc::Packed {
-        ptr: b.buf.ptr,
-        panels: b.panels,
-        p0: 0,
-    };
+    let src = b.src();
     // SAFETY: the caller's contract is this function's; `src` covers k×n.
     unsafe {
         driver(

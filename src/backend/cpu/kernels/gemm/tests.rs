@@ -110,12 +110,8 @@ fn check(case: Case, isa: Isa, pool: Option<&Pool>, path: Path, seed: u64) {
                 &ep,
             ),
             Path::Packed => {
-                let pb = PackedB::new(k, n, b);
-                let src = BSrc::Packed {
-                    ptr: pb.buf.ptr,
-                    panels: pb.panels,
-                    p0: 0,
-                };
+                let pb = PackedB::new(m, k, n, b);
+                let src = pb.src();
                 driver(
                     kernel_for(isa),
                     pool,
@@ -200,8 +196,10 @@ fn cases() -> Vec<Case> {
         (6, 16, 256),
         // A short A over several K slices: the packed path runs B column by column.
         (64, 70, 3 * KC + 5),
-        // A tall one: several row blocks of it, the last ragged.
+        // A tall one: several row blocks of it, the last ragged (B packed whole).
         (700, 40, 3 * KC + 5),
+        // Deep enough that B is packed in KC slices, with rows for two tiles.
+        (30, 20, 2100),
         (13, 33, KC + 1),
     ]);
     triples
@@ -339,7 +337,7 @@ fn public_entry_points_agree_with_openblas() {
                 &ep,
             );
             gemm(Some(&pool), m, n, k, am, bm, got.as_mut_ptr(), n, &ep);
-            let pb = PackedB::new(k, n, bm);
+            let pb = PackedB::new(m, k, n, bm);
             gemm_packed(None, m, n, k, am, &pb, got_packed.as_mut_ptr(), n, &ep);
         }
         for ((w, g), gp) in want.iter().zip(&got).zip(&got_packed) {
