@@ -557,6 +557,27 @@ fn bench_with_env(g: &str, env: &[(&str, &str)]) -> String {
 }
 
 #[test]
+fn profile_gives_each_conv_its_shapes_rate_and_share_of_the_peak() {
+    let dir = scratch("profile-rate");
+    let g = write(&dir, "conv.kir", &conv_graph(16, 1));
+    let profile = bench_with_env(&g, &[]);
+    let line = profile
+        .lines()
+        .find(|l| l.contains("'y' (FusedConv)"))
+        .unwrap_or_else(|| panic!("no step line for the conv: {profile}"));
+    assert!(line.contains("GFLOP/s"), "{line}");
+    // The blocked layout's shapes, as the kernel reads and writes them.
+    assert!(
+        line.contains("1×1×12×12×16, 16×16×3×3 → 1×1×12×12×16"),
+        "{line}"
+    );
+    if kiln::internals::peak::fma_gflops().is_some() {
+        assert!(profile.contains("FMA peak"), "{profile}");
+        assert!(line.contains("% of peak"), "{line}");
+    }
+}
+
+#[test]
 fn autotune_measures_caches_and_reuses_the_winner() {
     let dir = scratch("autotune");
     // Eight channels: the layout pass leaves it plain (it blocks depthwise convs of 16 or

@@ -9,7 +9,8 @@ pub fn graph_flops(g: &Graph) -> f64 {
     g.node_ids().map(|id| node_flops(g, id)).sum()
 }
 
-fn node_flops(g: &Graph, id: NodeId) -> f64 {
+/// Floating-point operations of node `id` (see [`graph_flops`]).
+pub(crate) fn node_flops(g: &Graph, id: NodeId) -> f64 {
     let node = g.node(id);
     let shape = |k: usize| -> Option<Vec<usize>> {
         let v = node.inputs.get(k).copied().flatten()?;
@@ -35,6 +36,14 @@ fn node_flops(g: &Graph, id: NodeId) -> f64 {
             };
             2.0 * outputs * k as f64
         }),
+        // The input projection of every step and the recurrent product: X's seq·batch
+        // rows against W's (and R's) dirs·gates·hidden rows of input (hidden) terms.
+        "RNN" | "GRU" | "LSTM" => match (shape(0), shape(1), shape(2)) {
+            (Some(x), Some(w), Some(r)) if x.len() == 3 && w.len() == 3 && r.len() == 3 => {
+                2.0 * (x[0] * x[1] * w[0] * w[1] * (w[2] + r[2])) as f64
+            }
+            _ => 0.0,
+        },
         _ => 0.0,
     }
 }
@@ -61,5 +70,23 @@ mod tests {
         .unwrap();
         // Each product: 2·4 outputs, each a 3-term dot product.
         assert_eq!(graph_flops(&g), 2.0 * (2.0 * 8.0 * 3.0));
+    }
+
+    #[test]
+    fn a_recurrent_layer_counts_both_products_of_every_step() {
+        let g = parse(
+            "graph \"g\" {\n  \
+             %0 \"x\" = Parameter : f32[5, 2, 3]\n  \
+             %1 \"w\" = Parameter : f32[1, 16, 3]\n  \
+             %2 \"r\" = Parameter : f32[1, 16, 4]\n  \
+             %3 \"y\" = LSTM(%0, %1, %2) {hidden_size = 4} : \
+             (f32[5, 1, 2, 4], f32[1, 2, 4], f32[1, 2, 4])\n  \
+             return \"y\" = %3\n}\n",
+            "t.kir",
+            None,
+        )
+        .unwrap();
+        // 5 steps × 2 rows, each 16 gate units over 3 inputs and 4 hidden terms.
+        assert_eq!(graph_flops(&g), 2.0 * (10.0 * 16.0 * 7.0));
     }
 }

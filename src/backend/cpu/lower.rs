@@ -144,6 +144,8 @@ fn lower_with(
                         node: g.describe(id),
                         kernel: Box::new(view::Copy::new(from, to)),
                         updates_variable: false,
+                        flops: 0.0,
+                        shapes: String::new(),
                     });
                 }
             }
@@ -204,6 +206,8 @@ fn lower_with(
                     node: g.describe(id),
                     kernel,
                     updates_variable,
+                    flops: crate::backend::flops::node_flops(g, id),
+                    shapes: shapes_of(&ins, &outs),
                 });
                 for (k, s) in outs.into_iter().enumerate() {
                     slots.insert(id.out(k as u32), s);
@@ -227,4 +231,20 @@ fn lower_with(
         swaps,
         _consts: consts,
     })
+}
+
+/// `1×64×56×56, 256×64×1×1 → 1×256×56×56`: a step's operands and results, absent
+/// optional inputs left out.
+fn shapes_of(ins: &[Option<Slot>], outs: &[Slot]) -> String {
+    let dims = |s: &Slot| {
+        let d: Vec<String> = s.shape.iter().map(|d| d.to_string()).collect();
+        if d.is_empty() {
+            "scalar".to_string()
+        } else {
+            d.join("×")
+        }
+    };
+    let ins: Vec<String> = ins.iter().flatten().map(dims).collect();
+    let outs: Vec<String> = outs.iter().map(dims).collect();
+    format!("{} → {}", ins.join(", "), outs.join(", "))
 }

@@ -24,6 +24,7 @@ pub(crate) mod host;
 pub(crate) mod isa;
 pub(crate) mod kernels;
 pub(crate) mod lower;
+pub(crate) mod peak;
 pub(crate) mod pool;
 pub(crate) mod program;
 pub(crate) mod state;
@@ -112,8 +113,17 @@ impl StepInfo {
     }
 }
 
-/// Seconds and calls per (step, kernel kind).
-type Profile = HashMap<(String, &'static str), (f64, usize)>;
+/// Per (step, kernel kind): its time and calls, and (from the step) its work per call
+/// and operand shapes.
+type Profile = HashMap<(String, &'static str), StepTime>;
+
+#[derive(Default)]
+struct StepTime {
+    secs: f64,
+    calls: usize,
+    flops: f64,
+    shapes: String,
+}
 
 pub struct CpuExecutable {
     /// The verified, unoptimized graph (specialized per signature, then optimized).
@@ -285,17 +295,30 @@ impl CpuExecutable {
             // SAFETY: the arena has the program's size and the inputs its types (checked).
             unsafe { step.kernel.run(cx) }
                 .map_err(|e| Error::Runtime(format!("{}: {e}", step.node)))?;
-            self.record(&step.node, step.kernel.kind(), t);
+            let kind = step.kernel.kind();
+            self.record(&step.node, kind, (step.flops, &step.shapes), t);
         }
         Ok(())
     }
 
-    fn record(&self, node: &str, kind: &'static str, start: Option<std::time::Instant>) {
+    fn record(
+        &self,
+        node: &str,
+        kind: &'static str,
+        (flops, shapes): (f64, &str),
+        start: Option<std::time::Instant>,
+    ) {
         if let (Some(profile), Some(t)) = (&self.profile, start) {
             let mut profile = profile.lock().unwrap_or_else(|e| e.into_inner());
-            let entry = profile.entry((node.to_string(), kind)).or_default();
-            entry.0 += t.elapsed().as_secs_f64();
-            entry.1 += 1;
+            let entry = profile
+                .entry((node.to_string(), kind))
+                .or_insert_with(|| StepTime {
+                    flops,
+                    shapes: shapes.to_string(),
+                    ..StepTime::default()
+                });
+            entry.secs += t.elapsed().as_secs_f64();
+            entry.calls += 1;
         }
     }
 
@@ -357,7 +380,7 @@ impl CpuExecutable {
             // SAFETY: the arena has the split's size and the inputs their types.
             *extent = unsafe { src.kernel.run(cx) }
                 .map_err(|e| Error::Runtime(format!("{}: {e}", src.node)))?;
-            self.record(&src.node, src.kernel.kind(), t);
+            self.record(&src.node, src.kernel.kind(), (0.0, ""), t);
         }
         drop(flush);
         let extents = &extents[..s.sources.len()];
@@ -453,10 +476,10 @@ impl Drop for CpuExecutable {
         let Some(profile) = &self.profile else { return };
         let profile = profile.lock().unwrap_or_else(|e| e.into_inner());
         let mut by_kind: HashMap<&str, (f64, usize)> = HashMap::new();
-        for ((_, kind), (t, n)) in profile.iter() {
+        for ((_, kind), s) in profile.iter() {
             let e = by_kind.entry(kind).or_default();
-            e.0 += t;
-            e.1 += n;
+            e.0 += s.secs;
+            e.1 += s.calls;
         }
         let total: f64 = by_kind.values().map(|v| v.0).sum();
         let mut kinds: Vec<_> = by_kind.into_iter().collect();
@@ -470,14 +493,39 @@ impl Drop for CpuExecutable {
             );
         }
         let mut steps: Vec<_> = profile.iter().collect();
-        steps.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+        steps.sort_by(|a, b| b.1.secs.total_cmp(&a.1.secs));
         let all = std::env::var("KILN_PROFILE").is_ok_and(|v| v == "all");
-        eprintln!(
-            "kiln profile: {} steps",
-            if all { "all" } else { "slowest" }
-        );
-        for ((node, kind), (t, n)) in steps.into_iter().take(if all { usize::MAX } else { 12 }) {
-            eprintln!("  {:>9.3} ms/run  {kind:<14} {node}", t * 1e3 / *n as f64);
+        // The steps' GFLOP/s against the peak of the pool's threads, measured now, in
+        // this process, so a slow layer shows as a low share on any host.
+        let threads = self.pool.threads();
+        let peak = steps
+            .iter()
+            .any(|(_, s)| s.flops > 0.0)
+            .then(peak::fma_gflops)
+            .flatten();
+        match peak {
+            Some(p) => eprintln!(
+                "kiln profile: {} steps; FMA peak {p:.1} GFLOP/s per core (measured now), \
+                 shares of {threads} × it",
+                if all { "all" } else { "slowest" }
+            ),
+            None => eprintln!(
+                "kiln profile: {} steps",
+                if all { "all" } else { "slowest" }
+            ),
+        }
+        for ((node, kind), s) in steps.into_iter().take(if all { usize::MAX } else { 12 }) {
+            let per_run = s.secs / s.calls as f64;
+            let rate = if s.flops > 0.0 && per_run > 0.0 {
+                let gflops = s.flops / per_run / 1e9;
+                let share = peak.map_or(String::new(), |p| {
+                    format!(" {:5.1}% of peak", 100.0 * gflops / (p * threads as f64))
+                });
+                format!("  {gflops:7.1} GFLOP/s{share}  {}", s.shapes)
+            } else {
+                String::new()
+            };
+            eprintln!("  {:>9.3} ms/run  {kind:<14} {node}{rate}", per_run * 1e3);
         }
     }
 }
