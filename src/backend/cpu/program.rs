@@ -102,8 +102,8 @@ pub struct Step {
     pub kernel: Box<dyn Kernel>,
     /// Whether it writes a variable's next value over its current one.
     pub updates_variable: bool,
-    /// Its floating-point work per run (matrix products and convolutions; 0 for the
-    /// rest) and its operands' shapes, for `KILN_PROFILE`.
+    /// Its floating-point work per run (matrix products, convolutions and recurrent
+    /// layers; 0 for the rest) and its operands' shapes, for `KILN_PROFILE`.
     pub flops: f64,
     pub shapes: String,
 }
