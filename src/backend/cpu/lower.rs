@@ -202,12 +202,20 @@ fn lower_with(
                 };
                 let kernel = steps::build(&b)
                     .map_err(|e| Error::Graph(format!("{}: {e}", g.describe(id))))?;
+                // The shapes are what the profile prints beside a rate: only for steps
+                // with counted work.
+                let flops = crate::backend::flops::node_flops(g, id);
+                let shapes = if flops > 0.0 {
+                    shapes_of(&ins, &outs)
+                } else {
+                    String::new()
+                };
                 steps.push(Step {
                     node: g.describe(id),
                     kernel,
                     updates_variable,
-                    flops: crate::backend::flops::node_flops(g, id),
-                    shapes: shapes_of(&ins, &outs),
+                    flops,
+                    shapes,
                 });
                 for (k, s) in outs.into_iter().enumerate() {
                     slots.insert(id.out(k as u32), s);

@@ -103,7 +103,8 @@ pub struct Step {
     /// Whether it writes a variable's next value over its current one.
     pub updates_variable: bool,
     /// Its floating-point work per run (matrix products, convolutions and recurrent
-    /// layers; 0 for the rest) and its operands' shapes, for `KILN_PROFILE`.
+    /// layers; 0 for the rest) and, when it has such work, its operands' shapes: for
+    /// `KILN_PROFILE`.
     pub flops: f64,
     pub shapes: String,
 }

@@ -171,7 +171,12 @@ unsafe fn serial(
     let half_l2 = host::caches().l2 / 2;
     let stream_b = k * n * std::mem::size_of::<f32>() > half_l2;
     with_scratch(|abuf, bbuf| match b {
-        BSrc::Packed { .. } if k > KC => {
+        BSrc::Packed {
+            ptr,
+            panels,
+            depth,
+            p0,
+        } if k > KC => {
             // Row blocks whose A (all of K) fits half the L2, at least MC rows so B,
             // streamed once per block, is reused as much as the blocked loops reuse it.
             let fit = half_l2 / (k * std::mem::size_of::<f32>());
@@ -186,6 +191,7 @@ unsafe fn serial(
                         ..a
                     };
                     let (c, ep) = (c.add(ic * ldc), &ep.at(ic, 0));
+                    let b = (ptr, panels, depth, p0);
                     columns(kern, mb, n, k, a, b, c, ldc, ep, stream_b, abuf);
                 }
                 ic += mb;
@@ -368,7 +374,8 @@ unsafe fn prefetch_block(b: *const f32, kc: usize, w: usize, rs: usize, cs: usiz
 /// store each C tile once per slice.
 ///
 /// # Safety
-/// As for [`serial`], with `abuf` free for A and `b` pre-packed.
+/// As for [`serial`], with `abuf` free for A and the pre-packed B's (ptr, panels,
+/// depth, p0) (see [`BSrc::Packed`]).
 #[allow(clippy::too_many_arguments)]
 unsafe fn columns(
     kern: Kernel,
@@ -376,22 +383,13 @@ unsafe fn columns(
     n: usize,
     k: usize,
     a: Mat,
-    b: BSrc,
+    (ptr, panels, depth, p0): (*const f32, usize, usize, usize),
     c: *mut f32,
     ldc: usize,
     ep: &Ep,
     stream_b: bool,
     abuf: &mut AlignedBuf,
 ) {
-    let BSrc::Packed {
-        ptr,
-        panels,
-        depth,
-        p0,
-    } = b
-    else {
-        unreachable!("columns runs a pre-packed B")
-    };
     let mpad = m.div_ceil(MR) * MR;
     let ap = abuf.get(k * mpad + 8);
     // The panel of B's slice at row pc and column col (a multiple of NR).
@@ -456,7 +454,7 @@ unsafe fn columns(
 /// The depth of the K slices of a B packed for an A of `m` rows: all of K when a
 /// 32-column tile's two panels of it fit an eighth of the L2 and A has two 12-row
 /// tiles or more, so each tile's C is loaded and stored once and the next column's
-/// panels are prefetched over the whole column's run (an LSTM's 64-row steps ran 3–8 %
+/// panels are prefetched over the whole column's run (an LSTM's 64-row steps ran 3–5 %
 /// faster so); else KC, so a slice's panels stay in L1 over the column's tiles (each
 /// tile reads whole-K panels from L2: 8 % slower with 16 rows, or 2,048-deep weights).
 pub(super) fn packed_depth(m: usize, k: usize) -> usize {
