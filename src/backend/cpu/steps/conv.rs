@@ -146,13 +146,20 @@ fn choose_blocked(
 }
 
 /// The cost model: Winograd for 3×3 stride-1 convolutions, F(4,3) when the image has
-/// enough 4×4 tiles to amortize its 36 transformed weight matrices, else F(2,3); the
-/// measurements behind the threshold are in `bench/RESULTS.md`.
+/// enough 4×4 tiles to amortize its 36 transformed weight matrices, F(2,3) down to 8×8
+/// output pixels, and the direct kernel below that: there (ResNet-50's 7×7 stage at
+/// batch 1) the 16 transformed weight matrices, each used by a dozen tiles, stream
+/// 16/9 of the direct kernel's weight bytes from memory, and F(2,3) ran at 49 % of the
+/// FMA peak where the direct kernel runs at ~60 %. The measurements behind the
+/// thresholds are in `bench/RESULTS.md`.
 fn blocked_model(s: &ConvShape, candidates: &[&str]) -> usize {
+    let pixels = s.n * s.oh * s.ow;
     let pick = if s.oh * s.ow >= 12 * 12 {
         "winograd4"
-    } else {
+    } else if pixels >= 8 * 8 {
         "winograd2"
+    } else {
+        "direct"
     };
     candidates.iter().position(|c| *c == pick).unwrap_or(0)
 }

@@ -22,6 +22,11 @@
 //! the host's L1d ([`host::caches`]), input blocks are processed in chunks that
 //! accumulate into y (bias and residual at the first, activation at the last).
 //!
+//! While a chunk runs, its calls ask L2 for the next chunk's weights, a share each
+//! ([`NextWeights`]): a batch-1 layer of a late stage reads each weight a few dozen
+//! times, so the first row of every chunk otherwise waited on memory. Each call also
+//! asks L1 for the next input block's pixels before it needs them.
+//!
 //! Threads take output rows of (image, group of NB blocks); when there are fewer rows
 //! than the threads want (a 1-D signal with few output blocks), each row is cut into
 //! column spans.
@@ -42,6 +47,8 @@ const UR: usize = 6;
 const UR512_2: usize = 12;
 /// Output pixels per AVX-512 call with one output block (an odd block count's last).
 const UR512_1: usize = 24;
+/// Floats in a 64-byte cache line.
+const LINE_FLOATS: usize = 16;
 /// Floats from one output pixel to the next in a blocked x at stride 2.
 const PX2: usize = 2 * BLOCK;
 /// Floats of packed weights per (input block, kernel tap): 16 ic × 16 oc.
@@ -292,9 +299,10 @@ unsafe fn run_units(c: &Ctx, u0: usize, u1: usize) {
         let mut ib0 = 0;
         while ib0 < p.icb {
             let ib1 = p.icb.min(ib0 + p.chunk);
+            let mut pf = next_weights(c, g, ib1, oy1 - oy0, cols);
             for oy in oy0..oy1 {
                 // SAFETY: indices are in range; buffers per the caller's contract.
-                unsafe { row(c, n, g, oy, ib0, ib1, cols) };
+                unsafe { row(c, n, g, oy, ib0, ib1, cols, &mut pf) };
             }
             ib0 = ib1;
         }
@@ -302,7 +310,46 @@ unsafe fn run_units(c: &Ctx, u0: usize, u1: usize) {
     }
 }
 
+/// The weights the calls of one chunk ask L2 for while they run: the next chunk's
+/// (the next group's first after a group's last), whose first row would otherwise
+/// wait on L3 or memory for a chunk of up to half the L1d. Each interior call takes
+/// the next `per_call` of the `lines` cache lines (per output block) from `ptr`.
+struct NextWeights {
+    ptr: *const f32,
+    lines: usize,
+    per_call: usize,
+    done: usize,
+}
+
+/// The weights after chunk [.., ib1) of group `g`, shared over `rows` output rows of
+/// columns `cols`.
+fn next_weights(c: &Ctx, g: usize, ib1: usize, rows: usize, cols: (usize, usize)) -> NextWeights {
+    let p = c.p;
+    let s = &p.shape;
+    let (g, ib0) = if ib1 < p.icb { (g, ib1) } else { (g + 1, 0) };
+    let ob = g * c.group;
+    if ob >= p.ocb {
+        return NextWeights {
+            ptr: std::ptr::null(),
+            lines: 0,
+            per_call: 0,
+            done: 0,
+        };
+    }
+    let tap_floats = s.kh * s.kw * TAP;
+    let floats = (p.icb.min(ib0 + p.chunk) - ib0) * tap_floats;
+    let calls = rows * (cols.1 - cols.0).div_ceil(tile_width(c.isa, c.group));
+    let lines = floats / LINE_FLOATS;
+    NextWeights {
+        ptr: (p.w.as_ptr() as *const f32).wrapping_add((ob * p.icb + ib0) * tap_floats),
+        lines,
+        per_call: lines.div_ceil(calls.max(1)),
+        done: 0,
+    }
+}
+
 /// Strides and flags of one micro-kernel call (floats).
+#[derive(Clone, Copy)]
 struct Tile {
     nicb: usize,
     /// Channels of the last input block of this range (16 unless it ends IC).
@@ -328,10 +375,15 @@ struct Tile {
     mask: *const u32,
     /// Each output block's valid lanes as a bit mask (AVX-512).
     kmask: [u16; 2],
+    /// Weight lines to ask L2 for during the call (per output block, the second
+    /// `ws_ob` on), see [`NextWeights`]; AVX-512 only.
+    wnext: *const f32,
+    wnext_lines: usize,
 }
 
 /// Output row `oy` of group `g`'s blocks over input blocks [ib0, ib1), columns
 /// [cols.0, cols.1).
+#[allow(clippy::too_many_arguments)]
 unsafe fn row(
     c: &Ctx,
     n: usize,
@@ -340,6 +392,7 @@ unsafe fn row(
     ib0: usize,
     ib1: usize,
     (c0, c1): (usize, usize),
+    pf: &mut NextWeights,
 ) {
     let p = c.p;
     let s = &p.shape;
@@ -390,6 +443,8 @@ unsafe fn row(
         bias: p.bias[ob * BLOCK..].as_ptr(),
         mask: mask_of(ob).as_ptr(),
         kmask: [kmask_of(ob), kmask_of(ob + nb - 1)],
+        wnext: std::ptr::null(),
+        wnext_lines: 0,
     };
     let xrow = if p.plain_x {
         c.x.wrapping_add(((n * s.ic + ib0 * BLOCK) * s.ih + iy0) * s.iw)
@@ -440,13 +495,20 @@ unsafe fn row(
     while ox < hi {
         let r = width.min(hi - ox);
         let ix0 = ox * s.strides[1] - s.pad_left;
+        let take = pf.per_call.min(pf.lines - pf.done);
+        let ti = Tile {
+            wnext: pf.ptr.wrapping_add(pf.done * LINE_FLOATS),
+            wnext_lines: take,
+            ..t
+        };
+        pf.done += take;
         // SAFETY: interior pixels read all kernel columns inside the input row.
         unsafe {
             tile(
                 c.isa,
                 nb,
                 r,
-                &t,
+                &ti,
                 s.kw,
                 xrow.wrapping_add(ix0 * col),
                 wrow,
@@ -770,6 +832,9 @@ unsafe fn tile_avx512<const NB: usize, const R: usize, const STRIDED: bool, cons
                 }
             }
         }
+        // The call's share of the next chunk's weights, spread over its taps.
+        let (mut wnext, mut wleft) = (t.wnext, t.wnext_lines);
+        let per_tap = wleft.div_ceil((t.nicb * t.nkh * nkw).max(1));
         // Input block ib over its first nc channels.
         macro_rules! block {
             ($ib:expr, $nc:expr) => {
@@ -781,6 +846,16 @@ unsafe fn tile_avx512<const NB: usize, const R: usize, const STRIDED: bool, cons
                         let wp = wr.add(kw * TAP);
                         if !STRIDED {
                             prefetch_next_block(xp, t.xs_icb, px, R);
+                        }
+                        for _ in 0..per_tap.min(wleft) {
+                            _mm_prefetch::<_MM_HINT_T1>(wnext as *const i8);
+                            if NB == 2 {
+                                _mm_prefetch::<_MM_HINT_T1>(
+                                    wnext.wrapping_add(t.ws_ob) as *const i8
+                                );
+                            }
+                            wnext = wnext.wrapping_add(LINE_FLOATS);
+                            wleft -= 1;
                         }
                         for ci in 0..$nc {
                             let mut wv = [_mm512_setzero_ps(); NB];
