@@ -47,6 +47,8 @@ const UR: usize = 6;
 const UR512_2: usize = 12;
 /// Output pixels per AVX-512 call with one output block (an odd block count's last).
 const UR512_1: usize = 24;
+/// Accumulator sets of a one-pixel AVX-512 call (FMA latency × issue rate / 2 blocks).
+const CHAINS: usize = 4;
 /// Floats in a 64-byte cache line.
 const LINE_FLOATS: usize = 16;
 /// Floats from one output pixel to the next in a blocked x at stride 2.
@@ -832,6 +834,10 @@ unsafe fn tile_avx512<const NB: usize, const R: usize, const STRIDED: bool, cons
                 }
             }
         }
+        // A single pixel (a border pixel, or a row's last) would leave each FMA waiting
+        // on the one before it, into the same NB accumulators: its channels rotate
+        // through CHAINS sets instead, summed at the end.
+        let mut chains = [[_mm512_setzero_ps(); NB]; CHAINS - 1];
         // The call's share of the next chunk's weights, spread over its taps.
         let (mut wnext, mut wleft) = (t.wnext, t.wnext_lines);
         let per_tap = wleft.div_ceil((t.nicb * t.nkh * nkw).max(1));
@@ -857,7 +863,25 @@ unsafe fn tile_avx512<const NB: usize, const R: usize, const STRIDED: bool, cons
                             wnext = wnext.wrapping_add(LINE_FLOATS);
                             wleft -= 1;
                         }
-                        for ci in 0..$nc {
+                        let mut ci = 0;
+                        // One pixel: four chains of accumulators, channel by channel.
+                        while R == 1 && ci + CHAINS <= $nc {
+                            for k in 0..CHAINS {
+                                let c = ci + k;
+                                let b = _mm512_set1_ps(*xp.add(c * xc));
+                                let a = if k == 0 {
+                                    &mut acc[0]
+                                } else {
+                                    &mut chains[k - 1]
+                                };
+                                for (j, v) in a.iter_mut().enumerate() {
+                                    let wj = _mm512_loadu_ps(wp.add(j * t.ws_ob + c * BLOCK));
+                                    *v = _mm512_fmadd_ps(b, wj, *v);
+                                }
+                            }
+                            ci += CHAINS;
+                        }
+                        for ci in ci..$nc {
                             let mut wv = [_mm512_setzero_ps(); NB];
                             for (j, v) in wv.iter_mut().enumerate() {
                                 *v = _mm512_loadu_ps(wp.add(j * t.ws_ob + ci * BLOCK));
@@ -879,6 +903,12 @@ unsafe fn tile_avx512<const NB: usize, const R: usize, const STRIDED: bool, cons
         }
         if full < t.nicb {
             block!(full, t.ic_tail);
+        }
+        if R == 1 {
+            for (j, v) in acc[0].iter_mut().enumerate() {
+                let rest = _mm512_add_ps(chains[0][j], chains[1][j]);
+                *v = _mm512_add_ps(*v, _mm512_add_ps(rest, chains[2][j]));
+            }
         }
         // z is given only with the first chunk (see `row`).
         if !z.is_null() {
