@@ -32,6 +32,9 @@ struct Blocked {
 /// The algorithms for a blocked convolution.
 enum BlockedAlgo {
     Direct(PackedConv),
+    /// A strided 1×1 convolution (the `ConvShape`) as the direct one at stride 1 over
+    /// its input pixels, copied compact to the scratch first.
+    Subsampled(PackedConv, ConvShape),
     Winograd(PackedWinograd),
     /// One channel per group.
     Depthwise(PackedDepthwise),
@@ -54,6 +57,10 @@ impl BlockedAlgo {
         unsafe {
             match self {
                 BlockedAlgo::Direct(p) => conv::conv_blocked(pool, p, x, z, y, act),
+                BlockedAlgo::Subsampled(p, s) => {
+                    conv::subsample(pool, s, x, scratch);
+                    conv::conv_blocked(pool, p, scratch, z, y, act)
+                }
                 BlockedAlgo::Winograd(p) => conv::conv_winograd(pool, p, x, z, y, act, scratch),
                 BlockedAlgo::Depthwise(p) => conv::conv_depthwise_blocked(pool, p, x, z, y, act),
             }
@@ -64,6 +71,7 @@ impl BlockedAlgo {
         match self {
             BlockedAlgo::Direct(_) | BlockedAlgo::Depthwise(_) => 0,
             BlockedAlgo::Winograd(p) => p.scratch_len(pool.map_or(1, Pool::threads)) * 4,
+            BlockedAlgo::Subsampled(p, _) => p.x_len() * 4,
         }
     }
 }
@@ -90,10 +98,16 @@ fn choose_blocked(
             Ok(BlockedAlgo::Winograd(p))
         };
         match name {
-            "direct" => Ok(BlockedAlgo::Direct(
-                PackedConv::new(shape.pointwise_rows(micro_tile(shape.oc)), w, bias)?
-                    .with_plain_x(plain_x),
-            )),
+            "direct" => Ok(match shape.subsampled().filter(|_| !plain_x) {
+                Some(unit) => BlockedAlgo::Subsampled(
+                    PackedConv::new(unit.pointwise_rows(micro_tile(unit.oc)), w, bias)?,
+                    shape,
+                ),
+                None => BlockedAlgo::Direct(
+                    PackedConv::new(shape.pointwise_rows(micro_tile(shape.oc)), w, bias)?
+                        .with_plain_x(plain_x),
+                ),
+            }),
             "winograd2" => winograd(2),
             "winograd4" => winograd(4),
             other => Err(format!("no blocked conv algorithm {other:?}")),
@@ -497,7 +511,7 @@ impl Kernel for Blocked {
     }
     fn kind(&self) -> &'static str {
         match &self.algo {
-            BlockedAlgo::Direct(_) => "conv-blocked",
+            BlockedAlgo::Direct(_) | BlockedAlgo::Subsampled(..) => "conv-blocked",
             BlockedAlgo::Winograd(p) if p.m() == 2 => "conv-winograd2",
             BlockedAlgo::Winograd(..) => "conv-winograd4",
             BlockedAlgo::Depthwise(_) => "conv-depthwise-blocked",

@@ -10,6 +10,8 @@
 //!   portable micro-kernels;
 //! - [`winograd`]: Winograd F(2×2, 3×3) / F(4×4, 3×3) for 3×3 stride-1 convolutions on
 //!   NCHW16c tensors, weights transformed at compile time ([`PackedWinograd`]);
+//!   A strided unpadded 1×1 convolution runs at stride 1 over its input pixels copied
+//!   compact ([`ConvShape::subsampled`], [`blocked::subsample`]);
 //! - [`plain`]: NCHW tensors with any groups by im2col + [`super::gemm::gemm`] (1×1,
 //!   stride-1, unpadded convolutions read the input directly); convolutions with one
 //!   input channel per group (depthwise) run a direct kernel instead; 3-D convolutions
@@ -22,7 +24,7 @@ pub mod winograd;
 #[cfg(test)]
 mod tests;
 
-pub use blocked::{conv_blocked, conv_blocked_isa, micro_tile, PackedConv, BLOCK};
+pub use blocked::{conv_blocked, conv_blocked_isa, micro_tile, subsample, PackedConv, BLOCK};
 pub use depthwise::{conv_depthwise_blocked, conv_depthwise_blocked_isa, PackedDepthwise};
 pub use plain::{
     conv_depthwise, conv_im2col, conv_im2col_volume, conv_plain, conv_plain_scratch_len,
@@ -166,6 +168,27 @@ impl ConvShape {
             ow: best,
             ..*self
         }
+    }
+
+    /// A 1×1 convolution at a stride above 1 without padding reads one input pixel in
+    /// stride²: this returns it as the stride-1 convolution over those pixels, copied
+    /// compact by [`blocked::subsample`], so its rows run full micro-tiles at a unit
+    /// pixel stride (as oneDNN's reduce-to-unit-stride does). Other shapes: None.
+    pub fn subsampled(&self) -> Option<ConvShape> {
+        let [sh, sw] = self.strides;
+        let pointwise = self.kh == 1 && self.kw == 1 && self.groups == 1;
+        let unpadded = self.pad_top == 0 && self.pad_left == 0;
+        let inside = self.oh > 0
+            && self.ow > 0
+            && (self.oh - 1) * sh < self.ih
+            && (self.ow - 1) * sw < self.iw;
+        (pointwise && unpadded && inside && self.strides != [1, 1]).then_some(ConvShape {
+            ih: self.oh,
+            iw: self.ow,
+            strides: [1, 1],
+            dilations: [1, 1],
+            ..*self
+        })
     }
 
     /// The contiguous range of kernel rows (and the first input row) whose input row is

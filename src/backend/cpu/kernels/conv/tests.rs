@@ -262,6 +262,35 @@ fn run_blocked(c: &Case, seed: u64) {
             check(&s, &got, &d.want, &d.scale, c.act, &what);
         }
     }
+    // A strided 1×1 conv also runs at stride 1 over its input subsampled compact.
+    let Some(unit) = s.subsampled() else {
+        return;
+    };
+    let p = PackedConv::new(unit.pointwise_rows(6), &d.w, d.b.as_deref()).unwrap();
+    for (isa, pool) in isas()
+        .into_iter()
+        .flat_map(|i| [None, Some(&pool2)].map(|p| (i, p)))
+    {
+        let mut compact = vec![f32::NAN; p.x_len()];
+        let mut y = vec![f32::NAN; p.y_len()];
+        // SAFETY: x holds the strided conv's blocked input; the other buffers are sized
+        // by the packed stride-1 conv's own lengths.
+        unsafe {
+            subsample(pool, &s, xb.as_ptr(), compact.as_mut_ptr());
+            conv_blocked_isa(
+                isa,
+                pool,
+                &p,
+                compact.as_ptr(),
+                zb.as_ref().map(|z| z.as_ptr()),
+                y.as_mut_ptr(),
+                c.act,
+            )
+        };
+        let got = unblock(&y, s.n, s.oc, s.oh * s.ow);
+        let what = format!("subsampled {} pool={}", isa.name(), pool.is_some());
+        check(&s, &got, &d.want, &d.scale, c.act, &what);
+    }
 }
 
 /// [`run_blocked`] with a plain NCHW x ([`PackedConv::with_plain_x`]) between NaN
@@ -365,6 +394,19 @@ fn shapes_follow_onnx() {
 }
 
 #[test]
+fn only_strided_unpadded_pointwise_convs_subsample() {
+    let conv = |k, s, pads| ConvShape::new(1, 32, [7, 8], 64, [k, k], [s, s], pads, [1, 1], 1);
+    let unit = conv(1, 2, [0; 4]).unwrap().subsampled().unwrap();
+    assert_eq!((unit.ih, unit.iw, unit.strides), (4, 4, [1, 1]));
+    assert_eq!((unit.oh, unit.ow), (4, 4));
+    assert!(conv(1, 1, [0; 4]).unwrap().subsampled().is_none());
+    assert!(conv(3, 2, [1; 4]).unwrap().subsampled().is_none());
+    assert!(conv(1, 2, [1, 1, 0, 0]).unwrap().subsampled().is_none());
+    // An output past the input's last row (a bottom pad) has no pixel to copy.
+    assert!(conv(1, 2, [0, 0, 2, 0]).unwrap().subsampled().is_none());
+}
+
+#[test]
 fn pointwise_rows_fill_micro_tiles() {
     let rows = |ic, [h, w]: [usize; 2], k, stride, pads| {
         let s = ConvShape::new(1, ic, [h, w], 16, [k, k], [stride; 2], pads, [1, 1], 1).unwrap();
@@ -459,6 +501,24 @@ fn blocked_matches_reference() {
         // Channel counts that leave pad lanes.
         case(2, 20, 35, [5, 7], 3, 1, P1, 1, 1, true, true, Relu),
         case(1, 3, 5, [13, 13], 7, 2, P3, 1, 1, true, true, Sigmoid),
+        // Strided 1×1 (also run subsampled), ragged and with a bottom pad, which
+        // `subsampled` declines when an output would read past the input.
+        case(2, 20, 32, [8, 9], 1, 2, P0, 1, 1, true, true, Relu),
+        case(1, 48, 64, [10, 11], 1, 3, P0, 1, 1, false, true, Sigmoid),
+        case(
+            1,
+            16,
+            32,
+            [6, 6],
+            1,
+            2,
+            [0, 0, 1, 1],
+            1,
+            1,
+            true,
+            false,
+            none,
+        ),
         // Enough input blocks for several cache chunks.
         case(1, 96, 16, [5, 13], 3, 1, P1, 1, 1, true, true, Sigmoid),
         case(
