@@ -4,14 +4,14 @@
 //!
 //! Three paths, all fusing bias, a residual and an activation:
 //! - [`blocked`]: direct convolution on NCHW16c tensors (group 1) with weights packed at
-//!   compile time ([`PackedConv`]) and AVX-512 and AVX2+FMA register-blocked micro-kernels;
+//!   compile time ([`PackedConv`]) and AVX-512 and AVX2+FMA register-blocked micro-kernels
+//!   (a strided unpadded 1×1 convolution runs at stride 1 over its input pixels copied
+//!   compact: [`ConvShape::subsampled`], [`blocked::subsample`]);
 //! - [`depthwise`]: direct depthwise convolution on NCHW16c tensors (one channel per
 //!   group), weights packed at compile time ([`PackedDepthwise`]), AVX-512, AVX2 and
 //!   portable micro-kernels;
 //! - [`winograd`]: Winograd F(2×2, 3×3) / F(4×4, 3×3) for 3×3 stride-1 convolutions on
 //!   NCHW16c tensors, weights transformed at compile time ([`PackedWinograd`]);
-//!   A strided unpadded 1×1 convolution runs at stride 1 over its input pixels copied
-//!   compact ([`ConvShape::subsampled`], [`blocked::subsample`]);
 //! - [`plain`]: NCHW tensors with any groups by im2col + [`super::gemm::gemm`] (1×1,
 //!   stride-1, unpadded convolutions read the input directly); convolutions with one
 //!   input channel per group (depthwise) run a direct kernel instead; 3-D convolutions
