@@ -37,6 +37,8 @@ lint: deps
 	$(CARGO) clippy --all-targets -- -D warnings
 	$(CARGO) clippy --all-targets --features cuda -- -D warnings
 	$(CARGO) clippy --all-targets --features openblas -- -D warnings
+	$(CARGO) fmt --check --manifest-path bindings/python/Cargo.toml
+	CARGO_TARGET_DIR=$(CURDIR)/target/python $(CARGO) clippy --manifest-path bindings/python/Cargo.toml -- -D warnings
 
 # Every test: format, lints, exporter-style ONNX models against onnxruntime (before and
 # after the pass pipeline; they stay in target/real-models for the compiler's tests), the
@@ -46,6 +48,7 @@ lint: deps
 # tests built with the `cuda` feature: NVRTC + ptxas from pinned wheels, device tests
 # that skip without a GPU; snapshots must match: no .snap.new may be left; the ONNX node suite
 # is generated first, by a pinned onnx in target/py), the C ABI tests under valgrind,
+# the Python package (pip-installed into a fresh venv: pytest, valgrind),
 # the CMake package (install, find_package from a consumer, shared and static, ctest,
 # pkg-config), and the demo model under valgrind on both backends so that the CLI path
 # is leak- and error-free.
@@ -63,6 +66,7 @@ test: lint
 	  echo "stale insta snapshots (review with cargo insta review):"; \
 	  find . -name '*.snap.new' -not -path './target/*'; exit 1; fi
 	scripts/test-capi.sh
+	scripts/test-python.sh
 	scripts/test-cmake.sh
 	$(CARGO) build --bin kiln
 	for backend in cpu interp; do \

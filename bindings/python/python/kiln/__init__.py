@@ -1,0 +1,108 @@
+"""Kiln from Python: load, compile and run deep-learning graphs.
+
+Two ways in:
+
+* onnxruntime's, for scripts that already use it::
+
+      sess = kiln.InferenceSession("model.onnx")
+      (y,) = sess.run(None, {"x": x})
+
+* Kiln's own: ``kiln.load(path)`` (or ``kiln.parse(text)``) gives a :class:`Graph`,
+  ``graph.compile(backend="cpu", threads=0)`` an :class:`Executable`, and
+  ``exe.run({"x": x})`` or ``exe(x=x)`` a dict of output arrays.
+
+Inputs are copied once into row-major order; outputs are Kiln's own buffers handed to
+NumPy without a copy. The GIL is released while a graph compiles and runs, so Python
+threads can run one executable at once. Every error is a :class:`KilnError`, of the
+subclass of its C status, carrying the library's message.
+"""
+
+import os as _os
+
+from ._kiln import (
+    CompileFailed,
+    DeviceUnavailable,
+    Executable,
+    Graph,
+    InvalidArgument,
+    InvalidGraph,
+    IoError,
+    KilnError,
+    NodeArg,
+    ParseError,
+    RunBadInput,
+    RunFailed,
+    UnknownOp,
+    Unsupported,
+    load,
+    load_onnx_bytes,
+    parse,
+)
+
+__all__ = [
+    "CompileFailed",
+    "DeviceUnavailable",
+    "Executable",
+    "Graph",
+    "InferenceSession",
+    "InvalidArgument",
+    "InvalidGraph",
+    "IoError",
+    "KilnError",
+    "NodeArg",
+    "ParseError",
+    "RunBadInput",
+    "RunFailed",
+    "UnknownOp",
+    "Unsupported",
+    "load",
+    "load_onnx_bytes",
+    "parse",
+]
+
+
+class InferenceSession:
+    """A compiled model with onnxruntime's ``InferenceSession`` calls.
+
+    ``path_or_bytes``: a path to an ``.onnx`` model or ``.kir`` text, or an ONNX
+    model's bytes. ``threads``: worker threads (0: one per core). ``backend``:
+    ``"cpu"``, ``"interp"`` (the reference interpreter) or ``"cuda:N"``.
+    """
+
+    def __init__(self, path_or_bytes, threads=0, backend="cpu"):
+        if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+            graph = load_onnx_bytes(bytes(path_or_bytes))
+        elif isinstance(path_or_bytes, (str, _os.PathLike)):
+            graph = load(_os.fspath(path_or_bytes))
+        else:
+            raise InvalidArgument(
+                "path_or_bytes: expected a path or an ONNX model's bytes, got "
+                + type(path_or_bytes).__name__
+            )
+        self._graph = graph
+        self._exe = graph.compile(backend=backend, threads=threads)
+
+    def run(self, output_names, input_feed, run_options=None):
+        """The outputs named in ``output_names`` (all of them for ``None``), in that
+        order, for the inputs in ``input_feed`` (name -> array)."""
+        if run_options is not None:
+            raise InvalidArgument("run_options: Kiln takes none")
+        return self._exe.run_list(output_names, input_feed)
+
+    def get_inputs(self):
+        """The model's inputs: objects with ``name``, ``shape`` and ``type``."""
+        return self._exe.inputs
+
+    def get_outputs(self):
+        """The model's outputs: objects with ``name``, ``shape`` and ``type``."""
+        return self._exe.outputs
+
+    @property
+    def graph(self):
+        """The :class:`Graph` the session compiled."""
+        return self._graph
+
+    @property
+    def executable(self):
+        """The compiled :class:`Executable`."""
+        return self._exe

@@ -1,0 +1,540 @@
+//! `kiln._kiln`: the extension module under the `kiln` Python package.
+//!
+//! It holds what must be native: graphs loaded or parsed into the library's `Graph`,
+//! their compiled executables, and the crossing of NumPy arrays in and out of a run.
+//! The GIL is released while a graph compiles and while it runs, so Python threads run
+//! one executable at once. Each `kiln::Error` becomes the exception of its C status
+//! (`KILN_STATUS_*`), all subclasses of `KilnError`, with the library's message as is.
+use kiln::backend::{backend_with, Device};
+use kiln::frontend::onnx;
+use kiln::ir::text;
+use kiln::passes::PassOptions;
+use kiln::{DType, Dim, Error, Graph, Tensor, TensorType};
+use numpy::ndarray::ArrayD;
+use numpy::{Element, IntoPyArray, PyReadonlyArrayDyn, PyUntypedArray};
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+use pyo3::IntoPyObjectExt;
+use std::path::Path;
+use std::sync::Arc;
+
+pyo3::create_exception!(kiln, KilnError, PyException, "Any error Kiln reports.");
+pyo3::create_exception!(
+    kiln,
+    InvalidArgument,
+    KilnError,
+    "KILN_STATUS_INVALID_ARGUMENT: an unusable argument."
+);
+pyo3::create_exception!(
+    kiln,
+    IoError,
+    KilnError,
+    "KILN_STATUS_IO: reading or writing a file failed."
+);
+pyo3::create_exception!(
+    kiln,
+    ParseError,
+    KilnError,
+    "KILN_STATUS_PARSE: `.kir` text that does not parse."
+);
+pyo3::create_exception!(
+    kiln,
+    UnknownOp,
+    KilnError,
+    "KILN_STATUS_UNKNOWN_OP: an op the catalogue does not know."
+);
+pyo3::create_exception!(
+    kiln,
+    Unsupported,
+    KilnError,
+    "KILN_STATUS_UNSUPPORTED: well-formed, but not implemented."
+);
+pyo3::create_exception!(
+    kiln,
+    InvalidGraph,
+    KilnError,
+    "KILN_STATUS_INVALID_GRAPH: a graph that fails verification."
+);
+pyo3::create_exception!(
+    kiln,
+    CompileFailed,
+    KilnError,
+    "KILN_STATUS_COMPILE_FAILED: a backend could not compile a valid graph."
+);
+pyo3::create_exception!(
+    kiln,
+    RunFailed,
+    KilnError,
+    "KILN_STATUS_RUN_FAILED: a run failed."
+);
+pyo3::create_exception!(
+    kiln,
+    RunBadInput,
+    KilnError,
+    "KILN_STATUS_RUN_BAD_INPUT: a run's inputs do not fit the graph."
+);
+pyo3::create_exception!(
+    kiln,
+    DeviceUnavailable,
+    KilnError,
+    "KILN_STATUS_DEVICE_UNAVAILABLE: no such device or backend here."
+);
+
+/// The exception of `e`'s C status.
+fn to_py(e: Error) -> PyErr {
+    let m = e.to_string();
+    match e {
+        Error::InvalidArgument(_) => InvalidArgument::new_err(m),
+        Error::Io(_) => IoError::new_err(m),
+        Error::Parse { .. } => ParseError::new_err(m),
+        Error::UnknownOp(_) => UnknownOp::new_err(m),
+        Error::Unsupported(_) => Unsupported::new_err(m),
+        Error::Graph(_) => InvalidGraph::new_err(m),
+        Error::Compile(_) => CompileFailed::new_err(m),
+        Error::Runtime(_) => RunFailed::new_err(m),
+        Error::Device(_) => DeviceUnavailable::new_err(m),
+    }
+}
+
+/// At run time a bad argument is a bad input, as `kiln_executable_run` reports it.
+fn run_error(e: Error) -> PyErr {
+    match e {
+        Error::InvalidArgument(m) => RunBadInput::new_err(m),
+        other => to_py(other),
+    }
+}
+
+/// A graph input or output as onnxruntime's `NodeArg` shows it: `name`, `shape` (ints,
+/// and strings for symbolic dims), `type` (`"tensor(float)"`, …).
+#[pyclass(module = "kiln", name = "NodeArg", frozen, get_all)]
+struct NodeArg {
+    name: String,
+    shape: Vec<Py<PyAny>>,
+    r#type: String,
+    /// Kiln's own name of the element type (`"f32"`, …).
+    dtype: String,
+}
+
+#[pymethods]
+impl NodeArg {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let dims: Vec<String> = (self.shape.iter())
+            .map(|d| d.bind(py).repr().map(|r| r.to_string()))
+            .collect::<PyResult<_>>()?;
+        Ok(format!(
+            "NodeArg(name='{}', type='{}', shape=[{}])",
+            self.name,
+            self.r#type,
+            dims.join(", ")
+        ))
+    }
+}
+
+/// onnxruntime's name of a tensor type.
+fn onnx_type_name(ty: &TensorType) -> String {
+    let elem = match ty.dtype {
+        DType::F32 => "float",
+        DType::F64 => "double",
+        DType::F16 => "float16",
+        DType::BF16 => "bfloat16",
+        DType::I8 => "int8",
+        DType::U8 => "uint8",
+        DType::I16 => "int16",
+        DType::U16 => "uint16",
+        DType::I32 => "int32",
+        DType::U32 => "uint32",
+        DType::I64 => "int64",
+        DType::U64 => "uint64",
+        DType::Bool => "bool",
+        DType::String => "string",
+        other => return format!("tensor({other})"),
+    };
+    format!("tensor({elem})")
+}
+
+fn node_arg(py: Python<'_>, name: &str, ty: &TensorType) -> PyResult<NodeArg> {
+    let shape = (ty.shape.dims().into_iter())
+        .map(|d| match d {
+            Dim::Fixed(n) => n.into_py_any(py),
+            Dim::Sym(s) => s.into_py_any(py),
+        })
+        .collect::<PyResult<_>>()?;
+    Ok(NodeArg {
+        name: name.to_string(),
+        shape,
+        r#type: onnx_type_name(ty),
+        dtype: ty.dtype.to_string(),
+    })
+}
+
+/// Named, typed values: a graph's inputs or outputs.
+type Signature = Vec<(String, TensorType)>;
+
+/// The graph's inputs and outputs.
+fn signature(g: &Graph) -> Result<(Signature, Signature), Error> {
+    let inputs = (g.inputs().into_iter())
+        .map(|id| {
+            let n = g.node(id);
+            (n.name.clone(), n.outputs[0].clone())
+        })
+        .collect();
+    let outputs = (g.outputs().iter())
+        .map(|o| Ok((o.name.clone(), g.value_type(o.value)?.clone())))
+        .collect::<Result<_, Error>>()?;
+    Ok((inputs, outputs))
+}
+
+/// A dataflow graph: loaded from `.onnx` or `.kir`, or parsed from `.kir` text.
+#[pyclass(module = "kiln", name = "Graph", frozen)]
+struct PyGraph {
+    graph: Arc<Graph>,
+}
+
+#[pymethods]
+impl PyGraph {
+    /// Compiles the graph for `backend` (`"cpu"`, `"interp"`, `"cuda:N"`) on `threads`
+    /// threads (0: one per core). Pass options come from the `KILN_*` environment
+    /// variables, as for the command line. The GIL is released meanwhile.
+    #[pyo3(signature = (backend = "cpu", threads = 0))]
+    fn compile(&self, py: Python<'_>, backend: &str, threads: usize) -> PyResult<PyExecutable> {
+        let device: Device = backend.parse().map_err(to_py)?;
+        let graph = Arc::clone(&self.graph);
+        let (inputs, outputs) = signature(&graph).map_err(to_py)?;
+        let exe = py
+            .detach(move || {
+                backend_with(device, PassOptions::from_env()?, threads)?.compile(&graph)
+            })
+            .map_err(to_py)?;
+        Ok(PyExecutable {
+            exe: Arc::from(exe),
+            inputs,
+            outputs,
+        })
+    }
+
+    /// The graph as `.kir` text (deterministic; `kiln.parse` reads it back).
+    fn to_text(&self) -> String {
+        text::print(&self.graph)
+    }
+
+    #[getter]
+    fn name(&self) -> String {
+        self.graph.name.clone()
+    }
+
+    /// The graph's inputs (`Parameter` nodes) in order.
+    #[getter]
+    fn inputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
+        let (inputs, _) = signature(&self.graph).map_err(to_py)?;
+        inputs.iter().map(|(n, t)| node_arg(py, n, t)).collect()
+    }
+
+    /// The graph's outputs in order.
+    #[getter]
+    fn outputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
+        let (_, outputs) = signature(&self.graph).map_err(to_py)?;
+        outputs.iter().map(|(n, t)| node_arg(py, n, t)).collect()
+    }
+
+    fn __str__(&self) -> String {
+        self.to_text()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<kiln.Graph '{}' of {} nodes>",
+            self.graph.name,
+            self.graph.len()
+        )
+    }
+}
+
+/// A compiled graph. Runs may come from many Python threads at once.
+#[pyclass(module = "kiln", name = "Executable", frozen)]
+struct PyExecutable {
+    exe: Arc<dyn kiln::backend::Executable>,
+    inputs: Signature,
+    outputs: Signature,
+}
+
+/// A copy of a NumPy array of element type `T`, row-major, or `None` if `a` is not one.
+fn array_of<T: Element + Clone>(a: &Bound<'_, PyAny>) -> Option<ArrayD<T>> {
+    let a = a.extract::<PyReadonlyArrayDyn<'_, T>>().ok()?;
+    Some(a.as_array().as_standard_layout().into_owned())
+}
+
+/// The tensor for input `name` from `value`: a NumPy array (or anything
+/// `numpy.asarray` takes) of the input's element type. One copy, in row-major order.
+fn input_tensor(
+    py: Python<'_>,
+    name: &str,
+    ty: &TensorType,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<Tensor> {
+    let owned;
+    let value = if value.is_instance_of::<PyUntypedArray>() {
+        value
+    } else {
+        // A list or scalar takes the input's element type, as a literal would.
+        let dtype = onnx_type_name(ty);
+        let dtype = dtype.trim_start_matches("tensor(").trim_end_matches(')');
+        let dtype = if dtype == "float" { "float32" } else { dtype };
+        let asarray = py.import("numpy")?.getattr("asarray")?;
+        owned = asarray.call1((value, dtype)).map_err(|e| {
+            RunBadInput::new_err(format!("input '{name}' is {}: {e}", onnx_type_name(ty)))
+        })?;
+        &owned
+    };
+    let t = match ty.dtype {
+        DType::F32 => array_of(value).map(Tensor::F32),
+        DType::F64 => array_of(value).map(Tensor::F64),
+        DType::F16 => array_of(value).map(Tensor::F16),
+        DType::I8 => array_of(value).map(Tensor::I8),
+        DType::U8 => array_of(value).map(Tensor::U8),
+        DType::I16 => array_of(value).map(Tensor::I16),
+        DType::U16 => array_of(value).map(Tensor::U16),
+        DType::I32 => array_of(value).map(Tensor::I32),
+        DType::U32 => array_of(value).map(Tensor::U32),
+        DType::I64 => array_of(value).map(Tensor::I64),
+        DType::U64 => array_of(value).map(Tensor::U64),
+        DType::Bool => array_of(value).map(Tensor::Bool),
+        other => {
+            return Err(Unsupported::new_err(format!(
+                "input '{name}': {other} tensors cannot cross from Python yet"
+            )))
+        }
+    };
+    t.ok_or_else(|| {
+        let got = value
+            .getattr("dtype")
+            .map_or_else(|_| "?".to_string(), |d| d.to_string());
+        RunBadInput::new_err(format!(
+            "input '{name}' is {}, the array given is {got}",
+            onnx_type_name(ty)
+        ))
+    })
+}
+
+/// A NumPy array that owns `t`'s buffer (no copy).
+fn output_array(py: Python<'_>, name: &str, t: Tensor) -> PyResult<Py<PyAny>> {
+    let a = match t {
+        Tensor::F32(a) => a.into_pyarray(py).into_any(),
+        Tensor::F64(a) => a.into_pyarray(py).into_any(),
+        Tensor::F16(a) => a.into_pyarray(py).into_any(),
+        Tensor::I8(a) => a.into_pyarray(py).into_any(),
+        Tensor::U8(a) => a.into_pyarray(py).into_any(),
+        Tensor::I16(a) => a.into_pyarray(py).into_any(),
+        Tensor::U16(a) => a.into_pyarray(py).into_any(),
+        Tensor::I32(a) => a.into_pyarray(py).into_any(),
+        Tensor::U32(a) => a.into_pyarray(py).into_any(),
+        Tensor::I64(a) => a.into_pyarray(py).into_any(),
+        Tensor::U64(a) => a.into_pyarray(py).into_any(),
+        Tensor::Bool(a) => a.into_pyarray(py).into_any(),
+        other => {
+            return Err(Unsupported::new_err(format!(
+                "output '{name}': {} values cannot cross to Python yet",
+                other.kind_name()
+            )))
+        }
+    };
+    Ok(a.unbind())
+}
+
+impl PyExecutable {
+    /// Runs on `feeds` (input name → array); the outputs in graph order.
+    fn run_all(&self, py: Python<'_>, feeds: &Bound<'_, PyDict>) -> PyResult<Vec<Tensor>> {
+        let mut tensors = Vec::with_capacity(self.inputs.len());
+        for (name, ty) in &self.inputs {
+            let value = feeds.get_item(name)?.ok_or_else(|| {
+                RunBadInput::new_err(format!(
+                    "missing input '{name}' (the graph's inputs: {})",
+                    names(&self.inputs)
+                ))
+            })?;
+            tensors.push(input_tensor(py, name, ty, &value)?);
+        }
+        if feeds.len() != self.inputs.len() {
+            for key in feeds.keys() {
+                let key: String = key.extract()?;
+                if !self.inputs.iter().any(|(n, _)| *n == key) {
+                    return Err(RunBadInput::new_err(format!(
+                        "'{key}' is not an input (the graph's inputs: {})",
+                        names(&self.inputs)
+                    )));
+                }
+            }
+        }
+        let exe = Arc::clone(&self.exe);
+        py.detach(move || exe.run(&tensors)).map_err(run_error)
+    }
+
+    /// The output positions `wanted` names, all of them for `None`.
+    fn output_indices(&self, wanted: Option<Vec<String>>) -> PyResult<Vec<usize>> {
+        let Some(wanted) = wanted else {
+            return Ok((0..self.outputs.len()).collect());
+        };
+        (wanted.iter())
+            .map(|w| {
+                self.outputs
+                    .iter()
+                    .position(|(n, _)| n == w)
+                    .ok_or_else(|| {
+                        InvalidArgument::new_err(format!(
+                            "'{w}' is not an output (the graph's outputs: {})",
+                            names(&self.outputs)
+                        ))
+                    })
+            })
+            .collect()
+    }
+}
+
+fn names(sig: &[(String, TensorType)]) -> String {
+    sig.iter()
+        .map(|(n, _)| n.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[pymethods]
+impl PyExecutable {
+    /// Runs on `feeds` (input name → NumPy array); returns {output name: array}. The
+    /// inputs are copied once (row-major, whatever their strides); the outputs are
+    /// Kiln's buffers, handed over without a copy.
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        feeds: &Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let results = self.run_all(py, feeds)?;
+        let out = PyDict::new(py);
+        for ((name, _), t) in self.outputs.iter().zip(results) {
+            out.set_item(name, output_array(py, name, t)?)?;
+        }
+        Ok(out)
+    }
+
+    /// `run` with the inputs as keyword arguments.
+    #[pyo3(signature = (**inputs))]
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let empty = PyDict::new(py);
+        self.run(py, inputs.unwrap_or(&empty))
+    }
+
+    /// onnxruntime's form: the outputs named in `output_names` (all for `None`), in
+    /// that order, as a list.
+    #[pyo3(signature = (output_names, feeds))]
+    fn run_list<'py>(
+        &self,
+        py: Python<'py>,
+        output_names: Option<Vec<String>>,
+        feeds: &Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let picks = self.output_indices(output_names)?;
+        let mut results: Vec<Option<Tensor>> =
+            self.run_all(py, feeds)?.into_iter().map(Some).collect();
+        let list = PyList::empty(py);
+        for i in picks {
+            let name = &self.outputs[i].0;
+            // Each output's buffer is handed over once.
+            let t = match results[i].take() {
+                Some(t) => t,
+                None => {
+                    return Err(InvalidArgument::new_err(format!(
+                        "output '{name}' is asked for twice"
+                    )))
+                }
+            };
+            list.append(output_array(py, name, t)?)?;
+        }
+        Ok(list)
+    }
+
+    #[getter]
+    fn inputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
+        self.inputs
+            .iter()
+            .map(|(n, t)| node_arg(py, n, t))
+            .collect()
+    }
+
+    #[getter]
+    fn outputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
+        self.outputs
+            .iter()
+            .map(|(n, t)| node_arg(py, n, t))
+            .collect()
+    }
+}
+
+/// Loads `path`: an ONNX model (`.onnx`, its external data beside it) or `.kir` text.
+#[pyfunction]
+fn load(py: Python<'_>, path: std::path::PathBuf) -> PyResult<PyGraph> {
+    let graph = py
+        .detach(|| {
+            let onnx = (path.extension()).is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+            if onnx {
+                onnx::import_file(&path)
+            } else {
+                text::parse_file(&path)
+            }
+        })
+        .map_err(to_py)?;
+    Ok(PyGraph {
+        graph: Arc::new(graph),
+    })
+}
+
+/// Imports an ONNX model from its bytes (external data, if any, from `base_dir`).
+#[pyfunction]
+#[pyo3(signature = (data, base_dir = None))]
+fn load_onnx_bytes(
+    py: Python<'_>,
+    data: &[u8],
+    base_dir: Option<std::path::PathBuf>,
+) -> PyResult<PyGraph> {
+    let graph = py
+        .detach(|| onnx::import_bytes(data, base_dir.as_deref()))
+        .map_err(to_py)?;
+    Ok(PyGraph {
+        graph: Arc::new(graph),
+    })
+}
+
+/// Parses `.kir` text (`Graph.to_text`'s language); `name` labels it in errors.
+#[pyfunction]
+#[pyo3(signature = (source, name = "<string>"))]
+fn parse(source: &str, name: &str) -> PyResult<PyGraph> {
+    let graph = text::parse(source, name, None::<&Path>).map_err(to_py)?;
+    Ok(PyGraph {
+        graph: Arc::new(graph),
+    })
+}
+
+#[pymodule]
+fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<PyGraph>()?;
+    m.add_class::<PyExecutable>()?;
+    m.add_class::<NodeArg>()?;
+    m.add_function(wrap_pyfunction!(load, m)?)?;
+    m.add_function(wrap_pyfunction!(load_onnx_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(parse, m)?)?;
+    m.add("KilnError", py.get_type::<KilnError>())?;
+    m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
+    m.add("IoError", py.get_type::<IoError>())?;
+    m.add("ParseError", py.get_type::<ParseError>())?;
+    m.add("UnknownOp", py.get_type::<UnknownOp>())?;
+    m.add("Unsupported", py.get_type::<Unsupported>())?;
+    m.add("InvalidGraph", py.get_type::<InvalidGraph>())?;
+    m.add("CompileFailed", py.get_type::<CompileFailed>())?;
+    m.add("RunFailed", py.get_type::<RunFailed>())?;
+    m.add("RunBadInput", py.get_type::<RunBadInput>())?;
+    m.add("DeviceUnavailable", py.get_type::<DeviceUnavailable>())?;
+    Ok(())
+}

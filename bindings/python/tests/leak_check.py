@@ -1,0 +1,38 @@
+"""A short loop of the package's calls for valgrind (scripts/test-python.sh runs it
+with PYTHONMALLOC=malloc): runs, errors and graph builds, whose memory must all be
+freed."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import kiln
+
+ROOT = Path(__file__).resolve().parents[3]
+ADD = """graph "add" {
+  %0 "a" = Parameter : f32[n:N]
+  %1 "b" = Parameter : f32[n:N]
+  %2 "sum" = Add(%0, %1) : f32[n:N]
+  return "sum" = %2
+}
+"""
+
+runs = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+sess = kiln.InferenceSession(ROOT / "examples/data/digits_cnn.onnx", threads=2)
+x = np.load(ROOT / "examples/data/digits_test16.npy")
+exe = kiln.parse(ADD).compile()
+a = np.ones(8, np.float32)
+for _ in range(runs):
+    assert sess.run(["label"], {"input": x})[0].shape == (16,)
+    exe(a=a, b=a[::-1])
+    for bad in ({"a": a}, {"a": np.ones(8), "b": a}):
+        try:
+            exe.run(bad)
+        except kiln.RunBadInput:
+            pass
+    try:
+        kiln.parse("graph {")
+    except kiln.ParseError:
+        pass
+print("ok")

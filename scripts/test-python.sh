@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The Python package's tests (part of `make test`): installs bindings/python into a
+# fresh venv the way the README says (`pip install ./bindings/python`), runs its pytest
+# suite (against NumPy and onnxruntime), then a loop of its calls under valgrind twice,
+# 5 and 40 rounds: the bytes definitely lost must not grow with the rounds (CPython and
+# NumPy lose a constant amount at exit), and no invalid access may go through the
+# extension module.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=target/py-kiln
+python3 -m venv --clear "$venv"
+# Downloads and the extension's build stay under target/, which CI caches.
+export PIP_CACHE_DIR=$PWD/target/pip-cache CARGO_TARGET_DIR=$PWD/target/python
+"$venv/bin/pip" install --quiet --upgrade pip
+"$venv/bin/pip" install --quiet ./bindings/python pytest onnxruntime
+(cd bindings/python && "../../$venv/bin/python" -m pytest -q tests)
+
+lost() {
+  PYTHONMALLOC=malloc valgrind --leak-check=full --show-leak-kinds=definite \
+    "$venv/bin/python" bindings/python/tests/leak_check.py "$1" >"target/py-kiln/valgrind-$1.log" 2>&1
+  if grep -E "Invalid (read|write|free)" -A12 "target/py-kiln/valgrind-$1.log" | grep -q "_kiln"; then
+    echo "test-python: invalid access in the extension module (target/py-kiln/valgrind-$1.log)" >&2
+    exit 1
+  fi
+  grep -o "definitely lost: [0-9,]* bytes" "target/py-kiln/valgrind-$1.log" | tr -dc 0-9
+}
+few=$(lost 5)
+many=$(lost 40)
+echo "test-python: definitely lost after 5 rounds: ${few:-0} bytes, after 40: ${many:-0} bytes"
+if [ "${many:-0}" -gt "${few:-0}" ]; then
+  echo "test-python: memory lost grows with the rounds" >&2
+  exit 1
+fi
