@@ -142,6 +142,19 @@ fn runs_allocate_only_their_outputs() {
             allocated <= outputs,
             "{threads} thread(s): {allocated} allocations in one run, {outputs} expected"
         );
+        // Borrowed inputs are read in place, not copied, once the shapes' program exists.
+        let views: Vec<_> = inputs.iter().map(|t| t.bytes_view().unwrap()).collect();
+        let mut allocated = usize::MAX;
+        for _ in 0..5 {
+            let before = ALLOCATIONS.load(Ordering::SeqCst);
+            got = exe.run_views(&views).unwrap();
+            allocated = allocated.min(ALLOCATIONS.load(Ordering::SeqCst) - before);
+        }
+        assert!(got.iter().zip(&want).all(|(a, b)| a == b));
+        assert!(
+            allocated <= outputs,
+            "{threads} thread(s): {allocated} allocations in a run on views, {outputs} expected"
+        );
     }
 }
 

@@ -13,7 +13,7 @@ use std::str::FromStr;
 use crate::error::{Error, Result};
 use crate::ir::{Graph, TensorType};
 use crate::passes::PassOptions;
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorView};
 
 pub(crate) mod broadcast;
 pub mod cpu;
@@ -70,6 +70,19 @@ impl fmt::Display for Device {
 pub trait Executable: Send + Sync {
     /// Runs with the graph inputs in order; returns the graph outputs in order.
     fn run(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>>;
+
+    /// [`run`](Executable::run) on borrowed inputs. The CPU backend reads them in place
+    /// once a program for their shapes exists; the others copy them first.
+    fn run_views(&self, inputs: &[TensorView<'_>]) -> Result<Vec<Tensor>> {
+        let owned = (inputs.iter())
+            .enumerate()
+            .map(|(i, v)| {
+                v.to_tensor()
+                    .map_err(|e| Error::InvalidArgument(format!("input {i}: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.run(&owned)
+    }
 
     /// The variables the executable owns (initialized from the graph's `Variable`
     /// nodes), by name and type, in graph order.

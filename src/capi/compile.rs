@@ -11,6 +11,7 @@ use crate::backend::{backend_with, Device, Executable};
 use crate::error::Error;
 use crate::ir::{Dim, Graph, NodeId, TensorType, Value};
 use crate::passes::PassOptions;
+use crate::tensor::{Tensor, TensorView};
 
 /// How to compile: the backend, the thread budget and the pass pipeline's options.
 pub struct kiln_compile_options {
@@ -358,7 +359,9 @@ pub unsafe extern "C" fn kiln_executable_output_info(
 
 /// Runs the executable. `inputs` are in parameter order and must match the graph's
 /// inputs in dtype and shape (symbolic dims bind per run, so one executable serves every
-/// batch size); they are only read. On success each `outputs[i]` receives a new tensor
+/// batch size); they are only read, in place on the `cpu` backend once a run of their
+/// shapes has built its program (data not aligned to its element size is copied
+/// first). On success each `outputs[i]` receives a new tensor
 /// the caller frees with `kiln_tensor_free`; on failure none is written. Thread-safe:
 /// many threads may run one executable at once (runs that assign variables are
 /// serialized).
@@ -400,16 +403,38 @@ pub unsafe extern "C" fn kiln_executable_run(
                     ),
                 ));
             }
-            let mut tensors = Vec::with_capacity(n_inputs);
+            let mut handles = Vec::with_capacity(n_inputs);
             for (i, (&t, info)) in ins.iter().zip(&e.inputs).enumerate() {
-                let name = info.name.to_string_lossy();
-                let t = arg(t, &format!("inputs[{i}] ('{name}')"))?;
-                let t = t
-                    .to_tensor(&format!("inputs[{i}] ('{name}')"))
-                    .map_err(|f| Failure::new(KILN_STATUS_RUN_BAD_INPUT, f.message))?;
-                tensors.push(t);
+                let what = format!("inputs[{i}] ('{}')", info.name.to_string_lossy());
+                handles.push((arg(t, &what)?, what));
             }
-            let results = e.exe.run(&tensors).map_err(|err| match err {
+            // Each input is read in place (kiln_tensor_wrap's memory too) unless its
+            // bytes cannot be viewed as its dtype (misaligned): those are copied first.
+            let dims: Vec<Vec<usize>> = (handles.iter())
+                .map(|(t, _)| t.dims.iter().map(|&d| d as usize).collect())
+                .collect();
+            let bad = |what: &str, e: String| {
+                Failure::new(KILN_STATUS_RUN_BAD_INPUT, format!("{what}: {e}"))
+            };
+            let copies = (handles.iter().zip(&dims))
+                .map(
+                    |((t, what), d)| match TensorView::new(t.dtype, d, t.bytes()) {
+                        Ok(_) => Ok(None),
+                        Err(_) => t.to_tensor(what).map(Some),
+                    },
+                )
+                .collect::<CResult<Vec<Option<Tensor>>>>()
+                .map_err(|f| Failure::new(KILN_STATUS_RUN_BAD_INPUT, f.message))?;
+            let mut views = Vec::with_capacity(n_inputs);
+            for (((t, what), d), copy) in handles.iter().zip(&dims).zip(&copies) {
+                views.push(match copy {
+                    Some(c) => c
+                        .bytes_view()
+                        .ok_or_else(|| bad(what, "not a dense tensor".into()))?,
+                    None => TensorView::new(t.dtype, d, t.bytes()).map_err(|e| bad(what, e))?,
+                });
+            }
+            let results = e.exe.run_views(&views).map_err(|err| match err {
                 Error::InvalidArgument(m) => Failure::new(KILN_STATUS_RUN_BAD_INPUT, m),
                 other => Failure::from(other),
             })?;

@@ -94,8 +94,8 @@ enum Storage {
 
 /// A tensor handle: a dtype, dims, and a buffer it owns or borrows.
 pub struct kiln_tensor {
-    dtype: DType,
-    dims: Vec<i64>,
+    pub(crate) dtype: DType,
+    pub(crate) dims: Vec<i64>,
     nbytes: usize,
     storage: Storage,
 }
@@ -109,7 +109,7 @@ impl kiln_tensor {
         }
     }
 
-    fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         let p = self.data_ptr();
         if self.nbytes == 0 || p.is_null() {
             return &[];

@@ -9,9 +9,11 @@ use ndarray::{ArrayD, IxDyn};
 pub mod dtype;
 pub mod lowbit;
 pub mod npy;
+mod view;
 
 pub use dtype::DType;
 use lowbit::{F4E2M1, F8E4M3FN, F8E4M3FNUZ, F8E5M2, F8E5M2FNUZ, F8E8M0, I2, I4, U2, U4};
+pub use view::TensorView;
 
 /// A dense tensor. The variant is the dtype.
 #[derive(Debug, Clone, PartialEq)]

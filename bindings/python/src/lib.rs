@@ -9,9 +9,13 @@ use kiln::backend::{backend_with, Device};
 use kiln::frontend::onnx;
 use kiln::ir::text;
 use kiln::passes::PassOptions;
+use kiln::tensor::TensorView;
 use kiln::{DType, Dim, Error, Graph, Tensor, TensorType};
 use numpy::ndarray::ArrayD;
-use numpy::{Element, IntoPyArray, PyReadonlyArrayDyn, PyUntypedArray};
+use numpy::{
+    dtype, Element, IntoPyArray, PyArrayDescr, PyArrayDescrMethods, PyReadonlyArrayDyn,
+    PyUntypedArray, PyUntypedArrayMethods,
+};
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -264,8 +268,70 @@ fn array_of<T: Element + Clone>(a: &Bound<'_, PyAny>) -> Option<ArrayD<T>> {
     Some(a.as_array().as_standard_layout().into_owned())
 }
 
-/// The tensor for input `name` from `value`: a NumPy array (or anything
-/// `numpy.asarray` takes) of the input's element type. One copy, in row-major order.
+/// An input array read where it lies: a reference that keeps it alive, its dims, and
+/// its buffer.
+struct Borrowed<'py> {
+    _array: Bound<'py, PyUntypedArray>,
+    shape: Vec<usize>,
+    data: *const u8,
+    nbytes: usize,
+}
+
+/// How an input reaches the run: read in place, or copied first.
+enum Fed<'py> {
+    InPlace(Borrowed<'py>),
+    Copied(Tensor),
+}
+
+/// `value` borrowed in place when it is a C-contiguous, aligned NumPy array of exactly
+/// the input's element type; `None` when it must be converted (and copied).
+fn in_place<'py>(
+    py: Python<'py>,
+    ty: &TensorType,
+    value: &Bound<'py, PyAny>,
+) -> Option<Borrowed<'py>> {
+    let array = value.cast::<PyUntypedArray>().ok()?;
+    let want = numpy_dtype(py, ty.dtype)?;
+    if !array.dtype().is_equiv_to(&want) || !array.is_c_contiguous() {
+        return None;
+    }
+    let raw = array.as_array_ptr();
+    // SAFETY: `raw` is the live array `array` refers to; its flags and data are read.
+    let (flags, data) = unsafe { ((*raw).fields.flags, (*raw).fields.data) };
+    if flags & numpy::npyffi::NPY_ARRAY_ALIGNED == 0 {
+        return None;
+    }
+    let shape = array.shape().to_vec();
+    let nbytes = shape.iter().product::<usize>() * want.itemsize();
+    Some(Borrowed {
+        _array: array.clone(),
+        shape,
+        data: data as *const u8,
+        nbytes,
+    })
+}
+
+/// NumPy's descriptor of a Kiln element type, where NumPy has one.
+fn numpy_dtype(py: Python<'_>, d: DType) -> Option<Bound<'_, PyArrayDescr>> {
+    Some(match d {
+        DType::F32 => dtype::<f32>(py),
+        DType::F64 => dtype::<f64>(py),
+        DType::F16 => dtype::<half::f16>(py),
+        DType::I8 => dtype::<i8>(py),
+        DType::U8 => dtype::<u8>(py),
+        DType::I16 => dtype::<i16>(py),
+        DType::U16 => dtype::<u16>(py),
+        DType::I32 => dtype::<i32>(py),
+        DType::U32 => dtype::<u32>(py),
+        DType::I64 => dtype::<i64>(py),
+        DType::U64 => dtype::<u64>(py),
+        DType::Bool => dtype::<bool>(py),
+        _ => return None,
+    })
+}
+
+/// A copy of input `name` from `value`: a NumPy array (or anything `numpy.asarray`
+/// takes) of the input's element type, in row-major order.
 fn input_tensor(
     py: Python<'_>,
     name: &str,
@@ -344,7 +410,7 @@ fn output_array(py: Python<'_>, name: &str, t: Tensor) -> PyResult<Py<PyAny>> {
 impl PyExecutable {
     /// Runs on `feeds` (input name → array); the outputs in graph order.
     fn run_all(&self, py: Python<'_>, feeds: &Bound<'_, PyDict>) -> PyResult<Vec<Tensor>> {
-        let mut tensors = Vec::with_capacity(self.inputs.len());
+        let mut fed = Vec::with_capacity(self.inputs.len());
         for (name, ty) in &self.inputs {
             let value = feeds.get_item(name)?.ok_or_else(|| {
                 RunBadInput::new_err(format!(
@@ -352,7 +418,10 @@ impl PyExecutable {
                     names(&self.inputs)
                 ))
             })?;
-            tensors.push(input_tensor(py, name, ty, &value)?);
+            fed.push(match in_place(py, ty, &value) {
+                Some(borrowed) => Fed::InPlace(borrowed),
+                None => Fed::Copied(input_tensor(py, name, ty, &value)?),
+            });
         }
         if feeds.len() != self.inputs.len() {
             for key in feeds.keys() {
@@ -365,8 +434,22 @@ impl PyExecutable {
                 }
             }
         }
-        let exe = Arc::clone(&self.exe);
-        py.detach(move || exe.run(&tensors)).map_err(run_error)
+        let views = (fed.iter().zip(&self.inputs))
+            .map(|(f, (name, ty))| {
+                let view = match f {
+                    Fed::InPlace(b) => {
+                        // SAFETY: `b` holds a reference to the array, whose buffer holds
+                        // `nbytes` bytes from `data` (checked C-contiguous in `in_place`).
+                        let bytes = unsafe { std::slice::from_raw_parts(b.data, b.nbytes) };
+                        TensorView::new(ty.dtype, &b.shape, bytes)
+                    }
+                    Fed::Copied(t) => t.bytes_view().ok_or_else(|| "not dense".to_string()),
+                };
+                view.map_err(|e| RunBadInput::new_err(format!("input '{name}': {e}")))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let exe = &self.exe;
+        py.detach(|| exe.run_views(&views)).map_err(run_error)
     }
 
     /// The output positions `wanted` names, all of them for `None`.
@@ -399,9 +482,10 @@ fn names(sig: &[(String, TensorType)]) -> String {
 
 #[pymethods]
 impl PyExecutable {
-    /// Runs on `feeds` (input name → NumPy array); returns {output name: array}. The
-    /// inputs are copied once (row-major, whatever their strides); the outputs are
-    /// Kiln's buffers, handed over without a copy.
+    /// Runs on `feeds` (input name → NumPy array); returns {output name: array}. A
+    /// C-contiguous, aligned array of the input's dtype is read in place; any other
+    /// value is copied once into row-major order. The outputs are Kiln's buffers,
+    /// handed over without a copy.
     fn run<'py>(
         &self,
         py: Python<'py>,

@@ -17,7 +17,7 @@ use crate::backend::{Backend, Executable};
 use crate::error::{Error, Result};
 use crate::ir::{verify, Graph, TensorType};
 use crate::passes::PassOptions;
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorView};
 
 pub(crate) mod denormals;
 pub(crate) mod host;
@@ -246,23 +246,33 @@ impl CpuExecutable {
             return self.run_interp(e, inputs);
         }
         let mut copies = vec![];
-        let mut input_ptr = |t: &Tensor| match contiguous_bytes(t) {
-            Some(p) => p,
+        self.run_in_place(compiled, inputs.len(), |i| match inputs[i].bytes_view() {
+            Some(v) => v.bytes().as_ptr(),
             None => {
-                copies.push(t.to_le_bytes());
+                copies.push(inputs[i].to_le_bytes());
                 copies.last().expect("just pushed").as_ptr()
             }
-        };
+        })
+    }
+
+    /// Runs `compiled` (a program, not the interpreter) on `n` inputs whose elements
+    /// `input(i)` points to, in place.
+    fn run_in_place(
+        &self,
+        compiled: &Compiled,
+        n: usize,
+        mut input: impl FnMut(usize) -> *const u8,
+    ) -> Result<Vec<Tensor>> {
         const FEW: usize = 8;
         let mut few = [std::ptr::null(); FEW];
         let many: Vec<*const u8>;
-        let ptrs: &[*const u8] = if inputs.len() <= FEW {
-            for (slot, t) in few.iter_mut().zip(inputs) {
-                *slot = input_ptr(t);
+        let ptrs: &[*const u8] = if n <= FEW {
+            for (i, slot) in few.iter_mut().enumerate().take(n) {
+                *slot = input(i);
             }
-            &few[..inputs.len()]
+            &few[..n]
         } else {
-            many = inputs.iter().map(input_ptr).collect();
+            many = (0..n).map(input).collect();
             &many
         };
         match compiled {
@@ -541,11 +551,6 @@ pub(crate) fn runs_on_host(g: &Graph) -> bool {
     })
 }
 
-/// The address of `t`'s elements when they are contiguous in row-major order.
-fn contiguous_bytes(t: &Tensor) -> Option<*const u8> {
-    crate::match_tensor!(t, a => a.as_slice().map(|s| s.as_ptr().cast::<u8>()), _ => None)
-}
-
 unsafe fn read_output(cx: &Cx, s: &program::Slot) -> Result<Tensor> {
     // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
     // used, and the CPU features it is compiled for.
@@ -579,6 +584,32 @@ impl Executable for CpuExecutable {
             }
         };
         self.run_compiled(&program, inputs)
+    }
+
+    fn run_views(&self, inputs: &[TensorView<'_>]) -> Result<Vec<Tensor>> {
+        // A program already built for these shapes reads the views in place; anything
+        // else (a first run, a mismatch to report, the interpreter's fallback, low-bit
+        // codes to normalize) takes the checked path on copies.
+        let fits = inputs.len() == self.input_types.len()
+            && (self.input_types.iter().zip(inputs))
+                .all(|((_, ty), v)| ty.dtype == v.dtype() && v.readable_in_place());
+        let program = self.programs.find_by(|shapes| {
+            shapes.len() == inputs.len() && shapes.iter().zip(inputs).all(|(s, v)| s == v.shape())
+        });
+        match program {
+            Some(p) if fits && !matches!(*p, Compiled::Interp(_)) => {
+                self.run_in_place(&p, inputs.len(), |i| inputs[i].bytes().as_ptr())
+            }
+            _ => {
+                let owned = (inputs.iter().zip(&self.input_types))
+                    .map(|(v, (name, _))| {
+                        v.to_tensor()
+                            .map_err(|e| Error::InvalidArgument(format!("input '{name}': {e}")))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                self.run(&owned)
+            }
+        }
     }
 
     fn variables(&self) -> Vec<(String, TensorType)> {

@@ -11,8 +11,10 @@ Two ways in:
   ``graph.compile(backend="cpu", threads=0)`` an :class:`Executable`, and
   ``exe.run({"x": x})`` or ``exe(x=x)`` a dict of output arrays.
 
-Inputs are copied once into row-major order; outputs are Kiln's own buffers handed to
-NumPy without a copy. The GIL is released while a graph compiles and runs, so Python
+A C-contiguous input array of the input's dtype is read where it lies (once a run of
+its shapes has built the program; do not write to it meanwhile), any other is copied
+once into row-major order; outputs are Kiln's own buffers handed to NumPy without a
+copy. The GIL is released while a graph compiles and runs, so Python
 threads can run one executable at once. Every error is a :class:`KilnError`, of the
 subclass of its C status, carrying the library's message.
 """
