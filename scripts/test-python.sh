@@ -12,7 +12,7 @@ python3 -m venv --clear "$venv"
 # Downloads and the extension's build stay under target/, which CI caches.
 export PIP_CACHE_DIR=$PWD/target/pip-cache CARGO_TARGET_DIR=$PWD/target/python
 "$venv/bin/pip" install --quiet --upgrade pip
-"$venv/bin/pip" install --quiet ./bindings/python pytest onnxruntime
+"$venv/bin/pip" install --quiet ./bindings/python pytest onnxruntime "numpy>=2.1"
 (cd bindings/python && "../../$venv/bin/python" -m pytest -q tests)
 
 lost() {

@@ -311,6 +311,24 @@ fn in_place<'py>(
     })
 }
 
+/// `value` itself, or, for an object that is not a NumPy array but speaks DLPack (a
+/// PyTorch or JAX CPU tensor, …), the NumPy array over its memory (no copy).
+fn from_dlpack<'py>(
+    py: Python<'py>,
+    name: &str,
+    value: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if value.is_instance_of::<PyUntypedArray>() || !value.hasattr("__dlpack__")? {
+        return Ok(value);
+    }
+    let from_dlpack = py.import("numpy")?.getattr("from_dlpack")?;
+    from_dlpack.call1((&value,)).map_err(|e| {
+        RunBadInput::new_err(format!(
+            "input '{name}': its DLPack tensor is not readable on the host: {e}"
+        ))
+    })
+}
+
 /// NumPy's descriptor of a Kiln element type, where NumPy has one.
 fn numpy_dtype(py: Python<'_>, d: DType) -> Option<Bound<'_, PyArrayDescr>> {
     Some(match d {
@@ -418,6 +436,7 @@ impl PyExecutable {
                     names(&self.inputs)
                 ))
             })?;
+            let value = from_dlpack(py, name, value)?;
             fed.push(match in_place(py, ty, &value) {
                 Some(borrowed) => Fed::InPlace(borrowed),
                 None => Fed::Copied(input_tensor(py, name, ty, &value)?),

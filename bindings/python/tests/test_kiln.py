@@ -114,6 +114,33 @@ def test_contiguous_inputs_are_read_in_place():
     assert grown < 1.5 * a.nbytes / 1024, f"the run grew the peak RSS by {grown} KiB"
 
 
+class OnlyDLPack:
+    """A foreign tensor: it offers nothing but the DLPack protocol."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_dlpack_both_ways():
+    exe = kiln.parse(ADD).compile()
+    a = np.arange(6, dtype=np.float32)
+    (y,) = exe.run_list(None, {"a": OnlyDLPack(a), "b": OnlyDLPack(a)})
+    np.testing.assert_array_equal(y, 2 * a)
+    viewed = kiln.from_dlpack(OnlyDLPack(y))
+    assert viewed.__array_interface__["data"][0] == y.__array_interface__["data"][0]
+    # Outputs hand their buffer on: versioned capsules (DLPack 1.0) and legacy ones.
+    assert np.from_dlpack(y).__array_interface__["data"][0] == y.__array_interface__["data"][0]
+    assert "dltensor_versioned" in repr(y.__dlpack__(max_version=(1, 0)))  # NumPy >= 2.1
+    assert "dltensor" in repr(y.__dlpack__())
+    assert y.__dlpack_device__() == (1, 0)  # kDLCPU, device 0
+
+
 def test_strided_and_list_inputs_are_read_correctly():
     exe = kiln.parse(ADD).compile()
     a = np.arange(10, dtype=np.float32)[::2]  # not contiguous: copied, not mis-read

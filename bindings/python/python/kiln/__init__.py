@@ -21,6 +21,8 @@ subclass of its C status, carrying the library's message.
 
 import os as _os
 
+import numpy as _np
+
 from ._kiln import (
     CompileFailed,
     DeviceUnavailable,
@@ -57,10 +59,19 @@ __all__ = [
     "RunFailed",
     "UnknownOp",
     "Unsupported",
+    "from_dlpack",
     "load",
     "load_onnx_bytes",
     "parse",
 ]
+
+
+def from_dlpack(obj):
+    """A NumPy array over the memory of ``obj``, any object with ``__dlpack__`` on the
+    host (a PyTorch or JAX CPU tensor, another array), without a copy. Runs accept such
+    objects directly; Kiln's outputs are NumPy arrays, which speak DLPack themselves
+    (versioned capsules with NumPy >= 2.1)."""
+    return _np.from_dlpack(obj)
 
 
 class InferenceSession:

@@ -23,6 +23,8 @@ from ._kiln import (
     parse as parse,
 )
 
+def from_dlpack(obj: object) -> np.ndarray: ...
+
 class InferenceSession:
     def __init__(
         self,
