@@ -8,9 +8,10 @@
 use kiln::backend::{backend_with, Device};
 use kiln::frontend::onnx;
 use kiln::ir::text;
+use kiln::ir::{Attr, Attrs};
 use kiln::passes::PassOptions;
 use kiln::tensor::TensorView;
-use kiln::{DType, Dim, Error, Graph, Tensor, TensorType};
+use kiln::{DType, Dim, Error, Graph, Tensor, TensorType, Value};
 use numpy::ndarray::ArrayD;
 use numpy::{
     dtype, Element, IntoPyArray, PyArrayDescr, PyArrayDescrMethods, PyReadonlyArrayDyn,
@@ -21,7 +22,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use pyo3::IntoPyObjectExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 pyo3::create_exception!(kiln, KilnError, PyException, "Any error Kiln reports.");
 pyo3::create_exception!(
@@ -189,21 +190,50 @@ fn signature(g: &Graph) -> Result<(Signature, Signature), Error> {
     Ok((inputs, outputs))
 }
 
-/// A dataflow graph: loaded from `.onnx` or `.kir`, or parsed from `.kir` text.
+/// A dataflow graph: loaded from `.onnx` or `.kir`, parsed from `.kir` text, or built
+/// op by op (`parameter`, `constant`, `variable`, `op`, `output`, and the operators of
+/// the values they return).
 #[pyclass(module = "kiln", name = "Graph", frozen)]
 struct PyGraph {
-    graph: Arc<Graph>,
+    graph: Mutex<Graph>,
+}
+
+impl PyGraph {
+    fn wrap(graph: Graph) -> PyGraph {
+        PyGraph {
+            graph: Mutex::new(graph),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Graph> {
+        self.graph.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The value `v` of the graph `g` as a Python object.
+fn value_of(g: &Bound<'_, PyGraph>, v: Value) -> PyValue {
+    PyValue {
+        graph: g.clone().unbind(),
+        value: v,
+    }
 }
 
 #[pymethods]
 impl PyGraph {
+    #[new]
+    #[pyo3(signature = (name = "graph"))]
+    fn new(name: &str) -> PyGraph {
+        PyGraph::wrap(Graph::new(name))
+    }
+
     /// Compiles the graph for `backend` (`"cpu"`, `"interp"`, `"cuda:N"`) on `threads`
     /// threads (0: one per core). Pass options come from the `KILN_*` environment
-    /// variables, as for the command line. The GIL is released meanwhile.
+    /// variables, as for the command line. The GIL is released meanwhile; the graph
+    /// may be built on afterwards without changing the executable.
     #[pyo3(signature = (backend = "cpu", threads = 0))]
     fn compile(&self, py: Python<'_>, backend: &str, threads: usize) -> PyResult<PyExecutable> {
         let device: Device = backend.parse().map_err(to_py)?;
-        let graph = Arc::clone(&self.graph);
+        let graph = self.lock().clone();
         let (inputs, outputs) = signature(&graph).map_err(to_py)?;
         let exe = py
             .detach(move || {
@@ -217,27 +247,126 @@ impl PyGraph {
         })
     }
 
+    /// A graph input: `shape` lists ints, names of symbolic dims (`"N"`) and
+    /// `kiln.Axis(name, size)` for named axes; `dtype` is Kiln's name (`"f32"`, …).
+    #[pyo3(signature = (name, dtype, shape))]
+    fn parameter(
+        slf: &Bound<'_, Self>,
+        name: &str,
+        dtype: &str,
+        shape: Vec<Bound<'_, PyAny>>,
+    ) -> PyResult<PyValue> {
+        let dtype: DType = dtype
+            .parse()
+            .map_err(|e: String| InvalidArgument::new_err(e))?;
+        let ty = TensorType::new(dtype, shape_of(&shape)?);
+        let id = slf.get().lock().add_parameter(name, ty).map_err(to_py)?;
+        Ok(value_of(slf, id.out(0)))
+    }
+
+    /// A constant holding a copy of `value` (a NumPy array or anything
+    /// `numpy.asarray` takes); `dtype` converts it first.
+    #[pyo3(signature = (value, name = "", dtype = None))]
+    fn constant(
+        slf: &Bound<'_, Self>,
+        value: &Bound<'_, PyAny>,
+        name: &str,
+        dtype: Option<&str>,
+    ) -> PyResult<PyValue> {
+        let t = tensor_from(slf.py(), value, dtype)?;
+        let id = slf
+            .get()
+            .lock()
+            .add_constant_value(name, t)
+            .map_err(to_py)?;
+        Ok(value_of(slf, id.out(0)))
+    }
+
+    /// A variable: state an executable keeps across runs, starting from `value`
+    /// (read and written with `Executable.read_variable` / `write_variables`).
+    #[pyo3(signature = (name, value, dtype = None))]
+    fn variable(
+        slf: &Bound<'_, Self>,
+        name: &str,
+        value: &Bound<'_, PyAny>,
+        dtype: Option<&str>,
+    ) -> PyResult<PyValue> {
+        let t = tensor_from(slf.py(), value, dtype)?;
+        let ty = TensorType::new(t.dtype(), kiln::Shape::fixed(t.shape()));
+        let id = slf.get().lock().add_variable(name, ty, t).map_err(to_py)?;
+        Ok(value_of(slf, id.out(0)))
+    }
+
+    /// Catalogue op `op` on `inputs` (values of this graph, `None` for an absent
+    /// optional input) with `attrs`; its output, or a tuple of them.
+    #[pyo3(signature = (op, inputs, name = "", **attrs))]
+    fn op(
+        slf: &Bound<'_, Self>,
+        op: &str,
+        inputs: Vec<Option<PyRef<'_, PyValue>>>,
+        name: &str,
+        attrs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let mut values = Vec::with_capacity(inputs.len());
+        for (i, v) in inputs.iter().enumerate() {
+            values.push(match v {
+                Some(v) if !v.graph.is(slf) => {
+                    return Err(InvalidArgument::new_err(format!(
+                        "{op}: input {i} belongs to another graph"
+                    )))
+                }
+                Some(v) => Some(v.value),
+                None => None,
+            });
+        }
+        let attrs = attrs_of(attrs)?;
+        let mut g = slf.get().lock();
+        let id = g.add_op(op, &values, attrs, name).map_err(to_py)?;
+        let n = g.node(id).outputs.len() as u32;
+        drop(g);
+        let outs: Vec<PyValue> = (0..n).map(|i| value_of(slf, id.out(i))).collect();
+        if outs.len() == 1 {
+            outs.into_iter().next().expect("one").into_py_any(py)
+        } else {
+            pyo3::types::PyTuple::new(py, outs)?.into_py_any(py)
+        }
+    }
+
+    /// Marks `value` as the graph output `name`.
+    fn output(slf: &Bound<'_, Self>, name: &str, value: PyRef<'_, PyValue>) -> PyResult<()> {
+        if !value.graph.is(slf) {
+            return Err(InvalidArgument::new_err(format!(
+                "output '{name}': the value belongs to another graph"
+            )));
+        }
+        slf.get()
+            .lock()
+            .add_output(name, value.value)
+            .map_err(to_py)
+    }
+
     /// The graph as `.kir` text (deterministic; `kiln.parse` reads it back).
     fn to_text(&self) -> String {
-        text::print(&self.graph)
+        text::print(&self.lock())
     }
 
     #[getter]
     fn name(&self) -> String {
-        self.graph.name.clone()
+        self.lock().name.clone()
     }
 
     /// The graph's inputs (`Parameter` nodes) in order.
     #[getter]
     fn inputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
-        let (inputs, _) = signature(&self.graph).map_err(to_py)?;
+        let (inputs, _) = signature(&self.lock()).map_err(to_py)?;
         inputs.iter().map(|(n, t)| node_arg(py, n, t)).collect()
     }
 
     /// The graph's outputs in order.
     #[getter]
     fn outputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
-        let (_, outputs) = signature(&self.graph).map_err(to_py)?;
+        let (_, outputs) = signature(&self.lock()).map_err(to_py)?;
         outputs.iter().map(|(n, t)| node_arg(py, n, t)).collect()
     }
 
@@ -246,12 +375,327 @@ impl PyGraph {
     }
 
     fn __repr__(&self) -> String {
-        format!(
-            "<kiln.Graph '{}' of {} nodes>",
-            self.graph.name,
-            self.graph.len()
-        )
+        let g = self.lock();
+        format!("<kiln.Graph '{}' of {} nodes>", g.name, g.len())
     }
+}
+
+/// A named axis of a parameter's shape: `kiln.Axis("C", 784)`, or a symbolic size
+/// `kiln.Axis("batch", "N")`.
+#[pyclass(module = "kiln", name = "Axis", frozen, get_all)]
+struct PyAxis {
+    name: String,
+    size: Py<PyAny>,
+}
+
+#[pymethods]
+impl PyAxis {
+    #[new]
+    fn new(name: String, size: Py<PyAny>) -> PyAxis {
+        PyAxis { name, size }
+    }
+}
+
+/// One dim: an int, or a symbol's name.
+fn dim_of(d: &Bound<'_, PyAny>) -> PyResult<Dim> {
+    if let Ok(n) = d.extract::<usize>() {
+        return Ok(Dim::Fixed(n));
+    }
+    if let Ok(s) = d.extract::<String>() {
+        return Ok(Dim::Sym(s));
+    }
+    Err(InvalidArgument::new_err(format!(
+        "a dim is an int >= 0 or a symbol's name, not {}",
+        d.repr()?
+    )))
+}
+
+/// A shape from ints, symbol names and `kiln.Axis` items.
+fn shape_of(items: &[Bound<'_, PyAny>]) -> PyResult<kiln::Shape> {
+    let mut dims = Vec::with_capacity(items.len());
+    let mut names = Vec::with_capacity(items.len());
+    for item in items {
+        if let Ok(axis) = item.cast::<PyAxis>() {
+            let axis = axis.get();
+            dims.push(dim_of(axis.size.bind(item.py()))?);
+            names.push(Some(axis.name.clone()));
+        } else {
+            dims.push(dim_of(item)?);
+            names.push(None);
+        }
+    }
+    Ok(kiln::Shape::named(dims, names))
+}
+
+/// A tensor copied from `value` (converted to `dtype` first when given).
+fn tensor_from(py: Python<'_>, value: &Bound<'_, PyAny>, dtype: Option<&str>) -> PyResult<Tensor> {
+    let np = py.import("numpy")?;
+    let array = match dtype {
+        Some(d) => {
+            let d: DType = d.parse().map_err(|e: String| InvalidArgument::new_err(e))?;
+            let ty = TensorType::new(d, kiln::Shape::scalar());
+            return input_tensor(
+                py,
+                "value",
+                &ty,
+                &np.getattr("asarray")?.call1((value, numpy_name(d)?))?,
+            );
+        }
+        None => np.getattr("asarray")?.call1((value,))?,
+    };
+    let array = array.cast::<PyUntypedArray>()?;
+    let d = [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::I8,
+        DType::U8,
+        DType::I16,
+        DType::U16,
+        DType::I32,
+        DType::U32,
+        DType::I64,
+        DType::U64,
+        DType::Bool,
+    ]
+    .into_iter()
+    .find(|&d| numpy_dtype(py, d).is_some_and(|w| array.dtype().is_equiv_to(&w)))
+    .ok_or_else(|| {
+        Unsupported::new_err(format!("NumPy dtype {} has no Kiln dtype", array.dtype()))
+    })?;
+    let ty = TensorType::new(d, kiln::Shape::scalar());
+    input_tensor(py, "value", &ty, array.as_any())
+}
+
+/// NumPy's name of a Kiln dtype.
+fn numpy_name(d: DType) -> PyResult<&'static str> {
+    Ok(match d {
+        DType::F32 => "float32",
+        DType::F64 => "float64",
+        DType::F16 => "float16",
+        DType::I8 => "int8",
+        DType::U8 => "uint8",
+        DType::I16 => "int16",
+        DType::U16 => "uint16",
+        DType::I32 => "int32",
+        DType::U32 => "uint32",
+        DType::I64 => "int64",
+        DType::U64 => "uint64",
+        DType::Bool => "bool",
+        other => return Err(Unsupported::new_err(format!("{other} has no NumPy dtype"))),
+    })
+}
+
+/// Attributes from keyword arguments: ints, floats, strings, lists of each, graphs.
+fn attrs_of(kw: Option<&Bound<'_, PyDict>>) -> PyResult<Attrs> {
+    let mut attrs = Attrs::new();
+    let Some(kw) = kw else { return Ok(attrs) };
+    for (k, v) in kw.iter() {
+        let name: String = k.extract()?;
+        let attr = if v.is_instance_of::<pyo3::types::PyBool>() {
+            Attr::Int(i64::from(v.extract::<bool>()?))
+        } else if let Ok(i) = v.extract::<i64>() {
+            Attr::Int(i)
+        } else if let Ok(f) = v.extract::<f64>() {
+            Attr::Float(f)
+        } else if let Ok(s) = v.extract::<String>() {
+            Attr::String(s)
+        } else if let Ok(g) = v.cast::<PyGraph>() {
+            Attr::Graph(Arc::new(g.get().lock().clone()))
+        } else if let Ok(i) = v.extract::<Vec<i64>>() {
+            Attr::Ints(i)
+        } else if let Ok(f) = v.extract::<Vec<f64>>() {
+            Attr::Floats(f)
+        } else if let Ok(s) = v.extract::<Vec<String>>() {
+            Attr::Strings(s)
+        } else {
+            return Err(InvalidArgument::new_err(format!(
+                "attribute '{name}': {} is not an int, float, string, list of one of those, or graph",
+                v.repr()?
+            )));
+        };
+        attrs.set(&name, attr);
+    }
+    Ok(attrs)
+}
+
+/// One output of one node of a graph being built; arithmetic on it adds nodes.
+#[pyclass(module = "kiln", name = "Value", frozen)]
+struct PyValue {
+    graph: Py<PyGraph>,
+    value: Value,
+}
+
+impl PyValue {
+    /// `op(self, other)` (or `op(other, self)`): `other` a value of the same graph, or a
+    /// number or array made a constant of this value's dtype.
+    fn binary(
+        &self,
+        py: Python<'_>,
+        op: &str,
+        other: &Bound<'_, PyAny>,
+        swap: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let g = self.graph.bind(py);
+        let other = match other.cast::<PyValue>() {
+            Ok(v) => v.get().value,
+            Err(_) => {
+                let dtype = g.get().lock().value_type(self.value).map_err(to_py)?.dtype;
+                let t = tensor_from(py, other, Some(&dtype.to_string()))?;
+                g.get()
+                    .lock()
+                    .add_constant_value("", t)
+                    .map_err(to_py)?
+                    .out(0)
+            }
+        };
+        let (a, b) = if swap {
+            (other, self.value)
+        } else {
+            (self.value, other)
+        };
+        let a = value_of(g, a).into_pyobject(py)?;
+        let b = value_of(g, b).into_pyobject(py)?;
+        PyGraph::op(g, op, vec![Some(a.borrow()), Some(b.borrow())], "", None)
+    }
+
+    fn unary(&self, py: Python<'_>, op: &str) -> PyResult<Py<PyAny>> {
+        let g = self.graph.bind(py);
+        let me = value_of(g, self.value).into_pyobject(py)?;
+        PyGraph::op(g, op, vec![Some(me.borrow())], "", None)
+    }
+}
+
+#[pymethods]
+impl PyValue {
+    /// The graph the value belongs to.
+    #[getter]
+    fn graph(&self, py: Python<'_>) -> Py<PyGraph> {
+        self.graph.clone_ref(py)
+    }
+
+    /// Its type as the text format writes it: `f32[batch:N, 784]`.
+    #[getter]
+    fn r#type(&self, py: Python<'_>) -> PyResult<String> {
+        let g = self.graph.bind(py).get().lock();
+        Ok(g.value_type(self.value).map_err(to_py)?.to_string())
+    }
+
+    #[getter]
+    fn dtype(&self, py: Python<'_>) -> PyResult<String> {
+        let g = self.graph.bind(py).get().lock();
+        Ok(g.value_type(self.value).map_err(to_py)?.dtype.to_string())
+    }
+
+    /// Ints, and names for symbolic dims.
+    #[getter]
+    fn shape(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
+        let ty = self
+            .graph
+            .bind(py)
+            .get()
+            .lock()
+            .value_type(self.value)
+            .map_err(to_py)?
+            .clone();
+        Ok(node_arg(py, "", &ty)?.shape)
+    }
+
+    /// The name of the node computing it.
+    #[getter]
+    fn name(&self, py: Python<'_>) -> String {
+        self.graph
+            .bind(py)
+            .get()
+            .lock()
+            .node(self.value.node)
+            .name
+            .clone()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "<kiln.Value '{}' {}>",
+            self.name(py),
+            self.r#type(py)?
+        ))
+    }
+
+    fn __add__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, "Add", o, false)
+    }
+    fn __radd__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, "Add", o, true)
+    }
+    fn __sub__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, "Sub", o, false)
+    }
+    fn __rsub__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, "Sub", o, true)
+    }
+    fn __mul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, "Mul", o, false)
+    }
+    fn __rmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, "Mul", o, true)
+    }
+    fn __truediv__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, "Div", o, false)
+    }
+    fn __rtruediv__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, "Div", o, true)
+    }
+    fn __matmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, "MatMul", o, false)
+    }
+    fn __rmatmul__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, "MatMul", o, true)
+    }
+    fn __neg__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.unary(py, "Neg")
+    }
+    fn __lt__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, "Less", o, false)
+    }
+    fn __le__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, "LessOrEqual", o, false)
+    }
+    fn __gt__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, "Greater", o, false)
+    }
+    fn __ge__(&self, py: Python<'_>, o: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.binary(py, "GreaterOrEqual", o, false)
+    }
+}
+
+/// Gradients of the scalar `loss` with respect to each of `wrt`, as new values of
+/// their graph (reverse mode, `autodiff::grad`).
+#[pyfunction]
+fn grad(
+    py: Python<'_>,
+    loss: PyRef<'_, PyValue>,
+    wrt: Vec<PyRef<'_, PyValue>>,
+) -> PyResult<Vec<PyValue>> {
+    let g = loss.graph.bind(py);
+    if let Some(i) = wrt.iter().position(|w| !w.graph.is(g)) {
+        return Err(InvalidArgument::new_err(format!(
+            "wrt[{i}] belongs to another graph than the loss"
+        )));
+    }
+    let targets: Vec<Value> = wrt.iter().map(|w| w.value).collect();
+    let grads = kiln::autodiff::grad(&mut g.get().lock(), loss.value, &targets).map_err(to_py)?;
+    Ok(grads.into_iter().map(|v| value_of(g, v)).collect())
+}
+
+/// The op catalogue: (name, one-line signature, doc) for each op, by name.
+#[pyfunction]
+fn catalogue() -> Vec<(String, String, String)> {
+    (kiln::ir::ops::catalogue().values())
+        .map(|op| {
+            let s = op.schema();
+            (s.name.to_string(), s.signature(), s.doc.to_string())
+        })
+        .collect()
 }
 
 /// A compiled graph. Runs may come from many Python threads at once.
@@ -566,6 +1010,34 @@ impl PyExecutable {
             .collect()
     }
 
+    /// The variables the executable owns, by name and type, in graph order.
+    #[getter]
+    fn variables(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
+        (self.exe.variables().iter())
+            .map(|(n, t)| node_arg(py, n, t))
+            .collect()
+    }
+
+    /// A copy of variable `name`'s current value.
+    fn read_variable(&self, py: Python<'_>, name: &str) -> PyResult<Py<PyAny>> {
+        let t = self.exe.read_variable(name).map_err(to_py)?;
+        output_array(py, name, t)
+    }
+
+    /// Replaces the variables named in `values` (name → array), all or none.
+    fn write_variables(&self, py: Python<'_>, values: &Bound<'_, PyDict>) -> PyResult<()> {
+        let vars = self.exe.variables();
+        let mut owned = Vec::with_capacity(values.len());
+        for (k, v) in values.iter() {
+            let name: String = k.extract()?;
+            let dtype = (vars.iter().find(|(n, _)| *n == name)).map(|(_, t)| t.dtype.to_string());
+            owned.push((name, tensor_from(py, &v, dtype.as_deref())?));
+        }
+        let refs: Vec<(&str, &Tensor)> = owned.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let exe = &self.exe;
+        py.detach(|| exe.write_variables(&refs)).map_err(to_py)
+    }
+
     #[getter]
     fn outputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
         self.outputs
@@ -588,9 +1060,7 @@ fn load(py: Python<'_>, path: std::path::PathBuf) -> PyResult<PyGraph> {
             }
         })
         .map_err(to_py)?;
-    Ok(PyGraph {
-        graph: Arc::new(graph),
-    })
+    Ok(PyGraph::wrap(graph))
 }
 
 /// Imports an ONNX model from its bytes (external data, if any, from `base_dir`).
@@ -604,9 +1074,7 @@ fn load_onnx_bytes(
     let graph = py
         .detach(|| onnx::import_bytes(data, base_dir.as_deref()))
         .map_err(to_py)?;
-    Ok(PyGraph {
-        graph: Arc::new(graph),
-    })
+    Ok(PyGraph::wrap(graph))
 }
 
 /// Parses `.kir` text (`Graph.to_text`'s language); `name` labels it in errors.
@@ -614,9 +1082,7 @@ fn load_onnx_bytes(
 #[pyo3(signature = (source, name = "<string>"))]
 fn parse(source: &str, name: &str) -> PyResult<PyGraph> {
     let graph = text::parse(source, name, None::<&Path>).map_err(to_py)?;
-    Ok(PyGraph {
-        graph: Arc::new(graph),
-    })
+    Ok(PyGraph::wrap(graph))
 }
 
 #[pymodule]
@@ -625,6 +1091,10 @@ fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyGraph>()?;
     m.add_class::<PyExecutable>()?;
     m.add_class::<NodeArg>()?;
+    m.add_class::<PyValue>()?;
+    m.add_class::<PyAxis>()?;
+    m.add_function(wrap_pyfunction!(grad, m)?)?;
+    m.add_function(wrap_pyfunction!(catalogue, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(load_onnx_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(parse, m)?)?;

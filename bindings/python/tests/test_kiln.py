@@ -236,3 +236,86 @@ def test_rss_stays_flat_over_many_runs():
     for _ in range(100_000):
         exe.run_list(None, {"a": a, "b": a})
     assert rss_kib() - before < 1024
+
+
+def test_graphs_built_in_python_run_like_numpy():
+    g = kiln.Graph("mlp")
+    x = g.parameter("x", "f32", [kiln.Axis("batch", "N"), kiln.Axis("C", 4)])
+    assert x.type == "f32[batch:N, C:4]" and x.shape == ["N", 4]
+    rng = np.random.default_rng(0)
+    w_np = rng.standard_normal((4, 3)).astype(np.float32)
+    w = g.constant(w_np, name="w")
+    h = kiln.ops.relu(x @ w + 0.5)
+    y = kiln.ops.Softmax(-h * 2.0, axis=-1)
+    g.output("y", y)
+    g.output("big", h > 1.0)
+    exe = g.compile(threads=1)
+    xv = rng.standard_normal((5, 4)).astype(np.float32)
+    out = exe(x=xv)
+    hv = np.maximum(xv @ w_np + 0.5, 0)
+    e = np.exp(-2 * hv - (-2 * hv).max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out["y"], e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(out["big"], hv > 1.0)
+    # The built graph prints and parses back to the same text.
+    assert kiln.parse(g.to_text()).to_text() == g.to_text()
+
+
+def test_grad_matches_the_analytic_gradient():
+    g = kiln.Graph()
+    x = g.parameter("x", "f32", [3, 4])
+    w = g.parameter("w", "f32", [4, 2])
+    y = x @ w
+    loss = kiln.ops.ReduceSum(y * y, keepdims=0)
+    (dw,) = kiln.grad(loss, [w])
+    g.output("loss", loss)
+    g.output("dw", dw)
+    rng = np.random.default_rng(1)
+    xv = rng.standard_normal((3, 4)).astype(np.float32)
+    wv = rng.standard_normal((4, 2)).astype(np.float32)
+    out = g.compile()(x=xv, w=wv)
+    np.testing.assert_allclose(out["dw"], 2 * xv.T @ (xv @ wv), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out["loss"], ((xv @ wv) ** 2).sum(), rtol=1e-5)
+
+
+def test_variables_are_read_and_written_from_numpy():
+    g = kiln.Graph()
+    x = g.parameter("x", "f32", [2])
+    v = g.variable("v", np.array([1.0, 2.0], np.float32))
+    g.output("y", x + v)
+    exe = g.compile()
+    assert [a.name for a in exe.variables] == ["v"]
+    np.testing.assert_array_equal(exe.read_variable("v"), [1.0, 2.0])
+    exe.write_variables({"v": [10.0, 20.0]})
+    np.testing.assert_array_equal(exe(x=np.ones(2, np.float32))["y"], [11.0, 21.0])
+    with pytest.raises(kiln.InvalidArgument):
+        exe.write_variables({"v": np.zeros(3, np.float32)})
+    with pytest.raises(kiln.InvalidArgument, match="no variable 'w'"):
+        exe.read_variable("w")
+
+
+def test_ops_come_from_the_catalogue():
+    names = [n for n, _, _ in kiln.catalogue()]
+    assert len(names) > 150 and "Conv" in names
+    assert kiln.ops.conv is kiln.ops.Conv and kiln.ops.mat_mul is kiln.ops.MatMul
+    assert kiln.ops.Conv.__doc__.startswith("Conv(X, W, B?) -> (Y)")
+    assert all(callable(getattr(kiln.ops, n)) for n in names)
+
+
+def test_building_errors_name_the_node():
+    g = kiln.Graph()
+    x = g.parameter("x", "f32", [2, 3])
+    with pytest.raises(kiln.InvalidGraph, match="MatMul"):
+        x @ x
+    with pytest.raises(kiln.UnknownOp):
+        g.op("NoSuchOp", [x])
+    with pytest.raises(kiln.KilnError, match="axis"):
+        kiln.ops.Softmax(x, axis="last")
+    other = kiln.Graph().parameter("z", "f32", [2, 3])
+    with pytest.raises(kiln.InvalidArgument, match="another graph"):
+        g.op("Add", [x, other])
+    with pytest.raises(kiln.InvalidArgument):
+        g.parameter("y", "f33", [1])
+    with pytest.raises(kiln.InvalidArgument, match="dim"):
+        g.parameter("y", "f32", [-1])
+    with pytest.raises(kiln.InvalidGraph):
+        g.parameter("x", "f32", [1])  # the name is taken

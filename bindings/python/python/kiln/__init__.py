@@ -7,6 +7,11 @@ Two ways in:
       sess = kiln.InferenceSession("model.onnx")
       (y,) = sess.run(None, {"x": x})
 
+* Graphs built in Python, nGraph style: ``g = kiln.Graph()``, ``x = g.parameter("x",
+  "f32", [kiln.Axis("batch", "N"), 784])``, ``g.constant(array)``, ``g.variable(...)``,
+  any catalogue op from :mod:`kiln.ops`, the operators ``+ - * / @``, unary ``-`` and
+  comparisons, ``kiln.grad(loss, [w])``, ``g.output("y", y)``.
+
 * Kiln's own: ``kiln.load(path)`` (or ``kiln.parse(text)``) gives a :class:`Graph`,
   ``graph.compile(backend="cpu", threads=0)`` an :class:`Executable`, and
   ``exe.run({"x": x})`` or ``exe(x=x)`` a dict of output arrays.
@@ -24,6 +29,7 @@ import os as _os
 import numpy as _np
 
 from ._kiln import (
+    Axis,
     CompileFailed,
     DeviceUnavailable,
     Executable,
@@ -38,12 +44,17 @@ from ._kiln import (
     RunFailed,
     UnknownOp,
     Unsupported,
+    Value,
+    catalogue,
+    grad,
     load,
     load_onnx_bytes,
     parse,
 )
+from . import ops
 
 __all__ = [
+    "Axis",
     "CompileFailed",
     "DeviceUnavailable",
     "Executable",
@@ -59,9 +70,13 @@ __all__ = [
     "RunFailed",
     "UnknownOp",
     "Unsupported",
+    "Value",
+    "catalogue",
     "from_dlpack",
+    "grad",
     "load",
     "load_onnx_bytes",
+    "ops",
     "parse",
 ]
 

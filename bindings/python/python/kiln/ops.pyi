@@ -1,0 +1,6 @@
+from typing import Any
+
+from ._kiln import Value
+
+# One function per catalogue op, made at import (see ops.py): ops.Conv / ops.conv, ...
+def __getattr__(name: str) -> Any: ...
