@@ -9,6 +9,7 @@ use kiln::backend::{backend_with, Device};
 use kiln::frontend::onnx;
 use kiln::ir::text;
 use kiln::ir::{Attr, Attrs};
+use kiln::optim::{Optimizer, Rule};
 use kiln::passes::PassOptions;
 use kiln::tensor::TensorView;
 use kiln::{DType, Dim, Error, Graph, Tensor, TensorType, Value};
@@ -687,6 +688,61 @@ fn grad(
     Ok(grads.into_iter().map(|v| value_of(g, v)).collect())
 }
 
+/// Appends one optimizer step to the graph of `vars` (variables) from `grads` at
+/// learning rate `lr` (a float scalar value): `rule` is `"sgd"`, `"adam"` or
+/// `"adamw"` (`optim::add_optimizer`; `kiln.optim` wraps it).
+#[pyfunction]
+#[pyo3(signature = (rule, vars, grads, lr, momentum = 0.0, nesterov = false, beta1 = 0.9,
+    beta2 = 0.999, epsilon = 1e-8, weight_decay = 0.0, clip_norm = None))]
+#[allow(clippy::too_many_arguments)]
+fn add_optimizer(
+    py: Python<'_>,
+    rule: &str,
+    vars: Vec<PyRef<'_, PyValue>>,
+    grads: Vec<PyRef<'_, PyValue>>,
+    lr: PyRef<'_, PyValue>,
+    momentum: f64,
+    nesterov: bool,
+    beta1: f64,
+    beta2: f64,
+    epsilon: f64,
+    weight_decay: f64,
+    clip_norm: Option<f64>,
+) -> PyResult<()> {
+    let adam = |decoupled| Rule::Adam {
+        beta1,
+        beta2,
+        epsilon,
+        decoupled,
+    };
+    let rule = match rule {
+        "sgd" => Rule::Sgd { momentum, nesterov },
+        "adam" => adam(false),
+        "adamw" => adam(true),
+        other => {
+            return Err(InvalidArgument::new_err(format!(
+                "unknown optimizer '{other}' (sgd, adam, adamw)"
+            )))
+        }
+    };
+    let g = lr.graph.bind(py);
+    if vars.iter().chain(&grads).any(|v| !v.graph.is(g)) {
+        return Err(InvalidArgument::new_err(
+            "the variables, gradients and learning rate belong to different graphs",
+        ));
+    }
+    let opt = Optimizer {
+        rule,
+        weight_decay,
+        clip_norm,
+    };
+    let vars: Vec<Value> = vars.iter().map(|v| v.value).collect();
+    let grads: Vec<Value> = grads.iter().map(|v| v.value).collect();
+    kiln::optim::add_optimizer(&mut g.get().lock(), &opt, &vars, &grads, lr.value)
+        .map(drop)
+        .map_err(to_py)
+}
+
 /// The op catalogue: (name, one-line signature, doc) for each op, by name.
 #[pyfunction]
 fn catalogue() -> Vec<(String, String, String)> {
@@ -1095,6 +1151,7 @@ fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyAxis>()?;
     m.add_function(wrap_pyfunction!(grad, m)?)?;
     m.add_function(wrap_pyfunction!(catalogue, m)?)?;
+    m.add_function(wrap_pyfunction!(add_optimizer, m)?)?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(load_onnx_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(parse, m)?)?;

@@ -319,3 +319,29 @@ def test_building_errors_name_the_node():
         g.parameter("y", "f32", [-1])
     with pytest.raises(kiln.InvalidGraph):
         g.parameter("x", "f32", [1])  # the name is taken
+
+
+def test_the_digits_mlp_example_trains_to_its_accuracy():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("digits_mlp", ROOT / "examples/python/digits_mlp.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    accuracy, _ = example.train(ROOT / "examples/data/digits.bin", verbose=False)
+    assert accuracy >= 0.983
+
+
+def test_optimizers_step_variables():
+    g = kiln.Graph()
+    w = g.variable("w", np.array([1.0, -2.0], np.float32))
+    lr = g.parameter("lr", "f32", [])
+    loss = kiln.ops.ReduceSum(w * w, keepdims=0)
+    (dw,) = kiln.optim.SGD().minimize(loss, [w], lr)
+    g.output("loss", loss)
+    exe = g.compile()
+    exe(lr=np.float32(0.25))
+    np.testing.assert_allclose(exe.read_variable("w"), [0.5, -1.0])  # w - 0.25 * 2w
+    with pytest.raises(kiln.InvalidArgument, match="unknown optimizer"):
+        kiln._kiln.add_optimizer("lion", [w], [dw], lr)
+    with pytest.raises(kiln.InvalidArgument, match="variables"):
+        kiln.optim.Adam().minimize(loss, [lr], lr)

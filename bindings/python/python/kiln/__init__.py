@@ -51,7 +51,7 @@ from ._kiln import (
     load_onnx_bytes,
     parse,
 )
-from . import ops
+from . import ops, optim
 
 __all__ = [
     "Axis",
@@ -77,6 +77,7 @@ __all__ = [
     "load",
     "load_onnx_bytes",
     "ops",
+    "optim",
     "parse",
 ]
 
