@@ -445,46 +445,36 @@ fn tensor_from(py: Python<'_>, value: &Bound<'_, PyAny>, dtype: Option<&str>) ->
         None => np.getattr("asarray")?.call1((value,))?,
     };
     let array = array.cast::<PyUntypedArray>()?;
-    let d = [
-        DType::F32,
-        DType::F64,
-        DType::F16,
-        DType::I8,
-        DType::U8,
-        DType::I16,
-        DType::U16,
-        DType::I32,
-        DType::U32,
-        DType::I64,
-        DType::U64,
-        DType::Bool,
-    ]
-    .into_iter()
-    .find(|&d| numpy_dtype(py, d).is_some_and(|w| array.dtype().is_equiv_to(&w)))
-    .ok_or_else(|| {
-        Unsupported::new_err(format!("NumPy dtype {} has no Kiln dtype", array.dtype()))
-    })?;
+    let d = (NUMPY_DTYPES.iter().map(|&(d, _)| d))
+        .find(|&d| numpy_dtype(py, d).is_some_and(|w| array.dtype().is_equiv_to(&w)))
+        .ok_or_else(|| {
+            Unsupported::new_err(format!("NumPy dtype {} has no Kiln dtype", array.dtype()))
+        })?;
     let ty = TensorType::new(d, kiln::Shape::scalar());
     input_tensor(py, "value", &ty, array.as_any())
 }
 
+/// The Kiln dtypes NumPy has, with NumPy's names.
+const NUMPY_DTYPES: [(DType, &str); 12] = [
+    (DType::F32, "float32"),
+    (DType::F64, "float64"),
+    (DType::F16, "float16"),
+    (DType::I8, "int8"),
+    (DType::U8, "uint8"),
+    (DType::I16, "int16"),
+    (DType::U16, "uint16"),
+    (DType::I32, "int32"),
+    (DType::U32, "uint32"),
+    (DType::I64, "int64"),
+    (DType::U64, "uint64"),
+    (DType::Bool, "bool"),
+];
+
 /// NumPy's name of a Kiln dtype.
 fn numpy_name(d: DType) -> PyResult<&'static str> {
-    Ok(match d {
-        DType::F32 => "float32",
-        DType::F64 => "float64",
-        DType::F16 => "float16",
-        DType::I8 => "int8",
-        DType::U8 => "uint8",
-        DType::I16 => "int16",
-        DType::U16 => "uint16",
-        DType::I32 => "int32",
-        DType::U32 => "uint32",
-        DType::I64 => "int64",
-        DType::U64 => "uint64",
-        DType::Bool => "bool",
-        other => return Err(Unsupported::new_err(format!("{other} has no NumPy dtype"))),
-    })
+    (NUMPY_DTYPES.iter().find(|(k, _)| *k == d))
+        .map(|(_, n)| *n)
+        .ok_or_else(|| Unsupported::new_err(format!("{d} has no NumPy dtype")))
 }
 
 /// Attributes from keyword arguments: ints, floats, strings, lists of each, graphs.
@@ -861,9 +851,7 @@ fn input_tensor(
         value
     } else {
         // A list or scalar takes the input's element type, as a literal would.
-        let dtype = onnx_type_name(ty);
-        let dtype = dtype.trim_start_matches("tensor(").trim_end_matches(')');
-        let dtype = if dtype == "float" { "float32" } else { dtype };
+        let dtype = numpy_name(ty.dtype)?;
         let asarray = py.import("numpy")?.getattr("asarray")?;
         owned = asarray.call1((value, dtype)).map_err(|e| {
             RunBadInput::new_err(format!("input '{name}' is {}: {e}", onnx_type_name(ty)))
