@@ -345,3 +345,26 @@ def test_optimizers_step_variables():
         kiln._kiln.add_optimizer("lion", [w], [dw], lr)
     with pytest.raises(kiln.InvalidArgument, match="variables"):
         kiln.optim.Adam().minimize(loss, [lr], lr)
+
+
+def test_the_digits_cnn_example_trains_with_kiln_nn(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("digits_cnn", ROOT / "examples/python/digits_cnn.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    model, accuracy, _ = example.train(ROOT / "examples/data/digits.bin", verbose=False)
+    assert accuracy >= 0.985
+    # save / load: a fresh model of the same layers predicts the same logits.
+    x = np.load(DIGITS_X)
+    model.save(tmp_path / "cnn.npz")
+    from kiln import nn
+
+    again = nn.Sequential(
+        [nn.Conv(16), nn.ReLU(), nn.Pool(2), nn.Conv(32), nn.ReLU(), nn.Flatten(), nn.Linear(10)],
+        seed=7,
+    ).load(tmp_path / "cnn.npz")
+    np.testing.assert_allclose(again.predict(x), model.predict(x), rtol=1e-5, atol=1e-5)
+    assert again.predict(x).argmax(axis=1).tolist() == LABELS
+    with pytest.raises(kiln.InvalidArgument, match="not been fitted"):
+        nn.Sequential([nn.Linear(10)]).predict(x)

@@ -51,7 +51,7 @@ from ._kiln import (
     load_onnx_bytes,
     parse,
 )
-from . import ops, optim
+from . import nn, ops, optim
 
 __all__ = [
     "Axis",
@@ -76,6 +76,7 @@ __all__ = [
     "grad",
     "load",
     "load_onnx_bytes",
+    "nn",
     "ops",
     "optim",
     "parse",
