@@ -8,6 +8,8 @@
 //! - that loop written in assembly, walking 16 channels of L1-resident weights and
 //!   inputs the way the kernel does (the best the instruction mix can do);
 //! - the same loop shaped 6 pixels × 64 output channels (fewer loads per FMA);
+//! - the same loop without its broadcasts (only the weight-row loads left), to show
+//!   which loads cost;
 //! - the same loop with the broadcasts folded into the FMAs as `{1to16}` operands (the
 //!   form the kernel avoids, to show why);
 //! - `conv_blocked` itself on 1×1 shapes whose weights and input fit in L1 (the compiled
@@ -72,6 +74,65 @@ fn channels_broadcast(x: *const f32, w: *const f32, blocks: u64) {
             "vfmadd231ps zmm24, zmm28, zmm2",
             "vfmadd231ps zmm25, zmm29, zmm2",
             "vbroadcastss zmm3, [{x} + 704]",
+            "vfmadd231ps zmm26, zmm28, zmm3",
+            "vfmadd231ps zmm27, zmm29, zmm3",
+            "add {x}, 4",
+            "add {w}, 128",
+            "dec {c}",
+            "jnz 2b",
+            // The next input block starts 12 pixels of 16 channels on.
+            "add {x}, 704",
+            "mov {c}, 16",
+            "dec {b}",
+            "jnz 2b",
+            x = inout(reg) x => _,
+            w = inout(reg) w => _,
+            c = inout(reg) 16u64 => _,
+            b = inout(reg) blocks => _,
+            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _, out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _, out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _, out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _, out("zmm16") _, out("zmm17") _, out("zmm18") _, out("zmm19") _, out("zmm20") _, out("zmm21") _, out("zmm22") _, out("zmm23") _, out("zmm24") _, out("zmm25") _, out("zmm26") _, out("zmm27") _, out("zmm28") _, out("zmm29") _,
+            options(nostack, readonly),
+        )
+    }
+}
+
+/// The same loop without its broadcasts: the FMAs take four input registers loaded
+/// once, so only the two weight-row loads per channel remain.
+#[cfg(target_arch = "x86_64")]
+fn channels_no_broadcast(x: *const f32, w: *const f32, blocks: u64) {
+    // SAFETY: the loop reads `blocks` blocks of 16 channels × 12 pixels of x and of
+    // 16 × 32 floats of w, which the caller's buffers hold; every register it writes
+    // is declared.
+    unsafe {
+        asm!(
+            "vbroadcastss zmm0, [{x}]",
+            "vbroadcastss zmm1, [{x} + 64]",
+            "vbroadcastss zmm2, [{x} + 128]",
+            "vbroadcastss zmm3, [{x} + 192]",
+            "2:",
+            "vmovaps zmm28, [{w}]",
+            "vmovaps zmm29, [{w} + 64]",
+            "vfmadd231ps zmm4, zmm28, zmm0",
+            "vfmadd231ps zmm5, zmm29, zmm0",
+            "vfmadd231ps zmm6, zmm28, zmm1",
+            "vfmadd231ps zmm7, zmm29, zmm1",
+            "vfmadd231ps zmm8, zmm28, zmm2",
+            "vfmadd231ps zmm9, zmm29, zmm2",
+            "vfmadd231ps zmm10, zmm28, zmm3",
+            "vfmadd231ps zmm11, zmm29, zmm3",
+            "vfmadd231ps zmm12, zmm28, zmm0",
+            "vfmadd231ps zmm13, zmm29, zmm0",
+            "vfmadd231ps zmm14, zmm28, zmm1",
+            "vfmadd231ps zmm15, zmm29, zmm1",
+            "vfmadd231ps zmm16, zmm28, zmm2",
+            "vfmadd231ps zmm17, zmm29, zmm2",
+            "vfmadd231ps zmm18, zmm28, zmm3",
+            "vfmadd231ps zmm19, zmm29, zmm3",
+            "vfmadd231ps zmm20, zmm28, zmm0",
+            "vfmadd231ps zmm21, zmm29, zmm0",
+            "vfmadd231ps zmm22, zmm28, zmm1",
+            "vfmadd231ps zmm23, zmm29, zmm1",
+            "vfmadd231ps zmm24, zmm28, zmm2",
+            "vfmadd231ps zmm25, zmm29, zmm2",
             "vfmadd231ps zmm26, zmm28, zmm3",
             "vfmadd231ps zmm27, zmm29, zmm3",
             "add {x}, 4",
@@ -258,6 +319,10 @@ fn main() {
             (
                 "loop, 6 px x 64 channels, 4 blocks",
                 Box::new(|| loop_rate(channels_four_blocks, 4, 500_000)),
+            ),
+            (
+                "loop without its broadcasts",
+                Box::new(|| loop_rate(channels_no_broadcast, 4, 500_000)),
             ),
             (
                 "loop, embedded broadcasts",

@@ -413,27 +413,25 @@ pub unsafe extern "C" fn kiln_executable_run(
             let dims: Vec<Vec<usize>> = (handles.iter())
                 .map(|(t, _)| t.dims.iter().map(|&d| d as usize).collect())
                 .collect();
-            let bad = |what: &str, e: String| {
-                Failure::new(KILN_STATUS_RUN_BAD_INPUT, format!("{what}: {e}"))
-            };
-            let copies = (handles.iter().zip(&dims))
-                .map(
-                    |((t, what), d)| match TensorView::new(t.dtype, d, t.bytes()) {
-                        Ok(_) => Ok(None),
-                        Err(_) => t.to_tensor(what).map(Some),
-                    },
-                )
+            let tried: Vec<_> = (handles.iter().zip(&dims))
+                .map(|((t, _), d)| TensorView::new(t.dtype, d, t.bytes()))
+                .collect();
+            let copies = (tried.iter().zip(&handles))
+                .map(|(view, (t, what))| match view {
+                    Ok(_) => Ok(None),
+                    Err(_) => t.to_tensor(what).map(Some),
+                })
                 .collect::<CResult<Vec<Option<Tensor>>>>()
                 .map_err(|f| Failure::new(KILN_STATUS_RUN_BAD_INPUT, f.message))?;
-            let mut views = Vec::with_capacity(n_inputs);
-            for (((t, what), d), copy) in handles.iter().zip(&dims).zip(&copies) {
-                views.push(match copy {
-                    Some(c) => c
-                        .bytes_view()
-                        .ok_or_else(|| bad(what, "not a dense tensor".into()))?,
-                    None => TensorView::new(t.dtype, d, t.bytes()).map_err(|e| bad(what, e))?,
-                });
-            }
+            let views = (tried.into_iter().zip(&copies).zip(&handles))
+                .map(|((view, copy), (_, what))| match (view, copy) {
+                    (Ok(v), _) => Ok(v),
+                    (Err(_), Some(c)) => c.bytes_view().ok_or_else(|| {
+                        Failure::new(KILN_STATUS_RUN_BAD_INPUT, format!("{what}: not dense"))
+                    }),
+                    (Err(e), None) => Err(Failure::new(KILN_STATUS_RUN_BAD_INPUT, e)),
+                })
+                .collect::<CResult<Vec<_>>>()?;
             let results = e.exe.run_views(&views).map_err(|err| match err {
                 Error::InvalidArgument(m) => Failure::new(KILN_STATUS_RUN_BAD_INPUT, m),
                 other => Failure::from(other),

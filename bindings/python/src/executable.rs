@@ -53,6 +53,11 @@ pub(crate) fn node_arg(py: Python<'_>, name: &str, ty: &TensorType) -> PyResult<
     })
 }
 
+/// Each of `sig`'s values as a `NodeArg`.
+pub(crate) fn node_args(py: Python<'_>, sig: &[(String, TensorType)]) -> PyResult<Vec<NodeArg>> {
+    sig.iter().map(|(n, t)| node_arg(py, n, t)).collect()
+}
+
 /// Named, typed values: a graph's inputs or outputs.
 pub(crate) type Signature = Vec<(String, TensorType)>;
 
@@ -230,18 +235,13 @@ impl PyExecutable {
 
     #[getter]
     fn inputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
-        self.inputs
-            .iter()
-            .map(|(n, t)| node_arg(py, n, t))
-            .collect()
+        node_args(py, &self.inputs)
     }
 
     /// The variables the executable owns, by name and type, in graph order.
     #[getter]
     fn variables(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
-        (self.exe.variables().iter())
-            .map(|(n, t)| node_arg(py, n, t))
-            .collect()
+        node_args(py, &self.exe.variables())
     }
 
     /// A copy of variable `name`'s current value.
@@ -266,9 +266,6 @@ impl PyExecutable {
 
     #[getter]
     fn outputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
-        self.outputs
-            .iter()
-            .map(|(n, t)| node_arg(py, n, t))
-            .collect()
+        node_args(py, &self.outputs)
     }
 }

@@ -2,7 +2,7 @@
 //! differentiated (`grad`) and given an optimizer (`add_optimizer`).
 use crate::arrays::tensor_from;
 use crate::errors::{to_py, InvalidArgument};
-use crate::executable::{node_arg, signature, NodeArg, PyExecutable};
+use crate::executable::{node_arg, node_args, signature, NodeArg, PyExecutable};
 use kiln::frontend::onnx;
 use kiln::ir::text;
 use kiln::ir::{Attr, Attrs};
@@ -172,14 +172,14 @@ impl PyGraph {
     #[getter]
     fn inputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
         let (inputs, _) = signature(&self.lock()).map_err(to_py)?;
-        inputs.iter().map(|(n, t)| node_arg(py, n, t)).collect()
+        node_args(py, &inputs)
     }
 
     /// The graph's outputs in order.
     #[getter]
     fn outputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
         let (_, outputs) = signature(&self.lock()).map_err(to_py)?;
-        outputs.iter().map(|(n, t)| node_arg(py, n, t)).collect()
+        node_args(py, &outputs)
     }
 
     fn __str__(&self) -> String {
