@@ -25,7 +25,7 @@ use super::tensor::{dims_from_c, dtype_from_c, dtype_to_c, kiln_dtype, KILN_DTYP
 use super::{arg, arg_mut, arg_slice, arg_str, guard, guard_or, out_ptr, CResult, Failure};
 use super::{kiln_status, status_name, KILN_STATUS_OK, KILN_STATUS_RUN_FAILED};
 use super::{KILN_STATUS_UNKNOWN_OP, KILN_STATUS_UNSUPPORTED_VERSION};
-use crate::ir::ops::custom::{self, intern, intern_list, RawTensor};
+use crate::ir::ops::custom::{self, RawTensor};
 use crate::ir::ops::{EvalCtx, InferCtx, Op, OpSchema};
 use crate::ir::{Attr, Attrs, DType, Dim, Graph, NodeId, Shape, TensorType, Value};
 use crate::tensor::Tensor;
@@ -766,18 +766,13 @@ fn build_op(d: &kiln_custom_op) -> CResult<FfiOp> {
         Some(max) => inputs.extend((min..max).map(|i| format!("input{i}?"))),
         None => inputs.push(format!("input{min}...")),
     }
-    let inputs: Vec<&'static str> = inputs.iter().map(|s| intern(s)).collect();
-    let outputs: Vec<&'static str> = (0..d.num_outputs)
-        .map(|i| intern(&format!("output{i}")))
-        .collect();
-    let schema = OpSchema {
-        name: intern(&qualified),
-        family: custom::FAMILY,
-        inputs: intern_list(&inputs),
-        outputs: intern_list(&outputs),
-        attrs: &[],
-        doc: "an external op registered through kiln_register_op",
-    };
+    let outputs: Vec<String> = (0..d.num_outputs).map(|i| format!("output{i}")).collect();
+    let schema = custom::registered_schema(
+        &qualified,
+        &inputs,
+        &outputs,
+        "an external op registered through kiln_register_op",
+    );
     Ok(FfiOp {
         schema,
         num_outputs: d.num_outputs as usize,

@@ -86,7 +86,7 @@ impl Attrs {
         self.0.is_empty()
     }
 
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (&String, &Attr)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Attr)> {
         self.0.iter()
     }
 

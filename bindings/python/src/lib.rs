@@ -6,6 +6,7 @@
 //! one executable at once. Each `kiln::Error` becomes the exception of its C status
 //! (`KILN_STATUS_*`), all subclasses of `KilnError`, with the library's message as is.
 mod arrays;
+mod custom_op;
 mod errors;
 mod executable;
 mod graph;
@@ -29,6 +30,8 @@ fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(load_onnx_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(parse, m)?)?;
+    m.add_function(wrap_pyfunction!(custom_op::register_op, m)?)?;
+    m.add_function(wrap_pyfunction!(custom_op::unregister_op, m)?)?;
     m.add("KilnError", py.get_type::<KilnError>())?;
     m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
     m.add("IoError", py.get_type::<IoError>())?;

@@ -1,6 +1,6 @@
 """A short loop of the package's calls for valgrind (scripts/test-python.sh runs it
-with PYTHONMALLOC=malloc): runs, errors and graph builds, whose memory must all be
-freed."""
+with PYTHONMALLOC=malloc): runs, errors, graph builds and an op defined in Python
+(registered, run, differentiated, unregistered), whose memory must all be freed."""
 
 import sys
 from pathlib import Path
@@ -35,4 +35,13 @@ for _ in range(runs):
         kiln.parse("graph {")
     except kiln.ParseError:
         pass
+    double = kiln.custom_op("leak", "Double", gradient=lambda xs, ys, gys: [2 * gys[0]])(
+        lambda x: 2 * x
+    )
+    g = kiln.Graph()
+    p = g.parameter("p", "f32", [8])
+    (grad,) = kiln.grad(kiln.ops.reduce_sum(double(p), keepdims=0), [p])
+    g.output("grad", grad)
+    assert g.compile(threads=1)(p=a)["grad"][0] == 2
+    double.unregister()
 print("ok")

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
-use super::Op;
+use super::{Op, OpSchema};
 
 /// A row-major tensor in memory someone else owns (a CPU program's arena): what a
 /// registered op's kernel computes on without copies.
@@ -122,10 +122,26 @@ pub fn resolve(name: &str) -> Option<OpRef> {
     registered(name).map(OpRef::Registered)
 }
 
+/// The schema of a run-time op named `domain::name`: its inputs' and outputs' names as
+/// `OpSchema` spells them (`x?` optional, `xs...` variadic), every string interned.
+/// The C ABI's registrations and the Python package's make theirs here.
+pub fn registered_schema(name: &str, inputs: &[String], outputs: &[String], doc: &str) -> OpSchema {
+    let inputs: Vec<&'static str> = inputs.iter().map(|s| intern(s)).collect();
+    let outputs: Vec<&'static str> = outputs.iter().map(|s| intern(s)).collect();
+    OpSchema {
+        name: intern(name),
+        family: FAMILY,
+        inputs: intern_list(&inputs),
+        outputs: intern_list(&outputs),
+        attrs: &[],
+        doc: intern(doc),
+    }
+}
+
 /// `s` with a `'static` lifetime, for the `&'static str`s of a run-time op's schema.
 /// Each distinct string is stored once and stays reachable from the interning table, so
 /// registering and unregistering repeatedly does not grow memory (nor leak it).
-pub(crate) fn intern(s: &str) -> &'static str {
+fn intern(s: &str) -> &'static str {
     static STRINGS: OnceLock<Mutex<BTreeSet<&'static str>>> = OnceLock::new();
     let mut set = STRINGS
         .get_or_init(Default::default)
@@ -140,7 +156,7 @@ pub(crate) fn intern(s: &str) -> &'static str {
 }
 
 /// `list` with a `'static` lifetime, interned like [`intern`].
-pub(crate) fn intern_list(list: &[&'static str]) -> &'static [&'static str] {
+fn intern_list(list: &[&'static str]) -> &'static [&'static str] {
     type Lists = BTreeSet<&'static [&'static str]>;
     static LISTS: OnceLock<Mutex<Lists>> = OnceLock::new();
     let mut set = LISTS

@@ -52,10 +52,12 @@ from ._kiln import (
     parse,
 )
 from . import nn, ops, optim
+from .custom import CustomOp, custom_op
 
 __all__ = [
     "Axis",
     "CompileFailed",
+    "CustomOp",
     "DeviceUnavailable",
     "Executable",
     "Graph",
@@ -72,6 +74,7 @@ __all__ = [
     "Unsupported",
     "Value",
     "catalogue",
+    "custom_op",
     "from_dlpack",
     "grad",
     "load",

@@ -23,6 +23,8 @@ from ._kiln import (
     parse as parse,
 )
 
+from .custom import CustomOp as CustomOp, custom_op as custom_op
+
 def from_dlpack(obj: object) -> np.ndarray: ...
 
 class InferenceSession:

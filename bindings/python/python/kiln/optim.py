@@ -1,8 +1,8 @@
 """Optimizers as graph nodes: ``opt.minimize(loss, variables, lr)`` appends the
 gradients of ``loss`` and one update step of each variable (and the optimizer's own
 state: momenta, moments, the step count, kept in new variables). ``lr`` is a float
-scalar value, usually a graph parameter, so a schedule needs no recompile; each run of
-the compiled graph takes one step."""
+scalar value, usually a graph parameter, so a schedule needs no recompile, or a number
+(a constant of the graph); each run of the compiled graph takes one step."""
 
 from . import _kiln
 
@@ -16,6 +16,8 @@ class _Optimizer:
     def minimize(self, loss, variables, lr):
         """Adds the step; returns the gradients (values of the graph), in order."""
         grads = _kiln.grad(loss, list(variables))
+        if not isinstance(lr, _kiln.Value):
+            lr = loss.graph.constant(lr, dtype=loss.dtype)
         _kiln.add_optimizer(self._rule, list(variables), grads, lr, **self._params)
         return grads
 
