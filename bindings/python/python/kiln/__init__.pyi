@@ -23,6 +23,8 @@ from ._kiln import (
     parse as parse,
 )
 
+from . import nn as nn, ops as ops, optim as optim
+
 def from_dlpack(obj: object) -> np.ndarray: ...
 
 class InferenceSession:
