@@ -3,6 +3,8 @@ against finite differences, the losses, fit's history and progress, save/load, a
 the examples that use it."""
 
 import io
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -272,3 +274,25 @@ def test_save_and_load_keep_predictions_and_running_statistics(tmp_path):
     np.testing.assert_array_equal(again._values()["conv0.w"], saved["conv0.w"])
     with pytest.raises(kiln.InvalidArgument, match="has no"):
         nn.Sequential([nn.Flatten(), nn.Linear(2)]).load(tmp_path / "model.npz")
+
+
+def run_example(name, *args):
+    out = subprocess.run([sys.executable, str(ROOT / "examples/python" / name), *args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_the_onnx_session_example_agrees_with_onnxruntime():
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    out = run_example("onnx_session.py", "--runs", "20")
+    diff = float(re.search(r"max \|kiln - onnxruntime\| = (\S+)", out).group(1))
+    assert diff < 1e-4, out
+    assert re.search(r"kiln +[\d.]+ ms/run", out) and re.search(r"onnxruntime +[\d.]+ ms/run", out), out
+
+
+def test_the_custom_layer_example_trains_on_the_digits():
+    out = run_example("custom_layer.py")
+    accuracy = float(re.search(r"test accuracy ([\d.]+) %", out).group(1))
+    assert accuracy >= 98.0, out
