@@ -248,6 +248,26 @@ def test_fit_reports_history_and_progress(monkeypatch, capsys):
     assert list(nn._progress(range(3), True, "epoch 1/1")) == [0, 1, 2]
     assert "\repoch 1/1 3/3" in term.getvalue()
     assert nn._progress(range(3), False, "quiet") == range(3)
+    # With tqdm installed: tqdm's bar, labelled with the epoch.
+    calls = []
+    fake = type(sys)("tqdm")
+    fake.tqdm = lambda items, desc, leave: calls.append(desc) or items
+    monkeypatch.setitem(sys.modules, "tqdm", fake)
+    assert list(nn._progress(range(2), True, "epoch 2/5")) == [0, 1] and calls == ["epoch 2/5"]
+
+
+def test_fit_updates_the_running_statistics_and_a_refit_keeps_the_weights():
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((512, 3)) * [1.0, 2.0, 0.5] + [3.0, -1.0, 0.0]).astype(np.float32)
+    y = (x[:, 0] > 3).astype(np.int64)
+    model = nn.Sequential([nn.BatchNorm(momentum=0.5), nn.Linear(2)])
+    model.fit(x, y, epochs=2, batch_size=64, verbose=False, threads=1)
+    values = model._values()
+    np.testing.assert_allclose(values["batchnorm0.mean"], [3.0, -1.0, 0.0], atol=0.3)
+    np.testing.assert_allclose(values["batchnorm0.var"], [1.0, 4.0, 0.25], rtol=0.3)
+    # Another optimizer builds a new training graph that starts from the trained weights.
+    model.fit(x, y, epochs=1, optimizer=kiln.optim.SGD(), lr=0.0, verbose=False, threads=1)
+    np.testing.assert_array_equal(model._values()["linear1.w"], values["linear1.w"])
 
 
 def test_save_and_load_keep_predictions_and_running_statistics(tmp_path):
