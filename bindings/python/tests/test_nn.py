@@ -126,6 +126,8 @@ def test_layers_say_when_the_input_has_the_wrong_rank():
         build([nn.LSTM(4)], (8,))
     with pytest.raises(kiln.InvalidArgument, match=r"linear0 \(Linear\): expects an input \[N, ..., features\], got rank 1"):
         nn.Sequential([nn.Linear(3)]).build_graph(())
+    with pytest.raises(kiln.InvalidArgument, match=r"batchnorm0 \(BatchNorm\): expects an input \[N, C\].*got rank 1"):
+        build([nn.BatchNorm()], ())
 
 
 def finite_difference_check(layers, x, seed=0, per_variable=8):

@@ -189,14 +189,18 @@ class BatchNorm(Layer):
     def __call__(self, g, x, rng):
         self.expect_rank(x, (2, 3, 4, 5), "[N, C] or [N, C, ...] (channels on axis 1)")
         rank, c = len(x.shape), x.shape[1]
+        if not isinstance(c, int):
+            raise _kiln.InvalidArgument(
+                f"{self.name} (BatchNorm): the channel axis (1) must have a fixed size, got {x.type}"
+            )
         scale = self.variable(g, rng, "scale", _np.ones(c))
         bias = self.variable(g, rng, "bias", _np.zeros(c))
         mean = self.variable(g, rng, "mean", _np.zeros(c), trainable=False)
         var = self.variable(g, rng, "var", _np.ones(c), trainable=False)
         if not self.training:
             return ops.batch_normalization(x, scale, bias, mean, var, epsilon=self.epsilon)
-        # Built from plain ops so that kiln.grad differentiates through the batch
-        # statistics (BatchNormalization's rule treats mean and var as inputs).
+        # Kiln's BatchNormalization has no training mode (training_mode 0 only): built
+        # from plain ops, kiln.grad differentiates through the batch statistics too.
         axes = self.constant(g, [0] + list(range(2, rank)), _np.int64)
         batch_mean = ops.reduce_mean(x, axes, keepdims=1)
         centered = x - batch_mean
