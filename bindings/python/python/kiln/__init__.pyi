@@ -23,6 +23,7 @@ from ._kiln import (
     parse as parse,
 )
 
+from . import nn as nn, ops as ops, optim as optim
 from .custom import CustomOp as CustomOp, custom_op as custom_op
 
 def from_dlpack(obj: object) -> np.ndarray: ...
