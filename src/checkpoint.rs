@@ -279,7 +279,7 @@ fn compare(exe_vars: &[(String, TensorType)], file_vars: &[(String, Tensor)]) ->
 /// Writes `exe`'s variables to `path`, atomically (a temporary file beside it, renamed
 /// over). The variables are read together between runs, so the checkpoint is one
 /// step's state even while other threads train.
-pub(crate) fn save(exe: &dyn Executable, path: &Path) -> Result<()> {
+pub fn save(exe: &dyn Executable, path: &Path) -> Result<()> {
     write_atomically(path, &encode(&exe.read_variables()?))
 }
 
@@ -315,7 +315,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 /// `Error::Io`; one whose variables are not exactly `exe`'s (a missing or extra name,
 /// another dtype or shape) an `Error::InvalidArgument` naming each difference. Then all
 /// variables are written at once; on any error none is.
-pub(crate) fn load(exe: &dyn Executable, path: &Path) -> Result<()> {
+pub fn load(exe: &dyn Executable, path: &Path) -> Result<()> {
     let bytes = fs::read(path).map_err(|e| Error::io(path, e))?;
     let file_vars = decode(&bytes).map_err(|e| Error::io(path, e))?;
     let exe_vars = exe.variables();

@@ -268,4 +268,20 @@ impl PyExecutable {
     fn outputs(&self, py: Python<'_>) -> PyResult<Vec<NodeArg>> {
         node_args(py, &self.outputs)
     }
+
+    /// Writes every variable to the checkpoint file `path` (Kiln's versioned format, the
+    /// one `kiln_executable_save_checkpoint` writes), atomically.
+    fn save_checkpoint(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        let exe = &*self.exe;
+        py.detach(|| kiln::checkpoint::save(exe, &path))
+            .map_err(to_py)
+    }
+
+    /// Reads the checkpoint at `path` into the variables, all or none: a file of other
+    /// variables, or a corrupt one, changes nothing and raises naming the difference.
+    fn load_checkpoint(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+        let exe = &*self.exe;
+        py.detach(|| kiln::checkpoint::load(exe, &path))
+            .map_err(to_py)
+    }
 }

@@ -495,13 +495,36 @@ pub(crate) fn add_optimizer(
         .map_err(to_py)
 }
 
-/// The op catalogue: (name, one-line signature, doc) for each op, by name.
+/// One op of the catalogue: its name, one-line signature and doc, its inputs' and
+/// outputs' names (`x?` optional, `xs...` variadic) and its attributes as
+/// `(name, kind, required)`.
+type CatalogueEntry = (
+    String,
+    String,
+    String,
+    Vec<String>,
+    Vec<String>,
+    Vec<(String, String, bool)>,
+);
+
+/// The op catalogue, by name.
 #[pyfunction]
-pub(crate) fn catalogue() -> Vec<(String, String, String)> {
+pub(crate) fn catalogue() -> Vec<CatalogueEntry> {
     (kiln::ir::ops::catalogue().values())
         .map(|op| {
             let s = op.schema();
-            (s.name.to_string(), s.signature(), s.doc.to_string())
+            let names = |list: &[&str]| list.iter().map(|n| n.to_string()).collect();
+            let attrs = (s.attrs.iter())
+                .map(|a| (a.name.to_string(), a.kind.to_string(), a.required))
+                .collect();
+            (
+                s.name.to_string(),
+                s.signature(),
+                s.doc.to_string(),
+                names(s.inputs),
+                names(s.outputs),
+                attrs,
+            )
         })
         .collect()
 }

@@ -1,6 +1,7 @@
 """The Python package against NumPy and onnxruntime: sessions, the native API, errors,
 threads. Run by `make test` (scripts/test-python.sh) in a fresh venv."""
 
+import ast
 import os
 import threading
 from pathlib import Path
@@ -294,11 +295,19 @@ def test_variables_are_read_and_written_from_numpy():
 
 
 def test_ops_come_from_the_catalogue():
-    names = [n for n, _, _ in kiln.catalogue()]
+    names = [entry[0] for entry in kiln.catalogue()]
     assert len(names) > 150 and "Conv" in names
     assert kiln.ops.conv is kiln.ops.Conv and kiln.ops.mat_mul is kiln.ops.MatMul
     assert kiln.ops.Conv.__doc__.startswith("Conv(X, W, B?) -> (Y)")
     assert all(callable(getattr(kiln.ops, n)) for n in names)
+
+
+def test_the_op_stubs_are_the_catalogues():
+    # Regenerate with: python -c "import kiln.ops as o; print(o._stub_text(), end='')"
+    # > bindings/python/python/kiln/ops.pyi
+    stub = ROOT / "bindings/python/python/kiln/ops.pyi"
+    assert stub.read_text() == kiln.ops._stub_text()
+    ast.parse(stub.read_text())
 
 
 def test_building_errors_name_the_node():
@@ -368,3 +377,23 @@ def test_the_digits_cnn_example_trains_with_kiln_nn(tmp_path):
     assert again.predict(x).argmax(axis=1).tolist() == LABELS
     with pytest.raises(kiln.InvalidArgument, match="not been fitted"):
         nn.Sequential([nn.Linear(10)]).predict(x)
+
+
+def test_checkpoints_save_and_restore_variables(tmp_path):
+    g = kiln.Graph()
+    w = g.variable("w", np.arange(6, dtype=np.float32).reshape(2, 3))
+    g.output("y", w * 2.0)
+    exe = g.compile(threads=1)
+    exe.save_checkpoint(tmp_path / "w.ckpt")
+    exe.write_variables({"w": np.zeros((2, 3), np.float32)})
+    exe.load_checkpoint(tmp_path / "w.ckpt")
+    np.testing.assert_array_equal(exe.read_variable("w"), np.arange(6).reshape(2, 3))
+
+    other = kiln.Graph()
+    other.output("v", other.variable("v", np.zeros(2, np.float32)) + 1.0)
+    with pytest.raises(kiln.InvalidArgument, match="'w'"):
+        other.compile(threads=1).load_checkpoint(tmp_path / "w.ckpt")
+    (tmp_path / "bad.ckpt").write_bytes(b"KILNCKPT garbage")
+    with pytest.raises(kiln.IoError):
+        exe.load_checkpoint(tmp_path / "bad.ckpt")
+    np.testing.assert_array_equal(exe.read_variable("w"), np.arange(6).reshape(2, 3))
