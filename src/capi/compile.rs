@@ -359,9 +359,8 @@ pub unsafe extern "C" fn kiln_executable_output_info(
 
 /// Runs the executable. `inputs` are in parameter order and must match the graph's
 /// inputs in dtype and shape (symbolic dims bind per run, so one executable serves every
-/// batch size); they are only read, in place on the `cpu` backend once a run of their
-/// shapes has built its program (data not aligned to its element size is copied
-/// first). On success each `outputs[i]` receives a new tensor
+/// batch size); they are only read, in place on the `cpu` backend (data not aligned
+/// to its element size, and inputs of low-bit dtypes, are copied first). On success each `outputs[i]` receives a new tensor
 /// the caller frees with `kiln_tensor_free`; on failure none is written. Thread-safe:
 /// many threads may run one executable at once (runs that assign variables are
 /// serialized).

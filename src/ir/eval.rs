@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use super::ops::{self, EvalCtx};
 use super::{Dim, Graph, NodeId, TensorType};
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::tensor::{Tensor, TensorView};
 
 /// The variables' new values by node, from a run's `Assign`s.
 pub type Updates = HashMap<NodeId, Tensor>;
@@ -74,13 +74,49 @@ pub(crate) fn bind(
         }
         _ => {}
     }
+    bind_shape(ty, t.shape(), &mismatch, symbols)
+}
+
+/// Checks `views` (dense tensors in someone else's memory) against `params` as
+/// [`check_input_types`] checks tensors, without copying them.
+pub(crate) fn check_view_types(
+    params: &[(String, TensorType)],
+    views: &[TensorView<'_>],
+) -> Result<()> {
+    if views.len() != params.len() {
+        return Err(Error::InvalidArgument(format!(
+            "the graph takes {} inputs, {} given",
+            params.len(),
+            views.len()
+        )));
+    }
+    let mut symbols: HashMap<String, usize> = HashMap::new();
+    for ((name, ty), v) in params.iter().zip(views) {
+        let mismatch = || format!("expected {ty}, got {}{:?}", v.dtype().name(), v.shape());
+        let checked = if v.dtype() != ty.dtype || !ty.containers.is_empty() {
+            Err(mismatch())
+        } else {
+            bind_shape(ty, v.shape(), &mismatch, &mut symbols)
+        };
+        checked.map_err(|e| Error::InvalidArgument(format!("input '{name}': {e}")))?;
+    }
+    Ok(())
+}
+
+/// Checks a dense tensor's `shape` against `ty`'s rank, fixed sizes and symbols.
+fn bind_shape(
+    ty: &TensorType,
+    shape: &[usize],
+    mismatch: &dyn Fn() -> String,
+    symbols: &mut HashMap<String, usize>,
+) -> std::result::Result<(), String> {
     if !ty.ranked {
         return Ok(());
     }
-    if t.rank() != ty.rank() {
+    if shape.len() != ty.rank() {
         return Err(mismatch());
     }
-    for (axis, &size) in ty.shape.axes.iter().zip(t.shape()) {
+    for (axis, &size) in ty.shape.axes.iter().zip(shape) {
         match &axis.dim {
             Dim::Fixed(n) if *n != size => return Err(mismatch()),
             Dim::Fixed(_) => {}

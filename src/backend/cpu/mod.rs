@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::backend::inputs::{check_input_types, input_types};
+use crate::backend::inputs::{check_input_types, check_view_types, input_types};
 use crate::backend::interp::{self, InterpExecutable};
 use crate::backend::specialize::{specialize_for_shapes, static_input_shapes, ProgramCache};
 use crate::backend::{Backend, Executable};
@@ -587,15 +587,24 @@ impl Executable for CpuExecutable {
     }
 
     fn run_views(&self, inputs: &[TensorView<'_>]) -> Result<Vec<Tensor>> {
-        // A program already built for these shapes reads the views in place; anything
-        // else (a first run, a mismatch to report, the interpreter's fallback, low-bit
-        // codes to normalize) takes the checked path on copies.
+        // The program for these shapes (built on a first run, after the views pass the
+        // full check) reads the views in place; anything else (a mismatch to report, the
+        // interpreter's fallback, low-bit codes to normalize) takes the checked path on
+        // copies.
         let fits = inputs.len() == self.input_types.len()
             && (self.input_types.iter().zip(inputs))
                 .all(|((_, ty), v)| ty.dtype == v.dtype() && v.readable_in_place());
-        let program = self.programs.find_by(|shapes| {
+        let cached = self.programs.find_by(|shapes| {
             shapes.len() == inputs.len() && shapes.iter().zip(inputs).all(|(s, v)| s == v.shape())
         });
+        let program = match cached {
+            None if fits => {
+                check_view_types(&self.input_types, inputs)?;
+                let shapes: Vec<Vec<usize>> = inputs.iter().map(|v| v.shape().to_vec()).collect();
+                Some(self.program(&shapes)?)
+            }
+            cached => cached,
+        };
         match program {
             Some(p) if fits && !matches!(*p, Compiled::Interp(_)) => {
                 self.run_in_place(&p, inputs.len(), |i| inputs[i].bytes().as_ptr())
