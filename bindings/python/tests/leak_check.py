@@ -1,6 +1,6 @@
 """A short loop of the package's calls for valgrind (scripts/test-python.sh runs it
-with PYTHONMALLOC=malloc): runs, errors and graph builds, whose memory must all be
-freed."""
+with PYTHONMALLOC=malloc): runs, errors, graph builds and DLPack capsules (consumed or
+not), whose memory must all be freed."""
 
 import sys
 from pathlib import Path
@@ -34,5 +34,14 @@ for _ in range(runs):
     try:
         kiln.parse("graph {")
     except kiln.ParseError:
+        pass
+    t = kiln.Tensor(a[::2])  # strided: a copy in Kiln's memory
+    exe(a=t, b=t)
+    assert np.from_dlpack(t)[0] == 1.0 and kiln.from_dlpack(a).shape == (8,)
+    unconsumed = (t.__dlpack__(max_version=(1, 0)), t.__dlpack__())
+    del t, unconsumed
+    try:
+        kiln.Tensor(np.ones(2, np.complex64))
+    except kiln.Unsupported:
         pass
 print("ok")

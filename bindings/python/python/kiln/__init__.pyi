@@ -16,6 +16,7 @@ from ._kiln import (
     ParseError as ParseError,
     RunBadInput as RunBadInput,
     RunFailed as RunFailed,
+    Tensor as Tensor,
     UnknownOp as UnknownOp,
     Unsupported as Unsupported,
     load as load,
@@ -23,7 +24,7 @@ from ._kiln import (
     parse as parse,
 )
 
-def from_dlpack(obj: object) -> np.ndarray: ...
+def from_dlpack(obj: object) -> Tensor: ...
 
 class InferenceSession:
     def __init__(

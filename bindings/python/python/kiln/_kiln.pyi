@@ -25,15 +25,40 @@ class NodeArg:
     type: str
     dtype: str
 
+class Tensor:
+    """A Kiln tensor; DLPack both ways, shared memory unless strided (copied once)."""
+
+    def __init__(self, obj: object) -> None: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def data_ptr(self) -> int: ...
+    @property
+    def __array_interface__(self) -> dict[str, object]: ...
+    def numpy(self) -> np.ndarray: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Optional[object] = None,
+        max_version: Optional[tuple[int, int]] = None,
+        dl_device: Optional[tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> object: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+
 class Executable:
     """A compiled graph; runs may come from many threads at once."""
 
     inputs: list[NodeArg]
     outputs: list[NodeArg]
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
-    def __call__(self, **inputs: np.ndarray) -> dict[str, np.ndarray]: ...
+    def run(self, feeds: dict[str, Union[np.ndarray, Tensor]]) -> dict[str, np.ndarray]: ...
+    def __call__(self, **inputs: Union[np.ndarray, Tensor]) -> dict[str, np.ndarray]: ...
     def run_list(
-        self, output_names: Optional[list[str]], feeds: dict[str, np.ndarray]
+        self,
+        output_names: Optional[list[str]],
+        feeds: dict[str, Union[np.ndarray, Tensor]],
     ) -> list[np.ndarray]: ...
 
 class Graph:
