@@ -33,7 +33,6 @@ subclass of its C status, carrying the library's message.
 
 import os as _os
 
-import numpy as _np
 
 from ._kiln import (
     Axis,
