@@ -31,6 +31,11 @@
 /* The rank reported for a value whose rank is not known until run time (an If whose
  * branches differ in rank, an ONNX input without a shape); no dims are given. */
 #define KILN_RANK_UNKNOWN SIZE_MAX
+/* DLPack 1.0 (dlpack.h, github.com/dmlc/dlpack): kiln_tensor_from_dlpack and
+ * kiln_tensor_to_dlpack take its managed tensors, declared here only by name so that
+ * this header never conflicts with dlpack.h. Include <dlpack/dlpack.h> for the fields. */
+struct DLManagedTensor;
+struct DLManagedTensorVersioned;
 
 
 
@@ -349,8 +354,8 @@ typedef struct kiln_tensor_view {
 #define KILN_STATUS_IO 103
 
 /**
- * A versioned struct (e.g. `kiln_custom_op`) from an interface version or with fields
- * this library does not implement.
+ * A versioned struct (e.g. `kiln_custom_op`, a DLPack tensor) from an interface version
+ * or with fields this library does not implement.
  */
 #define KILN_STATUS_UNSUPPORTED_VERSION 104
 
@@ -591,9 +596,8 @@ kiln_status kiln_executable_output_info(const struct kiln_executable *e, size_t 
 /**
  * Runs the executable. `inputs` are in parameter order and must match the graph's
  * inputs in dtype and shape (symbolic dims bind per run, so one executable serves every
- * batch size); they are only read, in place on the `cpu` backend once a run of their
- * shapes has built its program (data not aligned to its element size is copied
- * first). On success each `outputs[i]` receives a new tensor
+ * batch size); they are only read, in place on the `cpu` backend (data not aligned
+ * to its element size, and inputs of low-bit dtypes, are copied first). On success each `outputs[i]` receives a new tensor
  * the caller frees with `kiln_tensor_free`; on failure none is written. Thread-safe:
  * many threads may run one executable at once (runs that assign variables are
  * serialized).
@@ -930,6 +934,61 @@ uint32_t kiln_has_cuda(void);
 kiln_status kiln_device_available(const char *device);
 
 /**
+ * Imports a DLPack 1.0 tensor (any minor version of major 1) on the CPU (`kDLCPU`).
+ * A compact row-major tensor (`strides` NULL or those of row-major order) is wrapped
+ * without a copy; a strided one is copied once into row-major order. `byte_offset` is
+ * honoured. The dtypes are those of `kiln_dtype` that DLPack has (`kDLBool` as
+ * `KILN_DTYPE_BOOL`), with `lanes` 1.
+ *
+ * Ownership follows the DLPack convention: on success `src` is Kiln's, and its deleter
+ * is called exactly once: before this returns when the data was copied, or, when
+ * wrapped, once `*out` is freed (and any `kiln_tensor_to_dlpack` export of it deleted).
+ * On failure (a non-CPU device: `KILN_STATUS_UNSUPPORTED`; another major version:
+ * `KILN_STATUS_UNSUPPORTED_VERSION`; a dtype Kiln lacks such as complex, or lanes other
+ * than 1: `KILN_STATUS_UNSUPPORTED`) the deleter is not called: `src` is still the
+ * caller's. A `DLPACK_FLAG_BITMASK_READ_ONLY` tensor is wrapped too: do not write
+ * through `kiln_tensor_data` of it.
+ *
+ * # Safety
+ * `src` is NULL or a live DLPack managed tensor, whose `dl_tensor` fields are valid as
+ * dlpack.h describes; `out` is valid.
+ */
+kiln_status kiln_tensor_from_dlpack(struct DLManagedTensorVersioned *src, struct kiln_tensor **out);
+
+/**
+ * `kiln_tensor_from_dlpack` for an unversioned (pre-1.0) `DLManagedTensor`, with the
+ * same rules and ownership.
+ *
+ * # Safety
+ * As for `kiln_tensor_from_dlpack`.
+ */
+kiln_status kiln_tensor_from_dlpack_legacy(struct DLManagedTensor *src, struct kiln_tensor **out);
+
+/**
+ * Exports `t` as a DLPack 1.0 tensor on the CPU over the same memory, without a copy:
+ * compact row-major, `strides` given, `byte_offset` 0, `DLPACK_FLAG_BITMASK_READ_ONLY`
+ * when `t` came read-only from DLPack. `*out` holds its own share of the memory, so
+ * `t` may be freed first; the consumer calls `(*out)->deleter(*out)` once when done,
+ * which frees what the export owns. A tensor from `kiln_tensor_wrap` is exported over
+ * the caller's memory, which must then outlive the export too. Every `kiln_dtype`
+ * except the string and low-bit (float8, float4, 4- and 2-bit integer) ones has a
+ * DLPack type; those fail with `KILN_STATUS_UNSUPPORTED`.
+ *
+ * # Safety
+ * `t` is NULL or a live tensor handle; `out` is valid.
+ */
+kiln_status kiln_tensor_to_dlpack(struct kiln_tensor *t, struct DLManagedTensorVersioned **out);
+
+/**
+ * `kiln_tensor_to_dlpack` as an unversioned (pre-1.0) `DLManagedTensor`, for consumers
+ * that ask for one; it has no read-only flag.
+ *
+ * # Safety
+ * As for `kiln_tensor_to_dlpack`.
+ */
+kiln_status kiln_tensor_to_dlpack_legacy(struct kiln_tensor *t, struct DLManagedTensor **out);
+
+/**
  * Creates an empty graph. On success `*out` is a new handle the caller frees with
  * `kiln_graph_free`.
  *
@@ -1185,7 +1244,9 @@ size_t kiln_tensor_rank(const struct kiln_tensor *t);
 const int64_t *kiln_tensor_dims(const struct kiln_tensor *t);
 
 /**
- * Frees a tensor handle (and its memory, unless wrapped). NULL is a no-op.
+ * Frees a tensor handle and its memory, unless wrapped (a DLPack export of it keeps the
+ * memory until its deleter runs; a tensor from DLPack calls the producer's deleter
+ * here). NULL is a no-op.
  *
  * # Safety
  * `t` is NULL or a live tensor handle, not used again.

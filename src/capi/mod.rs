@@ -22,6 +22,7 @@ pub mod compile;
 pub mod control;
 pub mod custom_op;
 pub mod device;
+pub mod dlpack;
 pub mod graph;
 pub mod status;
 pub mod tensor;

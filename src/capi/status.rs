@@ -18,8 +18,8 @@ pub const KILN_STATUS_INVALID_ARGUMENT: kiln_status = 101;
 pub const KILN_STATUS_BUFFER_TOO_SMALL: kiln_status = 102;
 /// Reading or writing a file failed.
 pub const KILN_STATUS_IO: kiln_status = 103;
-/// A versioned struct (e.g. `kiln_custom_op`) from an interface version or with fields
-/// this library does not implement.
+/// A versioned struct (e.g. `kiln_custom_op`, a DLPack tensor) from an interface version
+/// or with fields this library does not implement.
 pub const KILN_STATUS_UNSUPPORTED_VERSION: kiln_status = 104;
 /// The graph is invalid: types, shapes, axis names, attributes, names, references.
 pub const KILN_STATUS_INVALID_GRAPH: kiln_status = 200;

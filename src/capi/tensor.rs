@@ -1,5 +1,7 @@
 //! Tensors: dense, row-major buffers that carry run inputs and outputs.
+use std::any::Any;
 use std::ffi::c_void;
+use std::sync::Arc;
 
 use super::{arg, arg_slice, free_handle, guard, guard_or, into_handle, out_ptr, CResult, Failure};
 use super::{kiln_status, KILN_STATUS_INVALID_ARGUMENT};
@@ -81,15 +83,27 @@ pub(crate) fn dims_from_c(dims: &[i64], arg: &str) -> CResult<Vec<usize>> {
 
 /// Zeroed, aligned memory for a tensor the library owns; running out of memory is an
 /// argument error (the caller asked for too much), not an abort.
-fn owned_storage(nbytes: usize) -> CResult<AlignedBuf> {
+pub(crate) fn owned_storage(nbytes: usize) -> CResult<AlignedBuf> {
     AlignedBuf::try_zeroed(nbytes)
         .map_err(|_| Failure::invalid(format!("cannot allocate a tensor of {nbytes} bytes")))
 }
 
+/// Whatever keeps a tensor's memory alive; shared with DLPack exports, so that the
+/// memory outlives the handle while a consumer still reads it.
+pub(crate) type Keeper = Arc<dyn Any + Send + Sync>;
+
 enum Storage {
-    Owned(AlignedBuf),
+    /// Shared only with DLPack exports of the handle (`kiln_tensor_to_dlpack`).
+    Owned(Arc<AlignedBuf>),
     /// Caller memory (`kiln_tensor_wrap`); may be NULL when empty.
     Borrowed(*mut u8),
+    /// Another library's memory (`kiln_tensor_from_dlpack`), handed back when the last
+    /// holder of `keeper` drops it.
+    Lent {
+        data: *mut u8,
+        keeper: Keeper,
+        read_only: bool,
+    },
 }
 
 /// A tensor handle: a dtype, dims, and a buffer it owns or borrows.
@@ -106,7 +120,58 @@ impl kiln_tensor {
             // The buffer is the handle's; C may write through the pointer.
             Storage::Owned(b) => b.as_ptr().cast_mut(),
             Storage::Borrowed(p) => *p,
+            Storage::Lent { data, .. } => *data,
         }
+    }
+
+    /// A handle that owns `buf`, which holds `dtype`×`dims` row-major.
+    pub(crate) fn owning(dtype: DType, dims: Vec<i64>, buf: AlignedBuf) -> kiln_tensor {
+        kiln_tensor {
+            dtype,
+            dims,
+            nbytes: buf.len(),
+            storage: Storage::Owned(Arc::new(buf)),
+        }
+    }
+
+    /// A handle over `nbytes` of another library's memory at `data`, which `keeper`
+    /// keeps alive.
+    pub(crate) fn lent(
+        dtype: DType,
+        dims: Vec<i64>,
+        data: *mut u8,
+        nbytes: usize,
+        keeper: Keeper,
+        read_only: bool,
+    ) -> kiln_tensor {
+        kiln_tensor {
+            dtype,
+            dims,
+            nbytes,
+            storage: Storage::Lent {
+                data,
+                keeper,
+                read_only,
+            },
+        }
+    }
+
+    /// The data pointer, what keeps it alive past the handle (None for a wrapped
+    /// caller buffer, which the caller keeps), and whether it must not be written.
+    pub(crate) fn shared_data(&self) -> (*mut u8, Option<Keeper>, bool) {
+        let keeper = match &self.storage {
+            Storage::Owned(b) => Some(Arc::clone(b) as Keeper),
+            Storage::Borrowed(_) => None,
+            Storage::Lent { keeper, .. } => Some(Arc::clone(keeper)),
+        };
+        let read_only = matches!(
+            self.storage,
+            Storage::Lent {
+                read_only: true,
+                ..
+            }
+        );
+        (self.data_ptr(), keeper, read_only)
     }
 
     pub(crate) fn bytes(&self) -> &[u8] {
@@ -131,12 +196,8 @@ impl kiln_tensor {
         let bytes = t.to_le_bytes();
         let mut buf = owned_storage(bytes.len())?;
         buf.as_mut_bytes().copy_from_slice(&bytes);
-        Ok(kiln_tensor {
-            dtype: t.dtype(),
-            dims: t.shape().iter().map(|&d| d as i64).collect(),
-            nbytes: bytes.len(),
-            storage: Storage::Owned(buf),
-        })
+        let dims = t.shape().iter().map(|&d| d as i64).collect();
+        Ok(kiln_tensor::owning(t.dtype(), dims, buf))
     }
 }
 
@@ -161,12 +222,7 @@ pub unsafe extern "C" fn kiln_tensor_new(
             let dims = arg_slice(dims, rank, "dims")?;
             let shape = dims_from_c(dims, "dims")?;
             let nbytes = shape.iter().product::<usize>() * dtype.size_in_bytes();
-            let t = kiln_tensor {
-                dtype,
-                dims: dims.to_vec(),
-                nbytes,
-                storage: Storage::Owned(owned_storage(nbytes)?),
-            };
+            let t = kiln_tensor::owning(dtype, dims.to_vec(), owned_storage(nbytes)?);
             *out = into_handle(t);
             Ok(())
         })
@@ -281,7 +337,9 @@ pub unsafe extern "C" fn kiln_tensor_dims(t: *const kiln_tensor) -> *const i64 {
     }
 }
 
-/// Frees a tensor handle (and its memory, unless wrapped). NULL is a no-op.
+/// Frees a tensor handle and its memory, unless wrapped (a DLPack export of it keeps the
+/// memory until its deleter runs; a tensor from DLPack calls the producer's deleter
+/// here). NULL is a no-op.
 ///
 /// # Safety
 /// `t` is NULL or a live tensor handle, not used again.

@@ -94,17 +94,35 @@ pub(crate) fn array_of<T: Element + Clone>(a: &Bound<'_, PyAny>) -> Option<Array
 /// An input array read where it lies: a reference that keeps it alive, its dims, and
 /// its buffer.
 pub(crate) struct Borrowed<'py> {
-    _array: Bound<'py, PyUntypedArray>,
+    _array: Bound<'py, PyAny>,
     shape: Vec<usize>,
     data: *const u8,
     nbytes: usize,
 }
 
-impl Borrowed<'_> {
+impl<'py> Borrowed<'py> {
+    /// `nbytes` at `data` as laid out by `shape`, kept alive by `owner`.
+    ///
+    /// # Safety
+    /// `owner` keeps `nbytes` readable bytes at `data` alive while it lives.
+    pub(crate) unsafe fn new(
+        owner: Bound<'py, PyAny>,
+        shape: Vec<usize>,
+        data: *const u8,
+        nbytes: usize,
+    ) -> Borrowed<'py> {
+        Borrowed {
+            _array: owner,
+            shape,
+            data,
+            nbytes,
+        }
+    }
+
     /// The array's buffer as a `dtype` tensor.
     pub(crate) fn view(&self, dtype: DType) -> Result<TensorView<'_>, String> {
-        // SAFETY: `_array` holds a reference to the array, whose buffer holds `nbytes`
-        // bytes from `data` (checked C-contiguous in `in_place`).
+        // SAFETY: `_array` holds a reference to the array (or kiln.Tensor), whose buffer
+        // holds `nbytes` bytes from `data` (checked C-contiguous in `in_place`).
         let bytes = unsafe { std::slice::from_raw_parts(self.data, self.nbytes) };
         TensorView::new(dtype, &self.shape, bytes)
     }
@@ -137,7 +155,7 @@ pub(crate) fn in_place<'py>(
     let shape = array.shape().to_vec();
     let nbytes = shape.iter().product::<usize>() * want.itemsize();
     Some(Borrowed {
-        _array: array.clone(),
+        _array: array.clone().into_any(),
         shape,
         data: data as *const u8,
         nbytes,

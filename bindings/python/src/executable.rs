@@ -4,6 +4,7 @@ use crate::arrays::{
     from_dlpack, in_place, input_tensor, onnx_type_name, output_array, tensor_from, Fed,
 };
 use crate::errors::{run_error, to_py, InvalidArgument, RunBadInput};
+use crate::tensor::PyTensor;
 use kiln::backend::{backend_with, Device};
 use kiln::passes::PassOptions;
 use kiln::{Dim, Error, Graph, Tensor, TensorType};
@@ -116,7 +117,19 @@ impl PyExecutable {
                     names(&self.inputs)
                 ))
             })?;
-            let value = from_dlpack(py, name, value)?;
+            // A kiln.Tensor of the input's dtype is read in place, any other as NumPy
+            // sees it (copied into the input's type).
+            let tensor = value.cast::<PyTensor>().ok().cloned();
+            let value = match tensor {
+                Some(t) => match PyTensor::in_place(&t, ty) {
+                    Some(borrowed) => {
+                        fed.push(Fed::InPlace(borrowed));
+                        continue;
+                    }
+                    None => PyTensor::numpy(&t)?,
+                },
+                None => from_dlpack(py, name, value)?,
+            };
             fed.push(match in_place(py, ty, &value) {
                 Some(borrowed) => Fed::InPlace(borrowed),
                 None => Fed::Copied(input_tensor(py, name, ty, &value)?),
@@ -176,9 +189,9 @@ pub(crate) fn names(sig: &[(String, TensorType)]) -> String {
 
 #[pymethods]
 impl PyExecutable {
-    /// Runs on `feeds` (input name → NumPy array); returns {output name: array}. A
-    /// C-contiguous, aligned array of the input's dtype is read in place; any other
-    /// value is copied once into row-major order. The outputs are Kiln's buffers,
+    /// Runs on `feeds` (input name → NumPy array or `kiln.Tensor`); returns {output
+    /// name: array}. A C-contiguous, aligned array or a `kiln.Tensor` of the input's
+    /// dtype is read in place; any other value is copied once into row-major order. The outputs are Kiln's buffers,
     /// handed over without a copy.
     fn run<'py>(
         &self,

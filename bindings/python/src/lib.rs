@@ -1,7 +1,8 @@
 //! `kiln._kiln`: the extension module under the `kiln` Python package.
 //!
 //! It holds what must be native: graphs loaded or parsed into the library's `Graph`,
-//! their compiled executables, and the crossing of NumPy arrays in and out of a run.
+//! their compiled executables, the crossing of NumPy arrays in and out of a run, and
+//! `kiln.Tensor` with DLPack both ways (over the C ABI's `kiln_tensor_*_dlpack`).
 //! The GIL is released while a graph compiles and while it runs, so Python threads run
 //! one executable at once. Each `kiln::Error` becomes the exception of its C status
 //! (`KILN_STATUS_*`), all subclasses of `KilnError`, with the library's message as is.
@@ -10,10 +11,12 @@ mod custom_op;
 mod errors;
 mod executable;
 mod graph;
+mod tensor;
 
 use crate::errors::*;
 use crate::executable::{NodeArg, PyExecutable};
 use crate::graph::*;
+use crate::tensor::PyTensor;
 use pyo3::prelude::*;
 
 #[pymodule]
@@ -24,6 +27,7 @@ fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NodeArg>()?;
     m.add_class::<PyValue>()?;
     m.add_class::<PyAxis>()?;
+    m.add_class::<PyTensor>()?;
     m.add_function(wrap_pyfunction!(grad, m)?)?;
     m.add_function(wrap_pyfunction!(catalogue, m)?)?;
     m.add_function(wrap_pyfunction!(add_optimizer, m)?)?;

@@ -1,6 +1,7 @@
 """A short loop of the package's calls for valgrind (scripts/test-python.sh runs it
-with PYTHONMALLOC=malloc): runs, errors, graph builds and an op defined in Python
-(registered, run, differentiated, unregistered), whose memory must all be freed."""
+with PYTHONMALLOC=malloc): runs, errors, graph builds, DLPack capsules (consumed or
+not) and an op defined in Python (registered, run, differentiated, unregistered), whose
+memory must all be freed."""
 
 import sys
 from pathlib import Path
@@ -44,4 +45,13 @@ for _ in range(runs):
     g.output("grad", grad)
     assert g.compile(threads=1)(p=a)["grad"][0] == 2
     double.unregister()
+    t = kiln.Tensor(a[::2])  # strided: a copy in Kiln's memory
+    exe(a=t, b=t)
+    assert np.from_dlpack(t)[0] == 1.0 and kiln.from_dlpack(a).shape == (8,)
+    unconsumed = (t.__dlpack__(max_version=(1, 0)), t.__dlpack__())
+    del t, unconsumed
+    try:
+        kiln.Tensor(np.ones(2, np.complex64))
+    except kiln.Unsupported:
+        pass
 print("ok")

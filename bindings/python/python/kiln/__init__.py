@@ -16,17 +16,22 @@ Two ways in:
   ``graph.compile(backend="cpu", threads=0)`` an :class:`Executable`, and
   ``exe.run({"x": x})`` or ``exe(x=x)`` a dict of output arrays.
 
-A C-contiguous input array of the input's dtype is read where it lies (once a run of
-its shapes has built the program; do not write to it meanwhile), any other is copied
-once into row-major order; outputs are Kiln's own buffers handed to NumPy without a
-copy. The GIL is released while a graph compiles and runs, so Python
+A C-contiguous input array of the input's dtype is read where it lies (do not write to
+it meanwhile), any other is copied once into row-major order; outputs are Kiln's own buffers handed to NumPy without a
+copy.
+
+:class:`Tensor` is a Kiln tensor that speaks DLPack both ways: ``kiln.Tensor(x)`` and
+``kiln.from_dlpack(x)`` share the memory of a C-contiguous NumPy array (or PyTorch or
+JAX CPU tensor, or anything with ``__dlpack__``) and copy a strided one once into
+row-major order; ``numpy.from_dlpack(t)``, ``t.numpy()`` and ``numpy.asarray(t)`` view
+its memory without a copy, keeping it alive. Runs read a ``kiln.Tensor`` input of the
+input's dtype in place. The GIL is released while a graph compiles and runs, so Python
 threads can run one executable at once. Every error is a :class:`KilnError`, of the
 subclass of its C status, carrying the library's message.
 """
 
 import os as _os
 
-import numpy as _np
 
 from ._kiln import (
     Axis,
@@ -42,6 +47,7 @@ from ._kiln import (
     ParseError,
     RunBadInput,
     RunFailed,
+    Tensor,
     UnknownOp,
     Unsupported,
     Value,
@@ -70,6 +76,7 @@ __all__ = [
     "ParseError",
     "RunBadInput",
     "RunFailed",
+    "Tensor",
     "UnknownOp",
     "Unsupported",
     "Value",
@@ -87,11 +94,17 @@ __all__ = [
 
 
 def from_dlpack(obj):
-    """A NumPy array over the memory of ``obj``, any object with ``__dlpack__`` on the
-    host (a PyTorch or JAX CPU tensor, another array), without a copy. Runs accept such
-    objects directly; Kiln's outputs are NumPy arrays, which speak DLPack themselves
-    (versioned capsules with NumPy >= 2.1)."""
-    return _np.from_dlpack(obj)
+    """A :class:`Tensor` over the memory of ``obj``, any object with ``__dlpack__`` on
+    the host (a NumPy array, a PyTorch or JAX CPU tensor), without a copy when it is
+    C-contiguous and copied once into row-major order when strided. It is array-like:
+    ``numpy.asarray`` (or ``.numpy()``) views it without a copy. Runs accept such objects
+    directly, and ``kiln.Tensor`` too; Kiln's outputs are NumPy arrays, which speak
+    DLPack themselves (versioned capsules with NumPy >= 2.1)."""
+    if not hasattr(obj, "__dlpack__"):
+        raise InvalidArgument(
+            "obj: expected an object with __dlpack__, got " + type(obj).__name__
+        )
+    return Tensor(obj)
 
 
 class InferenceSession:

@@ -16,6 +16,7 @@ from ._kiln import (
     ParseError as ParseError,
     RunBadInput as RunBadInput,
     RunFailed as RunFailed,
+    Tensor as Tensor,
     UnknownOp as UnknownOp,
     Unsupported as Unsupported,
     load as load,
@@ -26,7 +27,7 @@ from ._kiln import (
 from . import nn as nn, ops as ops, optim as optim
 from .custom import CustomOp as CustomOp, custom_op as custom_op
 
-def from_dlpack(obj: object) -> np.ndarray: ...
+def from_dlpack(obj: object) -> Tensor: ...
 
 class InferenceSession:
     def __init__(

@@ -29,6 +29,29 @@ class NodeArg:
     type: str
     dtype: str
 
+class Tensor:
+    """A Kiln tensor; DLPack both ways, shared memory unless strided (copied once)."""
+
+    def __init__(self, obj: object) -> None: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def data_ptr(self) -> int: ...
+    @property
+    def __array_interface__(self) -> dict[str, object]: ...
+    def numpy(self) -> np.ndarray: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Optional[object] = None,
+        max_version: Optional[tuple[int, int]] = None,
+        dl_device: Optional[tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> object: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+
 class Executable:
     """A compiled graph; runs may come from many threads at once."""
 
