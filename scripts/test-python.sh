@@ -12,8 +12,13 @@ python3 -m venv --clear "$venv"
 # Downloads and the extension's build stay under target/, which CI caches.
 export PIP_CACHE_DIR=$PWD/target/pip-cache CARGO_TARGET_DIR=$PWD/target/python
 "$venv/bin/pip" install --quiet --upgrade pip
-"$venv/bin/pip" install --quiet ./bindings/python pytest onnxruntime "numpy>=2.1"
-(cd bindings/python && "../../$venv/bin/python" -m pytest -q tests)
+"$venv/bin/pip" install --quiet ./bindings/python pytest onnxruntime onnx "numpy>=2.1"
+# A skipped test says why (-rs); under CI (or KILN_REQUIRE=all) a skip fails the run.
+(cd bindings/python && "../../$venv/bin/python" -m pytest -q -rs tests) | tee "$venv/pytest.log"
+if { [ -n "${CI:-}" ] || [ "${KILN_REQUIRE:-}" = all ]; } && grep -q "^SKIPPED" "$venv/pytest.log"; then
+  echo "test-python: a test was skipped and every test is required here" >&2
+  exit 1
+fi
 
 lost() {
   PYTHONMALLOC=malloc valgrind --leak-check=full --show-leak-kinds=definite \
