@@ -166,10 +166,11 @@ impl PythonOp {
                 Ok(types)
             }),
             // One gradient per forward input, of its type.
-            Kernel::Gradient { inputs: n, .. } => inputs[..*n]
-                .iter()
-                .enumerate()
-                .map(|(i, t)| t.clone().ok_or_else(|| format!("input {i} is required")))
+            Kernel::Gradient { inputs: n, .. } => (0..*n)
+                .map(|i| {
+                    let t = inputs.get(i).cloned().flatten();
+                    t.ok_or_else(|| format!("input {i} is required"))
+                })
                 .collect(),
         }
     }
