@@ -11,13 +11,8 @@ import numpy as np
 import kiln
 
 ROOT = Path(__file__).resolve().parents[3]
-ADD = """graph "add" {
-  %0 "a" = Parameter : f32[n:N]
-  %1 "b" = Parameter : f32[n:N]
-  %2 "sum" = Add(%0, %1) : f32[n:N]
-  return "sum" = %2
-}
-"""
+# Two f32[N] inputs and their sum: the smallest graph a run can take.
+ADD = (Path(__file__).parent / "add.kir").read_text()
 
 runs = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 sess = kiln.InferenceSession(ROOT / "examples/data/digits_cnn.onnx", threads=2)

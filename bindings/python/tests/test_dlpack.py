@@ -2,19 +2,15 @@
 strided data, versioned and legacy capsules, capsules dropped unconsumed, and errors."""
 
 import gc
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import kiln
 
-ADD = """graph "add" {
-  %0 "a" = Parameter : f32[n:N]
-  %1 "b" = Parameter : f32[n:N]
-  %2 "sum" = Add(%0, %1) : f32[n:N]
-  return "sum" = %2
-}
-"""
+# Two f32[N] inputs and their sum: the smallest graph a run can take.
+ADD = (Path(__file__).parent / "add.kir").read_text()
 
 
 def address(array):

@@ -17,13 +17,8 @@ DIGITS_X = ROOT / "examples/data/digits_test16.npy"
 MLP = ROOT / "examples/graphs/mlp.kir"
 LABELS = [7, 9, 4, 7, 0, 2, 6, 1, 3, 1, 3, 7, 3, 6, 7, 1]
 
-ADD = """graph "add" {
-  %0 "a" = Parameter : f32[n:N]
-  %1 "b" = Parameter : f32[n:N]
-  %2 "sum" = Add(%0, %1) : f32[n:N]
-  return "sum" = %2
-}
-"""
+# Two f32[N] inputs and their sum: the smallest graph a run can take.
+ADD = (Path(__file__).parent / "add.kir").read_text()
 
 
 def ort_session(path):
