@@ -196,6 +196,7 @@ fn write_step_report(req: &Request, options: &PassOptions, out: &mut String) -> 
     let mut passes = options.clone();
     passes.dump_ir = Default::default();
     passes.pass_timing = false;
+    passes.profile = kiln::passes::Profiling::Off;
     let exe = CpuBackend {
         passes,
         threads: 1,
