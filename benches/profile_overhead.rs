@@ -106,8 +106,8 @@ fn main() {
             m / medians[0]
         );
     }
-    // Taken, the table mode's is not printed at drop.
-    exes.iter().for_each(|e| drop(e.take_profile(false)));
+    // Forgotten, the table mode's sums are not printed at drop.
+    exes.iter().for_each(|e| e.restart_profile());
     drop(exes);
     let bytes = std::fs::metadata(&trace).map_or(0, |m| m.len());
     println!("  trace: {bytes} bytes written to {}", trace.display());
