@@ -83,7 +83,8 @@ pub(crate) fn run(req: &Request) -> Result<()> {
             break;
         }
     }
-    let table = exe.take_profile(true);
+    // Without --profile, a `KILN_PROFILE=1` table is left to print at drop.
+    let table = req.profile.then(|| exe.take_profile(true)).flatten();
     drop(exe);
     times.sort();
     let pct = |p: f64| ms(times[((times.len() - 1) as f64 * p).round() as usize]);
