@@ -5,10 +5,12 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kiln::backend::cpu::{CpuBackend, Tuning};
+use kiln::backend::cpu::{Compiled as CpuCompiled, CpuBackend, CpuExecutable, Tuning};
 use kiln::backend::cpu_pass_options;
 use kiln::ir::text;
+use kiln::ir::NodeId;
 use kiln::memory;
+use kiln::memory::plan_view::{self, StepNote};
 use kiln::passes::{run_pipeline, PassOptions, PassReport};
 use kiln::{Error, Graph, Result};
 
@@ -20,6 +22,8 @@ pub struct Request<'a> {
     pub shapes: &'a [String],
     pub memory_report: Option<&'a Path>,
     pub memory_chart: Option<&'a Path>,
+    /// Draw the cpu program's plan here: HTML, or SVG for a `.svg` path.
+    pub plan_view: Option<&'a Path>,
     pub output: Option<&'a Path>,
     pub repeat: usize,
     /// List the cpu program's steps and their kernels.
@@ -167,12 +171,18 @@ pub(crate) fn run(req: &Request) -> Result<()> {
     if req.report {
         write_step_report(req, &options, &mut out)?;
     }
+    if let Some(path) = req.plan_view {
+        write_plan_view(req, &options, &c, path, &mut out)?;
+    }
     emit(&out)
 }
 
-/// The cpu program's steps, one a line: `<index> <kernel> <node>`, bodies indented, and
-/// a count of the steps that run the reference interpreter.
-fn write_step_report(req: &Request, options: &PassOptions, out: &mut String) -> Result<()> {
+/// The model compiled for the cpu backend (one thread, the pipeline without its dumps
+/// and timing tables) and its inputs' static shapes, symbols bound as for `compile`.
+fn cpu_executable(
+    req: &Request,
+    options: &PassOptions,
+) -> Result<(CpuExecutable, Vec<Vec<usize>>)> {
     let mut graph = load(req.file)?;
     let mut given = bindings(req.shapes)?;
     for s in graph.specialize(&given)? {
@@ -192,7 +202,6 @@ fn write_step_report(req: &Request, options: &PassOptions, out: &mut String) -> 
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    // The pipeline again, without its dumps and timing tables.
     let mut passes = options.clone();
     passes.dump_ir = Default::default();
     passes.pass_timing = false;
@@ -202,6 +211,13 @@ fn write_step_report(req: &Request, options: &PassOptions, out: &mut String) -> 
         tuning: Tuning::from_env(),
     }
     .compile_cpu(&graph)?;
+    Ok((exe, shapes))
+}
+
+/// The cpu program's steps, one a line: `<index> <kernel> <node>`, bodies indented, and
+/// a count of the steps that run the reference interpreter.
+fn write_step_report(req: &Request, options: &PassOptions, out: &mut String) -> Result<()> {
+    let (exe, shapes) = cpu_executable(req, options)?;
     let steps = exe.step_report(&shapes)?;
     writeln!(out, "steps  (cpu; kernel, node)").ok();
     for (i, s) in steps.iter().enumerate() {
@@ -218,6 +234,70 @@ fn write_step_report(req: &Request, options: &PassOptions, out: &mut String) -> 
         out,
         "kernels {} steps, {slow} on the reference interpreter",
         steps.len()
+    )
+    .ok();
+    Ok(())
+}
+
+/// The node id in a step's description, `node #12 'conv1' (Conv)`.
+fn described_node(describe: &str) -> Option<NodeId> {
+    let digits = describe.strip_prefix("node #")?.split(' ').next()?;
+    digits.parse().ok().map(NodeId)
+}
+
+/// Draws the cpu program's memory plan with its steps' kernels (`--plan-view`).
+fn write_plan_view(
+    req: &Request,
+    options: &PassOptions,
+    c: &Compiled,
+    path: &Path,
+    out: &mut String,
+) -> Result<()> {
+    let t0 = Instant::now();
+    let (exe, shapes) = cpu_executable(req, options)?;
+    let compiled = exe.program(&shapes)?;
+    let CpuCompiled::Program(p) = &*compiled else {
+        return Err(Error::InvalidArgument(format!(
+            "--plan-view: {} does not lower to one static cpu program for these shapes \
+             (a type stays dynamic or holds host objects), so it has no single memory plan",
+            req.file.display()
+        )));
+    };
+    let notes: Vec<StepNote> = p
+        .steps
+        .iter()
+        .filter_map(|s| {
+            Some(StepNote {
+                node: described_node(&s.node)?,
+                kind: s.kernel.kind().to_string(),
+                shapes: s.shapes.clone(),
+                flops: s.flops,
+                seconds: None,
+            })
+        })
+        .collect();
+    // `compile` ran the same pipeline on the same shapes: when its plan is the
+    // program's, its graph is too and gives the tooltips their types.
+    let graph = (c.plan == p.memory).then_some(&c.graph);
+    let t1 = Instant::now();
+    let title = format!("{} — cpu execution plan", c.graph.name);
+    let svg = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+    let text = if svg {
+        plan_view::to_svg(&p.memory, graph, &notes, &title)
+    } else {
+        plan_view::to_html(&p.memory, graph, &notes, &title)
+    };
+    std::fs::write(path, text).map_err(|e| Error::io(path, e))?;
+    writeln!(
+        out,
+        "wrote {} ({} steps, {} buffers; lowering {:.1} ms, drawing {:.1} ms)",
+        path.display(),
+        p.steps.len(),
+        p.memory.buffers.len(),
+        ms(t1 - t0),
+        ms(t1.elapsed())
     )
     .ok();
     Ok(())

@@ -111,6 +111,10 @@ enum Command {
         /// Write a chart of live memory per step (SVG) here.
         #[arg(long, value_name = "FILE.svg")]
         memory_chart: Option<PathBuf>,
+        /// Draw the cpu program's execution plan here (HTML; SVG for a .svg path):
+        /// each tensor at its arena offset over the steps that hold it.
+        #[arg(long, value_name = "FILE.html")]
+        plan_view: Option<PathBuf>,
         /// Write the optimized graph as .kir text here.
         #[arg(short, long, value_name = "FILE.kir")]
         output: Option<PathBuf>,
@@ -205,6 +209,7 @@ fn dispatch(command: Command) -> Result<()> {
             shapes,
             memory_report,
             memory_chart,
+            plan_view,
             output,
             repeat,
             report,
@@ -230,6 +235,7 @@ fn dispatch(command: Command) -> Result<()> {
                 shapes: &shapes,
                 memory_report: memory_report.as_deref(),
                 memory_chart: memory_chart.as_deref(),
+                plan_view: plan_view.as_deref(),
                 output: output.as_deref(),
                 repeat: repeat.max(1),
                 report,
