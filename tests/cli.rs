@@ -483,6 +483,66 @@ fn compile_report_lists_each_cpu_step_and_marks_the_interpreter() {
 }
 
 #[test]
+fn compile_plan_view_draws_the_cpu_plan_as_html_and_svg() {
+    let dir = scratch("plan_view");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/digits_cnn.onnx");
+    let (html, svg) = (dir.join("plan.html"), dir.join("plan.SVG"));
+    for path in [&html, &svg] {
+        let path = path.to_str().unwrap();
+        let o = kiln(&[
+            "compile",
+            model.to_str().unwrap(),
+            "--shape",
+            "batch=1",
+            "--plan-view",
+            path,
+        ]);
+        assert_ok(&o);
+        assert!(
+            stdout(&o).contains(&format!("wrote {path} (")),
+            "{}",
+            stdout(&o)
+        );
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>") && page.contains("<svg"));
+    assert!(
+        !page.contains("src=") && !page.contains("href="),
+        "no network"
+    );
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(picture.starts_with("<svg") && !picture.contains("<html"));
+    for text in [&page, &picture] {
+        // A rectangle per arena value, each step's node and kernel, the three numbers.
+        assert!(text.contains("<rect class=\"t\""), "tensors drawn");
+        assert!(text.contains("(FusedConv)\nkernel: conv"), "{text}");
+        assert!(text.contains("f32[1, "), "types from the optimized graph");
+        for label in ["naive ", "planned arena ", "lower bound "] {
+            assert!(text.contains(label), "{label}");
+        }
+    }
+    // A signature with a data-dependent shape has no single plan: a clear error.
+    let mut g = kiln::Graph::new("nonzero");
+    let x = g
+        .add_parameter(
+            "x",
+            kiln::ir::TensorType::new(kiln::ir::DType::F32, kiln::ir::Shape::fixed(&[4])),
+        )
+        .unwrap();
+    let y = g
+        .op("NonZero", &[x.into()], kiln::ir::Attrs::new(), "nz")
+        .unwrap();
+    g.add_output("y", y.into()).unwrap();
+    let f = write(&dir, "nonzero.kir", &kiln::ir::text::print(&g));
+    let out = dir.join("nz.html");
+    assert_fails(
+        &kiln(&["compile", &f, "--plan-view", out.to_str().unwrap()]),
+        &["--plan-view", "no single memory plan"],
+    );
+    assert!(!out.exists());
+}
+
+#[test]
 fn compile_rejects_bad_options() {
     let dir = scratch("compile_bad");
     let g = write(&dir, "axpy.kir", AXPY);

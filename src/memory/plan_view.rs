@@ -318,7 +318,7 @@ const CHAR_W: f64 = 6.8;
 impl Layout {
     fn new(v: &View) -> Layout {
         let n = v.cols.len();
-        let plot_w = (n as f64 * 7.0).clamp(720.0, 2000.0);
+        let plot_w = (n as f64 * 8.0).clamp(1000.0, 2000.0);
         let (left, right) = (84.0, 150.0);
         let width = left + plot_w + right;
         // The legend: the line series, then the kinds, wrapped to the width.
@@ -777,7 +777,8 @@ fn x_axis(o: &mut String, v: &View, l: &Layout) {
     }
     let hidden = v.steps.len() - n;
     let title = if hidden > 0 {
-        format!("schedule step ({hidden} sources holding no arena memory not drawn)")
+        let s = if hidden == 1 { "" } else { "s" };
+        format!("schedule step (not drawn: {hidden} source step{s} holding no arena memory)")
     } else {
         "schedule step".to_string()
     };
@@ -1098,6 +1099,10 @@ mod tests {
         let svg = to_svg(&p, Some(&g), &[], "long");
         let width = attr(svg.split('>').next().unwrap(), "width");
         assert!(width <= 2300.0, "width {width}");
+        assert!(
+            svg.contains("not drawn: 1 source step holding"),
+            "the parameter not drawn"
+        );
         assert_eq!(rects(&svg).len(), p.values.len());
     }
 }
