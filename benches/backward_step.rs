@@ -53,11 +53,11 @@ fn main() {
             if threads == 1 {
                 let shapes: Vec<Vec<usize>> = t.inputs.iter().map(|t| t.shape().to_vec()).collect();
                 if let Compiled::Program(p) = &*exe.program(&shapes).expect("lowers") {
-                    let fallbacks: Vec<&str> = p
+                    let fallbacks: Vec<String> = p
                         .steps
                         .iter()
                         .filter(|s| s.kernel.kind() == "fallback")
-                        .map(|s| s.node.as_str())
+                        .map(|s| s.node.to_string())
                         .collect();
                     println!(
                         "{name}: {} steps, {} fallback",

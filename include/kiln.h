@@ -531,9 +531,12 @@ kiln_status kiln_compile_options_set_threads(struct kiln_compile_options *o, uin
  * `"pass-timing"` (`1`/`0`), `"disable-passes"` (`a,b`), `"rewrite-limit"` (N: apply
  * only the first N rewrites, to bisect a miscompile), `"fold-limit"`, `"verify"`
  * (`1`: verify after every pass), `"layout"` (`plain` or `nchw16c`; unset, the backend
- * chooses: `"cpu"` blocks convolutions by 16 channels). An unknown name or a bad value
- * fails here, naming it. The `"interp"` backend runs the graph as given and ignores
- * these.
+ * chooses: `"cpu"` blocks convolutions by 16 channels), `"profile"` (the `"cpu"`
+ * backend's runs: `""`/`0` off; `1` or `all` print the per-step time table to stderr
+ * when the executable is freed; any other value is a path, created when compiling, that
+ * receives a Chrome trace-event JSON file of every run, complete when the executable is
+ * freed). An unknown name or a bad value fails here, naming it. The `"interp"` backend
+ * runs the graph as given and ignores these.
  *
  * # Safety
  * `o` is a live options handle; `name` and `value` are strings.

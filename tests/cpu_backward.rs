@@ -44,7 +44,7 @@ fn fallbacks(g: &Graph, inputs: &[Tensor]) -> Vec<String> {
             .steps
             .iter()
             .filter(|s| s.kernel.kind() == "fallback")
-            .map(|s| s.node.clone())
+            .map(|s| s.node.to_string())
             .collect(),
         _ => vec!["the whole graph (not one lowered program)".into()],
     }

@@ -149,7 +149,7 @@ fn stored_values_are_computed_in_the_variables() {
     assert!(
         p.steps
             .iter()
-            .all(|s| s.kernel.kind() != "copy" || !s.node.contains("Assign")),
+            .all(|s| s.kernel.kind() != "copy" || !s.node.to_string().contains("Assign")),
         "no store needs a copy"
     );
     assert!(p.memory.planned_bytes >= p.memory.lower_bound_bytes);

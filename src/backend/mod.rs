@@ -100,6 +100,15 @@ pub trait Executable: Send + Sync {
     /// and every value keep its dtype and shape, or nothing changes. Waits for a run
     /// that assigns to finish.
     fn write_variables(&self, values: &[(&str, &Tensor)]) -> Result<()>;
+
+    /// The profile table of the runs since the last call, which it forgets (per step:
+    /// time per run, share, GFLOP/s and share of the FMA peak measured now, sorted by
+    /// time; every step when `all`, else the slowest), when the executable was compiled
+    /// with the `profile` option on a backend that profiles (the CPU's); else None.
+    fn take_profile(&self, all: bool) -> Option<String> {
+        let _ = all;
+        None
+    }
 }
 
 /// The error for a name that is not one of `vars`.

@@ -36,7 +36,7 @@ mod simplify;
 pub use manager::{
     run_passes, run_pipeline, PassContext, PassRecord, PassReport, DUMP_ELIDE_LIMIT, MAX_ITERATIONS,
 };
-pub use options::{DumpIr, PassOptions};
+pub use options::{DumpIr, PassOptions, Profiling};
 pub use registry::{lookup, parse_pipeline, DEFAULT_PIPELINE, PASSES};
 use rewrite::{
     add_const, add_in_place_of, give_back_name, replace_node, replacement, sweep, try_add,

@@ -18,6 +18,19 @@ pub enum DumpIr {
     Changed,
 }
 
+/// What a compiled executable's runs record (the `profile` option, `KILN_PROFILE`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Profiling {
+    #[default]
+    Off,
+    /// Time every step; print the table when the executable is dropped: every step when
+    /// `all` (`KILN_PROFILE=all`), else the slowest (`KILN_PROFILE=1`).
+    Table { all: bool },
+    /// Time every step and write a Chrome trace-event file here (created at compile
+    /// time, completed when the executable is dropped).
+    Trace(PathBuf),
+}
+
 /// How a pipeline runs. `Default` gives the default pipeline with no debugging;
 /// [`PassOptions::from_env`] adds the `KILN_*` variables.
 #[derive(Debug, Clone)]
@@ -35,6 +48,8 @@ pub struct PassOptions {
     /// The channel block the `layout` pass gives convolutions (`layout = nchw16c`: 16);
     /// `Some(0)` keeps everything plain; `None` lets the backend choose.
     pub layout_block: Option<usize>,
+    /// What the executable's runs record (the CPU backend's; others ignore it).
+    pub profile: Profiling,
 }
 
 impl Default for PassOptions {
@@ -49,6 +64,7 @@ impl Default for PassOptions {
             fold_limit: 1 << 20,
             verify: cfg!(debug_assertions),
             layout_block: None,
+            profile: Profiling::Off,
         }
     }
 }
@@ -65,6 +81,7 @@ impl PassOptions {
         "fold-limit",
         "verify",
         "layout",
+        "profile",
     ];
 
     /// The defaults, then every `KILN_<KEY>` variable that is set.
@@ -146,6 +163,14 @@ impl PassOptions {
                                 ))
                             })?,
                     ),
+                }
+            }
+            "profile" => {
+                self.profile = match value {
+                    "" | "0" | "off" => Profiling::Off,
+                    "1" | "table" => Profiling::Table { all: false },
+                    "all" => Profiling::Table { all: true },
+                    path => Profiling::Trace(PathBuf::from(path)),
                 }
             }
             _ => {

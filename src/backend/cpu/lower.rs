@@ -8,14 +8,14 @@
 use std::collections::HashMap;
 
 use super::pool::Pool;
-use super::program::{Loc, Slot, Step};
+use super::program::{Loc, Slot, Step, StepNode};
 use super::state::Variables;
 use super::steps::{self, view, Build};
 use super::tune::Tuning;
 use crate::aligned::AlignedBuf;
 use crate::backend::specialize::static_output;
 use crate::error::{Error, Result};
-use crate::ir::{Graph, Value};
+use crate::ir::{Graph, NodeId, Value};
 use crate::memory::{self, MemoryPlan};
 use crate::passes::PassOptions;
 
@@ -78,6 +78,9 @@ fn lower_with(
     let scratch_at = plan.planned_bytes.next_multiple_of(memory::ALIGN);
     let scratch_bytes = std::cell::Cell::new(0);
     let static_shape = |id, k| static_output(g, id, k);
+    // The arena bytes live at each node's step, for traces.
+    let live_bytes: HashMap<NodeId, usize> =
+        plan.steps.iter().map(|s| (s.node, s.live_bytes)).collect();
     for &id in &schedule {
         let node = g.node(id);
         match node.op.as_str() {
@@ -141,11 +144,13 @@ fn lower_with(
                         ..from.clone()
                     };
                     steps.push(Step {
-                        node: g.describe(id),
+                        node: StepNode::of(g, id),
+                        shapes: shapes_of(&[Some(from.clone())], std::slice::from_ref(&to)),
+                        bytes: 2 * from.bytes(),
+                        live_bytes: live_bytes.get(&id).copied().unwrap_or(0),
                         kernel: Box::new(view::Copy::new(from, to)),
                         updates_variable: false,
                         flops: 0.0,
-                        shapes: String::new(),
                     });
                 }
             }
@@ -202,20 +207,15 @@ fn lower_with(
                 };
                 let kernel = steps::build(&b)
                     .map_err(|e| Error::Graph(format!("{}: {e}", g.describe(id))))?;
-                // The shapes are what the profile prints beside a rate: only for steps
-                // with counted work.
-                let flops = crate::backend::flops::node_flops(g, id);
-                let shapes = if flops > 0.0 {
-                    shapes_of(&ins, &outs)
-                } else {
-                    String::new()
-                };
+                let bytes = ins.iter().flatten().chain(&outs).map(Slot::bytes).sum();
                 steps.push(Step {
-                    node: g.describe(id),
+                    node: StepNode::of(g, id),
                     kernel,
                     updates_variable,
-                    flops,
-                    shapes,
+                    flops: crate::backend::flops::node_flops(g, id),
+                    shapes: shapes_of(&ins, &outs),
+                    bytes,
+                    live_bytes: live_bytes.get(&id).copied().unwrap_or(0),
                 });
                 for (k, s) in outs.into_iter().enumerate() {
                     slots.insert(id.out(k as u32), s);
@@ -243,7 +243,7 @@ fn lower_with(
 
 /// `1×64×56×56, 256×64×1×1 → 1×256×56×56`: a step's operands and results, absent
 /// optional inputs left out.
-fn shapes_of(ins: &[Option<Slot>], outs: &[Slot]) -> String {
+pub(crate) fn shapes_of(ins: &[Option<Slot>], outs: &[Slot]) -> String {
     let dims = |s: &Slot| {
         let d: Vec<String> = s.shape.iter().map(|d| d.to_string()).collect();
         if d.is_empty() {

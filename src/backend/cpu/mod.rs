@@ -26,6 +26,7 @@ pub(crate) mod kernels;
 pub(crate) mod lower;
 pub(crate) mod peak;
 pub(crate) mod pool;
+pub(crate) mod profile;
 pub(crate) mod program;
 pub(crate) mod state;
 pub(crate) mod steps;
@@ -37,6 +38,7 @@ pub use tune::Tuning;
 use crate::aligned::AlignedBuf;
 use lower::Program;
 use pool::Pool;
+use profile::Profiler;
 use program::Cx;
 use state::Variables;
 
@@ -63,18 +65,22 @@ impl CpuBackend {
     pub fn compile_cpu(&self, graph: &Graph) -> Result<CpuExecutable> {
         verify(graph)?;
         isa::cap_from_env().map_err(Error::InvalidArgument)?;
+        let profiler = Profiler::new(&self.passes.profile)?;
+        let traces = profiler.as_ref().is_some_and(Profiler::traces);
         let exe = CpuExecutable {
             graph: graph.clone(),
             variables: RwLock::new(Variables::new(graph)?),
             input_types: input_types(graph),
             passes: self.passes.clone(),
-            pool: Pool::new(self.threads),
+            pool: if traces {
+                Pool::traced(self.threads)
+            } else {
+                Pool::new(self.threads)
+            },
             tuning: self.tuning.clone(),
             programs: ProgramCache::new(),
             arenas: Mutex::new(vec![]),
-            profile: std::env::var("KILN_PROFILE")
-                .is_ok_and(|v| v == "1" || v == "all")
-                .then(Default::default),
+            profiler,
         };
         // Static inputs: build the one program now, so errors show at compile time.
         if let Some(shapes) = static_input_shapes(graph) {
@@ -113,18 +119,6 @@ impl StepInfo {
     }
 }
 
-/// Per (step, kernel kind): its time and calls, and (from the step) its work per call
-/// and operand shapes.
-type Profile = HashMap<(String, &'static str), StepTime>;
-
-#[derive(Default)]
-struct StepTime {
-    secs: f64,
-    calls: usize,
-    flops: f64,
-    shapes: String,
-}
-
 pub struct CpuExecutable {
     /// The verified, unoptimized graph (specialized per signature, then optimized).
     graph: Graph,
@@ -139,8 +133,8 @@ pub struct CpuExecutable {
     programs: ProgramCache<Compiled>,
     /// Arenas of finished runs, reused by the next ones (one per concurrent run).
     arenas: Mutex<Vec<AlignedBuf>>,
-    /// `KILN_PROFILE=1`: time per step, summed over runs and printed when dropped.
-    profile: Option<Mutex<Profile>>,
+    /// The `profile` option's profiler, if on (see [`profile`]).
+    profiler: Option<Profiler>,
 }
 
 impl CpuExecutable {
@@ -176,7 +170,7 @@ impl CpuExecutable {
         fn walk(p: &Program, depth: usize, out: &mut Vec<StepInfo>) {
             for s in &p.steps {
                 out.push(StepInfo {
-                    node: s.node.clone(),
+                    node: s.node.to_string(),
                     kind: s.kernel.kind(),
                     depth,
                 });
@@ -192,7 +186,7 @@ impl CpuExecutable {
                 walk(&s.head, 0, &mut out);
                 for src in &s.sources {
                     out.push(StepInfo {
-                        node: src.node.clone(),
+                        node: src.node.to_string(),
                         kind: src.kernel.kind(),
                         depth: 0,
                     });
@@ -298,37 +292,16 @@ impl CpuExecutable {
             .push(arena);
     }
 
-    /// Runs `p`'s steps under `cx`, timing them under `KILN_PROFILE`.
+    /// Runs `p`'s steps under `cx`, through the profiler when there is one.
     fn run_steps(&self, p: &Program, cx: &Cx) -> Result<()> {
-        for step in &p.steps {
-            let t = self.profile.as_ref().map(|_| std::time::Instant::now());
+        let run = |step: &program::Step| {
             // SAFETY: the arena has the program's size and the inputs its types (checked).
             unsafe { step.kernel.run(cx) }
-                .map_err(|e| Error::Runtime(format!("{}: {e}", step.node)))?;
-            let kind = step.kernel.kind();
-            self.record(&step.node, kind, (step.flops, &step.shapes), t);
-        }
-        Ok(())
-    }
-
-    fn record(
-        &self,
-        node: &str,
-        kind: &'static str,
-        (flops, shapes): (f64, &str),
-        start: Option<std::time::Instant>,
-    ) {
-        if let (Some(profile), Some(t)) = (&self.profile, start) {
-            let mut profile = profile.lock().unwrap_or_else(|e| e.into_inner());
-            let entry = profile
-                .entry((node.to_string(), kind))
-                .or_insert_with(|| StepTime {
-                    flops,
-                    shapes: shapes.to_string(),
-                    ..StepTime::default()
-                });
-            entry.secs += t.elapsed().as_secs_f64();
-            entry.calls += 1;
+                .map_err(|e| Error::Runtime(format!("{}: {e}", step.node)))
+        };
+        match &self.profiler {
+            None => p.steps.iter().try_for_each(run),
+            Some(profiler) => profiler.run(&p.steps, &self.pool, run),
         }
     }
 
@@ -385,12 +358,17 @@ impl CpuExecutable {
         let flush = denormals::FlushDenormals::new();
         self.run_steps(&s.head, cx)?;
         let mut extents = [0; tail::MAX_SOURCES];
-        for (src, extent) in s.sources.iter().zip(&mut extents) {
-            let t = self.profile.as_ref().map(|_| std::time::Instant::now());
+        let mut found = 0;
+        let run = |src: &tail::SourceStep| {
             // SAFETY: the arena has the split's size and the inputs their types.
-            *extent = unsafe { src.kernel.run(cx) }
+            extents[found] = unsafe { src.kernel.run(cx) }
                 .map_err(|e| Error::Runtime(format!("{}: {e}", src.node)))?;
-            self.record(&src.node, src.kernel.kind(), (0.0, ""), t);
+            found += 1;
+            Ok(())
+        };
+        match &self.profiler {
+            None => s.sources.iter().try_for_each(run)?,
+            Some(profiler) => profiler.run(&s.sources, &self.pool, run)?,
         }
         drop(flush);
         let extents = &extents[..s.sources.len()];
@@ -483,59 +461,8 @@ impl CpuExecutable {
 
 impl Drop for CpuExecutable {
     fn drop(&mut self) {
-        let Some(profile) = &self.profile else { return };
-        let profile = profile.lock().unwrap_or_else(|e| e.into_inner());
-        let mut by_kind: HashMap<&str, (f64, usize)> = HashMap::new();
-        for ((_, kind), s) in profile.iter() {
-            let e = by_kind.entry(kind).or_default();
-            e.0 += s.secs;
-            e.1 += s.calls;
-        }
-        let total: f64 = by_kind.values().map(|v| v.0).sum();
-        let mut kinds: Vec<_> = by_kind.into_iter().collect();
-        kinds.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
-        eprintln!("kiln profile: time per kernel kind (all runs)");
-        for (kind, (t, n)) in kinds {
-            eprintln!(
-                "  {kind:<14} {:>9.2} ms  {:5.1}%  ({n} calls)",
-                t * 1e3,
-                100.0 * t / total
-            );
-        }
-        let mut steps: Vec<_> = profile.iter().collect();
-        steps.sort_by(|a, b| b.1.secs.total_cmp(&a.1.secs));
-        let all = std::env::var("KILN_PROFILE").is_ok_and(|v| v == "all");
-        // The steps' GFLOP/s against the peak of the pool's threads, measured now, in
-        // this process, so a slow layer shows as a low share on any host.
-        let threads = self.pool.threads();
-        let peak = steps
-            .iter()
-            .any(|(_, s)| s.flops > 0.0)
-            .then(peak::fma_gflops)
-            .flatten();
-        match peak {
-            Some(p) => eprintln!(
-                "kiln profile: {} steps; FMA peak {p:.1} GFLOP/s per core (measured now), \
-                 shares of {threads} × it",
-                if all { "all" } else { "slowest" }
-            ),
-            None => eprintln!(
-                "kiln profile: {} steps",
-                if all { "all" } else { "slowest" }
-            ),
-        }
-        for ((node, kind), s) in steps.into_iter().take(if all { usize::MAX } else { 12 }) {
-            let per_run = s.secs / s.calls as f64;
-            let rate = if s.flops > 0.0 && per_run > 0.0 {
-                let gflops = s.flops / per_run / 1e9;
-                let share = peak.map_or(String::new(), |p| {
-                    format!(" {:5.1}% of peak", 100.0 * gflops / (p * threads as f64))
-                });
-                format!("  {gflops:7.1} GFLOP/s{share}  {}", s.shapes)
-            } else {
-                String::new()
-            };
-            eprintln!("  {:>9.3} ms/run  {kind:<14} {node}{rate}", per_run * 1e3);
+        if let Some(profiler) = &self.profiler {
+            profiler.print_at_exit(self.pool.threads());
         }
     }
 }
@@ -646,5 +573,9 @@ impl Executable for CpuExecutable {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .write(values)
+    }
+
+    fn take_profile(&self, all: bool) -> Option<String> {
+        self.profiler.as_ref()?.take_table(self.pool.threads(), all)
     }
 }

@@ -19,8 +19,21 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, TryLockError};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 type Task<'a> = dyn Fn(usize) + Sync + 'a;
+
+/// A worker's share of one parallel loop, logged when the pool traces: what a profile
+/// trace shows on the worker's row.
+pub(crate) struct Share {
+    pub(crate) tid: u64,
+    pub(crate) start: Instant,
+    pub(crate) end: Instant,
+    /// The step whose loop it was (node id, kernel kind).
+    pub(crate) node: u32,
+    pub(crate) kind: &'static str,
+    pub(crate) tasks: usize,
+}
 
 /// A parallel loop being run: its tasks are claimed by index.
 struct Job {
@@ -35,6 +48,8 @@ struct Job {
     next: AtomicUsize,
     pending: AtomicUsize,
     panicked: AtomicBool,
+    /// The step that started it, when the pool traces.
+    step: (u32, &'static str),
 }
 
 // SAFETY: `f` is `Sync` and outlives every use (see `Job::f`).
@@ -44,10 +59,12 @@ unsafe impl Sync for Job {}
 
 impl Job {
     /// Participant `me`'s share: its home task, then the shared ones, then the home
-    /// tasks nobody has claimed; true when this call finished the last task.
-    fn work(&self, me: usize) -> bool {
+    /// tasks nobody has claimed; how many it ran, and whether it finished the last.
+    fn work(&self, me: usize) -> (usize, bool) {
         let mut finished_last = false;
+        let mut ran = 0;
         let mut run = |i: usize| {
+            ran += 1;
             // SAFETY: index i < n is unfinished, so the caller is still waiting.
             let f = unsafe { &*self.f };
             if catch_unwind(AssertUnwindSafe(|| f(i))).is_err() {
@@ -70,7 +87,7 @@ impl Job {
                 run(p);
             }
         }
-        finished_last
+        (ran, finished_last)
     }
 
     fn claim_home(&self, p: usize) -> bool {
@@ -98,6 +115,8 @@ struct Shared {
     state: Mutex<State>,
     wake: Condvar,
     done: Condvar,
+    /// The workers' shares of loops since the last `take_shares`, when tracing.
+    shares: Option<Mutex<Vec<Share>>>,
 }
 
 /// A fixed set of worker threads (the caller counts as one).
@@ -112,12 +131,24 @@ pub struct Pool {
 impl Pool {
     /// A pool of `threads` (0 = one per core) including the calling thread.
     pub fn new(threads: usize) -> Pool {
+        Pool::with_log(threads, false)
+    }
+
+    /// A pool whose workers log their shares of each loop (see [`Pool::take_shares`]).
+    pub(crate) fn traced(threads: usize) -> Pool {
+        Pool::with_log(threads, true)
+    }
+
+    fn with_log(threads: usize, log: bool) -> Pool {
         let threads = if threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
             threads
         };
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            shares: log.then(Mutex::default),
+            ..Shared::default()
+        });
         let workers = (1..threads)
             .map(|k| {
                 let shared = shared.clone();
@@ -132,6 +163,14 @@ impl Pool {
             busy: Mutex::new(None),
             workers,
         }
+    }
+
+    /// The workers' shares of loops logged since the last call (none unless traced).
+    pub(crate) fn take_shares(&self) -> Vec<Share> {
+        self.shared
+            .shares
+            .as_ref()
+            .map_or_else(Vec::new, |s| std::mem::take(&mut *lock(s)))
     }
 
     /// How many threads a `run` may use.
@@ -164,6 +203,10 @@ impl Pool {
             next: AtomicUsize::new(home),
             pending: AtomicUsize::new(n),
             panicked: AtomicBool::new(false),
+            step: match self.shared.shares {
+                Some(_) => super::profile::current_step(),
+                None => (0, ""),
+            },
         };
         let job = match guard.as_mut().and_then(Arc::get_mut) {
             Some(reused) => {
@@ -233,7 +276,20 @@ fn worker(shared: &Shared, me: usize) {
             st.job.clone()
         };
         if let Some(job) = job {
-            if job.work(me) {
+            let start = shared.shares.as_ref().map(|_| Instant::now());
+            let (ran, finished_last) = job.work(me);
+            if let (Some(shares), Some(start), true) = (&shared.shares, start, ran > 0) {
+                let share = Share {
+                    tid: super::profile::thread_id(),
+                    start,
+                    end: Instant::now(),
+                    node: job.step.0,
+                    kind: job.step.1,
+                    tasks: ran,
+                };
+                lock(shares).push(share);
+            }
+            if finished_last {
                 // Take the lock so the notification cannot slip between the caller's
                 // check of `pending` and its wait.
                 let _st = lock(&shared.state);

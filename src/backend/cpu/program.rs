@@ -1,7 +1,7 @@
 //! What lowering produces: a flat list of kernel steps over one arena. Running it walks
 //! the list; nothing is looked up, allocated or locked per step (except by the generic
 //! fallback step, see `steps::fallback`).
-use crate::ir::DType;
+use crate::ir::{DType, Graph, NodeId};
 
 use super::pool::Pool;
 
@@ -96,17 +96,47 @@ pub trait Kernel: Send + Sync {
     }
 }
 
-/// A step: the node it came from (for errors and profiles) and its kernel.
+/// The node a step came from, for errors, profiles and traces: its id in the optimized
+/// graph (the `#12` the graph picture and the plan view show too), name and op.
+#[derive(Debug, Clone)]
+pub struct StepNode {
+    pub id: NodeId,
+    pub name: String,
+    pub op: String,
+}
+
+impl StepNode {
+    pub(crate) fn of(g: &Graph, id: NodeId) -> StepNode {
+        let n = g.node(id);
+        StepNode {
+            id,
+            name: n.name.clone(),
+            op: n.op.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for StepNode {
+    /// As [`Graph::describe`] writes it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "node #{} '{}' ({})", self.id.0, self.name, self.op)
+    }
+}
+
+/// A step: the node it came from and its kernel, with what profiles and traces report.
 pub struct Step {
-    pub node: String,
+    pub node: StepNode,
     pub kernel: Box<dyn Kernel>,
     /// Whether it writes a variable's next value over its current one.
     pub updates_variable: bool,
     /// Its floating-point work per run (matrix products, convolutions and recurrent
-    /// layers; 0 for the rest) and, when it has such work, its operands' shapes: for
-    /// `KILN_PROFILE`.
+    /// layers; 0 for the rest).
     pub flops: f64,
+    /// Its operands' shapes (`1×3×224×224, 64×3×7×7 → 1×64×112×112`) and bytes.
     pub shapes: String,
+    pub bytes: usize,
+    /// The arena bytes the memory plan has live while it runs.
+    pub live_bytes: usize,
 }
 
 /// A step whose output extent depends on the data (`NonMaxSuppression`, `NonZero`): it

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use super::lower::{lower, Program};
 use super::pool::Pool;
-use super::program::{Loc, Slot, Source};
+use super::program::{Loc, Slot, Source, StepNode};
 use super::state::Variables;
 use super::steps::{nms, Build};
 use super::tune::Tuning;
@@ -46,7 +46,7 @@ pub struct Split {
 /// A source's step and its output: the bound buffer, the IR type (its one dynamic
 /// axis `axis`).
 pub(crate) struct SourceStep {
-    pub(crate) node: String,
+    pub(crate) node: StepNode,
     pub(crate) kernel: Box<dyn Source>,
     pub(crate) out: Slot,
     pub(crate) ty: TensorType,
@@ -289,7 +289,7 @@ pub(crate) fn split(
             return Ok(None);
         };
         sources.push(SourceStep {
-            node: g.describe(id),
+            node: StepNode::of(g, id),
             kernel,
             out,
             ty,

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use kiln::backend::flops::graph_flops;
 use kiln::backend::{backend_with, Device};
-use kiln::passes::PassOptions;
+use kiln::passes::{PassOptions, Profiling};
 use kiln::{DType, Result, Tensor};
 
 use crate::compile::bindings;
@@ -22,6 +22,10 @@ pub struct Request<'a> {
     pub iterations: usize,
     pub seconds: f64,
     pub json: bool,
+    /// Print the per-step profile table of the timed runs.
+    pub profile: bool,
+    /// Write a Chrome trace of every run here.
+    pub trace: Option<&'a Path>,
 }
 
 pub(crate) fn run(req: &Request) -> Result<()> {
@@ -49,12 +53,20 @@ pub(crate) fn run(req: &Request) -> Result<()> {
     };
     let device: Device = req.backend.parse()?;
     let t0 = Instant::now();
-    let exe = backend_with(device, PassOptions::from_env()?, req.threads)?.compile(&g)?;
+    let mut options = PassOptions::from_env()?;
+    if let Some(path) = req.trace {
+        options.profile = Profiling::Trace(path.to_path_buf());
+    } else if req.profile {
+        options.profile = Profiling::Table { all: true };
+    }
+    let exe = backend_with(device, options, req.threads)?.compile(&g)?;
     exe.run(&inputs)?;
     let compile = t0.elapsed();
     for _ in 0..req.warmup {
         exe.run(&inputs)?;
     }
+    // The table counts the timed runs only.
+    let _ = exe.take_profile(true);
     let mut times = vec![];
     let start = Instant::now();
     loop {
@@ -71,6 +83,8 @@ pub(crate) fn run(req: &Request) -> Result<()> {
             break;
         }
     }
+    let table = exe.take_profile(true);
+    drop(exe);
     times.sort();
     let pct = |p: f64| ms(times[((times.len() - 1) as f64 * p).round() as usize]);
     let median = pct(0.5);
@@ -114,6 +128,18 @@ pub(crate) fn run(req: &Request) -> Result<()> {
             ms(compile)
         )
         .ok();
+    }
+    if req.profile {
+        let table =
+            table.unwrap_or_else(|| format!("(the {} backend does not profile)\n", req.backend));
+        if req.json {
+            eprint!("{table}");
+        } else {
+            out.push_str(&table);
+        }
+    }
+    if let Some(path) = req.trace {
+        writeln!(out, "wrote {}", path.display()).ok();
     }
     emit(&out)
 }

@@ -205,6 +205,7 @@ fn cpu_executable(
     let mut passes = options.clone();
     passes.dump_ir = Default::default();
     passes.pass_timing = false;
+    passes.profile = kiln::passes::Profiling::Off;
     let exe = CpuBackend {
         passes,
         threads: 1,

@@ -152,6 +152,14 @@ enum Command {
         /// One JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// Also print the per-step profile of the timed runs: time, share, GFLOP/s and
+        /// share of the FMA peak (measured in the same run), sorted by time (to stderr
+        /// with --json).
+        #[arg(long)]
+        profile: bool,
+        /// Write a Chrome trace-event file of every run (Perfetto, chrome://tracing).
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
     },
     /// List the passes, one a line, and the default pipeline.
     Passes,
@@ -251,6 +259,8 @@ fn dispatch(command: Command) -> Result<()> {
             iterations,
             seconds,
             json,
+            profile,
+            trace,
         } => bench::run(&bench::Request {
             file: &file,
             shapes: &shapes,
@@ -261,6 +271,8 @@ fn dispatch(command: Command) -> Result<()> {
             iterations,
             seconds,
             json,
+            profile,
+            trace: trace.as_deref(),
         }),
         Command::Passes => {
             let mut out = String::new();
