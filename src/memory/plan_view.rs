@@ -908,21 +908,22 @@ mod tests {
     use crate::memory::plan::tests::f32s;
     use crate::memory::plan::{self, MemoryPlan};
 
-    /// `x → a = relu(x), b = exp(x), c = a + b, d = tanh(c)`: buffers of different
-    /// lifetimes, one taken over in place, and a hostile node name.
+    /// `a = relu(x), h = exp(y), c = a + h, d = tanh(c), e = d · a`: three buffers of
+    /// different sizes and lifetimes, one taken over in place, and a hostile node name.
     fn small() -> (Graph, MemoryPlan) {
         let mut g = Graph::new("small");
         let x = g.add_parameter("x", f32s(&[8, 64])).unwrap();
+        let y = g.add_parameter("y", f32s(&[8, 1])).unwrap();
         let a = g.op("Relu", &[x.into()], Attrs::new(), "a").unwrap();
-        let big = g.op("Exp", &[x.into()], Attrs::new(), "<b>&\"'").unwrap();
+        let h = g.op("Exp", &[y.into()], Attrs::new(), "<b>&\"'").unwrap();
         let c = g
-            .op("Add", &[a.into(), big.into()], Attrs::new(), "c")
+            .op("Add", &[a.into(), h.into()], Attrs::new(), "c")
             .unwrap();
         let d = g.op("Tanh", &[c.into()], Attrs::new(), "d").unwrap();
         let e = g
             .op("Mul", &[d.into(), a.into()], Attrs::new(), "e")
             .unwrap();
-        g.add_output("y", e.into()).unwrap();
+        g.add_output("z", e.into()).unwrap();
         let p = plan::plan(&g, &g.schedule().unwrap()).unwrap();
         (g, p)
     }
@@ -986,6 +987,35 @@ mod tests {
             assert!((h - size * scale).abs() < 0.02, "{val:?}: height {h}");
             assert!((base - y - h - off * scale).abs() < 0.02, "{val:?}: y {y}");
         }
+        // Across each drawn step's column, the buffers drawn are the bytes live there.
+        let drawn: Vec<&StepDetail> = p.steps.iter().filter(|s| s.op != "Parameter").collect();
+        let columns: Vec<(f64, f64)> = svg
+            .split("<g class=\"step\"")
+            .skip(1)
+            .map(|t| {
+                let tag = t.split('>').next().unwrap();
+                (attr(tag, "data-x"), attr(tag, "data-w"))
+            })
+            .collect();
+        assert_eq!(columns.len(), drawn.len());
+        for (s, (x, w)) in drawn.iter().zip(columns) {
+            let mid = x + w / 2.0;
+            let mut live: Vec<(usize, usize)> = svg
+                .split("<rect class=\"t\"")
+                .skip(1)
+                .map(|t| t.split('>').next().unwrap())
+                .filter(|t| attr(t, "x") <= mid && mid <= attr(t, "x") + attr(t, "width"))
+                .map(|t| {
+                    (
+                        attr(t, "data-buffer") as usize,
+                        attr(t, "data-size") as usize,
+                    )
+                })
+                .collect();
+            live.dedup();
+            let bytes: usize = live.iter().map(|b| b.1).sum();
+            assert_eq!(bytes, s.live_bytes, "step {}", s.step);
+        }
         // Two buffers sharing addresses never overlap in time.
         for (i, a) in p.buffers.iter().enumerate() {
             for b in &p.buffers[i + 1..] {
@@ -1030,11 +1060,12 @@ mod tests {
     fn tooltips_and_strips() {
         let (g, p) = small();
         let svg = to_svg(&p, Some(&g), &notes(&g, true), "small");
-        // The parameter's step is a source: not drawn.
-        let drawn = p.steps.len() - 1;
+        // The parameters' steps are sources: not drawn.
+        let drawn = p.steps.len() - 2;
+        assert!(svg.contains("not drawn: 2 source steps"));
         assert_eq!(svg.matches("<g class=\"step\"").count(), drawn);
         assert_eq!(svg.matches("<title>").count(), 1 + drawn + p.values.len());
-        assert!(svg.contains("step 1: node #1 'a' (Relu)\nkernel: binary"));
+        assert!(svg.contains("step 2: node #2 &apos;a&apos; (Relu)\nkernel: binary"));
         assert!(
             svg.contains("shapes: f32[8, 64] → f32[8, 64]"),
             "types from the graph"

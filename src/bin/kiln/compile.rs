@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use kiln::backend::cpu::{Compiled as CpuCompiled, CpuBackend, CpuExecutable, Tuning};
 use kiln::backend::cpu_pass_options;
 use kiln::ir::text;
-use kiln::ir::NodeId;
 use kiln::memory;
 use kiln::memory::plan_view::{self, StepNote};
 use kiln::passes::{run_pipeline, PassOptions, PassReport};
@@ -240,12 +239,6 @@ fn write_step_report(req: &Request, options: &PassOptions, out: &mut String) -> 
     Ok(())
 }
 
-/// The node id in a step's description, `node #12 'conv1' (Conv)`.
-fn described_node(describe: &str) -> Option<NodeId> {
-    let digits = describe.strip_prefix("node #")?.split(' ').next()?;
-    digits.parse().ok().map(NodeId)
-}
-
 /// Draws the cpu program's memory plan with its steps' kernels (`--plan-view`).
 fn write_plan_view(
     req: &Request,
@@ -267,14 +260,12 @@ fn write_plan_view(
     let notes: Vec<StepNote> = p
         .steps
         .iter()
-        .filter_map(|s| {
-            Some(StepNote {
-                node: described_node(&s.node)?,
-                kind: s.kernel.kind().to_string(),
-                shapes: s.shapes.clone(),
-                flops: s.flops,
-                seconds: None,
-            })
+        .map(|s| StepNote {
+            node: s.node.id,
+            kind: s.kernel.kind().to_string(),
+            shapes: s.shapes.clone(),
+            flops: s.flops,
+            seconds: None,
         })
         .collect();
     // `compile` ran the same pipeline on the same shapes: when its plan is the
