@@ -521,6 +521,28 @@ fn compile_plan_view_draws_the_cpu_plan_as_html_and_svg() {
             assert!(text.contains(label), "{label}");
         }
     }
+    assert!(!page.contains("measured: "), "no times unless asked");
+    // Timed: each step's measured time, and the time strip.
+    let timed = dir.join("timed.html");
+    let o = kiln(&[
+        "compile",
+        model.to_str().unwrap(),
+        "--shape",
+        "batch=1",
+        "--plan-view",
+        timed.to_str().unwrap(),
+        "--plan-view-runs",
+        "3",
+    ]);
+    assert_ok(&o);
+    assert!(stdout(&o).contains("3 timed runs"), "{}", stdout(&o));
+    let page = std::fs::read_to_string(&timed).unwrap();
+    assert!(page.contains("(FusedConv)\nkernel: conv") && page.contains(">time<"));
+    assert!(
+        page.contains(" per run\nlive: "),
+        "measured times in the tooltips"
+    );
+    assert!(page.contains("<th>time/run</th>"));
     // A signature with a data-dependent shape has no single plan: a clear error.
     let mut g = kiln::Graph::new("nonzero");
     let x = g

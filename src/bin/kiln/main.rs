@@ -115,6 +115,10 @@ enum Command {
         /// each tensor at its arena offset over the steps that hold it.
         #[arg(long, value_name = "FILE.html")]
         plan_view: Option<PathBuf>,
+        /// With --plan-view: run the model this many times on zero inputs (after one
+        /// warm-up, on every core) and show each step's measured time.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        plan_view_runs: usize,
         /// Write the optimized graph as .kir text here.
         #[arg(short, long, value_name = "FILE.kir")]
         output: Option<PathBuf>,
@@ -218,6 +222,7 @@ fn dispatch(command: Command) -> Result<()> {
             memory_report,
             memory_chart,
             plan_view,
+            plan_view_runs,
             output,
             repeat,
             report,
@@ -244,6 +249,7 @@ fn dispatch(command: Command) -> Result<()> {
                 memory_report: memory_report.as_deref(),
                 memory_chart: memory_chart.as_deref(),
                 plan_view: plan_view.as_deref(),
+                plan_view_runs,
                 output: output.as_deref(),
                 repeat: repeat.max(1),
                 report,
