@@ -109,6 +109,10 @@ pub trait Executable: Send + Sync {
         let _ = all;
         None
     }
+
+    /// Forgets the profile table's sums so far (after warm-up runs, say); a trace keeps
+    /// every event.
+    fn restart_profile(&self) {}
 }
 
 /// The error for a name that is not one of `vars`.

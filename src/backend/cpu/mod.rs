@@ -578,4 +578,10 @@ impl Executable for CpuExecutable {
     fn take_profile(&self, all: bool) -> Option<String> {
         self.profiler.as_ref()?.take_table(self.pool.threads(), all)
     }
+
+    fn restart_profile(&self) {
+        if let Some(p) = &self.profiler {
+            p.restart();
+        }
+    }
 }

@@ -259,6 +259,11 @@ impl Profiler {
         Some(out)
     }
 
+    /// Forgets the table's sums.
+    pub(crate) fn restart(&self) {
+        lock(&self.table).clear();
+    }
+
     /// What the executable's drop does: print the table under `KILN_PROFILE=1|all`.
     pub(crate) fn print_at_exit(&self, threads: usize) {
         if let Some(all) = self.print_at_exit {

@@ -18,6 +18,7 @@ use kiln::tensor::npy;
 
 mod bench;
 mod compile;
+mod timeline;
 use kiln::{DType, Error, Graph, Result, Tensor};
 
 #[derive(Parser)]
@@ -165,6 +166,15 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
     },
+    /// Draw a profile trace (`kiln bench --trace FILE`, `KILN_PROFILE=FILE`) as a
+    /// self-contained HTML timeline: a row per thread, steps colored by kernel, the
+    /// arena's live bytes below.
+    Timeline {
+        trace: PathBuf,
+        /// The HTML page to write.
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// List the passes, one a line, and the default pipeline.
     Passes,
     /// Print a .npy file's dtype, shape and values.
@@ -280,6 +290,7 @@ fn dispatch(command: Command) -> Result<()> {
             profile,
             trace: trace.as_deref(),
         }),
+        Command::Timeline { trace, output } => timeline::run(&trace, &output),
         Command::Passes => {
             let mut out = String::new();
             for p in passes::PASSES {
