@@ -543,20 +543,22 @@ fn compile_plan_view_draws_the_cpu_plan_as_html_and_svg() {
         "measured times in the tooltips"
     );
     assert!(page.contains("<th>time/run</th>"));
-    // A signature with a data-dependent shape has no single plan: a clear error.
-    let mut g = kiln::Graph::new("nonzero");
-    let x = g
-        .add_parameter(
-            "x",
-            kiln::ir::TensorType::new(kiln::ir::DType::F32, kiln::ir::Shape::fixed(&[4])),
-        )
-        .unwrap();
-    let y = g
-        .op("NonZero", &[x.into()], kiln::ir::Attrs::new(), "nz")
-        .unwrap();
-    g.add_output("y", y.into()).unwrap();
-    let f = write(&dir, "nonzero.kir", &kiln::ir::text::print(&g));
-    let out = dir.join("nz.html");
+    // A graph holding host objects (a sequence) runs partly on the interpreter: no
+    // single plan, a clear error.
+    let f = write(
+        &dir,
+        "seq.kir",
+        r#"graph "seq" {
+  %0 "x" = Parameter : f32[2, 3]
+  %1 "pieces" = SplitToSequence(%0) {axis = 0, keepdims = 0} : seq<f32[3]>
+  %2 "one" = Constant : i64[] = [1]
+  %3 "second" = SequenceAt(%1, %2) : f32[3]
+  %4 "y" = Relu(%3) : f32[3]
+  return "y" = %4, "pieces" = %1
+}
+"#,
+    );
+    let out = dir.join("seq.html");
     assert_fails(
         &kiln(&["compile", &f, "--plan-view", out.to_str().unwrap()]),
         &["--plan-view", "no single memory plan"],
