@@ -69,6 +69,8 @@ struct View<'a> {
     g: Option<&'a Graph>,
     title: &'a str,
     steps: Vec<Step<'a>>,
+    /// Each scheduled node's step.
+    index: HashMap<NodeId, usize>,
     /// The steps drawn, as indices into `steps` (sources holding nothing are left out).
     cols: Vec<usize>,
     /// Per schedule step: its column, and the column after it (equal when not drawn).
@@ -164,6 +166,7 @@ impl<'a> View<'a> {
             g,
             title,
             steps,
+            index,
             cols,
             col_start,
             col_end,
@@ -182,11 +185,10 @@ impl<'a> View<'a> {
     /// `conv1:0`, with its type when the graph is known: a value as its node's name
     /// and output index.
     fn value_name(&self, v: Value) -> String {
-        let name = self
-            .steps
-            .iter()
-            .find(|s| s.detail.node == v.node)
-            .map_or_else(|| format!("#{}", v.node.0), |s| s.detail.name.clone());
+        let name = self.index.get(&v.node).map_or_else(
+            || format!("#{}", v.node.0),
+            |&i| self.steps[i].detail.name.clone(),
+        );
         let ty = self
             .g
             .and_then(|g| g.nodes().get(v.node.0 as usize))
