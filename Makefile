@@ -40,7 +40,7 @@ lint: deps
 	$(CARGO) fmt --check --manifest-path bindings/python/Cargo.toml
 	CARGO_TARGET_DIR=$(CURDIR)/target/python $(CARGO) clippy --manifest-path bindings/python/Cargo.toml -- -D warnings
 
-# Every test: format, lints, exporter-style ONNX models against onnxruntime (before and
+# Every test: format, lints, what reads the pictures Kiln draws (graphviz, Chromium), exporter-style ONNX models against onnxruntime (before and
 # after the pass pipeline; they stay in target/real-models for the compiler's tests), the
 # zoo of real models from PyPI packages (tests/zoo/README.md; in release; required under CI=true),
 # the Rust suites (the CPU backend's again on its portable kernels; the GEMM's comparison
@@ -53,11 +53,12 @@ lint: deps
 # pkg-config), and the demo model under valgrind on both backends so that the CLI path
 # is leak- and error-free.
 test: lint
+	scripts/ensure-deps.sh --pictures
 	scripts/onnx-node-tests.sh
 	scripts/contrib-cases.sh
 	scripts/test-onnx-models.sh
 	scripts/model-zoo.sh
-	INSTA_UPDATE=no KILN_REQUIRE=onnx-suite,contrib-cases,avx512f,cuda-tools,gxx $(CARGO) test --all-targets
+	INSTA_UPDATE=no KILN_REQUIRE=onnx-suite,contrib-cases,avx512f,cuda-tools,gxx,chromium $(CARGO) test --all-targets
 	KILN_REQUIRE=$${CI:+zoo} $(CARGO) test --release --test zoo
 	KILN_CPU_ISA=portable $(CARGO) test --test cpu_backend
 	$(CARGO) test --features openblas --lib gemm

@@ -3,8 +3,12 @@
 # nothing when it is already there. Used by `make demo` and `make test`.
 set -euo pipefail
 
+# `--pictures` (make test): also what reads the pictures Kiln draws (graphviz's dot,
+# headless Chromium and a font for its screenshots).
+pkgs=(libopenblas-dev pkg-config valgrind cmake g++ make python3 python3-venv python3-pip)
+[ "${1:-}" = --pictures ] && pkgs+=(graphviz chromium fonts-dejavu-core)
 need=()
-for pkg in libopenblas-dev pkg-config valgrind cmake g++ make python3 python3-venv python3-pip; do
+for pkg in "${pkgs[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
