@@ -483,6 +483,90 @@ fn compile_report_lists_each_cpu_step_and_marks_the_interpreter() {
 }
 
 #[test]
+fn compile_plan_view_draws_the_cpu_plan_as_html_and_svg() {
+    let dir = scratch("plan_view");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/data/digits_cnn.onnx");
+    let (html, svg) = (dir.join("plan.html"), dir.join("plan.SVG"));
+    for path in [&html, &svg] {
+        let path = path.to_str().unwrap();
+        let o = kiln(&[
+            "compile",
+            model.to_str().unwrap(),
+            "--shape",
+            "batch=1",
+            "--plan-view",
+            path,
+        ]);
+        assert_ok(&o);
+        assert!(
+            stdout(&o).contains(&format!("wrote {path} (")),
+            "{}",
+            stdout(&o)
+        );
+    }
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>") && page.contains("<svg"));
+    assert!(
+        !page.contains("src=") && !page.contains("href="),
+        "no network"
+    );
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert!(picture.starts_with("<svg") && !picture.contains("<html"));
+    for text in [&page, &picture] {
+        // A rectangle per arena value, each step's node and kernel, the three numbers.
+        assert!(text.contains("<rect class=\"t\""), "tensors drawn");
+        assert!(text.contains("(FusedConv)\nkernel: conv"), "{text}");
+        assert!(text.contains("f32[1, "), "types from the optimized graph");
+        for label in ["naive ", "planned arena ", "lower bound "] {
+            assert!(text.contains(label), "{label}");
+        }
+    }
+    assert!(!page.contains("measured: "), "no times unless asked");
+    // Timed: each step's measured time, and the time strip.
+    let timed = dir.join("timed.html");
+    let o = kiln(&[
+        "compile",
+        model.to_str().unwrap(),
+        "--shape",
+        "batch=1",
+        "--plan-view",
+        timed.to_str().unwrap(),
+        "--plan-view-runs",
+        "3",
+    ]);
+    assert_ok(&o);
+    assert!(stdout(&o).contains("3 timed runs"), "{}", stdout(&o));
+    let page = std::fs::read_to_string(&timed).unwrap();
+    assert!(page.contains("(FusedConv)\nkernel: conv") && page.contains(">time<"));
+    assert!(
+        page.contains(" per run\nlive: "),
+        "measured times in the tooltips"
+    );
+    assert!(page.contains("<th>time/run</th>"));
+    // A graph holding host objects (a sequence) runs partly on the interpreter: no
+    // single plan, a clear error.
+    let f = write(
+        &dir,
+        "seq.kir",
+        r#"graph "seq" {
+  %0 "x" = Parameter : f32[2, 3]
+  %1 "pieces" = SplitToSequence(%0) {axis = 0, keepdims = 0} : seq<f32[3]>
+  %2 "one" = Constant : i64[] = [1]
+  %3 "second" = SequenceAt(%1, %2) : f32[3]
+  %4 "y" = Relu(%3) : f32[3]
+  return "y" = %4, "pieces" = %1
+}
+"#,
+    );
+    let out = dir.join("seq.html");
+    assert_fails(
+        &kiln(&["compile", &f, "--plan-view", out.to_str().unwrap()]),
+        &["--plan-view", "no single memory plan"],
+    );
+    assert!(!out.exists());
+}
+
+#[test]
 fn compile_rejects_bad_options() {
     let dir = scratch("compile_bad");
     let g = write(&dir, "axpy.kir", AXPY);

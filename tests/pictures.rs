@@ -216,3 +216,30 @@ fn the_memory_chart_renders() {
     assert_not_blank(&png, 4);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn the_plan_view_renders_as_html_and_svg() {
+    let dir = scratch("plan-view");
+    let model = root().join(DIGITS);
+    let (html, svg) = (dir.join("plan.html"), dir.join("plan.svg"));
+    for (page, runs) in [(&html, "2"), (&svg, "0")] {
+        ok(&[
+            "compile",
+            model.to_str().unwrap(),
+            "--shape",
+            "batch=1",
+            "--plan-view",
+            page.to_str().unwrap(),
+            "--plan-view-runs",
+            runs,
+        ]);
+    }
+    let Some(chrome) = chromium() else { return };
+    for page in [&html, &svg] {
+        let png = page.with_extension("png");
+        screenshot(&chrome, page, &png, (1600, 1000));
+        // The tensors, the kinds' strip and the legend: many colors.
+        assert_not_blank(&png, 8);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -2,7 +2,8 @@
 //! preallocated arena.
 //!
 //! [`plan`] takes a graph and the order its nodes run (usually `g.schedule()?`) and
-//! returns a [`MemoryPlan`]; [`to_json`] and [`to_svg`] report it.
+//! returns a [`MemoryPlan`]; [`to_json`] and [`to_svg`] report it, [`plan_view`] draws
+//! it with the backend's steps.
 //!
 //! # What lives in the arena
 //!
@@ -64,6 +65,7 @@
 pub mod inplace;
 pub mod liveness;
 mod plan;
+pub mod plan_view;
 pub mod planner;
 pub mod report;
 mod svg;

@@ -1,6 +1,7 @@
 //! The memory report's SVG chart: live and own-output bytes per schedule step as bars
 //! (or step-shaped areas when the steps are thin), the planned arena and the lower
-//! bound as lines, a summary, a legend and a tooltip per step.
+//! bound as lines, a summary, a legend and a tooltip per step. Its escaping, tick and
+//! number helpers are shared with [`super::plan_view`].
 use std::fmt::Write;
 
 use super::plan::{MemoryPlan, StepDetail};
@@ -8,7 +9,7 @@ use super::report::human_bytes;
 use crate::ir::Graph;
 
 /// `s` escaped for SVG text and attribute values.
-fn xml(s: &str) -> String {
+pub(crate) fn xml(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -27,7 +28,7 @@ fn xml(s: &str) -> String {
 
 /// A "nice" tick step (1, 2 or 5 × 10^k, scaled by `unit`) giving at most about
 /// `max_ticks` intervals over `0..=max`.
-fn nice_step(max: f64, unit: f64, max_ticks: f64) -> f64 {
+pub(crate) fn nice_step(max: f64, unit: f64, max_ticks: f64) -> f64 {
     let raw = (max / unit / max_ticks).max(1e-9);
     let mag = 10f64.powf(raw.log10().floor());
     let step = [1.0, 2.0, 5.0, 10.0]
@@ -39,7 +40,7 @@ fn nice_step(max: f64, unit: f64, max_ticks: f64) -> f64 {
 }
 
 /// The binary unit (1, 1024, 1024², …) to label an axis reaching `max` bytes.
-fn axis_unit(max: f64) -> f64 {
+pub(crate) fn axis_unit(max: f64) -> f64 {
     let mut unit = 1.0;
     while max / unit >= 1024.0 && unit < 1024f64.powi(4) {
         unit *= 1024.0;
@@ -48,7 +49,7 @@ fn axis_unit(max: f64) -> f64 {
 }
 
 /// A number with at most 2 decimals, no trailing zeros: SVG coordinates.
-fn num(v: f64) -> String {
+pub(crate) fn num(v: f64) -> String {
     let s = format!("{v:.2}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
     if s == "-0" {
@@ -449,7 +450,7 @@ fn bound_lines(o: &mut String, c: &Chart, plan: &MemoryPlan) {
 }
 
 /// A y tick label: `t` bytes in `unit`, with as many decimals as the step needs.
-pub(super) fn tick_label(t: f64, unit: f64, tick: f64) -> String {
+pub(crate) fn tick_label(t: f64, unit: f64, tick: f64) -> String {
     if t == 0.0 {
         return "0".into();
     }

@@ -5,12 +5,14 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kiln::backend::cpu::{CpuBackend, Tuning};
+use kiln::backend::cpu::{Compiled as CpuCompiled, CpuBackend, CpuExecutable, Tuning};
 use kiln::backend::cpu_pass_options;
+use kiln::backend::Executable;
 use kiln::ir::text;
 use kiln::memory;
-use kiln::passes::{run_pipeline, PassOptions, PassReport};
-use kiln::{Error, Graph, Result};
+use kiln::memory::plan_view::{self, StepNote};
+use kiln::passes::{run_pipeline, PassOptions, PassReport, Profiling};
+use kiln::{DType, Error, Graph, Result, Tensor};
 
 use crate::{emit, load};
 
@@ -20,6 +22,10 @@ pub struct Request<'a> {
     pub shapes: &'a [String],
     pub memory_report: Option<&'a Path>,
     pub memory_chart: Option<&'a Path>,
+    /// Draw the cpu program's plan here: HTML, or SVG for a `.svg` path.
+    pub plan_view: Option<&'a Path>,
+    /// Time the plan view's steps over this many runs (0: no times).
+    pub plan_view_runs: usize,
     pub output: Option<&'a Path>,
     pub repeat: usize,
     /// List the cpu program's steps and their kernels.
@@ -167,12 +173,28 @@ pub(crate) fn run(req: &Request) -> Result<()> {
     if req.report {
         write_step_report(req, &options, &mut out)?;
     }
+    if let Some(path) = req.plan_view {
+        write_plan_view(req, &options, &c, path, &mut out)?;
+    }
     emit(&out)
 }
 
-/// The cpu program's steps, one a line: `<index> <kernel> <node>`, bodies indented, and
-/// a count of the steps that run the reference interpreter.
-fn write_step_report(req: &Request, options: &PassOptions, out: &mut String) -> Result<()> {
+/// The model compiled for the cpu backend, with its inputs' static shapes (symbols bound
+/// as for `compile`) and dtypes.
+struct CpuModel {
+    exe: CpuExecutable,
+    shapes: Vec<Vec<usize>>,
+    dtypes: Vec<DType>,
+}
+
+/// [`CpuModel`] under the pipeline without its dumps and timing tables, profiled as
+/// `profile` says, its runs on `threads` threads (0: one per core).
+fn cpu_executable(
+    req: &Request,
+    options: &PassOptions,
+    profile: Profiling,
+    threads: usize,
+) -> Result<CpuModel> {
     let mut graph = load(req.file)?;
     let mut given = bindings(req.shapes)?;
     for s in graph.specialize(&given)? {
@@ -192,18 +214,33 @@ fn write_step_report(req: &Request, options: &PassOptions, out: &mut String) -> 
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    // The pipeline again, without its dumps and timing tables.
+    let dtypes = graph
+        .inputs()
+        .iter()
+        .map(|&id| graph.node(id).outputs[0].dtype)
+        .collect();
     let mut passes = options.clone();
     passes.dump_ir = Default::default();
     passes.pass_timing = false;
-    passes.profile = kiln::passes::Profiling::Off;
+    passes.profile = profile;
     let exe = CpuBackend {
         passes,
-        threads: 1,
+        threads,
         tuning: Tuning::from_env(),
     }
     .compile_cpu(&graph)?;
-    let steps = exe.step_report(&shapes)?;
+    Ok(CpuModel {
+        exe,
+        shapes,
+        dtypes,
+    })
+}
+
+/// The cpu program's steps, one a line: `<index> <kernel> <node>`, bodies indented, and
+/// a count of the steps that run the reference interpreter.
+fn write_step_report(req: &Request, options: &PassOptions, out: &mut String) -> Result<()> {
+    let m = cpu_executable(req, options, Profiling::Off, 1)?;
+    let steps = m.exe.step_report(&m.shapes)?;
     writeln!(out, "steps  (cpu; kernel, node)").ok();
     for (i, s) in steps.iter().enumerate() {
         let mark = if s.is_fallback() {
@@ -222,4 +259,172 @@ fn write_step_report(req: &Request, options: &PassOptions, out: &mut String) -> 
     )
     .ok();
     Ok(())
+}
+
+/// Draws the cpu program's memory plan with its steps' kernels (`--plan-view`) and,
+/// after `req.plan_view_runs` runs on zero inputs, their measured times.
+fn write_plan_view(
+    req: &Request,
+    options: &PassOptions,
+    c: &Compiled,
+    path: &Path,
+    out: &mut String,
+) -> Result<()> {
+    let t0 = Instant::now();
+    let runs = req.plan_view_runs;
+    // Times come from the profiler's trace of the runs, in a file of our own; the
+    // runs use every core, as `kiln bench` does.
+    let trace = (runs > 0).then(|| {
+        std::env::temp_dir().join(format!("kiln-plan-view-{}.trace.json", std::process::id()))
+    });
+    let (profile, threads) = match &trace {
+        Some(t) => (Profiling::Trace(t.clone()), 0),
+        None => (Profiling::Off, 1),
+    };
+    let m = cpu_executable(req, options, profile, threads)?;
+    let compiled = m.exe.program(&m.shapes)?;
+    let CpuCompiled::Program(p) = &*compiled else {
+        drop(m);
+        if let Some(t) = &trace {
+            let _ = std::fs::remove_file(t);
+        }
+        return Err(Error::InvalidArgument(format!(
+            "--plan-view: {} does not lower to one static cpu program for these shapes \
+             (a type stays dynamic or holds host objects), so it has no single memory plan",
+            req.file.display()
+        )));
+    };
+    let mut times = HashMap::new();
+    if let Some(t) = &trace {
+        let inputs: Vec<Tensor> = m
+            .dtypes
+            .iter()
+            .zip(&m.shapes)
+            .map(|(&d, s)| Tensor::zeros(d, s))
+            .collect();
+        let ran = (0..=runs).try_for_each(|_| m.exe.run(&inputs).map(drop));
+        // Dropping the executable completes the trace.
+        drop(m);
+        let text = std::fs::read_to_string(t).map_err(|e| Error::io(t, e));
+        let _ = std::fs::remove_file(t);
+        ran?;
+        times = step_seconds(&text?, runs);
+    }
+    let mut timed = std::collections::HashSet::new();
+    let notes: Vec<StepNote> = p
+        .steps
+        .iter()
+        .map(|s| StepNote {
+            node: s.node.id,
+            kind: s.kernel.kind().to_string(),
+            shapes: s.shapes.clone(),
+            flops: s.flops,
+            // A node's time goes to its first step (the trace sums its steps).
+            seconds: timed
+                .insert(s.node.id.0)
+                .then(|| times.get(&s.node.id.0).copied())
+                .flatten(),
+        })
+        .collect();
+    // `compile` ran the same pipeline on the same shapes: when its plan is the
+    // program's, its graph is too and gives the tooltips their types.
+    let graph = (c.plan == p.memory).then_some(&c.graph);
+    let t1 = Instant::now();
+    let title = format!("{} — cpu execution plan", c.graph.name);
+    let svg = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+    let text = if svg {
+        plan_view::to_svg(&p.memory, graph, &notes, &title)
+    } else {
+        plan_view::to_html(&p.memory, graph, &notes, &title)
+    };
+    std::fs::write(path, text).map_err(|e| Error::io(path, e))?;
+    let timing = if runs > 0 {
+        format!("; {runs} timed runs after one warm-up")
+    } else {
+        String::new()
+    };
+    writeln!(
+        out,
+        "wrote {} ({} steps, {} buffers{timing}; lowering and runs {:.1} ms, drawing {:.1} ms)",
+        path.display(),
+        p.steps.len(),
+        p.memory.buffers.len(),
+        ms(t1 - t0),
+        ms(t1.elapsed())
+    )
+    .ok();
+    Ok(())
+}
+
+/// Per node id, its steps' seconds per run from a profiler trace of `runs + 1` runs,
+/// the first a warm-up left out. The trace's step events are one a line, complete
+/// (`"ph":"X"`) events with the duration in µs and the node id first in `args`; a
+/// pool's share events (`"cat":"parallel"`) are left out. Names in it are JSON strings,
+/// whose quotes are escaped, so the keys matched here occur only as keys.
+fn step_seconds(trace: &str, runs: usize) -> HashMap<u32, f64> {
+    fn after<T: std::str::FromStr>(line: &str, key: &str) -> Option<T> {
+        let rest = &line[line.find(key)? + key.len()..];
+        let end = rest.find([',', '}']).unwrap_or(rest.len());
+        rest[..end].parse().ok()
+    }
+    let mut per_node: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    for line in trace.lines() {
+        if !line.contains("\"ph\":\"X\"") || line.contains("\"cat\":\"parallel\"") {
+            continue;
+        }
+        if let (Some(us), Some(node)) = (
+            after::<f64>(line, "\"dur\":"),
+            after::<u32>(line, "\"args\":{\"node\":"),
+        ) {
+            per_node.entry(node).or_default().push(us * 1e-6);
+        }
+    }
+    per_node
+        .into_iter()
+        .map(|(node, secs)| {
+            // Each run times the node's steps alike: the first run's share is the warm-up.
+            let per_run = secs.len() / (runs + 1);
+            let measured = if per_run > 0 && secs.len() % (runs + 1) == 0 {
+                &secs[per_run..]
+            } else {
+                &secs[..]
+            };
+            let n = if measured.len() == secs.len() {
+                runs + 1
+            } else {
+                runs
+            };
+            (node, measured.iter().sum::<f64>() / n.max(1) as f64)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::step_seconds;
+
+    #[test]
+    fn step_seconds_reads_the_trace_and_leaves_out_the_warm_up() {
+        // Node 3 in two runs (warm-up 100 µs, then 10), node 5 twice per run, a pool
+        // share and a counter to skip, and a name that spells keys inside its string.
+        let trace = r#"{"traceEvents":[
+{"name":"process_name","ph":"M","pid":1,"tid":0,"args":{"name":"kiln"}}
+,{"name":"arena","ph":"C","ts":0.000,"pid":1,"tid":1,"args":{"live bytes":64}}
+,{"name":"x\",\"dur\":999,\"args\":{\"node\":9","cat":"gemm","ph":"X","ts":0.000,"dur":100.000,"pid":1,"tid":1,"args":{"node":3,"op":"MatMul","kernel":"gemm","shapes":"","bytes":0,"flops":0}}
+,{"name":"gemm","cat":"parallel","ph":"X","ts":1.000,"dur":50.000,"pid":1,"tid":2,"args":{"node":3,"kernel":"gemm","tasks":4}}
+,{"name":"c","cat":"copy","ph":"X","ts":100.000,"dur":4.000,"pid":1,"tid":1,"args":{"node":5,"op":"Assign","kernel":"copy","shapes":"","bytes":0,"flops":0}}
+,{"name":"c","cat":"copy","ph":"X","ts":104.000,"dur":4.000,"pid":1,"tid":1,"args":{"node":5,"op":"Assign","kernel":"copy","shapes":"","bytes":0,"flops":0}}
+,{"name":"x\",\"dur\":999,\"args\":{\"node\":9","cat":"gemm","ph":"X","ts":200.000,"dur":10.000,"pid":1,"tid":1,"args":{"node":3,"op":"MatMul","kernel":"gemm","shapes":"","bytes":0,"flops":0}}
+,{"name":"c","cat":"copy","ph":"X","ts":210.000,"dur":1.000,"pid":1,"tid":1,"args":{"node":5,"op":"Assign","kernel":"copy","shapes":"","bytes":0,"flops":0}}
+,{"name":"c","cat":"copy","ph":"X","ts":211.000,"dur":2.000,"pid":1,"tid":1,"args":{"node":5,"op":"Assign","kernel":"copy","shapes":"","bytes":0,"flops":0}}
+],"displayTimeUnit":"ms"}
+"#;
+        let t = step_seconds(trace, 1);
+        assert_eq!(t.len(), 2, "{t:?}");
+        assert!((t[&3] - 10e-6).abs() < 1e-12, "{t:?}");
+        assert!((t[&5] - 3e-6).abs() < 1e-12, "{t:?}");
+        assert!(step_seconds("not a trace", 3).is_empty());
+    }
 }

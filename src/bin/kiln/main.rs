@@ -112,6 +112,14 @@ enum Command {
         /// Write a chart of live memory per step (SVG) here.
         #[arg(long, value_name = "FILE.svg")]
         memory_chart: Option<PathBuf>,
+        /// Draw the cpu program's execution plan here (HTML; SVG for a .svg path):
+        /// each tensor at its arena offset over the steps that hold it.
+        #[arg(long, value_name = "FILE.html")]
+        plan_view: Option<PathBuf>,
+        /// With --plan-view: run the model this many times on zero inputs (after one
+        /// warm-up, on every core) and show each step's measured time.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        plan_view_runs: usize,
         /// Write the optimized graph as .kir text here.
         #[arg(short, long, value_name = "FILE.kir")]
         output: Option<PathBuf>,
@@ -223,6 +231,8 @@ fn dispatch(command: Command) -> Result<()> {
             shapes,
             memory_report,
             memory_chart,
+            plan_view,
+            plan_view_runs,
             output,
             repeat,
             report,
@@ -248,6 +258,8 @@ fn dispatch(command: Command) -> Result<()> {
                 shapes: &shapes,
                 memory_report: memory_report.as_deref(),
                 memory_chart: memory_chart.as_deref(),
+                plan_view: plan_view.as_deref(),
+                plan_view_runs,
                 output: output.as_deref(),
                 repeat: repeat.max(1),
                 report,
