@@ -26,6 +26,9 @@ pub enum Profiling {
     /// Time every step; print the table when the executable is dropped: every step when
     /// `all` (`KILN_PROFILE=all`), else the slowest (`KILN_PROFILE=1`).
     Table { all: bool },
+    /// Time every step for the caller to read (`Executable::take_profile`,
+    /// `CpuExecutable::step_times`); print nothing. Not settable from text.
+    Collect,
     /// Time every step and write a Chrome trace-event file here (created at compile
     /// time, completed when the executable is dropped).
     Trace(PathBuf),

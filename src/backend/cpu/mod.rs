@@ -33,6 +33,7 @@ pub(crate) mod steps;
 pub(crate) mod tail;
 pub(crate) mod tune;
 
+pub use profile::StepTiming;
 pub use tune::Tuning;
 
 use crate::aligned::AlignedBuf;
@@ -207,6 +208,14 @@ impl CpuExecutable {
             }),
         }
         Ok(out)
+    }
+
+    /// Each node's measured time per run since the last `restart_profile`, by node id,
+    /// when compiled with the `profile` option (else empty): what the plan view shows.
+    pub fn step_times(&self) -> Vec<StepTiming> {
+        self.profiler
+            .as_ref()
+            .map_or_else(Vec::new, Profiler::step_times)
     }
 
     fn specialize(&self, shapes: &[Vec<usize>]) -> Result<Compiled> {

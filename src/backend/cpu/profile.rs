@@ -24,6 +24,7 @@ use super::pool::{Pool, Share};
 use super::program::{Step, StepNode};
 use super::tail::SourceStep;
 use crate::error::{Error, Result};
+use crate::ir::NodeId;
 use crate::memory::report::json_string;
 use crate::passes::Profiling;
 
@@ -64,6 +65,19 @@ impl<'a> From<&'a SourceStep> for StepMeta<'a> {
     }
 }
 
+/// A node's measured time, as [`super::CpuExecutable::step_times`] gives it.
+#[derive(Debug, Clone)]
+pub struct StepTiming {
+    /// The node's id in the optimized graph of its program.
+    pub node: NodeId,
+    pub name: String,
+    pub kind: &'static str,
+    /// Its steps' mean seconds per call (a step per run, for all but the few nodes
+    /// lowered to several steps), and how many calls were timed.
+    pub seconds_per_call: f64,
+    pub calls: usize,
+}
+
 /// One node's sums over the runs.
 struct StepTime {
     node: StepNode,
@@ -92,6 +106,7 @@ impl Profiler {
         let (print_at_exit, trace) = match profiling {
             Profiling::Off => return Ok(None),
             Profiling::Table { all } => (Some(*all), None),
+            Profiling::Collect => (None, None),
             Profiling::Trace(path) => (None, Some(Mutex::new(TraceFile::create(path)?))),
         };
         Ok(Some(Profiler {
@@ -257,6 +272,24 @@ impl Profiler {
             );
         }
         Some(out)
+    }
+
+    /// Each timed node's mean time per run so far, by node id.
+    pub(crate) fn step_times(&self) -> Vec<StepTiming> {
+        let table = lock(&self.table);
+        let mut out: Vec<StepTiming> = table
+            .values()
+            .flatten()
+            .map(|s| StepTiming {
+                node: s.node.id,
+                name: s.node.name.clone(),
+                kind: s.kind,
+                seconds_per_call: s.secs / s.calls.max(1) as f64,
+                calls: s.calls,
+            })
+            .collect();
+        out.sort_by_key(|t| t.node);
+        out
     }
 
     /// Forgets the table's sums.

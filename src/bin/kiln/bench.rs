@@ -57,7 +57,7 @@ pub(crate) fn run(req: &Request) -> Result<()> {
     if let Some(path) = req.trace {
         options.profile = Profiling::Trace(path.to_path_buf());
     } else if req.profile {
-        options.profile = Profiling::Table { all: true };
+        options.profile = Profiling::Collect;
     }
     let exe = backend_with(device, options, req.threads)?.compile(&g)?;
     exe.run(&inputs)?;

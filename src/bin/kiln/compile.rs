@@ -272,22 +272,14 @@ fn write_plan_view(
 ) -> Result<()> {
     let t0 = Instant::now();
     let runs = req.plan_view_runs;
-    // Times come from the profiler's trace of the runs, in a file of our own; the
-    // runs use every core, as `kiln bench` does.
-    let trace = (runs > 0).then(|| {
-        std::env::temp_dir().join(format!("kiln-plan-view-{}.trace.json", std::process::id()))
-    });
-    let (profile, threads) = match &trace {
-        Some(t) => (Profiling::Trace(t.clone()), 0),
-        None => (Profiling::Off, 1),
+    // Timed runs use every core, as `kiln bench` does.
+    let (profile, threads) = match runs {
+        0 => (Profiling::Off, 1),
+        _ => (Profiling::Collect, 0),
     };
     let m = cpu_executable(req, options, profile, threads)?;
     let compiled = m.exe.program(&m.shapes)?;
     let CpuCompiled::Program(p) = &*compiled else {
-        drop(m);
-        if let Some(t) = &trace {
-            let _ = std::fs::remove_file(t);
-        }
         return Err(Error::InvalidArgument(format!(
             "--plan-view: {} does not lower to one static cpu program for these shapes \
              (a type stays dynamic or holds host objects), so it has no single memory plan",
@@ -295,20 +287,20 @@ fn write_plan_view(
         )));
     };
     let mut times = HashMap::new();
-    if let Some(t) = &trace {
+    if runs > 0 {
         let inputs: Vec<Tensor> = m
             .dtypes
             .iter()
             .zip(&m.shapes)
             .map(|(&d, s)| Tensor::zeros(d, s))
             .collect();
-        let ran = (0..=runs).try_for_each(|_| m.exe.run(&inputs).map(drop));
-        // Dropping the executable completes the trace.
-        drop(m);
-        let text = std::fs::read_to_string(t).map_err(|e| Error::io(t, e));
-        let _ = std::fs::remove_file(t);
-        ran?;
-        times = step_seconds(&text?, runs);
+        // One warm-up run, left out.
+        m.exe.run(&inputs)?;
+        m.exe.restart_profile();
+        (0..runs).try_for_each(|_| m.exe.run(&inputs).map(drop))?;
+        times = (m.exe.step_times().into_iter())
+            .map(|t| (t.node.0, t.seconds_per_call))
+            .collect();
     }
     let mut timed = std::collections::HashSet::new();
     let notes: Vec<StepNote> = p
@@ -319,7 +311,7 @@ fn write_plan_view(
             kind: s.kernel.kind().to_string(),
             shapes: s.shapes.clone(),
             flops: s.flops,
-            // A node's time goes to its first step (the trace sums its steps).
+            // A node's time goes to its first step.
             seconds: timed
                 .insert(s.node.id.0)
                 .then(|| times.get(&s.node.id.0).copied())
@@ -356,75 +348,4 @@ fn write_plan_view(
     )
     .ok();
     Ok(())
-}
-
-/// Per node id, its steps' seconds per run from a profiler trace of `runs + 1` runs,
-/// the first a warm-up left out. The trace's step events are one a line, complete
-/// (`"ph":"X"`) events with the duration in µs and the node id first in `args`; a
-/// pool's share events (`"cat":"parallel"`) are left out. Names in it are JSON strings,
-/// whose quotes are escaped, so the keys matched here occur only as keys.
-fn step_seconds(trace: &str, runs: usize) -> HashMap<u32, f64> {
-    fn after<T: std::str::FromStr>(line: &str, key: &str) -> Option<T> {
-        let rest = &line[line.find(key)? + key.len()..];
-        let end = rest.find([',', '}']).unwrap_or(rest.len());
-        rest[..end].parse().ok()
-    }
-    let mut per_node: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
-    for line in trace.lines() {
-        if !line.contains("\"ph\":\"X\"") || line.contains("\"cat\":\"parallel\"") {
-            continue;
-        }
-        if let (Some(us), Some(node)) = (
-            after::<f64>(line, "\"dur\":"),
-            after::<u32>(line, "\"args\":{\"node\":"),
-        ) {
-            per_node.entry(node).or_default().push(us * 1e-6);
-        }
-    }
-    per_node
-        .into_iter()
-        .map(|(node, secs)| {
-            // Each run times the node's steps alike: the first run's share is the warm-up.
-            let per_run = secs.len() / (runs + 1);
-            let measured = if per_run > 0 && secs.len() % (runs + 1) == 0 {
-                &secs[per_run..]
-            } else {
-                &secs[..]
-            };
-            let n = if measured.len() == secs.len() {
-                runs + 1
-            } else {
-                runs
-            };
-            (node, measured.iter().sum::<f64>() / n.max(1) as f64)
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::step_seconds;
-
-    #[test]
-    fn step_seconds_reads_the_trace_and_leaves_out_the_warm_up() {
-        // Node 3 in two runs (warm-up 100 µs, then 10), node 5 twice per run, a pool
-        // share and a counter to skip, and a name that spells keys inside its string.
-        let trace = r#"{"traceEvents":[
-{"name":"process_name","ph":"M","pid":1,"tid":0,"args":{"name":"kiln"}}
-,{"name":"arena","ph":"C","ts":0.000,"pid":1,"tid":1,"args":{"live bytes":64}}
-,{"name":"x\",\"dur\":999,\"args\":{\"node\":9","cat":"gemm","ph":"X","ts":0.000,"dur":100.000,"pid":1,"tid":1,"args":{"node":3,"op":"MatMul","kernel":"gemm","shapes":"","bytes":0,"flops":0}}
-,{"name":"gemm","cat":"parallel","ph":"X","ts":1.000,"dur":50.000,"pid":1,"tid":2,"args":{"node":3,"kernel":"gemm","tasks":4}}
-,{"name":"c","cat":"copy","ph":"X","ts":100.000,"dur":4.000,"pid":1,"tid":1,"args":{"node":5,"op":"Assign","kernel":"copy","shapes":"","bytes":0,"flops":0}}
-,{"name":"c","cat":"copy","ph":"X","ts":104.000,"dur":4.000,"pid":1,"tid":1,"args":{"node":5,"op":"Assign","kernel":"copy","shapes":"","bytes":0,"flops":0}}
-,{"name":"x\",\"dur\":999,\"args\":{\"node\":9","cat":"gemm","ph":"X","ts":200.000,"dur":10.000,"pid":1,"tid":1,"args":{"node":3,"op":"MatMul","kernel":"gemm","shapes":"","bytes":0,"flops":0}}
-,{"name":"c","cat":"copy","ph":"X","ts":210.000,"dur":1.000,"pid":1,"tid":1,"args":{"node":5,"op":"Assign","kernel":"copy","shapes":"","bytes":0,"flops":0}}
-,{"name":"c","cat":"copy","ph":"X","ts":211.000,"dur":2.000,"pid":1,"tid":1,"args":{"node":5,"op":"Assign","kernel":"copy","shapes":"","bytes":0,"flops":0}}
-],"displayTimeUnit":"ms"}
-"#;
-        let t = step_seconds(trace, 1);
-        assert_eq!(t.len(), 2, "{t:?}");
-        assert!((t[&3] - 10e-6).abs() < 1e-12, "{t:?}");
-        assert!((t[&5] - 3e-6).abs() < 1e-12, "{t:?}");
-        assert!(step_seconds("not a trace", 3).is_empty());
-    }
 }
