@@ -727,10 +727,9 @@ impl Graph {
     /// operands and at sources. A walked node that already has origins contributes
     /// those instead of itself. Each is pending until `compact` finds it gone.
     pub(crate) fn record_replaced(&mut self, new: NodeId, root: NodeId) {
-        // A bound on the walk: a rewrite whose operands do not cut `root` off from the
-        // graph's inputs (a layout pass's reorders) would otherwise walk the whole graph
-        // each time; what such a walk finds is alive and dropped by `compact` anyway.
-        const MAX_WALK: usize = 256;
+        // A walk that reaches a graph input (or runs long) is not cut off by `new`'s
+        // operands (a layout pass's reorders sit between): then only `root` itself.
+        const MAX_WALK: usize = 128;
         let stop: HashSet<NodeId> = self
             .node(new)
             .inputs
@@ -740,16 +739,26 @@ impl Graph {
             .collect();
         let mut seen: BTreeSet<NodeId> = BTreeSet::new();
         let mut stack = vec![root];
+        let mut escaped = false;
         while let Some(id) = stack.pop() {
-            if seen.len() >= MAX_WALK || id == new || stop.contains(&id) || !seen.insert(id) {
+            if id == new || stop.contains(&id) || seen.contains(&id) {
                 continue;
             }
             let n = self.node(id);
-            if ops::lookup(&n.op).is_some_and(|o| o.schema().family == "source") {
-                seen.remove(&id);
-                continue;
+            match n.op.as_str() {
+                "Constant" => continue,
+                "Parameter" | "Variable" => escaped = true,
+                _ => {}
             }
+            if escaped || seen.len() >= MAX_WALK {
+                escaped = true;
+                break;
+            }
+            seen.insert(id);
             stack.extend(n.inputs.iter().flatten().map(|v| v.node));
+        }
+        if escaped {
+            seen = BTreeSet::from([root]);
         }
         let mut found: Vec<(Origin, Vec<NodeId>)> = vec![];
         for id in seen {
