@@ -51,10 +51,12 @@ pub enum Need {
     ContribCases,
     /// The zoo of real models (`target/zoo`, from `scripts/model-zoo.sh`, which needs PyPI).
     Zoo,
+    /// Graphviz's `dot` on the PATH (`kiln viz` renders SVG with it).
+    Graphviz,
 }
 
 impl Need {
-    pub const ALL: [Need; 7] = [
+    pub const ALL: [Need; 8] = [
         Need::OnnxSuite,
         Need::Avx512f,
         Need::CudaDevice,
@@ -62,6 +64,7 @@ impl Need {
         Need::Gxx,
         Need::ContribCases,
         Need::Zoo,
+        Need::Graphviz,
     ];
 
     /// The need's name in `KILN_REQUIRE`.
@@ -74,6 +77,7 @@ impl Need {
             Need::Gxx => "gxx",
             Need::ContribCases => "contrib-cases",
             Need::Zoo => "zoo",
+            Need::Graphviz => "graphviz",
         }
     }
 }
