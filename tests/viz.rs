@@ -144,9 +144,13 @@ fn scopes_collapse_to_at_most_80_boxes_as_deep_as_fits() {
             "encoder/layer3/attention"
         };
         assert!(titles.contains(&want), "{titles:?}");
-        assert!(pic.top.contains("Relu×2, Abs×1"), "{}", pic.top);
+        assert!(
+            pic.top.contains("Abs×1, Exp×1, Neg×1, Relu×1, …"),
+            "{}",
+            pic.top
+        );
         // Boxes are linked once per pair.
-        assert_eq!(pic.top.matches("s0 -> s1 ").count(), 1, "{}", pic.top);
+        assert_eq!(pic.top.matches("s1 -> s2 ").count(), 1, "{}", pic.top);
         renders(&pic.top);
         renders(&pic.scopes[0].dot);
         // Tighter: whole layers.
@@ -170,7 +174,7 @@ fn pictures_are_deterministic() {
     let g = scoped(12, true);
     let a = to_dot(&g);
     assert_eq!(a, to_dot(&g.clone()));
-    let reparsed = text::parse(&text::print(&g), "g").unwrap();
+    let reparsed = text::parse(&text::print(&g), "g", None).unwrap();
     assert_eq!(a, to_dot(&reparsed));
 }
 
@@ -196,7 +200,7 @@ fn graphs_without_scopes_collapse_by_chains_then_runs() {
 /// A residual block: conv → BN → ReLU → conv → BN, + x, ReLU, then `x * sigmoid(x)`
 /// and a Neg: 16 channels, so that the layout pass blocks it too.
 fn residual_block() -> Graph {
-    let mut rng = Rng::new(7);
+    let mut rng = Rng(7);
     let mut g = Graph::new("block");
     let x = param(&mut g, "x", &[1, 16, 6, 6]);
     let conv_attrs = || {
@@ -277,7 +281,24 @@ fn fused_nodes_list_exactly_the_nodes_they_replaced() {
             listed_set.len(),
             "{layout}: each replaced node once: {listed:?}"
         );
-        assert_eq!(listed_set, replaced, "{layout}:\n{}", text::print(&g));
+        let dump: Vec<String> = (0..g.len() as u32)
+            .map(kiln::NodeId)
+            .map(|id| format!("{} <- {:?}", g.describe(id), g.origins(id)))
+            .collect();
+        // Every model node that went is listed; anything else listed is a node the
+        // passes themselves made and removed again (a layout's reorder that cancelled).
+        assert!(
+            listed_set.is_superset(&replaced),
+            "{layout}:\n{}",
+            dump.join("\n")
+        );
+        for extra in listed_set.difference(&replaced) {
+            assert!(
+                before.find(&extra.0).is_none() && extra.1 == "Reorder",
+                "{layout}: {extra:?} was not replaced:\n{}",
+                dump.join("\n")
+            );
+        }
         // The second conv took its BatchNormalization, the residual Add and the ReLU.
         let conv1 = g.find("/block/conv1/Conv").unwrap();
         let names: Vec<&str> = g.origins(conv1).iter().map(|o| o.name.as_str()).collect();
@@ -293,7 +314,7 @@ fn fused_nodes_list_exactly_the_nodes_they_replaced() {
         );
         assert_eq!(g.node(conv1).op, "FusedConv");
         // Provenance is bookkeeping: the text and equality do not see it.
-        let reparsed = text::parse(&text::print(&g), "g").unwrap();
+        let reparsed = text::parse(&text::print(&g), "g", None).unwrap();
         assert_eq!(text::print(&reparsed), text::print(&g));
         assert!(reparsed == g);
         let dot = to_dot(&g);
@@ -351,7 +372,7 @@ fn viz_writes_dot_svg_and_html() {
     let bad = kiln(&["viz", kir, "-o", dir.join("x.png").to_str().unwrap()]);
     assert_eq!(bad.status.code(), Some(1));
     assert!(
-        text_of(&bad.stderr).starts_with("kiln: -o"),
+        text_of(&bad.stderr).starts_with("kiln: ") && text_of(&bad.stderr).contains("x.png"),
         "{}",
         text_of(&bad.stderr)
     );
@@ -428,8 +449,9 @@ fn optimized_resnet50_fits_on_one_screen() {
     let n = boxes(&dot);
     assert!(n <= 80, "{n} top-level boxes:\n{dot}");
     assert!(
-        dot.contains("kernel: ") && dot.contains("cluster_legend"),
-        "coloured by kernel"
+        dot.contains("cluster_legend") && dot.contains("fillcolor=\"#8dd3c7\""),
+        "coloured by kernel: {}\n{dot}",
+        text_of(&o.stdout)
     );
     assert!(
         text_of(&o.stdout).contains(&format!("{n} top-level boxes")),

@@ -778,13 +778,18 @@ impl Graph {
                 }
             }
         }
-        // Once per node replaced: an earlier record (under the name it had then) wins.
+        // Once per node walked (`via` ends with it): an earlier record, made under the
+        // name the node had then, wins.
         let entry = self.provenance.0.entry(new).or_default();
-        for f in found {
-            if !entry.iter().any(|(_, via)| *via == f.1) {
-                entry.push(f);
-            }
-        }
+        let walked: HashSet<NodeId> = entry
+            .iter()
+            .filter_map(|(_, via)| via.last().copied())
+            .collect();
+        entry.extend(
+            found
+                .into_iter()
+                .filter(|(_, via)| via.last().is_none_or(|v| !walked.contains(v))),
+        );
     }
 
     /// Appends a node as given, without inference: for the text parser, which verifies
