@@ -297,8 +297,8 @@ fn merge_chains(g: &Graph, units: Vec<Unit>) -> Vec<Unit> {
         }
     }
     let mut merged: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-    for k in 0..n {
-        merged.entry(head[k]).or_default().push(k);
+    for (k, &h) in head.iter().enumerate() {
+        merged.entry(h).or_default().push(k);
     }
     let mut units: Vec<Option<Unit>> = units.into_iter().map(Some).collect();
     merged
