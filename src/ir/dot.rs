@@ -157,42 +157,34 @@ pub fn picture(g: &Graph, opts: &DotOptions) -> Picture {
     }
 }
 
-/// Groups `drawn` into at most `budget` boxes (weighted: a lone node drawn with its
-/// fusion cluster counts its original nodes too): by name scope, as deep as fits;
-/// then chains of boxes merge; then runs of consecutive boxes.
+/// Groups `drawn` into at most `budget` boxes: node by node when that fits with each
+/// fused node's cluster of originals; else (clusters then only in the collapsed boxes'
+/// own pictures) by name scope, as deep as fits; then chains of boxes merge; then runs
+/// of consecutive boxes.
 fn collapse(g: &Graph, drawn: &[NodeId], budget: usize) -> Vec<Unit> {
-    let lone = |ids: &[NodeId]| -> Vec<Unit> {
-        ids.iter()
-            .map(|&id| Unit {
-                members: vec![id],
-                title: None,
-            })
-            .collect()
-    };
-    let weight = |units: &[Unit]| -> usize {
-        units
-            .iter()
-            .map(|u| match u.title {
-                None => 1 + cluster_origins(g, u.members[0]),
-                Some(_) => 1,
-            })
-            .sum()
-    };
-    let all = lone(drawn);
-    if weight(&all) <= budget {
+    let all: Vec<Unit> = drawn
+        .iter()
+        .map(|&id| Unit {
+            members: vec![id],
+            title: None,
+        })
+        .collect();
+    let with_clusters: usize = drawn.iter().map(|&id| 1 + cluster_origins(g, id)).sum();
+    if with_clusters <= budget {
         return all;
     }
+    let fits = |units: &[Unit]| units.len() <= budget && units.iter().any(|u| u.title.is_some());
     let scopes: Vec<Vec<String>> = drawn.iter().map(|&id| scope_of(g, id)).collect();
     let deepest = scopes.iter().map(Vec::len).max().unwrap_or(0);
     let mut units = all;
     for depth in (1..=deepest).rev() {
         units = by_scope(drawn, &scopes, depth);
-        if weight(&units) <= budget {
+        if fits(&units) {
             return units;
         }
     }
     units = merge_chains(g, units);
-    if weight(&units) <= budget {
+    if fits(&units) {
         return units;
     }
     merge_runs(g, units, budget)
@@ -429,6 +421,8 @@ fn node_lines(g: &Graph, id: NodeId, kind: Option<&String>) -> Vec<String> {
 }
 
 /// Writes a lone node (with its fusion cluster if `clusters`); returns its boxes.
+/// Clusters are drawn only at a top level that is not collapsed, and in the collapsed
+/// boxes' pictures.
 fn node_stmt(
     out: &mut String,
     g: &Graph,
