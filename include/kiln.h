@@ -1129,6 +1129,17 @@ kiln_status kiln_graph_set_output(struct kiln_graph *g, const char *name, struct
 kiln_status kiln_graph_to_text(const struct kiln_graph *g, char **out);
 
 /**
+ * The graph as Graphviz DOT text (deterministic; what `kiln viz` writes as .dot):
+ * each node a box named `n<node>`, large graphs collapsed by name scope to at most 80
+ * top-level boxes. On success `*out` is a new string the caller frees with
+ * `kiln_string_free`.
+ *
+ * # Safety
+ * `g` is a live graph; `out` is valid.
+ */
+kiln_status kiln_graph_to_dot(const struct kiln_graph *g, char **out);
+
+/**
  * Frees a string returned by Kiln. NULL is a no-op.
  *
  * # Safety

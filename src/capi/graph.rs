@@ -580,6 +580,31 @@ pub unsafe extern "C" fn kiln_graph_to_text(
     }
 }
 
+/// The graph as Graphviz DOT text (deterministic; what `kiln viz` writes as .dot):
+/// each node a box named `n<node>`, large graphs collapsed by name scope to at most 80
+/// top-level boxes. On success `*out` is a new string the caller frees with
+/// `kiln_string_free`.
+///
+/// # Safety
+/// `g` is a live graph; `out` is valid.
+#[no_mangle]
+pub unsafe extern "C" fn kiln_graph_to_dot(
+    g: *const kiln_graph,
+    out: *mut *mut c_char,
+) -> kiln_status {
+    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    unsafe {
+        guard(|| {
+            let g = arg(g, "g")?;
+            let out = out_ptr(out, "out")?;
+            let s = CString::new(crate::ir::dot::to_dot(&g.graph))
+                .map_err(|_| Failure::invalid("the graph's DOT text contains a NUL byte"))?;
+            *out = s.into_raw();
+            Ok(())
+        })
+    }
+}
+
 /// Frees a string returned by Kiln. NULL is a no-op.
 ///
 /// # Safety

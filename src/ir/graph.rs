@@ -77,6 +77,29 @@ pub struct Graph {
     outputs: Vec<GraphOutput>,
     /// The registered (user) ops the nodes use, held so they outlive unregistration.
     pinned: ops::custom::Pinned,
+    /// What rewritten nodes replaced: for pictures and reports, not part of the graph's
+    /// meaning (never printed, ignored by `==`).
+    provenance: Provenance,
+}
+
+/// One node a pass replaced: its name and op when it was replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    pub name: String,
+    pub op: String,
+}
+
+/// Per node, the original nodes it stands in for, carried through later rewrites. An
+/// entry is pending until the next `compact`: it counts only if the nodes it came
+/// through (`via`) are gone by then, since a node another reader keeps was not replaced.
+#[derive(Debug, Clone, Default)]
+struct Provenance(HashMap<NodeId, Vec<(Origin, Vec<NodeId>)>>);
+
+impl PartialEq for Provenance {
+    /// Bookkeeping, not meaning: two graphs of the same nodes are equal.
+    fn eq(&self, _: &Provenance) -> bool {
+        true
+    }
 }
 
 impl Graph {
@@ -615,6 +638,22 @@ impl Graph {
         for o in &mut self.outputs {
             o.value = map(o.value);
         }
+        let gone = |id: &NodeId| new_index.get(id.index()).is_none_or(|&i| i == u32::MAX);
+        let old_provenance = std::mem::take(&mut self.provenance.0);
+        for (id, mut list) in old_provenance {
+            if gone(&id) {
+                continue;
+            }
+            list.retain(|(_, via)| via.iter().all(gone));
+            for (_, via) in &mut list {
+                via.clear();
+            }
+            if !list.is_empty() {
+                self.provenance
+                    .0
+                    .insert(NodeId(new_index[id.index()]), list);
+            }
+        }
         n != order.len() || order.iter().enumerate().any(|(i, id)| id.index() != i)
     }
 
@@ -670,6 +709,87 @@ impl Graph {
             .iter()
             .map(|o| inlined(&bound, &copies, o.value))
             .collect())
+    }
+
+    /// The original nodes `id` replaced (in the order they were computed), as the passes
+    /// recorded them; empty for a node no rewrite made. Settled by the manager's
+    /// compaction after each pass.
+    pub fn origins(&self, id: NodeId) -> Vec<&Origin> {
+        self.provenance
+            .0
+            .get(&id)
+            .map(|list| list.iter().map(|(o, _)| o).collect())
+            .unwrap_or_default()
+    }
+
+    /// Records that `new` replaces `root` and what `root` computes from values other
+    /// than `new`'s operands: the nodes walked upward from `root`, stopping at `new`'s
+    /// operands and at sources. A walked node that already has origins contributes
+    /// those instead of itself. Each is pending until `compact` finds it gone.
+    pub(crate) fn record_replaced(&mut self, new: NodeId, root: NodeId) {
+        // A walk that reaches a graph input (or runs long) is not cut off by `new`'s
+        // operands (a layout pass's reorders sit between): then only `root` itself.
+        const MAX_WALK: usize = 128;
+        let stop: HashSet<NodeId> = self
+            .node(new)
+            .inputs
+            .iter()
+            .flatten()
+            .map(|v| v.node)
+            .collect();
+        let mut seen: BTreeSet<NodeId> = BTreeSet::new();
+        let mut stack = vec![root];
+        let mut escaped = false;
+        while let Some(id) = stack.pop() {
+            if id == new || stop.contains(&id) || seen.contains(&id) {
+                continue;
+            }
+            let n = self.node(id);
+            match n.op.as_str() {
+                "Constant" => continue,
+                "Parameter" | "Variable" => escaped = true,
+                _ => {}
+            }
+            if escaped || seen.len() >= MAX_WALK {
+                escaped = true;
+                break;
+            }
+            seen.insert(id);
+            stack.extend(n.inputs.iter().flatten().map(|v| v.node));
+        }
+        if escaped {
+            seen = BTreeSet::from([root]);
+        }
+        let mut found: Vec<(Origin, Vec<NodeId>)> = vec![];
+        for id in seen {
+            match self.provenance.0.get(&id) {
+                Some(list) => found.extend(list.iter().map(|(o, via)| {
+                    let mut via = via.clone();
+                    via.push(id);
+                    (o.clone(), via)
+                })),
+                None => {
+                    let n = self.node(id);
+                    let origin = Origin {
+                        name: n.name.clone(),
+                        op: n.op.clone(),
+                    };
+                    found.push((origin, vec![id]));
+                }
+            }
+        }
+        // Once per node walked (`via` ends with it): an earlier record, made under the
+        // name the node had then, wins.
+        let entry = self.provenance.0.entry(new).or_default();
+        let walked: HashSet<NodeId> = entry
+            .iter()
+            .filter_map(|(_, via)| via.last().copied())
+            .collect();
+        entry.extend(
+            found
+                .into_iter()
+                .filter(|(_, via)| via.last().is_none_or(|v| !walked.contains(v))),
+        );
     }
 
     /// Appends a node as given, without inference: for the text parser, which verifies

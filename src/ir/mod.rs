@@ -5,6 +5,7 @@
 //! payload of constants) and `error`.
 pub mod attr;
 mod build;
+pub mod dot;
 pub(crate) mod eval;
 pub mod graph;
 pub mod ops;
@@ -16,6 +17,6 @@ pub mod verify;
 /// `tensor` leaf, which must not import `ir`.
 pub use crate::tensor::DType;
 pub use attr::{Attr, AttrKind, Attrs};
-pub use graph::{Graph, GraphOutput, Node, NodeId, Value};
+pub use graph::{Graph, GraphOutput, Node, NodeId, Origin, Value};
 pub use shape::{Axis, Container, Dim, Shape, TensorType};
 pub use verify::verify;

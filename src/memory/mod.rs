@@ -73,4 +73,4 @@ mod svg;
 pub use plan::{plan, BufferPlan, MemoryPlan, StepDetail, StoredBuffer, ValuePlan};
 pub use planner::ALIGN;
 pub use report::to_json;
-pub use svg::to_svg;
+pub use svg::{to_svg, xml};

@@ -8,8 +8,9 @@ use super::plan::{MemoryPlan, StepDetail};
 use super::report::human_bytes;
 use crate::ir::Graph;
 
-/// `s` escaped for SVG text and attribute values.
-pub(crate) fn xml(s: &str) -> String {
+/// `s` escaped for XML and HTML text and attribute values (SVG charts, `kiln viz`'s
+/// page).
+pub fn xml(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

@@ -94,6 +94,8 @@ fn fold(g: &mut Graph, uses: &Uses, id: NodeId, cx: &mut PassContext, pat: &Pat)
         )));
     }
     g.replace_uses(id.into(), new)?;
+    // Folded into its producer, the BatchNormalization is part of what that replaced.
+    g.record_replaced(new.node, id);
     Ok(true)
 }
 

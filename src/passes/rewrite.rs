@@ -54,7 +54,8 @@ pub(super) fn try_add(
 /// replaced, becomes `<name>.old` until the manager drops it), so dumps keep the
 /// model's names and the symbols inference invents for unknown dims, which are named
 /// after the node, come out the same as `like`'s. `None`, with `like`'s name back,
-/// when the catalogue rejects the operands.
+/// when the catalogue rejects the operands. The new node's provenance is `like` and what
+/// `like` computes from values other than its operands (`Graph::record_replaced`).
 pub(super) fn add_in_place_of(
     g: &mut Graph,
     like: crate::ir::NodeId,
@@ -64,9 +65,15 @@ pub(super) fn add_in_place_of(
 ) -> Option<crate::ir::NodeId> {
     let name = g.node(like).name.clone();
     let old = g.fresh_name(&format!("{name}.old"));
-    g.node_mut(like).name = old;
+    g.node_mut(like).name = old.clone();
     match g.add_op(op, inputs, attrs, &name) {
-        Ok(id) => Some(id),
+        Ok(id) => {
+            // Provenance keeps the model's name, not the `.old` one.
+            g.node_mut(like).name = name;
+            g.record_replaced(id, like);
+            g.node_mut(like).name = old;
+            Some(id)
+        }
         Err(_) => {
             g.node_mut(like).name = name;
             None
@@ -109,6 +116,9 @@ pub(super) fn replacement(
         return Ok(None);
     }
     g.replace_uses(root.into(), new.into())?;
+    if root != like {
+        g.record_replaced(new, root);
+    }
     Ok(Some(new))
 }
 

@@ -145,6 +145,22 @@ static void text_in_and_out(void) {
   EXPECT_STATUS(KILN_STATUS_NULL_ARGUMENT, "g is NULL", kiln_graph_to_text(NULL, &text));
 }
 
+static void dot_out(void) {
+  kiln_graph *g = build_axpy(NULL);
+  char *dot = NULL;
+  OK(kiln_graph_to_dot(g, &dot));
+  CHECK(dot != NULL && strncmp(dot, "digraph ", 8) == 0);
+  CHECK(strstr(dot, "n0 [") != NULL && strstr(dot, "#0 x") != NULL);
+  char *again = NULL;
+  OK(kiln_graph_to_dot(g, &again));
+  CHECK(strcmp(dot, again) == 0);
+  kiln_string_free(dot);
+  kiln_string_free(again);
+  EXPECT_STATUS(KILN_STATUS_NULL_ARGUMENT, "g is NULL", kiln_graph_to_dot(NULL, &dot));
+  EXPECT_STATUS(KILN_STATUS_NULL_ARGUMENT, "out", kiln_graph_to_dot(g, NULL));
+  kiln_graph_free(g);
+}
+
 static void onnx_import(void) {
   kiln_graph *g = NULL;
   OK(kiln_graph_import_onnx("tests/onnx/scale_relu.onnx", &g));
@@ -431,6 +447,7 @@ static void gradients(void) {
 int main(void) {
   building_errors();
   text_in_and_out();
+  dot_out();
   onnx_import();
   compile_and_run();
   variables_persist();

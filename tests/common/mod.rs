@@ -53,10 +53,12 @@ pub enum Need {
     Zoo,
     /// Headless Chromium (Debian's `chromium`), to load the pictures Kiln draws.
     Chromium,
+    /// Graphviz's `dot` on the PATH (`kiln viz` renders SVG with it).
+    Graphviz,
 }
 
 impl Need {
-    pub const ALL: [Need; 8] = [
+    pub const ALL: [Need; 9] = [
         Need::OnnxSuite,
         Need::Avx512f,
         Need::CudaDevice,
@@ -65,6 +67,7 @@ impl Need {
         Need::ContribCases,
         Need::Zoo,
         Need::Chromium,
+        Need::Graphviz,
     ];
 
     /// The need's name in `KILN_REQUIRE`.
@@ -78,6 +81,7 @@ impl Need {
             Need::ContribCases => "contrib-cases",
             Need::Zoo => "zoo",
             Need::Chromium => "chromium",
+            Need::Graphviz => "graphviz",
         }
     }
 }

@@ -163,6 +163,12 @@ impl PyGraph {
         text::print(&self.lock())
     }
 
+    /// The graph as Graphviz DOT text (deterministic; what `kiln viz` writes): node
+    /// `#12` is DOT node `n12`; large graphs collapsed by name scope.
+    fn to_dot(&self) -> String {
+        kiln::ir::dot::to_dot(&self.lock())
+    }
+
     #[getter]
     fn name(&self) -> String {
         self.lock().name.clone()

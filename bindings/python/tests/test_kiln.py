@@ -80,6 +80,18 @@ def test_text_round_trip():
     np.testing.assert_array_equal(out["sum"], np.arange(1, 6, dtype=np.float32))
 
 
+def test_to_dot():
+    g = kiln.Graph("pic")
+    x = g.parameter('x "q"\\', "f32", ["N", 4])
+    y = g.op("Relu", [x], name="/enc/layer.0/Relu")
+    g.output("y", y)
+    dot = g.to_dot()
+    assert dot.startswith('digraph "pic" {')
+    assert 'x \\"q\\"\\\\' in dot  # the name's quote and backslash escaped
+    assert "n0 [" in dot and "n1 [" in dot and "n0 -> n1" in dot
+    assert dot == g.to_dot()
+
+
 def test_outputs_are_handed_over_not_copied():
     exe = kiln.parse(ADD).compile()
     (y,) = exe.run_list(None, {"a": np.ones(4, np.float32), "b": np.ones(4, np.float32)})

@@ -19,6 +19,7 @@ use kiln::tensor::npy;
 mod bench;
 mod compile;
 mod timeline;
+mod viz;
 use kiln::{DType, Error, Graph, Result, Tensor};
 
 #[derive(Parser)]
@@ -175,6 +176,23 @@ enum Command {
         #[arg(short, long)]
         output: PathBuf,
     },
+    /// Draw a .kir or .onnx graph: DOT on stdout, or -o FILE.dot / .svg / .html (the
+    /// last two through Graphviz's `dot`). Large graphs are collapsed by name scope;
+    /// a model that fails to import is drawn up to the failing node.
+    Viz {
+        file: PathBuf,
+        /// Write here: .dot, .svg or .html (a page with each collapsed box expandable).
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// Draw the graph after the cpu backend's pass pipeline, fused nodes as clusters
+        /// of what they replaced, coloured by the kernel each node runs.
+        #[arg(long)]
+        optimized: bool,
+        /// Give a symbolic input dim a size: `--shape N=1` (repeatable; with --optimized
+        /// others default to 1).
+        #[arg(long = "shape", value_name = "SYM=SIZE")]
+        shapes: Vec<String>,
+    },
     /// List the passes, one a line, and the default pipeline.
     Passes,
     /// Print a .npy file's dtype, shape and values.
@@ -291,6 +309,17 @@ fn dispatch(command: Command) -> Result<()> {
             trace: trace.as_deref(),
         }),
         Command::Timeline { trace, output } => timeline::run(&trace, &output),
+        Command::Viz {
+            file,
+            output,
+            optimized,
+            shapes,
+        } => viz::run(&viz::Request {
+            file: &file,
+            output: output.as_deref(),
+            optimized,
+            shapes: &shapes,
+        }),
         Command::Passes => {
             let mut out = String::new();
             for p in passes::PASSES {

@@ -19,12 +19,8 @@ pub(crate) fn run(trace: &Path, out: &Path) -> Result<()> {
             trace.display()
         )));
     }
-    let title: String = trace
-        .file_name()
-        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-        .chars()
-        .filter(|c| !matches!(c, '<' | '>' | '&' | '"'))
-        .collect();
+    let name = trace.file_name().unwrap_or_default().to_string_lossy();
+    let title = kiln::memory::xml(&name);
     // In JSON, `</` occurs only inside strings, where `<\/` means the same: so the trace
     // cannot end the <script> element that holds it.
     let (before, after) = PAGE.split_once("__TRACE__").expect("the page has the slot");

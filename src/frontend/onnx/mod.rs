@@ -43,12 +43,43 @@ pub fn import_bytes(bytes: &[u8], base_dir: Option<&Path>) -> Result<Graph> {
     import_model(&decode(bytes)?, base_dir)
 }
 
+/// Where a partial import stopped: the ONNX node (or graph output) that failed, and why.
+#[derive(Debug)]
+pub struct ImportFailure {
+    /// The ONNX node's name (its first output's name when it has none).
+    pub node: String,
+    pub op: String,
+    pub error: Error,
+    /// The values the failed node reads that were imported, for drawing its edges.
+    pub inputs: Vec<Value>,
+}
+
+/// Imports as much of the model as imports: the graph of the nodes before the first
+/// one that fails, and that failure (None when the whole model imports; then the graph
+/// is what `import_file` gives). For pictures of a model that does not import; an error
+/// is returned only when not even the graph's inputs and initializers import.
+pub fn import_partial(path: &Path) -> Result<(Graph, Option<ImportFailure>)> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let model = decode(bytes::Bytes::from(bytes))?;
+    import_model_with(&model, path.parent(), true)
+}
+
 fn decode(buf: impl bytes::Buf) -> Result<ModelProto> {
     ModelProto::decode(buf)
         .map_err(|e| Error::InvalidArgument(format!("not a valid ONNX model: {e}")))
 }
 
 fn import_model(model: &ModelProto, base_dir: Option<&Path>) -> Result<Graph> {
+    Ok(import_model_with(model, base_dir, false)?.0)
+}
+
+/// The import; with `partial`, a failing node (or graph output) stops it and is
+/// returned with the graph so far instead of failing it.
+fn import_model_with(
+    model: &ModelProto,
+    base_dir: Option<&Path>,
+    partial: bool,
+) -> Result<(Graph, Option<ImportFailure>)> {
     let opset = model
         .opset_import
         .iter()
@@ -95,9 +126,41 @@ fn import_model(model: &ModelProto, base_dir: Option<&Path>) -> Result<Graph> {
         let id = imp.g.add_parameter(&name, ty)?;
         imp.values.insert(input.name().to_string(), id.into());
     }
-    imp.nodes_and_outputs(graph)?;
+    if partial {
+        for (i, node) in graph.node.iter().enumerate() {
+            if let Err(error) = imp.import_node(i, node) {
+                let inputs = node
+                    .input
+                    .iter()
+                    .filter_map(|n| imp.values.get(n).copied())
+                    .collect();
+                let name = match node.name() {
+                    "" => node.output.first().cloned().unwrap_or_default(),
+                    n => n.to_string(),
+                };
+                let failure = ImportFailure {
+                    node: name,
+                    op: node.op_type().to_string(),
+                    error,
+                    inputs,
+                };
+                return Ok((imp.g, Some(failure)));
+            }
+        }
+        if let Err(error) = imp.outputs(graph) {
+            let failure = ImportFailure {
+                node: "graph outputs".into(),
+                op: "output".into(),
+                error,
+                inputs: vec![],
+            };
+            return Ok((imp.g, Some(failure)));
+        }
+    } else {
+        imp.nodes_and_outputs(graph)?;
+    }
     crate::ir::verify(&imp.g)?;
-    Ok(imp.g)
+    Ok((imp.g, None))
 }
 
 /// A serialized `TensorProto` (the `.pb` files of the ONNX test suites) as a tensor.
@@ -544,42 +607,51 @@ impl<'a> Importer<'a> {
     /// Imports the graph's nodes in order, then marks its outputs.
     fn nodes_and_outputs(&mut self, graph: &proto::GraphProto) -> Result<()> {
         for (i, node) in graph.node.iter().enumerate() {
-            let domain = match node.domain() {
-                "" => "ai.onnx",
-                d => d,
-            };
-            let domain_opset = self.domain_opset(domain).unwrap_or(0);
-            let what = || {
-                format!(
-                    "ONNX node #{i} '{}' ({}, domain '{domain}', opset {domain_opset})",
-                    node.name(),
-                    node.op_type(),
-                )
-            };
-            let outs = self.node(node).map_err(|e| match e {
-                Error::UnknownOp(m) => Error::UnknownOp(format!("{}: {m}", what())),
-                Error::Unsupported(m) => Error::Unsupported(format!("{}: {m}", what())),
-                Error::Graph(m) | Error::InvalidArgument(m) => {
-                    Error::Graph(format!("{}: {m}", what()))
-                }
-                e => e,
-            })?;
-            for (k, name) in node.output.iter().enumerate() {
-                if name.is_empty() {
-                    continue;
-                }
-                let v = outs.get(k).copied().ok_or_else(|| {
-                    Error::Graph(format!(
-                        "{}: Kiln's {} has {} outputs, the node names {}",
-                        what(),
-                        node.op_type(),
-                        outs.len(),
-                        node.output.len()
-                    ))
-                })?;
-                self.values.insert(name.clone(), v);
-            }
+            self.import_node(i, node)?;
         }
+        self.outputs(graph)
+    }
+
+    /// Imports ONNX node `i`, binding its output names.
+    fn import_node(&mut self, i: usize, node: &NodeProto) -> Result<()> {
+        let domain = match node.domain() {
+            "" => "ai.onnx",
+            d => d,
+        };
+        let domain_opset = self.domain_opset(domain).unwrap_or(0);
+        let what = || {
+            format!(
+                "ONNX node #{i} '{}' ({}, domain '{domain}', opset {domain_opset})",
+                node.name(),
+                node.op_type(),
+            )
+        };
+        let outs = self.node(node).map_err(|e| match e {
+            Error::UnknownOp(m) => Error::UnknownOp(format!("{}: {m}", what())),
+            Error::Unsupported(m) => Error::Unsupported(format!("{}: {m}", what())),
+            Error::Graph(m) | Error::InvalidArgument(m) => Error::Graph(format!("{}: {m}", what())),
+            e => e,
+        })?;
+        for (k, name) in node.output.iter().enumerate() {
+            if name.is_empty() {
+                continue;
+            }
+            let v = outs.get(k).copied().ok_or_else(|| {
+                Error::Graph(format!(
+                    "{}: Kiln's {} has {} outputs, the node names {}",
+                    what(),
+                    node.op_type(),
+                    outs.len(),
+                    node.output.len()
+                ))
+            })?;
+            self.values.insert(name.clone(), v);
+        }
+        Ok(())
+    }
+
+    /// Marks the graph's outputs.
+    fn outputs(&mut self, graph: &proto::GraphProto) -> Result<()> {
         for out in &graph.output {
             let v = self.input(out.name()).ok().flatten().ok_or_else(|| {
                 Error::Graph(format!(
