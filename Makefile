@@ -58,7 +58,7 @@ test: lint
 	scripts/contrib-cases.sh
 	scripts/test-onnx-models.sh
 	scripts/model-zoo.sh
-	INSTA_UPDATE=no KILN_REQUIRE=onnx-suite,contrib-cases,avx512f,cuda-tools,gxx,chromium $(CARGO) test --all-targets
+	INSTA_UPDATE=no KILN_REQUIRE=onnx-suite,contrib-cases,avx512f,cuda-tools,gxx,chromium,graphviz $(CARGO) test --all-targets
 	KILN_REQUIRE=$${CI:+zoo} $(CARGO) test --release --test zoo
 	KILN_CPU_ISA=portable $(CARGO) test --test cpu_backend
 	$(CARGO) test --features openblas --lib gemm

@@ -1,5 +1,5 @@
 //! Every picture and trace Kiln writes, checked by the program meant to read it: HTML
-//! and SVG loaded by headless Chromium, whose screenshot must not be blank; profile
+//! and SVG (`kiln viz` through graphviz's `dot`) loaded by headless Chromium, whose screenshot must not be blank; profile
 //! traces parsed as JSON with the trace-event format's required fields and one complete
 //! event per step per run. Chromium is `Need::Chromium` (`KILN_REQUIRE=chromium`).
 mod common;
@@ -40,16 +40,19 @@ fn scratch(test: &str) -> PathBuf {
     dir
 }
 
+/// The program `name` on the PATH, if any.
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+}
+
 /// The Chromium on the PATH; None (after `require`, which fails a test that must not
 /// skip) when there is none.
 fn chromium() -> Option<PathBuf> {
     let found = ["chromium", "chromium-browser", "google-chrome"]
         .iter()
-        .find_map(|name| {
-            std::env::split_paths(&std::env::var_os("PATH")?)
-                .map(|dir| dir.join(name))
-                .find(|p| p.is_file())
-        });
+        .find_map(|name| which(name));
     let why = "no chromium on the PATH (apt-get install chromium)";
     let ok = require(
         Need::Chromium,
@@ -240,6 +243,41 @@ fn the_plan_view_renders_as_html_and_svg() {
         screenshot(&chrome, page, &png, (1600, 1000));
         // The tensors, the kinds' strip and the legend: many colors.
         assert_not_blank(&png, 8);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_optimized_graph_renders_as_svg_and_html() {
+    let dir = scratch("viz");
+    let model = root().join(DIGITS);
+    let (svg, html) = (dir.join("graph.svg"), dir.join("graph.html"));
+    if which("dot").is_none() {
+        // `kiln viz` renders these through graphviz: tests/viz.rs checks the message.
+        require(
+            Need::Graphviz,
+            Err("no dot on the PATH (apt-get install graphviz)".into()),
+        );
+        return;
+    }
+    for page in [&svg, &html] {
+        let out = ok(&[
+            "viz",
+            model.to_str().unwrap(),
+            "--optimized",
+            "--shape",
+            "batch=1",
+            "-o",
+            page.to_str().unwrap(),
+        ]);
+        assert!(out.contains("top-level boxes"), "{out}");
+    }
+    let Some(chrome) = chromium() else { return };
+    for page in [&svg, &html] {
+        let png = page.with_extension("png");
+        screenshot(&chrome, page, &png, (1200, 1200));
+        // Boxes filled by kernel, the legend, edges and text.
+        assert_not_blank(&png, 5);
     }
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kiln::backend::cpu::{CpuBackend, Tuning};
+use kiln::backend::cpu::{Compiled as CpuCompiled, CpuBackend, Tuning};
 use kiln::backend::cpu_pass_options;
 use kiln::frontend::onnx;
 use kiln::ir::dot::{self, DotOptions, Failure, Picture};
 use kiln::ir::text;
 use kiln::memory::xml;
-use kiln::passes::{run_pipeline, PassOptions};
+use kiln::passes::{run_pipeline, PassOptions, Profiling};
 use kiln::{Error, Graph, NodeId, Result};
 
 use crate::compile::bindings;
@@ -92,11 +92,10 @@ pub(crate) fn run(req: &Request) -> Result<()> {
         }
         graph.specialize(&given)?;
         let options = cpu_pass_options(PassOptions::from_env()?);
-        let unoptimized = graph.clone();
         run_pipeline(&mut graph, &options)?;
         t_passes = t1.elapsed();
         let t2 = Instant::now();
-        opts.kinds = kernel_kinds(&unoptimized, &graph, options, &mut notes)?;
+        opts.kinds = kernel_kinds(&graph, options, &mut notes)?;
         t_kernels = t2.elapsed();
     } else if !req.shapes.is_empty() {
         graph.specialize(&bindings(req.shapes)?)?;
@@ -104,7 +103,7 @@ pub(crate) fn run(req: &Request) -> Result<()> {
     let t3 = Instant::now();
     let pic = dot::picture(&graph, &opts);
     let t_dot = t3.elapsed();
-    let kiln_time = t_import + t_passes + t_dot;
+    let kiln_time = t_import + t_passes + t_kernels + t_dot;
     let mut report = String::new();
     writeln!(
         report,
@@ -119,13 +118,13 @@ pub(crate) fn run(req: &Request) -> Result<()> {
         writeln!(report, "note   {n}").ok();
     }
     let kernels = if req.optimized && failure.is_none() {
-        format!(" (+ cpu kernel choice {:.1} ms)", ms(t_kernels))
+        format!(", cpu kernel choice {:.1} ms", ms(t_kernels))
     } else {
         String::new()
     };
     writeln!(
         report,
-        "time   import {:.1} ms, passes {:.1} ms, dot text {:.1} ms, kiln total {:.1} ms{kernels}",
+        "time   import {:.1} ms, passes {:.1} ms{kernels}, dot text {:.1} ms, kiln total {:.1} ms",
         ms(t_import),
         ms(t_passes),
         ms(t_dot),
@@ -180,61 +179,50 @@ fn load_partial(file: &Path) -> Result<(Graph, Option<onnx::ImportFailure>)> {
     }
 }
 
-/// Each node's cpu kernel: the cpu backend compiles `unoptimized` (the same pipeline,
-/// so its node numbers are `optimized`'s) and reports a step per node.
+/// Each node's cpu kernel: the cpu backend lowers `optimized` as it is (no passes
+/// again, so the node ids are the picture's) and each step names its node.
 fn kernel_kinds(
-    unoptimized: &Graph,
     optimized: &Graph,
     mut passes: PassOptions,
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<NodeId, String>> {
-    let shapes: Vec<Vec<usize>> = unoptimized
+    let shapes: Vec<Vec<usize>> = optimized
         .inputs()
         .iter()
         .map(|&id| {
-            let t = &unoptimized.node(id).outputs[0];
+            let t = &optimized.node(id).outputs[0];
             t.static_dims().ok_or_else(|| {
                 Error::InvalidArgument(format!(
                     "input '{}' has type {t}: give its dims with --shape",
-                    unoptimized.node(id).name
+                    optimized.node(id).name
                 ))
             })
         })
         .collect::<Result<_>>()?;
+    passes.set("passes", "")?;
     passes.dump_ir = Default::default();
     passes.pass_timing = false;
+    passes.profile = Profiling::Off;
     let exe = CpuBackend {
         passes,
         threads: 1,
         tuning: Tuning::from_env(),
     }
-    .compile_cpu(unoptimized)?;
+    .compile_cpu(optimized)?;
     let mut kinds = BTreeMap::new();
-    let mut unmatched = 0;
-    for s in exe.step_report(&shapes)?.iter().filter(|s| s.depth == 0) {
-        match node_of(&s.node).filter(|(id, name)| {
-            (id.0 as usize) < optimized.len() && optimized.node(*id).name == *name
-        }) {
-            Some((id, _)) => {
-                kinds.insert(id, s.kind.to_string());
+    match &*exe.program(&shapes)? {
+        CpuCompiled::Program(p) => {
+            for s in &p.steps {
+                kinds
+                    .entry(s.node.id)
+                    .or_insert_with(|| s.kernel.kind().to_string());
             }
-            None => unmatched += 1,
         }
-    }
-    if unmatched > 0 {
-        notes.push(format!(
-            "{unmatched} cpu steps name no node of the optimized graph: left uncoloured"
-        ));
+        _ => notes.push(
+            "the graph does not lower to one static cpu program: nodes left uncoloured".into(),
+        ),
     }
     Ok(kinds)
-}
-
-/// The id and name in `node #12 'conv1' (Conv)` (`Graph::describe`).
-fn node_of(described: &str) -> Option<(NodeId, String)> {
-    let rest = described.strip_prefix("node #")?;
-    let (num, rest) = rest.split_once(" '")?;
-    let name = rest.rsplit_once("' (")?.0;
-    Some((NodeId(num.parse().ok()?), name.to_string()))
 }
 
 fn ms(d: Duration) -> f64 {
