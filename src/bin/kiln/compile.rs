@@ -201,19 +201,7 @@ fn cpu_executable(
         given.insert(s, 1);
     }
     graph.specialize(&given)?;
-    let shapes = graph
-        .inputs()
-        .iter()
-        .map(|&id| {
-            let t = &graph.node(id).outputs[0];
-            t.static_dims().ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "input '{}' has type {t}: give its dims with --shape",
-                    graph.node(id).name
-                ))
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let shapes = input_shapes(&graph)?;
     let dtypes = graph
         .inputs()
         .iter()
@@ -234,6 +222,23 @@ fn cpu_executable(
         shapes,
         dtypes,
     })
+}
+
+/// The graph inputs' dims, or an error naming the first input whose type is not static.
+pub(crate) fn input_shapes(graph: &Graph) -> Result<Vec<Vec<usize>>> {
+    graph
+        .inputs()
+        .iter()
+        .map(|&id| {
+            let t = &graph.node(id).outputs[0];
+            t.static_dims().ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "input '{}' has type {t}: give its dims with --shape",
+                    graph.node(id).name
+                ))
+            })
+        })
+        .collect()
 }
 
 /// The cpu program's steps, one a line: `<index> <kernel> <node>`, bodies indented, and

@@ -18,7 +18,7 @@ use kiln::memory::xml;
 use kiln::passes::{run_pipeline, PassOptions, Profiling};
 use kiln::{Error, Graph, NodeId, Result};
 
-use crate::compile::bindings;
+use crate::compile::{bindings, input_shapes};
 use crate::emit;
 
 pub struct Request<'a> {
@@ -186,19 +186,7 @@ fn kernel_kinds(
     mut passes: PassOptions,
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<NodeId, String>> {
-    let shapes: Vec<Vec<usize>> = optimized
-        .inputs()
-        .iter()
-        .map(|&id| {
-            let t = &optimized.node(id).outputs[0];
-            t.static_dims().ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "input '{}' has type {t}: give its dims with --shape",
-                    optimized.node(id).name
-                ))
-            })
-        })
-        .collect::<Result<_>>()?;
+    let shapes = input_shapes(optimized)?;
     passes.set("passes", "")?;
     passes.dump_ir = Default::default();
     passes.pass_timing = false;
