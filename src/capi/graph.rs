@@ -557,6 +557,25 @@ pub unsafe extern "C" fn kiln_graph_set_output(
     }
 }
 
+/// `render(g)` as a new C string in `*out`: what `kiln_graph_to_text` and
+/// `kiln_graph_to_dot` return.
+///
+/// # Safety
+/// `out` is NULL (an error) or valid for a write.
+unsafe fn write_text(
+    g: &kiln_graph,
+    out: *mut *mut c_char,
+    render: fn(&Graph) -> String,
+    what: &str,
+) -> CResult<()> {
+    let out = out_ptr(out, "out")?;
+    let s = CString::new(render(&g.graph))
+        .map_err(|_| Failure::invalid(format!("the graph's {what} contains a NUL byte")))?;
+    // SAFETY: the caller's contract: `out` is valid for a write (checked not NULL).
+    unsafe { *out = s.into_raw() };
+    Ok(())
+}
+
 /// The graph as `.kir` text (deterministic; what `kiln print` shows). On success `*out`
 /// is a new string the caller frees with `kiln_string_free`.
 ///
@@ -568,16 +587,7 @@ pub unsafe extern "C" fn kiln_graph_to_text(
     out: *mut *mut c_char,
 ) -> kiln_status {
     // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let g = arg(g, "g")?;
-            let out = out_ptr(out, "out")?;
-            let s = CString::new(text::print(&g.graph))
-                .map_err(|_| Failure::invalid("the graph's text contains a NUL byte"))?;
-            *out = s.into_raw();
-            Ok(())
-        })
-    }
+    unsafe { guard(|| write_text(arg(g, "g")?, out, text::print, "text")) }
 }
 
 /// The graph as Graphviz DOT text (deterministic; what `kiln viz` writes as .dot):
@@ -593,16 +603,7 @@ pub unsafe extern "C" fn kiln_graph_to_dot(
     out: *mut *mut c_char,
 ) -> kiln_status {
     // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let g = arg(g, "g")?;
-            let out = out_ptr(out, "out")?;
-            let s = CString::new(crate::ir::dot::to_dot(&g.graph))
-                .map_err(|_| Failure::invalid("the graph's DOT text contains a NUL byte"))?;
-            *out = s.into_raw();
-            Ok(())
-        })
-    }
+    unsafe { guard(|| write_text(arg(g, "g")?, out, crate::ir::dot::to_dot, "DOT text")) }
 }
 
 /// Frees a string returned by Kiln. NULL is a no-op.
