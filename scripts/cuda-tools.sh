@@ -1,19 +1,12 @@
 #!/usr/bin/env bash
-# The CUDA toolchain pieces the GPU-less checks need, from pinned PyPI wheels into the
-# project venv (scripts/py-env.sh, target/py): NVRTC (a shared library that cudarc loads
+# The CUDA toolchain pieces the GPU-less checks need, from the locked PyPI wheels of the
+# project venv (scripts/py-env.sh, target/py; scripts/requirements/tests.in): NVRTC (a shared library that cudarc loads
 # by name, so its lib/ must be on LD_LIBRARY_PATH before the process starts) and ptxas
-# (from the nvcc wheel). Installs once, then prints the environment the cuda tests need
+# (from the nvcc wheel). Prints the environment the cuda tests need
 # as `export` lines: eval "$(scripts/cuda-tools.sh)".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-version=12.8.93
 python=$(scripts/py-env.sh)
-if ! "$python" -c "
-import importlib.metadata as m, sys
-sys.exit(any(m.version(p) != '$version' for p in ('nvidia-cuda-nvrtc-cu12', 'nvidia-cuda-nvcc-cu12')))" 2>/dev/null; then
-  "$python" -m pip install --quiet --disable-pip-version-check \
-    "nvidia-cuda-nvrtc-cu12==$version" "nvidia-cuda-nvcc-cu12==$version" >&2
-fi
 site=$(cd "$("$python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")" && pwd)
 nvrtc_lib="$site/nvidia/cuda_nvrtc/lib"
 ptxas="$site/nvidia/cuda_nvcc/bin/ptxas"

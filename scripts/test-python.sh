@@ -11,8 +11,11 @@ venv=target/py-kiln
 python3 -m venv --clear "$venv"
 # Downloads and the extension's build stay under target/, which CI caches.
 export PIP_CACHE_DIR=$PWD/target/pip-cache CARGO_TARGET_DIR=$PWD/target/python
-"$venv/bin/pip" install --quiet --upgrade pip
-"$venv/bin/pip" install --quiet ./bindings/python pytest onnxruntime onnx "numpy>=2.1"
+# What the package builds with and is tested against, locked (scripts/requirements/
+# python-package.in); then the package itself, built by that maturin.
+"$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps \
+  -r scripts/requirements/python-package.txt
+"$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation ./bindings/python
 # A skipped test says why (-rs); under CI (or KILN_REQUIRE=all) a skip fails the run.
 (cd bindings/python && "../../$venv/bin/python" -m pytest -q -rs tests) | tee "$venv/pytest.log"
 if { [ -n "${CI:-}" ] || [ "${KILN_REQUIRE:-}" = all ]; } && grep -q "^SKIPPED" "$venv/pytest.log"; then

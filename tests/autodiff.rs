@@ -1,7 +1,7 @@
 //! Reverse-mode gradients against central finite differences, in f64 on the reference
 //! interpreter: every rule on random inputs (relative error ≤ 1e-6), composites with
 //! symbolic dims, a gradient of a gradient, and the errors for what has no gradient.
-mod common;
+use crate::common;
 
 use kiln::autodiff::grad;
 use kiln::backend::{backend_with, Device};

@@ -3,7 +3,7 @@
 //! against onnxruntime): what the pipeline leaves of each, and the memory plan's
 //! numbers against the goals. `make test` runs the script first; a bare
 //! `cargo test` skips through `common::require` when the models are missing.
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::Path;

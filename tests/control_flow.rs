@@ -8,7 +8,7 @@ use kiln::ir::text::{parse, print};
 use kiln::ir::{verify, Attr, Attrs, DType, Dim, Graph, Shape, TensorType, Value};
 use kiln::Tensor;
 
-mod common;
+use crate::common;
 use common::{op, param, typed_param};
 
 fn scalar(dtype: DType) -> TensorType {

@@ -3,7 +3,7 @@
 //! strides, dilation, groups), at 1 and 2 threads, plus per-shape specialization,
 //! concurrent runs and bad inputs. `KILN_CPU_ISA=portable` reruns it all on the plain
 //! Rust paths (`make test` does).
-mod common;
+use crate::common;
 
 use kiln::backend::cpu::CpuBackend;
 use kiln::backend::cpu::Tuning;

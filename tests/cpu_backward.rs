@@ -4,7 +4,7 @@
 //! shapes at 1 and 2 threads, each asserting the kernel it lowered to; then the
 //! training graphs of issue 7 (MLP and small CNN, forward + backward) with no step left
 //! on the fallback. `KILN_CPU_ISA=portable` reruns it on the plain Rust paths.
-mod common;
+use crate::common;
 
 use common::train_graphs;
 use common::{constant, ints, op, typed_param, Rng};

@@ -2,7 +2,7 @@
 //! against the interpreter and that no fallback step ran them) and gradients through
 //! `If`, `Loop` and `Scan` (finite differences on the interpreter, and the CPU backend's
 //! gradients against the interpreter's).
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

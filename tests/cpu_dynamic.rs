@@ -1,7 +1,7 @@
 //! Data-dependent shapes on the CPU backend: `NonMaxSuppression` and `NonZero` steps and
 //! the dynamic tail after them, checked against the interpreter and that no step runs on
 //! it; and `If`s on data whose branches settle once the input shapes are bound.
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! cubic, coordinate modes, antialias), Gather on any axis, GatherElements, ScatterND,
 //! Cast between every numeric pair and Where on every dtype, at 1 and 2 threads, each
 //! asserting the kernel it lowered to.
-mod common;
+use crate::common;
 
 use common::{constant, op, typed_param, Rng};
 use kiln::backend::cpu::CpuBackend;

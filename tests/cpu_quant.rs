@@ -2,7 +2,7 @@
 //! DynamicQuantizeLinear, MatMulInteger and ConvInteger over u8 and i8 operands, zero
 //! points per tensor, per row, per column and per output channel, depths that split
 //! the exact f32 GEMM into chunks, at 1 and 2 threads.
-mod common;
+use crate::common;
 
 use kiln::backend::cpu::CpuBackend;
 use kiln::backend::{backend_with, cpu_pass_options, Device, Executable};

@@ -2,7 +2,7 @@
 //! interpreter over a grid of shapes and attributes: directions, activations, sequence
 //! lengths, initial states, peepholes, layouts, clipping, weights constant or not, at 1
 //! and 2 threads; each must lower to its kernel, not the fallback.
-mod common;
+use crate::common;
 
 use kiln::backend::cpu::{CpuBackend, Tuning};
 use kiln::backend::{backend_with, cpu_pass_options, Device};

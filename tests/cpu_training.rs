@@ -1,7 +1,7 @@
 //! Training graphs on the CPU backend: the variables live in the executable, the values
 //! `Assign` stores are computed straight into them, and the steps match the
 //! interpreter's. Runs that store are serialized; a failed run stores nothing.
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! bit: random forests of every branch mode with missing-value tracks and NaN features,
 //! every aggregate and post-transform, regressors, multi-class and binary classifiers
 //! and the opset-5 `TreeEnsemble`, at 1 and 2 threads.
-mod common;
+use crate::common;
 
 use kiln::backend::cpu::CpuBackend;
 use kiln::backend::{backend_with, cpu_pass_options, Device, Executable};

@@ -2,7 +2,7 @@
 //! `cuda` feature a clean "built without CUDA"; with it, on a machine without a usable
 //! device, the probe's reason (exit status 1, never a panic); with a device, the same
 //! numbers as the cpu backend.
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -5,7 +5,7 @@
 //!
 //! Without g++ the checks skip through `common::require` (`KILN_REQUIRE=gxx` makes that
 //! a failure).
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

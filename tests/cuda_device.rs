@@ -7,7 +7,7 @@
 //! that has a GPU).
 #![cfg(feature = "cuda")]
 
-mod common;
+use crate::common;
 
 use kiln::backend::{backend_with, device_available, Device, Executable};
 use kiln::ir::{text, Attr, Attrs, Graph, TensorType, Value};

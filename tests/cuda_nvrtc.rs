@@ -5,7 +5,7 @@
 //! `common::require` (`KILN_REQUIRE=cuda-tools` makes that a failure).
 #![cfg(feature = "cuda")]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,6 +1,6 @@
 //! The documents say what the code does: what can be checked mechanically is checked
 //! here, so that README.md, ARCHITECTURE.md and STATUS.md cannot drift silently.
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::Path;

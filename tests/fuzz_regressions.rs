@@ -9,7 +9,7 @@ use kiln::backend::{backend_with, Device};
 use kiln::ir::text::{parse, print};
 use kiln::passes::PassOptions;
 
-mod common;
+use crate::common;
 use common::panic_of;
 
 /// `fuzz/fuzz_targets/onnx_import.rs`: a graph or an error; a graph prints as text that

@@ -1,6 +1,6 @@
 //! `include/kiln.h`: generated from `src/capi/` by cbindgen, committed, and kept honest.
 //!
-//! `BLESS=1 cargo test --test header` rewrites it after a change to the C ABI.
+//! `BLESS=1 cargo test --test tools header::` rewrites it after a change to the C ABI.
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -35,7 +35,7 @@ fn header_is_fresh() {
     let have = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         have == want,
-        "include/kiln.h is stale: run `BLESS=1 cargo test --test header` and commit it"
+        "include/kiln.h is stale: run `BLESS=1 cargo test --test tools header::` and commit it"
     );
 }
 

@@ -3,7 +3,7 @@
 //! and attribute variant with onnxruntime's outputs into `target/contrib-cases`; each
 //! imports and runs on `interp` and `cpu`. Float outputs agree within 1e-4 of the
 //! reference's largest magnitude, integer outputs exactly.
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,6 @@
 //! The ONNX importer on hand-built models: what it keeps (symbolic dims, initializers,
 //! external data) and every kind of bad input, each a clear error and never a panic.
-mod common;
+use crate::common;
 
 use std::path::Path;
 

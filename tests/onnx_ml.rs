@@ -3,7 +3,7 @@
 //! hand-written ones) and the string ops of `tests/onnx/strings`, with onnxruntime's
 //! outputs (`scripts/make-ml-fixtures.py` writes both); labels and strings exact, scores
 //! within 1e-5. And bad models: each a clear error naming the node.
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -1,6 +1,6 @@
 //! `src/frontend/onnx/proto.rs` is generated from `onnx.proto` (onnx 1.23.2) by prost,
 //! through protox so that no protoc is needed; this test fails when it is stale and
-//! rewrites it with `BLESS=1 cargo test --test onnx_proto`.
+//! rewrites it with `BLESS=1 cargo test --test tools onnx_proto::`.
 use std::path::Path;
 
 #[test]
@@ -29,7 +29,7 @@ fn generated_onnx_protobuf_code_is_fresh() {
     let have = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         have == want,
-        "{} is stale: run `BLESS=1 cargo test --test onnx_proto`",
+        "{} is stale: run `BLESS=1 cargo test --test tools onnx_proto::`",
         path.display()
     );
 }

@@ -2,7 +2,7 @@
 //! checked by differential testing (the reference interpreter gives the same outputs
 //! before and after), random valid graphs through the whole pipeline (a seeded
 //! property test), and the pass manager's switches and errors.
-mod common;
+use crate::common;
 
 use kiln::backend::interp::InterpExecutable;
 use kiln::backend::Executable;

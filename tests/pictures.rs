@@ -2,7 +2,7 @@
 //! and SVG (`kiln viz` through graphviz's `dot`) loaded by headless Chromium, whose screenshot must not be blank; profile
 //! traces parsed as JSON with the trace-event format's required fields and one complete
 //! event per step per run. Chromium is `Need::Chromium` (`KILN_REQUIRE=chromium`).
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

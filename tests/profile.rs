@@ -3,7 +3,7 @@
 //! complete event per executed step per run, worker shares of parallel loops, and arena
 //! counters; a path that cannot be written fails the compile; the table lists every
 //! step; off, nothing is recorded.
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -1,5 +1,5 @@
 //! Source hygiene that review would otherwise have to catch.
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! Training-mode ops and layers (`kiln::train`): Dropout's and MseLoss's gradient rules
 //! and training batch normalization's gradients against central finite differences in
 //! f64; running statistics and fresh dropout masks across runs of one executable.
-mod common;
+use crate::common;
 
 use kiln::autodiff::grad;
 use kiln::backend::interp::InterpExecutable;

@@ -2,7 +2,7 @@
 //! passes record for the nodes they fuse, and `kiln viz` end to end. Rendering through
 //! Graphviz's `dot` skips without it (`KILN_REQUIRE=graphviz` makes that a failure), the
 //! real-model checks without `target/real-models` (`KILN_REQUIRE=onnx-suite`).
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::io::Write as _;

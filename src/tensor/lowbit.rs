@@ -298,13 +298,20 @@ fn wrap_int(v: i64, bits: u32, signed: bool) -> i64 {
     }
 }
 
-/// Float to a sub-byte integer as ml_dtypes and ONNX's reference cast it: truncate
-/// toward zero, then wrap; NaN and infinities give 0.
+/// Float to a sub-byte integer: truncate toward zero, then saturate to the type's range;
+/// NaN gives 0. The ONNX spec leaves a float cast to a fixed-point type undefined when
+/// the value is out of range (Cast: "fixed point: undefined if OOR"), and its generators
+/// disagree (ml_dtypes 0.5 wraps, 0.7 gives 0, onnxruntime rounds and wraps), so Kiln
+/// keeps the one rule `Elem::from_f64` states for every integer width.
 fn float_to_int(v: f64, bits: u32, signed: bool) -> i64 {
-    if v.is_finite() {
-        wrap_int(v.trunc() as i64, bits, signed)
-    } else {
+    let (min, max) = match signed {
+        true => (-(1i64 << (bits - 1)), (1i64 << (bits - 1)) - 1),
+        false => (0, (1i64 << bits) - 1),
+    };
+    if v.is_nan() {
         0
+    } else {
+        (v.trunc().clamp(min as f64, max as f64)) as i64
     }
 }
 
@@ -607,8 +614,17 @@ mod tests {
     fn subbyte_ints_wrap_and_pack() {
         assert_eq!(I4::from_i64(9), I4(-7));
         assert_eq!(U4::from_i64(-1), U4(15));
-        assert_eq!(I2::from_f64(-9.7), I2(-1));
+        // Integers wrap (ONNX: "discard higher bits"); floats truncate and saturate,
+        // as every other integer width does (`Elem::from_f64`).
+        assert_eq!(I2::from_f64(-9.7), I2(-2));
+        assert_eq!(I4::from_f64(7.9), I4(7));
+        assert_eq!(I4::from_f64(8.0), I4(7));
+        assert_eq!(I4::from_f64(-8.5), I4(-8));
+        assert_eq!(I4::from_f64(f64::NEG_INFINITY), I4(-8));
+        assert_eq!(U4::from_f64(-1.5), U4(0));
+        assert_eq!(U4::from_f64(1e9), U4(15));
         assert_eq!(U2::from_f64(f64::NAN), U2(0));
+        assert_eq!(i8::from_f64(300.0), 127);
         let bytes = [1u8, (-2i8) as u8, 7];
         let packed = pack(DType::I4, &bytes);
         assert_eq!(packed, vec![0xE1, 0x07]);

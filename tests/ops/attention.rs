@@ -2,7 +2,7 @@
 //! 1.23.2) on `ramp` data.
 use kiln::ir::{Attr, Attrs};
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 const INF: f64 = f64::INFINITY;
 

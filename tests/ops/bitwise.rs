@@ -2,7 +2,7 @@
 use kiln::ir::{Attr, Attrs};
 use kiln::Tensor;
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 fn u8s(shape: &[usize], v: &[u8]) -> Tensor {
     Tensor::from_vec(shape, v.to_vec()).unwrap()

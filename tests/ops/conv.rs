@@ -2,7 +2,7 @@
 //! `itertools.product`, the ONNX formulas written out) on `ramp` data.
 use kiln::ir::{Attr, Attrs};
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 fn ints(name: &str, v: &[i64]) -> (String, Attr) {
     (name.into(), Attr::Ints(v.to_vec()))

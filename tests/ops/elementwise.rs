@@ -4,7 +4,7 @@
 use kiln::ir::{Attr, Attrs, DType, Dim};
 use kiln::Tensor;
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 const UNARY_XS: [f64; 5] = [-2.0, -0.5, 0.0, 0.75, 3.0];
 

@@ -4,7 +4,7 @@
 use kiln::ir::{Attr, Attrs};
 use kiln::Tensor;
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 fn strings(v: &[&str]) -> Attr {
     Attr::Strings(v.iter().map(|s| s.to_string()).collect())

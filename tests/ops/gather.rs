@@ -1,7 +1,7 @@
 //! Indexing ops, on the examples of the ONNX operator docs and hand-worked cases.
 use kiln::ir::{Attr, Attrs};
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 fn axis(a: i64) -> Attrs {
     attrs(&[("axis", Attr::Int(a))])

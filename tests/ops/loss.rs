@@ -1,7 +1,7 @@
 //! Losses, hand-computed: loss[n] = -input[n, target[n]] * weight[target[n]].
 use kiln::ir::{Attr, Attrs};
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 fn red(r: &str) -> Attrs {
     attrs(&[("reduction", Attr::String(r.into()))])

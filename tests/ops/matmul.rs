@@ -3,7 +3,7 @@
 use kiln::ir::{Attr, DType, Dim, Graph, Shape, TensorType};
 use kiln::Tensor;
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 /// `((i % k) - off) * 0.5` over `shape`: numpy's `(np.arange(n) % k - off) * 0.5`.
 fn ramp(shape: &[usize], k: usize, off: f64) -> Vec<f64> {

@@ -1,7 +1,7 @@
 //! Cast and CastLike.
 use kiln::ir::{Attr, Attrs};
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 fn to(d: &str) -> Attrs {
     attrs(&[("to", Attr::String(d.into()))])

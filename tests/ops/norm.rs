@@ -1,7 +1,7 @@
 //! Normalizations and softmaxes, against numpy on `ramp` data.
 use kiln::ir::{Attr, Attrs};
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 fn axis(a: i64) -> Attrs {
     attrs(&[("axis", Attr::Int(a))])

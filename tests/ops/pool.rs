@@ -2,7 +2,7 @@
 use kiln::ir::{Attr, Attrs};
 use kiln::Tensor;
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 /// numpy's `((np.arange(20) % 9) - 4) * 0.5` as [1, 1, 4, 5].
 fn x() -> Tensor {

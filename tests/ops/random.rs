@@ -6,7 +6,7 @@ use kiln::ir::{Attr, Attrs};
 use kiln::passes::PassOptions;
 use kiln::Tensor;
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 fn seed(s: i64) -> Attrs {
     attrs(&[("seed", Attr::Int(s))])

@@ -3,7 +3,7 @@
 use kiln::ir::{Attr, Attrs, DType, Dim, Graph, Shape, TensorType};
 use kiln::Tensor;
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 /// numpy's `((np.arange(n) % 7) - 3) * 0.5` over `shape`.
 fn ramp(shape: &[usize]) -> Tensor {

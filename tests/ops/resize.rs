@@ -3,7 +3,7 @@
 use kiln::ir::{Attr, Attrs};
 use kiln::Tensor;
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 fn x() -> Tensor {
     ramp(&[1, 1, 3, 4], 7, 3.0)

@@ -4,7 +4,7 @@
 use kiln::ir::Attr;
 use kiln::Tensor;
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 /// `((arange(n) % k) - off) * 0.25` in `shape`.
 fn r(shape: &[usize], k: usize, off: f64) -> Tensor {

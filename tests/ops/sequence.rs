@@ -7,7 +7,7 @@ use kiln::ir::{Attr, Attrs, Graph, Shape, TensorType, Value};
 use kiln::tensor::Sequence;
 use kiln::{DType, Tensor};
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 /// A graph with f32[2] parameters `a`, `b` and the value `SequenceConstruct(a, b)`.
 fn two_item_sequence() -> (Graph, Value) {

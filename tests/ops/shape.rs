@@ -3,7 +3,7 @@
 use kiln::ir::{Attr, Attrs};
 use kiln::Tensor;
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 fn iota(shape: &[usize]) -> Tensor {
     let n: usize = shape.iter().product();

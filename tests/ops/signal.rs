@@ -1,7 +1,7 @@
 //! DFT, STFT and MelWeightMatrix against the ONNX reference (onnx 1.23.2, numpy's FFT).
 use kiln::ir::Attr;
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 fn signal(n: usize, k: usize, off: f64, parts: usize) -> kiln::Tensor {
     f64s(

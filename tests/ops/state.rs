@@ -4,7 +4,7 @@ use kiln::backend::{backend_with, Device, Executable};
 use kiln::ir::text::parse;
 use kiln::passes::PassOptions;
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 /// A counter: `count += step` on every run, returning the value before the update.
 const COUNTER: &str = r#"graph "counter" {

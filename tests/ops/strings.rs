@@ -3,7 +3,7 @@
 use kiln::ir::Attr;
 use kiln::Tensor;
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 fn strs(shape: &[usize], v: &[&str]) -> Tensor {
     Tensor::from_strings(shape, v.iter().map(|s| s.to_string()).collect()).unwrap()

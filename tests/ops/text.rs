@@ -2,7 +2,7 @@
 use kiln::ir::{Attr, Attrs};
 use kiln::Tensor;
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 fn tfidf(extra: &[(&str, Attr)]) -> Attrs {
     let mut a = attrs(&[

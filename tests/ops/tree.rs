@@ -3,7 +3,7 @@
 use kiln::ir::Attr;
 use kiln::Tensor;
 
-use crate::harness::*;
+use crate::ops::harness::*;
 
 fn ints(v: &[i64]) -> Attr {
     Attr::Ints(v.to_vec())

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Rewrites the Python lock files (scripts/requirements/*.txt) from their inputs (*.in):
+# every package pinned, transitively, with the sha256 of each of its files, for any
+# Python >= 3.11 on any platform. Run it after changing a *.in file, and commit both.
+# The installs (scripts/py-env.sh, scripts/test-python.sh) use --require-hashes, so the
+# suite's generated expectations no longer depend on the day of the install.
+set -euo pipefail
+cd "$(dirname "$0")/requirements"
+tool=../../target/uv-py
+[ -x "$tool/bin/uv" ] || { python3 -m venv "$tool" && "$tool/bin/pip" install --quiet uv==0.13.9; }
+for input in *.in; do
+  "$tool/bin/uv" pip compile --quiet --universal --python-version 3.11 --generate-hashes \
+    "$input" -o "${input%.in}.txt"
+done
