@@ -26,33 +26,60 @@ fn code_spans(line: &str) -> impl Iterator<Item = &str> {
     line.split('`').skip(1).step_by(2)
 }
 
-/// Every `.rs` file and directory under `dir`, relative to the repository root, except
-/// `mod.rs` (its directory stands for it).
-fn modules(dir: &Path, out: &mut BTreeSet<String>) {
+/// The top-level folders a code span may name a path from, anywhere in ARCHITECTURE.md.
+const TOP_DIRS: [&str; 11] = [
+    "src/",
+    "tests/",
+    "include/",
+    "scripts/",
+    "bindings/",
+    "examples/",
+    "bench/",
+    "benches/",
+    "fuzz/",
+    "cmake/",
+    "docs/",
+];
+
+/// Whether a code span names a file or a directory: path characters only, and either a
+/// trailing `/` or a file extension the tree uses (so `kiln.ops` or `1.0` are not paths).
+fn is_path(span: &str) -> bool {
+    const EXTENSIONS: [&str; 15] = [
+        "rs", "h", "hpp", "c", "cpp", "proto", "md", "toml", "txt", "kir", "py", "pyi", "sh",
+        "json", "onnx",
+    ];
+    !span.starts_with('.')
+        && span
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./-".contains(c))
+        && (span.ends_with('/')
+            || span.rsplit_once('.').is_some_and(|(stem, ext)| {
+                !stem.is_empty() && !stem.ends_with('/') && EXTENSIONS.contains(&ext)
+            }))
+}
+
+/// Every directory under `dir`, relative to the repository root, with a trailing `/`.
+fn directories(dir: &Path, out: &mut BTreeSet<String>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
-        let rel = path
-            .strip_prefix(root())
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
         if path.is_dir() {
+            let rel = path.strip_prefix(root()).unwrap().to_string_lossy();
             out.insert(format!("{rel}/"));
-            modules(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs")
-            && path.file_name().is_some_and(|n| n != "mod.rs")
-        {
-            out.insert(rel);
+            directories(&path, out);
         }
     }
 }
 
-/// ARCHITECTURE.md's code map: `### \`src/dir/\`` headings set the directory; inside,
-/// a code span `name.rs`, `sub/name.rs` or `name/` names a module relative to it, and one
-/// starting with `src/` names it from the root.
+/// ARCHITECTURE.md's code map is a map of directories: `### \`src/dir/\`` headings set the
+/// directory; inside, a code span `name.rs`, `sub/name.rs` or `name/` names a path relative
+/// to it, and one starting with a top-level folder (`src/`, `tests/`, …) names it from the
+/// root. Every directory under `src/` must be named (as a heading or a `name/` span), and
+/// every path named anywhere in the document must exist; files are named only where they
+/// matter, not all of them.
 #[test]
-fn the_code_map_names_every_module_and_only_existing_ones() {
+fn the_code_map_names_every_directory_and_only_existing_paths() {
     let doc = read("ARCHITECTURE.md");
+    let mut named_dirs = BTreeSet::new();
     let mut named = BTreeSet::new();
     let mut dir = String::new();
     for line in section(&doc, "Code map") {
@@ -64,28 +91,11 @@ fn the_code_map_names_every_module_and_only_existing_ones() {
             );
             dir = d.to_string();
             named.insert(dir.clone());
+            named_dirs.insert(dir.clone());
             continue;
         }
-        for span in code_spans(line) {
-            let is_module = (span.ends_with(".rs") || span.ends_with('/'))
-                && span
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "_./".contains(c));
-            let elsewhere = [
-                "tests/",
-                "include/",
-                "scripts/",
-                "bindings/",
-                "examples/",
-                "bench/",
-                "benches/",
-            ]
-            .iter()
-            .any(|top| span.starts_with(top));
-            if !is_module || elsewhere {
-                continue;
-            }
-            let path = if span.starts_with("src/") {
+        for span in code_spans(line).filter(|s| is_path(s)) {
+            let path = if TOP_DIRS.iter().any(|top| span.starts_with(top)) {
                 span.to_string()
             } else {
                 assert!(
@@ -94,26 +104,58 @@ fn the_code_map_names_every_module_and_only_existing_ones() {
                 );
                 format!("{dir}{span}")
             };
+            if path.ends_with('/') {
+                named_dirs.insert(path.clone());
+            }
             named.insert(path);
         }
     }
-    let mut actual = BTreeSet::new();
-    modules(&root().join("src"), &mut actual);
-    actual.insert("src/".to_string());
-    named.insert("src/".to_string());
-    let missing: Vec<_> = actual.difference(&named).collect();
-    let stale: Vec<_> = named
-        .iter()
-        .filter(|p| !actual.contains(*p) && !root().join(p).exists())
-        .collect();
+    // Outside the code map, a path is named from the root.
+    for line in doc.lines() {
+        for span in code_spans(line).filter(|s| is_path(s)) {
+            if TOP_DIRS.iter().any(|top| span.starts_with(top)) {
+                named.insert(span.to_string());
+            }
+        }
+    }
+    let mut actual = BTreeSet::from(["src/".to_string()]);
+    directories(&root().join("src"), &mut actual);
+    let missing: Vec<_> = actual.difference(&named_dirs).collect();
+    let stale: Vec<_> = named.iter().filter(|p| !root().join(p).exists()).collect();
     assert!(
         missing.is_empty(),
-        "ARCHITECTURE.md's code map does not name {missing:?}"
+        "ARCHITECTURE.md's code map does not name the directories {missing:?} \
+         (a `### \\`dir/\\`` heading or a `name/` span under its parent's heading)"
     );
     assert!(
         stale.is_empty(),
-        "ARCHITECTURE.md's code map names {stale:?}, which do not exist"
+        "ARCHITECTURE.md names {stale:?}, which do not exist"
     );
+}
+
+#[test]
+fn paths_are_told_from_other_code_spans() {
+    for path in [
+        "mod.rs",
+        "gemm/",
+        "shape/reshape.rs",
+        "src/ir/",
+        "emulation.h",
+        "onnx.proto",
+    ] {
+        assert!(is_path(path), "{path}");
+    }
+    for other in [
+        "kiln.ops",
+        "1.0",
+        ".kir",
+        "ir::Graph",
+        "Graph.to_dot()",
+        "f32[N, 4]",
+        "KILN_PROFILE",
+    ] {
+        assert!(!is_path(other), "{other}");
+    }
 }
 
 #[test]
