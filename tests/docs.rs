@@ -281,3 +281,128 @@ fn the_counts_status_quotes_match_the_code() {
         "STATUS.md: dtypes"
     );
 }
+
+/// The text between `open` and the first `close` after it in `text`.
+fn between<'t>(text: &'t str, open: &str, close: &str) -> &'t str {
+    let start = text
+        .find(open)
+        .unwrap_or_else(|| panic!("no '{open}' to count from"))
+        + open.len();
+    let len = text[start..]
+        .find(close)
+        .unwrap_or_else(|| panic!("no '{close}' after '{open}'"));
+    &text[start..start + len]
+}
+
+/// The files in the repository folder `dir` whose names end with `suffix`.
+fn count_files(dir: &str, suffix: &str) -> usize {
+    std::fs::read_dir(root().join(dir))
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(suffix)
+        })
+        .count()
+}
+
+/// Asserts that STATUS.md's row `what` quotes `actual`, saying where the number comes from.
+fn assert_status_row(status: &str, what: &str, actual: usize, source: &str) {
+    let quoted = status_count(status, what);
+    assert_eq!(
+        quoted, actual,
+        "STATUS.md's row '{what}' says {quoted}, but {source} gives {actual}: update the row"
+    );
+}
+
+/// The counts STATUS.md quotes that the tree itself answers, without running Kiln: the
+/// passes `src/passes/registry.rs` registers and the default pipeline's steps (what
+/// `kiln passes` prints), the C test programs `scripts/test-capi.sh` runs, the graphs
+/// `ir::round_trip_is_exact_on_every_graph` round-trips, and the insta snapshots.
+#[test]
+fn the_counts_status_reads_off_the_tree_match_it() {
+    let status = read("STATUS.md");
+    let registry = read("src/passes/registry.rs");
+    let passes = between(&registry, "pub static PASSES: &[&dyn Pass] = &[", "];")
+        .split(',')
+        .filter(|p| !p.trim().is_empty())
+        .count();
+    assert_status_row(
+        &status,
+        "registered passes",
+        passes,
+        "src/passes/registry.rs's PASSES",
+    );
+    // The pipeline is one string literal, continued across lines with `\`.
+    let pipeline: String = between(&registry, "pub const DEFAULT_PIPELINE: &str = \"", "\";")
+        .split("\\\n")
+        .map(str::trim_start)
+        .collect();
+    let steps = pipeline.split(',').filter(|p| !p.trim().is_empty()).count();
+    assert_status_row(
+        &status,
+        "default pipeline steps",
+        steps,
+        "src/passes/registry.rs's DEFAULT_PIPELINE",
+    );
+    assert_status_row(
+        &status,
+        "C test programs under valgrind",
+        count_files("tests/capi", ".c"),
+        "tests/capi/*.c",
+    );
+    assert_status_row(
+        &status,
+        "graphs round-tripped exactly",
+        count_files("tests/graphs", ".kir") + count_files("examples/graphs", ".kir"),
+        "tests/graphs/*.kir and examples/graphs/*.kir",
+    );
+    assert_status_row(
+        &status,
+        "insta snapshots of printed graphs",
+        count_files("tests/snapshots", ".snap"),
+        "tests/snapshots/*.snap",
+    );
+}
+
+/// STATUS.md's ops by family (`kiln ops --family F`): each `family N` of the list that
+/// follows "By family (`kiln ops --family F`…):" is the catalogue's count, and every
+/// family is there.
+#[test]
+fn the_op_families_status_lists_match_the_catalogue() {
+    let status = read("STATUS.md");
+    let flat = status.split_whitespace().collect::<Vec<_>>().join(" ");
+    let marker = "By family (`kiln ops --family F`";
+    let start = flat
+        .find(marker)
+        .unwrap_or_else(|| panic!("STATUS.md has no '{marker}…):' list"));
+    let list = &flat[start + marker.len()..];
+    let list = &list[list.find("):").expect("the list starts after '):'") + 2..];
+    let list = &list[..list.find(". ").expect("the list ends with '. '")];
+    let words: Vec<&str> = list
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut quoted = std::collections::BTreeMap::new();
+    for pair in words.windows(2) {
+        if let Ok(n) = pair[1].parse::<usize>() {
+            if pair[0].chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                assert!(
+                    quoted.insert(pair[0], n).is_none(),
+                    "STATUS.md lists family {} twice",
+                    pair[0]
+                );
+            }
+        }
+    }
+    let mut actual = std::collections::BTreeMap::new();
+    for op in kiln::ir::ops::catalogue().values() {
+        *actual.entry(op.schema().family).or_insert(0usize) += 1;
+    }
+    assert_eq!(
+        quoted, actual,
+        "STATUS.md's ops by family (left) differ from the catalogue's (right)"
+    );
+}
