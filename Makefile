@@ -43,12 +43,24 @@ RUST_TESTS := --lib --bins --test it --test tools --test cuda --test cpu_run_all
   test-cuda test-capi test-python test-cmake test-valgrind
 
 # The quick tier, before a commit (STATUS.md has its time): format, one clippy, the unit
-# tests and the fast subset of every suite (KILN_QUICK=1: one model per family, every
-# kernel family on small shapes; tests/common `quick()`), and the C ABI smoke test.
+# tests, every suite but the tests below, and the C ABI smoke test. What it leaves out
+# is what takes over 10 s in a debug build, each covered on small shapes by another
+# test of its suite (the mutation corpus: by tests/fuzz_regressions.rs's corpus).
+SLOW_TESTS := cli::autotune_measures_caches_and_reuses_the_winner \
+  cli::profile_gives_each_conv_its_shapes_rate_and_share_of_the_peak \
+  cpu_backend::residual_blocks_write_over_their_residual \
+  cpu_backend::convolutions_blocked_and_plain \
+  cpu_backward::training_graphs_run_on_kernels_only \
+  compile_models::mlp_training_step_plans_near_the_bound_and_trains_the_same \
+  cpu_rnn::a_large_layer_uses_the_pool \
+  cpu_quant::dequantizing_epilogues_are_the_interpreters \
+  autodiff::convolutions_and_pools \
+  autodiff::convolutions_of_any_rank_and_group \
+  onnx_import::mutated_models_never_panic
 check: deps
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets -- -D warnings
-	KILN_QUICK=1 $(CARGO) test $(RUST_TESTS)
+	$(CARGO) test $(RUST_TESTS) -- $(addprefix --skip ,$(SLOW_TESTS))
 	scripts/test-capi.sh smoke
 
 # Every test, stage by stage; each stage is a target of its own (`make test-zoo`), and

@@ -9,6 +9,7 @@
 
 use crate::common;
 
+use kiln::backend::registered::{CudaKernel, Kernels, RawTensor};
 use kiln::backend::{backend_with, device_available, Device, Executable};
 use kiln::ir::{text, Attr, Attrs, Graph, TensorType, Value};
 use kiln::passes::PassOptions;
@@ -321,12 +322,17 @@ fn no_device_means_a_clean_error_never_a_panic() {
     );
 }
 
+type Calls = std::sync::Arc<std::sync::Mutex<Vec<(usize, Vec<usize>, bool)>>>;
+
 /// An external op (y = x) whose CUDA kernel records what it was handed.
 struct Recorder {
     schema: kiln::ir::ops::OpSchema,
-    cuda: bool,
-    calls: std::sync::Mutex<Vec<(usize, Vec<usize>, bool)>>,
+    kernels: Kernels,
+    calls: Calls,
 }
+
+/// The recorder's CUDA kernel.
+struct RecordCalls(Calls);
 
 impl kiln::ir::ops::Op for Recorder {
     fn schema(&self) -> &kiln::ir::ops::OpSchema {
@@ -341,19 +347,22 @@ impl kiln::ir::ops::Op for Recorder {
     fn eval(&self, cx: &kiln::ir::ops::EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
         Ok(vec![cx.input(0)?.clone()])
     }
-    fn has_cuda_kernel(&self) -> bool {
-        self.cuda
+    fn backend_kernels(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        Some(self.kernels.as_any())
     }
-    fn compute_cuda_buffers(
+}
+
+impl CudaKernel for RecordCalls {
+    fn compute(
         &self,
-        inputs: &[Option<kiln::ir::ops::custom::RawTensor>],
-        outputs: &[kiln::ir::ops::custom::RawTensor],
+        inputs: &[Option<RawTensor>],
+        outputs: &[RawTensor],
         _attrs: &Attrs,
         stream: *mut std::ffi::c_void,
     ) -> Result<(), String> {
         let x = inputs[0].as_ref().ok_or("no input")?;
         let all_set = !x.data.is_null() && !outputs[0].data.is_null() && !stream.is_null();
-        self.calls
+        self.0
             .lock()
             .unwrap()
             .push((inputs.len(), outputs[0].shape.clone(), all_set));
@@ -367,6 +376,8 @@ fn external_ops_run_their_cuda_callback_or_are_refused_by_name() {
         [("cudatest::with_cuda", true), ("cudatest::cpu_only", false)]
             .into_iter()
             .map(|(name, cuda)| {
+                let calls = Calls::default();
+                let kernel = std::sync::Arc::new(RecordCalls(calls.clone()));
                 let op = std::sync::Arc::new(Recorder {
                     schema: kiln::ir::ops::OpSchema {
                         name,
@@ -376,8 +387,11 @@ fn external_ops_run_their_cuda_callback_or_are_refused_by_name() {
                         attrs: &[],
                         doc: "records its CUDA calls",
                     },
-                    cuda,
-                    calls: Default::default(),
+                    kernels: Kernels {
+                        buffers: None,
+                        cuda: cuda.then_some(kernel as std::sync::Arc<dyn CudaKernel>),
+                    },
+                    calls,
                 });
                 kiln::ir::ops::custom::register(op.clone()).unwrap();
                 op

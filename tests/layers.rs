@@ -471,6 +471,47 @@ fn every_import_is_an_edge_the_layers_table_allows() {
     assert!(errors.is_empty(), "\n{}\n", errors.join("\n"));
 }
 
+/// The lines of the `.rs` files under `dirs` (relative to the root) whose code, comments
+/// and strings stripped, contains one of `words`, as `file:line: text`.
+fn lines_with(root: &Path, dirs: &[&str], words: &[&str]) -> Vec<String> {
+    let mut found = vec![];
+    for dir in dirs {
+        let (mut files, mut subdirs) = (vec![], vec![]);
+        read_tree(root, &root.join(dir), &mut files, &mut subdirs);
+        for (rel, text) in files {
+            let code = strip_comments_and_strings(&text);
+            for (n, line) in code.lines().enumerate() {
+                if words.iter().any(|w| line.contains(w)) {
+                    found.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The core (the IR and catalogue, the passes, memory planning, autodiff, the frontends)
+/// knows nothing of buffers, devices or streams: no raw pointer, no `c_void`, no
+/// `unsafe`. A registered op's kernels reach the backends as `Op::backend_kernels`, an
+/// opaque value only `backend::registered` opens.
+#[test]
+fn the_core_carries_no_backend_hooks() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let core = [
+        "src/ir",
+        "src/passes",
+        "src/memory",
+        "src/autodiff",
+        "src/frontend",
+    ];
+    let found = lines_with(root, &core, &["*mut ", "*const ", "c_void", "unsafe"]);
+    assert!(
+        found.is_empty(),
+        "backend hooks in the core:\n{}",
+        found.join("\n")
+    );
+}
+
 mod checker {
     use super::*;
 

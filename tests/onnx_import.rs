@@ -1678,28 +1678,51 @@ fn mutated_models_never_panic() {
         }
         seeds.push((name, m));
     }
-    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
-    let (mut mutants, mut panics) = (0, vec![]);
-    for (name, seed) in &seeds {
+    // Two workers over the seeds (the test is the suite's longest); each seed has a
+    // generator of its own, so its mutants do not depend on the split.
+    let mutate_seed = |i: usize, name: &str, seed: &proto::ModelProto| {
+        let mut rng = Rng(0x2545_F491_4F6C_DD1D ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let count = if name.contains("real-models") {
             MUTANTS_PER_REAL_MODEL
         } else {
             MUTANTS_PER_SEED
         };
+        let mut panics = vec![];
         for k in 0..count {
             let mut m = seed.clone();
-
             let mut bytes = None;
             let did: Vec<String> = (0..1 + rng.below(3))
                 .map(|_| mutate(&mut m, &mut bytes, &mut rng))
                 .collect();
             let bytes = bytes.unwrap_or_else(|| m.encode_to_vec());
-            mutants += 1;
             if let Some(p) = panic_of(|| through_the_compiler(import_bytes(&bytes, None))) {
                 panics.push(format!("{name} mutant {k} ({}): {p}", did.join("; ")));
             }
         }
-    }
+        (count, panics)
+    };
+    let per_seed: Vec<(usize, Vec<String>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2)
+            .map(|w| {
+                let (seeds, mutate_seed) = (&seeds, &mutate_seed);
+                s.spawn(move || {
+                    (w..seeds.len())
+                        .step_by(2)
+                        .map(|i| (i, mutate_seed(i, &seeds[i].0, &seeds[i].1)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut all: Vec<_> = workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap())
+            .collect();
+        all.sort_by_key(|(i, _)| *i);
+        all.into_iter().map(|(_, r)| r).collect()
+    });
+    let mut mutants: usize = per_seed.iter().map(|(n, _)| n).sum();
+    let mut panics: Vec<String> = per_seed.into_iter().flat_map(|(_, p)| p).collect();
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     let onnx_models = seeds.len();
     let mut graphs = vec![];
     for dir in ["tests/graphs", "examples/graphs"] {

@@ -22,6 +22,7 @@ pub mod flops;
 pub(crate) mod inputs;
 pub mod interp;
 pub(crate) mod matmul_geometry;
+pub mod registered;
 pub(crate) mod specialize;
 
 /// Where a graph runs: `"interp"`, `"cpu"` or `"cuda:N"`.

@@ -25,7 +25,8 @@ use super::tensor::{dims_from_c, dtype_from_c, dtype_to_c, kiln_dtype, KILN_DTYP
 use super::{arg, arg_mut, arg_slice, arg_str, guard, guard_or, out_ptr, CResult, Failure};
 use super::{kiln_status, status_name, KILN_STATUS_OK, KILN_STATUS_RUN_FAILED};
 use super::{KILN_STATUS_UNKNOWN_OP, KILN_STATUS_UNSUPPORTED_VERSION};
-use crate::ir::ops::custom::{self, RawTensor};
+use crate::backend::registered::{BufferKernel, CudaKernel, Kernels, RawTensor};
+use crate::ir::ops::custom;
 use crate::ir::ops::{EvalCtx, InferCtx, Op, OpSchema};
 use crate::ir::{Attr, Attrs, DType, Dim, Graph, NodeId, Shape, TensorType, Value};
 use crate::tensor::Tensor;
@@ -248,8 +249,34 @@ pub struct kiln_custom_op {
 /// Bytes of `kiln_custom_op` every registration must provide (through `destroy`).
 const MIN_SIZE: usize = std::mem::offset_of!(kiln_custom_op, compute_cuda);
 
-/// The op behind a registration.
+/// The op behind a registration: its callbacks, shared with the kernels it hands the
+/// backends (`Kernels`), so that the registration's destructor runs after the last.
 struct FfiOp {
+    core: Arc<FfiCore>,
+    kernels: Kernels,
+}
+
+impl std::ops::Deref for FfiOp {
+    type Target = FfiCore;
+    fn deref(&self) -> &FfiCore {
+        &self.core
+    }
+}
+
+impl FfiOp {
+    fn new(core: FfiCore) -> FfiOp {
+        let core = Arc::new(core);
+        let cuda = core.compute_cuda.is_some();
+        let kernels = Kernels {
+            buffers: Some(core.clone()),
+            cuda: cuda.then(|| core.clone() as Arc<dyn CudaKernel>),
+        };
+        FfiOp { core, kernels }
+    }
+}
+
+/// A registration's callbacks and the user data they take.
+struct FfiCore {
     schema: OpSchema,
     num_outputs: usize,
     flags: u32,
@@ -263,11 +290,11 @@ struct FfiOp {
 
 // SAFETY: the header requires the callbacks (and what they do with `user_data`) to be
 // callable from any thread, concurrently.
-unsafe impl Send for FfiOp {}
+unsafe impl Send for FfiCore {}
 // SAFETY: as for `Send` above.
-unsafe impl Sync for FfiOp {}
+unsafe impl Sync for FfiCore {}
 
-impl Drop for FfiOp {
+impl Drop for FfiCore {
     fn drop(&mut self) {
         if let Some(destroy) = self.destroy {
             // SAFETY: the registration's destructor, called once with its user_data.
@@ -359,48 +386,8 @@ impl Op for FfiOp {
             .collect()
     }
 
-    fn has_buffer_kernel(&self) -> bool {
-        true
-    }
-
-    fn compute_buffers(
-        &self,
-        inputs: &[Option<RawTensor>],
-        outputs: &[RawTensor],
-        attrs: &Attrs,
-    ) -> Result<(), String> {
-        let inputs = inputs
-            .iter()
-            .map(|t| t.as_ref().map(|t| View::new(t.data, t.dtype, &t.shape)))
-            .collect();
-        let outputs = Outputs::Planned {
-            slots: outputs.to_vec(),
-            given: vec![false; outputs.len()],
-        };
-        self.run_kernel(inputs, outputs, attrs, None).map(drop)
-    }
-
-    fn has_cuda_kernel(&self) -> bool {
-        self.compute_cuda.is_some()
-    }
-
-    fn compute_cuda_buffers(
-        &self,
-        inputs: &[Option<RawTensor>],
-        outputs: &[RawTensor],
-        attrs: &Attrs,
-        stream: *mut c_void,
-    ) -> Result<(), String> {
-        let inputs = inputs
-            .iter()
-            .map(|t| t.as_ref().map(|t| View::new(t.data, t.dtype, &t.shape)))
-            .collect();
-        let outputs = Outputs::Planned {
-            slots: outputs.to_vec(),
-            given: vec![false; outputs.len()],
-        };
-        self.run_kernel(inputs, outputs, attrs, Some(stream))
-            .map(drop)
+    fn backend_kernels(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        Some(self.kernels.as_any())
     }
 
     fn gradient(
@@ -456,7 +443,49 @@ impl Op for FfiOp {
     }
 }
 
-impl FfiOp {
+impl BufferKernel for FfiCore {
+    fn compute(
+        &self,
+        inputs: &[Option<RawTensor>],
+        outputs: &[RawTensor],
+        attrs: &Attrs,
+    ) -> Result<(), String> {
+        self.compute_planned(inputs, outputs, attrs, None)
+    }
+}
+
+impl CudaKernel for FfiCore {
+    fn compute(
+        &self,
+        inputs: &[Option<RawTensor>],
+        outputs: &[RawTensor],
+        attrs: &Attrs,
+        stream: *mut c_void,
+    ) -> Result<(), String> {
+        self.compute_planned(inputs, outputs, attrs, Some(stream))
+    }
+}
+
+impl FfiCore {
+    /// The kernel on buffers the backend planned (`compute_cuda` when given a stream).
+    fn compute_planned(
+        &self,
+        inputs: &[Option<RawTensor>],
+        outputs: &[RawTensor],
+        attrs: &Attrs,
+        stream: Option<*mut c_void>,
+    ) -> Result<(), String> {
+        let inputs = inputs
+            .iter()
+            .map(|t| t.as_ref().map(|t| View::new(t.data, t.dtype, &t.shape)))
+            .collect();
+        let outputs = Outputs::Planned {
+            slots: outputs.to_vec(),
+            given: vec![false; outputs.len()],
+        };
+        self.run_kernel(inputs, outputs, attrs, stream).map(drop)
+    }
+
     fn infer_types(
         &self,
         node_name: &str,
@@ -773,7 +802,7 @@ fn build_op(d: &kiln_custom_op) -> CResult<FfiOp> {
         &outputs,
         "an external op registered through kiln_register_op",
     );
-    Ok(FfiOp {
+    Ok(FfiOp::new(FfiCore {
         schema,
         num_outputs: d.num_outputs as usize,
         flags: d.flags,
@@ -783,7 +812,7 @@ fn build_op(d: &kiln_custom_op) -> CResult<FfiOp> {
         gradient: d.gradient,
         user_data: d.user_data,
         destroy: d.destroy,
-    })
+    }))
 }
 
 /// Registers an external op (see `kiln_custom_op`; the struct and its strings are
@@ -807,8 +836,11 @@ pub unsafe extern "C" fn kiln_register_op(def: *const kiln_custom_op) -> kiln_st
             // On a duplicate the new FfiOp must not run the caller's destructor.
             let op = Arc::new(op);
             if let Err(e) = custom::register(op.clone()) {
-                if let Ok(mut op) = Arc::try_unwrap(op) {
-                    op.destroy = None;
+                if let Ok(FfiOp { core, kernels }) = Arc::try_unwrap(op) {
+                    drop(kernels);
+                    if let Ok(mut core) = Arc::try_unwrap(core) {
+                        core.destroy = None;
+                    }
                 }
                 return Err(Failure::invalid(e));
             }

@@ -15,7 +15,8 @@
 use crate::arrays::{output_array, tensor_from};
 use crate::errors::InvalidArgument;
 use crate::graph::dim_of;
-use kiln::ir::ops::custom::{self, RawTensor};
+use kiln::backend::registered::{BufferKernel, Kernels, RawTensor};
+use kiln::ir::ops::custom;
 use kiln::ir::ops::{EvalCtx, InferCtx, Op, OpSchema};
 use kiln::ir::{Attr, Attrs};
 use kiln::tensor::TensorView;
@@ -41,7 +42,31 @@ enum Kernel {
     },
 }
 
+/// A Python op: its functions, shared with the buffer kernel it hands the CPU backend.
 struct PythonOp {
+    core: Arc<PythonCore>,
+    kernels: Kernels,
+}
+
+impl std::ops::Deref for PythonOp {
+    type Target = PythonCore;
+    fn deref(&self) -> &PythonCore {
+        &self.core
+    }
+}
+
+impl PythonOp {
+    fn new(core: PythonCore) -> PythonOp {
+        let core = Arc::new(core);
+        let kernels = Kernels {
+            buffers: Some(core.clone()),
+            cuda: None,
+        };
+        PythonOp { core, kernels }
+    }
+}
+
+struct PythonCore {
     schema: OpSchema,
     kernel: Kernel,
     pure: bool,
@@ -119,7 +144,7 @@ fn results<'py>(r: Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
     }
 }
 
-impl PythonOp {
+impl PythonCore {
     fn num_inputs(&self) -> usize {
         self.schema.inputs.len()
     }
@@ -262,40 +287,8 @@ impl PythonOp {
     }
 }
 
-impl Op for PythonOp {
-    fn schema(&self) -> &OpSchema {
-        &self.schema
-    }
-
-    fn validate_attrs(&self, _attrs: &Attrs) -> Result<(), String> {
-        // Any attribute: the Python functions take them as keyword arguments.
-        Ok(())
-    }
-
-    fn pure(&self) -> bool {
-        self.pure
-    }
-
-    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
-        self.infer_types(cx.inputs, cx.attrs)
-    }
-
-    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
-        let shapes: Vec<Option<(DType, &[usize])>> = cx
-            .inputs
-            .iter()
-            .map(|t| t.map(|t| (t.dtype(), t.shape())))
-            .collect();
-        let expected = self.concrete(&shapes, cx.attrs)?;
-        let inputs = cx.inputs.iter().map(|t| t.cloned()).collect();
-        self.call(inputs, cx.attrs, &expected)
-    }
-
-    fn has_buffer_kernel(&self) -> bool {
-        true
-    }
-
-    fn compute_buffers(
+impl BufferKernel for PythonCore {
+    fn compute(
         &self,
         inputs: &[Option<RawTensor>],
         outputs: &[RawTensor],
@@ -335,6 +328,40 @@ impl Op for PythonOp {
             unsafe { std::ptr::copy_nonoverlapping(view.bytes().as_ptr(), out.data, len) };
         }
         Ok(())
+    }
+}
+
+impl Op for PythonOp {
+    fn schema(&self) -> &OpSchema {
+        &self.schema
+    }
+
+    fn validate_attrs(&self, _attrs: &Attrs) -> Result<(), String> {
+        // Any attribute: the Python functions take them as keyword arguments.
+        Ok(())
+    }
+
+    fn pure(&self) -> bool {
+        self.pure
+    }
+
+    fn infer(&self, cx: &InferCtx<'_>) -> Result<Vec<TensorType>, String> {
+        self.infer_types(cx.inputs, cx.attrs)
+    }
+
+    fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
+        let shapes: Vec<Option<(DType, &[usize])>> = cx
+            .inputs
+            .iter()
+            .map(|t| t.map(|t| (t.dtype(), t.shape())))
+            .collect();
+        let expected = self.concrete(&shapes, cx.attrs)?;
+        let inputs = cx.inputs.iter().map(|t| t.cloned()).collect();
+        self.call(inputs, cx.attrs, &expected)
+    }
+
+    fn backend_kernels(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        Some(self.kernels.as_any())
     }
 
     fn gradient(
@@ -394,7 +421,7 @@ pub(crate) fn register_op(
         (0..n).map(|i| format!("{prefix}{i}{suffix}")).collect()
     };
     let gradient_name = gradient.as_ref().map(|_| format!("{qualified}.grad"));
-    let forward = PythonOp {
+    let forward = PythonOp::new(PythonCore {
         schema: custom::registered_schema(
             &qualified,
             &names("input", inputs, ""),
@@ -407,13 +434,13 @@ pub(crate) fn register_op(
             gradient: gradient_name.clone(),
         },
         pure,
-    };
+    });
     custom::register(Arc::new(forward)).map_err(InvalidArgument::new_err)?;
     if let (Some(gradient), Some(gradient_name)) = (gradient, gradient_name) {
         let mut grad_inputs = names("input", inputs, "");
         grad_inputs.extend(names("output", outputs, ""));
         grad_inputs.extend(names("output_grad", outputs, "?"));
-        let backward = PythonOp {
+        let backward = PythonOp::new(PythonCore {
             schema: custom::registered_schema(
                 &gradient_name,
                 &grad_inputs,
@@ -426,7 +453,7 @@ pub(crate) fn register_op(
                 outputs,
             },
             pure,
-        };
+        });
         if let Err(e) = custom::register(Arc::new(backward)) {
             custom::unregister(&qualified);
             return Err(InvalidArgument::new_err(e));

@@ -216,19 +216,20 @@ impl Lowering<'_> {
     /// An external op: its `compute_cuda` callback.
     fn external(&mut self, ops: &Operands) -> Result<()> {
         let op = self.g.node(ops.id).op.as_str();
-        let ext = self
-            .g
-            .op_impl(op)
-            .filter(|o| o.has_cuda_kernel())
-            .ok_or_else(|| {
-                Error::Compile(format!(
-                    "{}: external op {op} at node {} has no compute_cuda callback (no CUDA kernel)",
-                    self.target.device, ops.what
-                ))
-            })?;
+        let ext = self.g.op_impl(op);
+        let kernel = ext
+            .as_ref()
+            .and_then(|o| crate::backend::registered::Kernels::of(&**o)?.cuda.clone());
+        let (Some(ext), Some(kernel)) = (ext, kernel) else {
+            return Err(Error::Compile(format!(
+                "{}: external op {op} at node {} has no compute_cuda callback (no CUDA kernel)",
+                self.target.device, ops.what
+            )));
+        };
         self.steps.push(Step::Custom {
             node: ops.what.clone(),
             op: ext,
+            kernel,
             attrs: self.g.node(ops.id).attrs.clone(),
             ins: ops.ins.clone(),
             outs: ops.outs.clone(),

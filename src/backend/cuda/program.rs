@@ -47,7 +47,9 @@ pub(crate) enum Step {
     /// An external op's `compute_cuda` callback, on device pointers and the run's stream.
     Custom {
         node: String,
+        /// Held so the registration outlives the program; `contain` names it.
         op: OpRef,
+        kernel: std::sync::Arc<dyn crate::backend::registered::CudaKernel>,
         attrs: Attrs,
         ins: Vec<Option<Slot>>,
         outs: Vec<Slot>,

@@ -20,10 +20,11 @@ use super::lower::{lower, Target};
 use super::probe;
 use super::program::{Loc, Program, Slot, Step};
 use crate::backend::inputs::{check_input_types, input_types};
+use crate::backend::registered::RawTensor;
 use crate::backend::specialize::{specialize_for_shapes, static_input_shapes, ProgramCache};
 use crate::backend::{unknown_variable, Backend, Executable};
 use crate::error::{Error, Result};
-use crate::ir::ops::custom::{self, RawTensor};
+use crate::ir::ops::custom;
 use crate::ir::{verify, Graph, TensorType};
 use crate::passes::PassOptions;
 use crate::tensor::Tensor;
@@ -204,6 +205,7 @@ impl CudaExecutable {
                 Step::Custom {
                     node,
                     op,
+                    kernel,
                     attrs,
                     ins,
                     outs,
@@ -217,7 +219,7 @@ impl CudaExecutable {
                         ins.iter().map(|s| s.as_ref().map(raw)).collect();
                     let outs: Vec<RawTensor> = outs.iter().map(raw).collect();
                     custom::contain(op, || {
-                        op.compute_cuda_buffers(&ins, &outs, attrs, cu_stream as *mut c_void)
+                        kernel.compute(&ins, &outs, attrs, cu_stream as *mut c_void)
                     })
                     .map_err(|e| Error::Runtime(format!("{node}: {e}")))?;
                 }

@@ -17,15 +17,6 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use super::{Op, OpSchema};
 
-/// A row-major tensor in memory someone else owns (a CPU program's arena): what a
-/// registered op's kernel computes on without copies.
-#[derive(Debug, Clone)]
-pub struct RawTensor {
-    pub data: *mut u8,
-    pub dtype: crate::ir::DType,
-    pub shape: Vec<usize>,
-}
-
 /// An op of the catalogue or of the run-time registry.
 #[derive(Clone)]
 pub enum OpRef {

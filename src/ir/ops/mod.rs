@@ -438,41 +438,11 @@ pub trait Op: Send + Sync + 'static {
         false
     }
 
-    /// Whether the op computes directly on planned buffers ([`Op::compute_buffers`]);
-    /// the CPU backend then hands it the arena's buffers instead of copies.
-    fn has_buffer_kernel(&self) -> bool {
-        false
-    }
-
-    /// Computes on buffers the caller planned: inputs (`None`: omitted) and outputs as
-    /// row-major tensors of the node's concrete types. An output may be an input's
-    /// buffer when the op allows in-place runs. Only called if `has_buffer_kernel`.
-    fn compute_buffers(
-        &self,
-        _inputs: &[Option<custom::RawTensor>],
-        _outputs: &[custom::RawTensor],
-        _attrs: &Attrs,
-    ) -> Result<(), String> {
-        Err(format!("{} has no buffer kernel", self.schema().name))
-    }
-
-    /// Whether the op computes on CUDA device buffers ([`Op::compute_cuda_buffers`]):
-    /// registered ops with a `compute_cuda` callback.
-    fn has_cuda_kernel(&self) -> bool {
-        false
-    }
-
-    /// As [`Op::compute_buffers`], on CUDA device buffers (the pointers are device
-    /// addresses), enqueuing the work on `stream` (a `CUstream`). Only called if
-    /// `has_cuda_kernel`.
-    fn compute_cuda_buffers(
-        &self,
-        _inputs: &[Option<custom::RawTensor>],
-        _outputs: &[custom::RawTensor],
-        _attrs: &Attrs,
-        _stream: *mut std::ffi::c_void,
-    ) -> Result<(), String> {
-        Err(format!("{} has no CUDA kernel", self.schema().name))
+    /// What the op brings the backends besides `eval` (a registered op's kernels on
+    /// planned buffers: `backend::registered::Kernels`). Opaque here: the core neither
+    /// opens nor calls it, so it carries no pointer, arena or stream.
+    fn backend_kernels(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        None
     }
 
     /// An op's own gradient rule (registered ops: the user's gradient callback), which

@@ -2,14 +2,19 @@
 //! `kiln_register_op`): the kernel computes on the arena's buffers as planned (in place
 //! when the op allows it and the planner chose it), with no copies, where the generic
 //! fallback would copy every input and output.
+use std::sync::Arc;
+
 use crate::backend::cpu::program::{Cx, Kernel, Slot};
-use crate::ir::ops::custom::{self, OpRef, RawTensor};
+use crate::backend::registered::{BufferKernel, Kernels, RawTensor};
+use crate::ir::ops::custom::{self, OpRef};
 use crate::ir::Attrs;
 
 use super::Build;
 
 pub struct Custom {
+    /// Held so the registration outlives the program; `contain` names it.
     op: OpRef,
+    kernel: Arc<dyn BufferKernel>,
     attrs: Attrs,
     ins: Vec<Option<Slot>>,
     outs: Vec<Slot>,
@@ -22,11 +27,15 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let Some(op) = b.g.op_impl(&b.node.op) else {
         return Ok(None);
     };
-    if !matches!(op, OpRef::Registered(_)) || !op.has_buffer_kernel() {
+    if !matches!(op, OpRef::Registered(_)) {
         return Ok(None);
     }
+    let Some(kernel) = Kernels::of(&*op).and_then(|k| k.buffers.clone()) else {
+        return Ok(None);
+    };
     Ok(Some(Box::new(Custom {
         op,
+        kernel,
         attrs: b.node.attrs.clone(),
         ins: b.ins.to_vec(),
         outs: b.outs.to_vec(),
@@ -42,9 +51,7 @@ impl Kernel for Custom {
         };
         let ins: Vec<Option<RawTensor>> = self.ins.iter().map(|s| s.as_ref().map(raw)).collect();
         let outs: Vec<RawTensor> = self.outs.iter().map(raw).collect();
-        custom::contain(&self.op, || {
-            self.op.compute_buffers(&ins, &outs, &self.attrs)
-        })
+        custom::contain(&self.op, || self.kernel.compute(&ins, &outs, &self.attrs))
     }
     fn kind(&self) -> &'static str {
         "custom"
