@@ -162,8 +162,8 @@ fn paths_are_told_from_other_code_spans() {
 fn architecture_is_a_map_not_an_atlas() {
     let lines = read("ARCHITECTURE.md").lines().count();
     assert!(
-        lines <= 318,
-        "ARCHITECTURE.md has {lines} lines; a map has at most 318"
+        lines <= 320,
+        "ARCHITECTURE.md has {lines} lines; a map has at most 320"
     );
 }
 

@@ -11,6 +11,7 @@ use std::path::Path;
 use prost::Message;
 
 use crate::error::{Error, Result};
+use crate::ir::text::weights::WeightsFiles;
 use crate::ir::{Attr, Attrs, Container, Dim, Graph, Shape, TensorType, Value};
 use crate::tensor::Tensor;
 
@@ -100,6 +101,7 @@ fn import_model_with(
         .graph
         .as_ref()
         .ok_or_else(|| Error::InvalidArgument("the model has no graph".into()))?;
+    let weights = WeightsFiles::new(base_dir);
     let mut imp = Importer {
         g: Graph::new(if graph.name().is_empty() {
             "onnx"
@@ -110,7 +112,7 @@ fn import_model_with(
         names: HashSet::new(),
         opset,
         domain_opsets,
-        base_dir,
+        weights: &weights,
         outer: None,
         depth: 0,
         captured: vec![],
@@ -167,7 +169,7 @@ fn import_model_with(
 pub fn read_tensor_pb(bytes: &[u8]) -> Result<Tensor> {
     let t = proto::TensorProto::decode(bytes)
         .map_err(|e| Error::InvalidArgument(format!("not a TensorProto: {e}")))?;
-    tensor::tensor(&t, None).map_err(Error::InvalidArgument)
+    tensor::tensor(&t, &WeightsFiles::new(None)).map_err(Error::InvalidArgument)
 }
 
 /// A serialized value of type `ty` (a `TensorProto`, `SequenceProto` or `OptionalProto`,
@@ -243,7 +245,8 @@ pub(super) struct Importer<'a> {
     opset: i64,
     /// Every imported domain's opset (ai.onnx as "" or "ai.onnx").
     domain_opsets: HashMap<String, i64>,
-    base_dir: Option<&'a Path>,
+    /// The external data files, shared with the bodies.
+    weights: &'a WeightsFiles<'a>,
     /// The enclosing graph's import when this one is a body: names it does not define
     /// are looked up there and become captures.
     outer: Option<&'a Importer<'a>>,
@@ -434,7 +437,7 @@ impl Importer<'_> {
             .collect::<Result<_>>()?;
         let mut attrs = Attrs::new();
         for a in &node.attribute {
-            match attr(a, self.base_dir)? {
+            match attr(a, self.weights)? {
                 AttrValue::Plain(v) => attrs.set(a.name(), v),
                 AttrValue::Tensor(_) => {
                     return Err(Error::Graph(format!(
@@ -504,7 +507,7 @@ impl Importer<'_> {
                 bodies.push((a.name().to_string(), g));
                 continue;
             }
-            match attr(a, self.base_dir)? {
+            match attr(a, self.weights)? {
                 AttrValue::Plain(v) => attrs.set(a.name(), v),
                 AttrValue::Tensor(t) => {
                     tensors.insert(a.name().to_string(), t);
@@ -539,7 +542,7 @@ enum AttrValue {
     Tensor(Tensor),
 }
 
-fn attr(a: &AttributeProto, base_dir: Option<&Path>) -> Result<AttrValue> {
+fn attr(a: &AttributeProto, weights: &WeightsFiles) -> Result<AttrValue> {
     let utf8 = |b: &[u8]| {
         String::from_utf8(b.to_vec())
             .map_err(|_| Error::InvalidArgument(format!("attribute '{}' is not UTF-8", a.name())))
@@ -566,7 +569,7 @@ fn attr(a: &AttributeProto, base_dir: Option<&Path>) -> Result<AttrValue> {
             let t = a.t.as_ref().ok_or_else(|| {
                 Error::InvalidArgument(format!("attribute '{}' has no tensor", a.name()))
             })?;
-            return tensor::tensor(t, base_dir)
+            return tensor::tensor(t, weights)
                 .map(AttrValue::Tensor)
                 .map_err(|e| Error::InvalidArgument(format!("attribute '{}': {e}", a.name())));
         }
@@ -595,7 +598,7 @@ impl<'a> Importer<'a> {
     /// The graph's initializers, as constants.
     fn initializers(&mut self, graph: &proto::GraphProto) -> Result<()> {
         for init in &graph.initializer {
-            let t = tensor::tensor(init, self.base_dir).map_err(|e| {
+            let t = tensor::tensor(init, self.weights).map_err(|e| {
                 Error::InvalidArgument(format!("initializer '{}': {e}", init.name()))
             })?;
             let v = self.constant(init.name(), t)?;
@@ -735,7 +738,7 @@ impl<'a> Importer<'a> {
             names: HashSet::new(),
             opset: self.opset,
             domain_opsets: self.domain_opsets.clone(),
-            base_dir: self.base_dir,
+            weights: self.weights,
             outer: Some(self),
             depth,
             captured: vec![],

@@ -1,9 +1,8 @@
 //! ONNX `TensorProto` to `Tensor`: element types, raw and typed data, external data
 //! files (which must stay inside the model's folder).
-use std::path::Path;
 
 use super::proto::{tensor_proto, TensorProto};
-use crate::ir::text::weights::inside_folder;
+use crate::ir::text::weights::WeightsFiles;
 use crate::ir::{Container, DType, TensorType};
 use crate::tensor::{lowbit, Optional, Sequence, Tensor};
 
@@ -51,9 +50,9 @@ pub(crate) fn dtype_name(code: i64) -> Result<&'static str, String> {
     Ok(dtype(code)?.name())
 }
 
-/// Reads an external data file named by `location`, which must be a relative path that
-/// stays inside `base_dir`.
-fn external(t: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, String> {
+/// The bytes of an external initializer: its range of the file named by `location`,
+/// a relative path that stays inside the model's folder (each file read once per import).
+fn external(t: &TensorProto, weights: &WeightsFiles) -> Result<Vec<u8>, String> {
     let get = |key: &str| {
         t.external_data
             .iter()
@@ -61,11 +60,9 @@ fn external(t: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, String>
             .map(|e| e.value().to_string())
     };
     let location = get("location").ok_or("external data without a location")?;
-    let rel = inside_folder(&location, "the model's folder")?;
-    let dir = base_dir.ok_or("external data needs the model's folder (import from a file)")?;
-    let path = dir.join(rel);
-    let bytes =
-        std::fs::read(&path).map_err(|e| format!("external data '{}': {e}", path.display()))?;
+    let bytes = weights
+        .get(&location, "the model's folder")
+        .map_err(|e| format!("external data: {e}"))?;
     let offset: usize = get("offset")
         .map_or(Ok(0), |v| v.parse())
         .map_err(|_| "bad external data offset")?;
@@ -76,15 +73,14 @@ fn external(t: &TensorProto, base_dir: Option<&Path>) -> Result<Vec<u8>, String>
     match end {
         Some(end) if offset <= end && end <= bytes.len() => Ok(bytes[offset..end].to_vec()),
         _ => Err(format!(
-            "external data range is outside '{}' ({} bytes)",
-            path.display(),
+            "external data range is outside '{location}' ({} bytes)",
             bytes.len()
         )),
     }
 }
 
 /// The tensor a `TensorProto` holds; `what` names it in errors.
-pub(crate) fn tensor(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor, String> {
+pub(crate) fn tensor(t: &TensorProto, weights: &WeightsFiles) -> Result<Tensor, String> {
     let dtype = dtype(t.data_type())?;
     let shape: Vec<usize> = t
         .dims
@@ -124,7 +120,7 @@ pub(crate) fn tensor(t: &TensorProto, base_dir: Option<&Path>) -> Result<Tensor,
     };
     if external_data || t.raw_data.is_some() {
         return if external_data {
-            from_bytes(&external(t, base_dir)?)
+            from_bytes(&external(t, weights)?)
         } else {
             from_bytes(t.raw_data())
         };
@@ -222,7 +218,7 @@ pub(crate) fn value_pb(bytes: &[u8], ty: &TensorType) -> Result<Tensor, String> 
     match ty.container() {
         None => {
             let t = TensorProto::decode(bytes).map_err(|e| format!("not a TensorProto: {e}"))?;
-            tensor(&t, None)
+            tensor(&t, &WeightsFiles::new(None))
         }
         Some(Container::Seq) => {
             let s =
@@ -257,7 +253,7 @@ fn sequence_value(s: &SequenceProto, ty: &TensorType) -> Result<Tensor, String> 
         None => s
             .tensor_values
             .iter()
-            .map(|t| tensor(t, None))
+            .map(|t| tensor(t, &WeightsFiles::new(None)))
             .collect::<Result<Vec<_>, _>>()?,
         Some(Container::Seq) => s
             .sequence_values
@@ -290,7 +286,7 @@ fn optional_value(o: &OptionalProto, ty: &TensorType) -> Result<Tensor, String> 
         None => o
             .tensor_value
             .as_ref()
-            .map(|t| tensor(t, None))
+            .map(|t| tensor(t, &WeightsFiles::new(None)))
             .transpose()?,
         Some(Container::Seq) => o
             .sequence_value
@@ -335,22 +331,22 @@ mod tests {
         let mut t = proto(D::Int4, &[3]);
         t.raw_data = Some(vec![0xE1u8, 0x07].into());
         let want = Tensor::from_vec(&[3], vec![I4(1), I4(-2), I4(7)]).unwrap();
-        assert_eq!(tensor(&t, None).unwrap(), want);
+        assert_eq!(tensor(&t, &WeightsFiles::new(None)).unwrap(), want);
         let mut t = proto(D::Int4, &[3]);
         t.int32_data = vec![0xE1, 0x07];
-        assert_eq!(tensor(&t, None).unwrap(), want);
+        assert_eq!(tensor(&t, &WeightsFiles::new(None)).unwrap(), want);
         // uint2: four to a byte.
         let mut t = proto(D::Uint2, &[5]);
         t.raw_data = Some(vec![0b1001_0011u8, 0b01].into());
         let want: Vec<U2> = [3, 0, 1, 2, 1].map(U2).to_vec();
         assert_eq!(
-            tensor(&t, None).unwrap(),
+            tensor(&t, &WeightsFiles::new(None)).unwrap(),
             Tensor::from_vec(&[5], want).unwrap()
         );
         // float8: one code per byte (0x3C is 1.0 in e5m2).
         let mut t = proto(D::Float8e5m2, &[2]);
         t.int32_data = vec![0x3C, 0xBC];
-        let got = tensor(&t, None).unwrap();
+        let got = tensor(&t, &WeightsFiles::new(None)).unwrap();
         assert_eq!(
             got,
             Tensor::from_vec(&[2], vec![F8E5M2(0x3C), F8E5M2(0xBC)]).unwrap()
@@ -359,7 +355,7 @@ mod tests {
         // A short buffer names what it needed.
         let mut t = proto(D::Uint4, &[5]);
         t.raw_data = Some(vec![0u8, 0].into());
-        let e = tensor(&t, None).unwrap_err();
+        let e = tensor(&t, &WeightsFiles::new(None)).unwrap_err();
         assert!(
             e.contains("2 bytes given, 5 elements of u4 pack into 3"),
             "{e}"

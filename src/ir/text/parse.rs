@@ -1,12 +1,10 @@
 //! The parser (see the module docs for the grammar): recursive descent over the lexer's
 //! tokens, then the verifier, whose errors are reported at the offending node's line.
-use std::collections::HashMap;
 use std::path::Path;
-use std::rc::Rc;
 use std::sync::Arc;
 
 use super::lex::{lex, Tok, Token};
-use super::weights::inside_folder;
+use super::weights::WeightsFiles;
 use crate::error::{Error, Result};
 use crate::ir::graph::{GraphOutput, Node};
 use crate::ir::ops::control::MAX_NESTING;
@@ -29,10 +27,9 @@ pub fn parse(text: &str, file: &str, base_dir: Option<&Path>) -> Result<Graph> {
         tokens,
         pos: 0,
         file,
-        base_dir,
         node_pos: vec![],
         depth: 0,
-        weights_files: HashMap::new(),
+        weights: WeightsFiles::new(base_dir),
     };
     let g = p.graph()?;
     verify::verify_located(&g).map_err(|(node, e)| {
@@ -59,13 +56,12 @@ struct Parser<'a> {
     tokens: Vec<Token>,
     pos: usize,
     file: &'a str,
-    base_dir: Option<&'a Path>,
     /// Where each node starts, for verifier errors.
     node_pos: Vec<(usize, usize)>,
     /// How many bodies enclose the graph being parsed.
     depth: usize,
     /// The external weights files read so far, by name: each is read once per parse.
-    weights_files: HashMap<String, Rc<[u8]>>,
+    weights: WeightsFiles<'a>,
 }
 
 type PResult<T> = Result<T>;
@@ -534,29 +530,12 @@ impl Parser<'_> {
             self.punct(',')?;
             let len = self.int("a byte length")?;
             self.punct(')')?;
-            let Some(dir) = self.base_dir else {
+            if self.weights.dir().is_none() {
                 return self.error(&file_tok, "external weights need the .kir file's directory");
-            };
-            let rel = match inside_folder(&file, "the .kir file's folder") {
-                Ok(rel) => rel,
+            }
+            let bytes = match self.weights.get(&file, "the .kir file's folder") {
+                Ok(bytes) => bytes,
                 Err(e) => return self.error(&file_tok, e),
-            };
-            let path = dir.join(rel);
-            let bytes = match self.weights_files.get(&file) {
-                Some(bytes) => bytes.clone(),
-                None => {
-                    let bytes: Rc<[u8]> = std::fs::read(&path)
-                        .map_err(|e| {
-                            self.error_at(
-                                file_tok.line,
-                                file_tok.col,
-                                format!("{}: {e}", path.display()),
-                            )
-                        })?
-                        .into();
-                    self.weights_files.insert(file.clone(), bytes.clone());
-                    bytes
-                }
             };
             let range = usize::try_from(offset)
                 .ok()
@@ -567,8 +546,7 @@ impl Parser<'_> {
                 return self.error(
                     &file_tok,
                     format!(
-                        "bytes {offset}..+{len} are outside {} ({} bytes)",
-                        path.display(),
+                        "bytes {offset}..+{len} are outside '{file}' ({} bytes)",
                         bytes.len()
                     ),
                 );
