@@ -191,6 +191,25 @@ fn pads_every_mode() {
     }
 }
 
+/// A pad that makes an axis too long to hold is a compile error, not an abort (a mutant
+/// of the ONNX corpus found the index table allocated unchecked).
+#[test]
+fn an_impossible_pad_is_an_error() {
+    let mut g = Graph::new("pad");
+    let x = typed_param(&mut g, "x", DType::F32, &[2]);
+    let p = constant(&mut g, i64s(&[0, 1 << 60]));
+    let y = op(&mut g, "Pad", &[x, p], Attrs::new());
+    g.add_output("y", y).unwrap();
+    let Err(e) = cpu(1).compile_cpu(&g) else {
+        panic!("a pad of 2^60 elements compiled")
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("cannot be allocated") || e.contains("too large"),
+        "{e}"
+    );
+}
+
 /// Resize: nearest in every nearest_mode (a table copy, also on u8), linear and cubic in
 /// every coordinate mode, antialiased downscaling, sizes with an aspect policy, axes,
 /// and tf_crop_and_resize's extrapolation.

@@ -365,12 +365,15 @@ fn build_pad(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             // The interpreter reports this one.
             return Ok(None);
         }
-        let table: Vec<isize> = (0..n)
-            .map(|o| match pad_source(o, begin, d, m) {
-                Some(i) if i < d => i as isize * xs[a],
-                _ => FILL,
-            })
-            .collect();
+        // A model's pads set `n`: an impossible size is an error, not an abort.
+        let mut table: Vec<isize> = Vec::new();
+        table
+            .try_reserve_exact(n)
+            .map_err(|_| format!("padding: output axis {a} of {n} elements cannot be allocated"))?;
+        table.extend((0..n).map(|o| match pad_source(o, begin, d, m) {
+            Some(i) if i < d => i as isize * xs[a],
+            _ => FILL,
+        }));
         tables.push(table);
     }
     if y.shape.len() != r || x.dtype != y.dtype {
