@@ -12,10 +12,12 @@ python3 -m venv --clear "$venv"
 # Downloads and the extension's build stay under target/, which CI caches.
 export PIP_CACHE_DIR=$PWD/target/pip-cache CARGO_TARGET_DIR=$PWD/target/python
 # What the package builds with and is tested against, locked (scripts/requirements/
-# python-package.in); then the package itself, built by that maturin.
+# python-package.in); then the package itself, built by that maturin (its build hook runs
+# `maturin` by name, so the venv's bin/ goes first on PATH).
 "$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps \
   -r scripts/requirements/python-package.txt
-"$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --no-build-isolation ./bindings/python
+PATH="$PWD/$venv/bin:$PATH" "$venv/bin/pip" install --quiet --disable-pip-version-check \
+  --no-deps --no-build-isolation ./bindings/python
 # A skipped test says why (-rs); under CI (or KILN_REQUIRE=all) a skip fails the run.
 (cd bindings/python && "../../$venv/bin/python" -m pytest -q -rs tests) | tee "$venv/pytest.log"
 if { [ -n "${CI:-}" ] || [ "${KILN_REQUIRE:-}" = all ]; } && grep -q "^SKIPPED" "$venv/pytest.log"; then
