@@ -42,7 +42,7 @@ RUST_TESTS := --lib --bins --test it --test tools --test cuda --test cpu_run_all
 .PHONY: check test test-lint test-data test-models test-zoo test-rust test-portable \
   test-cuda test-capi test-python test-cmake test-valgrind
 
-# The quick tier, before a commit (STATUS.md has its time): format, one clippy, the unit
+# The quick tier, before a commit: format, one clippy, the unit
 # tests, every suite but the tests below, and the C ABI smoke test. What it leaves out
 # is what takes over 10 s in a debug build, each covered on small shapes by another
 # test of its suite (the mutation corpus: by tests/fuzz_regressions.rs's corpus).
