@@ -7,7 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/requirements"
 tool=../../target/uv-py
-[ -x "$tool/bin/uv" ] || { python3 -m venv "$tool" && "$tool/bin/pip" install --quiet uv==0.13.9; }
+# uv itself is pinned by hash too (its x86-64 Linux wheel, this project's machines).
+if [ ! -x "$tool/bin/uv" ]; then
+  python3 -m venv "$tool"
+  echo "uv==0.13.9 --hash=sha256:d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19" >"$tool/uv.txt"
+  "$tool/bin/pip" install --quiet --require-hashes --no-deps -r "$tool/uv.txt"
+fi
 for input in *.in; do
   "$tool/bin/uv" pip compile --quiet --universal --python-version 3.11 --generate-hashes \
     "$input" -o "${input%.in}.txt"

@@ -3,8 +3,9 @@
 scikit-learn bundles, sklearn.datasets.load_digits; no network) with a fixed train/test
 split, for examples/c/train_digits.c and examples/cpp/train_digits.cpp.
 
-    python3 -m venv target/digits-py && target/digits-py/bin/pip install scikit-learn
-    target/digits-py/bin/python scripts/make-digits.py [out-path]
+    $(scripts/py-env.sh) scripts/make-digits.py [out-path]
+
+(scikit-learn comes locked in scripts/requirements/tests.txt.)
 
 The split: numpy.random.RandomState(0).permutation(1797) (the legacy generator, whose
 stream numpy keeps stable across versions); its first 1,437 indices are the training set,

@@ -5,7 +5,7 @@ tests/onnx_ml.rs.
 Usage: make-ml-fixtures.py [OUT_DIR] (default tests/onnx, the committed fixtures: trees/
 and strings/).
 Needs scikit-learn and skl2onnx besides onnx and onnxruntime
-(`target/py/bin/pip install skl2onnx scikit-learn`).
+(`$(scripts/py-env.sh)`: skl2onnx and scikit-learn are in its lock).
 
 Each case is a folder as in the ONNX node suite: model.onnx and
 test_data_set_0/{input,output}_<i>.pb, the outputs onnxruntime's. The models are

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Python package's tests (part of `make test`): installs bindings/python into a
-# fresh venv the way the README says (`pip install ./bindings/python`), runs its pytest
+# fresh venv (the README's `pip install ./bindings/python`, here from the lock with
+# --no-deps so nothing unlocked comes in), runs its pytest
 # suite (against NumPy and onnxruntime), then a loop of its calls under valgrind twice,
 # 5 and 40 rounds: the bytes definitely lost must not grow with the rounds (CPython and
 # NumPy lose a constant amount at exit), and no invalid access may go through the
