@@ -6,12 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CARGO=${CARGO:-cargo}
-$CARGO build --lib --quiet
+# The feature set of the test build (the Makefile's TEST_FEATURES), so that this reuses it.
+$CARGO build --lib --quiet --features cuda,openblas
 out=target/capi-tests
 mkdir -p "$out"
 # What Rust's staticlib needs from the system (`cargo rustc --lib --crate-type staticlib
 # -- --print native-static-libs`).
-libs="-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc"
+libs="-lgcc_s -lutil -lrt -lpthread -lm -ldl -lc -lopenblas"
 status=0
 sources=(tests/capi/*.c)
 [ "${1:-}" = smoke ] && sources=(tests/capi/basics.c tests/capi/graph.c)

@@ -10,8 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=target/py-kiln
 python3 -m venv --clear "$venv"
-# Downloads and the extension's build stay under target/, which CI caches.
-export PIP_CACHE_DIR=$PWD/target/pip-cache CARGO_TARGET_DIR=$PWD/target/python
+# Downloads stay under target/; the extension builds in the workspace's target/, against
+# the release library the other stages built.
+export PIP_CACHE_DIR=$PWD/target/pip-cache
 # What the package builds with and is tested against, locked (scripts/requirements/
 # python-package.in); then the package itself, built by that maturin (its build hook runs
 # `maturin` by name, so the venv's bin/ goes first on PATH).
