@@ -164,7 +164,7 @@ pub unsafe extern "C" fn kiln_tensor_nbytes(t: *const kiln_tensor) -> usize {
 #[no_mangle]
 pub unsafe extern "C" fn kiln_tensor_dtype(t: *const kiln_tensor) -> kiln_dtype {
     guard_or(KILN_DTYPE_INVALID, || {
-        // SAFETY: the caller's contract: `t` is NULL or a live handle.
+        // SAFETY: `t` is NULL or a live handle, read only for its dtype.
         let t = unsafe { arg(t, "t") };
         t.map_or(KILN_DTYPE_INVALID, |t| dtype_to_c(t.0.dtype()))
     })
@@ -188,7 +188,7 @@ pub unsafe extern "C" fn kiln_tensor_rank(t: *const kiln_tensor) -> usize {
 #[no_mangle]
 pub unsafe extern "C" fn kiln_tensor_dims(t: *const kiln_tensor) -> *const i64 {
     guard_or(std::ptr::null(), || {
-        // SAFETY: the caller's contract: `t` is NULL or a live handle.
+        // SAFETY: a NULL or live `t`, whose dims outlive this call with the handle.
         let t = unsafe { arg(t, "t") };
         t.map_or(std::ptr::null(), |t| t.0.dims().as_ptr())
     })
