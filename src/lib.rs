@@ -16,6 +16,7 @@ pub mod error;
 pub mod frontend;
 #[doc(hidden)]
 pub mod internals;
+pub mod interop;
 pub mod ir;
 pub mod memory;
 pub mod optim;

@@ -490,6 +490,53 @@ fn lines_with(root: &Path, dirs: &[&str], words: &[&str]) -> Vec<String> {
     found
 }
 
+/// The `kiln::capi::…` paths (and `kiln::{capi, …}` trees) in `code` (stripped), as
+/// `line: path`.
+fn capi_paths(code: &str) -> Vec<String> {
+    let b = code.as_bytes();
+    let mut out = vec![];
+    for (k, _) in code.match_indices("::") {
+        let head_start = code[..k]
+            .trim_end()
+            .rfind(|c: char| !is_ident_char(c))
+            .map_or(0, |p| p + 1);
+        if code[head_start..k].trim_end() != "kiln" || (head_start > 0 && b[head_start - 1] == b':')
+        {
+            continue;
+        }
+        let line = code[..k].matches('\n').count() + 1;
+        for path in paths_at(code, k + 2, &[]) {
+            if path.first().is_some_and(|s| s == "capi") {
+                out.push(format!("{line}: kiln::{}", path.join("::")));
+            }
+        }
+    }
+    out
+}
+
+/// The bindings stand beside the C ABI, not on it: what they share with it (tensors,
+/// DLPack, errors) is a Rust module of the library (`kiln::interop`, `kiln::Error`).
+#[test]
+fn no_binding_imports_the_c_abi() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (mut files, mut dirs) = (vec![], vec![]);
+    read_tree(root, &root.join("bindings"), &mut files, &mut dirs);
+    let found: Vec<String> = files
+        .iter()
+        .flat_map(|(rel, text)| {
+            let code = strip_comments_and_strings(text);
+            capi_paths(&code)
+                .into_iter()
+                .map(move |p| format!("{rel}:{p}"))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "the bindings import kiln::capi:\n{}",
+        found.join("\n")
+    );
+}
+
 /// The core (the IR and catalogue, the passes, memory planning, autodiff, the frontends)
 /// knows nothing of buffers, devices or streams: no raw pointer, no `c_void`, no
 /// `unsafe`. A registered op's kernels reach the backends as `Op::backend_kernels`, an
@@ -666,6 +713,18 @@ mod checker {
                 &"the Layers table has a row for bin, but src/ has no such module".to_string()
             ),
             "{e:?}"
+        );
+    }
+
+    #[test]
+    fn capi_paths_are_found_in_use_trees_but_not_in_comments_or_other_crates() {
+        let code = strip_comments_and_strings(
+            "// kiln::capi::x in a comment\nuse kiln::{capi::tensor::kiln_tensor, Error};\n\
+             use mykiln::capi::y;\nlet s = \"kiln::capi\";\nkiln::capi::guard();\n",
+        );
+        assert_eq!(
+            capi_paths(&code),
+            ["2: kiln::capi::tensor::kiln_tensor", "5: kiln::capi::guard"]
         );
     }
 

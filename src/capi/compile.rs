@@ -9,6 +9,7 @@ use super::{kiln_status, out_ptr, CResult, Failure};
 use super::{KILN_STATUS_BUFFER_TOO_SMALL, KILN_STATUS_RUN_BAD_INPUT};
 use crate::backend::{backend_with, Device, Executable};
 use crate::error::Error;
+use crate::interop::InteropError;
 use crate::ir::{Dim, Graph, NodeId, TensorType, Value};
 use crate::passes::PassOptions;
 use crate::tensor::{Tensor, TensorView};
@@ -408,23 +409,21 @@ pub unsafe extern "C" fn kiln_executable_run(
             let mut handles = Vec::with_capacity(n_inputs);
             for (i, (&t, info)) in ins.iter().zip(&e.inputs).enumerate() {
                 let what = format!("inputs[{i}] ('{}')", info.name.to_string_lossy());
-                handles.push((arg(t, &what)?, what));
+                handles.push((&arg(t, &what)?.0, what));
             }
             // Each input is read in place (kiln_tensor_wrap's memory too) unless its
             // bytes cannot be viewed as its dtype (misaligned): those are copied first.
-            let dims: Vec<Vec<usize>> = (handles.iter())
-                .map(|(t, _)| t.dims.iter().map(|&d| d as usize).collect())
-                .collect();
+            let dims: Vec<Vec<usize>> = (handles.iter()).map(|(t, _)| t.shape()).collect();
             let tried: Vec<_> = (handles.iter().zip(&dims))
-                .map(|((t, _), d)| TensorView::new(t.dtype, d, t.bytes()))
+                .map(|((t, _), d)| TensorView::new(t.dtype(), d, t.bytes()))
                 .collect();
             let copies = (tried.iter().zip(&handles))
                 .map(|(view, (t, what))| match view {
                     Ok(_) => Ok(None),
                     Err(_) => t.to_tensor(what).map(Some),
                 })
-                .collect::<CResult<Vec<Option<Tensor>>>>()
-                .map_err(|f| Failure::new(KILN_STATUS_RUN_BAD_INPUT, f.message))?;
+                .collect::<Result<Vec<Option<Tensor>>, InteropError>>()
+                .map_err(|e| Failure::new(KILN_STATUS_RUN_BAD_INPUT, e.message))?;
             let views = (tried.into_iter().zip(&copies).zip(&handles))
                 .map(|((view, copy), (_, what))| match (view, copy) {
                     (Ok(v), _) => Ok(v),

@@ -17,6 +17,7 @@ use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::error::Error;
+use crate::interop::{InteropError, InteropErrorKind};
 
 pub mod compile;
 pub mod control;
@@ -68,6 +69,19 @@ impl From<Error> for Failure {
             Error::Device(_) => KILN_STATUS_DEVICE_UNAVAILABLE,
         };
         Failure::new(status, e.to_string())
+    }
+}
+
+/// A tensor that could not cross keeps its message as is; its kind picks the status.
+impl From<InteropError> for Failure {
+    fn from(e: InteropError) -> Failure {
+        let status = match e.kind {
+            InteropErrorKind::Null => KILN_STATUS_NULL_ARGUMENT,
+            InteropErrorKind::Invalid => KILN_STATUS_INVALID_ARGUMENT,
+            InteropErrorKind::Unsupported => KILN_STATUS_UNSUPPORTED,
+            InteropErrorKind::UnsupportedVersion => KILN_STATUS_UNSUPPORTED_VERSION,
+        };
+        Failure::new(status, e.message)
     }
 }
 

@@ -1,11 +1,9 @@
 //! Tensors: dense, row-major buffers that carry run inputs and outputs.
-use std::any::Any;
 use std::ffi::c_void;
-use std::sync::Arc;
 
+use super::kiln_status;
 use super::{arg, arg_slice, free_handle, guard, guard_or, into_handle, out_ptr, CResult, Failure};
-use super::{kiln_status, KILN_STATUS_INVALID_ARGUMENT};
-use crate::aligned::AlignedBuf;
+use crate::interop::{checked_dims, HostTensor};
 use crate::ir::DType;
 use crate::tensor::Tensor;
 
@@ -67,137 +65,16 @@ pub(crate) fn dtype_to_c(d: DType) -> kiln_dtype {
 
 /// Dims from C: each must be >= 0 and their product must fit in memory.
 pub(crate) fn dims_from_c(dims: &[i64], arg: &str) -> CResult<Vec<usize>> {
-    let mut n: usize = 1;
-    let mut out = Vec::with_capacity(dims.len());
-    for (i, &d) in dims.iter().enumerate() {
-        let d = usize::try_from(d)
-            .map_err(|_| Failure::invalid(format!("{arg}[{i}] is {d}; dims must be >= 0")))?;
-        n = n
-            .checked_mul(d)
-            .filter(|&n| n <= isize::MAX as usize / 8)
-            .ok_or_else(|| Failure::invalid(format!("{arg}: {dims:?} is too many elements")))?;
-        out.push(d);
-    }
-    Ok(out)
-}
-
-/// Zeroed, aligned memory for a tensor the library owns; running out of memory is an
-/// argument error (the caller asked for too much), not an abort.
-pub(crate) fn owned_storage(nbytes: usize) -> CResult<AlignedBuf> {
-    AlignedBuf::try_zeroed(nbytes)
-        .map_err(|_| Failure::invalid(format!("cannot allocate a tensor of {nbytes} bytes")))
-}
-
-/// Whatever keeps a tensor's memory alive; shared with DLPack exports, so that the
-/// memory outlives the handle while a consumer still reads it.
-pub(crate) type Keeper = Arc<dyn Any + Send + Sync>;
-
-enum Storage {
-    /// Shared only with DLPack exports of the handle (`kiln_tensor_to_dlpack`).
-    Owned(Arc<AlignedBuf>),
-    /// Caller memory (`kiln_tensor_wrap`); may be NULL when empty.
-    Borrowed(*mut u8),
-    /// Another library's memory (`kiln_tensor_from_dlpack`), handed back when the last
-    /// holder of `keeper` drops it.
-    Lent {
-        data: *mut u8,
-        keeper: Keeper,
-        read_only: bool,
-    },
+    Ok(checked_dims(dims, arg)?)
 }
 
 /// A tensor handle: a dtype, dims, and a buffer it owns or borrows.
-pub struct kiln_tensor {
-    pub(crate) dtype: DType,
-    pub(crate) dims: Vec<i64>,
-    nbytes: usize,
-    storage: Storage,
-}
+pub struct kiln_tensor(pub(crate) HostTensor);
 
 impl kiln_tensor {
-    fn data_ptr(&self) -> *mut u8 {
-        match &self.storage {
-            // The buffer is the handle's; C may write through the pointer.
-            Storage::Owned(b) => b.as_ptr().cast_mut(),
-            Storage::Borrowed(p) => *p,
-            Storage::Lent { data, .. } => *data,
-        }
-    }
-
-    /// A handle that owns `buf`, which holds `dtype`×`dims` row-major.
-    pub(crate) fn owning(dtype: DType, dims: Vec<i64>, buf: AlignedBuf) -> kiln_tensor {
-        kiln_tensor {
-            dtype,
-            dims,
-            nbytes: buf.len(),
-            storage: Storage::Owned(Arc::new(buf)),
-        }
-    }
-
-    /// A handle over `nbytes` of another library's memory at `data`, which `keeper`
-    /// keeps alive.
-    pub(crate) fn lent(
-        dtype: DType,
-        dims: Vec<i64>,
-        data: *mut u8,
-        nbytes: usize,
-        keeper: Keeper,
-        read_only: bool,
-    ) -> kiln_tensor {
-        kiln_tensor {
-            dtype,
-            dims,
-            nbytes,
-            storage: Storage::Lent {
-                data,
-                keeper,
-                read_only,
-            },
-        }
-    }
-
-    /// The data pointer, what keeps it alive past the handle (None for a wrapped
-    /// caller buffer, which the caller keeps), and whether it must not be written.
-    pub(crate) fn shared_data(&self) -> (*mut u8, Option<Keeper>, bool) {
-        let keeper = match &self.storage {
-            Storage::Owned(b) => Some(Arc::clone(b) as Keeper),
-            Storage::Borrowed(_) => None,
-            Storage::Lent { keeper, .. } => Some(Arc::clone(keeper)),
-        };
-        let read_only = matches!(
-            self.storage,
-            Storage::Lent {
-                read_only: true,
-                ..
-            }
-        );
-        (self.data_ptr(), keeper, read_only)
-    }
-
-    pub(crate) fn bytes(&self) -> &[u8] {
-        let p = self.data_ptr();
-        if self.nbytes == 0 || p.is_null() {
-            return &[];
-        }
-        // SAFETY: owned buffers hold `nbytes`; borrowed ones were promised to by the
-        // caller of `kiln_tensor_wrap` for the handle's lifetime.
-        unsafe { std::slice::from_raw_parts(p, self.nbytes) }
-    }
-
-    /// A copy as a `Tensor`; `what` names it in errors.
-    pub(crate) fn to_tensor(&self, what: &str) -> CResult<Tensor> {
-        let dims: Vec<usize> = self.dims.iter().map(|&d| d as usize).collect();
-        Tensor::from_le_bytes(self.dtype, &dims, self.bytes())
-            .map_err(|e| Failure::new(KILN_STATUS_INVALID_ARGUMENT, format!("{what}: {e}")))
-    }
-
     /// A new owned handle holding a copy of `t`.
     pub(crate) fn from_tensor(t: &Tensor) -> CResult<kiln_tensor> {
-        let bytes = t.to_le_bytes();
-        let mut buf = owned_storage(bytes.len())?;
-        buf.as_mut_bytes().copy_from_slice(&bytes);
-        let dims = t.shape().iter().map(|&d| d as i64).collect();
-        Ok(kiln_tensor::owning(t.dtype(), dims, buf))
+        Ok(kiln_tensor(HostTensor::from_tensor(t)?))
     }
 }
 
@@ -214,19 +91,16 @@ pub unsafe extern "C" fn kiln_tensor_new(
     rank: usize,
     out: *mut *mut kiln_tensor,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let out = out_ptr(out, "out")?;
-            let dtype = dtype_from_c(dtype, "dtype")?;
-            let dims = arg_slice(dims, rank, "dims")?;
-            let shape = dims_from_c(dims, "dims")?;
-            let nbytes = shape.iter().product::<usize>() * dtype.size_in_bytes();
-            let t = kiln_tensor::owning(dtype, dims.to_vec(), owned_storage(nbytes)?);
-            *out = into_handle(t);
-            Ok(())
-        })
-    }
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        let dtype = dtype_from_c(dtype, "dtype")?;
+        // SAFETY: the caller's contract: `dims` points to `rank` values.
+        let dims = unsafe { arg_slice(dims, rank, "dims")? };
+        let t = HostTensor::zeroed(dtype, dims)?;
+        // SAFETY: `out` is a valid out-parameter (checked non-NULL above).
+        unsafe { *out = into_handle(kiln_tensor(t)) };
+        Ok(())
+    })
 }
 
 /// Creates a tensor over caller memory, without copying: `data` must hold exactly
@@ -245,32 +119,18 @@ pub unsafe extern "C" fn kiln_tensor_wrap(
     nbytes: usize,
     out: *mut *mut kiln_tensor,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let out = out_ptr(out, "out")?;
-            let dtype = dtype_from_c(dtype, "dtype")?;
-            let dims = arg_slice(dims, rank, "dims")?;
-            let shape = dims_from_c(dims, "dims")?;
-            let want = shape.iter().product::<usize>() * dtype.size_in_bytes();
-            if nbytes != want {
-                return Err(Failure::invalid(format!(
-                    "nbytes is {nbytes}, but {dtype}{shape:?} needs {want}"
-                )));
-            }
-            if data.is_null() && nbytes > 0 {
-                return Err(Failure::null("data"));
-            }
-            let t = kiln_tensor {
-                dtype,
-                dims: dims.to_vec(),
-                nbytes,
-                storage: Storage::Borrowed(data.cast()),
-            };
-            *out = into_handle(t);
-            Ok(())
-        })
-    }
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        let dtype = dtype_from_c(dtype, "dtype")?;
+        // SAFETY: the caller's contract: `dims` points to `rank` values.
+        let dims = unsafe { arg_slice(dims, rank, "dims")? };
+        // SAFETY: the caller's contract: `data` holds `nbytes` bytes until the handle is
+        // freed.
+        let t = unsafe { HostTensor::borrowed(dtype, dims, data.cast(), nbytes)? };
+        // SAFETY: `out` is a valid out-parameter (checked non-NULL above).
+        unsafe { *out = into_handle(kiln_tensor(t)) };
+        Ok(())
+    })
 }
 
 /// The tensor's data (row-major, little-endian); NULL for a NULL handle. Valid until the
@@ -280,12 +140,11 @@ pub unsafe extern "C" fn kiln_tensor_wrap(
 /// `t` is NULL or a live tensor handle.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_tensor_data(t: *mut kiln_tensor) -> *mut c_void {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard_or(std::ptr::null_mut(), || {
-            arg(t, "t").map_or(std::ptr::null_mut(), |t| t.data_ptr().cast())
-        })
-    }
+    guard_or(std::ptr::null_mut(), || {
+        // SAFETY: the caller's contract: `t` is NULL or a live handle.
+        let t = unsafe { arg(t, "t") };
+        t.map_or(std::ptr::null_mut(), |t| t.0.data_ptr().cast())
+    })
 }
 
 /// The size of the tensor's data in bytes; 0 for a NULL handle.
@@ -294,8 +153,8 @@ pub unsafe extern "C" fn kiln_tensor_data(t: *mut kiln_tensor) -> *mut c_void {
 /// `t` is NULL or a live tensor handle.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_tensor_nbytes(t: *const kiln_tensor) -> usize {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe { guard_or(0, || arg(t, "t").map_or(0, |t| t.nbytes)) }
+    // SAFETY: the caller's contract: `t` is NULL or a live handle.
+    guard_or(0, || unsafe { arg(t, "t") }.map_or(0, |t| t.0.nbytes()))
 }
 
 /// The tensor's dtype; `KILN_DTYPE_INVALID` for a NULL handle.
@@ -304,12 +163,11 @@ pub unsafe extern "C" fn kiln_tensor_nbytes(t: *const kiln_tensor) -> usize {
 /// `t` is NULL or a live tensor handle.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_tensor_dtype(t: *const kiln_tensor) -> kiln_dtype {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard_or(KILN_DTYPE_INVALID, || {
-            arg(t, "t").map_or(KILN_DTYPE_INVALID, |t| dtype_to_c(t.dtype))
-        })
-    }
+    guard_or(KILN_DTYPE_INVALID, || {
+        // SAFETY: `t` is NULL or a live handle, read only for its dtype.
+        let t = unsafe { arg(t, "t") };
+        t.map_or(KILN_DTYPE_INVALID, |t| dtype_to_c(t.0.dtype()))
+    })
 }
 
 /// The tensor's rank; 0 for a NULL handle.
@@ -318,8 +176,8 @@ pub unsafe extern "C" fn kiln_tensor_dtype(t: *const kiln_tensor) -> kiln_dtype 
 /// `t` is NULL or a live tensor handle.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_tensor_rank(t: *const kiln_tensor) -> usize {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe { guard_or(0, || arg(t, "t").map_or(0, |t| t.dims.len())) }
+    // SAFETY: the caller's contract: `t` is NULL or a live handle.
+    guard_or(0, || unsafe { arg(t, "t") }.map_or(0, |t| t.0.dims().len()))
 }
 
 /// The tensor's `rank` dims, owned by the handle and valid until it is freed; NULL for
@@ -329,12 +187,11 @@ pub unsafe extern "C" fn kiln_tensor_rank(t: *const kiln_tensor) -> usize {
 /// `t` is NULL or a live tensor handle.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_tensor_dims(t: *const kiln_tensor) -> *const i64 {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard_or(std::ptr::null(), || {
-            arg(t, "t").map_or(std::ptr::null(), |t| t.dims.as_ptr())
-        })
-    }
+    guard_or(std::ptr::null(), || {
+        // SAFETY: a NULL or live `t`, whose dims outlive this call with the handle.
+        let t = unsafe { arg(t, "t") };
+        t.map_or(std::ptr::null(), |t| t.0.dims().as_ptr())
+    })
 }
 
 /// Frees a tensor handle and its memory, unless wrapped (a DLPack export of it keeps the
@@ -345,8 +202,8 @@ pub unsafe extern "C" fn kiln_tensor_dims(t: *const kiln_tensor) -> *const i64 {
 /// `t` is NULL or a live tensor handle, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_tensor_free(t: *mut kiln_tensor) {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe { guard_or((), || free_handle(t)) }
+    // SAFETY: the caller's contract: `t` is NULL or a live handle, never used again.
+    guard_or((), || unsafe { free_handle(t) })
 }
 
 #[cfg(test)]

@@ -89,7 +89,7 @@ pub unsafe extern "C" fn kiln_executable_write_variable(
         guard(|| {
             let e = arg(e, "e")?;
             let name = arg_str(name, "name")?;
-            let value = arg(value, "value")?.to_tensor("value")?;
+            let value = arg(value, "value")?.0.to_tensor("value")?;
             e.exe.write_variables(&[(name, &value)])?;
             Ok(())
         })

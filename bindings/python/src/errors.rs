@@ -1,12 +1,6 @@
 //! Each `kiln::Error` as the Python exception of its C status (`KILN_STATUS_*`), all
 //! subclasses of `KilnError`, with the library's message unchanged.
-use kiln::capi::{
-    kiln_last_error_message, kiln_status, KILN_STATUS_COMPILE_FAILED,
-    KILN_STATUS_DEVICE_UNAVAILABLE, KILN_STATUS_INVALID_ARGUMENT, KILN_STATUS_INVALID_GRAPH,
-    KILN_STATUS_IO, KILN_STATUS_NULL_ARGUMENT, KILN_STATUS_PARSE, KILN_STATUS_RUN_BAD_INPUT,
-    KILN_STATUS_RUN_FAILED, KILN_STATUS_UNKNOWN_OP, KILN_STATUS_UNSUPPORTED,
-    KILN_STATUS_UNSUPPORTED_VERSION,
-};
+use kiln::interop::InteropError;
 use kiln::Error;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -76,6 +70,18 @@ pyo3::create_exception!(
 /// The exception of `e`'s C status.
 pub(crate) fn to_py(e: Error) -> PyErr {
     let m = e.to_string();
+    exception(&e, m)
+}
+
+/// A tensor that could not cross (DLPack, a copy): the exception of the `Error` it is,
+/// with its message as is, as C's `kiln_last_error_message` gives it.
+pub(crate) fn interop_error(e: InteropError) -> PyErr {
+    let m = e.message.clone();
+    exception(&e.into_error(), m)
+}
+
+/// The exception class of `e`'s C status, saying `m`.
+fn exception(e: &Error, m: String) -> PyErr {
     match e {
         Error::InvalidArgument(_) => InvalidArgument::new_err(m),
         Error::Io(_) => IoError::new_err(m),
@@ -94,26 +100,5 @@ pub(crate) fn run_error(e: Error) -> PyErr {
     match e {
         Error::InvalidArgument(m) => RunBadInput::new_err(m),
         other => to_py(other),
-    }
-}
-
-/// The exception of a failed C ABI call's `status`, with this thread's last message.
-pub(crate) fn status_error(status: kiln_status) -> PyErr {
-    // SAFETY: the message is this thread's NUL-terminated last error, read at once.
-    let m = unsafe { std::ffi::CStr::from_ptr(kiln_last_error_message()) }
-        .to_string_lossy()
-        .into_owned();
-    match status {
-        KILN_STATUS_NULL_ARGUMENT | KILN_STATUS_INVALID_ARGUMENT => InvalidArgument::new_err(m),
-        KILN_STATUS_IO => IoError::new_err(m),
-        KILN_STATUS_PARSE => ParseError::new_err(m),
-        KILN_STATUS_UNKNOWN_OP => UnknownOp::new_err(m),
-        KILN_STATUS_UNSUPPORTED | KILN_STATUS_UNSUPPORTED_VERSION => Unsupported::new_err(m),
-        KILN_STATUS_INVALID_GRAPH => InvalidGraph::new_err(m),
-        KILN_STATUS_COMPILE_FAILED => CompileFailed::new_err(m),
-        KILN_STATUS_RUN_FAILED => RunFailed::new_err(m),
-        KILN_STATUS_RUN_BAD_INPUT => RunBadInput::new_err(m),
-        KILN_STATUS_DEVICE_UNAVAILABLE => DeviceUnavailable::new_err(m),
-        _ => KilnError::new_err(m),
     }
 }

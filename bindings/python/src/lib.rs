@@ -2,7 +2,7 @@
 //!
 //! It holds what must be native: graphs loaded or parsed into the library's `Graph`,
 //! their compiled executables, the crossing of NumPy arrays in and out of a run, and
-//! `kiln.Tensor` with DLPack both ways (over the C ABI's `kiln_tensor_*_dlpack`).
+//! `kiln.Tensor` with DLPack both ways (over `kiln::interop`, as the C ABI's are).
 //! The GIL is released while a graph compiles and while it runs, so Python threads run
 //! one executable at once. Each `kiln::Error` becomes the exception of its C status
 //! (`KILN_STATUS_*`), all subclasses of `KilnError`, with the library's message as is.

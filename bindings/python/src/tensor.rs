@@ -1,19 +1,14 @@
-//! `kiln.Tensor`: a Kiln tensor handle (`kiln_tensor`) in Python, and DLPack both ways
-//! through the C ABI's `kiln_tensor_{from,to}_dlpack`: a C-contiguous producer's memory
-//! is wrapped, a strided one copied once, and exports never copy (unless asked to).
+//! `kiln.Tensor`: a Kiln host tensor in Python, and DLPack both ways through
+//! `kiln::interop::dlpack`: a C-contiguous producer's memory is wrapped, a strided one
+//! copied once, and exports never copy (unless asked to).
 use crate::arrays::{numpy_dtype, numpy_name, Borrowed};
-use crate::errors::{status_error, InvalidArgument, Unsupported};
-use kiln::capi::dlpack::{
-    kiln_tensor_from_dlpack, kiln_tensor_from_dlpack_legacy, kiln_tensor_to_dlpack,
-    kiln_tensor_to_dlpack_legacy, DLManagedTensor, DLManagedTensorVersioned,
-    DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, DL_CPU,
+use crate::errors::{interop_error, InvalidArgument, Unsupported};
+use kiln::interop::dlpack::{
+    export_legacy, export_versioned, import_legacy, import_versioned, DLManagedTensor,
+    DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_VERSION, DL_CPU,
 };
-use kiln::capi::tensor::{
-    kiln_tensor, kiln_tensor_data, kiln_tensor_dims, kiln_tensor_dtype, kiln_tensor_free,
-    kiln_tensor_nbytes, kiln_tensor_new, kiln_tensor_rank,
-};
-use kiln::capi::KILN_STATUS_OK;
-use kiln::{DType, TensorType};
+use kiln::interop::HostTensor;
+use kiln::TensorType;
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -28,74 +23,18 @@ const USED_VERSIONED: &CStr = c"used_dltensor_versioned";
 const LEGACY: &CStr = c"dltensor";
 const USED_LEGACY: &CStr = c"used_dltensor";
 
-/// A `kiln_tensor` handle, freed once when dropped.
-struct Handle(NonNull<kiln_tensor>);
-
-// SAFETY: a kiln_tensor is not tied to a thread: its metadata is only read here, and what
-// keeps its memory alive (an Arc, or a DLPack producer's deleter, which takes the GIL
-// itself where it needs it) may be dropped on any thread.
-unsafe impl Send for Handle {}
-// SAFETY: as for Send: shared access only reads.
-unsafe impl Sync for Handle {}
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        // SAFETY: the handle came from the C ABI and is freed only here.
-        unsafe { kiln_tensor_free(self.0.as_ptr()) }
-    }
-}
-
 /// A tensor in Kiln's memory or lent by another library through DLPack.
 #[pyclass(module = "kiln", name = "Tensor", frozen)]
 pub(crate) struct PyTensor {
-    handle: Handle,
-    dtype: DType,
-    shape: Vec<usize>,
-    /// The producer marked its memory read-only (a read-only NumPy array).
+    tensor: HostTensor,
+    /// The producer marked its memory read-only (a read-only NumPy array), even when
+    /// its strides made Kiln copy it.
     read_only: bool,
 }
 
 impl PyTensor {
-    fn from_handle(handle: *mut kiln_tensor, read_only: bool) -> PyResult<PyTensor> {
-        let handle = NonNull::new(handle)
-            .map(Handle)
-            .ok_or_else(|| InvalidArgument::new_err("the C ABI gave no tensor"))?;
-        let raw = handle.0.as_ptr();
-        // SAFETY: `raw` is a live handle; its dims hold `rank` values.
-        let (code, dims) = unsafe {
-            let rank = kiln_tensor_rank(raw);
-            let dims = kiln_tensor_dims(raw);
-            let dims = if rank == 0 {
-                &[][..]
-            } else {
-                std::slice::from_raw_parts(dims, rank)
-            };
-            (kiln_tensor_dtype(raw), dims.to_vec())
-        };
-        let dtype = DType::ALL
-            .get(code as usize)
-            .copied()
-            .ok_or_else(|| InvalidArgument::new_err(format!("kiln_dtype {code} is unknown")))?;
-        Ok(PyTensor {
-            handle,
-            dtype,
-            shape: dims.into_iter().map(|d| d as usize).collect(),
-            read_only,
-        })
-    }
-
-    fn raw(&self) -> *mut kiln_tensor {
-        self.handle.0.as_ptr()
-    }
-
     fn data(&self) -> *mut u8 {
-        // SAFETY: a live handle.
-        unsafe { kiln_tensor_data(self.raw()).cast() }
-    }
-
-    fn nbytes(&self) -> usize {
-        // SAFETY: a live handle.
-        unsafe { kiln_tensor_nbytes(self.raw()) }
+        self.tensor.data_ptr()
     }
 
     /// A tensor over `obj`'s memory through its `__dlpack__` (a versioned capsule, or a
@@ -116,69 +55,75 @@ impl PyTensor {
     }
 }
 
+/// The managed tensor a capsule named `name` holds (capsules never hold NULL).
+///
+/// # Safety
+/// `capsule` is a live object.
+unsafe fn capsule_pointer<T>(capsule: *mut ffi::PyObject, name: &CStr) -> Option<NonNull<T>> {
+    // SAFETY: the caller's contract; checking the name first makes the read valid.
+    let valid = unsafe { ffi::PyCapsule_IsValid(capsule, name.as_ptr()) } == 1;
+    // SAFETY: a valid capsule of that name.
+    let pointer = valid.then(|| unsafe { ffi::PyCapsule_GetPointer(capsule, name.as_ptr()) });
+    pointer.and_then(|p| NonNull::new(p.cast()))
+}
+
 /// Imports the managed tensor in `capsule`, and marks the capsule used once Kiln owns it.
 /// On failure the capsule is left as it is, so that its destructor deletes the tensor.
 fn consume(capsule: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
     let ptr = capsule.as_ptr();
-    let mut out: *mut kiln_tensor = std::ptr::null_mut();
-    // SAFETY: `ptr` is a live object; a capsule of a DLPack name holds the managed tensor
-    // the protocol says, not yet consumed while it has that name.
-    unsafe {
-        if ffi::PyCapsule_IsValid(ptr, VERSIONED.as_ptr()) == 1 {
-            let managed = ffi::PyCapsule_GetPointer(ptr, VERSIONED.as_ptr());
-            let managed = managed.cast::<DLManagedTensorVersioned>();
+    // SAFETY: `capsule` keeps `ptr` alive.
+    let versioned = unsafe { capsule_pointer::<DLManagedTensorVersioned>(ptr, VERSIONED) };
+    // SAFETY: as above.
+    let legacy = unsafe { capsule_pointer::<DLManagedTensor>(ptr, LEGACY) };
+    let (tensor, read_only, used) = match (versioned, legacy) {
+        (Some(managed), _) => {
             // The flags are read before the import, which may delete the tensor at once.
-            let read_only = (*managed).version.major == 1
-                && (*managed).flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0;
-            let status = kiln_tensor_from_dlpack(managed, &mut out);
-            if status != KILN_STATUS_OK {
-                return Err(status_error(status));
-            }
-            ffi::PyCapsule_SetName(ptr, USED_VERSIONED.as_ptr());
-            PyTensor::from_handle(out, read_only)
-        } else if ffi::PyCapsule_IsValid(ptr, LEGACY.as_ptr()) == 1 {
-            let managed = ffi::PyCapsule_GetPointer(ptr, LEGACY.as_ptr());
-            let status = kiln_tensor_from_dlpack_legacy(managed.cast(), &mut out);
-            if status != KILN_STATUS_OK {
-                return Err(status_error(status));
-            }
-            ffi::PyCapsule_SetName(ptr, USED_LEGACY.as_ptr());
-            PyTensor::from_handle(out, false)
-        } else {
-            Err(InvalidArgument::new_err(format!(
+            // SAFETY: an unused capsule of a DLPack name holds a live managed tensor, as
+            // the protocol says; the flags are read only where 1.x lays them out.
+            let read_only = unsafe {
+                let m = managed.as_ref();
+                m.version.major == DLPACK_VERSION.major
+                    && m.flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0
+            };
+            // SAFETY: that live managed tensor; on success it is Kiln's.
+            let tensor = unsafe { import_versioned(managed, "src") }.map_err(interop_error)?;
+            (tensor, read_only, USED_VERSIONED)
+        }
+        (None, Some(managed)) => {
+            // SAFETY: the capsule's unused pre-1.0 managed tensor; on success Kiln's.
+            let tensor = unsafe { import_legacy(managed, "src") }.map_err(interop_error)?;
+            (tensor, false, USED_LEGACY)
+        }
+        (None, None) => {
+            return Err(InvalidArgument::new_err(format!(
                 "obj: __dlpack__ gave {}, not an unused 'dltensor_versioned' or 'dltensor' capsule",
                 capsule.repr()?
             )))
         }
-    }
+    };
+    // SAFETY: a live capsule; the static `used` name says Kiln took the tensor.
+    unsafe { ffi::PyCapsule_SetName(ptr, used.as_ptr()) };
+    Ok(PyTensor { tensor, read_only })
 }
 
 /// A capsule's destructor: deletes the managed tensor unless a consumer took it (and
 /// renamed the capsule).
 unsafe extern "C" fn drop_versioned_capsule(capsule: *mut ffi::PyObject) {
-    // SAFETY: the capsule is being destroyed; under its unused name it holds the
-    // managed tensor `kiln_tensor_to_dlpack` made, deleted only here.
-    unsafe {
-        if ffi::PyCapsule_IsValid(capsule, VERSIONED.as_ptr()) == 1 {
-            let managed = ffi::PyCapsule_GetPointer(capsule, VERSIONED.as_ptr());
-            let managed = managed.cast::<DLManagedTensorVersioned>();
-            if let Some(deleter) = (*managed).deleter {
-                deleter(managed);
-            }
-        }
+    // SAFETY: the capsule is being destroyed, so still live.
+    let managed = unsafe { capsule_pointer(capsule, VERSIONED) };
+    if let Some(managed) = managed {
+        // SAFETY: under its unused name it holds the export `__dlpack__` made, deleted
+        // only here.
+        unsafe { delete_versioned(managed) }
     }
 }
 
 unsafe extern "C" fn drop_legacy_capsule(capsule: *mut ffi::PyObject) {
-    // SAFETY: as in `drop_versioned_capsule`, for `kiln_tensor_to_dlpack_legacy`.
-    unsafe {
-        if ffi::PyCapsule_IsValid(capsule, LEGACY.as_ptr()) == 1 {
-            let managed = ffi::PyCapsule_GetPointer(capsule, LEGACY.as_ptr());
-            let managed = managed.cast::<DLManagedTensor>();
-            if let Some(deleter) = (*managed).deleter {
-                deleter(managed);
-            }
-        }
+    // SAFETY: a capsule being destroyed is live until this returns.
+    let managed = unsafe { capsule_pointer(capsule, LEGACY) };
+    if let Some(managed) = managed {
+        // SAFETY: the unconsumed legacy export, deleted once, here.
+        unsafe { delete_legacy(managed) }
     }
 }
 
@@ -194,19 +139,9 @@ unsafe fn capsule<'py>(
     delete: impl FnOnce(),
 ) -> PyResult<Bound<'py, PyAny>> {
     // SAFETY: the caller's contract; the name is static, as the capsule keeps it.
-    unsafe {
-        let made = ffi::PyCapsule_New(managed, name.as_ptr(), Some(destructor));
-        Bound::from_owned_ptr_or_err(py, made).inspect_err(|_| delete())
-    }
-}
-
-/// A status from the C ABI as its exception.
-fn checked(status: kiln::capi::kiln_status) -> PyResult<()> {
-    if status == KILN_STATUS_OK {
-        Ok(())
-    } else {
-        Err(status_error(status))
-    }
+    let made = unsafe { ffi::PyCapsule_New(managed, name.as_ptr(), Some(destructor)) };
+    // SAFETY: `made` is a new reference or NULL with an exception set.
+    unsafe { Bound::from_owned_ptr_or_err(py, made) }.inspect_err(|_| delete())
 }
 
 #[pymethods]
@@ -231,13 +166,14 @@ impl PyTensor {
     /// The dims.
     #[getter]
     fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, &self.shape)
+        PyTuple::new(py, self.tensor.shape())
     }
 
     /// NumPy's name of the element type (`"float32"`, …); Kiln's where NumPy has none.
     #[getter]
     fn dtype(&self) -> String {
-        numpy_name(self.dtype).map_or_else(|_| self.dtype.to_string(), str::to_string)
+        let dtype = self.tensor.dtype();
+        numpy_name(dtype).map_or_else(|_| dtype.to_string(), str::to_string)
     }
 
     /// The address of the first element.
@@ -250,8 +186,9 @@ impl PyTensor {
     /// keeps the tensor alive.
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let descr = numpy_dtype(py, self.dtype)
-            .ok_or_else(|| Unsupported::new_err(format!("{} has no NumPy dtype", self.dtype)))?;
+        let dtype = self.tensor.dtype();
+        let descr = numpy_dtype(py, dtype)
+            .ok_or_else(|| Unsupported::new_err(format!("{dtype} has no NumPy dtype")))?;
         let d = PyDict::new(py);
         d.set_item("version", 3)?;
         d.set_item("shape", self.shape(py)?)?;
@@ -291,41 +228,42 @@ impl PyTensor {
             )));
         }
         let copied = match copy {
-            Some(true) => Some(self.copy()?),
+            Some(true) => Some(self.tensor.owned_copy().map_err(interop_error)?),
             _ => None,
         };
-        let source = copied.as_ref().map_or(self.raw(), PyTensor::raw);
+        let source = copied.as_ref().unwrap_or(&self.tensor);
         let versioned = max_version.is_some_and(|(major, _)| major >= 1);
         if versioned {
-            let mut managed: *mut DLManagedTensorVersioned = std::ptr::null_mut();
-            // SAFETY: a live handle; `managed` is written on success.
-            checked(unsafe { kiln_tensor_to_dlpack(source, &mut managed) })?;
-            // SAFETY: the export just made, deleted by the capsule (or here).
+            let managed = export_versioned(source, "t", copied.is_some()).map_err(interop_error)?;
+            let delete = || {
+                // SAFETY: the export just made, which no capsule took.
+                unsafe { delete_versioned(managed) }
+            };
+            // SAFETY: the export just made, deleted by the capsule (or by `delete`).
             unsafe {
-                if copied.is_some() {
-                    (*managed).flags |= DLPACK_FLAG_BITMASK_IS_COPIED;
-                }
-                let delete = || drop_managed(managed);
                 capsule(
                     py,
-                    managed.cast(),
+                    managed.as_ptr().cast(),
                     VERSIONED,
                     drop_versioned_capsule,
                     delete,
                 )
             }
         } else {
-            let mut managed: *mut DLManagedTensor = std::ptr::null_mut();
-            // SAFETY: as above.
-            checked(unsafe { kiln_tensor_to_dlpack_legacy(source, &mut managed) })?;
-            // SAFETY: as above.
+            let managed = export_legacy(source, "t").map_err(interop_error)?;
+            let delete = || {
+                // SAFETY: a fresh legacy export no capsule owns.
+                unsafe { delete_legacy(managed) }
+            };
+            // SAFETY: the legacy export, deleted by the capsule or by `delete`.
             unsafe {
-                let delete = || {
-                    if let Some(deleter) = (*managed).deleter {
-                        deleter(managed)
-                    }
-                };
-                capsule(py, managed.cast(), LEGACY, drop_legacy_capsule, delete)
+                capsule(
+                    py,
+                    managed.as_ptr().cast(),
+                    LEGACY,
+                    drop_legacy_capsule,
+                    delete,
+                )
             }
         }
     }
@@ -336,7 +274,7 @@ impl PyTensor {
     }
 
     fn __repr__(&self) -> String {
-        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
+        let dims: Vec<String> = self.tensor.dims().iter().map(|d| d.to_string()).collect();
         format!(
             "kiln.Tensor(shape=({}), dtype={})",
             dims.join(", "),
@@ -345,48 +283,41 @@ impl PyTensor {
     }
 }
 
-/// Deletes an export no capsule took.
+/// Deletes a versioned export through its own deleter.
 ///
 /// # Safety
 /// `managed` is a live export not deleted yet.
-unsafe fn drop_managed(managed: *mut DLManagedTensorVersioned) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        if let Some(deleter) = (*managed).deleter {
-            deleter(managed)
-        }
+unsafe fn delete_versioned(managed: NonNull<DLManagedTensorVersioned>) {
+    // SAFETY: the caller's contract: a live export.
+    if let Some(deleter) = unsafe { managed.as_ref() }.deleter {
+        // SAFETY: its own deleter, called once as the caller promises.
+        unsafe { deleter(managed.as_ptr()) }
+    }
+}
+
+/// Deletes a legacy export through its own deleter.
+///
+/// # Safety
+/// As for `delete_versioned`.
+unsafe fn delete_legacy(managed: NonNull<DLManagedTensor>) {
+    // SAFETY: the caller's contract: a live legacy export.
+    if let Some(deleter) = unsafe { managed.as_ref() }.deleter {
+        // SAFETY: called once, on the export it belongs to.
+        unsafe { deleter(managed.as_ptr()) }
     }
 }
 
 impl PyTensor {
-    /// A copy in memory of Kiln's own.
-    fn copy(&self) -> PyResult<PyTensor> {
-        let dims: Vec<i64> = self.shape.iter().map(|&d| d as i64).collect();
-        let code = DType::ALL
-            .iter()
-            .position(|&d| d == self.dtype)
-            .ok_or_else(|| InvalidArgument::new_err("an unknown dtype"))? as u32;
-        let mut out: *mut kiln_tensor = std::ptr::null_mut();
-        // SAFETY: `dims` holds `rank` values; `out` is written on success.
-        checked(unsafe { kiln_tensor_new(code, dims.as_ptr(), dims.len(), &mut out) })?;
-        let copy = PyTensor::from_handle(out, false)?;
-        let n = self.nbytes();
-        if n > 0 {
-            // SAFETY: both hold `n` bytes (same dtype and dims); distinct buffers.
-            unsafe { std::ptr::copy_nonoverlapping(self.data(), copy.data(), n) };
-        }
-        Ok(copy)
-    }
-
     /// The tensor as input of type `ty`, read in place, when its dtype is the input's
     /// and its memory aligned to an element; `None` when it must be converted (copied).
     pub(crate) fn in_place<'py>(slf: &Bound<'py, Self>, ty: &TensorType) -> Option<Borrowed<'py>> {
-        let t = slf.get();
-        let data = t.data();
-        if t.dtype != ty.dtype || !(data as usize).is_multiple_of(t.dtype.size_in_bytes()) {
+        let t = &slf.get().tensor;
+        let data = t.data_ptr();
+        if t.dtype() != ty.dtype || !(data as usize).is_multiple_of(t.dtype().size_in_bytes()) {
             return None;
         }
-        // SAFETY: `slf` keeps the handle, and so its `nbytes` bytes at `data`, alive.
-        Some(unsafe { Borrowed::new(slf.clone().into_any(), t.shape.clone(), data, t.nbytes()) })
+        let (shape, nbytes) = (t.shape(), t.nbytes());
+        // SAFETY: `slf` keeps the tensor, and so its `nbytes` bytes at `data`, alive.
+        Some(unsafe { Borrowed::new(slf.clone().into_any(), shape, data, nbytes) })
     }
 }
