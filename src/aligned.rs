@@ -121,6 +121,12 @@ impl AlignedBuf {
         self.ptr.as_ptr()
     }
 
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: the allocation holds at least `len` initialised bytes, and `&self`
+        // lets nothing write them while the slice lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
     pub fn as_mut_bytes(&mut self) -> &mut [u8] {
         // SAFETY: the allocation holds at least `len` initialised (zeroed or written)
         // bytes, and `&mut self` makes the borrow unique.

@@ -32,18 +32,17 @@ pub struct kiln_compile_options {
 pub unsafe extern "C" fn kiln_compile_options_new(
     out: *mut *mut kiln_compile_options,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let out = out_ptr(out, "out")?;
-            *out = into_handle(kiln_compile_options {
-                device: Device::Cpu,
-                threads: 0,
-                passes: PassOptions::from_env()?,
-            });
-            Ok(())
-        })
-    }
+    guard(|| {
+        let out = out_ptr(out, "out")?;
+        let options = into_handle(kiln_compile_options {
+            device: Device::Cpu,
+            threads: 0,
+            passes: PassOptions::from_env()?,
+        });
+        // SAFETY: `out` is not NULL (checked) and the header requires it writable.
+        unsafe { *out = options };
+        Ok(())
+    })
 }
 
 /// Frees options. NULL is a no-op.
@@ -52,8 +51,10 @@ pub unsafe extern "C" fn kiln_compile_options_new(
 /// `o` is NULL or a live options handle, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_compile_options_free(o: *mut kiln_compile_options) {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe { guard_or((), || free_handle(o)) }
+    guard_or((), || {
+        // SAFETY: the caller passes NULL or options from kiln_compile_options_new, once.
+        unsafe { free_handle(o) }
+    })
 }
 
 /// Selects the backend by name: `"cpu"` (the best CPU path), `"interp"` (the reference
@@ -69,14 +70,13 @@ pub unsafe extern "C" fn kiln_compile_options_set_backend(
     o: *mut kiln_compile_options,
     device: *const c_char,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let o = arg_mut(o, "o")?;
-            o.device = arg_str(device, "device")?.parse()?;
-            Ok(())
-        })
-    }
+    guard(|| {
+        // SAFETY: `o` is NULL or live options no other call is using (header contract).
+        let o = unsafe { arg_mut(o, "o") }?;
+        // SAFETY: `device` is NULL or a NUL-terminated string, as documented.
+        o.device = unsafe { arg_str(device, "device") }?.parse()?;
+        Ok(())
+    })
 }
 
 /// The number of threads one run may use; 0 means one per core. The `"cpu"` device
@@ -92,13 +92,11 @@ pub unsafe extern "C" fn kiln_compile_options_set_threads(
     o: *mut kiln_compile_options,
     n: u32,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            arg_mut(o, "o")?.threads = n;
-            Ok(())
-        })
-    }
+    guard(|| {
+        // SAFETY: the header makes `o` NULL or a live options handle, used by this call only.
+        unsafe { arg_mut(o, "o") }?.threads = n;
+        Ok(())
+    })
 }
 
 /// Sets a pass-pipeline option by name, the same text as the CLI and the `KILN_<NAME>`
@@ -123,16 +121,14 @@ pub unsafe extern "C" fn kiln_compile_options_set_option(
     name: *const c_char,
     value: *const c_char,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let o = arg_mut(o, "o")?;
-            let name = arg_str(name, "name")?;
-            let value = arg_str(value, "value")?;
-            o.passes.set(name, value)?;
-            Ok(())
-        })
-    }
+    guard(|| {
+        // SAFETY: `o` is a live options handle not shared during the call (# Safety).
+        let o = unsafe { arg_mut(o, "o") }?;
+        // SAFETY: `name` and `value` are NULL or NUL-terminated, as the header asks.
+        let (name, value) = unsafe { (arg_str(name, "name")?, arg_str(value, "value")?) };
+        o.passes.set(name, value)?;
+        Ok(())
+    })
 }
 
 /// A graph input or output (or an executable's variable) as discovery reports it.
@@ -216,36 +212,37 @@ pub unsafe extern "C" fn kiln_compile(
     o: *const kiln_compile_options,
     out: *mut *mut kiln_executable,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let g = &arg(g, "g")?.graph;
-            let out = out_ptr(out, "out")?;
-            let (device, passes, threads) = match o.as_ref() {
-                Some(o) => (o.device, o.passes.clone(), o.threads as usize),
-                None => (Device::Cpu, PassOptions::from_env()?, 0),
-            };
-            if g.outputs().is_empty() {
-                return Err(Failure::from(Error::Graph(
-                    "the graph has no outputs (kiln_graph_set_output)".into(),
-                )));
-            }
-            let exe = backend_with(device, passes, threads)?.compile(g)?;
-            let (inputs, outputs) = io_of(g)?;
-            let variables = exe
-                .variables()
-                .iter()
-                .map(|(name, ty)| IoInfo::new(name, ty))
-                .collect::<CResult<_>>()?;
-            *out = into_handle(kiln_executable {
-                exe,
-                inputs,
-                outputs,
-                variables,
-            });
-            Ok(())
-        })
-    }
+    guard(|| {
+        // SAFETY: `g` is NULL or a live graph that nobody modifies during the call.
+        let g = &unsafe { arg(g, "g") }?.graph;
+        let out = out_ptr(out, "out")?;
+        // SAFETY: NULL options mean the defaults; others are a live handle (# Safety).
+        let (device, passes, threads) = match unsafe { o.as_ref() } {
+            Some(o) => (o.device, o.passes.clone(), o.threads as usize),
+            None => (Device::Cpu, PassOptions::from_env()?, 0),
+        };
+        if g.outputs().is_empty() {
+            return Err(Failure::from(Error::Graph(
+                "the graph has no outputs (kiln_graph_set_output)".into(),
+            )));
+        }
+        let exe = backend_with(device, passes, threads)?.compile(g)?;
+        let (inputs, outputs) = io_of(g)?;
+        let variables = exe
+            .variables()
+            .iter()
+            .map(|(name, ty)| IoInfo::new(name, ty))
+            .collect::<CResult<_>>()?;
+        let exe = into_handle(kiln_executable {
+            exe,
+            inputs,
+            outputs,
+            variables,
+        });
+        // SAFETY: `out` was checked not NULL; the caller promises a writable slot.
+        unsafe { *out = exe };
+        Ok(())
+    })
 }
 
 /// Frees an executable. NULL is a no-op. No run may be in progress on it.
@@ -254,8 +251,10 @@ pub unsafe extern "C" fn kiln_compile(
 /// `e` is NULL or a live executable, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_executable_free(e: *mut kiln_executable) {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe { guard_or((), || free_handle(e)) }
+    guard_or((), || {
+        // SAFETY: `e` is NULL or an executable from kiln_compile, freed once, not running.
+        unsafe { free_handle(e) }
+    })
 }
 
 /// The number of inputs `kiln_executable_run` takes; 0 for NULL.
@@ -264,8 +263,10 @@ pub unsafe extern "C" fn kiln_executable_free(e: *mut kiln_executable) {
 /// `e` is NULL or a live executable.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_executable_input_count(e: *const kiln_executable) -> usize {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe { guard_or(0, || arg(e, "e").map_or(0, |e| e.inputs.len())) }
+    guard_or(0, || {
+        // SAFETY: `e` is NULL or a live executable; only its input list is read.
+        unsafe { arg(e, "e") }.map_or(0, |e| e.inputs.len())
+    })
 }
 
 /// The number of outputs `kiln_executable_run` returns; 0 for NULL.
@@ -274,8 +275,10 @@ pub unsafe extern "C" fn kiln_executable_input_count(e: *const kiln_executable) 
 /// `e` is NULL or a live executable.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_executable_output_count(e: *const kiln_executable) -> usize {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe { guard_or(0, || arg(e, "e").map_or(0, |e| e.outputs.len())) }
+    guard_or(0, || {
+        // SAFETY: `e` is NULL or a live executable; only its output list is read.
+        unsafe { arg(e, "e") }.map_or(0, |e| e.outputs.len())
+    })
 }
 
 /// # Safety
@@ -289,29 +292,30 @@ pub(crate) unsafe fn write_info(
     dims: *mut *const i64,
     rank: *mut usize,
 ) -> CResult<()> {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        let info = list.get(index).ok_or_else(|| {
-            Failure::invalid(format!(
-                "index {index} is out of range: there are {} {what}s",
-                list.len()
-            ))
-        })?;
-        // Each out-pointer may be NULL: ask only for what you need.
-        if !name.is_null() {
-            *name = info.name.as_ptr();
-        }
-        if !dtype.is_null() {
-            *dtype = dtype_to_c(info.ty.dtype);
-        }
-        if !dims.is_null() {
-            *dims = info.dims.as_ptr();
-        }
-        if !rank.is_null() {
-            *rank = info.rank();
-        }
-        Ok(())
+    let info = list.get(index).ok_or_else(|| {
+        Failure::invalid(format!(
+            "index {index} is out of range: there are {} {what}s",
+            list.len()
+        ))
+    })?;
+    // Each out-pointer may be NULL: ask only for what you need.
+    if !name.is_null() {
+        // SAFETY: a non-NULL `name` is valid for a write (this function's contract).
+        unsafe { *name = info.name.as_ptr() };
     }
+    if !dtype.is_null() {
+        // SAFETY: the caller passes a valid `dtype` slot when it is not NULL.
+        unsafe { *dtype = dtype_to_c(info.ty.dtype) };
+    }
+    if !dims.is_null() {
+        // SAFETY: `dims` is not NULL, so by contract it points to a writable pointer.
+        unsafe { *dims = info.dims.as_ptr() };
+    }
+    if !rank.is_null() {
+        // SAFETY: the rank goes to a non-NULL `rank`, valid as the caller promises.
+        unsafe { *rank = info.rank() };
+    }
+    Ok(())
 }
 
 /// Describes input `index`: its name, dtype, and `rank` dims (-1 where symbolic;
@@ -330,13 +334,12 @@ pub unsafe extern "C" fn kiln_executable_input_info(
     dims: *mut *const i64,
     rank: *mut usize,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let e = arg(e, "e")?;
-            write_info(&e.inputs, "input", index, name, dtype, dims, rank)
-        })
-    }
+    guard(|| {
+        // SAFETY: `e` is NULL or a live executable, as the header requires.
+        let e = unsafe { arg(e, "e") }?;
+        // SAFETY: the out-pointers are NULL or valid, which is write_info's contract.
+        unsafe { write_info(&e.inputs, "input", index, name, dtype, dims, rank) }
+    })
 }
 
 /// Describes output `index`, as `kiln_executable_input_info`.
@@ -352,13 +355,12 @@ pub unsafe extern "C" fn kiln_executable_output_info(
     dims: *mut *const i64,
     rank: *mut usize,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let e = arg(e, "e")?;
-            write_info(&e.outputs, "output", index, name, dtype, dims, rank)
-        })
-    }
+    guard(|| {
+        // SAFETY: the header makes `e` NULL or a live executable.
+        let e = unsafe { arg(e, "e") }?;
+        // SAFETY: non-NULL out-pointers are valid (# Safety), as write_info requires.
+        unsafe { write_info(&e.outputs, "output", index, name, dtype, dims, rank) }
+    })
 }
 
 /// Runs the executable. `inputs` are in parameter order and must match the graph's
@@ -380,73 +382,75 @@ pub unsafe extern "C" fn kiln_executable_run(
     outputs: *mut *mut kiln_tensor,
     n_outputs: usize,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let e = arg(e, "e")?;
-            let ins = arg_slice(inputs, n_inputs, "inputs")?;
-            if outputs.is_null() && n_outputs > 0 {
-                return Err(Failure::null("outputs"));
-            }
-            if n_inputs != e.inputs.len() {
-                return Err(Failure::new(
-                    KILN_STATUS_RUN_BAD_INPUT,
-                    format!(
-                        "the graph takes {} inputs, {n_inputs} given",
-                        e.inputs.len()
-                    ),
-                ));
-            }
-            if n_outputs != e.outputs.len() {
-                return Err(Failure::new(
-                    KILN_STATUS_BUFFER_TOO_SMALL,
-                    format!(
-                        "the graph has {} outputs, n_outputs is {n_outputs}",
-                        e.outputs.len()
-                    ),
-                ));
-            }
-            let mut handles = Vec::with_capacity(n_inputs);
-            for (i, (&t, info)) in ins.iter().zip(&e.inputs).enumerate() {
-                let what = format!("inputs[{i}] ('{}')", info.name.to_string_lossy());
-                handles.push((&arg(t, &what)?.0, what));
-            }
-            // Each input is read in place (kiln_tensor_wrap's memory too) unless its
-            // bytes cannot be viewed as its dtype (misaligned): those are copied first.
-            let dims: Vec<Vec<usize>> = (handles.iter()).map(|(t, _)| t.shape()).collect();
-            let tried: Vec<_> = (handles.iter().zip(&dims))
-                .map(|((t, _), d)| TensorView::new(t.dtype(), d, t.bytes()))
-                .collect();
-            let copies = (tried.iter().zip(&handles))
-                .map(|(view, (t, what))| match view {
-                    Ok(_) => Ok(None),
-                    Err(_) => t.to_tensor(what).map(Some),
-                })
-                .collect::<Result<Vec<Option<Tensor>>, InteropError>>()
-                .map_err(|e| Failure::new(KILN_STATUS_RUN_BAD_INPUT, e.message))?;
-            let views = (tried.into_iter().zip(&copies).zip(&handles))
-                .map(|((view, copy), (_, what))| match (view, copy) {
-                    (Ok(v), _) => Ok(v),
-                    (Err(_), Some(c)) => c.bytes_view().ok_or_else(|| {
-                        Failure::new(KILN_STATUS_RUN_BAD_INPUT, format!("{what}: not dense"))
-                    }),
-                    (Err(e), None) => Err(Failure::new(KILN_STATUS_RUN_BAD_INPUT, e)),
-                })
-                .collect::<CResult<Vec<_>>>()?;
-            let results = e.exe.run_views(&views).map_err(|err| match err {
-                Error::InvalidArgument(m) => Failure::new(KILN_STATUS_RUN_BAD_INPUT, m),
-                other => Failure::from(other),
-            })?;
-            let handles: Vec<kiln_tensor> = results
-                .iter()
-                .map(kiln_tensor::from_tensor)
-                .collect::<CResult<_>>()?;
-            for (i, h) in handles.into_iter().enumerate() {
-                *outputs.add(i) = into_handle(h);
-            }
-            Ok(())
-        })
-    }
+    guard(|| {
+        // SAFETY: `e` is NULL or a live executable; runs only read it (thread-safe).
+        let e = unsafe { arg(e, "e") }?;
+        // SAFETY: `inputs` holds `n_inputs` tensor pointers, as the header requires.
+        let ins = unsafe { arg_slice(inputs, n_inputs, "inputs") }?;
+        if outputs.is_null() && n_outputs > 0 {
+            return Err(Failure::null("outputs"));
+        }
+        if n_inputs != e.inputs.len() {
+            return Err(Failure::new(
+                KILN_STATUS_RUN_BAD_INPUT,
+                format!(
+                    "the graph takes {} inputs, {n_inputs} given",
+                    e.inputs.len()
+                ),
+            ));
+        }
+        if n_outputs != e.outputs.len() {
+            return Err(Failure::new(
+                KILN_STATUS_BUFFER_TOO_SMALL,
+                format!(
+                    "the graph has {} outputs, n_outputs is {n_outputs}",
+                    e.outputs.len()
+                ),
+            ));
+        }
+        let mut handles = Vec::with_capacity(n_inputs);
+        for (i, (&t, info)) in ins.iter().zip(&e.inputs).enumerate() {
+            let what = format!("inputs[{i}] ('{}')", info.name.to_string_lossy());
+            // SAFETY: each of the `n_inputs` pointers is NULL or a live tensor (# Safety).
+            handles.push((&unsafe { arg(t, &what) }?.0, what));
+        }
+        // Each input is read in place (kiln_tensor_wrap's memory too) unless its
+        // bytes cannot be viewed as its dtype (misaligned): those are copied first.
+        let dims: Vec<Vec<usize>> = (handles.iter()).map(|(t, _)| t.shape()).collect();
+        let tried: Vec<_> = (handles.iter().zip(&dims))
+            .map(|((t, _), d)| TensorView::new(t.dtype(), d, t.bytes()))
+            .collect();
+        let copies = (tried.iter().zip(&handles))
+            .map(|(view, (t, what))| match view {
+                Ok(_) => Ok(None),
+                Err(_) => t.to_tensor(what).map(Some),
+            })
+            .collect::<Result<Vec<Option<Tensor>>, InteropError>>()
+            .map_err(|e| Failure::new(KILN_STATUS_RUN_BAD_INPUT, e.message))?;
+        let views = (tried.into_iter().zip(&copies).zip(&handles))
+            .map(|((view, copy), (_, what))| match (view, copy) {
+                (Ok(v), _) => Ok(v),
+                (Err(_), Some(c)) => c.bytes_view().ok_or_else(|| {
+                    Failure::new(KILN_STATUS_RUN_BAD_INPUT, format!("{what}: not dense"))
+                }),
+                (Err(e), None) => Err(Failure::new(KILN_STATUS_RUN_BAD_INPUT, e)),
+            })
+            .collect::<CResult<Vec<_>>>()?;
+        let results = e.exe.run_views(&views).map_err(|err| match err {
+            Error::InvalidArgument(m) => Failure::new(KILN_STATUS_RUN_BAD_INPUT, m),
+            other => Failure::from(other),
+        })?;
+        let handles: Vec<kiln_tensor> = results
+            .iter()
+            .map(kiln_tensor::from_tensor)
+            .collect::<CResult<_>>()?;
+        for (i, h) in handles.into_iter().enumerate() {
+            // SAFETY: `outputs` is not NULL (n_outputs > 0 here) and has n_outputs ==
+            // handles.len() writable slots, as the header requires.
+            unsafe { *outputs.add(i) = into_handle(h) };
+        }
+        Ok(())
+    })
 }
 
 /// The number of inputs (parameters) of a graph; 0 for NULL.
@@ -455,8 +459,10 @@ pub unsafe extern "C" fn kiln_executable_run(
 /// `g` is NULL or a live graph.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_graph_input_count(g: *const kiln_graph) -> usize {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe { guard_or(0, || arg(g, "g").map_or(0, |g| g.graph.inputs().len())) }
+    guard_or(0, || {
+        // SAFETY: `g` is NULL or a live graph; counting its inputs only reads it.
+        unsafe { arg(g, "g") }.map_or(0, |g| g.graph.inputs().len())
+    })
 }
 
 /// The number of outputs set on a graph; 0 for NULL.
@@ -465,8 +471,10 @@ pub unsafe extern "C" fn kiln_graph_input_count(g: *const kiln_graph) -> usize {
 /// `g` is NULL or a live graph.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_graph_output_count(g: *const kiln_graph) -> usize {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe { guard_or(0, || arg(g, "g").map_or(0, |g| g.graph.outputs().len())) }
+    guard_or(0, || {
+        // SAFETY: the header makes `g` NULL or a live graph, read here only.
+        unsafe { arg(g, "g") }.map_or(0, |g| g.graph.outputs().len())
+    })
 }
 
 /// The inferred type of value `v`: its dtype, and its dims (-1 where symbolic) written to
@@ -485,38 +493,43 @@ pub unsafe extern "C" fn kiln_graph_value_type(
     dims_capacity: usize,
     rank: *mut usize,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let g = arg(g, "g")?;
-            let rank = out_ptr(rank, "rank")?;
-            let ty = g.graph.value_type(Value {
-                node: NodeId(v.node),
-                output: v.output,
-            })?;
-            let info = IoInfo::new("", ty)?;
-            if !dtype.is_null() {
-                *dtype = dtype_to_c(ty.dtype);
-            }
-            if !ty.ranked {
-                *rank = KILN_RANK_UNKNOWN;
-                return Ok(());
-            }
-            if info.dims.len() > dims_capacity {
-                *rank = info.dims.len();
-                return Err(Failure::new(
-                    KILN_STATUS_BUFFER_TOO_SMALL,
-                    format!("rank {} > dims_capacity {dims_capacity}", info.dims.len()),
-                ));
-            }
-            if dims.is_null() && !info.dims.is_empty() {
-                return Err(Failure::null("dims"));
-            }
+    guard(|| {
+        // SAFETY: `g` is NULL or a live graph not being modified (# Safety).
+        let g = unsafe { arg(g, "g") }?;
+        let rank = out_ptr(rank, "rank")?;
+        let ty = g.graph.value_type(Value {
+            node: NodeId(v.node),
+            output: v.output,
+        })?;
+        let info = IoInfo::new("", ty)?;
+        if !dtype.is_null() {
+            // SAFETY: a non-NULL `dtype` is valid for a write, as documented.
+            unsafe { *dtype = dtype_to_c(ty.dtype) };
+        }
+        if !ty.ranked {
+            // SAFETY: `rank` was checked not NULL; the header requires it valid.
+            unsafe { *rank = KILN_RANK_UNKNOWN };
+            return Ok(());
+        }
+        if info.dims.len() > dims_capacity {
+            // SAFETY: a too-small buffer still reports the rank: `rank` is non-NULL, valid.
+            unsafe { *rank = info.dims.len() };
+            return Err(Failure::new(
+                KILN_STATUS_BUFFER_TOO_SMALL,
+                format!("rank {} > dims_capacity {dims_capacity}", info.dims.len()),
+            ));
+        }
+        if dims.is_null() && !info.dims.is_empty() {
+            return Err(Failure::null("dims"));
+        }
+        // SAFETY: `dims` has `dims_capacity` >= rank slots (checked above; the header
+        // promises the capacity) and is not NULL when rank > 0; `rank` is non-NULL, valid.
+        unsafe {
             for (i, &d) in info.dims.iter().enumerate() {
                 *dims.add(i) = d;
             }
             *rank = info.dims.len();
-            Ok(())
-        })
-    }
+        }
+        Ok(())
+    })
 }

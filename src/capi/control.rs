@@ -3,7 +3,7 @@
 use std::ffi::c_char;
 use std::sync::Arc;
 
-use super::graph::{add_op_with, kiln_attr, kiln_graph, kiln_value};
+use super::graph::{add_op_with, kiln_attr, kiln_graph, kiln_value, OpArgs};
 use super::{arg, arg_slice, arg_str, guard, kiln_status, CResult, Failure};
 use crate::ir::{Attr, Attrs};
 
@@ -21,21 +21,22 @@ pub struct kiln_graph_attr {
 /// # Safety
 /// `graphs` points to `n_graphs` entries whose pointers are valid as documented.
 unsafe fn graph_attrs(graphs: *const kiln_graph_attr, n_graphs: usize) -> CResult<Attrs> {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        let mut attrs = Attrs::new();
-        for (i, a) in arg_slice(graphs, n_graphs, "graphs")?.iter().enumerate() {
-            let name = arg_str(a.name, &format!("graphs[{i}].name"))?;
-            let body = arg(a.graph, &format!("graphs[{i}] ('{name}').graph"))?;
-            if attrs.get(name).is_some() {
-                return Err(Failure::invalid(format!(
-                    "graphs[{i}]: graph attribute '{name}' is given twice"
-                )));
-            }
-            attrs.set(name, Attr::Graph(Arc::new(body.graph.clone())));
+    let mut attrs = Attrs::new();
+    // SAFETY: `graphs` points to `n_graphs` entries, as this function's contract says.
+    let entries = unsafe { arg_slice(graphs, n_graphs, "graphs") }?;
+    for (i, a) in entries.iter().enumerate() {
+        // SAFETY: each entry's `name` is NULL or a NUL-terminated string.
+        let name = unsafe { arg_str(a.name, &format!("graphs[{i}].name")) }?;
+        // SAFETY: each entry's `graph` is NULL or a live graph, only read (copied).
+        let body = unsafe { arg(a.graph, &format!("graphs[{i}] ('{name}').graph")) }?;
+        if attrs.get(name).is_some() {
+            return Err(Failure::invalid(format!(
+                "graphs[{i}]: graph attribute '{name}' is given twice"
+            )));
         }
-        Ok(attrs)
+        attrs.set(name, Attr::Graph(Arc::new(body.graph.clone())));
     }
+    Ok(attrs)
 }
 
 /// `kiln_graph_add_op` for ops with graph attributes as well as ordinary ones: `If`
@@ -70,23 +71,21 @@ pub unsafe extern "C" fn kiln_graph_add_op_with_graphs(
     outputs_capacity: usize,
     n_outputs: *mut usize,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            // Copied before `g` is borrowed mutably: a body may be `g` itself.
-            let bodies = graph_attrs(graphs, n_graphs)?;
-            add_op_with(
-                g,
-                op_type,
-                inputs,
-                n_inputs,
-                attrs,
-                n_attrs,
-                bodies,
-                outputs,
-                outputs_capacity,
-                n_outputs,
-            )
-        })
-    }
+    let args = OpArgs {
+        op_type,
+        inputs,
+        n_inputs,
+        attrs,
+        n_attrs,
+        outputs,
+        outputs_capacity,
+        n_outputs,
+    };
+    guard(|| {
+        // Copied before `g` is borrowed mutably: a body may be `g` itself.
+        // SAFETY: the header promises `graphs` has `n_graphs` valid entries.
+        let bodies = unsafe { graph_attrs(graphs, n_graphs) }?;
+        // SAFETY: the other arguments follow kiln_graph_add_op's contract, add_op_with's.
+        unsafe { add_op_with(g, args, bodies) }
+    })
 }

@@ -26,12 +26,10 @@ pub extern "C" fn kiln_has_cuda() -> u32 {
 /// `device` is a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_device_available(device: *const c_char) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let device: Device = arg_str(device, "device")?.parse()?;
-            device_available(device)?;
-            Ok(())
-        })
-    }
+    guard(|| {
+        // SAFETY: `device` is NULL or a NUL-terminated string (# Safety).
+        let device: Device = unsafe { arg_str(device, "device") }?.parse()?;
+        device_available(device)?;
+        Ok(())
+    })
 }

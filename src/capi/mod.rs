@@ -134,14 +134,14 @@ pub(crate) fn guard_or<T>(fallback: T, body: impl FnOnce() -> T) -> T {
 /// # Safety
 /// `p` is NULL or points to a live `T` for `'a`.
 pub(crate) unsafe fn arg<'a, T>(p: *const T, arg: &str) -> CResult<&'a T> {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    // SAFETY: NULL is checked by `as_ref`; any other `p` is a live `T` for 'a (contract).
     unsafe { p.as_ref().ok_or_else(|| Failure::null(arg)) }
 }
 
 /// # Safety
 /// `p` is NULL or points to a live `T` not aliased for `'a`.
 pub(crate) unsafe fn arg_mut<'a, T>(p: *mut T, arg: &str) -> CResult<&'a mut T> {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    // SAFETY: a non-NULL `p` is a live `T` nobody else touches for 'a, so `&mut` is unique.
     unsafe { p.as_mut().ok_or_else(|| Failure::null(arg)) }
 }
 
@@ -150,7 +150,8 @@ pub(crate) unsafe fn arg_mut<'a, T>(p: *mut T, arg: &str) -> CResult<&'a mut T> 
 /// # Safety
 /// `p` is NULL or a NUL-terminated string live for `'a`.
 pub(crate) unsafe fn arg_str<'a>(p: *const c_char, arg: &str) -> CResult<&'a str> {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    // SAFETY: `from_ptr` runs only on a non-NULL `p`, which the caller promises is
+    // NUL-terminated and live for 'a.
     unsafe {
         if p.is_null() {
             return Err(Failure::null(arg));
@@ -166,7 +167,8 @@ pub(crate) unsafe fn arg_str<'a>(p: *const c_char, arg: &str) -> CResult<&'a str
 /// # Safety
 /// When `len > 0`, `p` points to `len` initialized `T`s live for `'a`.
 pub(crate) unsafe fn arg_slice<'a, T>(p: *const T, len: usize, arg: &str) -> CResult<&'a [T]> {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
+    // SAFETY: `from_raw_parts` runs only for len > 0 and non-NULL `p`, which then points
+    // to `len` initialized `T`s live for 'a, as the caller guarantees.
     unsafe {
         if len == 0 {
             return Ok(&[]);

@@ -25,40 +25,40 @@ pub unsafe extern "C" fn kiln_optimizer_new(
     kind: *const c_char,
     out: *mut *mut kiln_optimizer,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let kind = arg_str(kind, "kind")?;
-            let out = out_ptr(out, "out")?;
-            let adam = |decoupled| Rule::Adam {
-                beta1: 0.9,
-                beta2: 0.999,
-                epsilon: 1e-8,
-                decoupled,
-            };
-            let rule = match kind {
-                "sgd" => Rule::Sgd {
-                    momentum: 0.0,
-                    nesterov: false,
-                },
-                "adam" => adam(false),
-                "adamw" => adam(true),
-                other => {
-                    return Err(Failure::invalid(format!(
-                        "unknown optimizer '{other}' (sgd, adam, adamw)"
-                    )))
-                }
-            };
-            *out = into_handle(kiln_optimizer {
-                opt: Optimizer {
-                    rule,
-                    weight_decay: 0.0,
-                    clip_norm: None,
-                },
-            });
-            Ok(())
-        })
-    }
+    guard(|| {
+        // SAFETY: `kind` is NULL or a NUL-terminated string, as the header requires.
+        let kind = unsafe { arg_str(kind, "kind") }?;
+        let out = out_ptr(out, "out")?;
+        let adam = |decoupled| Rule::Adam {
+            beta1: 0.9,
+            beta2: 0.999,
+            epsilon: 1e-8,
+            decoupled,
+        };
+        let rule = match kind {
+            "sgd" => Rule::Sgd {
+                momentum: 0.0,
+                nesterov: false,
+            },
+            "adam" => adam(false),
+            "adamw" => adam(true),
+            other => {
+                return Err(Failure::invalid(format!(
+                    "unknown optimizer '{other}' (sgd, adam, adamw)"
+                )))
+            }
+        };
+        let opt = into_handle(kiln_optimizer {
+            opt: Optimizer {
+                rule,
+                weight_decay: 0.0,
+                clip_norm: None,
+            },
+        });
+        // SAFETY: `out` is non-NULL (out_ptr) and writable (# Safety).
+        unsafe { *out = opt };
+        Ok(())
+    })
 }
 
 /// Frees an optimizer. NULL is a no-op.
@@ -67,8 +67,10 @@ pub unsafe extern "C" fn kiln_optimizer_new(
 /// `o` is NULL or a live optimizer, not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_optimizer_free(o: *mut kiln_optimizer) {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe { guard_or((), || free_handle(o)) }
+    guard_or((), || {
+        // SAFETY: `o` is NULL or an optimizer from kiln_optimizer_new, freed only here.
+        unsafe { free_handle(o) }
+    })
 }
 
 /// Sets a hyper-parameter by name: `"momentum"` and `"nesterov"` (0 or 1) for SGD;
@@ -84,42 +86,41 @@ pub unsafe extern "C" fn kiln_optimizer_set(
     name: *const c_char,
     value: f64,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let o = arg_mut(o, "o")?;
-            let name = arg_str(name, "name")?;
-            if !value.is_finite() || value < 0.0 {
+    guard(|| {
+        // SAFETY: `o` is NULL or a live optimizer, not used elsewhere during the call.
+        let o = unsafe { arg_mut(o, "o") }?;
+        // SAFETY: the setting's `name` is NULL or a NUL-terminated string.
+        let name = unsafe { arg_str(name, "name") }?;
+        if !value.is_finite() || value < 0.0 {
+            return Err(Failure::invalid(format!(
+                "{name} must be finite and ≥ 0, got {value}"
+            )));
+        }
+        let unit = || {
+            if value < 1.0 {
+                Ok(value)
+            } else {
+                Err(Failure::invalid(format!(
+                    "{name} must be below 1, got {value}"
+                )))
+            }
+        };
+        match (&mut o.opt.rule, name) {
+            (_, "weight_decay") => o.opt.weight_decay = value,
+            (_, "clip_norm") => o.opt.clip_norm = (value > 0.0).then_some(value),
+            (Rule::Sgd { momentum, .. }, "momentum") => *momentum = unit()?,
+            (Rule::Sgd { nesterov, .. }, "nesterov") => *nesterov = value != 0.0,
+            (Rule::Adam { beta1, .. }, "beta1") => *beta1 = unit()?,
+            (Rule::Adam { beta2, .. }, "beta2") => *beta2 = unit()?,
+            (Rule::Adam { epsilon, .. }, "epsilon") => *epsilon = value,
+            (rule, _) => {
                 return Err(Failure::invalid(format!(
-                    "{name} must be finite and ≥ 0, got {value}"
-                )));
+                    "{rule:?} takes no setting '{name}'"
+                )))
             }
-            let unit = || {
-                if value < 1.0 {
-                    Ok(value)
-                } else {
-                    Err(Failure::invalid(format!(
-                        "{name} must be below 1, got {value}"
-                    )))
-                }
-            };
-            match (&mut o.opt.rule, name) {
-                (_, "weight_decay") => o.opt.weight_decay = value,
-                (_, "clip_norm") => o.opt.clip_norm = (value > 0.0).then_some(value),
-                (Rule::Sgd { momentum, .. }, "momentum") => *momentum = unit()?,
-                (Rule::Sgd { nesterov, .. }, "nesterov") => *nesterov = value != 0.0,
-                (Rule::Adam { beta1, .. }, "beta1") => *beta1 = unit()?,
-                (Rule::Adam { beta2, .. }, "beta2") => *beta2 = unit()?,
-                (Rule::Adam { epsilon, .. }, "epsilon") => *epsilon = value,
-                (rule, _) => {
-                    return Err(Failure::invalid(format!(
-                        "{rule:?} takes no setting '{name}'"
-                    )))
-                }
-            }
-            Ok(())
-        })
-    }
+        }
+        Ok(())
+    })
 }
 
 /// Appends one optimizer step to `g`: each of `vars[0..n]` (variables) is updated from
@@ -139,29 +140,29 @@ pub unsafe extern "C" fn kiln_graph_add_optimizer(
     n: usize,
     lr: kiln_value,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let g = arg_mut(g, "g")?;
-            let o = arg(o, "o")?;
-            let values = |p: *const kiln_value, name: &str| -> Result<Vec<Value>, Failure> {
-                Ok(arg_slice(p, n, name)?
-                    .iter()
-                    .map(|v| Value {
-                        node: NodeId(v.node),
-                        output: v.output,
-                    })
-                    .collect())
-            };
-            let (vars, grads) = (values(vars, "vars")?, values(grads, "grads")?);
-            let lr = Value {
-                node: NodeId(lr.node),
-                output: lr.output,
-            };
-            add_optimizer(&mut g.graph, &o.opt, &vars, &grads, lr)?;
-            Ok(())
-        })
-    }
+    guard(|| {
+        // SAFETY: `g` is NULL or a live graph with this call its only writer.
+        let g = unsafe { arg_mut(g, "g") }?;
+        // SAFETY: `o` is NULL or a live optimizer, only read.
+        let o = unsafe { arg(o, "o") }?;
+        let values = |p: *const kiln_value, name: &str| -> Result<Vec<Value>, Failure> {
+            // SAFETY: `vars` and `grads` (the only `p`s) each point to `n` entries.
+            Ok(unsafe { arg_slice(p, n, name) }?
+                .iter()
+                .map(|v| Value {
+                    node: NodeId(v.node),
+                    output: v.output,
+                })
+                .collect())
+        };
+        let (vars, grads) = (values(vars, "vars")?, values(grads, "grads")?);
+        let lr = Value {
+            node: NodeId(lr.node),
+            output: lr.output,
+        };
+        add_optimizer(&mut g.graph, &o.opt, &vars, &grads, lr)?;
+        Ok(())
+    })
 }
 
 fn to_value(v: kiln_value) -> Value {
@@ -189,16 +190,15 @@ pub unsafe extern "C" fn kiln_graph_add_dropout(
     seed: i64,
     y: *mut kiln_value,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let g = arg_mut(g, "g")?;
-            let y = out_ptr(y, "y")?;
-            let d = crate::train::dropout_training(&mut g.graph, to_value(x), ratio, seed)?;
-            *y = d.output.into();
-            Ok(())
-        })
-    }
+    guard(|| {
+        // SAFETY: `g` is NULL or a live graph, written by this call alone.
+        let g = unsafe { arg_mut(g, "g") }?;
+        let y = out_ptr(y, "y")?;
+        let d = crate::train::dropout_training(&mut g.graph, to_value(x), ratio, seed)?;
+        // SAFETY: `y` is non-NULL and valid for a kiln_value, as documented.
+        unsafe { *y = d.output.into() };
+        Ok(())
+    })
 }
 
 /// Appends training-mode batch normalization of `x` [N, C, d...] to `g`: normalized
@@ -222,23 +222,22 @@ pub unsafe extern "C" fn kiln_graph_add_batch_norm_training(
     epsilon: f64,
     y: *mut kiln_value,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let g = arg_mut(g, "g")?;
-            let y = out_ptr(y, "y")?;
-            let out = crate::train::batch_norm_training(
-                &mut g.graph,
-                to_value(x),
-                to_value(scale),
-                to_value(bias),
-                to_value(running_mean),
-                to_value(running_var),
-                momentum,
-                epsilon,
-            )?;
-            *y = out.into();
-            Ok(())
-        })
-    }
+    guard(|| {
+        // SAFETY: the header makes `g` NULL or a live graph, not shared while we add to it.
+        let g = unsafe { arg_mut(g, "g") }?;
+        let y = out_ptr(y, "y")?;
+        let out = crate::train::batch_norm_training(
+            &mut g.graph,
+            to_value(x),
+            to_value(scale),
+            to_value(bias),
+            to_value(running_mean),
+            to_value(running_var),
+            momentum,
+            epsilon,
+        )?;
+        // SAFETY: the normalized output goes to `y`, checked non-NULL, valid by contract.
+        unsafe { *y = out.into() };
+        Ok(())
+    })
 }

@@ -17,8 +17,10 @@ use crate::checkpoint;
 /// `e` is NULL or a live executable.
 #[no_mangle]
 pub unsafe extern "C" fn kiln_executable_variable_count(e: *const kiln_executable) -> usize {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe { guard_or(0, || arg(e, "e").map_or(0, |e| e.variables.len())) }
+    guard_or(0, || {
+        // SAFETY: `e` is NULL or a live executable, whose variable list is fixed.
+        unsafe { arg(e, "e") }.map_or(0, |e| e.variables.len())
+    })
 }
 
 /// Describes variable `index` (in graph order): its name, dtype, and `rank` dims
@@ -36,13 +38,12 @@ pub unsafe extern "C" fn kiln_executable_variable_info(
     dims: *mut *const i64,
     rank: *mut usize,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let e = arg(e, "e")?;
-            write_info(&e.variables, "variable", index, name, dtype, dims, rank)
-        })
-    }
+    guard(|| {
+        // SAFETY: `e` is NULL or a live executable (# Safety).
+        let e = unsafe { arg(e, "e") }?;
+        // SAFETY: each out-pointer is NULL or valid, what write_info asks.
+        unsafe { write_info(&e.variables, "variable", index, name, dtype, dims, rank) }
+    })
 }
 
 /// Copies variable `name`'s current value into a new tensor `*out`, which the caller
@@ -58,17 +59,17 @@ pub unsafe extern "C" fn kiln_executable_read_variable(
     name: *const c_char,
     out: *mut *mut kiln_tensor,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let e = arg(e, "e")?;
-            let name = arg_str(name, "name")?;
-            let out = out_ptr(out, "out")?;
-            let value = e.exe.read_variable(name)?;
-            *out = into_handle(kiln_tensor::from_tensor(&value)?);
-            Ok(())
-        })
-    }
+    guard(|| {
+        // SAFETY: `e` is NULL or a live executable, shared safely (reads are locked).
+        let e = unsafe { arg(e, "e") }?;
+        // SAFETY: the variable's `name` is NULL or NUL-terminated, as documented.
+        let name = unsafe { arg_str(name, "name") }?;
+        let out = out_ptr(out, "out")?;
+        let value = into_handle(kiln_tensor::from_tensor(&e.exe.read_variable(name)?)?);
+        // SAFETY: `out` was checked non-NULL and the caller made it writable.
+        unsafe { *out = value };
+        Ok(())
+    })
 }
 
 /// Replaces variable `name`'s value with a copy of `value`, which must have the
@@ -84,16 +85,16 @@ pub unsafe extern "C" fn kiln_executable_write_variable(
     name: *const c_char,
     value: *const kiln_tensor,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let e = arg(e, "e")?;
-            let name = arg_str(name, "name")?;
-            let value = arg(value, "value")?.0.to_tensor("value")?;
-            e.exe.write_variables(&[(name, &value)])?;
-            Ok(())
-        })
-    }
+    guard(|| {
+        // SAFETY: `e` is NULL or a live executable; writes lock its variables.
+        let e = unsafe { arg(e, "e") }?;
+        // SAFETY: `name` is NULL or a NUL-terminated string (# Safety).
+        let name = unsafe { arg_str(name, "name") }?;
+        // SAFETY: `value` is NULL or a live tensor, copied before returning.
+        let value = unsafe { arg(value, "value") }?.0.to_tensor("value")?;
+        e.exe.write_variables(&[(name, &value)])?;
+        Ok(())
+    })
 }
 
 /// Saves every variable to a checkpoint file at `path` (a small versioned binary format
@@ -109,15 +110,14 @@ pub unsafe extern "C" fn kiln_executable_save_checkpoint(
     e: *const kiln_executable,
     path: *const c_char,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let e = arg(e, "e")?;
-            let path = arg_str(path, "path")?;
-            checkpoint::save(e.exe.as_ref(), Path::new(path))?;
-            Ok(())
-        })
-    }
+    guard(|| {
+        // SAFETY: the header makes `e` NULL or a live executable; saving reads it locked.
+        let e = unsafe { arg(e, "e") }?;
+        // SAFETY: the checkpoint `path` is NULL or a NUL-terminated string.
+        let path = unsafe { arg_str(path, "path") }?;
+        checkpoint::save(e.exe.as_ref(), Path::new(path))?;
+        Ok(())
+    })
 }
 
 /// Loads a checkpoint saved by `kiln_executable_save_checkpoint` (from this executable
@@ -136,13 +136,12 @@ pub unsafe extern "C" fn kiln_executable_load_checkpoint(
     e: *const kiln_executable,
     path: *const c_char,
 ) -> kiln_status {
-    // SAFETY: the pointer arguments are valid as the `# Safety` section above requires.
-    unsafe {
-        guard(|| {
-            let e = arg(e, "e")?;
-            let path = arg_str(path, "path")?;
-            checkpoint::load(e.exe.as_ref(), Path::new(path))?;
-            Ok(())
-        })
-    }
+    guard(|| {
+        // SAFETY: `e` is NULL or a live executable, whose variables the load locks.
+        let e = unsafe { arg(e, "e") }?;
+        // SAFETY: `path` is NULL or NUL-terminated, as the header requires.
+        let path = unsafe { arg_str(path, "path") }?;
+        checkpoint::load(e.exe.as_ref(), Path::new(path))?;
+        Ok(())
+    })
 }

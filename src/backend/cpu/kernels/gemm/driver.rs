@@ -4,7 +4,7 @@
 use super::dispatch::Kernel;
 use super::epilogue::{epilogue_only, Ep, Tile};
 use super::pack::{pack_a, pack_b};
-use super::scratch::{with_scratch, AlignedBuf};
+use super::scratch::{with_scratch, Scratch};
 use super::{Epilogue, Mat, KC, MC, MR, NC, NR};
 use crate::backend::cpu::host;
 use crate::backend::cpu::pool::Pool;
@@ -218,8 +218,8 @@ unsafe fn blocked(
     ldc: usize,
     ep: &Ep,
     stream_b: bool,
-    abuf: &mut AlignedBuf,
-    bbuf: &mut AlignedBuf,
+    abuf: &mut Scratch,
+    bbuf: &mut Scratch,
 ) {
     let mut jc = 0;
     while jc < n {
@@ -388,7 +388,7 @@ unsafe fn columns(
     ldc: usize,
     ep: &Ep,
     stream_b: bool,
-    abuf: &mut AlignedBuf,
+    abuf: &mut Scratch,
 ) {
     let mpad = m.div_ceil(MR) * MR;
     let ap = abuf.get(k * mpad + 8);

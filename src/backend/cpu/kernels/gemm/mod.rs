@@ -49,7 +49,7 @@ use driver::{driver, BSrc};
 pub use epilogue::apply_epilogue;
 pub(crate) use epilogue::{store_tile_scalar, Tile};
 use pack::pack_b;
-use scratch::AlignedBuf;
+use scratch::Scratch;
 
 /// Micro-tile rows (A micro-panel height).
 pub const MR: usize = 6;
@@ -200,7 +200,7 @@ pub struct PackedB {
     n: usize,
     panels: usize,
     depth: usize,
-    buf: AlignedBuf,
+    buf: Scratch,
 }
 
 // SAFETY: PackedB owns its buffer and is immutable after construction.
@@ -218,7 +218,7 @@ impl PackedB {
         let panels = n.div_ceil(NR);
         let depth = driver::packed_depth(m, k);
         let kern = kernel_for(isa::isa());
-        let mut buf = AlignedBuf::new();
+        let mut buf = Scratch::new();
         let dst = buf.get(k * panels * NR);
         let mut pc = 0;
         while pc < k {
@@ -251,7 +251,7 @@ impl PackedB {
     /// The driver's view of it.
     fn src(&self) -> BSrc {
         BSrc::Packed {
-            ptr: self.buf.ptr,
+            ptr: self.buf.as_ptr(),
             panels: self.panels,
             depth: self.depth,
             p0: 0,

@@ -1,73 +1,61 @@
 //! The packing buffers: a 64-byte-aligned f32 buffer that grows on demand, one pair per
 //! thread, reused across calls so the steady state allocates nothing.
-use crate::aligned::{alloc_advised, layout_for};
-use std::alloc::{dealloc, handle_alloc_error, Layout};
 use std::cell::RefCell;
 
-/// A 64-byte-aligned f32 buffer that grows (never shrinks) on demand.
-pub(super) struct AlignedBuf {
-    pub(super) ptr: *mut f32,
-    pub(super) cap: usize,
+use crate::aligned::AlignedBuf;
+
+/// A growable f32 view of the crate's [`AlignedBuf`] (never shrinks).
+pub(super) struct Scratch {
+    buf: Option<AlignedBuf>,
 }
 
-impl AlignedBuf {
-    pub(super) const fn new() -> AlignedBuf {
-        AlignedBuf {
-            ptr: std::ptr::null_mut(),
-            cap: 0,
-        }
-    }
-
-    /// The crate's buffer layout (huge pages for large packed weights).
-    fn layout(cap: usize) -> Layout {
-        match cap.checked_mul(4).and_then(layout_for) {
-            Some(l) => l,
-            None => panic!("GEMM scratch of {cap} floats exceeds the address space"),
-        }
+impl Scratch {
+    pub(super) const fn new() -> Scratch {
+        Scratch { buf: None }
     }
 
     /// A pointer to at least `len` floats (contents unspecified).
+    ///
+    /// Out of memory panics, with the size, rather than aborting: the sizes come from
+    /// the model's shapes, and a panic becomes `KILN_STATUS_INTERNAL` at the C boundary
+    /// (the worker pool re-raises it on the caller) instead of killing the host.
     pub(super) fn get(&mut self, len: usize) -> *mut f32 {
-        if len > self.cap || self.ptr.is_null() {
-            let cap = len.max(self.cap * 2).max(64);
-            let layout = Self::layout(cap);
-            // SAFETY: the layout has non-zero size.
-            let p = unsafe { alloc_advised(layout, false) } as *mut f32;
-            if p.is_null() {
-                handle_alloc_error(layout);
+        let cap = self.buf.as_ref().map_or(0, |b| b.len() / 4);
+        if len > cap || self.buf.is_none() {
+            let want = len.max(cap.saturating_mul(2)).max(64);
+            // Free the old buffer first: its contents are not kept.
+            self.buf = None;
+            let buf = want
+                .checked_mul(4)
+                .ok_or_else(|| format!("{want} floats exceed the address space"))
+                .and_then(|bytes| AlignedBuf::try_zeroed(bytes).map_err(|e| e.to_string()));
+            match buf {
+                Ok(b) => self.buf = Some(b),
+                Err(e) => panic!("GEMM packing buffer of {want} floats: {e}"),
             }
-            self.free();
-            self.ptr = p;
-            self.cap = cap;
         }
-        self.ptr
+        self.buf
+            .as_mut()
+            .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr().cast())
     }
 
-    fn free(&mut self) {
-        if !self.ptr.is_null() {
-            // SAFETY: allocated by `get` with this layout.
-            unsafe { dealloc(self.ptr as *mut u8, Self::layout(self.cap)) };
-            self.ptr = std::ptr::null_mut();
-            self.cap = 0;
-        }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        self.free();
+    /// The buffer's start (null before the first `get`).
+    pub(super) fn as_ptr(&self) -> *const f32 {
+        self.buf
+            .as_ref()
+            .map_or(std::ptr::null(), |b| b.as_ptr().cast())
     }
 }
 
 thread_local! {
     /// This thread's A and B packing buffers.
-    static SCRATCH: RefCell<(AlignedBuf, AlignedBuf)> =
-        const { RefCell::new((AlignedBuf::new(), AlignedBuf::new())) };
+    static SCRATCH: RefCell<(Scratch, Scratch)> =
+        const { RefCell::new((Scratch::new(), Scratch::new())) };
 }
 
 /// Runs `f` with this thread's packing buffers (fresh ones if they are in use, e.g. a
 /// re-entrant call from an activation; or if the thread is being torn down).
-pub(super) fn with_scratch<R>(f: impl FnOnce(&mut AlignedBuf, &mut AlignedBuf) -> R) -> R {
+pub(super) fn with_scratch<R>(f: impl FnOnce(&mut Scratch, &mut Scratch) -> R) -> R {
     let mut f = Some(f);
     let r = SCRATCH.try_with(|s| {
         s.try_borrow_mut().ok().map(|mut g| {
@@ -78,7 +66,7 @@ pub(super) fn with_scratch<R>(f: impl FnOnce(&mut AlignedBuf, &mut AlignedBuf) -
     match r {
         Ok(Some(r)) => r,
         _ => {
-            let (mut a, mut b) = (AlignedBuf::new(), AlignedBuf::new());
+            let (mut a, mut b) = (Scratch::new(), Scratch::new());
             (f.take().expect("not yet called"))(&mut a, &mut b)
         }
     }
