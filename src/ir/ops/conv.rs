@@ -286,26 +286,49 @@ impl Op for Conv {
         let mut shape = vec![n, m];
         shape.extend(&outs);
         let mg = m / group;
+        // Per spatial axis, the input index of each (output index, tap), or None in the
+        // padding; then the plain sum per output element, channels outer, taps in row-major
+        // order (an odometer over the kernel, the last axis fastest).
+        let sources: Vec<Vec<Option<usize>>> = (0..kernel.len())
+            .map(|d| {
+                (0..outs[d])
+                    .flat_map(|o| (0..kernel[d]).map(move |t| (o, t)))
+                    .map(|(o, t)| wins[d].source(o, t, input[d]))
+                    .collect()
+            })
+            .collect();
+        let (x, w) = (x.as_standard_layout(), w.as_standard_layout());
+        let (x, w) = (
+            x.as_slice().expect("standard layout"),
+            w.as_slice().expect("standard layout"),
+        );
+        let taps: usize = kernel.iter().product();
+        let in_size: usize = input.iter().product();
+        let mut tap = vec![0usize; kernel.len()];
         let y = ArrayD::from_shape_fn(IxDyn(&shape), |idx| {
             let (ni, mi) = (idx[0], idx[1]);
             let g = mi / mg;
             let mut acc = b.as_ref().map_or(0.0, |b| b[mi]);
-            let mut xi = vec![ni, 0];
-            xi.resize(2 + kernel.len(), 0);
-            let mut wi = vec![mi, 0];
-            wi.resize(2 + kernel.len(), 0);
             for ci in 0..cg {
-                xi[1] = g * cg + ci;
-                wi[1] = ci;
-                'taps: for tap in ndarray::indices(IxDyn(&kernel)) {
+                let x_channel = (ni * c + g * cg + ci) * in_size;
+                let w_channel = (mi * cg + ci) * taps;
+                tap.fill(0);
+                for t in 0..taps {
+                    let mut offset = Some(0);
                     for d in 0..kernel.len() {
-                        match wins[d].source(idx[2 + d], tap[d], input[d]) {
-                            Some(p) => xi[2 + d] = p,
-                            None => continue 'taps,
-                        }
-                        wi[2 + d] = tap[d];
+                        let src = sources[d][idx[2 + d] * kernel[d] + tap[d]];
+                        offset = offset.zip(src).map(|(o, p)| o * input[d] + p);
                     }
-                    acc += x[IxDyn(&xi)] * w[IxDyn(&wi)];
+                    if let Some(o) = offset {
+                        acc += x[x_channel + o] * w[w_channel + t];
+                    }
+                    for d in (0..kernel.len()).rev() {
+                        tap[d] += 1;
+                        if tap[d] < kernel[d] {
+                            break;
+                        }
+                        tap[d] = 0;
+                    }
                 }
             }
             acc

@@ -31,32 +31,67 @@ fn numeric(t: &TensorType, i: usize) -> Result<(), String> {
 /// The general contraction every op here lowers to: `out[o] = Σ Π_k operand_k[...]`,
 /// where each operand axis carries a label, `sizes[label]` is its extent, and an operand
 /// axis of size 1 broadcasts. `out_labels` are the output axes in order; every other
-/// label is summed over. Plain nested iteration over all labels: slow, obviously right.
+/// label is summed over. Plain nested iteration over all labels, last label fastest:
+/// obviously right. An element's offset is its label index dotted with per-label strides
+/// (0 for a label the tensor lacks or broadcasts; a label named twice, an einsum
+/// diagonal, adds both axes' strides), so the innermost label walks flat memory.
 fn contract(
     operands: &[(&ArrayD<f64>, Vec<usize>)],
     sizes: &[usize],
     out_labels: &[usize],
 ) -> ArrayD<f64> {
     let out_shape: Vec<usize> = out_labels.iter().map(|&l| sizes[l]).collect();
-    let mut out = ArrayD::zeros(IxDyn(&out_shape));
-    let total: usize = sizes.iter().product();
-    let mut idx = vec![0usize; sizes.len()];
-    let mut op_idx: Vec<Vec<usize>> = operands.iter().map(|(_, l)| vec![0; l.len()]).collect();
-    let mut out_idx = vec![0usize; out_labels.len()];
-    for _ in 0..total {
-        let mut prod = 1.0;
-        for ((a, labels), oi) in operands.iter().zip(op_idx.iter_mut()) {
-            for (k, &l) in labels.iter().enumerate() {
-                oi[k] = if a.shape()[k] == 1 { 0 } else { idx[l] };
+    // A first label of extent 1 gives the loops an innermost label even for scalars.
+    let sizes: Vec<usize> = std::iter::once(1).chain(sizes.iter().copied()).collect();
+    let strides = |shape: &[usize], labels: &[usize]| -> Vec<usize> {
+        let mut per_label = vec![0; sizes.len()];
+        let mut step = 1;
+        for (&extent, &l) in shape.iter().zip(labels).rev() {
+            if extent != 1 {
+                per_label[l + 1] += step;
             }
-            prod *= a[IxDyn(oi)];
+            step *= extent;
         }
-        for (k, &l) in out_labels.iter().enumerate() {
-            out_idx[k] = idx[l];
+        per_label
+    };
+    let data: Vec<_> = operands
+        .iter()
+        .map(|(a, _)| a.as_standard_layout())
+        .collect();
+    let data: Vec<&[f64]> = data
+        .iter()
+        .map(|a| a.as_slice().expect("standard layout"))
+        .collect();
+    let op_strides: Vec<Vec<usize>> = operands
+        .iter()
+        .map(|(a, labels)| strides(a.shape(), labels))
+        .collect();
+    let out_strides = strides(&out_shape, out_labels);
+    let mut out = vec![0.0; out_shape.iter().product()];
+    let last = sizes.len() - 1;
+    let inner: Vec<usize> = op_strides.iter().map(|s| s[last]).collect();
+    let mut idx = vec![0usize; last];
+    let dot = |idx: &[usize], s: &[usize]| idx.iter().zip(s).map(|(i, s)| i * s).sum::<usize>();
+    if sizes.contains(&0) {
+        return ArrayD::zeros(IxDyn(&out_shape));
+    }
+    loop {
+        let base: Vec<usize> = op_strides.iter().map(|s| dot(&idx, s)).collect();
+        let out_base = dot(&idx, &out_strides);
+        for i in 0..sizes[last] {
+            let mut prod = 1.0;
+            for ((d, b), s) in data.iter().zip(&base).zip(&inner) {
+                prod *= d[b + i * s];
+            }
+            out[out_base + i * out_strides[last]] += prod;
         }
-        out[IxDyn(&out_idx)] += prod;
-        // Next label combination, last label fastest.
-        for l in (0..sizes.len()).rev() {
+        // The next combination of the outer labels, the last of them fastest.
+        let mut l = last;
+        loop {
+            if l == 0 {
+                return ArrayD::from_shape_vec(IxDyn(&out_shape), out).expect("sized");
+            }
+            l -= 1;
             idx[l] += 1;
             if idx[l] < sizes[l] {
                 break;
@@ -64,7 +99,6 @@ fn contract(
             idx[l] = 0;
         }
     }
-    out
 }
 
 /// Converts the result back: f64 for floats, rounded to i64 for integers.
