@@ -60,6 +60,18 @@ impl Window {
     }
 }
 
+/// Steps a row-major multi-index within `extents`, the last axis fastest, back to all
+/// zeros after the last index.
+fn next_index(index: &mut [usize], extents: &[usize]) {
+    for d in (0..index.len()).rev() {
+        index[d] += 1;
+        if index[d] < extents[d] {
+            return;
+        }
+        index[d] = 0;
+    }
+}
+
 /// Reads `name` (ints) with one value per spatial axis, each at least `min`, or
 /// `default` for each.
 fn per_axis(
@@ -287,8 +299,9 @@ impl Op for Conv {
         shape.extend(&outs);
         let mg = m / group;
         // Per spatial axis, the input index of each (output index, tap), or None in the
-        // padding; then the plain sum per output element, channels outer, taps in row-major
-        // order (an odometer over the kernel, the last axis fastest).
+        // padding. Then per output position the taps that land in the input, as (input
+        // offset, tap), and per output element the plain sum: channels outer, those taps
+        // in row-major order.
         let sources: Vec<Vec<Option<usize>>> = (0..kernel.len())
             .map(|d| {
                 (0..outs[d])
@@ -304,35 +317,42 @@ impl Op for Conv {
         );
         let taps: usize = kernel.iter().product();
         let in_size: usize = input.iter().product();
+        let out_size: usize = outs.iter().product();
+        let mut y = vec![0.0; n * m * out_size];
+        let mut position = vec![0usize; kernel.len()];
         let mut tap = vec![0usize; kernel.len()];
-        let y = ArrayD::from_shape_fn(IxDyn(&shape), |idx| {
-            let (ni, mi) = (idx[0], idx[1]);
-            let g = mi / mg;
-            let mut acc = b.as_ref().map_or(0.0, |b| b[mi]);
-            for ci in 0..cg {
-                let x_channel = (ni * c + g * cg + ci) * in_size;
-                let w_channel = (mi * cg + ci) * taps;
-                tap.fill(0);
-                for t in 0..taps {
-                    let mut offset = Some(0);
-                    for d in 0..kernel.len() {
-                        let src = sources[d][idx[2 + d] * kernel[d] + tap[d]];
-                        offset = offset.zip(src).map(|(o, p)| o * input[d] + p);
-                    }
-                    if let Some(o) = offset {
-                        acc += x[x_channel + o] * w[w_channel + t];
-                    }
-                    for d in (0..kernel.len()).rev() {
-                        tap[d] += 1;
-                        if tap[d] < kernel[d] {
-                            break;
+        let mut inside: Vec<(usize, usize)> = Vec::with_capacity(taps);
+        for p in 0..out_size {
+            inside.clear();
+            tap.fill(0);
+            for t in 0..taps {
+                let mut offset = Some(0);
+                for d in 0..kernel.len() {
+                    let src = sources[d][position[d] * kernel[d] + tap[d]];
+                    offset = offset.zip(src).map(|(o, s)| o * input[d] + s);
+                }
+                if let Some(o) = offset {
+                    inside.push((o, t));
+                }
+                next_index(&mut tap, &kernel);
+            }
+            for ni in 0..n {
+                for mi in 0..m {
+                    let g = mi / mg;
+                    let mut acc = b.as_ref().map_or(0.0, |b| b[mi]);
+                    for ci in 0..cg {
+                        let x_channel = (ni * c + g * cg + ci) * in_size;
+                        let w_channel = (mi * cg + ci) * taps;
+                        for &(o, t) in &inside {
+                            acc += x[x_channel + o] * w[w_channel + t];
                         }
-                        tap[d] = 0;
                     }
+                    y[(ni * m + mi) * out_size + p] = acc;
                 }
             }
-            acc
-        });
+            next_index(&mut position, &outs);
+        }
+        let y = ArrayD::from_shape_vec(IxDyn(&shape), y).map_err(|e| e.to_string())?;
         Ok(vec![Tensor::from_f64_array(xt.dtype(), y)])
     }
 }
