@@ -4,14 +4,21 @@ use std::hint::black_box;
 use std::time::Instant;
 
 /// The median over 7 timings of `chains(iters)`, which does `flops_per_iter` FLOP
-/// per iteration, in GFLOP/s.
-fn median_rate(iters: u64, flops_per_iter: u64, chains: impl Fn(u64) -> f32) -> f64 {
+/// per iteration, in GFLOP/s; `iters` is first doubled until one timing takes 20 ms, so
+/// that the measurement costs the same few hundred milliseconds in any build (an
+/// unoptimised one runs the chains a hundred times slower, and its rate means nothing).
+fn median_rate(flops_per_iter: u64, chains: impl Fn(u64) -> f32) -> f64 {
+    let time = |iters: u64| {
+        let t = Instant::now();
+        black_box(chains(black_box(iters)));
+        t.elapsed().as_secs_f64()
+    };
+    let mut iters = 1 << 12;
+    while iters < 1 << 40 && time(iters) < 0.02 {
+        iters *= 2;
+    }
     let mut rates: Vec<f64> = (0..7)
-        .map(|_| {
-            let t = Instant::now();
-            black_box(chains(black_box(iters)));
-            (iters * flops_per_iter) as f64 / t.elapsed().as_secs_f64() / 1e9
-        })
+        .map(|_| (iters * flops_per_iter) as f64 / time(iters) / 1e9)
         .collect();
     rates.sort_by(f64::total_cmp);
     rates[rates.len() / 2]
@@ -45,7 +52,7 @@ pub fn fma256_gflops() -> Option<f64> {
         return None;
     }
     // SAFETY: AVX2 and FMA were detected above.
-    Some(median_rate(20_000_000, 12 * 16, |n| unsafe {
+    Some(median_rate(12 * 16, |n| unsafe {
         chains(n, black_box(1e-7))
     }))
 }
@@ -75,7 +82,7 @@ pub fn fma512_gflops() -> Option<f64> {
         return None;
     }
     // SAFETY: AVX-512F was detected above.
-    Some(median_rate(10_000_000, 24 * 32, |n| unsafe {
+    Some(median_rate(24 * 32, |n| unsafe {
         chains(n, black_box(1e-7))
     }))
 }
