@@ -44,8 +44,8 @@ TEST_FEATURES := --features cuda,openblas
 # runs in release.
 RUST_TESTS := $(TEST_FEATURES) --lib --bins --test it --test tools --test cpu_run_allocations
 
-.PHONY: check test test-lint test-data test-models test-zoo test-rust test-portable \
-  test-cuda test-capi test-python test-cmake test-valgrind
+.PHONY: check test test-lint test-data test-models test-zoo test-build test-rust \
+  test-portable test-cuda test-capi test-python test-cmake test-valgrind
 
 # The quick tier, before a commit: format, the lints, the unit tests, every suite but the
 # tests below, and the C ABI smoke test. What it leaves out
@@ -66,11 +66,15 @@ check: deps lint
 	$(CARGO) test $(RUST_TESTS) --test cuda -- $(addprefix --skip ,$(SLOW_TESTS))
 	scripts/test-capi.sh smoke
 
-# Every test, stage by stage; each stage is a target of its own (`make test-zoo`), and
-# the wall time of each is printed at the end, failed or not (scripts/stages.sh).
-TEST_STAGES := lint data models zoo rust portable cuda capi python cmake valgrind
+# Every test, stage by stage in two lanes side by side (scripts/stages.sh: `rust` waits
+# for the data and models of the other lane); each stage is a target of its own
+# (`make test-zoo`), and the wall time of each is printed at the end, failed or not.
+# What the system must have is installed first, once, not by two lanes at a time.
+TEST_LANES := "lint build rust:data,models portable cuda capi valgrind" \
+  "data models zoo python cmake"
 test:
-	@scripts/stages.sh $(TEST_STAGES)
+	@scripts/ensure-deps.sh --pictures
+	@scripts/stages.sh $(TEST_LANES)
 
 # Format and lints over the workspace (the library and the Python bindings): every target
 # with every feature, then the library alone with its default features (what the code
@@ -99,6 +103,10 @@ test-models: deps
 test-zoo: deps
 	scripts/model-zoo.sh
 	KILN_REQUIRE=$${CI:+zoo} $(CARGO) test --release --test zoo
+
+# The debug build that every Rust suite, the C tests and the valgrind run share.
+test-build: deps
+	$(CARGO) test $(RUST_TESTS) --test cuda --no-run
 
 # The Rust suites; snapshots must match and no .snap.new may be left.
 test-rust: test-data
