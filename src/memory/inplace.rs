@@ -169,23 +169,20 @@ mod tests {
         assert_eq!(rule("NoSuchOp"), InPlace::No);
     }
 
-    /// The rule as op names, before it was a schema field.
-    fn old_rule(op: &str) -> InPlace {
-        match op {
-            "Fused" => InPlace::AnySameShape,
-            "FusedConv" => InPlace::InputSameShape(3),
-            "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity" => InPlace::View,
-            _ if crate::ir::ops::lookup(op).map(|o| o.schema().family) == Some("elementwise") => {
-                InPlace::AnySameShape
-            }
-            _ => InPlace::No,
-        }
-    }
-
+    /// Every elementwise op may overwrite a same-shape input; of the rest only `Fused`,
+    /// `FusedConv` and the views reuse a buffer.
     #[test]
-    fn schema_rule_is_the_old_name_rule() {
-        for &name in crate::ir::ops::catalogue().keys() {
-            assert_eq!(rule(name), old_rule(name), "{name}");
+    fn schema_rules() {
+        let views = ["Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"];
+        for (&name, op) in crate::ir::ops::catalogue() {
+            let expected = match name {
+                "Fused" => InPlace::AnySameShape,
+                "FusedConv" => InPlace::InputSameShape(3),
+                _ if views.contains(&name) => InPlace::View,
+                _ if op.schema().family == "elementwise" => InPlace::AnySameShape,
+                _ => InPlace::No,
+            };
+            assert_eq!(rule(name), expected, "{name}");
         }
     }
 }

@@ -4,7 +4,7 @@
 //! Names, inputs, attributes and semantics follow ONNX where ONNX has the op (latest
 //! opset: e.g. `Reshape`'s shape, `Slice`'s starts and `ReduceSum`'s axes are inputs),
 //! so that the ONNX importer needs no translation table for the common case. Kiln-only
-//! ops and attributes (named axes: `axis_names`, `Dot`) are marked so in their docs.
+//! ops (`Origin::Kiln`) and attributes (named axes: `axis_names`, `Dot`) say so in docs.
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
