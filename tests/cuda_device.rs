@@ -386,6 +386,8 @@ fn external_ops_run_their_cuda_callback_or_are_refused_by_name() {
                         outputs: &["y"],
                         attrs: &[],
                         doc: "records its CUDA calls",
+                        in_place: kiln::ir::ops::InPlace::No,
+                        origin: kiln::ir::ops::Origin::Onnx,
                     },
                     kernels: Kernels {
                         buffers: None,

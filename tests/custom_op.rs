@@ -40,6 +40,8 @@ fn swish(name: &'static str, pure: bool, panic_in: Option<&'static str>) -> Arc<
             outputs: &["y"],
             attrs: &[],
             doc: "test swish",
+            in_place: kiln::ir::ops::InPlace::No,
+            origin: kiln::ir::ops::Origin::Onnx,
         },
         pure,
         evals: AtomicUsize::new(0),

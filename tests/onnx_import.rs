@@ -447,18 +447,14 @@ fn attr_float(name: &str, v: f32) -> proto::AttributeProto {
     }
 }
 
-/// Kiln's own ops (what the passes build, the graph's sources and state, the Kiln-only
-/// ops) are never read from a model: each is an error naming the node.
+/// Kiln's own ops (what the passes build, the graph's sources and state, Kiln's
+/// extensions: the schema's `origin`) are never read from a model: each is an error naming the node.
 #[test]
 fn kiln_internal_ops_are_refused_by_name() {
     let internal: Vec<&str> = kiln::ir::ops::catalogue()
         .values()
         .map(|op| op.schema())
-        .filter(|s| {
-            matches!(s.family, "fused" | "layout" | "state")
-                || (s.family == "source" && s.name != "Constant")
-                || s.doc.starts_with("Kiln-only")
-        })
+        .filter(|s| s.origin == kiln::ir::ops::Origin::Kiln)
         .map(|s| s.name)
         .collect();
     for op in [
@@ -1618,6 +1614,8 @@ const SCALED_SWISH: kiln::ir::ops::OpSchema = kiln::ir::ops::OpSchema {
     outputs: &["y"],
     attrs: &[],
     doc: "x * sigmoid(beta * x)",
+    in_place: kiln::ir::ops::InPlace::No,
+    origin: kiln::ir::ops::Origin::Onnx,
 };
 
 impl kiln::ir::ops::Op for ScaledSwish {

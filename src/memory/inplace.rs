@@ -4,34 +4,11 @@
 use super::liveness::Liveness;
 use crate::ir::{Graph, NodeId};
 
-/// Which inputs of an op an output may overwrite.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InPlace {
-    /// None: the op reads its inputs while writing in an order that forbids it.
-    No,
-    /// Any input of exactly the output's shape: elementwise ops and `Fused` elementwise
-    /// chains (a broadcast input is read many times per written element, so it cannot
-    /// be overwritten).
-    AnySameShape,
-    /// Only the given input, of exactly the output's shape (`FusedConv`'s residual, 3),
-    /// and only when that value is not also another operand of the node.
-    InputSameShape(usize),
-    /// Input 0 whatever its shape: the output is a view of it (`Reshape`, `Flatten`,
-    /// `Squeeze`, `Unsqueeze`, `Identity`).
-    View,
-}
+pub use crate::ir::ops::InPlace;
 
 /// The in-place rule of the op called `op`.
 pub(crate) fn rule(op: &str) -> InPlace {
-    match op {
-        "Fused" => InPlace::AnySameShape,
-        "FusedConv" => InPlace::InputSameShape(3),
-        "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity" => InPlace::View,
-        _ if crate::ir::ops::lookup(op).map(|o| o.schema().family) == Some("elementwise") => {
-            InPlace::AnySameShape
-        }
-        _ => InPlace::No,
-    }
+    crate::ir::ops::lookup(op).map_or(InPlace::No, |o| o.schema().in_place)
 }
 
 /// The in-place rule of op `op` in graph `g`: [`rule`], and for a registered op the
@@ -190,5 +167,22 @@ mod tests {
         assert_eq!(rule("Conv"), InPlace::No);
         assert_eq!(rule("MatMul"), InPlace::No);
         assert_eq!(rule("NoSuchOp"), InPlace::No);
+    }
+
+    /// Every elementwise op may overwrite a same-shape input; of the rest only `Fused`,
+    /// `FusedConv` and the views reuse a buffer.
+    #[test]
+    fn schema_rules() {
+        let views = ["Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"];
+        for (&name, op) in crate::ir::ops::catalogue() {
+            let expected = match name {
+                "Fused" => InPlace::AnySameShape,
+                "FusedConv" => InPlace::InputSameShape(3),
+                _ if views.contains(&name) => InPlace::View,
+                _ if op.schema().family == "elementwise" => InPlace::AnySameShape,
+                _ => InPlace::No,
+            };
+            assert_eq!(rule(name), expected, "{name}");
+        }
     }
 }

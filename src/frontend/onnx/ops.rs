@@ -65,13 +65,10 @@ const DEFINED_BEFORE_OPSET_7: &[(&str, i64)] = &[
     ("Transpose", 1), ("Unsqueeze", 1),
 ];
 
-/// Whether a model may not name this catalogue op: the graph's own sources and state (a
-/// model's inputs and weights come from its graph, not from nodes), the forms the passes
-/// build (families `fused` and `layout`), and every op the catalogue marks "Kiln-only".
+/// Whether a model may not name this catalogue op: the schema says Kiln makes it (the
+/// graph's sources and state, the forms the passes build, Kiln's extensions).
 pub(crate) fn kiln_internal(schema: &ops::OpSchema) -> bool {
-    matches!(schema.family, "fused" | "layout" | "state")
-        || (schema.family == "source" && schema.name != "Constant")
-        || schema.doc.starts_with("Kiln-only")
+    schema.origin == ops::Origin::Kiln
 }
 
 /// What `convert` needs to know of the ONNX node besides its operands.
@@ -503,4 +500,44 @@ fn constant_value(attrs: Attrs, tensors: HashMap<String, Tensor>) -> Result<Tens
         None => return Err(Error::Graph("Constant has no value".into())),
     };
     Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Exactly these catalogue ops are Kiln's own (the set the family and doc-prefix rule
+    /// chose before `origin` existed), and every op of the families only Kiln makes is.
+    #[test]
+    fn internal_ops() {
+        let internal: Vec<&str> = ops::catalogue()
+            .values()
+            .map(|o| o.schema())
+            .filter(|s| kiln_internal(s))
+            .map(|s| s.name)
+            .collect();
+        let expected = [
+            "Assign",
+            "Dot",
+            "DynamicQuantizeLSTM",
+            "Fused",
+            "FusedConv",
+            "FusedConvInteger",
+            "FusedMatMul",
+            "MseLoss",
+            "Parameter",
+            "Reorder",
+            "Silu",
+            "Variable",
+        ];
+        assert_eq!(internal, expected);
+        for op in ops::catalogue().values() {
+            let s = op.schema();
+            if matches!(s.family, "fused" | "layout" | "state")
+                || (s.family == "source" && s.name != "Constant")
+            {
+                assert_eq!(s.origin, ops::Origin::Kiln, "{}", s.name);
+            }
+        }
+    }
 }

@@ -5,6 +5,7 @@
 //!
 //! One op rather than a decomposition: a backend lowers it to a fused kernel, and the
 //! reference below is the ONNX reference's arithmetic in f64, rounded once.
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{concatenate, ArrayD, Axis, IxDyn};
 
 use super::util::same_dtype;
@@ -51,6 +52,8 @@ const ATTENTION: OpSchema = OpSchema {
           nonpad_kv_seqlen[b]. Rows with every key masked give 0. qk_matmul_output is \
           the scores (mode 0/1, after softcap), with the bias (2) or the softmax (3), \
           as the ONNX reference computes them. Always has all four outputs.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// The head layout of one call, from the inputs' shapes and attributes.
@@ -441,6 +444,8 @@ const ROTARY_EMBEDDING: OpSchema = OpSchema {
           or [B, S, H*D] with num_heads) by the angles whose cosines and sines are the \
           caches ([B, S, dim/2], or rows picked by position_ids [B, S]): pairs are the two \
           halves, or neighbours when interleaved.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for RotaryEmbedding {

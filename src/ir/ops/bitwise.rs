@@ -3,6 +3,7 @@
 use super::elementwise::zip_broadcast;
 use super::util::{out, same_dtype};
 use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::ops::{InPlace, Origin};
 use crate::ir::shape::broadcast_shapes;
 use crate::ir::{AttrKind, DType, TensorType};
 use crate::tensor::Tensor;
@@ -107,6 +108,8 @@ const NOT: OpSchema = OpSchema {
     outputs: &["Y"],
     attrs: &[],
     doc: "Flips every bit.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for Not {
@@ -141,6 +144,8 @@ fn binary(
             outputs: &["C"],
             attrs,
             doc,
+            in_place: InPlace::No,
+            origin: Origin::Onnx,
         },
         kind,
     })

@@ -9,6 +9,7 @@
 //! translates the body's result types into the parent: a body symbol bound by a
 //! parameter becomes the operand's dim; any other symbolic dim, or one that differs
 //! between branches or iterations, becomes a fresh symbol of the node.
+use crate::ir::ops::{InPlace, Origin};
 use std::collections::HashMap;
 
 use ndarray::{ArrayD, Axis as NdAxis};
@@ -369,6 +370,8 @@ const IF: OpSchema = OpSchema {
     doc: "Runs `then_branch` if the one-element bool `cond` is true, else `else_branch`; \
           both take the captures and must give results of the same dtypes. A result whose \
           rank differs between the branches has an unknown rank until `cond` is a constant.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for If {
@@ -460,6 +463,8 @@ const LOOP: OpSchema = OpSchema {
           takes (iteration, cond, carried..., captures...) and gives (cond, carried..., \
           scan outputs...); the results are the final carried values, then each scan \
           output stacked on a new leading axis.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// Loop's operands: how many carried values and captures.
@@ -655,6 +660,8 @@ const SCAN: OpSchema = OpSchema {
           the state: the body takes (state..., one slice of each scan input..., \
           captures...) and gives (state..., scan outputs...); the results are the final \
           state, then the scan outputs stacked along their axes (ONNX opset 9+).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// Scan's layout: how many state values, scan inputs and captures; each scan input's

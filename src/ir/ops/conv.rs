@@ -1,6 +1,7 @@
 //! Convolutions: Conv and ConvTranspose over 1-D, 2-D and 3-D (any rank, in fact), with
 //! groups, strides, dilations and explicit or automatic padding, as ONNX defines them.
 //! The window geometry here is shared with the pools.
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, Dimension, IxDyn};
 
 use super::util::{out, same_dtype};
@@ -219,6 +220,8 @@ const CONV: OpSchema = OpSchema {
     outputs: &["Y"],
     attrs: &CONV_ATTRS,
     doc: "Cross-correlation of X [N, C, D1, ...] with W [M, C/group, k1, ...], plus B [M].",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 fn spatial(x: &TensorType) -> Vec<Option<usize>> {
@@ -381,6 +384,8 @@ const CONV_TRANSPOSE: OpSchema = OpSchema {
     doc: "The transpose (gradient) of Conv: X [N, C, D1, ...], W [C, M/group, k1, ...], \
           output size s*(in-1) + output_padding + (k-1)*d + 1 - pads, or output_shape \
           with the padding split as ONNX says.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// Per spatial axis: (output size, pad_begin) for input size `n`.

@@ -11,6 +11,7 @@
 //!
 //! The registry is a `std::sync::RwLock` over a `BTreeMap`: lookups (every node added,
 //! every graph imported) share the read lock, (un)registration takes the write lock.
+use crate::ir::ops::{InPlace, Origin};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -126,6 +127,8 @@ pub fn registered_schema(name: &str, inputs: &[String], outputs: &[String], doc:
         outputs: intern_list(&outputs),
         attrs: &[],
         doc: intern(doc),
+        in_place: InPlace::No,
+        origin: Origin::Onnx,
     }
 }
 

@@ -3,6 +3,7 @@
 //!
 //! Reference semantics: floats compute in f64 and round once to their dtype; integers
 //! compute in i64 and wrap to theirs (see `Tensor::to_f64_array`).
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, IxDyn, Zip};
 
 use super::util::{out, same_dtype};
@@ -96,12 +97,20 @@ fn one_input_schema(name: &'static str, doc: &'static str, attrs: &'static [Attr
         outputs: &["Y"],
         attrs,
         doc,
+        in_place: InPlace::AnySameShape,
+        origin: Origin::Onnx,
     }
 }
 
 impl Unary {
     fn op(self) -> &'static dyn Op {
         leak(self)
+    }
+
+    /// Marks a Kiln extension, which no model may name.
+    fn kiln(mut self) -> Unary {
+        self.schema.origin = Origin::Kiln;
+        self
     }
 
     fn new(
@@ -286,11 +295,17 @@ fn unary_ops() -> Vec<&'static dyn Op> {
         simple("HardSwish", "x · max(0, min(1, x/6 + 1/2)).", |x, _| {
             x * (x / 6.0 + 0.5).clamp(0.0, 1.0)
         }),
-        simple(
+        Unary::new(
             "Silu",
             "Kiln-only: x · sigmoid(x) (SiLU), what the recognize pass makes of x * Sigmoid(x).",
+            &[],
+            FLOAT,
+            no_params,
             |x, _| x * sigmoid(x),
-        ),
+            None,
+        )
+        .kiln()
+        .op(),
         Unary::new(
             "LeakyRelu",
             "x if x ≥ 0 else alpha·x; alpha defaults to 0.01.",
@@ -596,6 +611,8 @@ fn binary(
             outputs: &["C"],
             attrs: &[],
             doc,
+            in_place: InPlace::AnySameShape,
+            origin: Origin::Onnx,
         },
         kind,
         float,
@@ -775,6 +792,8 @@ const POW: OpSchema = OpSchema {
     outputs: &["Z"],
     attrs: &[],
     doc: "X^Y; Y may have another numeric dtype. Integer X with negative Y truncates.",
+    in_place: InPlace::AnySameShape,
+    origin: Origin::Onnx,
 };
 
 impl Op for Pow {
@@ -816,6 +835,8 @@ const MOD: OpSchema = OpSchema {
     outputs: &["C"],
     attrs: &[AttrSpec::opt("fmod", AttrKind::Int, "0")],
     doc: "Remainder. fmod = 0: sign of the divisor (Python's %); fmod = 1: sign of the dividend (C's fmod).",
+    in_place: InPlace::AnySameShape,
+    origin: Origin::Onnx,
 };
 
 impl Op for Mod {
@@ -878,6 +899,8 @@ const PRELU: OpSchema = OpSchema {
     outputs: &["Y"],
     attrs: &[],
     doc: "x if x ≥ 0 else slope·x; slope broadcasts to X.",
+    in_place: InPlace::AnySameShape,
+    origin: Origin::Onnx,
 };
 
 impl Op for PRelu {
@@ -928,6 +951,8 @@ fn variadic(
             outputs: &["result"],
             attrs: &[],
             doc,
+            in_place: InPlace::AnySameShape,
+            origin: Origin::Onnx,
         },
         float,
         int,
@@ -1003,6 +1028,8 @@ const WHERE: OpSchema = OpSchema {
     outputs: &["output"],
     attrs: &[],
     doc: "X where condition else Y; all three broadcast together.",
+    in_place: InPlace::AnySameShape,
+    origin: Origin::Onnx,
 };
 
 impl Op for Where {
@@ -1053,6 +1080,8 @@ const CLIP: OpSchema = OpSchema {
     outputs: &["output"],
     attrs: &[],
     doc: "input limited to [min, max]; min and max are optional scalars of input's dtype.",
+    in_place: InPlace::AnySameShape,
+    origin: Origin::Onnx,
 };
 
 impl Op for Clip {

@@ -13,6 +13,7 @@
 //! and blocks the result.
 use super::conv::CONV_ATTRS;
 use super::{layout, leak, lookup, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::ops::{InPlace, Origin};
 use crate::ir::{Attr, AttrKind, Attrs, DType, TensorType};
 use crate::tensor::Tensor;
 
@@ -286,6 +287,8 @@ const FUSED_CONV: OpSchema = OpSchema {
           Conv's attributes; Z (the residual) has Y's shape. With block > 0 (the layout \
           pass) X, Z and Y are in the blocked layout, W and B stay plain; with plain_x = 1 \
           too, X stays plain (blocking a 1- or 3-channel image would pad it to b lanes).",
+    in_place: InPlace::InputSameShape(3),
+    origin: Origin::Kiln,
 };
 
 impl Op for FusedConv {
@@ -397,6 +400,8 @@ const FUSED_MATMUL: OpSchema = OpSchema {
     doc: "Kiln-only, made by the simplify and fuse-epilogue passes: Y = activation(\
           MatMul(A', B') + bias + Z), where A' and B' are A and B with their last two \
           axes swapped if transA / transB. bias broadcasts to the product; Z has Y's shape.",
+    in_place: InPlace::No,
+    origin: Origin::Kiln,
 };
 
 /// `t` with its last two axes swapped.
@@ -497,6 +502,8 @@ const FUSED_CONV_INTEGER: OpSchema = OpSchema {
           dequantized, Y = activation(f32(ConvInteger(x, w, x_zero_point, w_zero_point) + \
           bias) * scale + Z). ConvInteger's attributes; bias is i32 and broadcasts into \
           the integer output, scale is f32 and broadcasts into Y, Z has Y's shape.",
+    in_place: InPlace::No,
+    origin: Origin::Kiln,
 };
 
 /// The catalogue's `Cast` to f32.
@@ -692,6 +699,8 @@ const FUSED: OpSchema = OpSchema {
           N), tN (step N's result) or _ (omitted); the last step is output 0, and the steps \
           listed in outputs are outputs 1, 2, … (results that other nodes read too). A \
           backend compiles it into one loop over the output.",
+    in_place: InPlace::AnySameShape,
+    origin: Origin::Kiln,
 };
 
 impl Op for Fused {

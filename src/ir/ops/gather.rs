@@ -4,6 +4,7 @@
 //! Index operands may be i32 or i64 and negative (counting from the end); an index out
 //! of range is a run-time error naming it. The helpers that check and resolve indices
 //! are shared with [`super::scatter`].
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, IxDyn};
 
 use super::util::{out, remap};
@@ -49,6 +50,8 @@ const GATHER: OpSchema = OpSchema {
     attrs: AXIS0,
     doc: "Picks slices of `data` along `axis` at `indices`: output shape is \
           data[:axis] + indices + data[axis+1:].",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for Gather {
@@ -102,6 +105,8 @@ const GATHER_ELEMENTS: OpSchema = OpSchema {
     attrs: AXIS0,
     doc: "output[i] = data[i with its `axis` coordinate replaced by indices[i]]; indices \
           has data's rank.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 pub(super) fn same_rank(x: &TensorType, idx: &TensorType) -> Result<(), String> {
@@ -161,6 +166,8 @@ const GATHER_ND: OpSchema = OpSchema {
     attrs: &[AttrSpec::opt("batch_dims", AttrKind::Int, "0")],
     doc: "Slices of `data` at the index tuples in the last axis of `indices`: output is \
           indices[:-1] + data[batch_dims + indices[-1]:]; the first batch_dims axes are shared.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for GatherNd {

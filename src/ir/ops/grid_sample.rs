@@ -2,6 +2,7 @@
 //! grid [N, O1, ..., r] (x first, the last spatial axis), by nearest, linear or cubic
 //! interpolation, with zeros, border or reflection padding. The reference follows the
 //! ONNX reference implementation point by point, in f64.
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, Dimension, IxDyn};
 
 use super::resize::{cubic_weights, interpolation_mode, Mode};
@@ -25,6 +26,8 @@ const GRID_SAMPLE: OpSchema = OpSchema {
           last spatial axis first; align_corners maps -1 and 1 to the corner pixels' \
           centres). mode nearest | linear | cubic (Keys, a = -0.75); padding_mode zeros \
           | border | reflection for points outside.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 #[derive(Clone, Copy, PartialEq)]
@@ -227,6 +230,8 @@ const AFFINE_GRID: OpSchema = OpSchema {
     doc: "The normalized coordinates, theta [N, 2, 3] (or [N, 3, 4]) times (x, y[, z], 1), \
           of every pixel of an output of size [N, C, H, W] (or [N, C, D, H, W]): grid \
           [N, H, W, 2] (or [N, D, H, W, 3]) for GridSample.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for AffineGrid {

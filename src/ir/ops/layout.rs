@@ -9,6 +9,7 @@
 //! maps 0 to nonzero (Sigmoid) may leave anything there, and a blocked pool pools them
 //! like channels.
 use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::ops::{InPlace, Origin};
 use crate::ir::{AttrKind, Dim, Shape, TensorType};
 use crate::match_tensor;
 use crate::tensor::{Elem, Tensor};
@@ -127,6 +128,8 @@ const REORDER: OpSchema = OpSchema {
     doc: "Kiln-only, made by the layout pass: to = blocked turns [N, C, spatial...] into \
           [N, ceil(C/block), spatial..., block] (NCHW16c for block 16); to = plain turns \
           it back, keeping `channels` channels. Pad lanes are unspecified.",
+    in_place: InPlace::No,
+    origin: Origin::Kiln,
 };
 
 /// (to blocked?, block, channels) from a Reorder's attributes.

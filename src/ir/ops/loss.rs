@@ -1,5 +1,6 @@
 //! Losses: NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (opset 13 forms), and
 //! the Kiln-only MseLoss.
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, Axis, Dimension, IxDyn};
 
 use super::util::require_dtype;
@@ -99,6 +100,8 @@ const NLL: OpSchema = OpSchema {
     attrs: LOSS_ATTRS,
     doc: "-input[n, target[n, d...], d...] * weight[target], reduced by none, sum or the \
           weighted mean; targets equal to ignore_index count for nothing.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for NllLoss {
@@ -127,6 +130,8 @@ const SCE: OpSchema = OpSchema {
     attrs: LOSS_ATTRS,
     doc: "NegativeLogLikelihoodLoss of LogSoftmax(scores) over axis 1; always has the \
           log_prob output.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for SoftmaxCrossEntropy {
@@ -165,6 +170,8 @@ const MSE: OpSchema = OpSchema {
     doc: "Kiln-only. (prediction − target)², of two float tensors of the same type and \
           shape (no broadcasting, so that a shape slip is an error, not a silently wrong \
           loss), reduced by none, sum or mean over all elements.",
+    in_place: InPlace::No,
+    origin: Origin::Kiln,
 };
 
 impl Op for MseLoss {

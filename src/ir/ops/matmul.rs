@@ -2,6 +2,7 @@
 //! contracts the axes its operands share by name; and Det.
 //!
 //! Reference semantics: floats compute in f64 and round once; integers in i64.
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, IxDyn};
 
 use super::util::{out, same_dtype};
@@ -122,6 +123,8 @@ const MATMUL: OpSchema = OpSchema {
     attrs: &[],
     doc: "Matrix product with numpy semantics: 1-D operands are promoted and the added \
           axis removed, leading (batch) axes broadcast.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// The MatMul output shape of `a` × `b` (numpy rules), names kept.
@@ -263,6 +266,8 @@ const GEMM: OpSchema = OpSchema {
     ],
     doc: "Y = alpha * A' * B' + beta * C, A' and B' optionally transposed 2-D matrices; \
           C broadcasts to [M, N].",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for Gemm {
@@ -339,6 +344,8 @@ const EINSUM: OpSchema = OpSchema {
     doc: "Einstein summation, e.g. \"bhqd,bhkd->bhqk\" or \"bi,oij,bj->bo\": letters label \
           axes, a repeated letter takes a diagonal, letters absent from the output are \
           summed, '...' broadcasts. Without '->' the output is the letters used once, sorted.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// A parsed equation: per operand its labels (letters, or `None` for the ellipsis), and
@@ -551,6 +558,8 @@ const DOT: OpSchema = OpSchema {
     attrs: &[],
     doc: "Kiln-only. Contracts every axis the operands share by name; the output has A's \
           other axes then B's, names kept. Both operands need axis names.",
+    in_place: InPlace::No,
+    origin: Origin::Kiln,
 };
 
 /// Per operand, which axes are contracted (by position in the other operand).
@@ -656,6 +665,8 @@ const DET: OpSchema = OpSchema {
     outputs: &["Y"],
     attrs: &[],
     doc: "Determinant of each square matrix X[..., M, M] (by LU with partial pivoting).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// The determinant of the row-major `m` x `m` matrix `a` (consumed).

@@ -4,6 +4,7 @@
 //! ONNX's integer type codes onto these names.
 use super::util::out;
 use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::ops::{InPlace, Origin};
 use crate::ir::{AttrKind, Attrs, DType, TensorType};
 use crate::tensor::{lowbit, Tensor};
 
@@ -19,6 +20,8 @@ const CAST: OpSchema = OpSchema {
           truncate toward zero and saturate (NaN gives 0), integers wrap like a C cast, \
           anything to bool is != 0; to the 4- and 2-bit integers, floats truncate and wrap. \
           Floats round to nearest even into float8/float4.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 const SATURATE: AttrSpec = AttrSpec::opt(
@@ -87,6 +90,8 @@ const CAST_LIKE: OpSchema = OpSchema {
     outputs: &["output"],
     attrs: &[SATURATE, ROUND_MODE],
     doc: "Cast to the dtype of `target_type` (whose values are not read).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for CastLike {
@@ -120,6 +125,8 @@ const BIT_CAST: OpSchema = OpSchema {
     outputs: &["output"],
     attrs: &[AttrSpec::req("to", AttrKind::String)],
     doc: "Reinterprets the bits as dtype `to` of the same size (\"f32\" <-> \"i32\", ...).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for BitCast {
@@ -161,6 +168,8 @@ const SHRINK: OpSchema = OpSchema {
         AttrSpec::opt("lambd", AttrKind::Float, "0.5"),
     ],
     doc: "x + bias where x < -lambd, x - bias where x > lambd, 0 elsewhere.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for Shrink {
@@ -259,6 +268,8 @@ fn window(name: &'static str, doc: &'static str, terms: [f64; 3]) -> &'static dy
             outputs: &["output"],
             attrs: WINDOW_ATTRS,
             doc,
+            in_place: InPlace::No,
+            origin: Origin::Onnx,
         },
         terms,
     })

@@ -4,7 +4,7 @@
 //! Names, inputs, attributes and semantics follow ONNX where ONNX has the op (latest
 //! opset: e.g. `Reshape`'s shape, `Slice`'s starts and `ReduceSum`'s axes are inputs),
 //! so that the ONNX importer needs no translation table for the common case. Kiln-only
-//! ops and attributes (named axes: `axis_names`, `Dot`) are marked so in their docs.
+//! ops (`Origin::Kiln`) and attributes (named axes: `axis_names`, `Dot`) say so in docs.
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
@@ -87,6 +87,38 @@ pub struct OpSchema {
     pub outputs: &'static [&'static str],
     pub attrs: &'static [AttrSpec],
     pub doc: &'static str,
+    /// Which inputs an output may overwrite: the memory planner's in-place reuse.
+    pub in_place: InPlace,
+    /// Whether a model may name the op or only Kiln makes it.
+    pub origin: Origin,
+}
+
+/// Which inputs of an op an output may overwrite. Part of the schema so that a new op
+/// states it where it is defined, not in the memory planner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InPlace {
+    /// None: the op reads its inputs while writing in an order that forbids it.
+    No,
+    /// Any input of exactly the output's shape: elementwise ops and `Fused` elementwise
+    /// chains (a broadcast input is read many times per written element, so it cannot
+    /// be overwritten).
+    AnySameShape,
+    /// Only the given input, of exactly the output's shape (`FusedConv`'s residual, 3),
+    /// and only when that value is not also another operand of the node.
+    InputSameShape(usize),
+    /// Input 0 whatever its shape: the output is a view of it (`Reshape`, `Flatten`,
+    /// `Squeeze`, `Unsqueeze`, `Identity`).
+    View,
+}
+
+/// Who may create a node of an op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A standard op (ONNX's, or ONNX-ML's) that an imported model may name.
+    Onnx,
+    /// Kiln's own: what the passes build, the graph's sources (but `Constant`) and state,
+    /// and Kiln's extensions (`Dot`, `Silu`, `MseLoss`, …). The ONNX importer refuses it.
+    Kiln,
 }
 
 impl OpSchema {

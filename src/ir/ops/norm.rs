@@ -2,6 +2,7 @@
 //! (inference form), LayerNormalization, InstanceNormalization, LpNormalization.
 //!
 //! Reference semantics: every op here takes floats and computes in f64.
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, Axis, IxDyn};
 
 use super::util::{out, require_dtype, same_dtype};
@@ -85,6 +86,8 @@ fn softmax(name: &'static str, doc: &'static str, kind: Kind) -> &'static dyn Op
             outputs: &["output"],
             attrs: AXIS_LAST,
             doc,
+            in_place: InPlace::No,
+            origin: Origin::Onnx,
         },
         kind,
     })
@@ -106,6 +109,8 @@ const BATCH_NORM: OpSchema = OpSchema {
     ],
     doc: "Inference form: Y = (X - mean) / sqrt(var + epsilon) * scale + B, per channel \
           (axis 1) of X [N, C, ...].",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// Checks that `t` is a 1-D vector whose length can be channel dim `c`.
@@ -182,6 +187,8 @@ const LAYER_NORM: OpSchema = OpSchema {
           Scale + B, Scale and B broadcasting to those axes. Always has all three outputs; \
           Mean and InvStdDev are f32 (stash_type 1) or X's dtype, with the normalized \
           axes kept as 1.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for LayerNorm {
@@ -282,6 +289,8 @@ const RMS_NORM: OpSchema = OpSchema {
     ],
     doc: "Y = X / sqrt(mean(X^2) + epsilon) * scale over the axes from `axis` to the last; \
           scale broadcasts to those axes.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for RmsNorm {
@@ -341,6 +350,8 @@ const INSTANCE_NORM: OpSchema = OpSchema {
     attrs: &[AttrSpec::opt("epsilon", AttrKind::Float, "1e-5")],
     doc: "Normalizes each (sample, channel) over the spatial axes of [N, C, D1, ...], then \
           scales and shifts per channel.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for InstanceNorm {
@@ -404,6 +415,8 @@ const LRN: OpSchema = OpSchema {
     ],
     doc: "Local response normalization across channels of [N, C, ...]: x / (bias + alpha / \
           size * sum of squares over the `size` nearest channels)^beta.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for Lrn {
@@ -462,6 +475,8 @@ const LP_NORM: OpSchema = OpSchema {
         AttrSpec::opt("p", AttrKind::Int, "2"),
     ],
     doc: "Divides by the L1 or L2 norm along `axis`.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for LpNorm {

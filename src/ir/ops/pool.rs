@@ -7,6 +7,7 @@
 //! b]` (see `layout.rs`). A pool acts on each channel alone, so the reference is
 //! unblock (every lane, pad lanes included, as a channel), plain pool, block: the
 //! pad lanes of the output are the pool of the input's (unspecified) pad lanes.
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, Dimension, IxDyn};
 
 use super::conv::{windows, Window};
@@ -425,6 +426,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
                 attrs: MAX_POOL_ATTRS,
                 doc: "Maximum over each window; padding never wins. Always has the Indices \
                       output (i64 flat indices into X, as ONNX defines them).",
+                in_place: InPlace::No,
+                origin: Origin::Onnx,
             },
             kind: Kind::Max,
         }),
@@ -437,6 +440,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
                 attrs: AVERAGE_POOL_ATTRS,
                 doc: "Mean over each window: of the input elements only, or with \
                       count_include_pad of the explicit padding too.",
+                in_place: InPlace::No,
+                origin: Origin::Onnx,
             },
             kind: Kind::Average,
         }),
@@ -448,6 +453,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
                 outputs: &["Y"],
                 attrs: LP_POOL_ATTRS,
                 doc: "The p-norm of each window, (sum |x|^p)^(1/p); padding adds nothing.",
+                in_place: InPlace::No,
+                origin: Origin::Onnx,
             },
             kind: Kind::Lp,
         }),
@@ -459,6 +466,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
                 outputs: &["Y"],
                 attrs: GLOBAL_LP_POOL_ATTRS,
                 doc: "The p-norm over all spatial axes, kept as size 1.",
+                in_place: InPlace::No,
+                origin: Origin::Onnx,
             },
             kind: Kind::Lp,
         }),
@@ -470,6 +479,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
                 outputs: &["Y"],
                 attrs: &[BLOCK_ATTR],
                 doc: "Mean over all spatial axes, kept as size 1.",
+                in_place: InPlace::No,
+                origin: Origin::Onnx,
             },
             kind: Kind::Average,
         }),
@@ -481,6 +492,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
                 outputs: &["Y"],
                 attrs: &[BLOCK_ATTR],
                 doc: "Maximum over all spatial axes, kept as size 1.",
+                in_place: InPlace::No,
+                origin: Origin::Onnx,
             },
             kind: Kind::Max,
         }),

@@ -3,6 +3,7 @@
 //! (int4/int2 included) rounds half to even and saturates to it; quantizing to float8
 //! or float4 rounds `x / scale` to nearest even in that format (the zero point only
 //! shifts float4, as ONNX's reference does).
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, Dimension, IxDyn};
 
 use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
@@ -131,6 +132,8 @@ const QUANTIZE: OpSchema = OpSchema {
     attrs: ATTRS,
     doc: "y = saturate(round_half_even(x / y_scale) + y_zero_point), of the zero point's \
           dtype (u8 without one).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// The `precision` attribute: the type `x / y_scale` is computed in.
@@ -215,6 +218,8 @@ const DEQUANTIZE: OpSchema = OpSchema {
     outputs: &["y"],
     attrs: ATTRS,
     doc: "y = (x - x_zero_point) * x_scale, of the scale's dtype (or output_dtype).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for Dequantize {
@@ -274,6 +279,8 @@ const DYNAMIC_QUANTIZE: OpSchema = OpSchema {
     attrs: &[],
     doc: "u8 quantization with the scale and zero point computed from x's range (which \
           always includes 0).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for DynamicQuantize {
@@ -478,6 +485,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
                 attrs: &super::conv::CONV_ATTRS,
                 doc: "Conv of (x - x_zero_point) with (w - w_zero_point) in i32 (u8/i8 \
                       operands; w's zero point per tensor or per output channel).",
+                in_place: InPlace::No,
+                origin: Origin::Onnx,
             },
             float_op: "Conv",
         }),
@@ -490,6 +499,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
                 attrs: &[],
                 doc: "MatMul of (A - a_zero_point) and (B - b_zero_point) in i32 (u8/i8 \
                       operands; zero points per tensor, per row of A, per column of B).",
+                in_place: InPlace::No,
+                origin: Origin::Onnx,
             },
             float_op: "MatMul",
         }),

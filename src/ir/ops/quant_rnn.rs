@@ -6,6 +6,7 @@
 //! to rounding; only the default activations are supported.
 use super::quant::dynamic_quantize_u8;
 use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::ops::{InPlace, Origin};
 use crate::ir::{AttrKind, DType, Dim, Shape, TensorType};
 use crate::tensor::Tensor;
 
@@ -47,6 +48,8 @@ const SCHEMA: OpSchema = OpSchema {
           with per-direction (or per-column) scales; X and each step's hidden state are \
           quantized to u8 by their range, the integer products scaled back to f32. \
           Always has all three outputs.",
+    in_place: InPlace::No,
+    origin: Origin::Kiln,
 };
 
 fn directions(dir: &str) -> Result<usize, String> {

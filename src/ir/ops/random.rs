@@ -7,6 +7,7 @@
 //! `Assign` increments every run (`crate::train::dropout_training`), which gives a fresh
 //! mask per step without recompiling.
 use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::ops::{InPlace, Origin};
 use crate::ir::{AttrKind, Attrs, DType, TensorType};
 use crate::tensor::Tensor;
 
@@ -55,6 +56,8 @@ const DROPOUT: OpSchema = OpSchema {
           i): the same on every run, backend and thread count. Kiln-only: the optional \
           i64 scalar input `counter`, mixed with `seed`, so that a graph can draw a fresh \
           mask per run (seed defaults to 0, not to a random value as in ONNX).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// Checks that input `i`, if given, is a scalar (one element) whose dtype passes `ok`.

@@ -2,6 +2,7 @@
 //!
 //! Kiln-only: the attribute `axis_names` selects the reduced axes by name instead.
 //! Floats reduce in f64; integers (Sum, Prod, Max, Min, L1, SumSquare) in i64.
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, Axis, IxDyn};
 
 use super::util::out;
@@ -294,6 +295,8 @@ fn reduce(kind: ReduceKind, doc: &'static str) -> &'static dyn Op {
             outputs: &["reduced"],
             attrs: REDUCE_ATTRS,
             doc,
+            in_place: InPlace::No,
+            origin: Origin::Onnx,
         },
         kind,
     })
@@ -377,6 +380,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
                 outputs: &["reduced"],
                 attrs: ARG_ATTRS,
                 doc: "Index (i64) of the maximum along `axis`; the first one unless select_last_index.",
+                in_place: InPlace::No,
+                origin: Origin::Onnx,
             },
             max: true,
         }),
@@ -388,6 +393,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
                 outputs: &["reduced"],
                 attrs: ARG_ATTRS,
                 doc: "Index (i64) of the minimum along `axis`; the first one unless select_last_index.",
+                in_place: InPlace::No,
+                origin: Origin::Onnx,
             },
             max: false,
         }),

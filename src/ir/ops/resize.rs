@@ -3,6 +3,7 @@
 //!
 //! The reference is separable, one 1-D pass per resized axis in f64, and chooses
 //! neighbours and weights exactly as the ONNX reference implementation does.
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, Axis, IxDyn};
 
 use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
@@ -37,6 +38,8 @@ const RESIZE: OpSchema = OpSchema {
           pytorch_half_pixel, align_corners, asymmetric, tf_crop_and_resize (with roi \
           [starts..., ends...] and extrapolation_value). Integer outputs round half to \
           even and saturate.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// What one Resize does to each axis: its scale and output size.

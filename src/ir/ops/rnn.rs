@@ -5,6 +5,7 @@
 //! One op per layer rather than an unrolled graph: the sequence length may be symbolic,
 //! and a backend lowers each to a fused kernel. The reference steps one batch row at a
 //! time in f64.
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, IxDyn};
 
 use super::util::same_dtype;
@@ -452,6 +453,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
                 doc: "Elman RNN: h = f(W x + R h + Wb + Rb), f = Tanh by default. X is \
                       [seq, batch, input] ([batch, seq, input] with layout 1); Y is \
                       [seq, dirs, batch, hidden], zero past a row's sequence_lens.",
+                in_place: InPlace::No,
+                origin: Origin::Onnx,
             },
             cell: Cell::Rnn,
         }),
@@ -464,6 +467,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
                 attrs: GRU_ATTRS,
                 doc: "Gated recurrent unit, gates z, r, h (W is [dirs, 3*hidden, input]); \
                       linear_before_reset applies the reset gate after R's product.",
+                in_place: InPlace::No,
+                origin: Origin::Onnx,
             },
             cell: Cell::Gru,
         }),
@@ -486,6 +491,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
                 doc: "Long short-term memory, gates i, o, f, c (W is [dirs, 4*hidden, \
                       input]), peepholes P (i, o, f), input_forget couples f = 1 - i. \
                       Always has all three outputs.",
+                in_place: InPlace::No,
+                origin: Origin::Onnx,
             },
             cell: Cell::Lstm,
         }),

@@ -1,6 +1,7 @@
 //! Ops that walk an axis in sequence order: CumSum and CumProd (running sum or
 //! product, optionally exclusive and/or reversed) and ReverseSequence (each batch
 //! entry's first `sequence_lens` steps reversed along the time axis).
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, Axis};
 
 use super::util::remap;
@@ -104,6 +105,8 @@ const REVERSE_SEQUENCE: OpSchema = OpSchema {
     ],
     doc: "For each batch entry b, the first sequence_lens[b] steps along time_axis in \
           reverse order; the rest unchanged.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 fn batch_time_axes(attrs: &crate::ir::Attrs, rank: usize) -> Result<(usize, usize), String> {
@@ -171,6 +174,8 @@ pub fn ops() -> Vec<&'static dyn Op> {
                 attrs: CUMULATIVE_ATTRS,
                 doc: "Running sum along the scalar `axis` input, optionally exclusive and/or \
                       reversed.",
+                in_place: InPlace::No,
+                origin: Origin::Onnx,
             },
             product: false,
         }),
@@ -183,6 +188,8 @@ pub fn ops() -> Vec<&'static dyn Op> {
                 attrs: CUMULATIVE_ATTRS,
                 doc: "Running product along the scalar `axis` input, optionally exclusive \
                       and/or reversed.",
+                in_place: InPlace::No,
+                origin: Origin::Onnx,
             },
             product: true,
         }),

@@ -4,6 +4,7 @@
 //!
 //! Index operands may be i32 or i64 and negative (counting from the end); an index out
 //! of range is a run-time error naming it.
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, Dimension, IxDyn};
 
 use super::gather::{index_type, resolve, same_rank};
@@ -30,6 +31,8 @@ const SCATTER_ELEMENTS: OpSchema = OpSchema {
     doc: "A copy of data where output[i with its `axis` coordinate replaced by \
           indices[i]] = updates[i], or combined with it by reduction add/mul/max/min \
           (in index order).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// How ScatterElements combines an update with the value it lands on.
@@ -142,6 +145,8 @@ const SCATTER_ND: OpSchema = OpSchema {
           the slice updates[p] of data's trailing axes, or is combined with it by \
           reduction add/mul/max/min (in index order). updates is \
           indices.shape[:-1] + data.shape[k:].",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for ScatterNd {
@@ -263,6 +268,8 @@ const ONE_HOT: OpSchema = OpSchema {
     attrs: &[AttrSpec::opt("axis", AttrKind::Int, "-1")],
     doc: "values[1] where the new `axis` coordinate equals the index (negative indices \
           count from depth), values[0] elsewhere; indices out of range give all values[0].",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for OneHot {

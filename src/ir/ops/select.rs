@@ -1,6 +1,7 @@
 //! Selecting elements by value or position: TopK (the k largest or smallest along an
 //! axis), Unique, NonZero (the coordinates of non-zero elements), NonMaxSuppression
 //! (boxes kept after overlap suppression) and Trilu (the upper or lower triangle).
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, Axis, Dimension, IxDyn};
 
 use super::util::{out, remap};
@@ -33,6 +34,8 @@ const TOP_K: OpSchema = OpSchema {
     ],
     doc: "The K largest (or smallest) values along `axis` and their i64 indices, best \
           first; equal values keep index order. Always sorted (sorted = 0 allows any order).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for TopK {
@@ -131,6 +134,8 @@ const UNIQUE: OpSchema = OpSchema {
           when sorted, else in order of first occurrence; indices (i64) of each one's \
           first occurrence, inverse_indices mapping every element (slice) of X to its \
           entry of Y, and counts. Always has all four outputs.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// X's elements (or slices along `axis`), each as a list of exact, totally ordered
@@ -281,6 +286,8 @@ const NON_ZERO: OpSchema = OpSchema {
     outputs: &["Y"],
     attrs: &[],
     doc: "The indices of the non-zero elements, as i64 [rank, count] in row-major order.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for NonZero {
@@ -331,6 +338,8 @@ const NMS: OpSchema = OpSchema {
     attrs: &[AttrSpec::opt("center_point_box", AttrKind::Int, "0")],
     doc: "Greedy non-maximum suppression per batch and class: boxes [B, N, 4], scores \\
           [B, C, N]; returns i64 [selected, 3] rows (batch, class, box), best score first.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// A box as (y1, x1, y2, x2) with y1 <= y2 and x1 <= x2.
@@ -454,6 +463,8 @@ const TRILU: OpSchema = OpSchema {
     attrs: &[AttrSpec::opt("upper", AttrKind::Int, "1")],
     doc: "Keeps the upper (or lower) triangle of the last two axes, from diagonal k (a \
           scalar, default 0); zeros elsewhere.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for Trilu {

@@ -6,6 +6,7 @@
 //! so what takes an element out gives fresh symbols for the dims it cannot know.
 use super::util::out;
 use super::{evaluate, leak, lookup, AttrSpec, EvalCtx, InferCtx, Op, OpSchema, Takes};
+use crate::ir::ops::{InPlace, Origin};
 use crate::ir::shape::{norm_axis, ANY_DIM};
 use crate::ir::{Attr, AttrKind, Attrs, Container, DType, Dim, Shape, TensorType};
 use crate::tensor::{Optional, Sequence, Tensor};
@@ -163,6 +164,8 @@ const SEQUENCE_EMPTY: OpSchema = OpSchema {
     outputs: &["output"],
     attrs: &[AttrSpec::opt("dtype", AttrKind::String, "f32")],
     doc: "An empty sequence of `dtype` tensors.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 fn dtype_attr(attrs: &Attrs) -> Result<DType, String> {
@@ -202,6 +205,8 @@ const SEQUENCE_CONSTRUCT: OpSchema = OpSchema {
     outputs: &["output_sequence"],
     attrs: &[],
     doc: "A sequence of the inputs, in order: tensors of one dtype.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for SequenceConstruct {
@@ -249,6 +254,8 @@ const SEQUENCE_AT: OpSchema = OpSchema {
     outputs: &["tensor"],
     attrs: &[],
     doc: "The item at `position` (negative counts from the end).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for SequenceAt {
@@ -282,6 +289,8 @@ const SEQUENCE_INSERT: OpSchema = OpSchema {
     outputs: &["output_sequence"],
     attrs: &[],
     doc: "The sequence with `tensor` inserted before `position` (default: at the end).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for SequenceInsert {
@@ -331,6 +340,8 @@ const SEQUENCE_ERASE: OpSchema = OpSchema {
     outputs: &["output_sequence"],
     attrs: &[],
     doc: "The sequence without the item at `position` (default: the last).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for SequenceErase {
@@ -370,6 +381,8 @@ const SEQUENCE_LENGTH: OpSchema = OpSchema {
     outputs: &["length"],
     attrs: &[],
     doc: "The number of items, an i64 scalar.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for SequenceLength {
@@ -407,6 +420,8 @@ const SPLIT_TO_SEQUENCE: OpSchema = OpSchema {
     doc: "Splits along `axis` into a sequence: parts of the sizes in `split` (a 1-D \
           tensor), of `split` each (a scalar; the last may be smaller), or of 1 each \
           without `split`, when `keepdims = 0` drops the axis.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for SplitToSequence {
@@ -535,6 +550,8 @@ const CONCAT_FROM_SEQUENCE: OpSchema = OpSchema {
     ],
     doc: "The items joined along `axis`, or stacked along a new `axis` when \
           `new_axis = 1`; an empty sequence is an error.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for ConcatFromSequence {
@@ -615,6 +632,8 @@ const OPTIONAL: OpSchema = OpSchema {
     doc: "An optional holding the input, or an empty one of `type`: the held value's type \
           spelled as in the text format (\"f32[3]\", \"seq<i64>\"; \"f32\" when the rank \
           is unknown).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for OptionalOp {
@@ -673,6 +692,8 @@ const OPTIONAL_HAS_ELEMENT: OpSchema = OpSchema {
     attrs: &[],
     doc: "Whether the input holds a value: false for an empty optional or no input, \
           true for a full optional, a tensor or a sequence.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for OptionalHasElement {
@@ -707,6 +728,8 @@ const OPTIONAL_GET_ELEMENT: OpSchema = OpSchema {
     attrs: &[],
     doc: "The value an optional holds (an error if it is empty); a tensor or a sequence \
           is passed through.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for OptionalGetElement {

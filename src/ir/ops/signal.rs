@@ -2,6 +2,7 @@
 //! real ones whose last axis holds (real, imaginary); a real signal's last axis has
 //! size one. The reference transforms are the plain O(n^2) sums in f64, with twiddle
 //! factors reduced modulo n so that large indices lose no precision.
+use crate::ir::ops::{InPlace, Origin};
 use std::f64::consts::PI;
 
 use ndarray::{ArrayD, Dimension, IxDyn};
@@ -144,6 +145,8 @@ const DFT: OpSchema = OpSchema {
           axis's size; the signal is zero-padded or truncated). onesided keeps bins \
           0..n/2; inverse divides by n, and inverse with onesided gives the real signal \
           of a one-sided spectrum.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 fn dft_axis(axis: Option<i64>, rank: usize) -> Result<usize, String> {
@@ -269,6 +272,8 @@ const STFT: OpSchema = OpSchema {
           frame_length (default: the window's length) every frame_step, each times the \
           window (default: ones), transformed. Output [batch, frames, bins, 2] with \
           frames = 1 + (length - frame_length) / frame_step.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// (frames, frame length) from the signal length, step and frame length.
@@ -379,6 +384,8 @@ const MEL_WEIGHT_MATRIX: OpSchema = OpSchema {
     attrs: &[AttrSpec::opt("output_datatype", AttrKind::String, "f32")],
     doc: "Triangular mel filters [dft_length / 2 + 1, num_mel_bins] between the edge \
           frequencies, with the ONNX reference's integer bin edges.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for MelWeightMatrix {

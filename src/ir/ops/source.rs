@@ -4,6 +4,7 @@
 //! runtime (inputs, data, state); `Assign` writes the runtime's variable state. So their
 //! `eval` is never called by the interpreter, which handles them itself.
 use super::{leak, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::ops::{InPlace, Origin};
 use crate::ir::TensorType;
 use crate::tensor::Tensor;
 
@@ -30,6 +31,8 @@ const ASSIGN: OpSchema = OpSchema {
     outputs: &[],
     attrs: &[],
     doc: "Kiln-only. Stores `value` into the Variable `variable` when the node runs; order it with control dependencies. Produces no value.",
+    in_place: InPlace::No,
+    origin: Origin::Kiln,
 };
 
 impl Op for Assign {
@@ -59,6 +62,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
             outputs: &["value"],
             attrs: &[],
             doc: "A graph input, in creation order; its name is the node name.",
+            in_place: InPlace::No,
+            origin: Origin::Kiln,
         })),
         leak(Source(OpSchema {
             name: "Constant",
@@ -67,6 +72,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
             outputs: &["value"],
             attrs: &[],
             doc: "A constant tensor carried by the node.",
+            in_place: InPlace::No,
+            origin: Origin::Onnx,
         })),
         leak(Source(OpSchema {
             name: "Variable",
@@ -75,6 +82,8 @@ pub(crate) fn ops() -> Vec<&'static dyn Op> {
             outputs: &["value"],
             attrs: &[],
             doc: "Kiln-only. State that persists across runs, starting from the node's data; changed only by Assign.",
+            in_place: InPlace::No,
+            origin: Origin::Kiln,
         })),
         leak(Assign),
     ]

@@ -1,6 +1,7 @@
 //! String ops: StringNormalizer, StringConcat, StringSplit, RegexFullMatch (RE2 syntax,
 //! through the `regex` crate, which implements it), and `ai.onnx.ml`'s LabelEncoder,
 //! which maps strings, integers or floats to any of them.
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, IxDyn, Zip};
 
 use super::elementwise::broadcast_dims;
@@ -43,6 +44,8 @@ const STRING_NORMALIZER: OpSchema = OpSchema {
     doc: "Removes the elements of string X ([C] or [1, C]) equal to a stopword (ignoring \
           case unless is_case_sensitive), then changes the rest's case (LOWER, UPPER or \
           NONE) by Unicode's rules; Y is [C'] or [1, C'], or [\"\"] when nothing is left.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 #[derive(Clone, Copy)]
@@ -163,6 +166,8 @@ const STRING_CONCAT: OpSchema = OpSchema {
     outputs: &["Z"],
     attrs: &[],
     doc: "Z = X followed by Y, string tensors broadcast as numpy does.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for StringConcat {
@@ -214,6 +219,8 @@ const STRING_SPLIT: OpSchema = OpSchema {
           ignoring leading and trailing ones), at most maxsplit times from the left, as \
           Python's str.split does (but a last part keeps no trailing whitespace). Y is X's shape plus an axis as long as the most \
           parts, padded with empty strings; Z (i64, X's shape) each string's part count.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// Python's `str.isspace` characters.
@@ -306,6 +313,8 @@ const REGEX_FULL_MATCH: OpSchema = OpSchema {
     attrs: &[AttrSpec::req("pattern", AttrKind::String)],
     doc: "Y (bool, X's shape): whether the whole of each string of X matches pattern \
           (RE2 syntax).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// The pattern, anchored at both ends; a malformed one is an error quoting it.
@@ -361,6 +370,8 @@ const LABEL_ENCODER: OpSchema = OpSchema {
           for keys_int64s, floats for keys_floats; NaN matches no key) replaced by the \
           value of its key, or the default where it has none. Y has X's shape and the \
           values' dtype: string, i64 or f32.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 #[derive(Debug)]

@@ -1,4 +1,5 @@
 //! Text features: TfIdfVectorizer over integer or string tokens.
+use crate::ir::ops::{InPlace, Origin};
 use std::collections::HashMap;
 
 use ndarray::{ArrayD, IxDyn};
@@ -29,6 +30,8 @@ const TF_IDF_VECTORIZER: OpSchema = OpSchema {
           every 1..max_skip_count+1 tokens; unigrams once) in each row of X ([C] or \
           [B, C]; integers for pool_int64s, strings for pool_strings) into f32 Y [..., max(ngram_indexes) + 1]: mode TF (counts), \
           IDF (weight where present) or TFIDF (count x weight).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// The pool's n-grams: the tokens of each in-range n-gram to its output column.

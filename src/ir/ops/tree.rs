@@ -3,6 +3,7 @@
 //! exports). All three read their attributes into one [`Forest`] and share its walker,
 //! aggregation and post-transforms; the classifier's binary and label rules follow the
 //! ONNX reference implementation (which onnxruntime agrees with).
+use crate::ir::ops::{InPlace, Origin};
 use std::collections::{BTreeMap, HashMap};
 
 use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
@@ -820,6 +821,8 @@ const TREE_ENSEMBLE: OpSchema = OpSchema {
           so), the leaves' weights aggregated per target (0-3: AVERAGE, SUM, MIN, MAX) \
           and post-transformed (0-4: NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO, PROBIT) \
           into Y [N, n_targets] of X's dtype.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for TreeEnsemble {
@@ -886,6 +889,8 @@ const TREE_ENSEMBLE_REGRESSOR: OpSchema = OpSchema {
           nodes named by (nodes_treeids, nodes_nodeids), the LEAF nodes' target_weights \
           aggregated per target (AVERAGE, SUM, MIN, MAX), plus base_values, \
           post-transformed into f32 Y [N, n_targets].",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 fn regressor_forest(attrs: &Attrs) -> Result<(Forest, Vec<f64>), String> {
@@ -956,6 +961,8 @@ const TREE_ENSEMBLE_CLASSIFIER: OpSchema = OpSchema {
           class of two, that score s gives the pair (1 - s, s) (or (-s, s) before \
           LOGISTIC, SOFTMAX or SOFTMAX_ZERO). Z [N, classes] are the post-transformed \
           scores (f32), Y [N] the label of each row's largest.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// The classifier's forest, base values, labels and whether it is the binary case.

@@ -2,6 +2,7 @@
 use super::{const_ints, static_len};
 use crate::ir::ops::util::out;
 use crate::ir::ops::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::ops::{InPlace, Origin};
 use crate::ir::{AttrKind, Attrs, DType, Dim, Shape, TensorType};
 use crate::tensor::Tensor;
 
@@ -20,6 +21,8 @@ const SHAPE: OpSchema = OpSchema {
     ],
     doc: "The input's dims [start, end) as a 1-D i64 tensor (negative bounds count from \
           the end and clamp).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 fn shape_range(attrs: &Attrs, rank: usize) -> Result<(usize, usize), String> {
@@ -61,6 +64,8 @@ const SIZE: OpSchema = OpSchema {
     outputs: &["size"],
     attrs: &[],
     doc: "The number of elements, as an i64 scalar.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 impl Op for Size {
@@ -94,6 +99,8 @@ const CONSTANT_OF_SHAPE: OpSchema = OpSchema {
     ],
     doc: "A tensor of shape `input` filled with `value`. Kiln takes the value as a number \
           and its type from `dtype`, where ONNX uses a one-element tensor attribute.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 fn fill_dtype(attrs: &Attrs) -> Result<DType, String> {
@@ -152,6 +159,8 @@ const RANGE: OpSchema = OpSchema {
     outputs: &["output"],
     attrs: &[],
     doc: "start, start + delta, ... up to (not including) limit; scalars of one numeric dtype.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 fn range_len(start: f64, limit: f64, delta: f64) -> Result<usize, String> {

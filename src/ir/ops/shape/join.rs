@@ -1,4 +1,5 @@
 //! Concat and Split.
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, Axis as NdAxis};
 
 use super::const_ints;
@@ -20,6 +21,8 @@ const CONCAT: OpSchema = OpSchema {
     outputs: &["concat_result"],
     attrs: &[AttrSpec::req("axis", AttrKind::Int)],
     doc: "Joins the inputs along `axis`; the other dims (and names) must agree.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 fn concat_all<T: Elem>(first: &ArrayD<T>, rest: &[&Tensor], axis: usize) -> Result<Tensor, String> {
@@ -110,6 +113,8 @@ const SPLIT: OpSchema = OpSchema {
     ],
     doc: "Splits along `axis` into the sizes in `split`, or into `num_outputs` parts of \
           ceil(d / num_outputs) (the last one smaller).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// The part sizes for an axis of size `d`.

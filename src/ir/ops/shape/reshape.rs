@@ -1,4 +1,5 @@
 //! Reshape, Flatten, Squeeze, Unsqueeze, Identity, Transpose, Expand.
+use crate::ir::ops::{InPlace, Origin};
 use ndarray::IxDyn;
 
 use super::{const_ints, product, static_len};
@@ -37,6 +38,8 @@ const RESHAPE: OpSchema = OpSchema {
     attrs: &[AttrSpec::opt("allowzero", AttrKind::Int, "0")],
     doc: "Same elements, new shape: 0 copies the input's dim (unless allowzero), -1 is \
           inferred.",
+    in_place: InPlace::View,
+    origin: Origin::Onnx,
 };
 
 /// The target shape from the shape operand, against input dims `x` (symbolic allowed).
@@ -146,6 +149,8 @@ const FLATTEN: OpSchema = OpSchema {
     outputs: &["output"],
     attrs: &[AttrSpec::opt("axis", AttrKind::Int, "1")],
     doc: "To 2-D: [d0 * ... * d(axis-1), d(axis) * ... * dn].",
+    in_place: InPlace::View,
+    origin: Origin::Onnx,
 };
 
 fn flatten_axis(cx_axis: i64, rank: usize) -> Result<usize, String> {
@@ -201,6 +206,8 @@ const SQUEEZE: OpSchema = OpSchema {
     outputs: &["squeezed"],
     attrs: &[],
     doc: "Removes the listed size-1 axes (all fixed size-1 axes when axes is omitted).",
+    in_place: InPlace::View,
+    origin: Origin::Onnx,
 };
 
 fn squeeze_axes(dims: &[Dim], axes: Option<&[i64]>) -> Result<Vec<usize>, String> {
@@ -269,6 +276,8 @@ const UNSQUEEZE: OpSchema = OpSchema {
     outputs: &["expanded"],
     attrs: &[],
     doc: "Inserts size-1 axes at the listed positions of the output.",
+    in_place: InPlace::View,
+    origin: Origin::Onnx,
 };
 
 /// The output axes: size-1 at `axes` (of the output rank), the input's elsewhere.
@@ -336,6 +345,8 @@ const IDENTITY: OpSchema = OpSchema {
     outputs: &["output"],
     attrs: &[],
     doc: "The input, unchanged.",
+    in_place: InPlace::View,
+    origin: Origin::Onnx,
 };
 
 impl Op for Identity {
@@ -364,6 +375,8 @@ const TRANSPOSE: OpSchema = OpSchema {
     outputs: &["transposed"],
     attrs: &[AttrSpec::opt("perm", AttrKind::Ints, "reversed axes")],
     doc: "Permutes the axes: output axis i is input axis perm[i] (names move with axes).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 fn perm_of(perm: Option<&[i64]>, rank: usize) -> Result<Vec<usize>, String> {
@@ -423,6 +436,8 @@ const EXPAND: OpSchema = OpSchema {
     outputs: &["output"],
     attrs: &[],
     doc: "Broadcasts the input against `shape` (numpy rules, both ways).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 fn expand_to<T: Elem>(a: &ndarray::ArrayD<T>, shape: &[usize]) -> Result<Tensor, String> {

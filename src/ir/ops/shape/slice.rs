@@ -4,6 +4,7 @@ use super::{const_ints, fresh_all};
 use crate::ir::ops::util::out;
 use crate::ir::ops::util::remap;
 use crate::ir::ops::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
+use crate::ir::ops::{InPlace, Origin};
 use crate::ir::shape::norm_axis;
 use crate::ir::{AttrKind, Dim, Shape, TensorType};
 use crate::match_tensor;
@@ -21,6 +22,8 @@ const SLICE: OpSchema = OpSchema {
     attrs: &[],
     doc: "Takes start:end:step along each listed axis; negative indices count from the end \
           and out-of-range ones clamp, as in ONNX.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// One axis' plan: the first index, the step and the count.
@@ -163,6 +166,8 @@ const PAD: OpSchema = OpSchema {
     attrs: &[AttrSpec::opt("mode", AttrKind::String, "constant")],
     doc: "Pads (or, with negative pads, crops) each axis: pads = [begin_0, ..., end_0, \
           ...]; mode constant, reflect, edge or wrap.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// Pad's mode.
@@ -339,6 +344,8 @@ const TILE: OpSchema = OpSchema {
     outputs: &["output"],
     attrs: &[],
     doc: "Repeats the input `repeats[i]` times along axis i.",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 fn check_repeats(r: &[i64], rank: usize) -> Result<(), String> {
@@ -412,6 +419,8 @@ const CENTER_CROP_PAD: OpSchema = OpSchema {
     attrs: &[AttrSpec::opt("axes", AttrKind::Ints, "all axes")],
     doc: "Crops or zero-pads each of `axes` to `shape`, centred (an odd difference puts \
           the extra element at the end).",
+    in_place: InPlace::No,
+    origin: Origin::Onnx,
 };
 
 /// The axes CenterCropPad resizes.
