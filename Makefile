@@ -67,11 +67,12 @@ check: deps lint
 	scripts/test-capi.sh smoke
 
 # Every test, stage by stage in two lanes side by side (scripts/stages.sh: `rust` waits
-# for the data and models of the other lane); each stage is a target of its own
-# (`make test-zoo`), and the wall time of each is printed at the end, failed or not.
-# What the system must have is installed first, once, not by two lanes at a time.
-TEST_LANES := "lint build rust:data,models portable cuda capi valgrind" \
-  "data models zoo python cmake"
+# for the data and models of the other lane, the C tests and valgrind for the debug
+# build); each stage is a target of its own (`make test-zoo`), and the wall time of each
+# is printed at the end, failed or not. What the system must have is installed first,
+# once, not by two lanes at a time.
+TEST_LANES := "lint build rust:data,models portable cuda" \
+  "data models zoo python cmake capi:build valgrind:build"
 test:
 	@scripts/ensure-deps.sh --pictures
 	@scripts/stages.sh $(TEST_LANES)
