@@ -19,8 +19,7 @@ lock=scripts/requirements/$lock_name.txt
 digest=$(sha256sum "$lock" | cut -d' ' -f1)
 if [ "$(cat "$venv/.lock-sha256" 2>/dev/null)" != "$digest" ]; then
   python3 -m venv --clear "$venv" >&2
-  PIP_CACHE_DIR=$PWD/target/pip-cache "$venv/bin/pip" install --quiet --disable-pip-version-check \
-    --require-hashes --no-deps -r "$lock" >&2
+  PIP_CACHE_DIR=$PWD/target/pip-cache "$venv/bin/pip" install --quiet --require-hashes --no-deps -r "$lock" >&2
   echo "$digest" >"$venv/.lock-sha256"
 fi
 echo "$venv/bin/python"

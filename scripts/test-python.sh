@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Python package's tests (part of `make test`): installs bindings/python into a
-# fresh venv (the README's `pip install ./bindings/python`, here from the lock with
-# --no-deps so nothing unlocked comes in), runs its pytest
+# fresh venv (as the README's install does, but every wheel hash-locked, the package's
+# own included, so nothing unlocked comes in), runs its pytest
 # suite (against NumPy and onnxruntime), then a loop of its calls under valgrind twice,
 # 5 and 40 rounds: the bytes definitely lost must not grow with the rounds (CPython and
 # NumPy lose a constant amount at exit), and no invalid access may go through the
@@ -14,12 +14,14 @@ python3 -m venv --clear "$venv"
 # the release library the other stages built.
 export PIP_CACHE_DIR=$PWD/target/pip-cache
 # What the package builds with and is tested against, locked (scripts/requirements/
-# python-package.in); then the package itself, built by that maturin (its build hook runs
-# `maturin` by name, so the venv's bin/ goes first on PATH).
-"$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps \
-  -r scripts/requirements/python-package.txt
-PATH="$PWD/$venv/bin:$PATH" "$venv/bin/pip" install --quiet --disable-pip-version-check \
-  --no-deps --no-build-isolation ./bindings/python
+# python-package.in); then the package itself: its wheel built by that maturin, installed
+# by the hash of the file just built.
+"$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r scripts/requirements/python-package.txt
+rm -rf "$venv/wheel"
+"$venv/bin/maturin" build --quiet --release -m bindings/python/Cargo.toml -i "$venv/bin/python" --out "$venv/wheel"
+wheel=$(ls "$PWD/$venv"/wheel/kiln-*.whl)
+echo "kiln @ file://$wheel --hash=sha256:$(sha256sum "$wheel" | cut -d' ' -f1)" >"$venv/kiln-wheel.txt"
+"$venv/bin/pip" install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$venv/kiln-wheel.txt"
 # A skipped test says why (-rs); under CI (or KILN_REQUIRE=all) a skip fails the run.
 (cd bindings/python && "../../$venv/bin/python" -m pytest -q -rs tests) | tee "$venv/pytest.log"
 if { [ -n "${CI:-}" ] || [ "${KILN_REQUIRE:-}" = all ]; } && grep -q "^SKIPPED" "$venv/pytest.log"; then
