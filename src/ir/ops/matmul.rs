@@ -76,8 +76,11 @@ fn contract(
     if sizes.contains(&0) {
         return ArrayD::zeros(IxDyn(&out_shape));
     }
+    let mut base = vec![0usize; operands.len()];
     loop {
-        let base: Vec<usize> = op_strides.iter().map(|s| dot(&idx, s)).collect();
+        for (b, s) in base.iter_mut().zip(&op_strides) {
+            *b = dot(&idx, s);
+        }
         let out_base = dot(&idx, &out_strides);
         for i in 0..sizes[last] {
             let mut prod = 1.0;
