@@ -10,8 +10,8 @@ mod common;
 use std::time::Instant;
 
 use kiln::backend::cpu::{Compiled, CpuBackend};
-use kiln::backend::{cpu_pass_options, Executable};
-use kiln::passes::PassOptions;
+use kiln::backend::Executable;
+use kiln::passes::CompileOptions;
 
 /// A training graph at a batch size.
 type MakeGraph = fn(usize) -> common::train_graphs::TrainGraph;
@@ -44,11 +44,10 @@ fn main() {
         }
         let t = make(64);
         for threads in [1, 2] {
-            let backend = CpuBackend {
-                passes: cpu_pass_options(PassOptions::default()),
+            let backend = CpuBackend::new(CompileOptions {
                 threads,
-                tuning: Default::default(),
-            };
+                ..Default::default()
+            });
             let exe = backend.compile_cpu(&t.g).expect("compiles");
             if threads == 1 {
                 let shapes: Vec<Vec<usize>> = t.inputs.iter().map(|t| t.shape().to_vec()).collect();

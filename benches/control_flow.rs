@@ -9,8 +9,8 @@ mod common;
 use std::time::Instant;
 
 use kiln::backend::cpu::CpuBackend;
-use kiln::backend::{cpu_pass_options, Executable};
-use kiln::passes::PassOptions;
+use kiln::backend::Executable;
+use kiln::passes::CompileOptions;
 
 use common::control_graphs::{recurrence_inputs, recurrence_loop, recurrence_unrolled};
 
@@ -32,11 +32,10 @@ fn main() {
     };
     let runs = flag("--runs", 21);
     let width = flag("--width", 16);
-    let backend = CpuBackend {
-        passes: cpu_pass_options(PassOptions::default()),
+    let backend = CpuBackend::new(CompileOptions {
         threads: 1,
-        tuning: Default::default(),
-    };
+        ..Default::default()
+    });
     let inputs = recurrence_inputs(width, 1);
     let t0 = Instant::now();
     let looped = backend

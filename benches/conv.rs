@@ -12,8 +12,8 @@
 //!
 //! `cargo bench --bench conv`
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use kiln::backend::cpu::{CpuBackend, Tuning};
-use kiln::backend::{cpu_pass_options, Executable};
+use kiln::backend::cpu::CpuBackend;
+use kiln::backend::Executable;
 use kiln::internals::cpu::conv::{
     conv_blocked, conv_blocked_isa, conv_depthwise, conv_im2col, conv_plain,
     conv_plain_scratch_len, conv_winograd, micro_tile, winograd_supported, ConvShape, PackedConv,
@@ -22,7 +22,7 @@ use kiln::internals::cpu::conv::{
 use kiln::internals::cpu::Pool;
 use kiln::internals::cpu::{Act, Isa};
 use kiln::ir::{Attr, Attrs, DType, Graph, Shape, TensorType};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::Tensor;
 use std::time::{Duration, Instant};
 
@@ -303,11 +303,10 @@ fn grid(_: &mut Criterion) {
             * s.w[2..].iter().product::<usize>() as f64;
         let input = Tensor::from_vec(&s.x, lcg(s.x.iter().product(), 3)).expect("x");
         for threads in [1, 2] {
-            let backend = CpuBackend {
-                passes: cpu_pass_options(PassOptions::default()),
+            let backend = CpuBackend::new(CompileOptions {
                 threads,
-                tuning: Tuning::from_env(),
-            };
+                ..CompileOptions::from_env().expect("the KILN_* options")
+            });
             let exe = backend.compile_cpu(&g).expect("compiles");
             let kinds = exe
                 .step_kinds(std::slice::from_ref(&s.x))

@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use kiln::backend::cpu::CpuBackend;
-use kiln::backend::{cpu_pass_options, Executable};
+use kiln::backend::Executable;
 use kiln::frontend::onnx;
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -66,13 +66,12 @@ fn main() {
                 "off" => String::new(),
                 other => other.to_string(),
             };
-            let mut passes = cpu_pass_options(PassOptions::default());
-            passes.set("profile", &profile).unwrap();
-            let backend = CpuBackend {
-                passes,
+            let mut options = CompileOptions {
                 threads,
-                tuning: Default::default(),
+                ..Default::default()
             };
+            options.set("profile", &profile).unwrap();
+            let backend = CpuBackend::new(options);
             let exe = backend.compile_cpu(&g).unwrap();
             exe.run(&inputs).unwrap();
             exes.push((m, Box::new(exe)));

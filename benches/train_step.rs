@@ -19,11 +19,10 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use kiln::backend::cpu::Tuning;
 use kiln::backend::cpu::{Compiled, CpuBackend};
-use kiln::backend::{backend_with, cpu_pass_options, Device, Executable};
+use kiln::backend::{backend_with, Device, Executable};
 use kiln::memory::MemoryPlan;
-use kiln::passes::{run_pipeline, PassOptions};
+use kiln::passes::{run_pipeline, CompileOptions};
 use kiln::tensor::npy;
 use kiln::{Error, Graph, Result, Tensor};
 
@@ -172,7 +171,14 @@ fn json_list(v: &[f64]) -> String {
 /// the lowered program's memory plan as JSON (or why there is none).
 fn compile(g: &Graph, args: &Args, shapes: &[Vec<usize>]) -> Result<(Box<dyn Executable>, String)> {
     if args.device != Device::Cpu {
-        let exe = backend_with(args.device, PassOptions::default(), args.threads)?.compile(g)?;
+        let exe = backend_with(
+            args.device,
+            CompileOptions {
+                threads: args.threads,
+                ..Default::default()
+            },
+        )?
+        .compile(g)?;
         let why = json_string("the interpreter has no memory plan");
         return Ok((
             exe,
@@ -181,11 +187,10 @@ fn compile(g: &Graph, args: &Args, shapes: &[Vec<usize>]) -> Result<(Box<dyn Exe
     }
     // The concrete CPU executable, whose program has the memory plan; graphs it does not
     // lower yet (state) run as `backend.compile` would run them.
-    let backend = CpuBackend {
-        passes: cpu_pass_options(PassOptions::default()),
+    let backend = CpuBackend::new(CompileOptions {
         threads: args.threads,
-        tuning: Tuning::from_env(),
-    };
+        ..CompileOptions::from_env()?
+    });
     match backend.compile_cpu(g) {
         Ok(exe) => {
             let (executor, memory) = match &*exe.program(shapes)? {
@@ -204,7 +209,7 @@ fn compile(g: &Graph, args: &Args, shapes: &[Vec<usize>]) -> Result<(Box<dyn Exe
             // What the planner makes of the optimized step, as lowering would plan it:
             // a preview until the backend lowers graphs with state.
             let mut opt = g.clone();
-            run_pipeline(&mut opt, &backend.passes)?;
+            run_pipeline(&mut opt, &backend.options)?;
             let preview = kiln::memory::plan(&opt, &opt.schedule()?)?;
             Ok((
                 exe,

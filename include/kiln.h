@@ -75,7 +75,8 @@ struct DLManagedTensorVersioned;
 typedef struct kiln_attrs kiln_attrs;
 
 /**
- * How to compile: the backend, the thread budget and the pass pipeline's options.
+ * How to compile: the backend and the [`CompileOptions`] (passes, profiling, threads,
+ * tuning).
  */
 typedef struct kiln_compile_options kiln_compile_options;
 
@@ -482,8 +483,9 @@ extern "C" {
 
 /**
  * Creates options with the defaults: backend `"cpu"`, all cores, the default pass
- * pipeline with the `KILN_*` debugging variables of the environment applied (an
- * invalid one fails here, naming it). The caller frees them with
+ * pipeline, with every `KILN_<NAME>` variable of the environment for the names
+ * `kiln_compile_options_set_option` takes applied (an invalid one fails here, naming
+ * it). The caller frees them with
  * `kiln_compile_options_free`.
  *
  * # Safety
@@ -512,7 +514,8 @@ void kiln_compile_options_free(struct kiln_compile_options *o);
 kiln_status kiln_compile_options_set_backend(struct kiln_compile_options *o, const char *device);
 
 /**
- * The number of threads one run may use; 0 means one per core. The `"cpu"` device
+ * The number of threads one run may use; 0 means one per core (the same as the
+ * `"threads"` option of `kiln_compile_options_set_option`). The `"cpu"` device
  * gives each executable a pool of that many threads (the calling thread is one of
  * them; idle workers sleep); when several threads run one executable at once, one run
  * uses the pool and the others run on their own thread. The `"interp"` device runs
@@ -524,8 +527,8 @@ kiln_status kiln_compile_options_set_backend(struct kiln_compile_options *o, con
 kiln_status kiln_compile_options_set_threads(struct kiln_compile_options *o, uint32_t n);
 
 /**
- * Sets a pass-pipeline option by name, the same text as the CLI and the `KILN_<NAME>`
- * environment variables take: `"passes"` (a comma-separated pipeline, e.g.
+ * Sets a compile option by name, the same text as the CLI, Python and the `KILN_<NAME>`
+ * environment variables take (`"tune-cache"` is read from `KILN_TUNE_CACHE`): `"passes"` (a comma-separated pipeline, e.g.
  * `"canonicalize,constant-fold,simplify,cse,dce"`; `""` runs none), `"dump-ir"`
  * (`before-all`, `after-all`, `after=p1,p2`, `changed`), `"dump-ir-dir"`,
  * `"pass-timing"` (`1`/`0`), `"disable-passes"` (`a,b`), `"rewrite-limit"` (N: apply
@@ -535,8 +538,12 @@ kiln_status kiln_compile_options_set_threads(struct kiln_compile_options *o, uin
  * backend's runs: `""`/`0` off; `1` or `all` print the per-step time table to stderr
  * when the executable is freed; any other value is a path, created when compiling, that
  * receives a Chrome trace-event JSON file of every run, complete when the executable is
- * freed). An unknown name or a bad value fails here, naming it. The `"interp"` backend
- * runs the graph as given and ignores these.
+ * freed), `"threads"` (N; 0 or `""`: one per core), `"autotune"` (`1`: time each
+ * candidate algorithm of a shape at compile time and keep the fastest in the tune
+ * cache), `"tune-cache"` (the cache file; unset with `autotune`, under
+ * `$XDG_CACHE_HOME/kiln`), `"tune-force"` (an algorithm name used wherever it is a
+ * candidate). An unknown name or a bad value fails here, naming it. The `"interp"`
+ * backend runs the graph as given and ignores these.
  *
  * # Safety
  * `o` is a live options handle; `name` and `value` are strings.

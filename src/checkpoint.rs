@@ -357,7 +357,7 @@ mod tests {
                 g.add_output("seen", next).unwrap();
             }
         }
-        let interp = backend_with(Device::Interp, Default::default(), 1).unwrap();
+        let interp = backend_with(Device::Interp, Default::default()).unwrap();
         interp.compile(&g).unwrap()
     }
 

@@ -6,7 +6,7 @@ use crate::common;
 use kiln::autodiff::grad;
 use kiln::backend::{backend_with, Device};
 use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::{Dim, Tensor};
 
 use common::{check_gradients, f64_type, op, Rng};
@@ -501,7 +501,7 @@ fn what_has_no_gradient_is_an_error_naming_the_node() {
     let other: Value = g.add_parameter("other", f64_type(&[2])).unwrap().into();
     let gz = grad(&mut g, s, &[other]).unwrap()[0];
     g.add_output("gz", gz).unwrap();
-    let exe = backend_with(Device::Interp, PassOptions::default(), 1)
+    let exe = backend_with(Device::Interp, CompileOptions::default())
         .unwrap()
         .compile(&g)
         .unwrap();
@@ -984,7 +984,7 @@ fn ties_of_extrema() {
     for (i, gv) in grads.iter().enumerate() {
         g.add_output(&format!("g{i}"), *gv).unwrap();
     }
-    let exe = backend_with(Device::Interp, PassOptions::default(), 1)
+    let exe = backend_with(Device::Interp, CompileOptions::default())
         .unwrap()
         .compile(&g)
         .unwrap();
@@ -1264,10 +1264,16 @@ fn f32_gradients_against_f64_on_the_interpreter_and_the_cpu() {
                 n.g.add_output(&format!("grad{i}"), *gv).unwrap();
             }
             for device in [Device::Interp, Device::Cpu] {
-                let exe = backend_with(device, PassOptions::default(), 1)
-                    .unwrap()
-                    .compile(&n.g)
-                    .unwrap_or_else(|e| panic!("{}: {e}", n.g.name));
+                let exe = backend_with(
+                    device,
+                    CompileOptions {
+                        threads: 1,
+                        ..Default::default()
+                    },
+                )
+                .unwrap()
+                .compile(&n.g)
+                .unwrap_or_else(|e| panic!("{}: {e}", n.g.name));
                 let out = exe
                     .run(&n.values)
                     .unwrap_or_else(|e| panic!("{} on {device:?}: {e}", n.g.name));

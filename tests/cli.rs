@@ -702,6 +702,40 @@ fn autotune_measures_caches_and_reuses_the_winner() {
     assert!(bench_with_env(&g, &[("KILN_TUNE_CACHE", &cache)]).contains("conv-depthwise"));
 }
 
+#[test]
+fn option_sets_any_compile_key_on_the_command_line() {
+    let dir = scratch("option");
+    let g = write(&dir, "depthwise.kir", &conv_graph(8, 8));
+    // The cost model picks the depthwise kernel; the option pins im2col instead.
+    let o = kiln(&[
+        "bench",
+        &g,
+        "--warmup",
+        "0",
+        "--iterations",
+        "1",
+        "--profile",
+        "--option",
+        "tune-force=im2col",
+        "--option",
+        "threads=1",
+    ]);
+    assert_ok(&o);
+    assert!(stdout(&o).contains("conv-im2col"), "{}", stdout(&o));
+    for (arg, want) in [
+        ("colour=1", "unknown option 'colour'"),
+        ("threads", "--option threads: expected KEY=VALUE"),
+        ("threads=many", "threads: expected a count"),
+    ] {
+        let o = kiln(&["run", &g, "--option", arg]);
+        assert!(
+            !o.status.success() && stderr(&o).contains(want),
+            "{arg}: {}",
+            stderr(&o)
+        );
+    }
+}
+
 const SEQ: &str = r#"graph "seq" {
   %0 "s" = Parameter : seq<f32[?]>
   %1 "o" = Parameter : opt<f32[2]>

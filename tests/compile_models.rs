@@ -12,7 +12,7 @@ use kiln::backend::cpu_pass_options;
 use kiln::frontend::onnx;
 use kiln::ir::ops::fused::ACTIVATIONS;
 use kiln::memory::{self, MemoryPlan};
-use kiln::passes::{run_pipeline, PassOptions};
+use kiln::passes::{run_pipeline, CompileOptions};
 use kiln::Graph;
 
 use common::real_model;
@@ -24,9 +24,9 @@ fn compile(path: &Path, dims: &[(&str, usize)]) -> (Graph, MemoryPlan) {
     let bindings: HashMap<String, usize> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
     let unbound = g.specialize(&bindings).unwrap();
     assert!(unbound.is_empty(), "{unbound:?}");
-    let options = cpu_pass_options(PassOptions {
+    let options = cpu_pass_options(CompileOptions {
         verify: true,
-        ..PassOptions::default()
+        ..CompileOptions::default()
     });
     run_pipeline(&mut g, &options).unwrap();
     let plan = memory::plan(&g, &g.schedule().unwrap()).unwrap();
@@ -230,9 +230,9 @@ fn mlp_training_step_plans_near_the_bound_and_trains_the_same() {
     use kiln::backend::Executable;
     let g = mlp_training_step(64);
     let mut opt = g.clone();
-    let options = cpu_pass_options(PassOptions {
+    let options = cpu_pass_options(CompileOptions {
         verify: true,
-        ..PassOptions::default()
+        ..CompileOptions::default()
     });
     run_pipeline(&mut opt, &options).unwrap();
     let plan = memory::plan(&opt, &opt.schedule().unwrap()).unwrap();

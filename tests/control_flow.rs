@@ -163,11 +163,10 @@ fn an_if_whose_branches_differ_in_rank_settles_once_the_shapes_are_bound() {
     assert_eq!(run(&g, std::slice::from_ref(&wide))[0].shape(), &[2, 3]);
     // On cpu each shape settles the condition: the If is inlined and the program is
     // compiled, not handed to the interpreter.
-    let cpu = kiln::backend::cpu::CpuBackend {
-        passes: kiln::backend::cpu_pass_options(Default::default()),
+    let cpu = kiln::backend::cpu::CpuBackend::new(kiln::passes::CompileOptions {
         threads: 1,
-        tuning: Default::default(),
-    };
+        ..Default::default()
+    });
     let exe = cpu.compile_cpu(&g).unwrap();
     for x in [column, wide] {
         let inputs = std::slice::from_ref(&x);
@@ -487,7 +486,7 @@ fn bodies_nest_at_most_64_deep_and_hold_no_state() {
 }
 
 fn optimized(g: &Graph) -> Graph {
-    let o = kiln::passes::PassOptions {
+    let o = kiln::passes::CompileOptions {
         verify: true,
         ..Default::default()
     };

@@ -6,26 +6,33 @@
 use crate::common;
 
 use kiln::backend::cpu::CpuBackend;
-use kiln::backend::cpu::Tuning;
-use kiln::backend::{backend_with, cpu_pass_options, Backend, Device, Executable};
+use kiln::backend::{backend_with, Backend, Device, Executable};
 use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
+use kiln::passes::Tuning;
 use kiln::{Dim, Tensor};
 
 use common::{ints, op, param, random_inputs, weight, Rng};
 
 fn cpu(threads: usize) -> Box<dyn kiln::backend::Backend> {
-    backend_with(Device::Cpu, PassOptions::default(), threads).unwrap()
+    backend_with(
+        Device::Cpu,
+        CompileOptions {
+            threads,
+            ..Default::default()
+        },
+    )
+    .unwrap()
 }
 
 /// The CPU backend on `threads` threads, choosing algorithms as `tuning` says (not as
 /// the environment does: the tests decide which algorithms they check).
 fn cpu_with(threads: usize, tuning: &Tuning) -> CpuBackend {
-    CpuBackend {
-        passes: cpu_pass_options(PassOptions::default()),
+    CpuBackend::new(CompileOptions {
         threads,
         tuning: tuning.clone(),
-    }
+        ..Default::default()
+    })
 }
 
 /// Tuning that makes `algorithm` win wherever it is a candidate.
@@ -70,7 +77,7 @@ fn check(g: &Graph, seed: u64) {
 fn check_with(g: &Graph, seed: u64, tuning: &Tuning) {
     let mut rng = Rng(seed);
     let inputs = random_inputs(g, &mut rng, 3, 1.0);
-    let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
+    let interp = backend_with(Device::Interp, CompileOptions::default()).unwrap();
     let want = interp.compile(g).unwrap().run(&inputs).unwrap();
     for threads in [1, 2] {
         let got = cpu_with(threads, tuning)
@@ -737,7 +744,7 @@ fn embedding_lookups_and_their_bad_indices() {
     );
     g.add_output("y", y).unwrap();
     let ids = Tensor::from_vec(&[2, 5], vec![0i64, 3, 10, -1, -11, 5, 5, 2, 9, 1]).unwrap();
-    let want = backend_with(Device::Interp, PassOptions::default(), 1)
+    let want = backend_with(Device::Interp, CompileOptions::default())
         .unwrap()
         .compile(&g)
         .unwrap()
@@ -776,7 +783,7 @@ fn symbolic_batches_and_concurrent_runs() {
     let y = op(&mut g, "MatMul", &[h, w2], Attrs::new());
     g.add_output("y", y).unwrap();
     let exe = cpu(2).compile(&g).unwrap();
-    let oracle = backend_with(Device::Interp, PassOptions::default(), 1)
+    let oracle = backend_with(Device::Interp, CompileOptions::default())
         .unwrap()
         .compile(&g)
         .unwrap();
@@ -979,7 +986,7 @@ fn binary_ops_on_every_numeric_dtype() {
         DType::F16,
         DType::BF16,
     ];
-    let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
+    let interp = backend_with(Device::Interp, CompileOptions::default()).unwrap();
     let mut rng = Rng(79);
     for dtype in dtypes {
         for name in ["Add", "Sub", "Mul", "Div", "Max", "Min"] {
@@ -1084,7 +1091,7 @@ fn attention_heads_on_the_gemm() {
 /// the interpreter computes them (integers exactly).
 #[test]
 fn reductions_on_every_numeric_dtype() {
-    let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
+    let interp = backend_with(Device::Interp, CompileOptions::default()).unwrap();
     let mut rng = Rng(83);
     for dtype in [DType::I32, DType::I64, DType::U8, DType::F64, DType::F16] {
         let kinds_of: &[&str] = if dtype.is_float() {

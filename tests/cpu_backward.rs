@@ -9,19 +9,17 @@ use crate::common;
 use common::train_graphs;
 use common::{constant, ints, op, typed_param, Rng};
 use kiln::autodiff::grad;
-use kiln::backend::cpu::Tuning;
 use kiln::backend::cpu::{Compiled, CpuBackend};
-use kiln::backend::{backend_with, cpu_pass_options, Device};
+use kiln::backend::{backend_with, Device};
 use kiln::ir::{text, Attr, Attrs, DType, Graph};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::Tensor;
 
 fn cpu(threads: usize) -> CpuBackend {
-    CpuBackend {
-        passes: cpu_pass_options(PassOptions::default()),
+    CpuBackend::new(CompileOptions {
         threads,
-        tuning: Tuning::default(),
-    }
+        ..Default::default()
+    })
 }
 
 /// The kernel kinds `g` lowers to for `inputs`.
@@ -61,7 +59,7 @@ fn check(g: &Graph, inputs: &[Tensor], kind: &str) {
     );
     let f = fallbacks(g, inputs);
     assert!(f.is_empty(), "fallbacks {f:?} in {k:?}\n{}", text::print(g));
-    let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
+    let interp = backend_with(Device::Interp, CompileOptions::default()).unwrap();
     let want = interp.compile(g).unwrap().run(inputs).unwrap();
     for threads in [1, 2] {
         let got = kiln::backend::Backend::compile(&cpu(threads), g)

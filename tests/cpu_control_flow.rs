@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use kiln::autodiff::grad;
 use kiln::backend::cpu::CpuBackend;
-use kiln::backend::{backend_with, cpu_pass_options, Device};
+use kiln::backend::{backend_with, Device};
 use kiln::ir::{Attr, Attrs, DType, Graph, Value};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::Tensor;
 
 use common::control_graphs::{recurrence_inputs, recurrence_loop};
@@ -19,17 +19,16 @@ use common::{check_gradients, op, param, typed_param, Rng};
 /// `g` on cpu and interp: the same results (to f32 rounding), and the step kinds of
 /// the CPU program.
 fn cpu_matches_interp(g: &Graph, inputs: &[Tensor]) -> Vec<&'static str> {
-    let want = backend_with(Device::Interp, PassOptions::default(), 1)
+    let want = backend_with(Device::Interp, CompileOptions::default())
         .unwrap()
         .compile(g)
         .unwrap()
         .run(inputs)
         .unwrap();
-    let cpu = CpuBackend {
-        passes: cpu_pass_options(PassOptions::default()),
+    let cpu = CpuBackend::new(CompileOptions {
         threads: 2,
-        tuning: Default::default(),
-    };
+        ..Default::default()
+    });
     let exe = cpu.compile_cpu(g).unwrap();
     let got = kiln::backend::Executable::run(&exe, inputs).unwrap();
     assert_eq!(got.len(), want.len());

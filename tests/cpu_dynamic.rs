@@ -6,25 +6,24 @@ use crate::common;
 use std::sync::Arc;
 
 use kiln::backend::cpu::{CpuBackend, CpuExecutable};
-use kiln::backend::{backend_with, cpu_pass_options, Device, Executable};
+use kiln::backend::{backend_with, Device, Executable};
 use kiln::ir::{Attr, Attrs, DType, Graph, Value};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::Tensor;
 
 use common::{constant, op, typed_param, Rng};
 
 fn cpu(g: &Graph) -> CpuExecutable {
-    CpuBackend {
-        passes: cpu_pass_options(PassOptions::default()),
+    CpuBackend::new(CompileOptions {
         threads: 2,
-        tuning: Default::default(),
-    }
+        ..Default::default()
+    })
     .compile_cpu(g)
     .unwrap()
 }
 
 fn interp(g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
-    backend_with(Device::Interp, PassOptions::default(), 1)
+    backend_with(Device::Interp, CompileOptions::default())
         .unwrap()
         .compile(g)
         .unwrap()

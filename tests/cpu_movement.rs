@@ -7,18 +7,16 @@ use crate::common;
 
 use common::{constant, op, typed_param, Rng};
 use kiln::backend::cpu::CpuBackend;
-use kiln::backend::cpu::Tuning;
-use kiln::backend::{backend_with, cpu_pass_options, Device};
+use kiln::backend::{backend_with, Device};
 use kiln::ir::{text, Attr, Attrs, DType, Graph};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::Tensor;
 
 fn cpu(threads: usize) -> CpuBackend {
-    CpuBackend {
-        passes: cpu_pass_options(PassOptions::default()),
+    CpuBackend::new(CompileOptions {
         threads,
-        tuning: Tuning::default(),
-    }
+        ..Default::default()
+    })
 }
 
 /// `g` lowers to a `kind` step and no fallback, and gives the interpreter's outputs
@@ -39,7 +37,7 @@ fn check(g: &Graph, inputs: &[Tensor], kind: &str, tol: f64) {
         "want a {kind} step and no fallback, got {kinds:?}\n{}",
         text::print(g)
     );
-    let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
+    let interp = backend_with(Device::Interp, CompileOptions::default()).unwrap();
     let want = interp.compile(g).unwrap().run(inputs).unwrap();
     for threads in [1, 2] {
         let got = kiln::backend::Backend::compile(&cpu(threads), g)

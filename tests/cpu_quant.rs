@@ -5,19 +5,18 @@
 use crate::common;
 
 use kiln::backend::cpu::CpuBackend;
-use kiln::backend::{backend_with, cpu_pass_options, Device, Executable};
+use kiln::backend::{backend_with, Device, Executable};
 use kiln::ir::{text, Attrs, DType, Graph, Value};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::Tensor;
 
 use common::{constant, ints, op, typed_param, Rng};
 
 fn cpu(threads: usize) -> CpuBackend {
-    CpuBackend {
-        passes: cpu_pass_options(PassOptions::default()),
+    CpuBackend::new(CompileOptions {
         threads,
-        tuning: Default::default(),
-    }
+        ..Default::default()
+    })
 }
 
 /// Random bytes of `dtype` (u8 or i8) over their whole range.
@@ -33,7 +32,7 @@ fn bytes(rng: &mut Rng, dtype: DType, dims: &[usize]) -> Tensor {
 /// `g` (its inputs `inputs`) on cpu at 1 and 2 threads gives exactly the interpreter's
 /// outputs, with a step of kind `kind`.
 fn check_exact(g: &Graph, inputs: &[Tensor], kind: &str) {
-    let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
+    let interp = backend_with(Device::Interp, CompileOptions::default()).unwrap();
     let want = interp.compile(g).unwrap().run(inputs).unwrap();
     let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
     for threads in [1, 2] {
@@ -352,7 +351,7 @@ fn dequantizing_epilogues_are_the_interpreters() {
         );
         if tail == "silu" {
             // The CPU's SiLU is within a few ulps of the interpreter's, not bit-exact.
-            let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
+            let interp = backend_with(Device::Interp, CompileOptions::default()).unwrap();
             let want = interp.compile(&g).unwrap().run(&inputs).unwrap();
             for threads in [1, 2] {
                 let got = cpu(threads).compile_cpu(&g).unwrap().run(&inputs).unwrap();

@@ -4,10 +4,10 @@
 //! and 2 threads; each must lower to its kernel, not the fallback.
 use crate::common;
 
-use kiln::backend::cpu::{CpuBackend, Tuning};
-use kiln::backend::{backend_with, cpu_pass_options, Device};
+use kiln::backend::cpu::CpuBackend;
+use kiln::backend::{backend_with, Device};
 use kiln::ir::{text, Attr, Attrs, DType, Graph, Value};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::Tensor;
 
 use common::{constant, param, typed_param, Rng};
@@ -176,17 +176,16 @@ impl Case {
 }
 
 fn cpu(threads: usize) -> CpuBackend {
-    CpuBackend {
-        passes: cpu_pass_options(PassOptions::default()),
+    CpuBackend::new(CompileOptions {
         threads,
-        tuning: Tuning::default(),
-    }
+        ..Default::default()
+    })
 }
 
 /// The case on cpu at 1 and 2 threads matches the interpreter, through its kernel.
 fn check(case: &Case, seed: u64) {
     let (g, inputs) = case.graph(seed);
-    let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
+    let interp = backend_with(Device::Interp, CompileOptions::default()).unwrap();
     let want = interp.compile(&g).unwrap().run(&inputs).unwrap();
     let kind = case.op.to_ascii_lowercase();
     for threads in [1, 2] {
@@ -498,7 +497,7 @@ fn dynamic_quantize_lstm_computes_what_the_interpreter_does() {
                     ..Case::new("LSTM")
                 };
                 let (g, inputs) = quant_lstm(&case, unsigned, per_column, seed);
-                let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
+                let interp = backend_with(Device::Interp, CompileOptions::default()).unwrap();
                 let want = interp.compile(&g).unwrap().run(&inputs).unwrap();
                 for threads in [1, 2] {
                     let exe = cpu(threads).compile_cpu(&g).unwrap();

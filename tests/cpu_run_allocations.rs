@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use kiln::backend::{backend_with, Device};
 use kiln::ir::{Attr, Attrs, DType, Graph, Shape, TensorType, Value};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::{Dim, Tensor};
 
 use common::op;
@@ -118,10 +118,16 @@ fn runs_allocate_only_their_outputs() {
     let g = graph();
     let inputs = vec![tensor(&[2, 16, 12, 12], 9)];
     for threads in [1, 2] {
-        let exe = backend_with(Device::Cpu, PassOptions::default(), threads)
-            .unwrap()
-            .compile(&g)
-            .unwrap();
+        let exe = backend_with(
+            Device::Cpu,
+            CompileOptions {
+                threads,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .compile(&g)
+        .unwrap();
         // The first runs size the arena free list and the GEMM's per-thread buffers.
         let want = exe.run(&inputs).unwrap();
         exe.run(&inputs).unwrap();
@@ -180,10 +186,16 @@ fn a_compiled_loop_allocates_nothing_per_iteration() {
     // Long enough not to be unrolled by the pipeline.
     for iters in [40, 1000] {
         let g = common::control_graphs::recurrence_loop(iters, 16, true);
-        let exe = backend_with(Device::Cpu, PassOptions::default(), 1)
-            .unwrap()
-            .compile(&g)
-            .unwrap();
+        let exe = backend_with(
+            Device::Cpu,
+            CompileOptions {
+                threads: 1,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .compile(&g)
+        .unwrap();
         let got = exe.run(&inputs).unwrap();
         assert_eq!(got[1].shape(), [iters as usize, 1, 16]);
         counts.push(fewest_allocations(&*exe, &inputs));

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use kiln::autodiff::grad;
 use kiln::backend::cpu::{Compiled, CpuBackend, CpuExecutable};
 use kiln::backend::interp::InterpExecutable;
-use kiln::backend::{cpu_pass_options, Executable};
+use kiln::backend::Executable;
 use kiln::ir::{Attr, Attrs, DType, Graph, Shape, TensorType, Value};
 use kiln::optim::{add_optimizer, Optimizer, Rule};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::{Dim, Tensor};
 
 use common::{Need, Rng};
@@ -91,11 +91,10 @@ pub fn adam() -> Rule {
 }
 
 pub fn cpu(g: &Graph, threads: usize) -> CpuExecutable {
-    CpuBackend {
-        passes: cpu_pass_options(PassOptions::default()),
+    CpuBackend::new(CompileOptions {
         threads,
-        tuning: Default::default(),
-    }
+        ..Default::default()
+    })
     .compile_cpu(g)
     .unwrap()
 }

@@ -5,9 +5,9 @@
 use crate::common;
 
 use kiln::backend::cpu::CpuBackend;
-use kiln::backend::{backend_with, cpu_pass_options, Device, Executable};
+use kiln::backend::{backend_with, Device, Executable};
 use kiln::ir::{text, Attr, Attrs, DType, Graph};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::Tensor;
 
 use common::{typed_param, Rng};
@@ -15,15 +15,14 @@ use common::{typed_param, Rng};
 /// `g` on cpu at 1 and 2 threads gives exactly the interpreter's outputs (NaN equal
 /// to NaN) through a `tree-ensemble` step.
 fn check_exact(g: &Graph, inputs: &[Tensor]) {
-    let interp = backend_with(Device::Interp, PassOptions::default(), 1).unwrap();
+    let interp = backend_with(Device::Interp, CompileOptions::default()).unwrap();
     let want = interp.compile(g).unwrap().run(inputs).unwrap();
     let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
     for threads in [1, 2] {
-        let exe = CpuBackend {
-            passes: cpu_pass_options(PassOptions::default()),
+        let exe = CpuBackend::new(CompileOptions {
             threads,
-            tuning: Default::default(),
-        }
+            ..Default::default()
+        })
         .compile_cpu(g)
         .unwrap();
         let kinds = exe

@@ -18,7 +18,7 @@ use kiln::internals::cuda::codegen::{
 };
 use kiln::ir::ops::EvalCtx;
 use kiln::ir::{Attr, Attrs, DType, Graph, NodeId, Shape, TensorType};
-use kiln::passes::{run_pipeline, PassOptions};
+use kiln::passes::{run_pipeline, CompileOptions};
 use kiln::Tensor;
 
 use common::{require, test_graphs_and_real_models, Need, Rng};
@@ -202,7 +202,14 @@ fn cpu_reference(g: &Graph, id: NodeId, inputs: &[Option<Tensor>]) -> Vec<Tensor
     for o in 0..node.outputs.len() {
         one.add_output(&format!("out{o}"), n.out(o as u32)).unwrap();
     }
-    let backend = backend_with(Device::Cpu, PassOptions::default(), 1).unwrap();
+    let backend = backend_with(
+        Device::Cpu,
+        CompileOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     backend.compile(&one).unwrap().run(&values).unwrap()
 }
 
@@ -388,9 +395,9 @@ fn optimized_model(path: &Path, dims: &[(&str, usize)]) -> Graph {
         "{}: unbound {unbound:?}",
         path.display()
     );
-    let options = PassOptions {
+    let options = CompileOptions {
         layout_block: Some(0),
-        ..PassOptions::default()
+        ..CompileOptions::default()
     };
     run_pipeline(&mut g, &options).unwrap();
     g

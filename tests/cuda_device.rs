@@ -12,7 +12,7 @@ use crate::common;
 use kiln::backend::registered::{CudaKernel, Kernels, RawTensor};
 use kiln::backend::{backend_with, device_available, Device, Executable};
 use kiln::ir::{text, Attr, Attrs, Graph, TensorType, Value};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::{Error, Tensor};
 
 use common::{ints, op, param, random_inputs, require, weight, Need, Rng};
@@ -26,7 +26,7 @@ fn device() -> bool {
 }
 
 fn cuda_exe(g: &Graph) -> Box<dyn Executable> {
-    backend_with(Device::Cuda(0), PassOptions::default(), 0)
+    backend_with(Device::Cuda(0), CompileOptions::default())
         .unwrap()
         .compile(g)
         .unwrap_or_else(|e| panic!("compiling for cuda:0: {e}\n{}", text::print(g)))
@@ -38,7 +38,7 @@ fn check(test: &str, g: &Graph, seed: u64) {
         return;
     }
     let exe = cuda_exe(g);
-    let interp = backend_with(Device::Interp, PassOptions::default(), 1)
+    let interp = backend_with(Device::Interp, CompileOptions::default())
         .unwrap()
         .compile(g)
         .unwrap();
@@ -244,7 +244,7 @@ fn symbolic_batch_runs_per_shape_and_from_many_threads() {
         return;
     }
     let exe = cuda_exe(&g);
-    let interp = backend_with(Device::Interp, PassOptions::default(), 1)
+    let interp = backend_with(Device::Interp, CompileOptions::default())
         .unwrap()
         .compile(&g)
         .unwrap();
@@ -279,7 +279,7 @@ fn errors_name_the_problem() {
     let err = exe.run(&[Tensor::from_vec(&[2], vec![1.0f32, 2.0]).unwrap()]);
     assert!(matches!(err, Err(Error::InvalidArgument(m)) if m.contains("input 'x'")));
     // Training state is not supported on CUDA yet, and says so at compile.
-    let err = backend_with(Device::Cuda(0), PassOptions::default(), 0)
+    let err = backend_with(Device::Cuda(0), CompileOptions::default())
         .unwrap()
         .compile(&state)
         .err()
@@ -302,7 +302,7 @@ const STATE: &str = r#"graph "state" {
 #[test]
 fn no_device_means_a_clean_error_never_a_panic() {
     // Whatever this machine has: an ordinal no machine has fails with the reason.
-    let err = backend_with(Device::Cuda(4_000_000), PassOptions::default(), 0)
+    let err = backend_with(Device::Cuda(4_000_000), CompileOptions::default())
         .err()
         .expect("no machine has four million GPUs");
     let Error::Device(msg) = &err else {
@@ -413,7 +413,7 @@ fn external_ops_run_their_cuda_callback_or_are_refused_by_name() {
     let exe = cuda_exe(&with_cuda);
     exe.run(&[Rng(1).f32_tensor(&[2, 3], 1.0)]).unwrap();
     assert_eq!(*ops[0].calls.lock().unwrap(), vec![(1, vec![2, 3], true)]);
-    let err = backend_with(Device::Cuda(0), PassOptions::default(), 0)
+    let err = backend_with(Device::Cuda(0), CompileOptions::default())
         .unwrap()
         .compile(&cpu_only)
         .err()

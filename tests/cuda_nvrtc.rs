@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use kiln::frontend::onnx;
 use kiln::internals::cuda::{codegen, nvrtc};
 use kiln::ir::text;
-use kiln::passes::{run_pipeline, PassOptions};
+use kiln::passes::{run_pipeline, CompileOptions};
 use kiln::{Error, Graph};
 
 use common::{require, test_graphs_and_real_models, Need};
@@ -84,7 +84,7 @@ fn optimized(path: &Path, dims: &[(&str, usize)]) -> Graph {
         "{}: unbound {unbound:?}",
         path.display()
     );
-    run_pipeline(&mut g, &PassOptions::default()).unwrap();
+    run_pipeline(&mut g, &CompileOptions::default()).unwrap();
     g
 }
 

@@ -401,7 +401,7 @@ fn passes_keep_the_op_as_a_barrier_and_the_planner_runs_it_in_place() {
     let e: Value = g.op("Exp", &[n], Attrs::new(), "e").unwrap().into();
     g.add_output("y", e).unwrap();
     let mut opt = g.clone();
-    kiln::passes::run_pipeline(&mut opt, &kiln::passes::PassOptions::default()).unwrap();
+    kiln::passes::run_pipeline(&mut opt, &kiln::passes::CompileOptions::default()).unwrap();
     let ops: Vec<&str> = opt.nodes().iter().map(|n| n.op.as_str()).collect();
     assert!(ops.contains(&"org.test::Barrier"), "{ops:?}");
     // Neg and Exp fuse with each other but not with Relu across the op.

@@ -194,7 +194,7 @@ fn the_readme_lists_every_environment_variable_the_code_reads() {
         env_reads(&std::fs::read_to_string(&f).unwrap(), &mut read_by_code);
     }
     // The pass options are read as KILN_<KEY> for each of their keys.
-    for key in kiln::passes::PassOptions::KEYS {
+    for key in kiln::passes::CompileOptions::KEYS {
         read_by_code.insert(format!(
             "KILN_{}",
             key.to_ascii_uppercase().replace('-', "_")

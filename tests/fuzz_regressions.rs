@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use kiln::backend::{backend_with, Device};
 use kiln::ir::text::{parse, print};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 
 use crate::common;
 use common::panic_of;
@@ -35,11 +35,12 @@ fn onnx_compile(data: &[u8]) {
     if g.specialize(&ones).is_err() {
         return;
     }
-    let passes = PassOptions {
+    let options = CompileOptions {
         verify: true,
-        ..PassOptions::default()
+        threads: 1,
+        ..CompileOptions::default()
     };
-    let backend = backend_with(Device::Cpu, passes, 1).unwrap();
+    let backend = backend_with(Device::Cpu, options).unwrap();
     if let Err(e) = backend.compile(&g) {
         let message = e.to_string();
         assert!(
@@ -177,7 +178,14 @@ fn a_body_making_host_objects_compiles_on_cpu() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fuzz/cpu/if_branch_builds_a_sequence_inside.kir");
     let g = kiln::ir::text::parse_file(&path).unwrap();
-    let cpu = backend_with(Device::Cpu, PassOptions::default(), 1).unwrap();
+    let cpu = backend_with(
+        Device::Cpu,
+        CompileOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let exe = cpu.compile(&g).unwrap();
     let x = kiln::Tensor::from_vec(&[3], vec![1.0f32, 2.0, 3.0]).unwrap();
     let y = exe.run(&[kiln::Tensor::scalar(true), x.clone()]).unwrap();

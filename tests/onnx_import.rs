@@ -175,8 +175,10 @@ fn relu_model(inputs: &[(&str, Vec<Option<dimension::Value>>)]) -> proto::ModelP
 fn run_interp_and_cpu(g: &kiln::ir::Graph, inputs: &[Tensor]) -> [kiln::Result<Vec<Tensor>>; 2] {
     let cpu = kiln::backend::backend_with(
         kiln::backend::Device::Cpu,
-        kiln::passes::PassOptions::default(),
-        1,
+        kiln::passes::CompileOptions {
+            threads: 1,
+            ..Default::default()
+        },
     )
     .unwrap()
     .compile(g)
@@ -1563,11 +1565,13 @@ fn through_the_compiler(g: kiln::Result<kiln::ir::Graph>) {
         return;
     }
     let mut optimized = g.clone();
-    let _ = kiln::passes::run_pipeline(&mut optimized, &kiln::passes::PassOptions::default());
+    let _ = kiln::passes::run_pipeline(&mut optimized, &kiln::passes::CompileOptions::default());
     let cpu = kiln::backend::backend_with(
         kiln::backend::Device::Cpu,
-        kiln::passes::PassOptions::default(),
-        1,
+        kiln::passes::CompileOptions {
+            threads: 1,
+            ..Default::default()
+        },
     )
     .unwrap();
     let _ = cpu.compile(&g);

@@ -4,7 +4,7 @@ use kiln::autodiff::grad;
 use kiln::backend::{backend_with, Device};
 use kiln::ir::{Attr, Attrs, DType, Graph, Shape, TensorType, Value};
 use kiln::optim::{add_optimizer, Optimizer, Rule};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::Tensor;
 
 const W0: [f64; 3] = [0.5, -1.5, 2.0];
@@ -114,10 +114,16 @@ fn graph_steps(opt: &Optimizer, lr: f64, steps: usize) -> Vec<Vec<f64>> {
     add_optimizer(&mut g, opt, &[w], &gw, lr_in).unwrap();
     let seen = op(&mut g, "Identity", &[w]);
     g.add_output("w", seen).unwrap();
-    let exe = backend_with(Device::Cpu, PassOptions::default(), 1)
-        .unwrap()
-        .compile(&g)
-        .unwrap();
+    let exe = backend_with(
+        Device::Cpu,
+        CompileOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .compile(&g)
+    .unwrap();
     let inputs = [
         Tensor::from_vec(&[3], X.to_vec()).unwrap(),
         Tensor::scalar(lr as f32),

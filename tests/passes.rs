@@ -8,7 +8,7 @@ use kiln::backend::interp::InterpExecutable;
 use kiln::backend::Executable;
 use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
 use kiln::passes::{
-    self, run_passes, run_pipeline, Changed, DumpIr, Pass, PassContext, PassOptions,
+    self, run_passes, run_pipeline, Changed, CompileOptions, DumpIr, Pass, PassContext,
 };
 use kiln::{Result, Tensor};
 
@@ -38,8 +38,8 @@ fn assert_same(before: &Graph, after: &Graph, seed: u64) {
     }
 }
 
-fn options(pipeline: &str) -> PassOptions {
-    let mut o = PassOptions::default();
+fn options(pipeline: &str) -> CompileOptions {
+    let mut o = CompileOptions::default();
     o.set("passes", pipeline).unwrap();
     o.verify = true;
     o
@@ -652,19 +652,41 @@ fn pipelines_and_options_are_checked() {
         "{e}"
     );
     assert_eq!(passes::parse_pipeline("fuse").unwrap().len(), 3);
-    let mut o = PassOptions::default();
+    let mut o = CompileOptions::default();
     for (key, value, want) in [
         ("dump-ir", "sometimes", "dump-ir: expected"),
         ("dump-ir", "after=cse,nope", "unknown pass 'nope'"),
         ("pass-timing", "maybe", "expected 1 or 0"),
         ("rewrite-limit", "-3", "expected a count"),
         ("colour", "1", "unknown option 'colour'"),
+        ("threads", "two", "threads: expected a count"),
+        ("autotune", "maybe", "autotune: expected 1 or 0"),
     ] {
         let e = o.set(key, value).unwrap_err().to_string();
         assert!(e.contains(want), "{key}={value}: {e}");
     }
     o.set("dump-ir", "after=cse,dce").unwrap();
     assert_eq!(o.dump_ir, DumpIr::After(vec!["cse".into(), "dce".into()]));
+    // Threads and tuning are compile options like the passes' own.
+    for (key, value) in [
+        ("threads", "3"),
+        ("autotune", "1"),
+        ("tune-cache", "/tmp/t.tsv"),
+        ("tune-force", "im2col"),
+    ] {
+        o.set(key, value).unwrap();
+        assert!(CompileOptions::KEYS.contains(&key), "{key}");
+    }
+    assert_eq!(o.threads, 3);
+    let want = kiln::passes::Tuning {
+        measure: true,
+        cache: Some("/tmp/t.tsv".into()),
+        force: Some("im2col".into()),
+    };
+    assert_eq!(o.tuning, want);
+    o.set("threads", "").unwrap();
+    o.set("tune-force", "").unwrap();
+    assert_eq!((o.threads, o.tuning.force.as_deref()), (0, None));
 }
 
 #[test]
@@ -818,7 +840,7 @@ fn layout_blocks_convolutions_and_cancels_reorders() {
     let mut a = g.clone();
     run_pipeline(&mut a, &o).unwrap();
     assert!(a.nodes().iter().all(|n| n.op != "Reorder"));
-    let e = PassOptions::default()
+    let e = CompileOptions::default()
         .set("layout", "nhwc")
         .unwrap_err()
         .to_string();
@@ -1093,10 +1115,16 @@ fn depthwise_chains_agree_on_cpu() {
     let inputs = random_inputs(&g, &mut Rng(31), 1, 1.0);
     let want = run(&g, &inputs);
     for threads in [1, 2] {
-        let exe = backend_with(Device::Cpu, PassOptions::default(), threads)
-            .unwrap()
-            .compile(&g)
-            .unwrap();
+        let exe = backend_with(
+            Device::Cpu,
+            CompileOptions {
+                threads,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .compile(&g)
+        .unwrap();
         let got = exe.run(&inputs).unwrap();
         got[0]
             .check_close(&want[0], 1e-4, 1e-4)

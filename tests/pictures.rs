@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use kiln::backend::cpu::CpuBackend;
-use kiln::backend::cpu_pass_options;
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use serde_json::Value as Json;
 
 use common::{require, root, Need};
@@ -138,11 +137,10 @@ fn a_bench_trace_has_every_step_and_its_timeline_renders() {
     // 1 first run, 1 warm-up, 3 timed: each step of the program five times, in order.
     let mut g = kiln::frontend::onnx::import_file(&model).unwrap();
     g.specialize(&[("batch".to_string(), 4)].into()).unwrap();
-    let exe = CpuBackend {
-        passes: cpu_pass_options(PassOptions::default()),
+    let exe = CpuBackend::new(CompileOptions {
         threads: 2,
-        tuning: Default::default(),
-    }
+        ..Default::default()
+    })
     .compile_cpu(&g)
     .unwrap();
     let steps = exe.step_report(&[vec![4, 1, 28, 28]]).unwrap();

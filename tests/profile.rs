@@ -8,9 +8,9 @@ use crate::common;
 use std::collections::BTreeSet;
 
 use kiln::backend::cpu::CpuBackend;
-use kiln::backend::{cpu_pass_options, Executable};
+use kiln::backend::Executable;
 use kiln::ir::Attrs;
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::{Graph, Tensor};
 use serde_json::Value as Json;
 
@@ -33,23 +33,21 @@ fn mlp() -> Graph {
 }
 
 fn compile(g: &Graph, profile: &str, threads: usize) -> kiln::Result<Box<dyn Executable>> {
-    let mut passes = cpu_pass_options(PassOptions::default());
-    passes.set("profile", profile)?;
-    let backend = CpuBackend {
-        passes,
+    let mut options = CompileOptions {
         threads,
-        tuning: Default::default(),
+        ..Default::default()
     };
+    options.set("profile", profile)?;
+    let backend = CpuBackend::new(options);
     Ok(Box::new(backend.compile_cpu(g)?))
 }
 
 /// The CPU program's steps for the input.
 fn steps_of(g: &Graph) -> Vec<kiln::backend::cpu::StepInfo> {
-    let backend = CpuBackend {
-        passes: cpu_pass_options(PassOptions::default()),
+    let backend = CpuBackend::new(CompileOptions {
         threads: 1,
-        tuning: Default::default(),
-    };
+        ..Default::default()
+    });
     let exe = backend.compile_cpu(g).unwrap();
     exe.step_report(&[vec![64, 256]]).unwrap()
 }

@@ -4,10 +4,8 @@
 #[path = "common/train_models.rs"]
 mod train_models;
 
-use kiln::backend::cpu::Tuning;
 use kiln::backend::cpu::{Compiled, CpuBackend};
-use kiln::backend::cpu_pass_options;
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::Tensor;
 use train_models::{default_batch, default_weights, train_step, Model};
 
@@ -16,11 +14,10 @@ const BATCH: usize = 64;
 #[test]
 fn the_mlp_training_steps_arena_is_within_5_percent_of_its_lower_bound() {
     let g = train_step(Model::Mlp, BATCH, &default_weights(Model::Mlp)).unwrap();
-    let backend = CpuBackend {
-        passes: cpu_pass_options(PassOptions::default()),
+    let backend = CpuBackend::new(CompileOptions {
         threads: 1,
-        tuning: Tuning::from_env(),
-    };
+        ..CompileOptions::from_env().unwrap()
+    });
     // Until the CPU backend lowers graphs with state there is no program, hence no
     // plan: that is a failure of this test, not a pass.
     let exe = backend.compile_cpu(&g).unwrap_or_else(|e| {

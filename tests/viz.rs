@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use common::{named_op, param, require, weight, Need, Rng};
 use kiln::ir::dot::{picture, quote, to_dot, DotOptions};
 use kiln::ir::{text, Attr, Attrs, Graph};
-use kiln::passes::{run_pipeline, PassOptions};
+use kiln::passes::{run_pipeline, CompileOptions};
 use kiln::Tensor;
 
 fn has_dot() -> Result<(), String> {
@@ -260,7 +260,7 @@ fn fused_nodes_list_exactly_the_nodes_they_replaced() {
         .collect();
     for layout in ["plain", "nchw16c"] {
         let mut g = before.clone();
-        let mut options = PassOptions::default();
+        let mut options = CompileOptions::default();
         options.set("layout", layout).unwrap();
         options.verify = true;
         run_pipeline(&mut g, &options).unwrap();

@@ -12,10 +12,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kiln::backend::cpu::{CpuBackend, Tuning};
-use kiln::backend::{backend_for, cpu_pass_options, Device};
+use kiln::backend::cpu::CpuBackend;
+use kiln::backend::{backend_for, Device};
 use kiln::frontend::onnx;
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::Tensor;
 
 /// How far a float output may be from the reference, relative to the reference's
@@ -250,11 +250,10 @@ fn comparison_is_relative_to_the_largest_reference_value_and_exact_on_integers()
 /// interpreter's op (`fallback`) or the whole signature on the interpreter, each as
 /// `<model>: <node> (<kind>)`.
 fn fallback_steps(model: &str, graph: &kiln::Graph, shapes: &[Vec<usize>]) -> Vec<String> {
-    let exe = CpuBackend {
-        passes: cpu_pass_options(PassOptions::default()),
+    let exe = CpuBackend::new(CompileOptions {
         threads: 1,
-        tuning: Tuning::from_env(),
-    }
+        ..CompileOptions::from_env().unwrap()
+    })
     .compile_cpu(graph)
     .unwrap_or_else(|e| panic!("{model}: {e}"));
     exe.step_report(shapes)

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use kiln::backend::{backend_with, Device};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -22,11 +22,12 @@ fuzz_target!(|data: &[u8]| {
     if g.specialize(&ones).is_err() {
         return;
     }
-    let passes = PassOptions {
+    let options = CompileOptions {
         verify: true,
-        ..PassOptions::default()
+        threads: 1,
+        ..CompileOptions::default()
     };
-    let backend = backend_with(Device::Cpu, passes, 1).expect("the cpu backend always exists");
+    let backend = backend_with(Device::Cpu, options).expect("the cpu backend always exists");
     if let Err(e) = backend.compile(&g) {
         let message = e.to_string();
         assert!(

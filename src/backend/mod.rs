@@ -12,7 +12,7 @@ use std::str::FromStr;
 
 use crate::error::{Error, Result};
 use crate::ir::{Graph, TensorType};
-use crate::passes::PassOptions;
+use crate::passes::CompileOptions;
 use crate::tensor::{Tensor, TensorView};
 
 pub(crate) mod broadcast;
@@ -151,7 +151,7 @@ pub trait Backend {
 
 /// What the CPU backend asks of the pass pipeline unless told otherwise: convolutions
 /// in blocks of 16 channels (NCHW16c), one AVX-512 vector of f32 per pixel.
-pub fn cpu_pass_options(mut passes: PassOptions) -> PassOptions {
+pub fn cpu_pass_options(mut passes: CompileOptions) -> CompileOptions {
     passes.layout_block.get_or_insert(16);
     passes
 }
@@ -176,33 +176,25 @@ fn built_without_cuda(n: u32) -> Error {
     ))
 }
 
-/// The backend for `device` with the pass options of the environment (`KILN_*`) and a
-/// thread per core, or why there is none.
+/// The backend for `device` with the compile options of the environment (`KILN_*`),
+/// or why there is none.
 pub fn backend_for(device: Device) -> Result<Box<dyn Backend>> {
-    backend_with(device, PassOptions::from_env()?, 0)
+    backend_with(device, CompileOptions::from_env()?)
 }
 
-/// The backend for `device`, optimizing with `passes` and running on `threads` threads
-/// (0 = one per core). The interpreter runs the graph as given, on one thread: it is the
-/// oracle the optimized paths are checked against.
-pub fn backend_with(
-    device: Device,
-    passes: PassOptions,
-    threads: usize,
-) -> Result<Box<dyn Backend>> {
+/// The backend for `device`, compiling and running as `options` say. The interpreter
+/// runs the graph as given, on one thread: it is the oracle the optimized paths are
+/// checked against.
+pub fn backend_with(device: Device, options: CompileOptions) -> Result<Box<dyn Backend>> {
     match device {
         Device::Interp => Ok(Box::new(interp::Interpreter)),
-        Device::Cpu => Ok(Box::new(cpu::CpuBackend {
-            passes: cpu_pass_options(passes),
-            threads,
-            tuning: cpu::tune::Tuning::from_env(),
-        })),
+        Device::Cpu => Ok(Box::new(cpu::CpuBackend::new(options))),
         #[cfg(feature = "cuda")]
         Device::Cuda(n) => {
             cuda::probe::probe(n)?;
             Ok(Box::new(cuda::runtime::CudaBackend {
                 ordinal: n,
-                passes,
+                passes: options,
                 kernels: std::sync::Arc::new(cuda::kernels::Generated),
             }))
         }

@@ -11,7 +11,7 @@ use std::sync::{Arc, RwLock};
 
 use crate::error::{Error, Result};
 use crate::ir::{Attr, Attrs, DType, Dim, Graph, NodeId, Shape, TensorType};
-use crate::passes::{run_passes, run_pipeline, ConstantFold, InlineConstantIf, PassOptions};
+use crate::passes::{run_passes, run_pipeline, CompileOptions, ConstantFold, InlineConstantIf};
 use crate::tensor::Tensor;
 
 /// `graph` with its input symbols bound to the sizes in `shapes` (one shape per graph
@@ -19,7 +19,7 @@ use crate::tensor::Tensor;
 pub(crate) fn specialize_for_shapes(
     graph: &Graph,
     shapes: &[Vec<usize>],
-    passes: &PassOptions,
+    passes: &CompileOptions,
 ) -> Result<Graph> {
     let mut g = bind_input_shapes(graph, shapes, passes)?;
     if has_unranked(&g) {
@@ -32,7 +32,11 @@ pub(crate) fn specialize_for_shapes(
 
 /// `graph` with its inputs' symbols bound to `shapes` and what that settles settled
 /// (ranks, `If` branches), not yet optimized.
-fn bind_input_shapes(graph: &Graph, shapes: &[Vec<usize>], passes: &PassOptions) -> Result<Graph> {
+fn bind_input_shapes(
+    graph: &Graph,
+    shapes: &[Vec<usize>],
+    passes: &CompileOptions,
+) -> Result<Graph> {
     let mut g = graph.clone();
     let mut bindings = HashMap::new();
     for (&id, shape) in g.inputs().iter().zip(shapes) {
@@ -73,7 +77,7 @@ fn is_static(g: &Graph) -> bool {
 /// (a condition computed from data) are specialized for the shapes of their captures,
 /// so that an `If` whose branches then agree has static results. Repeats until every
 /// type is static or nothing more changes.
-fn settle_types(g: &mut Graph, passes: &PassOptions) -> Result<()> {
+fn settle_types(g: &mut Graph, passes: &CompileOptions) -> Result<()> {
     loop {
         // Only the rewrites that need no ranks.
         let report = run_passes(g, &[&ConstantFold, &InlineConstantIf], passes)?;
@@ -91,7 +95,7 @@ fn settle_types(g: &mut Graph, passes: &PassOptions) -> Result<()> {
 /// static for those captures' shapes. A branch those shapes do not fit (it would fail
 /// if it ran) becomes one that fails when it runs, with the other branch's result types
 /// (see [`failing_branch`]), so that the `If` has them. Returns whether a branch changed.
-fn specialize_branches(g: &mut Graph, passes: &PassOptions) -> Result<bool> {
+fn specialize_branches(g: &mut Graph, passes: &CompileOptions) -> Result<bool> {
     const BRANCHES: [&str; 2] = ["then_branch", "else_branch"];
     let mut changed = false;
     for id in g.schedule()? {
@@ -320,7 +324,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(static_input_shapes(&g), None);
-        let s = specialize_for_shapes(&g, &[vec![5, 3]], &PassOptions::default()).unwrap();
+        let s = specialize_for_shapes(&g, &[vec![5, 3]], &CompileOptions::default()).unwrap();
         assert_eq!(static_input_shapes(&s), Some(vec![vec![5, 3]]));
         let y = s.outputs()[0].value.node;
         assert_eq!(static_output(&s, y, 0).unwrap(), (DType::F32, vec![5, 3]));

@@ -11,19 +11,20 @@ use crate::backend::{backend_with, Device, Executable};
 use crate::error::Error;
 use crate::interop::InteropError;
 use crate::ir::{Dim, Graph, NodeId, TensorType, Value};
-use crate::passes::PassOptions;
+use crate::passes::CompileOptions;
 use crate::tensor::{Tensor, TensorView};
 
-/// How to compile: the backend, the thread budget and the pass pipeline's options.
+/// How to compile: the backend and the [`CompileOptions`] (passes, profiling, threads,
+/// tuning).
 pub struct kiln_compile_options {
     device: Device,
-    threads: u32,
-    passes: PassOptions,
+    options: CompileOptions,
 }
 
 /// Creates options with the defaults: backend `"cpu"`, all cores, the default pass
-/// pipeline with the `KILN_*` debugging variables of the environment applied (an
-/// invalid one fails here, naming it). The caller frees them with
+/// pipeline, with every `KILN_<NAME>` variable of the environment for the names
+/// `kiln_compile_options_set_option` takes applied (an invalid one fails here, naming
+/// it). The caller frees them with
 /// `kiln_compile_options_free`.
 ///
 /// # Safety
@@ -36,8 +37,7 @@ pub unsafe extern "C" fn kiln_compile_options_new(
         let out = out_ptr(out, "out")?;
         let options = into_handle(kiln_compile_options {
             device: Device::Cpu,
-            threads: 0,
-            passes: PassOptions::from_env()?,
+            options: CompileOptions::from_env()?,
         });
         // SAFETY: `out` is not NULL (checked) and the header requires it writable.
         unsafe { *out = options };
@@ -79,7 +79,8 @@ pub unsafe extern "C" fn kiln_compile_options_set_backend(
     })
 }
 
-/// The number of threads one run may use; 0 means one per core. The `"cpu"` device
+/// The number of threads one run may use; 0 means one per core (the same as the
+/// `"threads"` option of `kiln_compile_options_set_option`). The `"cpu"` device
 /// gives each executable a pool of that many threads (the calling thread is one of
 /// them; idle workers sleep); when several threads run one executable at once, one run
 /// uses the pool and the others run on their own thread. The `"interp"` device runs
@@ -94,13 +95,13 @@ pub unsafe extern "C" fn kiln_compile_options_set_threads(
 ) -> kiln_status {
     guard(|| {
         // SAFETY: the header makes `o` NULL or a live options handle, used by this call only.
-        unsafe { arg_mut(o, "o") }?.threads = n;
+        unsafe { arg_mut(o, "o") }?.options.threads = n as usize;
         Ok(())
     })
 }
 
-/// Sets a pass-pipeline option by name, the same text as the CLI and the `KILN_<NAME>`
-/// environment variables take: `"passes"` (a comma-separated pipeline, e.g.
+/// Sets a compile option by name, the same text as the CLI, Python and the `KILN_<NAME>`
+/// environment variables take (`"tune-cache"` is read from `KILN_TUNE_CACHE`): `"passes"` (a comma-separated pipeline, e.g.
 /// `"canonicalize,constant-fold,simplify,cse,dce"`; `""` runs none), `"dump-ir"`
 /// (`before-all`, `after-all`, `after=p1,p2`, `changed`), `"dump-ir-dir"`,
 /// `"pass-timing"` (`1`/`0`), `"disable-passes"` (`a,b`), `"rewrite-limit"` (N: apply
@@ -110,8 +111,12 @@ pub unsafe extern "C" fn kiln_compile_options_set_threads(
 /// backend's runs: `""`/`0` off; `1` or `all` print the per-step time table to stderr
 /// when the executable is freed; any other value is a path, created when compiling, that
 /// receives a Chrome trace-event JSON file of every run, complete when the executable is
-/// freed). An unknown name or a bad value fails here, naming it. The `"interp"` backend
-/// runs the graph as given and ignores these.
+/// freed), `"threads"` (N; 0 or `""`: one per core), `"autotune"` (`1`: time each
+/// candidate algorithm of a shape at compile time and keep the fastest in the tune
+/// cache), `"tune-cache"` (the cache file; unset with `autotune`, under
+/// `$XDG_CACHE_HOME/kiln`), `"tune-force"` (an algorithm name used wherever it is a
+/// candidate). An unknown name or a bad value fails here, naming it. The `"interp"`
+/// backend runs the graph as given and ignores these.
 ///
 /// # Safety
 /// `o` is a live options handle; `name` and `value` are strings.
@@ -126,7 +131,7 @@ pub unsafe extern "C" fn kiln_compile_options_set_option(
         let o = unsafe { arg_mut(o, "o") }?;
         // SAFETY: `name` and `value` are NULL or NUL-terminated, as the header asks.
         let (name, value) = unsafe { (arg_str(name, "name")?, arg_str(value, "value")?) };
-        o.passes.set(name, value)?;
+        o.options.set(name, value)?;
         Ok(())
     })
 }
@@ -217,16 +222,16 @@ pub unsafe extern "C" fn kiln_compile(
         let g = &unsafe { arg(g, "g") }?.graph;
         let out = out_ptr(out, "out")?;
         // SAFETY: NULL options mean the defaults; others are a live handle (# Safety).
-        let (device, passes, threads) = match unsafe { o.as_ref() } {
-            Some(o) => (o.device, o.passes.clone(), o.threads as usize),
-            None => (Device::Cpu, PassOptions::from_env()?, 0),
+        let (device, options) = match unsafe { o.as_ref() } {
+            Some(o) => (o.device, o.options.clone()),
+            None => (Device::Cpu, CompileOptions::from_env()?),
         };
         if g.outputs().is_empty() {
             return Err(Failure::from(Error::Graph(
                 "the graph has no outputs (kiln_graph_set_output)".into(),
             )));
         }
-        let exe = backend_with(device, passes, threads)?.compile(g)?;
+        let exe = backend_with(device, options)?.compile(g)?;
         let (inputs, outputs) = io_of(g)?;
         let variables = exe
             .variables()

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::options::{DumpIr, PassOptions};
+use super::options::{CompileOptions, DumpIr};
 use super::registry::parse_pipeline;
 use super::Pass;
 use crate::error::{Error, Result};
@@ -15,7 +15,7 @@ pub const MAX_ITERATIONS: usize = 10;
 
 /// What a pass sees besides the graph: the options and the rewrite budget.
 pub struct PassContext<'a> {
-    pub options: &'a PassOptions,
+    pub options: &'a CompileOptions,
     rewrites: usize,
     limit_reached: bool,
 }
@@ -98,7 +98,7 @@ pub const DUMP_ELIDE_LIMIT: usize = 256;
 
 /// Where IR dumps go: numbered files in a folder, or stderr.
 struct Dumper<'a> {
-    options: &'a PassOptions,
+    options: &'a CompileOptions,
     seq: usize,
 }
 
@@ -126,7 +126,7 @@ impl Dumper<'_> {
 }
 
 /// Runs `options.pipeline` over `g`.
-pub fn run_pipeline(g: &mut Graph, options: &PassOptions) -> Result<PassReport> {
+pub fn run_pipeline(g: &mut Graph, options: &CompileOptions) -> Result<PassReport> {
     run_passes(g, &parse_pipeline(&options.pipeline)?, options)
 }
 
@@ -135,7 +135,7 @@ pub fn run_pipeline(g: &mut Graph, options: &PassOptions) -> Result<PassReport> 
 pub fn run_passes(
     g: &mut Graph,
     passes: &[&dyn Pass],
-    options: &PassOptions,
+    options: &CompileOptions,
 ) -> Result<PassReport> {
     let mut cx = PassContext {
         options,
@@ -219,7 +219,7 @@ pub fn run_passes(
 /// Runs `passes` inside every control-flow body first (inside out, each body a graph of
 /// its own), so that the parent's rewrites (inlining a branch, unrolling a loop) splice
 /// optimized bodies; the parent's types are then re-inferred from the new bodies.
-fn optimize_bodies(g: &mut Graph, passes: &[&dyn Pass], options: &PassOptions) -> Result<()> {
+fn optimize_bodies(g: &mut Graph, passes: &[&dyn Pass], options: &CompileOptions) -> Result<()> {
     let mut changed = false;
     for id in g.schedule()? {
         let bodies: Vec<(String, Arc<Graph>)> = g

@@ -9,7 +9,7 @@
 //! `verify` on (debug builds and tests) the verifier runs after every pass, and an error
 //! names the pass that broke the graph.
 //!
-//! Debugging switches ([`PassOptions::set`]; each also an environment variable
+//! Debugging switches ([`CompileOptions::set`]; each also an environment variable
 //! `KILN_<KEY>`, e.g. `KILN_DUMP_IR=after-all`): `dump-ir`
 //! (`before-all|after-all|after=p1,p2|changed`), `dump-ir-dir` (one `.kir` file per
 //! step instead of stderr), `pass-timing`, `disable-passes`, `rewrite-limit` (apply only
@@ -36,7 +36,7 @@ mod simplify;
 pub use manager::{
     run_passes, run_pipeline, PassContext, PassRecord, PassReport, DUMP_ELIDE_LIMIT, MAX_ITERATIONS,
 };
-pub use options::{DumpIr, PassOptions, Profiling};
+pub use options::{CompileOptions, DumpIr, Profiling, Tuning};
 pub use registry::{lookup, parse_pipeline, DEFAULT_PIPELINE, PASSES};
 use rewrite::{
     add_const, add_in_place_of, give_back_name, replace_node, replacement, sweep, try_add,

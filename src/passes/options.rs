@@ -1,5 +1,6 @@
-//! How a pipeline runs: [`PassOptions`], set key by key from text as the CLI, the C API
-//! and the `KILN_<KEY>` environment variables give it.
+//! How a graph compiles and runs: [`CompileOptions`] (the pass pipeline, profiling,
+//! threads, algorithm tuning), set key by key from text the same way whether the CLI, the
+//! C API, Python or the `KILN_<KEY>` environment variables give it.
 use std::path::PathBuf;
 
 use super::registry::{lookup, parse_pipeline, unknown_pass, DEFAULT_PIPELINE};
@@ -34,10 +35,25 @@ pub enum Profiling {
     Trace(PathBuf),
 }
 
-/// How a pipeline runs. `Default` gives the default pipeline with no debugging;
-/// [`PassOptions::from_env`] adds the `KILN_*` variables.
+/// How algorithm choices are made (the `autotune`, `tune-cache` and `tune-force` keys;
+/// the CPU backend's `tune` module says how each is used).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tuning {
+    /// Time the candidates of choices the cache does not answer.
+    pub measure: bool,
+    /// The cache file consulted and (when measuring) updated; with `measure` and no
+    /// path, the backend's default location.
+    pub cache: Option<PathBuf>,
+    /// Use this algorithm wherever it is a candidate, whatever the rest says (to test
+    /// or time one algorithm across a model).
+    pub force: Option<String>,
+}
+
+/// How a graph compiles and runs. `Default` gives the default pipeline with no
+/// debugging, on one thread per core; [`CompileOptions::from_env`] adds the `KILN_*`
+/// variables.
 #[derive(Debug, Clone)]
-pub struct PassOptions {
+pub struct CompileOptions {
     pub pipeline: String,
     pub dump_ir: DumpIr,
     pub dump_ir_dir: Option<PathBuf>,
@@ -53,11 +69,15 @@ pub struct PassOptions {
     pub layout_block: Option<usize>,
     /// What the executable's runs record (the CPU backend's; others ignore it).
     pub profile: Profiling,
+    /// Threads one run may use; 0 means one per core (the CPU backend's).
+    pub threads: usize,
+    /// How per-shape algorithm choices are made (the CPU backend's).
+    pub tuning: Tuning,
 }
 
-impl Default for PassOptions {
-    fn default() -> PassOptions {
-        PassOptions {
+impl Default for CompileOptions {
+    fn default() -> CompileOptions {
+        CompileOptions {
             pipeline: DEFAULT_PIPELINE.to_string(),
             dump_ir: DumpIr::Never,
             dump_ir_dir: None,
@@ -68,11 +88,13 @@ impl Default for PassOptions {
             verify: cfg!(debug_assertions),
             layout_block: None,
             profile: Profiling::Off,
+            threads: 0,
+            tuning: Tuning::default(),
         }
     }
 }
 
-impl PassOptions {
+impl CompileOptions {
     /// The option keys; each is also read from `KILN_<KEY>` (upper case, `_` for `-`).
     pub const KEYS: &'static [&'static str] = &[
         "passes",
@@ -85,11 +107,15 @@ impl PassOptions {
         "verify",
         "layout",
         "profile",
+        "threads",
+        "autotune",
+        "tune-cache",
+        "tune-force",
     ];
 
     /// The defaults, then every `KILN_<KEY>` variable that is set.
-    pub fn from_env() -> Result<PassOptions> {
-        let mut o = PassOptions::default();
+    pub fn from_env() -> Result<CompileOptions> {
+        let mut o = CompileOptions::default();
         for key in Self::KEYS {
             let var = format!("KILN_{}", key.to_ascii_uppercase().replace('-', "_"));
             if let Ok(value) = std::env::var(&var) {
@@ -176,6 +202,10 @@ impl PassOptions {
                     path => Profiling::Trace(PathBuf::from(path)),
                 }
             }
+            "threads" => self.threads = if value.is_empty() { 0 } else { count(value)? },
+            "autotune" => self.tuning.measure = flag(value)?,
+            "tune-cache" => self.tuning.cache = (!value.is_empty()).then(|| PathBuf::from(value)),
+            "tune-force" => self.tuning.force = (!value.is_empty()).then(|| value.to_string()),
             _ => {
                 return Err(Error::InvalidArgument(format!(
                     "unknown option '{key}' (known: {})",

@@ -220,6 +220,10 @@ static void compile_and_run(void) {
   OK(kiln_compile_options_set_option(o, "passes", "canonicalize,constant-fold,simplify,cse,fuse,dce"));
   OK(kiln_compile_options_set_option(o, "verify", "1"));
   OK(kiln_compile_options_set_option(o, "rewrite-limit", "100"));
+  /* Threads and tuning are compile options too. */
+  EXPECT_STATUS(KILN_STATUS_INVALID_ARGUMENT, "threads: expected a count", kiln_compile_options_set_option(o, "threads", "x"));
+  OK(kiln_compile_options_set_option(o, "threads", "2"));
+  OK(kiln_compile_options_set_option(o, "tune-force", "im2col"));
   OK(kiln_compile(g, o, &e));
   kiln_executable *e2 = NULL;
   OK(kiln_compile(g, NULL, &e2)); /* defaults: "cpu", the default pipeline */

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use kiln::autodiff::grad;
 use kiln::backend::{backend_with, Device};
 use kiln::ir::{text, Attr, Attrs, DType, Graph, Shape, TensorType, Value};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::{Dim, Tensor};
 
 // ---------------------------------------------------------------------------------------
@@ -341,7 +341,7 @@ pub fn check_gradients(
     for (i, gv) in grads.iter().enumerate() {
         g.add_output(&format!("grad{i}"), *gv).unwrap();
     }
-    let exe = backend_with(Device::Interp, PassOptions::default(), 1)
+    let exe = backend_with(Device::Interp, CompileOptions::default())
         .unwrap()
         .compile(&g)
         .unwrap_or_else(|e| panic!("{e}\n{}", text::print(&g)));

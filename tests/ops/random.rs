@@ -3,7 +3,7 @@
 //! thread count.
 use kiln::backend::{backend_with, Device};
 use kiln::ir::{Attr, Attrs};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::Tensor;
 
 use crate::ops::harness::*;
@@ -124,19 +124,25 @@ fn dropout_is_the_same_on_every_backend_and_thread_count() {
         seed(77),
     )
     .unwrap();
-    let oracle = backend_with(Device::Interp, PassOptions::default(), 1)
+    let oracle = backend_with(Device::Interp, CompileOptions::default())
         .unwrap()
         .compile(&g)
         .unwrap()
         .run(&inputs)
         .unwrap();
     for threads in [1, 2, 4] {
-        let got = backend_with(Device::Cpu, PassOptions::default(), threads)
-            .unwrap()
-            .compile(&g)
-            .unwrap()
-            .run(&inputs)
-            .unwrap();
+        let got = backend_with(
+            Device::Cpu,
+            CompileOptions {
+                threads,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .compile(&g)
+        .unwrap()
+        .run(&inputs)
+        .unwrap();
         assert_eq!(got, oracle, "cpu with {threads} threads");
     }
 }

@@ -2,7 +2,7 @@
 use kiln::backend::interp::InterpExecutable;
 use kiln::backend::{backend_with, Device, Executable};
 use kiln::ir::text::parse;
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 
 use crate::ops::harness::*;
 
@@ -45,10 +45,16 @@ fn both_backends(text: &str) -> Vec<Box<dyn Executable>> {
     [Device::Interp, Device::Cpu]
         .into_iter()
         .map(|d| {
-            backend_with(d, PassOptions::default(), 1)
-                .unwrap()
-                .compile(&g)
-                .unwrap()
+            backend_with(
+                d,
+                CompileOptions {
+                    threads: 1,
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+            .compile(&g)
+            .unwrap()
         })
         .collect()
 }

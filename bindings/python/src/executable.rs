@@ -6,7 +6,7 @@ use crate::arrays::{
 use crate::errors::{run_error, to_py, InvalidArgument, RunBadInput};
 use crate::tensor::PyTensor;
 use kiln::backend::{backend_with, Device};
-use kiln::passes::PassOptions;
+use kiln::passes::CompileOptions;
 use kiln::{Dim, Error, Graph, Tensor, TensorType};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -76,6 +76,28 @@ pub(crate) fn signature(g: &Graph) -> Result<(Signature, Signature), Error> {
     Ok((inputs, outputs))
 }
 
+/// The compile options of `Graph.compile`: the environment's (`KILN_*`), then
+/// `threads`, then each `options` item (its value as text: `True` is `1`), all through
+/// [`CompileOptions::set`] as the command line and C set them.
+pub(crate) fn compile_options(
+    threads: Option<usize>,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<CompileOptions> {
+    let mut o = CompileOptions::from_env().map_err(to_py)?;
+    if let Some(n) = threads {
+        o.threads = n;
+    }
+    for (key, value) in options.into_iter().flat_map(|d| d.iter()) {
+        let key: String = key.extract()?;
+        let value = match value.extract::<bool>() {
+            Ok(flag) => u8::from(flag).to_string(),
+            Err(_) => value.str()?.to_string(),
+        };
+        o.set(&key, &value).map_err(to_py)?;
+    }
+    Ok(o)
+}
+
 /// A compiled graph. Runs may come from many Python threads at once.
 #[pyclass(module = "kiln", name = "Executable", frozen)]
 pub(crate) struct PyExecutable {
@@ -85,20 +107,17 @@ pub(crate) struct PyExecutable {
 }
 
 impl PyExecutable {
-    /// Compiles `graph` for `backend` on `threads` threads with the GIL released; pass
-    /// options from the `KILN_*` environment variables, as for the command line.
+    /// Compiles `graph` for `backend` as `options` say, with the GIL released.
     pub(crate) fn compile(
         py: Python<'_>,
         graph: Graph,
         backend: &str,
-        threads: usize,
+        options: CompileOptions,
     ) -> PyResult<PyExecutable> {
         let device: Device = backend.parse().map_err(to_py)?;
         let (inputs, outputs) = signature(&graph).map_err(to_py)?;
         let exe = py
-            .detach(move || {
-                backend_with(device, PassOptions::from_env()?, threads)?.compile(&graph)
-            })
+            .detach(move || backend_with(device, options)?.compile(&graph))
             .map_err(to_py)?;
         Ok(PyExecutable {
             exe: Arc::from(exe),

@@ -2,7 +2,7 @@
 //! differentiated (`grad`) and given an optimizer (`add_optimizer`).
 use crate::arrays::tensor_from;
 use crate::errors::{to_py, InvalidArgument};
-use crate::executable::{node_arg, node_args, signature, NodeArg, PyExecutable};
+use crate::executable::{compile_options, node_arg, node_args, signature, NodeArg, PyExecutable};
 use kiln::frontend::onnx;
 use kiln::ir::text;
 use kiln::ir::{Attr, Attrs};
@@ -51,12 +51,21 @@ impl PyGraph {
     }
 
     /// Compiles the graph for `backend` (`"cpu"`, `"interp"`, `"cuda:N"`) on `threads`
-    /// threads (0: one per core). Pass options come from the `KILN_*` environment
-    /// variables, as for the command line. The GIL is released meanwhile; the graph
-    /// may be built on afterwards without changing the executable.
-    #[pyo3(signature = (backend = "cpu", threads = 0))]
-    fn compile(&self, py: Python<'_>, backend: &str, threads: usize) -> PyResult<PyExecutable> {
-        PyExecutable::compile(py, self.lock().clone(), backend, threads)
+    /// threads (0: one per core; `None`: the `threads` option). The compile options
+    /// come from the `KILN_*` environment variables, then `threads`, then `options`
+    /// (`{"profile": "all", "autotune": 1}`: the keys and values the command line's
+    /// `--option` and C's `kiln_compile_options_set_option` take). The GIL is released
+    /// meanwhile; the graph may be built on afterwards without changing the executable.
+    #[pyo3(signature = (backend = "cpu", threads = None, options = None))]
+    fn compile(
+        &self,
+        py: Python<'_>,
+        backend: &str,
+        threads: Option<usize>,
+        options: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyExecutable> {
+        let options = compile_options(threads, options)?;
+        PyExecutable::compile(py, self.lock().clone(), backend, options)
     }
 
     /// A graph input: `shape` lists ints, names of symbolic dims (`"N"`) and

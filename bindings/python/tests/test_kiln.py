@@ -72,6 +72,18 @@ def test_native_load_compile_run_and_call():
     np.testing.assert_array_equal(again["logits"], out["logits"])
 
 
+def test_compile_options_are_the_same_keys_as_everywhere():
+    x = np.load(ROOT / "examples/graphs/mlp_input.npy")
+    want = kiln.load(MLP).compile(threads=1)(x=x)["logits"]
+    # The C API's and the command line's keys and values; True is 1.
+    exe = kiln.load(MLP).compile(options={"threads": 1, "verify": True, "passes": ""})
+    np.testing.assert_allclose(exe(x=x)["logits"], want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(kiln.InvalidArgument, match="unknown option 'colour'"):
+        kiln.load(MLP).compile(options={"colour": 1})
+    with pytest.raises(kiln.InvalidArgument, match="threads: expected a count"):
+        kiln.load(MLP).compile(options={"threads": "many"})
+
+
 def test_text_round_trip():
     g = kiln.parse(ADD)
     text = g.to_text()

@@ -11,13 +11,12 @@ use super::pool::Pool;
 use super::program::{Loc, Slot, Step, StepNode};
 use super::state::Variables;
 use super::steps::{self, view, Build};
-use super::tune::Tuning;
 use crate::aligned::AlignedBuf;
 use crate::backend::specialize::static_output;
 use crate::error::{Error, Result};
 use crate::ir::{Graph, NodeId, Value};
 use crate::memory::{self, MemoryPlan};
-use crate::passes::PassOptions;
+use crate::passes::CompileOptions;
 
 /// A lowered graph for one set of input shapes.
 pub struct Program {
@@ -43,15 +42,14 @@ pub struct Program {
 pub(crate) fn lower(
     g: &Graph,
     pool: Option<&Pool>,
-    tuning: &Tuning,
     vars: &Variables,
-    passes: &PassOptions,
+    passes: &CompileOptions,
 ) -> Result<Program> {
-    let p = lower_with(g, pool, tuning, vars, passes, true)?;
+    let p = lower_with(g, pool, vars, passes, true)?;
     let first_update = p.steps.iter().position(|s| s.updates_variable);
     match first_update {
         Some(i) if p.steps[i..].iter().any(|s| s.kernel.can_fail()) => {
-            lower_with(g, pool, tuning, vars, passes, false)
+            lower_with(g, pool, vars, passes, false)
         }
         _ => Ok(p),
     }
@@ -61,9 +59,8 @@ pub(crate) fn lower(
 fn lower_with(
     g: &Graph,
     pool: Option<&Pool>,
-    tuning: &Tuning,
     vars: &Variables,
-    passes: &PassOptions,
+    passes: &CompileOptions,
     in_place: bool,
 ) -> Result<Program> {
     let schedule = g.schedule()?;
@@ -202,7 +199,7 @@ fn lower_with(
                     scratch_at,
                     scratch_bytes: &scratch_bytes,
                     pool,
-                    tuning,
+                    tuning: &passes.tuning,
                     passes,
                 };
                 let kernel = steps::build(&b)

@@ -16,7 +16,7 @@ use crate::backend::specialize::{specialize_for_shapes, static_input_shapes, Pro
 use crate::backend::{Backend, Executable};
 use crate::error::{Error, Result};
 use crate::ir::{verify, Graph, TensorType};
-use crate::passes::PassOptions;
+use crate::passes::CompileOptions;
 use crate::tensor::{Tensor, TensorView};
 
 pub(crate) mod denormals;
@@ -34,7 +34,6 @@ pub(crate) mod tail;
 pub(crate) mod tune;
 
 pub use profile::StepTiming;
-pub use tune::Tuning;
 
 use crate::aligned::AlignedBuf;
 use lower::Program;
@@ -43,12 +42,11 @@ use profile::Profiler;
 use program::Cx;
 use state::Variables;
 
-/// The CPU backend: `passes` then lowering; runs use `threads` (0 = one per core);
-/// algorithms are chosen per shape as `tuning` says (see [`tune`]).
+/// The CPU backend: the options' passes then lowering; runs use the options' `threads`
+/// (0 = one per core); algorithms are chosen per shape as their `tuning` says (see
+/// [`tune`]).
 pub struct CpuBackend {
-    pub passes: PassOptions,
-    pub threads: usize,
-    pub tuning: tune::Tuning,
+    pub options: CompileOptions,
 }
 
 impl Backend for CpuBackend {
@@ -62,23 +60,30 @@ impl Backend for CpuBackend {
 }
 
 impl CpuBackend {
+    /// The backend for `options`, with the CPU backend's layout unless they set one
+    /// ([`crate::backend::cpu_pass_options`]).
+    pub fn new(options: CompileOptions) -> CpuBackend {
+        CpuBackend {
+            options: crate::backend::cpu_pass_options(options),
+        }
+    }
+
     /// The executable, as its concrete type.
     pub fn compile_cpu(&self, graph: &Graph) -> Result<CpuExecutable> {
         verify(graph)?;
         isa::cap_from_env().map_err(Error::InvalidArgument)?;
-        let profiler = Profiler::new(&self.passes.profile)?;
+        let profiler = Profiler::new(&self.options.profile)?;
         let traces = profiler.as_ref().is_some_and(Profiler::traces);
         let exe = CpuExecutable {
             graph: graph.clone(),
             variables: RwLock::new(Variables::new(graph)?),
             input_types: input_types(graph),
-            passes: self.passes.clone(),
+            options: self.options.clone(),
             pool: if traces {
-                Pool::traced(self.threads)
+                Pool::traced(self.options.threads)
             } else {
-                Pool::new(self.threads)
+                Pool::new(self.options.threads)
             },
-            tuning: self.tuning.clone(),
             programs: ProgramCache::new(),
             arenas: Mutex::new(vec![]),
             profiler,
@@ -128,9 +133,8 @@ pub struct CpuExecutable {
     variables: RwLock<Variables>,
     /// The graph inputs' names and types, checked every run.
     input_types: Vec<(String, TensorType)>,
-    passes: PassOptions,
+    options: CompileOptions,
     pool: Pool,
-    tuning: tune::Tuning,
     programs: ProgramCache<Compiled>,
     /// Arenas of finished runs, reused by the next ones (one per concurrent run).
     arenas: Mutex<Vec<AlignedBuf>>,
@@ -224,21 +228,15 @@ impl CpuExecutable {
 
     /// `graph` (this executable's, or a dynamic tail) compiled for input `shapes`.
     fn specialize_graph(&self, graph: &Graph, shapes: &[Vec<usize>]) -> Result<Compiled> {
-        let g = specialize_for_shapes(graph, shapes, &self.passes)?;
+        let g = specialize_for_shapes(graph, shapes, &self.options)?;
         Ok(if runs_on_host(&g) {
-            match tail::split(&g, Some(&self.pool), &self.tuning, &self.passes)? {
+            match tail::split(&g, Some(&self.pool), &self.options)? {
                 Some(s) => Compiled::Split(Box::new(s)),
                 None => Compiled::Interp(InterpExecutable::new(g)?),
             }
         } else {
             let vars = self.variables.read().unwrap_or_else(|e| e.into_inner());
-            Compiled::Program(lower::lower(
-                &g,
-                Some(&self.pool),
-                &self.tuning,
-                &vars,
-                &self.passes,
-            )?)
+            Compiled::Program(lower::lower(&g, Some(&self.pool), &vars, &self.options)?)
         })
     }
 

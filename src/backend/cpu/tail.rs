@@ -15,13 +15,12 @@ use super::pool::Pool;
 use super::program::{Loc, Slot, Source, StepNode};
 use super::state::Variables;
 use super::steps::{nms, Build};
-use super::tune::Tuning;
 use super::Compiled;
 use crate::backend::specialize::ProgramCache;
 use crate::error::Result;
 use crate::ir::{Graph, NodeId, TensorType, Value};
 use crate::memory::ALIGN;
-use crate::passes::PassOptions;
+use crate::passes::CompileOptions;
 
 /// The most sources and tail inputs a split program has (their run-time extents and
 /// pointers live on the stack).
@@ -114,8 +113,7 @@ enum Part {
 pub(crate) fn split(
     g: &Graph,
     pool: Option<&Pool>,
-    tuning: &Tuning,
-    passes: &PassOptions,
+    passes: &CompileOptions,
 ) -> Result<Option<Split>> {
     let schedule = g.schedule()?;
     let mut part = vec![Part::Head; g.len()];
@@ -225,7 +223,7 @@ pub(crate) fn split(
             head_index.insert(v, head_out(v, &mut head)?);
         }
     }
-    let head_program = lower(&head, pool, tuning, &Variables::new(&head)?, passes)?;
+    let head_program = lower(&head, pool, &Variables::new(&head)?, passes)?;
 
     // The sources: bound buffers after the head's arena, then their shared scratch.
     let source_ids: Vec<NodeId> = schedule
@@ -280,7 +278,7 @@ pub(crate) fn split(
             scratch_at: at,
             scratch_bytes: &scratch_bytes,
             pool,
-            tuning,
+            tuning: &passes.tuning,
             passes,
         };
         let Some(kernel) = nms::build(&b)

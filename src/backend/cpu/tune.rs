@@ -5,16 +5,16 @@
 //! from, in order:
 //! 1. the tune cache, when one is configured and has an entry for this CPU model, ISA,
 //!    thread count and key that names one of the candidates;
-//! 2. with `KILN_AUTOTUNE=1`, measurement: each candidate runs on scratch buffers at
-//!    compile time (one warm-up, then the median of at least 3 runs and 20 ms); the
-//!    winner is written to the cache;
+//! 2. with the `autotune` option (`KILN_AUTOTUNE=1`), measurement: each candidate runs
+//!    on scratch buffers at compile time (one warm-up, then the median of at least 3
+//!    runs and 20 ms); the winner is written to the cache;
 //! 3. otherwise the caller's cost-model pick.
 //!
-//! `KILN_TUNE_FORCE=name` overrides all three wherever `name` is a candidate (to test
-//! one algorithm, or time it across a whole model).
+//! The `tune-force` option (`KILN_TUNE_FORCE=name`) overrides all three wherever `name`
+//! is a candidate (to test one algorithm, or time it across a whole model).
 //!
-//! The cache (`KILN_TUNE_CACHE=path`; with `KILN_AUTOTUNE=1` and no path,
-//! `$XDG_CACHE_HOME/kiln/tune.tsv` or `~/.cache/kiln/tune.tsv`) is a text file, one
+//! The cache (the `tune-cache` option, `KILN_TUNE_CACHE=path`; with `autotune` and no
+//! path, `$XDG_CACHE_HOME/kiln/tune.tsv` or `~/.cache/kiln/tune.tsv`) is a text file, one
 //! decision per line: `cpu model \t isa \t threads \t key \t winner \t candidate=µs…`.
 //! Lines that do not parse are ignored (and kept out of the next write); a write goes to
 //! a temporary file renamed over the cache, so a reader never sees half a file. Two
@@ -27,40 +27,7 @@ use std::time::{Duration, Instant};
 
 use super::isa;
 use super::pool::Pool;
-
-/// How algorithm choices are made for one executable (read from the environment when
-/// it is compiled).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Tuning {
-    /// Time the candidates of choices the cache does not answer.
-    pub measure: bool,
-    /// The cache file consulted and (when measuring) updated.
-    pub cache: Option<PathBuf>,
-    /// Use this algorithm wherever it is a candidate, whatever the rest says (to test
-    /// or time one algorithm across a model).
-    pub force: Option<String>,
-}
-
-impl Tuning {
-    /// `KILN_AUTOTUNE=1`, `KILN_TUNE_CACHE=path` (see the module docs) and
-    /// `KILN_TUNE_FORCE=algorithm`.
-    pub fn from_env() -> Tuning {
-        let measure = std::env::var("KILN_AUTOTUNE").is_ok_and(|v| v == "1");
-        let cache = match std::env::var_os("KILN_TUNE_CACHE") {
-            Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
-            _ if measure => default_cache(),
-            _ => None,
-        };
-        let force = std::env::var("KILN_TUNE_FORCE")
-            .ok()
-            .filter(|v| !v.is_empty());
-        Tuning {
-            measure,
-            cache,
-            force,
-        }
-    }
-}
+use crate::passes::Tuning;
 
 fn default_cache() -> Option<PathBuf> {
     let base = match std::env::var_os("XDG_CACHE_HOME") {
@@ -111,7 +78,12 @@ pub(crate) fn choose(
         threads,
         key: choice.key.clone(),
     };
-    let Some(path) = &tuning.cache else {
+    let cache = match &tuning.cache {
+        Some(p) => Some(p.clone()),
+        None if tuning.measure => default_cache(),
+        None => None,
+    };
+    let Some(path) = &cache else {
         return if tuning.measure {
             (measure_all(choice, run).0, Source::Measured)
         } else {

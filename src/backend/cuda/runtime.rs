@@ -26,14 +26,14 @@ use crate::backend::{unknown_variable, Backend, Executable};
 use crate::error::{Error, Result};
 use crate::ir::ops::custom;
 use crate::ir::{verify, Graph, TensorType};
-use crate::passes::PassOptions;
+use crate::passes::CompileOptions;
 use crate::tensor::Tensor;
 
 /// The CUDA backend for device `ordinal`.
 pub struct CudaBackend {
     pub ordinal: u32,
     /// The pipeline's options; layout blocking is turned off whatever they say.
-    pub passes: PassOptions,
+    pub passes: CompileOptions,
     pub kernels: Arc<dyn KernelSource>,
 }
 
@@ -115,7 +115,7 @@ pub struct CudaExecutable {
     /// The verified, unoptimized graph (specialized per signature, then optimized).
     graph: Graph,
     input_types: Vec<(String, TensorType)>,
-    passes: PassOptions,
+    passes: CompileOptions,
     kernels: Arc<dyn KernelSource>,
     /// NVRTC's `--gpu-architecture` for this device.
     arch: String,

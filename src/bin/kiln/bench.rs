@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use kiln::backend::flops::graph_flops;
 use kiln::backend::{backend_with, Device};
-use kiln::passes::{PassOptions, Profiling};
+use kiln::passes::{CompileOptions, Profiling};
 use kiln::{DType, Result, Tensor};
 
 use crate::compile::bindings;
@@ -16,7 +16,7 @@ pub struct Request<'a> {
     pub shapes: &'a [String],
     pub inputs: &'a [PathBuf],
     pub backend: &'a str,
-    pub threads: usize,
+    pub options: CompileOptions,
     pub warmup: usize,
     /// 0: as many as fit in `seconds` (at least 10).
     pub iterations: usize,
@@ -53,13 +53,13 @@ pub(crate) fn run(req: &Request) -> Result<()> {
     };
     let device: Device = req.backend.parse()?;
     let t0 = Instant::now();
-    let mut options = PassOptions::from_env()?;
+    let mut options = req.options.clone();
     if let Some(path) = req.trace {
         options.profile = Profiling::Trace(path.to_path_buf());
     } else if req.profile {
         options.profile = Profiling::Collect;
     }
-    let exe = backend_with(device, options, req.threads)?.compile(&g)?;
+    let exe = backend_with(device, options)?.compile(&g)?;
     exe.run(&inputs)?;
     let compile = t0.elapsed();
     for _ in 0..req.warmup {
@@ -99,7 +99,7 @@ pub(crate) fn run(req: &Request) -> Result<()> {
              \"first_run_ms\": {:.1}}}",
             req.file.display().to_string(),
             req.backend,
-            req.threads,
+            req.options.threads,
             median,
             pct(0.1),
             pct(0.9),
@@ -114,10 +114,10 @@ pub(crate) fn run(req: &Request) -> Result<()> {
             "{}: {} thread(s) on {}\n  median {:.3} ms  p10 {:.3} ms  p90 {:.3} ms  \
              ({} iterations, {} warm-up)\n  {:.1} GFLOP/s  (compile + first run {:.1} ms)",
             req.file.display(),
-            if req.threads == 0 {
+            if req.options.threads == 0 {
                 "all".to_string()
             } else {
-                req.threads.to_string()
+                req.options.threads.to_string()
             },
             req.backend,
             median,

@@ -5,20 +5,20 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kiln::backend::cpu::{Compiled as CpuCompiled, CpuBackend, CpuExecutable, Tuning};
+use kiln::backend::cpu::{Compiled as CpuCompiled, CpuBackend, CpuExecutable};
 use kiln::backend::cpu_pass_options;
 use kiln::backend::Executable;
 use kiln::ir::text;
 use kiln::memory;
 use kiln::memory::plan_view::{self, StepNote};
-use kiln::passes::{run_pipeline, PassOptions, PassReport, Profiling};
+use kiln::passes::{run_pipeline, CompileOptions, PassReport, Profiling};
 use kiln::{DType, Error, Graph, Result, Tensor};
 
 use crate::{emit, load};
 
 pub struct Request<'a> {
     pub file: &'a Path,
-    pub options: PassOptions,
+    pub options: CompileOptions,
     pub shapes: &'a [String],
     pub memory_report: Option<&'a Path>,
     pub memory_chart: Option<&'a Path>,
@@ -53,7 +53,7 @@ pub(crate) fn bindings(shapes: &[String]) -> Result<HashMap<String, usize>> {
         .collect()
 }
 
-fn compile_once(req: &Request, options: &PassOptions) -> Result<Compiled> {
+fn compile_once(req: &Request, options: &CompileOptions) -> Result<Compiled> {
     let t0 = Instant::now();
     let mut graph = load(req.file)?;
     let nodes_before = graph.len();
@@ -191,7 +191,7 @@ struct CpuModel {
 /// `profile` says, its runs on `threads` threads (0: one per core).
 fn cpu_executable(
     req: &Request,
-    options: &PassOptions,
+    options: &CompileOptions,
     profile: Profiling,
     threads: usize,
 ) -> Result<CpuModel> {
@@ -211,12 +211,8 @@ fn cpu_executable(
     passes.dump_ir = Default::default();
     passes.pass_timing = false;
     passes.profile = profile;
-    let exe = CpuBackend {
-        passes,
-        threads,
-        tuning: Tuning::from_env(),
-    }
-    .compile_cpu(&graph)?;
+    passes.threads = threads;
+    let exe = CpuBackend { options: passes }.compile_cpu(&graph)?;
     Ok(CpuModel {
         exe,
         shapes,
@@ -243,7 +239,7 @@ pub(crate) fn input_shapes(graph: &Graph) -> Result<Vec<Vec<usize>>> {
 
 /// The cpu program's steps, one a line: `<index> <kernel> <node>`, bodies indented, and
 /// a count of the steps that run the reference interpreter.
-fn write_step_report(req: &Request, options: &PassOptions, out: &mut String) -> Result<()> {
+fn write_step_report(req: &Request, options: &CompileOptions, out: &mut String) -> Result<()> {
     let m = cpu_executable(req, options, Profiling::Off, 1)?;
     let steps = m.exe.step_report(&m.shapes)?;
     writeln!(out, "steps  (cpu; kernel, node)").ok();
@@ -270,17 +266,17 @@ fn write_step_report(req: &Request, options: &PassOptions, out: &mut String) -> 
 /// after `req.plan_view_runs` runs on zero inputs, their measured times.
 fn write_plan_view(
     req: &Request,
-    options: &PassOptions,
+    options: &CompileOptions,
     c: &Compiled,
     path: &Path,
     out: &mut String,
 ) -> Result<()> {
     let t0 = Instant::now();
     let runs = req.plan_view_runs;
-    // Timed runs use every core, as `kiln bench` does.
+    // Timed runs use the options' threads (every core unless told), as `kiln bench` does.
     let (profile, threads) = match runs {
         0 => (Profiling::Off, 1),
-        _ => (Profiling::Collect, 0),
+        _ => (Profiling::Collect, options.threads),
     };
     let m = cpu_executable(req, options, profile, threads)?;
     let compiled = m.exe.program(&m.shapes)?;

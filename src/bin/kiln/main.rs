@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use kiln::backend::{backend_for, Device};
+use kiln::backend::{backend_with, Backend};
 use kiln::frontend::onnx;
 use kiln::ir::{ops, text};
-use kiln::passes::{self, PassOptions};
+use kiln::passes::{self, CompileOptions};
 use kiln::tensor::npy;
 
 mod bench;
@@ -79,6 +79,11 @@ enum Command {
         /// With --print, print every element rather than a summary.
         #[arg(long)]
         full: bool,
+        /// A compile option, as `KILN_<KEY>` and the C API's
+        /// `kiln_compile_options_set_option` take it: `--option threads=1`,
+        /// `--option autotune=1` (repeatable; after the environment and the other flags).
+        #[arg(long = "option", value_name = "KEY=VALUE")]
+        options: Vec<String>,
     },
     /// Optimize a .kir or .onnx graph through the pass pipeline and plan its memory.
     Compile {
@@ -131,6 +136,11 @@ enum Command {
         /// bodies indented); steps that run the reference interpreter are marked.
         #[arg(long)]
         report: bool,
+        /// A compile option, as `KILN_<KEY>` and the C API's
+        /// `kiln_compile_options_set_option` take it: `--option threads=1`,
+        /// `--option autotune=1` (repeatable; after the environment and the other flags).
+        #[arg(long = "option", value_name = "KEY=VALUE")]
+        options: Vec<String>,
     },
     /// Time a .kir or .onnx graph: median/p10/p90 latency and GFLOP/s, warm-up excluded.
     Bench {
@@ -144,9 +154,9 @@ enum Command {
         /// interp, cpu or cuda:N.
         #[arg(long, default_value = "cpu")]
         backend: String,
-        /// Threads per run (0 = one per core).
-        #[arg(long, default_value_t = 0)]
-        threads: usize,
+        /// Threads per run (0 = one per core, the default; the `threads` option).
+        #[arg(long)]
+        threads: Option<usize>,
         /// Untimed runs after the first.
         #[arg(long, default_value_t = 3)]
         warmup: usize,
@@ -166,6 +176,11 @@ enum Command {
         /// Write a Chrome trace-event file of every run (Perfetto, chrome://tracing).
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
+        /// A compile option, as `KILN_<KEY>` and the C API's
+        /// `kiln_compile_options_set_option` take it: `--option threads=1`,
+        /// `--option autotune=1` (repeatable; after the environment and the other flags).
+        #[arg(long = "option", value_name = "KEY=VALUE")]
+        options: Vec<String>,
     },
     /// Draw a profile trace (`kiln bench --trace FILE`, `KILN_PROFILE=FILE`) as a
     /// self-contained HTML timeline: a row per thread, steps colored by kernel, the
@@ -228,12 +243,13 @@ fn dispatch(command: Command) -> Result<()> {
             backend,
             print,
             full,
+            options,
         } => run(
             &file,
             &inputs,
             &named,
             outputs.as_deref(),
-            &backend,
+            &*backend_with(backend.parse()?, compile_options(&[], &options)?)?,
             print,
             full,
         ),
@@ -254,9 +270,9 @@ fn dispatch(command: Command) -> Result<()> {
             output,
             repeat,
             report,
+            options,
         } => {
-            let mut options = PassOptions::from_env()?;
-            let settings = [
+            let flags = [
                 ("passes", passes),
                 ("dump-ir", dump_ir),
                 ("dump-ir-dir", dump_ir_dir.map(|d| d.display().to_string())),
@@ -265,11 +281,7 @@ fn dispatch(command: Command) -> Result<()> {
                 ("rewrite-limit", rewrite_limit.map(|n| n.to_string())),
                 ("layout", layout),
             ];
-            for (key, value) in settings {
-                if let Some(v) = value {
-                    options.set(key, &v)?;
-                }
-            }
+            let options = compile_options(&flags, &options)?;
             compile::run(&compile::Request {
                 file: &file,
                 options,
@@ -295,12 +307,13 @@ fn dispatch(command: Command) -> Result<()> {
             json,
             profile,
             trace,
+            options,
         } => bench::run(&bench::Request {
             file: &file,
             shapes: &shapes,
             inputs: &inputs,
             backend: &backend,
-            threads,
+            options: compile_options(&[("threads", threads.map(|n| n.to_string()))], &options)?,
             warmup,
             iterations,
             seconds,
@@ -525,19 +538,37 @@ pub(crate) fn read_inputs(
         .collect()
 }
 
+/// The compile options: the environment's (`KILN_<KEY>`), then the command's own
+/// `flags` that were given, then each `--option KEY=VALUE`, all through
+/// [`CompileOptions::set`] as the C API and Python set them.
+fn compile_options(flags: &[(&str, Option<String>)], given: &[String]) -> Result<CompileOptions> {
+    let mut options = CompileOptions::from_env()?;
+    for (key, value) in flags {
+        if let Some(v) = value {
+            options.set(key, v)?;
+        }
+    }
+    for kv in given {
+        let (key, value) = kv
+            .split_once('=')
+            .ok_or_else(|| Error::InvalidArgument(format!("--option {kv}: expected KEY=VALUE")))?;
+        options.set(key, value)?;
+    }
+    Ok(options)
+}
+
 fn run(
     file: &Path,
     positional: &[PathBuf],
     named: &[String],
     out_dir: Option<&Path>,
-    backend: &str,
+    backend: &dyn Backend,
     print: bool,
     full: bool,
 ) -> Result<()> {
     let g = load(file)?;
-    let device: Device = backend.parse()?;
     let inputs = read_inputs(&g, positional, named)?;
-    let exe = backend_for(device)?.compile(&g)?;
+    let exe = backend.compile(&g)?;
     let outputs = exe.run(&inputs)?;
     if let Some(dir) = out_dir {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;

@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kiln::backend::cpu::{Compiled as CpuCompiled, CpuBackend, Tuning};
+use kiln::backend::cpu::{Compiled as CpuCompiled, CpuBackend};
 use kiln::backend::cpu_pass_options;
 use kiln::frontend::onnx;
 use kiln::ir::dot::{self, DotOptions, Failure, Picture};
 use kiln::ir::text;
 use kiln::memory::xml;
-use kiln::passes::{run_pipeline, PassOptions, Profiling};
+use kiln::passes::{run_pipeline, CompileOptions, Profiling};
 use kiln::{Error, Graph, NodeId, Result};
 
 use crate::compile::{bindings, input_shapes};
@@ -91,7 +91,7 @@ pub(crate) fn run(req: &Request) -> Result<()> {
             given.insert(s, 1);
         }
         graph.specialize(&given)?;
-        let options = cpu_pass_options(PassOptions::from_env()?);
+        let options = cpu_pass_options(CompileOptions::from_env()?);
         run_pipeline(&mut graph, &options)?;
         t_passes = t1.elapsed();
         let t2 = Instant::now();
@@ -183,7 +183,7 @@ fn load_partial(file: &Path) -> Result<(Graph, Option<onnx::ImportFailure>)> {
 /// again, so the node ids are the picture's) and each step names its node.
 fn kernel_kinds(
     optimized: &Graph,
-    mut passes: PassOptions,
+    mut passes: CompileOptions,
     notes: &mut Vec<String>,
 ) -> Result<BTreeMap<NodeId, String>> {
     let shapes = input_shapes(optimized)?;
@@ -191,12 +191,8 @@ fn kernel_kinds(
     passes.dump_ir = Default::default();
     passes.pass_timing = false;
     passes.profile = Profiling::Off;
-    let exe = CpuBackend {
-        passes,
-        threads: 1,
-        tuning: Tuning::from_env(),
-    }
-    .compile_cpu(optimized)?;
+    passes.threads = 1;
+    let exe = CpuBackend { options: passes }.compile_cpu(optimized)?;
     let mut kinds = BTreeMap::new();
     match &*exe.program(&shapes)? {
         CpuCompiled::Program(p) => {

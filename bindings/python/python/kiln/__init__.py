@@ -13,8 +13,10 @@ Two ways in:
   comparisons, ``kiln.grad(loss, [w])``, ``g.output("y", y)``.
 
 * Kiln's own: ``kiln.load(path)`` (or ``kiln.parse(text)``) gives a :class:`Graph`,
-  ``graph.compile(backend="cpu", threads=0)`` an :class:`Executable`, and
-  ``exe.run({"x": x})`` or ``exe(x=x)`` a dict of output arrays.
+  ``graph.compile(backend="cpu", threads=0, options={"profile": "all"})`` an
+  :class:`Executable` (``options``: the compile options, as ``KILN_<KEY>`` and the
+  command line's ``--option KEY=VALUE`` take them), and ``exe.run({"x": x})`` or
+  ``exe(x=x)`` a dict of output arrays.
 
 A C-contiguous input array of the input's dtype is read where it lies (do not write to
 it meanwhile), any other is copied once into row-major order; outputs are Kiln's own buffers handed to NumPy without a

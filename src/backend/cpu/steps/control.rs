@@ -92,7 +92,7 @@ fn compile_body(b: &Build, body: &Graph, params: &[(DType, &[usize])]) -> Option
         return None;
     }
     let vars = Variables::new(&g).ok()?;
-    lower(&g, b.pool, b.tuning, &vars, b.passes).ok()
+    lower(&g, b.pool, &vars, b.passes).ok()
 }
 
 /// Whether body result `k` of `p` has exactly the type of `slot`.

@@ -3,9 +3,9 @@
 //! family covers runs through [`fallback`].
 use super::pool::Pool;
 use super::program::{Kernel, Loc, Slot};
-use super::tune::Tuning;
 use crate::ir::{Graph, Node, NodeId};
-use crate::passes::PassOptions;
+use crate::passes::CompileOptions;
+use crate::passes::Tuning;
 use crate::tensor::Tensor;
 
 pub mod attention;
@@ -45,7 +45,7 @@ pub struct Build<'a> {
     pub pool: Option<&'a Pool>,
     pub tuning: &'a Tuning,
     /// The pass options, for the bodies of control-flow ops (compiled like a program).
-    pub passes: &'a PassOptions,
+    pub passes: &'a CompileOptions,
 }
 
 impl Build<'_> {
