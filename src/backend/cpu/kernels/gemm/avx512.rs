@@ -136,14 +136,14 @@ unsafe fn tile<const MP: usize, const NP: usize>(
         ($off:expr) => {{
             let mut bv = [_mm512_setzero_ps(); 2];
             for (j, v) in bv.iter_mut().enumerate().take(NP) {
-                // SAFETY: `b` is at step `$off`'s row of B panel 0 (`b` advances one
-                // kc·16 panel's row per step), so row `$off` of panel `j < NP` lies in
-                // the NP panels of kc·16 floats; it is 64-byte aligned as the panels are.
+                // SAFETY: `b` walks panel 0's rows, `$off` steps before a step below kc,
+                // so that row of panel `j < NP` (at j·kc·16) lies in the NP packed panels
+                // of kc·16 floats, 64-byte aligned as they are (16 floats a row).
                 *v = unsafe { _mm512_load_ps(b.add(j * b_next + $off * NR)) };
             }
             for (r, row) in acc.iter_mut().enumerate().take(MP * MR) {
-                // SAFETY: step `$off`'s column of A panel `r / 6 < MP`, row `r % 6`:
-                // inside the MP panels of kc·6 floats, as `a` walks panel 0's columns.
+                // SAFETY: as `a` walks panel 0's columns, that step's column of A panel
+                // `r / 6 < MP` (at (r/6)·kc·6), row `r % 6`, lies in the MP panels of kc·6.
                 let x = _mm512_set1_ps(unsafe { *a.add((r / MR) * a_next + $off * MR + r % MR) });
                 for (c, v) in row.iter_mut().zip(&bv).take(NP) {
                     *c = _mm512_fmadd_ps(x, *v, *c);
