@@ -40,30 +40,29 @@ pub(crate) fn layout_for(len: usize) -> Option<Layout> {
 /// As for [`std::alloc::alloc`]: the layout's size is non-zero.
 pub(crate) unsafe fn alloc_advised(layout: Layout, zeroed: bool) -> *mut u8 {
     if layout.align() < HUGE_PAGE {
-        // SAFETY: the caller's contract.
-        return unsafe {
-            if zeroed {
-                alloc_zeroed(layout)
-            } else {
-                alloc(layout)
-            }
+        return if zeroed {
+            // SAFETY: `layout` has a non-zero size (this function's contract).
+            unsafe { alloc_zeroed(layout) }
+        } else {
+            // SAFETY: `layout` has a non-zero size, as `alloc` asks (the contract).
+            unsafe { alloc(layout) }
         };
     }
-    // SAFETY: the caller's contract; the range advised and zeroed is the allocation.
-    unsafe {
-        let p = alloc(layout);
-        if !p.is_null() {
-            #[cfg(target_os = "linux")]
-            {
-                // Only advice: where THP is off or unsupported this fails harmlessly.
-                libc::madvise(p.cast(), layout.size(), libc::MADV_HUGEPAGE);
-            }
-            if zeroed {
-                std::ptr::write_bytes(p, 0, layout.size());
-            }
+    // SAFETY: a huge-page layout is at least `HUGE_MIN` bytes, and never zero-sized.
+    let p = unsafe { alloc(layout) };
+    if !p.is_null() {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: only advice, on the `layout.size()` bytes just allocated at `p`;
+            // where THP is off or unsupported this fails harmlessly.
+            unsafe { libc::madvise(p.cast(), layout.size(), libc::MADV_HUGEPAGE) };
         }
-        p
+        if zeroed {
+            // SAFETY: `p` is a live allocation of `layout.size()` bytes, all writable.
+            unsafe { std::ptr::write_bytes(p, 0, layout.size()) };
+        }
     }
+    p
 }
 
 /// Out of memory (or a size beyond the address space): an error the caller reports.

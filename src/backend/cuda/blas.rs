@@ -94,50 +94,21 @@ impl Handle {
         if even {
             let (sa, sb) = stride(1);
             let (oa, ob) = g.batches[0];
-            // SAFETY: a live handle; the caller vouches for the operands.
+            let (b0, a0, y0) = (f(b, ob), f(a, oa), f(y, 0) as *mut f32);
+            let (mn, count) = ((g.m * g.n) as i64, g.batches.len() as i32);
+            // SAFETY: a live handle; the caller vouches for the device operands: the
+            // batches are B at `b0` + i·sb, A at `a0` + i·sa and Y at `y0` + i·m·n floats.
             return unsafe {
                 blas::sgemm_strided_batched(
-                    h,
-                    op_b,
-                    op_a,
-                    n,
-                    m,
-                    k,
-                    alpha,
-                    f(b, ob),
-                    ldb,
-                    sb,
-                    f(a, oa),
-                    lda,
-                    sa,
-                    beta,
-                    f(y, 0) as *mut f32,
-                    n,
-                    (g.m * g.n) as i64,
-                    g.batches.len() as i32,
+                    h, op_b, op_a, n, m, k, alpha, b0, ldb, sb, a0, lda, sa, beta, y0, n, mn, count,
                 )
             };
         }
         for (i, &(oa, ob)) in g.batches.iter().enumerate() {
-            // SAFETY: as above, for product i.
-            unsafe {
-                blas::sgemm(
-                    h,
-                    op_b,
-                    op_a,
-                    n,
-                    m,
-                    k,
-                    alpha,
-                    f(b, ob),
-                    ldb,
-                    f(a, oa),
-                    lda,
-                    beta,
-                    f(y, i * g.m * g.n) as *mut f32,
-                    n,
-                )
-            }?;
+            let (bi, ai, yi) = (f(b, ob), f(a, oa), f(y, i * g.m * g.n) as *mut f32);
+            // SAFETY: the live handle; product i's B, A and Y at their planned device
+            // offsets, which the caller vouches for.
+            unsafe { blas::sgemm(h, op_b, op_a, n, m, k, alpha, bi, ldb, ai, lda, beta, yi, n) }?;
         }
         Ok(())
     }

@@ -59,41 +59,23 @@ pub unsafe fn gemm_openblas(
         return;
     }
     let (Some((ta, lda)), Some((tb, ldb))) = (blas_operand(a), blas_operand(b)) else {
-        // SAFETY: the caller's contract is gemm's.
+        // SAFETY: `gemm` asks the same of the operands, C and `ep` as this function.
         return unsafe { gemm(None, m, n, k, a, b, c, ldc, ep) };
     };
     single_threaded();
-    // SAFETY: operands and C are valid (the caller's contract); the leading dimensions
-    // describe them as OpenBLAS expects.
-    unsafe {
-        cblas_sgemm(
-            CBLAS_ROW_MAJOR,
-            ta,
-            tb,
-            m as i32,
-            n as i32,
-            k as i32,
-            1.0,
-            a.ptr,
-            lda as i32,
-            b.ptr,
-            ldb as i32,
-            0.0,
-            c,
-            ldc as i32,
-        );
+    {
+        // cblas's i32 sizes, named short so the call fits on one line.
+        let (o, m, n, k, ldc) = (CBLAS_ROW_MAJOR, m as i32, n as i32, k as i32, ldc as i32);
+        let (ap, lda, bp, ldb) = (a.ptr, lda as i32, b.ptr, ldb as i32);
+        // SAFETY: operands and C are valid (the caller's contract); the leading
+        // dimensions describe them as OpenBLAS expects.
+        unsafe { cblas_sgemm(o, ta, tb, m, n, k, 1.0, ap, lda, bp, ldb, 0.0, c, ldc) };
     }
     for i in 0..m {
-        // SAFETY: row i of C has n elements at c + i·ldc.
-        unsafe {
-            apply_epilogue(
-                ep,
-                i,
-                0,
-                std::slice::from_raw_parts_mut(c.add(i * ldc), n),
-                ldc,
-            )
-        };
+        // SAFETY: row i < m of C has n elements at c + i·ldc, not otherwise borrowed.
+        let row = unsafe { std::slice::from_raw_parts_mut(c.add(i * ldc), n) };
+        // SAFETY: the epilogue's bias and residual cover C (the caller's contract).
+        unsafe { apply_epilogue(ep, i, 0, row, ldc) };
     }
 }
 

@@ -114,20 +114,10 @@ impl PreparedA {
         }
         let mut data = vec![0u8; m * padded_k(k)];
         let mut terms = vec![0i32; 2 * m];
-        // SAFETY: the buffers hold what prepare_a reads and writes (checked above).
-        unsafe {
-            prepare_a(
-                src.as_ptr(),
-                kind,
-                m,
-                k,
-                k,
-                zero_point,
-                data.as_mut_ptr(),
-                terms.as_mut_ptr(),
-                None,
-            )
-        };
+        let (from, to, t) = (src.as_ptr(), data.as_mut_ptr(), terms.as_mut_ptr());
+        // SAFETY: `src` holds m rows of k bytes (checked above), `data` m·padded_k(k)
+        // bytes and `terms` 2m i32, what prepare_a reads and writes.
+        unsafe { prepare_a(from, kind, m, k, k, zero_point, to, t, None) };
         Ok(PreparedA { data, terms, k })
     }
 
@@ -197,29 +187,35 @@ pub(crate) unsafe fn pack_b(
         Bytes::U8 => (0x80u8, 128),
         Bytes::I8 => (0, 0),
     };
-    // SAFETY: every write is inside the `total` bytes of dst; every read is an element.
-    unsafe {
-        std::ptr::write_bytes(dst, 0, total);
-        let sums = dst.add(sums_at) as *mut i32;
-        let betas = dst.add(betas_at) as *mut i32;
-        for j in 0..n {
-            let panel = dst.add((j / NR) * kp * NR) as *mut i8;
-            let mut sum = 0i32;
-            for kk in 0..k {
-                let v = (*src.add(kk * rs + j * cs) ^ flip) as i8;
-                *panel.add((kk / 4) * NR * 4 + (j % NR) * 4 + kk % 4) = v;
-                sum += v as i32;
-            }
+    // SAFETY: `dst` is writable for the packed bytes, `total` of them (the contract).
+    unsafe { std::ptr::write_bytes(dst, 0, total) };
+    // SAFETY: `b_layout` puts the sums and the betas inside those `total` bytes, at
+    // 4-byte multiples of the 4-byte-aligned `dst`.
+    let (sums, betas) = unsafe { (dst.add(sums_at) as *mut i32, dst.add(betas_at) as *mut i32) };
+    for j in 0..n {
+        // SAFETY: `j < n`: panel j/32 starts inside the ⌈n/32⌉·32·kp panel bytes.
+        let panel = unsafe { dst.add((j / NR) * kp * NR) as *mut i8 };
+        let mut sum = 0i32;
+        for kk in 0..k {
+            // SAFETY: (kk, j) is an element of the k × n source, at kk·rs + j·cs.
+            let v = (unsafe { *src.add(kk * rs + j * cs) } ^ flip) as i8;
+            // SAFETY: group kk/4 < kp/4 of the panel's column j % 32, byte kk % 4:
+            // inside the panel's kp·32 bytes.
+            unsafe { *panel.add((kk / 4) * NR * 4 + (j % NR) * 4 + kk % 4) = v };
+            sum += v as i32;
+        }
+        // SAFETY: `j < n <= np`: column j's Σb' and β slots, among np of each.
+        unsafe {
             *sums.add(j) = sum;
             *betas.add(j) = zero_point(j).wrapping_sub(shift);
         }
-        BView {
-            data: dst as *const i8,
-            sums,
-            betas,
-            k,
-            n,
-        }
+    }
+    BView {
+        data: dst as *const i8,
+        sums,
+        betas,
+        k,
+        n,
     }
 }
 
@@ -303,12 +299,11 @@ impl PackedB8 {
 /// `row` readable for `k` bytes, `terms` writable for two i32.
 #[inline(always)]
 pub(crate) unsafe fn row_terms(row: *const u8, k: usize, alpha: i32, terms: *mut i32) {
-    // SAFETY: the caller's contract.
+    // SAFETY: `row` is readable for `k` bytes (the contract), not written meanwhile.
+    let row = unsafe { std::slice::from_raw_parts(row, k) };
+    let s: i32 = row.iter().map(|&v| v as i32).sum();
+    // SAFETY: `terms` is writable for two i32 (the contract): indices 0 and 1.
     unsafe {
-        let s: i32 = std::slice::from_raw_parts(row, k)
-            .iter()
-            .map(|&v| v as i32)
-            .sum();
         *terms = s.wrapping_sub((k as i32).wrapping_mul(alpha));
         *terms.add(1) = alpha;
     }
@@ -340,22 +335,24 @@ pub(crate) unsafe fn prepare_a(
     let (s, d, t) = (SyncPtr(src as *mut u8), SyncPtr(dst), SyncPtr(terms));
     for_ranges(pool, m, kp, &|rows| {
         for i in rows {
-            // SAFETY: row i of each buffer, inside them by the caller's contract; each
-            // task writes its own rows.
-            unsafe {
+            // SAFETY: `i < m`: row i of `src` (k bytes at i·lda) and of `dst` (kp bytes
+            // at i·kp) lie in them by the contract; `for_ranges` gives each task its
+            // own rows, so no other task touches this `dst` row.
+            let (from, to) = unsafe {
                 let from = std::slice::from_raw_parts(s.get().add(i * lda), k);
-                let to = std::slice::from_raw_parts_mut(d.get().add(i * kp), kp);
-                for (o, &v) in to.iter_mut().zip(from) {
-                    *o = v ^ flip;
-                }
-                to[k..].fill(0);
-                row_terms(
-                    to.as_ptr(),
-                    k,
-                    zero_point(i).wrapping_add(shift),
-                    t.get().add(2 * i),
-                );
+                (
+                    from,
+                    std::slice::from_raw_parts_mut(d.get().add(i * kp), kp),
+                )
+            };
+            for (o, &v) in to.iter_mut().zip(from) {
+                *o = v ^ flip;
             }
+            to[k..].fill(0);
+            let alpha = zero_point(i).wrapping_add(shift);
+            // SAFETY: `to` holds k bytes and more; row i's two terms, 2·i < 2m, are
+            // this task's alone.
+            unsafe { row_terms(to.as_ptr(), k, alpha, t.get().add(2 * i)) };
         }
     });
     AView {
@@ -379,7 +376,7 @@ pub(crate) unsafe fn qgemm(
     c: *mut i32,
     strides: (usize, usize),
 ) {
-    // SAFETY: forwarded contract.
+    // SAFETY: the contract is `qgemm_on`'s, and `path()` is one this host has.
     unsafe { qgemm_on(path(), pool, m, a, b, c, strides) }
 }
 
@@ -433,7 +430,7 @@ pub(crate) unsafe fn qgemm_on(
     c: *mut i32,
     strides: (usize, usize),
 ) {
-    // SAFETY: forwarded contract.
+    // SAFETY: `run_job` without a `Dequant` asks just `qgemm_on`'s contract.
     unsafe { run_job(path, pool, m, a, b, c, strides, None) }
 }
 
@@ -451,7 +448,8 @@ pub(crate) unsafe fn qgemm_dequant(
     strides: (usize, usize),
     d: Dequant,
 ) {
-    // SAFETY: forwarded contract.
+    // SAFETY: `qgemm_dequant`'s contract is `qgemm_dequant_on`'s with `path()`, a
+    // path this host has.
     unsafe { qgemm_dequant_on(path(), pool, m, a, b, c, strides, d) }
 }
 
@@ -507,19 +505,20 @@ unsafe fn run_job(
         isa: isa::isa(),
     };
     let work = mc.min(m) * kp * NR / 16;
-    for_ranges(pool, blocks * panels, work, &|tasks| {
-        // SAFETY: the caller's contract; each task writes its own tiles.
-        unsafe {
-            match path {
-                #[cfg(target_arch = "x86_64")]
-                Path::Vnni => tasks_vnni(&job, tasks),
-                #[cfg(target_arch = "x86_64")]
-                Path::Avx512 => tasks_avx512(&job, tasks),
-                #[cfg(target_arch = "x86_64")]
-                Path::Avx2 => tasks_avx2(&job, tasks),
-                _ => run_tasks(&job, tasks, dot_portable),
-            }
-        }
+    // The operands lie where the contract says; each task writes its own tiles (a
+    // (row block, panel) pair), and `path`'s features are the host's (the contract).
+    for_ranges(pool, blocks * panels, work, &|tasks| match path {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as said above; `path` is Vnni only where `has_vnni()` held.
+        Path::Vnni => unsafe { tasks_vnni(&job, tasks) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as said above; Avx512 only on a host with AVX-512F/BW.
+        Path::Avx512 => unsafe { tasks_avx512(&job, tasks) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as said above; Avx2 only on a host with AVX2+FMA.
+        Path::Avx2 => unsafe { tasks_avx2(&job, tasks) },
+        // SAFETY: as said above; the portable body needs no CPU feature.
+        _ => unsafe { run_tasks(&job, tasks, dot_portable) },
     });
 }
 
@@ -537,23 +536,18 @@ unsafe fn run_tasks(
         let (block, panel) = (t / job.panels, t % job.panels);
         let (i_end, j0) = (((block + 1) * job.mc).min(job.m), panel * NR);
         let cols = NR.min(job.b.n - j0);
-        // SAFETY: the panel and rows lie inside the operands (the caller's contract).
-        unsafe {
-            let bp = job.b.data.add(panel * kp * NR);
-            let mut i0 = block * job.mc;
-            while i0 < i_end {
-                let rows = MR.min(i_end - i0);
-                dot(
-                    rows,
-                    groups,
-                    job.a.data.add(i0 * job.a.ld),
-                    job.a.ld,
-                    bp,
-                    &mut tile,
-                );
-                finish(job, &tile, rows, cols, i0, j0);
-                i0 += rows;
-            }
+        // SAFETY: `panel < job.panels`: its kp·32 bytes lie in the packed B.
+        let bp = unsafe { job.b.data.add(panel * kp * NR) };
+        let mut i0 = block * job.mc;
+        while i0 < i_end {
+            let rows = MR.min(i_end - i0);
+            // SAFETY: `i0 < i_end <= m`: row i0 of A, `ld` bytes apart.
+            let ap = unsafe { job.a.data.add(i0 * job.a.ld) };
+            dot(rows, groups, ap, job.a.ld, bp, &mut tile);
+            // SAFETY: rows i0..i0 + rows (<= m) and columns j0..j0 + cols (<= n) of C,
+            // this task's tile, with the operands' terms there.
+            unsafe { finish(job, &tile, rows, cols, i0, j0) };
+            i0 += rows;
         }
     }
 }
@@ -561,28 +555,35 @@ unsafe fn run_tasks(
 /// Subtracts the zero points' terms from a tile's products and stores it.
 #[inline(always)]
 unsafe fn finish(job: &Job, tile: &Dot, rows: usize, cols: usize, i0: usize, j0: usize) {
-    // SAFETY: rows and columns inside the operands and C (the caller's contract).
-    unsafe {
+    // SAFETY: j0 is a multiple of 32 below n, and the packed B's sums and betas run
+    // to n rounded up to 32: 32 of each from j0.
+    let (sums, betas) = unsafe {
         let sums = std::slice::from_raw_parts(job.b.sums.add(j0), NR);
-        let betas = std::slice::from_raw_parts(job.b.betas.add(j0), NR);
-        for (r, dot) in tile.iter().enumerate().take(rows) {
-            let i = i0 + r;
-            let (ra, alpha) = (*job.a.terms.add(2 * i), *job.a.terms.add(2 * i + 1));
-            let mut v = [0i32; NR];
-            for j in 0..NR {
-                v[j] = dot[j]
-                    .wrapping_sub(betas[j].wrapping_mul(ra))
-                    .wrapping_sub(alpha.wrapping_mul(sums[j]));
-            }
-            let out = job.c.get().add(i * job.rs + j0 * job.cs);
-            if let Some(d) = &job.dequant {
-                dequantize(d, job, &v, i, j0, cols, out as *mut f32);
-            } else if job.cs == 1 {
-                std::ptr::copy_nonoverlapping(v.as_ptr(), out, cols);
-            } else {
-                for (j, &x) in v.iter().enumerate().take(cols) {
-                    *out.add(j * job.cs) = x;
-                }
+        (sums, std::slice::from_raw_parts(job.b.betas.add(j0), NR))
+    };
+    for (r, dot) in tile.iter().enumerate().take(rows) {
+        let i = i0 + r;
+        // SAFETY: `i < m`: row i's two terms in A's 2m.
+        let (ra, alpha) = unsafe { (*job.a.terms.add(2 * i), *job.a.terms.add(2 * i + 1)) };
+        let mut v = [0i32; NR];
+        for j in 0..NR {
+            v[j] = dot[j]
+                .wrapping_sub(betas[j].wrapping_mul(ra))
+                .wrapping_sub(alpha.wrapping_mul(sums[j]));
+        }
+        // SAFETY: element (i, j0) of C, i < m and j0 < n.
+        let out = unsafe { job.c.get().add(i * job.rs + j0 * job.cs) };
+        if let Some(d) = &job.dequant {
+            // SAFETY: row i, columns j0..j0 + cols of C (f32 with a `Dequant`), Z and
+            // the bias, as the contract gives.
+            unsafe { dequantize(d, job, &v, i, j0, cols, out as *mut f32) };
+        } else if job.cs == 1 {
+            // SAFETY: row i's `cols` contiguous i32 from `out` lie in C; `v` is local.
+            unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), out, cols) };
+        } else {
+            for (j, &x) in v.iter().enumerate().take(cols) {
+                // SAFETY: `j < cols`: element (i, j0 + j) of C, column stride cs.
+                unsafe { *out.add(j * job.cs) = x };
             }
         }
     }
@@ -602,31 +603,33 @@ unsafe fn dequantize(
     cols: usize,
     out: *mut f32,
 ) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let bias = if d.bias.is_null() {
-            0
-        } else {
-            *d.bias.add(i * d.bias_step)
-        };
-        let mut f = [0f32; NR];
-        for j in 0..NR {
-            f[j] = v[j].wrapping_add(bias) as f32 * d.scale;
+    let bias = if d.bias.is_null() {
+        0
+    } else {
+        // SAFETY: a non-null bias is readable for m rows at its step; row i < m.
+        unsafe { *d.bias.add(i * d.bias_step) }
+    };
+    let mut f = [0f32; NR];
+    for j in 0..NR {
+        f[j] = v[j].wrapping_add(bias) as f32 * d.scale;
+    }
+    let f = &mut f[..cols];
+    if !d.z.is_null() {
+        // SAFETY: a non-null Z is readable at C's offsets: element (i, j0) of it.
+        let z = unsafe { d.z.add(i * job.rs + j0 * job.cs) };
+        for (j, x) in f.iter_mut().enumerate() {
+            // SAFETY: `j < cols`: Z's element (i, j0 + j), read before `out` is written.
+            *x += unsafe { *z.add(j * job.cs) };
         }
-        let f = &mut f[..cols];
-        if !d.z.is_null() {
-            let z = d.z.add(i * job.rs + j0 * job.cs);
-            for (j, x) in f.iter_mut().enumerate() {
-                *x += *z.add(j * job.cs);
-            }
-        }
-        d.act.apply_isa(job.isa, f);
-        if job.cs == 1 {
-            std::ptr::copy_nonoverlapping(f.as_ptr(), out, cols);
-        } else {
-            for (j, &x) in f.iter().enumerate() {
-                *out.add(j * job.cs) = x;
-            }
+    }
+    d.act.apply_isa(job.isa, f);
+    if job.cs == 1 {
+        // SAFETY: row i's `cols` contiguous f32 from `out` lie in C; `f` is local.
+        unsafe { std::ptr::copy_nonoverlapping(f.as_ptr(), out, cols) };
+    } else {
+        for (j, &x) in f.iter().enumerate() {
+            // SAFETY: `j < cols`: C's element (i, j0 + j) at column stride cs.
+            unsafe { *out.add(j * job.cs) = x };
         }
     }
 }
@@ -641,7 +644,7 @@ fn dot_portable(rows: usize, groups: usize, a: *const u8, lda: usize, b: *const 
             // SAFETY: group g of the panel and of each row (the tile's contract).
             let bg = unsafe { std::slice::from_raw_parts(b.add(g * NR * 4), NR * 4) };
             for (r, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: as above.
+                // SAFETY: row r < R of the tile, bytes 4·g..4·g + 4 of its padded row.
                 let av = unsafe { std::slice::from_raw_parts(a.add(r * lda + 4 * g), 4) };
                 let av: [i32; 4] = std::array::from_fn(|t| av[t] as i32);
                 for (j, x) in acc.iter_mut().enumerate() {
@@ -671,33 +674,36 @@ fn dot_portable(rows: usize, groups: usize, a: *const u8, lda: usize, b: *const 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tasks_avx2(job: &Job, tasks: Range<usize>) {
-    // SAFETY: forwarded contract.
+    // SAFETY: `run_tasks` asks of `job` and `tasks` just what this function's caller
+    // gives; the AVX2 features only shape the code generated for it.
     unsafe { run_tasks(job, tasks, dot_portable) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn tasks_avx512(job: &Job, tasks: Range<usize>) {
-    // SAFETY: forwarded contract.
+    // SAFETY: the caller's `job` and `tasks` meet `run_tasks`'s contract; AVX-512 is
+    // only what the portable body is compiled for here.
     unsafe { run_tasks(job, tasks, dot_portable) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn tasks_vnni(job: &Job, tasks: Range<usize>) {
-    // SAFETY: forwarded contract; the caller checked the features.
-    unsafe {
-        run_tasks(job, tasks, |rows, groups, a, lda, b, out| match rows {
-            1 => dot_vnni::<1>(groups, a, lda, b, out),
-            2 => dot_vnni::<2>(groups, a, lda, b, out),
-            3 => dot_vnni::<3>(groups, a, lda, b, out),
-            4 => dot_vnni::<4>(groups, a, lda, b, out),
-            5 => dot_vnni::<5>(groups, a, lda, b, out),
-            6 => dot_vnni::<6>(groups, a, lda, b, out),
-            7 => dot_vnni::<7>(groups, a, lda, b, out),
-            _ => dot_vnni::<8>(groups, a, lda, b, out),
-        })
-    }
+    // The closure has this function's VNNI features, under which `dot_vnni` is safe.
+    let dot = |rows, groups, a, lda, b, out: &mut Dot| match rows {
+        1 => dot_vnni::<1>(groups, a, lda, b, out),
+        2 => dot_vnni::<2>(groups, a, lda, b, out),
+        3 => dot_vnni::<3>(groups, a, lda, b, out),
+        4 => dot_vnni::<4>(groups, a, lda, b, out),
+        5 => dot_vnni::<5>(groups, a, lda, b, out),
+        6 => dot_vnni::<6>(groups, a, lda, b, out),
+        7 => dot_vnni::<7>(groups, a, lda, b, out),
+        _ => dot_vnni::<8>(groups, a, lda, b, out),
+    };
+    // SAFETY: `job` and `tasks` as `run_tasks` asks (this function's contract); the
+    // caller checked the VNNI features.
+    unsafe { run_tasks(job, tasks, dot) }
 }
 
 /// The VNNI micro-kernel: per group of four K, each row's four a' bytes broadcast and
@@ -717,17 +723,21 @@ fn dot_vnni<const R: usize>(groups: usize, a: *const u8, lda: usize, b: *const i
             if g >= groups {
                 break;
             }
-            // SAFETY: group g of the panel (128 bytes) and of each row (4 bytes).
-            unsafe {
+            // SAFETY: `g < groups`: group g's 128 bytes of the panel (its two halves).
+            let (b0, b1) = unsafe {
                 let bg = b.add(g * NR * 4);
-                let b0 = _mm512_loadu_si512(bg as *const _);
-                let b1 = _mm512_loadu_si512(bg.add(64) as *const _);
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let av =
-                        _mm512_set1_epi32((a.add(r * lda + 4 * g) as *const i32).read_unaligned());
-                    acc[0] = _mm512_dpbusd_epi32(acc[0], av, b0);
-                    acc[1] = _mm512_dpbusd_epi32(acc[1], av, b1);
-                }
+                (
+                    _mm512_loadu_si512(bg as *const _),
+                    _mm512_loadu_si512(bg.add(64) as *const _),
+                )
+            };
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: `r < R` rows of the tile, group g < groups: row r's 4 bytes
+                // at 4·g, inside its padded_k bytes.
+                let x = unsafe { (a.add(r * lda + 4 * g) as *const i32).read_unaligned() };
+                let av = _mm512_set1_epi32(x);
+                acc[0] = _mm512_dpbusd_epi32(acc[0], av, b0);
+                acc[1] = _mm512_dpbusd_epi32(acc[1], av, b1);
             }
         }
         g += sets;
@@ -827,37 +837,22 @@ mod tests {
                 let z: Vec<f32> = (0..m * n).map(|e| (e % 13) as f32 * 0.25 - 1.5).collect();
                 let mut f = vec![0f32; m * n];
                 let st = if transposed { (1, m) } else { (n, 1) };
-                // SAFETY: every buffer holds what the calls name.
+                let d = Dequant {
+                    bias: bias.as_ptr(),
+                    bias_step: 1,
+                    scale: 0.0371,
+                    z: z.as_ptr(),
+                    act: Act::Relu,
+                };
+                let (pl, b, zp) = (pool.as_ref(), packed.view(), |i| zero(za, ak, i));
+                let (ap, tp) = (a_buf.as_mut_ptr(), terms.as_mut_ptr());
+                // SAFETY: `a` holds m×k bytes, `a_buf` m·kp and `terms` 2m.
+                let av = unsafe { prepare_a(a.as_ptr(), ak, m, k, k, &zp, ap, tp, pl) };
+                // SAFETY: `c` and `f` hold m×n elements at the strides `st`, as do `z`
+                // (read at C's offsets) and `bias` (m rows); `path` is from `paths()`.
                 unsafe {
-                    let av = prepare_a(
-                        a.as_ptr(),
-                        ak,
-                        m,
-                        k,
-                        k,
-                        &|i| zero(za, ak, i),
-                        a_buf.as_mut_ptr(),
-                        terms.as_mut_ptr(),
-                        pool.as_ref(),
-                    );
-                    qgemm_on(
-                        path,
-                        pool.as_ref(),
-                        m,
-                        &av,
-                        &packed.view(),
-                        c.as_mut_ptr(),
-                        st,
-                    );
-                    let d = Dequant {
-                        bias: bias.as_ptr(),
-                        bias_step: 1,
-                        scale: 0.0371,
-                        z: z.as_ptr(),
-                        act: Act::Relu,
-                    };
-                    let (b, f) = (packed.view(), f.as_mut_ptr());
-                    qgemm_dequant_on(path, pool.as_ref(), m, &av, &b, f, st, d);
+                    qgemm_on(path, pl, m, &av, &b, c.as_mut_ptr(), st);
+                    qgemm_dequant_on(path, pl, m, &av, &b, f.as_mut_ptr(), st, d);
                 }
                 // The unfused operations, one at a time.
                 for i in 0..m {
@@ -933,19 +928,11 @@ mod tests {
             for path in paths() {
                 let kp = padded_k(k);
                 let (mut ab, mut terms, mut c) = (vec![0; m * kp], vec![0; 2 * m], vec![0; m * n]);
-                // SAFETY: as above.
+                let (ap, tp) = (ab.as_mut_ptr(), terms.as_mut_ptr());
+                // SAFETY: `a` holds m×k bytes, `ab` m·kp, `terms` 2m i32, `c` m×n i32
+                // row-major; `path` is one `paths()` found on this host.
                 unsafe {
-                    let view = prepare_a(
-                        a.as_ptr(),
-                        Bytes::U8,
-                        m,
-                        k,
-                        k,
-                        &|_| 0,
-                        ab.as_mut_ptr(),
-                        terms.as_mut_ptr(),
-                        None,
-                    );
+                    let view = prepare_a(a.as_ptr(), Bytes::U8, m, k, k, &|_| 0, ap, tp, None);
                     qgemm_on(path, None, m, &view, &packed.view(), c.as_mut_ptr(), (n, 1));
                 }
                 assert!(c.iter().all(|&v| v == want), "{path:?} {av} {bv}");

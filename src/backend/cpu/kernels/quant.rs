@@ -221,7 +221,8 @@ pub(crate) unsafe fn quantize_range(
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn avx2(x: *const f32, y: *mut u8, len: usize, scale: f32, zero_point: f32) {
-        // SAFETY: forwarded contract.
+        // SAFETY: `body` asks only that `x` and `y` hold `len` elements, as this
+        // function's caller guarantees; AVX2 just shapes the code generated for it.
         unsafe { body(x, y, len, scale, zero_point) }
     }
     // SAFETY: the caller's contract, and the features of the ISA chosen.
@@ -381,73 +382,87 @@ pub(crate) unsafe fn im2col_packed(
         for panel in panels {
             let (data, sums, betas) = b.panel_mut(panel);
             let data = SyncPtr(data as *mut u8);
-            // SAFETY: the panel's bytes and terms lie inside the packed B; every source
-            // index is checked against the input's extent; each task fills its panels.
-            unsafe {
-                std::ptr::write_bytes(data.get(), 0, kp * NR);
-                // The position and the tap advance by counters: no division per byte.
-                let p0 = panel * NR;
-                let (mut od, mut oh, mut ow) = (
-                    p0 / (g.output[1] * g.output[2]),
-                    (p0 / g.output[2]) % g.output[1],
-                    p0 % g.output[2],
-                );
-                for lane in 0..NR {
-                    let p = p0 + lane;
-                    let mut sum = 0i32;
-                    if p < positions {
-                        let column = data.get().add(lane * 4);
-                        let (mut kd, mut kh, mut kw) = (0, 0, 0);
-                        for tap in 0..taps {
-                            let src =
-                                match (source(od, kd, 0), source(oh, kh, 1), source(ow, kw, 2)) {
-                                    (Some(id), Some(ih), Some(iw)) => {
-                                        let pixel = (id * g.input[1] + ih) * g.input[2] + iw;
-                                        sum = sum.wrapping_add(*sp.get().add(pixel));
-                                        Some(ip.get().add(pixel * c))
-                                    }
-                                    _ => {
-                                        sum = sum.wrapping_add(pad_sum);
-                                        None
-                                    }
-                                };
-                            let k0 = tap * c;
-                            if words {
-                                for w in 0..c / 4 {
-                                    let v = match src {
-                                        Some(s) => (s.add(4 * w) as *const u32).read_unaligned(),
-                                        None => pad_word,
-                                    };
-                                    let at = column.add((k0 / 4 + w) * NR * 4) as *mut u32;
-                                    at.write_unaligned(v);
-                                }
-                            } else {
-                                for e in 0..c {
-                                    let v = src.map_or(beta as u8, |s| *s.add(e));
-                                    let kk = k0 + e;
-                                    *column.add((kk / 4) * NR * 4 + kk % 4) = v;
-                                }
+            // SAFETY: `panel < ⌈positions/32⌉`: its kp·32 bytes lie inside the packed B
+            // (the contract), and `for_ranges` gives this task its panels alone.
+            unsafe { std::ptr::write_bytes(data.get(), 0, kp * NR) };
+            // The position and the tap advance by counters: no division per byte.
+            let p0 = panel * NR;
+            let (mut od, mut oh, mut ow) = (
+                p0 / (g.output[1] * g.output[2]),
+                (p0 / g.output[2]) % g.output[1],
+                p0 % g.output[2],
+            );
+            for lane in 0..NR {
+                let p = p0 + lane;
+                let mut sum = 0i32;
+                if p < positions {
+                    // SAFETY: `lane < 32`: column lane's bytes start at 4·lane in the panel.
+                    let column = unsafe { data.get().add(lane * 4) };
+                    let (mut kd, mut kh, mut kw) = (0, 0, 0);
+                    for tap in 0..taps {
+                        let src = match (source(od, kd, 0), source(oh, kh, 1), source(ow, kw, 2)) {
+                            (Some(id), Some(ih), Some(iw)) => {
+                                let pixel = (id * g.input[1] + ih) * g.input[2] + iw;
+                                // SAFETY: `source` kept (id, ih, iw) inside the input, so
+                                // `pixel < plane`, whose sums the contract makes readable.
+                                sum = sum.wrapping_add(unsafe { *sp.get().add(pixel) });
+                                // SAFETY: the pixel's `c` channel bytes lie in the image.
+                                Some(unsafe { ip.get().add(pixel * c) })
                             }
-                            kw += 1;
-                            if kw == g.kernel[2] {
-                                kw = 0;
-                                kh += 1;
-                                if kh == g.kernel[1] {
-                                    kh = 0;
-                                    kd += 1;
-                                }
+                            _ => {
+                                sum = sum.wrapping_add(pad_sum);
+                                None
+                            }
+                        };
+                        let k0 = tap * c;
+                        if words {
+                            for w in 0..c / 4 {
+                                let v = match src {
+                                    // SAFETY: `4·w + 4 <= c`: four of the pixel's channel bytes.
+                                    Some(s) => unsafe {
+                                        (s.add(4 * w) as *const u32).read_unaligned()
+                                    },
+                                    None => pad_word,
+                                };
+                                // SAFETY: K index k0 + 4·w < taps·c = depth <= kp: group
+                                // k0/4 + w of the panel's column lane, inside its kp·32 bytes.
+                                unsafe {
+                                    (column.add((k0 / 4 + w) * NR * 4) as *mut u32)
+                                        .write_unaligned(v)
+                                };
+                            }
+                        } else {
+                            for e in 0..c {
+                                // SAFETY: `e < c`: one of the pixel's channel bytes.
+                                let v = src.map_or(beta as u8, |s| unsafe { *s.add(e) });
+                                let kk = k0 + e;
+                                // SAFETY: `kk < depth <= kp`: byte kk % 4 of group kk / 4 of
+                                // column lane, inside the panel.
+                                unsafe { *column.add((kk / 4) * NR * 4 + kk % 4) = v };
                             }
                         }
-                        ow += 1;
-                        if ow == g.output[2] {
-                            ow = 0;
-                            oh += 1;
-                            if oh == g.output[1] {
-                                oh = 0;
-                                od += 1;
+                        kw += 1;
+                        if kw == g.kernel[2] {
+                            kw = 0;
+                            kh += 1;
+                            if kh == g.kernel[1] {
+                                kh = 0;
+                                kd += 1;
                             }
                         }
                     }
+                    ow += 1;
+                    if ow == g.output[2] {
+                        ow = 0;
+                        oh += 1;
+                        if oh == g.output[1] {
+                            oh = 0;
+                            od += 1;
+                        }
+                    }
+                }
+                // SAFETY: `lane < 32`: the panel's Σb' and β slots of column lane.
+                unsafe {
                     *sums.add(lane) = sum;
                     *betas.add(lane) = if p < positions { beta } else { 0 };
                 }

@@ -140,58 +140,66 @@ fn bias_kind(s: &Slot, m: usize, n: usize) -> Option<BiasKind> {
 
 impl MatMulStep {
     /// The product of batch `i`.
+    ///
+    /// # Safety
+    /// `cx` as [`Kernel::run`] asks (its slots address live buffers of their planned
+    /// sizes), and `i < self.batches.len()`.
     unsafe fn one(&self, cx: &Cx, i: usize, pool: Option<&crate::backend::cpu::pool::Pool>) {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let (oa, ob) = self.batches[i];
-            let (m, n, k) = (self.m, self.n, self.k);
-            let a = cx.f32(&self.a).add(oa);
-            let b = cx.f32(&self.b).add(ob);
-            let a = if self.trans_a {
-                Mat::rows(a, m).t()
-            } else {
-                Mat::rows(a, k)
-            };
-            let b = if self.trans_b {
-                Mat::rows(b, k).t()
-            } else {
-                Mat::rows(b, n)
-            };
-            let y_off = i * m * n;
-            let ep = Epilogue {
-                bias: match &self.bias {
-                    None => Bias::None,
-                    Some((s, BiasKind::PerRow)) => Bias::PerRow(cx.f32(s)),
-                    Some((s, BiasKind::PerCol)) => Bias::PerCol(cx.f32(s)),
-                },
-                residual: self.residual.as_ref().map(|z| (cx.f32(z).add(y_off), n)),
-                act: self.act,
-            };
-            let y = cx.f32_mut(&self.y).add(y_off);
-            match &self.packed {
-                Some(p) => gemm::gemm_packed(pool, m, n, k, a, p, y, n, &ep),
-                None => gemm::gemm(pool, m, n, k, a, b, y, n, &ep),
-            }
+        let (oa, ob) = self.batches[i];
+        let (m, n, k) = (self.m, self.n, self.k);
+        // SAFETY: the batch's element offsets (from the broadcast geometry) start its
+        // A and B matrices inside their slots.
+        let (a, b) = unsafe { (cx.f32(&self.a).add(oa), cx.f32(&self.b).add(ob)) };
+        let a = if self.trans_a {
+            Mat::rows(a, m).t()
+        } else {
+            Mat::rows(a, k)
+        };
+        let b = if self.trans_b {
+            Mat::rows(b, k).t()
+        } else {
+            Mat::rows(b, n)
+        };
+        let y_off = i * m * n;
+        // SAFETY: Y and the residual (shaped like Y) hold batches·m·n floats, and
+        // batch i's m×n block starts at i·m·n.
+        let residual = unsafe { self.residual.as_ref().map(|z| (cx.f32(z).add(y_off), n)) };
+        let ep = Epilogue {
+            bias: match &self.bias {
+                None => Bias::None,
+                Some((s, BiasKind::PerRow)) => Bias::PerRow(cx.f32(s)),
+                Some((s, BiasKind::PerCol)) => Bias::PerCol(cx.f32(s)),
+            },
+            residual,
+            act: self.act,
+        };
+        // SAFETY: batch i's block of Y, i·m·n floats in, as for the residual.
+        let y = unsafe { cx.f32_mut(&self.y).add(y_off) };
+        match &self.packed {
+            // SAFETY: the batch's m×k A, k×n B (packed with this k and n) and m×n Y (row
+            // stride n, its own buffer, not A's or B's) and the bias (m or n values)
+            // and residual blocks are in live slots.
+            Some(p) => unsafe { gemm::gemm_packed(pool, m, n, k, a, p, y, n, &ep) },
+            // SAFETY: as in the packed arm, with B the k×n matrix in its slot.
+            None => unsafe { gemm::gemm(pool, m, n, k, a, b, y, n, &ep) },
         }
     }
 }
 
 impl Kernel for MatMulStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let threads = cx.pool.map_or(1, |p| p.threads());
-            match cx.pool {
-                // Many small products: one per task, each on one thread.
-                Some(pool) if self.batches.len() >= 2 * threads => {
-                    pool.run(self.batches.len(), &|i| self.one(cx, i, None))
-                }
-                _ => (0..self.batches.len()).for_each(|i| self.one(cx, i, cx.pool)),
+        let threads = cx.pool.map_or(1, |p| p.threads());
+        match cx.pool {
+            // Many small products: one per task, each on one thread.
+            Some(pool) if self.batches.len() >= 2 * threads => {
+                // SAFETY: `cx` as this `run`'s contract gives it; task `i` is a batch
+                // index, and each writes only its own block of Y.
+                pool.run(self.batches.len(), &|i| unsafe { self.one(cx, i, None) })
             }
-            Ok(())
+            // SAFETY: `cx` as `run` is given it; `i` runs over the batch indices.
+            _ => (0..self.batches.len()).for_each(|i| unsafe { self.one(cx, i, cx.pool) }),
         }
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false

@@ -59,19 +59,16 @@ fn build_dynamic_quantize(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> 
 
 impl Kernel for DynamicQuantize {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: x holds its f32 elements, y as many bytes,
-        // the scale one f32 and the zero point one byte.
+        let (x, y, len) = (cx.f32(&self.x), cx.ptr(self.y.loc), self.x.elements());
+        // SAFETY: the Kernel::run contract: x holds its `len` f32 elements and y, a
+        // different slot, as many bytes.
+        let (scale, zero_point) = unsafe { kernels_quant::dynamic_quantize_u8(x, y, len, cx.pool) };
+        // SAFETY: the scale's slot holds one f32 and the zero point's one byte.
         unsafe {
-            let (scale, zero_point) = kernels_quant::dynamic_quantize_u8(
-                cx.f32(&self.x),
-                cx.ptr(self.y.loc),
-                self.x.elements(),
-                cx.pool,
-            );
             *cx.f32_mut(&self.scale) = scale;
             *cx.ptr(self.zero_point.loc) = zero_point;
-            Ok(())
         }
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false
@@ -226,51 +223,52 @@ fn build_matmul_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for MatMulInteger {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: the slots hold their elements (one byte per
-        // 8-bit element, i32 y), the scratch the sizes carved at lowering; the batches'
-        // offsets address m×k and k×n matrices, as the geometry planned.
-        unsafe {
-            let pool = cx.pool;
-            let scratch = cx.ptr(self.scratch);
-            let (m, n, k) = (self.m, self.n, self.k);
-            let a_rows = scratch.add(self.offsets[0]);
+        let pool = cx.pool;
+        let scratch = cx.ptr(self.scratch);
+        let (m, n, k) = (self.m, self.n, self.k);
+        // SAFETY: the scratch holds the sizes carved at lowering, A's rows, A's terms
+        // and a packed B, at these offsets (the Kernel::run contract).
+        let (a_rows, a_terms, b_scratch) = unsafe {
             let a_terms = scratch.add(self.offsets[1]) as *mut i32;
-            let b_scratch = scratch.add(self.offsets[2]);
-            // The zero point of element e of an operand.
-            let zp = |z: &Option<ZeroPoint>, e: usize| {
-                z.as_ref().map_or(0, |(s, kind, at)| {
-                    kind.value(*cx.ptr(s.loc).add(at.index(e)))
-                })
+            (
+                scratch.add(self.offsets[0]),
+                a_terms,
+                scratch.add(self.offsets[2]),
+            )
+        };
+        // The zero point of element e of an operand.
+        let zp = |z: &Option<ZeroPoint>, e: usize| {
+            z.as_ref().map_or(0, |(s, kind, at)| {
+                // SAFETY: `at` maps the operand's element e to its zero point's index,
+                // inside that slot (one byte per 8-bit element).
+                kind.value(unsafe { *cx.ptr(s.loc).add(at.index(e)) })
+            })
+        };
+        let (a, b) = (
+            cx.ptr(self.a.loc) as *const u8,
+            cx.ptr(self.b.loc) as *const u8,
+        );
+        let y = cx.ptr(self.y.loc) as *mut i32;
+        for (i, &(oa, ob)) in self.batches.iter().enumerate() {
+            let a_zero = |r: usize| zp(&self.a_zero_point, oa + r * k);
+            let kind = self.a_kind;
+            // SAFETY: batch i's m×k A starts at byte `oa` of A's slot (the geometry's
+            // offsets); the scratch's A rows and terms fit m rows (carved at lowering).
+            let av = unsafe { prepare_a(a.add(oa), kind, m, k, k, &a_zero, a_rows, a_terms, pool) };
+            let bv = match self.b_index.get(i) {
+                Some(&p) => self.b_packed[p].view(),
+                None => {
+                    let b_zero = |j: usize| zp(&self.b_zero_point, ob + j);
+                    // SAFETY: batch i's k×n row-major B starts at byte `ob` of B's slot;
+                    // the scratch's B part holds `packed_b_bytes(k, n)`, 4-byte aligned.
+                    unsafe { pack_b(b.add(ob), self.b_kind, k, n, (n, 1), &b_zero, b_scratch) }
+                }
             };
-            let (a, b) = (
-                cx.ptr(self.a.loc) as *const u8,
-                cx.ptr(self.b.loc) as *const u8,
-            );
-            let y = cx.ptr(self.y.loc) as *mut i32;
-            for (i, &(oa, ob)) in self.batches.iter().enumerate() {
-                let a_zero = |r: usize| zp(&self.a_zero_point, oa + r * k);
-                let av = prepare_a(
-                    a.add(oa),
-                    self.a_kind,
-                    m,
-                    k,
-                    k,
-                    &a_zero,
-                    a_rows,
-                    a_terms,
-                    pool,
-                );
-                let bv = match self.b_index.get(i) {
-                    Some(&p) => self.b_packed[p].view(),
-                    None => {
-                        let b_zero = |j: usize| zp(&self.b_zero_point, ob + j);
-                        pack_b(b.add(ob), self.b_kind, k, n, (n, 1), &b_zero, b_scratch)
-                    }
-                };
-                qgemm(pool, m, &av, &bv, y.add(i * m * n), (n, 1));
-            }
-            Ok(())
+            // SAFETY: `av` and `bv` were just prepared and packed; batch i's m×n i32
+            // block of Y starts at i·m·n in Y's slot of batches·m·n.
+            unsafe { qgemm(pool, m, &av, &bv, y.add(i * m * n), (n, 1)) };
         }
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false
@@ -465,67 +463,84 @@ fn build_conv_integer(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for ConvInteger {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: x holds N images of groups × channels
-        // planes (bytes), y N × groups × m output planes (i32, or f32 when fused, as Z),
-        // the bias groups × m (or one) i32, the scale one f32, the scratch the
-        // channels-last image, its packed patches and its pixel sums carved at lowering.
-        unsafe {
-            let pool = cx.pool;
-            let g = &self.geometry;
-            let p = g.positions();
-            let plane = g.input_plane();
-            let zero_point = self
-                .x_zero_point
-                .as_ref()
-                .map_or(0, |(s, kind)| kind.value(*cx.ptr(s.loc)));
-            let scratch = cx.ptr(self.scratch);
-            let image = scratch.add(self.offsets[0]);
+        // The Kernel::run contract: x holds N images of groups × channels planes
+        // (bytes), y N × groups × m output planes (i32, or f32 when fused, as Z), the
+        // bias groups × m (or one) i32, the scale one f32, the scratch the channels-last
+        // image, its packed patches and its pixel sums carved at lowering.
+        let pool = cx.pool;
+        let g = &self.geometry;
+        let p = g.positions();
+        let plane = g.input_plane();
+        // SAFETY: the zero point's slot holds (at least) one byte.
+        let zero_point = (self.x_zero_point.as_ref())
+            .map_or(0, |(s, kind)| kind.value(unsafe { *cx.ptr(s.loc) }));
+        let scratch = cx.ptr(self.scratch);
+        // SAFETY: the three scratch parts lie at their carved offsets, the second
+        // `packed_b_bytes(depth, positions)` long (4-byte aligned, as carved).
+        let (image, col, pixel_sums) = unsafe {
             let col = b_view(scratch.add(self.offsets[1]), g.depth(), p);
-            let pixel_sums = scratch.add(self.offsets[2]) as *mut i32;
-            // Padding reads as the zero point: b' = zero point − 128 for u8.
-            let beta = zero_point - if self.x_kind == Bytes::U8 { 128 } else { 0 };
-            let images = self.x.shape[0];
-            let (x, y) = (
-                cx.ptr(self.x.loc) as *const u8,
-                cx.ptr(self.y.loc) as *mut i32,
-            );
-            for n in 0..images {
-                for group in 0..self.groups {
-                    let at = n * self.groups + group;
+            (
+                scratch.add(self.offsets[0]),
+                col,
+                scratch.add(self.offsets[2]) as *mut i32,
+            )
+        };
+        // Padding reads as the zero point: b' = zero point − 128 for u8.
+        let beta = zero_point - if self.x_kind == Bytes::U8 { 128 } else { 0 };
+        let images = self.x.shape[0];
+        let (x, y) = (
+            cx.ptr(self.x.loc) as *const u8,
+            cx.ptr(self.y.loc) as *mut i32,
+        );
+        for n in 0..images {
+            for group in 0..self.groups {
+                let at = n * self.groups + group;
+                // SAFETY: `at < images·groups`: image n's group of `channels` planes in x;
+                // the scratch parts hold its channels-last copy and pixel sums.
+                unsafe {
                     let x = x.add(at * g.channels * plane);
                     channels_last(g, x, self.x_kind, image, pixel_sums, pool);
                     im2col_packed(g, image, pixel_sums, beta, &col, pool);
-                    let w = self.weights[group].view();
-                    let out = at * self.m * p;
-                    match &self.dequant {
-                        None => qgemm(pool, self.m, &w, &col, y.add(out), (p, 1)),
-                        Some(d) => {
-                            let bias = d.bias.as_ref().map_or((std::ptr::null(), 0), |(s, per)| {
-                                let b = cx.ptr(s.loc) as *const i32;
-                                if *per {
-                                    (b.add(group * self.m), 1)
-                                } else {
-                                    (b, 0)
-                                }
-                            });
-                            let z = d.z.as_ref().map_or(std::ptr::null(), |s| {
-                                (cx.ptr(s.loc) as *const f32).add(out)
-                            });
-                            let e = Dequant {
-                                bias: bias.0,
-                                bias_step: bias.1,
-                                scale: *cx.f32(&d.scale),
-                                z,
-                                act: d.act,
-                            };
+                }
+                let w = self.weights[group].view();
+                let out = at * self.m * p;
+                match &self.dequant {
+                    // SAFETY: the group's m output planes of p positions start at `out`
+                    // in y; `w` and `col` are the prepared weights and the packed patches.
+                    None => unsafe { qgemm(pool, self.m, &w, &col, y.add(out), (p, 1)) },
+                    Some(d) => {
+                        let bias = d.bias.as_ref().map_or((std::ptr::null(), 0), |(s, per)| {
+                            let b = cx.ptr(s.loc) as *const i32;
+                            if *per {
+                                // SAFETY: a per-channel bias holds groups × m i32.
+                                (unsafe { b.add(group * self.m) }, 1)
+                            } else {
+                                (b, 0)
+                            }
+                        });
+                        // SAFETY: Z is shaped like y (f32): its block at `out` as y's.
+                        let z = (d.z.as_ref()).map_or(std::ptr::null(), |s| unsafe {
+                            (cx.ptr(s.loc) as *const f32).add(out)
+                        });
+                        let e = Dequant {
+                            bias: bias.0,
+                            bias_step: bias.1,
+                            // SAFETY: the scale's slot holds one f32.
+                            scale: unsafe { *cx.f32(&d.scale) },
+                            z,
+                            act: d.act,
+                        };
+                        // SAFETY: fused, y holds f32; the group's m planes start at `out`,
+                        // with the bias (m values from `bias.0`, or one) and Z there.
+                        unsafe {
                             let y = (y as *mut f32).add(out);
                             qgemm_dequant(pool, self.m, &w, &col, y, (p, 1), e);
                         }
                     }
                 }
             }
-            Ok(())
         }
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false
@@ -638,27 +653,25 @@ impl DequantizeLowBit {
 
 impl Kernel for DequantizeLowBit {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        let n = self.x.elements();
+        let scale = (cx.ptr(self.scale.loc) as *const f32, self.scale.elements());
         // SAFETY: the Kernel::run contract: the slots address live buffers of their
-        // lowered sizes (one byte per x and zero-point element, f32 scale and y).
-        unsafe {
-            let n = self.x.elements();
+        // lowered sizes (one byte per x and zero-point element, f32 scale and y), and
+        // y, the only one written, is a slot of its own.
+        let (x, scale, zero_point, y) = unsafe {
             let x = std::slice::from_raw_parts(cx.ptr(self.x.loc), n);
-            let scale = std::slice::from_raw_parts(
-                cx.ptr(self.scale.loc) as *const f32,
-                self.scale.elements(),
-            );
-            let zero_point = self
-                .zero_point
-                .as_ref()
+            let scale = std::slice::from_raw_parts(scale.0, scale.1);
+            let zp = (self.zero_point.as_ref())
                 .map(|z| std::slice::from_raw_parts(cx.ptr(z.loc), z.elements()));
             let y = std::slice::from_raw_parts_mut(cx.ptr(self.y.loc) as *mut f32, n);
-            for (i, (out, &byte)) in y.iter_mut().zip(x).enumerate() {
-                let s = self.scale_index(i);
-                let z = zero_point.map_or(0.0, |z| self.table[z[s] as usize]);
-                *out = (self.table[byte as usize] - z) * scale[s];
-            }
-            Ok(())
+            (x, scale, zp, y)
+        };
+        for (i, (out, &byte)) in y.iter_mut().zip(x).enumerate() {
+            let s = self.scale_index(i);
+            let z = zero_point.map_or(0.0, |z| self.table[z[s] as usize]);
+            *out = (self.table[byte as usize] - z) * scale[s];
         }
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false

@@ -27,16 +27,19 @@ pub(super) enum BSrc {
     },
 }
 
-// SAFETY: read-only views of buffers kept alive for the call.
+// SAFETY: a `BSrc` only carries B's address (a matrix or packed panels) that the
+// caller keeps alive and unwritten for the call; any thread may read through it.
 unsafe impl Send for BSrc {}
-// SAFETY: as for `Send` above.
+// SAFETY: shared `&BSrc`s only copy the address out and read B through it, never write.
 unsafe impl Sync for BSrc {}
 
 #[derive(Clone, Copy)]
 struct SendMut(*mut f32);
-// SAFETY: tasks write disjoint sub-matrices of C.
+// SAFETY: C outlives the pool run, and each task moved to a thread writes only its
+// own part of C.
 unsafe impl Send for SendMut {}
-// SAFETY: as for `Send` above.
+// SAFETY: the tasks sharing it each offset it to their own disjoint part of C
+// (`driver`'s split) before writing, so no element is written by two threads.
 unsafe impl Sync for SendMut {}
 
 /// Splits the problem across `pool` (when worth it) and runs each part serially.
@@ -65,7 +68,7 @@ pub(super) unsafe fn driver(
     let (tm, tn) = split(threads, m, n, k, par_min_work);
     let pool = match pool {
         Some(p) if tm * tn > 1 => p,
-        // SAFETY: the caller's contract.
+        // SAFETY: one part, the whole problem: `serial` asks what `driver` is given.
         _ => return unsafe { serial(kern, m, n, k, a, b, c, ldc, &ep) },
     };
     let (mp, np) = (m.div_ceil(MR), n.div_ceil(NR));
@@ -79,34 +82,36 @@ pub(super) unsafe fn driver(
         if i0 >= i1 || j0 >= j1 {
             return;
         }
-        // SAFETY: (i0, j0) lies inside A's rows, B's columns and C; the parts are
-        // disjoint, so the writes to C do not overlap; j0 is a multiple of NR, so a
-        // pre-packed B's part starts at panel j0/NR.
-        unsafe {
-            let a = Mat {
-                ptr: a.ptr.add(i0 * a.rs),
-                ..a
-            };
-            let b = match b {
-                BSrc::Mat(b) => BSrc::Mat(Mat {
-                    ptr: b.ptr.add(j0 * b.cs),
-                    ..b
-                }),
-                BSrc::Packed {
-                    ptr,
-                    panels,
-                    depth,
-                    p0,
-                } => BSrc::Packed {
-                    ptr,
-                    panels,
-                    depth,
-                    p0: p0 + j0 / NR,
-                },
-            };
-            let c = cm.0.add(i0 * ldc + j0);
-            serial(kern, i1 - i0, j1 - j0, k, a, b, c, ldc, &ep.at(i0, j0));
-        }
+        let a = Mat {
+            // SAFETY: `i0 < i1 <= m`: row i0 of the m×k A.
+            ptr: unsafe { a.ptr.add(i0 * a.rs) },
+            ..a
+        };
+        let b = match b {
+            BSrc::Mat(b) => BSrc::Mat(Mat {
+                // SAFETY: `j0 < j1 <= n`: column j0 of the k×n B.
+                ptr: unsafe { b.ptr.add(j0 * b.cs) },
+                ..b
+            }),
+            // j0 is a multiple of NR, so a pre-packed B's part starts at panel j0/NR.
+            BSrc::Packed {
+                ptr,
+                panels,
+                depth,
+                p0,
+            } => BSrc::Packed {
+                ptr,
+                panels,
+                depth,
+                p0: p0 + j0 / NR,
+            },
+        };
+        // SAFETY: (i0, j0) lies inside the m×n C (row stride ldc) and inside the
+        // epilogue's extents, which cover C.
+        let (c, ep) = unsafe { (cm.0.add(i0 * ldc + j0), ep.at(i0, j0)) };
+        // SAFETY: the part's (i1 - i0)×(j1 - j0) sub-matrices of A, B and C lie in the
+        // caller's; the parts are disjoint, so no two tasks write the same C element.
+        unsafe { serial(kern, i1 - i0, j1 - j0, k, a, b, c, ldc, &ep) };
     });
 }
 
@@ -184,20 +189,21 @@ unsafe fn serial(
             let mut ic = 0;
             while ic < m {
                 let mb = rows.min(m - ic);
-                // SAFETY: rows ic..ic + mb of A and C; the epilogue positioned there.
-                unsafe {
-                    let a = Mat {
-                        ptr: a.ptr.add(ic * a.rs),
-                        ..a
-                    };
-                    let (c, ep) = (c.add(ic * ldc), &ep.at(ic, 0));
-                    let b = (ptr, panels, depth, p0);
-                    columns(kern, mb, n, k, a, b, c, ldc, ep, stream_b, abuf);
-                }
+                let a = Mat {
+                    // SAFETY: `ic < m`: row ic of the m×k A.
+                    ptr: unsafe { a.ptr.add(ic * a.rs) },
+                    ..a
+                };
+                // SAFETY: `ic < m`: row ic of C and of the epilogue's extents.
+                let (c, ep) = unsafe { (c.add(ic * ldc), &ep.at(ic, 0)) };
+                let b = (ptr, panels, depth, p0);
+                // SAFETY: rows ic..ic + mb (<= m) of A and C, all of the packed B, and
+                // `abuf` this thread's own.
+                unsafe { columns(kern, mb, n, k, a, b, c, ldc, ep, stream_b, abuf) };
                 ic += mb;
             }
         }
-        // SAFETY: the caller's contract.
+        // SAFETY: the operands as `serial` was given; the buffers are this thread's.
         _ => unsafe { blocked(kern, m, n, k, a, b, c, ldc, ep, stream_b, abuf, bbuf) },
     });
 }
@@ -233,103 +239,80 @@ unsafe fn blocked(
                 // (instead of a kc×nc block round-tripping through L3).
                 let ap = abuf.get(kc * m.div_ceil(MR) * MR + 8);
                 let dst = bbuf.get(kc * kern.nr);
-                // SAFETY: (0, pc) lies inside A, (pc, jc + jb) inside B; `ap` and
-                // `dst` hold the rounded-up blocks; every tile lies inside C.
-                unsafe {
-                    pack_a(kern, m, kc, a.ptr.add(pc * a.cs), a.rs, a.cs, ap);
-                    let mut jb = 0;
-                    while jb < nc {
-                        let w = kern.nr.min(nc - jb);
-                        let col = jc + jb;
-                        pack_b(
-                            kern,
+                // SAFETY: `pc < k`: A's columns pc..pc + kc, all m rows, pack into
+                // `ap`'s ⌈m/6⌉·6·kc floats plus 8 of slack.
+                unsafe { pack_a(kern, m, kc, a.ptr.add(pc * a.cs), a.rs, a.cs, ap) };
+                let mut jb = 0;
+                while jb < nc {
+                    let w = kern.nr.min(nc - jb);
+                    let col = jc + jb;
+                    // SAFETY: rows pc..pc + kc and columns col..col + w (col + w <= n)
+                    // of B pack into `dst`'s kc·kern.nr floats (w <= kern.nr).
+                    unsafe {
+                        let src = b.ptr.add(pc * b.rs + col * b.cs);
+                        pack_b(kern, kc, w, src, b.rs, b.cs, dst);
+                    }
+                    // The next panel's columns are read while this one's
+                    // tiles run (a run-time B comes from L3: the forward GEMMs
+                    // of the MLP training step run ~8% faster this way).
+                    if jb + w < nc {
+                        prefetch_block(
+                            b.ptr.wrapping_add(pc * b.rs + (col + w) * b.cs),
                             kc,
-                            w,
-                            b.ptr.add(pc * b.rs + col * b.cs),
+                            kern.nr.min(nc - jb - w),
                             b.rs,
                             b.cs,
-                            dst,
                         );
-                        // The next panel's columns are read while this one's
-                        // tiles run (a run-time B comes from L3: the forward GEMMs
-                        // of the MLP training step run ~8% faster this way).
-                        if jb + w < nc {
-                            prefetch_block(
-                                b.ptr.add(pc * b.rs + (col + w) * b.cs),
-                                kc,
-                                kern.nr.min(nc - jb - w),
-                                b.rs,
-                                b.cs,
-                            );
-                        }
-                        macro_kernel(
-                            kern,
-                            m,
-                            w,
-                            kc,
-                            ap,
-                            dst,
-                            c.add(col),
-                            ldc,
-                            pc > 0,
-                            pc + kc == k,
-                            &ep.at(0, col),
-                            false,
-                            (std::ptr::null(), 0),
-                        );
-                        jb += w;
                     }
+                    // SAFETY: `ap` and `dst` hold the packed m×kc A and kc×w B; the m×w
+                    // block of C at column col < n, and the epilogue there, lie in C's.
+                    unsafe {
+                        let (c, ep) = (c.add(col), ep.at(0, col));
+                        let (acc, last) = (pc > 0, pc + kc == k);
+                        let then = (std::ptr::null(), 0);
+                        macro_kernel(kern, m, w, kc, ap, dst, c, ldc, acc, last, &ep, false, then);
+                    }
+                    jb += w;
                 }
                 pc += kc;
                 continue;
             }
-            // SAFETY: (pc, jc) lies inside B; the scratch holds the kc×nc block
-            // rounded up to whole micro-panels; a pre-packed B (K one slice, so kc = k
-            // = its depth) holds `panels` panels of kc×16 for this slice.
-            let bp: *const f32 = unsafe {
-                match b {
-                    BSrc::Mat(b) => {
-                        let dst = bbuf.get(kc * nc.div_ceil(NR) * NR);
+            let bp: *const f32 = match b {
+                BSrc::Mat(b) => {
+                    let dst = bbuf.get(kc * nc.div_ceil(NR) * NR);
+                    // SAFETY: (pc, jc) lies inside B, and the kc×nc block from there;
+                    // the scratch holds it rounded up to whole micro-panels.
+                    unsafe {
                         let src = b.ptr.add(pc * b.rs + jc * b.cs);
                         pack_b(kern, kc, nc, src, b.rs, b.cs, dst);
-                        dst
                     }
-                    BSrc::Packed {
-                        ptr, panels, p0, ..
-                    } => ptr.add(pc * panels * NR + (p0 + jc / NR) * kc * NR),
+                    dst
+                }
+                BSrc::Packed {
+                    ptr, panels, p0, ..
+                } => {
+                    // SAFETY: a pre-packed B here has K one slice (kc = k = its depth)
+                    // of `panels` panels of kc×16; panel p0 + jc/16 is this block's first.
+                    unsafe { ptr.add(pc * panels * NR + (p0 + jc / NR) * kc * NR) }
                 }
             };
             let mut ic = 0;
             while ic < m {
                 let mc = MC.min(m - ic);
                 let ap = abuf.get(kc * mc.div_ceil(MR) * MR + 8);
-                // SAFETY: (ic, pc) lies inside A; `ap` holds the mc×kc block rounded
-                // up to whole micro-panels; every tile lies inside C.
+                // SAFETY: (ic, pc) lies inside A, and the mc×kc block from there;
+                // `ap` holds it rounded up to whole micro-panels, plus 8 floats of slack.
                 unsafe {
-                    pack_a(
-                        kern,
-                        mc,
-                        kc,
-                        a.ptr.add(ic * a.rs + pc * a.cs),
-                        a.rs,
-                        a.cs,
-                        ap,
-                    );
-                    let tile_ep = ep.at(ic, jc);
+                    let src = a.ptr.add(ic * a.rs + pc * a.cs);
+                    pack_a(kern, mc, kc, src, a.rs, a.cs, ap);
+                }
+                // SAFETY: `ap` and `bp` hold the packed mc×kc and kc×nc blocks; the
+                // mc×nc block of C at (ic, jc), and the epilogue there, lie in C's.
+                unsafe {
+                    let (c, tile_ep) = (c.add(ic * ldc + jc), ep.at(ic, jc));
+                    let (acc, last, then) = (pc > 0, pc + kc == k, (std::ptr::null(), 0));
                     macro_kernel(
-                        kern,
-                        mc,
-                        nc,
-                        kc,
-                        ap,
-                        bp,
-                        c.add(ic * ldc + jc),
-                        ldc,
-                        pc > 0,
-                        pc + kc == k,
-                        &tile_ep,
-                        stream_b,
-                        (std::ptr::null(), 0),
+                        kern, mc, nc, kc, ap, bp, c, ldc, acc, last, &tile_ep, stream_b, then,
                     );
                 }
                 ic += mc;
@@ -341,28 +324,25 @@ unsafe fn blocked(
 }
 
 /// Asks for the kc×w block of B at `b` (strides rs, cs) to be brought into L2, one
-/// request per cache line of its contiguous runs.
-///
-/// # Safety
-/// `b` addresses a kc×w matrix.
-unsafe fn prefetch_block(b: *const f32, kc: usize, w: usize, rs: usize, cs: usize) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-            let (runs, len, step) = if cs == 1 { (kc, w, rs) } else { (w, kc, cs) };
-            for r in 0..runs {
-                let row = b.add(r * step);
-                let mut e = 0;
-                while e < len {
-                    _mm_prefetch::<_MM_HINT_T1>(row.add(e) as *const i8);
-                    e += 16;
-                }
+/// request per cache line of its contiguous runs. Safe: a prefetch only hints the
+/// cache and never faults, so the addresses are computed with wrapping arithmetic.
+fn prefetch_block(b: *const f32, kc: usize, w: usize, rs: usize, cs: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+        let (runs, len, step) = if cs == 1 { (kc, w, rs) } else { (w, kc, cs) };
+        for r in 0..runs {
+            let row = b.wrapping_add(r * step);
+            let mut e = 0;
+            while e < len {
+                // SAFETY: `_mm_prefetch` needs only SSE, which every x86_64 CPU has.
+                unsafe { _mm_prefetch::<_MM_HINT_T1>(row.wrapping_add(e) as *const i8) };
+                e += 16;
             }
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (b, kc, w, rs, cs);
 }
 
 /// A block of A's rows against a pre-packed B, column by column: each column of B
@@ -396,58 +376,45 @@ unsafe fn columns(
     let panel = |pc: usize, col: usize| {
         ptr.wrapping_add(pc * panels * NR + (p0 + col / NR) * depth.min(k - pc) * NR)
     };
-    // SAFETY: slice pc of A (rows of A, columns pc..pc + kc) packs into kc·mpad floats
-    // at ap + pc·mpad, inside the k·mpad asked for; every panel and tile lies inside
-    // the packed B and C.
-    unsafe {
+    let mut pc = 0;
+    while pc < k {
+        let kc = depth.min(k - pc);
+        // SAFETY: slice pc of A (all m rows, columns pc..pc + kc <= k) packs into
+        // kc·mpad floats at ap + pc·mpad, inside the k·mpad + 8 asked for.
+        unsafe {
+            let (src, dst) = (a.ptr.add(pc * a.cs), ap.add(pc * mpad));
+            pack_a(kern, m, kc, src, a.rs, a.cs, dst);
+        }
+        pc += kc;
+    }
+    let mut jr = 0;
+    while jr < n {
+        let nr = kern.nr.min(n - jr);
         let mut pc = 0;
         while pc < k {
             let kc = depth.min(k - pc);
-            pack_a(
-                kern,
-                m,
-                kc,
-                a.ptr.add(pc * a.cs),
-                a.rs,
-                a.cs,
-                ap.add(pc * mpad),
-            );
+            // Prefetched while this slice runs: the column's next slice, or the
+            // next column's first.
+            let then = if pc + kc < k {
+                (panel(pc + kc, jr), nr * depth.min(k - pc - kc))
+            } else if jr + nr < n {
+                (panel(0, jr + nr), kern.nr.min(n - jr - nr) * depth.min(k))
+            } else {
+                (std::ptr::null(), 0)
+            };
+            // SAFETY: A's slice pc was packed at ap + pc·mpad above; `panel(pc, jr)` is
+            // the packed B's (slice pc, column jr < n) panel; the m×nr block of C at
+            // column jr, and the epilogue there, lie in C's.
+            unsafe {
+                let (ap, bp) = (ap.add(pc * mpad), panel(pc, jr));
+                let (c, ep, acc, last) = (c.add(jr), ep.at(0, jr), pc > 0, pc + kc == k);
+                macro_kernel(
+                    kern, m, nr, kc, ap, bp, c, ldc, acc, last, &ep, stream_b, then,
+                );
+            }
             pc += kc;
         }
-        let mut jr = 0;
-        while jr < n {
-            let nr = kern.nr.min(n - jr);
-            let mut pc = 0;
-            while pc < k {
-                let kc = depth.min(k - pc);
-                // Prefetched while this slice runs: the column's next slice, or the
-                // next column's first.
-                let then = if pc + kc < k {
-                    (panel(pc + kc, jr), nr * depth.min(k - pc - kc))
-                } else if jr + nr < n {
-                    (panel(0, jr + nr), kern.nr.min(n - jr - nr) * depth.min(k))
-                } else {
-                    (std::ptr::null(), 0)
-                };
-                macro_kernel(
-                    kern,
-                    m,
-                    nr,
-                    kc,
-                    ap.add(pc * mpad),
-                    panel(pc, jr),
-                    c.add(jr),
-                    ldc,
-                    pc > 0,
-                    pc + kc == k,
-                    &ep.at(0, jr),
-                    stream_b,
-                    then,
-                );
-                pc += kc;
-            }
-            jr += nr;
-        }
+        jr += nr;
     }
 }
 
@@ -513,27 +480,29 @@ unsafe fn macro_kernel(
             let mr = kern.mr.min(mc - ir);
             let tile = ir / kern.mr;
             let (l0, l1) = (tile * next / tiles, (tile + 1) * next / tiles);
-            // SAFETY: panels ir/MR.. of the packed A block; the tile (ir, jr) lies in C.
-            unsafe {
-                let e = ep.at(ir, jr);
-                let t = Tile {
-                    c: c.add(ir * ldc + jr),
-                    ldc,
-                    mr,
-                    nr,
-                    accumulate,
-                    last,
-                    bias_row: e.bias_row,
-                    bias_col: e.bias_col,
-                    res: e.res,
-                    ldr: e.ldr,
-                    relu: e.relu,
-                    act: e.act,
-                    prefetch: next_panel.wrapping_add(l0 * LINE_FLOATS),
-                    prefetch_lines: l1 - l0,
-                };
-                (kern.micro)(kc, ap.add(ir * kc), bpanel, &t);
-            }
+            // SAFETY: `ir < mc`, `jr < nc`: (ir, jr) lies in the mc×nc block of C and of
+            // the epilogue's extents.
+            let (e, c) = unsafe { (ep.at(ir, jr), c.add(ir * ldc + jr)) };
+            let t = Tile {
+                c,
+                ldc,
+                mr,
+                nr,
+                accumulate,
+                last,
+                bias_row: e.bias_row,
+                bias_col: e.bias_col,
+                res: e.res,
+                ldr: e.ldr,
+                relu: e.relu,
+                act: e.act,
+                prefetch: next_panel.wrapping_add(l0 * LINE_FLOATS),
+                prefetch_lines: l1 - l0,
+            };
+            // SAFETY: A's panels from ir/6 (⌈mr/6⌉ of them, kc·6 floats each, at ir·kc)
+            // and B's from jr/16 (`bpanel`) hold the packed blocks; `t` is the mr×nr
+            // tile at (ir, jr), inside C; `kern.micro` suits this CPU (`kernel_for`).
+            unsafe { (kern.micro)(kc, ap.add(ir * kc), bpanel, &t) };
             ir += kern.mr;
         }
         jr += kern.nr;

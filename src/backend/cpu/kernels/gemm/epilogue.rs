@@ -110,9 +110,11 @@ pub(super) struct Ep {
     pub(super) act: Option<Act>,
 }
 
-// SAFETY: read-only views of buffers kept alive for the call.
+// SAFETY: the bias and residual pointers are read-only views of buffers the GEMM's
+// caller keeps alive and unwritten for the call, so any thread may read them.
 unsafe impl Send for Ep {}
-// SAFETY: as for `Send` above.
+// SAFETY: an `&Ep` only hands out copies of those read-only pointers; nothing is
+// written through them.
 unsafe impl Sync for Ep {}
 
 impl Ep {
@@ -143,7 +145,9 @@ impl Ep {
     /// # Safety
     /// (i, j) must lie within C (so the offsets stay within the epilogue's extents).
     pub(super) unsafe fn at(&self, i: usize, j: usize) -> Ep {
-        // SAFETY: the caller's contract; null pointers are left null.
+        // SAFETY: (i, j) lies within C, so each non-null offset (row i of the per-row
+        // bias, column j of the per-column one, element (i, j) of the residual) stays in
+        // its extent; `offset` leaves null pointers null.
         unsafe {
             Ep {
                 bias_row: offset(self.bias_row, i),
@@ -163,7 +167,8 @@ unsafe fn offset(p: *const f32, n: usize) -> *const f32 {
     if p.is_null() {
         p
     } else {
-        // SAFETY: the caller's contract.
+        // SAFETY: `p` is non-null here, and `p + n` stays in its allocation by the
+        // caller's contract.
         unsafe { p.add(n) }
     }
 }
@@ -178,27 +183,27 @@ pub(super) unsafe fn epilogue_only(m: usize, n: usize, c: *mut f32, ldc: usize, 
     while i < m {
         let mut j = 0;
         while j < n {
-            // SAFETY: the tile (i, j) lies inside C.
-            unsafe {
-                let e = ep.at(i, j);
-                let t = Tile {
-                    c: c.add(i * ldc + j),
-                    ldc,
-                    mr: MR.min(m - i),
-                    nr: NR.min(n - j),
-                    accumulate: false,
-                    last: true,
-                    bias_row: e.bias_row,
-                    bias_col: e.bias_col,
-                    res: e.res,
-                    ldr: e.ldr,
-                    relu: e.relu,
-                    act: e.act,
-                    prefetch: std::ptr::null(),
-                    prefetch_lines: 0,
-                };
-                store_tile_scalar(&zero, &t);
-            }
+            // SAFETY: `i < m`, `j < n`: (i, j) lies in C and in `ep`'s m×n extents.
+            let (e, c) = unsafe { (ep.at(i, j), c.add(i * ldc + j)) };
+            let t = Tile {
+                c,
+                ldc,
+                mr: MR.min(m - i),
+                nr: NR.min(n - j),
+                accumulate: false,
+                last: true,
+                bias_row: e.bias_row,
+                bias_col: e.bias_col,
+                res: e.res,
+                ldr: e.ldr,
+                relu: e.relu,
+                act: e.act,
+                prefetch: std::ptr::null(),
+                prefetch_lines: 0,
+            };
+            // SAFETY: the tile's min(6, m - i) rows × min(16, n - j) columns lie in C
+            // and the epilogue's extents.
+            unsafe { store_tile_scalar(&zero, &t) };
             j += NR;
         }
         i += MR;

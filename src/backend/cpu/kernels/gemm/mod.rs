@@ -123,11 +123,13 @@ impl Epilogue {
 
 // SAFETY: the pointers are read-only views of buffers the caller keeps alive for the call.
 unsafe impl Send for Mat {}
-// SAFETY: as for `Send` above.
+// SAFETY: a shared `&Mat` yields only a copy of its read-only pointer and strides; the
+// GEMM never writes through it, so threads may read A or B through it at once.
 unsafe impl Sync for Mat {}
 // SAFETY: as for `Mat`: the epilogue's pointers are read-only views kept alive for the call.
 unsafe impl Send for Epilogue {}
-// SAFETY: as for `Send` above.
+// SAFETY: the bias and residual behind a shared `&Epilogue` are only ever read, by any
+// number of threads, while the caller keeps them alive.
 unsafe impl Sync for Epilogue {}
 
 /// `C[m×n] (row stride ldc) = A[m×k]·B[k×n]`, then `ep`.
@@ -151,7 +153,7 @@ pub unsafe fn gemm(
     ldc: usize,
     ep: &Epilogue,
 ) {
-    // SAFETY: the caller's contract is this function's.
+    // SAFETY: `gemm_with_isa` asks what `gemm` asks (any `isa` is capped by the CPU).
     unsafe { gemm_with_isa(isa::isa(), pool, m, n, k, a, b, c, ldc, ep) }
 }
 
@@ -174,22 +176,10 @@ pub unsafe fn gemm_with_isa(
     ldc: usize,
     ep: &Epilogue,
 ) {
-    // SAFETY: the caller's contract is this function's.
-    unsafe {
-        driver(
-            kernel_for(isa),
-            pool,
-            PAR_MIN_WORK,
-            m,
-            n,
-            k,
-            a,
-            BSrc::Mat(b),
-            c,
-            ldc,
-            ep,
-        )
-    }
+    let (kern, b) = (kernel_for(isa), BSrc::Mat(b));
+    // SAFETY: A, B (k×n, so `b` covers k×n), C and the epilogue as `gemm` asks; `kern`
+    // is what this CPU runs.
+    unsafe { driver(kern, pool, PAR_MIN_WORK, m, n, k, a, b, c, ldc, ep) }
 }
 
 /// A constant B (k×n, e.g. a layer's weights) packed once in the layout the kernel
@@ -205,7 +195,8 @@ pub struct PackedB {
 
 // SAFETY: PackedB owns its buffer and is immutable after construction.
 unsafe impl Send for PackedB {}
-// SAFETY: as for `Send` above.
+// SAFETY: no `&PackedB` method writes the buffer (only `src` reads its address), so
+// concurrent GEMMs may read the packed panels together.
 unsafe impl Sync for PackedB {}
 
 impl PackedB {
@@ -227,15 +218,8 @@ impl PackedB {
             // holds k·panels·16 floats, of which this slice fills kc·panels·16 at
             // offset pc·panels·16.
             unsafe {
-                pack_b(
-                    kern,
-                    kc,
-                    n,
-                    b.ptr.add(pc * b.rs),
-                    b.rs,
-                    b.cs,
-                    dst.add(pc * panels * NR),
-                )
+                let (src, out) = (b.ptr.add(pc * b.rs), dst.add(pc * panels * NR));
+                pack_b(kern, kc, n, src, b.rs, b.cs, out)
             };
             pc += kc;
         }
@@ -276,7 +260,7 @@ pub unsafe fn gemm_packed(
     ldc: usize,
     ep: &Epilogue,
 ) {
-    // SAFETY: the caller's contract is this function's.
+    // SAFETY: `gemm_packed_with_isa` asks what `gemm_packed` asks, for any `isa`.
     unsafe { gemm_packed_with_isa(isa::isa(), pool, m, n, k, a, b, c, ldc, ep) }
 }
 
@@ -304,20 +288,8 @@ pub(crate) unsafe fn gemm_packed_with_isa(
         b.n
     );
     let src = b.src();
-    // SAFETY: the caller's contract is this function's; `src` covers k×n.
-    unsafe {
-        driver(
-            kernel_for(isa),
-            pool,
-            PAR_MIN_WORK,
-            m,
-            n,
-            k,
-            a,
-            src,
-            c,
-            ldc,
-            ep,
-        )
-    }
+    let kern = kernel_for(isa);
+    // SAFETY: A, C and the epilogue as `gemm` asks; `src` covers k×n (checked above);
+    // `kern` is what this CPU runs.
+    unsafe { driver(kern, pool, PAR_MIN_WORK, m, n, k, a, src, c, ldc, ep) }
 }

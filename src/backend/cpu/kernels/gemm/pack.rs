@@ -21,29 +21,31 @@ pub(super) unsafe fn pack_a(
     let panels = mc.div_ceil(MR);
     for q in 0..panels {
         let rows = MR.min(mc - q * MR);
-        // SAFETY: rows q·6 .. q·6+rows of A exist; panel q of the destination holds
-        // kc·6 floats, followed by the next panel or the slack.
-        unsafe {
-            let base = a.add(q * MR * rs);
-            let pdst = dst.add(q * MR * kc);
-            if cs == 1 && rows == MR {
-                // Row-major A: rows read contiguously and transposed.
-                (kern.pack_a_rows)(kc, base, rs, pdst);
-                continue;
-            }
-            if rs == 1 && rows == MR {
-                // Column-major A (a transposed gradient): six contiguous floats a column.
-                (kern.pack_a_cols)(kc, base, cs, pdst);
-                continue;
-            }
-            let panel = std::slice::from_raw_parts_mut(pdst, kc * MR);
-            if rows < MR {
-                panel.fill(0.0);
-            }
-            for (p, col) in panel.chunks_exact_mut(MR).enumerate() {
-                for (r, o) in col.iter_mut().enumerate().take(rows) {
-                    *o = *base.add(r * rs + p * cs);
-                }
+        // SAFETY: `q < panels`: row q·6 of A exists, and panel q of the destination
+        // (kc·6 floats at q·6·kc) lies in its ⌈mc/6⌉·6·kc.
+        let (base, pdst) = unsafe { (a.add(q * MR * rs), dst.add(q * MR * kc)) };
+        if cs == 1 && rows == MR {
+            // Row-major A: rows read contiguously and transposed.
+            // SAFETY: 6 full rows of kc floats from `base`; panel q, then the next
+            // panel or the slack, take the packer's 2-float spill; `kern` suits the CPU.
+            unsafe { (kern.pack_a_rows)(kc, base, rs, pdst) };
+            continue;
+        }
+        if rs == 1 && rows == MR {
+            // Column-major A (a transposed gradient): six contiguous floats a column.
+            // SAFETY: kc columns of 6 floats from `base`; panel q holds kc·6 floats.
+            unsafe { (kern.pack_a_cols)(kc, base, cs, pdst) };
+            continue;
+        }
+        // SAFETY: panel q's kc·6 floats, not otherwise borrowed while it is filled.
+        let panel = unsafe { std::slice::from_raw_parts_mut(pdst, kc * MR) };
+        if rows < MR {
+            panel.fill(0.0);
+        }
+        for (p, col) in panel.chunks_exact_mut(MR).enumerate() {
+            for (r, o) in col.iter_mut().enumerate().take(rows) {
+                // SAFETY: `r < rows`, `p < kc`: element (q·6 + r, p) of the mc×kc A.
+                *o = unsafe { *base.add(r * rs + p * cs) };
             }
         }
     }

@@ -93,41 +93,20 @@ fn check(case: Case, isa: Isa, pool: Option<&Pool>, path: Path, seed: u64) {
     let ldc = n + case.ldc_pad;
     const SENTINEL: f32 = 12345.0;
     let mut c = vec![SENTINEL; (m * ldc).max(1)];
-    // SAFETY: all buffers cover their stated extents.
-    unsafe {
-        match path {
-            Path::Plain => driver(
-                kernel_for(isa),
-                pool,
-                0,
-                m,
-                n,
-                k,
-                a,
-                BSrc::Mat(b),
-                c.as_mut_ptr(),
-                ldc,
-                &ep,
-            ),
-            Path::Packed => {
-                let pb = PackedB::new(m, k, n, b);
-                let src = pb.src();
-                driver(
-                    kernel_for(isa),
-                    pool,
-                    0,
-                    m,
-                    n,
-                    k,
-                    a,
-                    src,
-                    c.as_mut_ptr(),
-                    ldc,
-                    &ep,
-                )
-            }
+    // Kept alive until the product is done: `src` points into it.
+    let pb;
+    let src = match path {
+        Path::Plain => BSrc::Mat(b),
+        Path::Packed => {
+            // SAFETY: `operand` built `b` as a valid k×n matrix.
+            pb = unsafe { PackedB::new(m, k, n, b) };
+            pb.src()
         }
-    }
+    };
+    let (kern, cp) = (kernel_for(isa), c.as_mut_ptr());
+    // SAFETY: A (m×k) and B (k×n) are `operand`'s buffers, C holds m rows of `ldc`,
+    // the bias max(m, n) values and the residual m rows of `ldr`; `c` is not aliased.
+    unsafe { driver(kern, pool, 0, m, n, k, a, src, cp, ldc, &ep) };
     for i in 0..m {
         let mut pre = vec![0f32; n];
         let mut tol = vec![0f64; n];
@@ -324,18 +303,11 @@ fn public_entry_points_agree_with_openblas() {
         let mut want = vec![0f32; m * n];
         let mut got = vec![0f32; m * n];
         let mut got_packed = vec![0f32; m * n];
-        // SAFETY: all buffers cover their extents.
+        use crate::backend::cpu::kernels::blas::gemm_openblas;
+        // SAFETY: `a` is m×k and `b` k×n row-major, the bias has n values, and each
+        // output vector holds its own m×n C (row stride n).
         unsafe {
-            crate::backend::cpu::kernels::blas::gemm_openblas(
-                m,
-                n,
-                k,
-                am,
-                bm,
-                want.as_mut_ptr(),
-                n,
-                &ep,
-            );
+            gemm_openblas(m, n, k, am, bm, want.as_mut_ptr(), n, &ep);
             gemm(Some(&pool), m, n, k, am, bm, got.as_mut_ptr(), n, &ep);
             let pb = PackedB::new(m, k, n, bm);
             gemm_packed(None, m, n, k, am, &pb, got_packed.as_mut_ptr(), n, &ep);
