@@ -485,16 +485,20 @@ pub(crate) fn runs_on_host(g: &Graph) -> bool {
     })
 }
 
+/// The value in output slot `s`, copied out.
+///
+/// # Safety
+/// `s` must address `s.bytes()` readable bytes under `cx` (a slot of the program `cx`
+/// ran).
 unsafe fn read_output(cx: &Cx, s: &program::Slot) -> Result<Tensor> {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        if s.dtype == crate::ir::DType::F32 {
-            let v = std::slice::from_raw_parts(cx.ptr(s.loc) as *const f32, s.elements()).to_vec();
-            return Tensor::from_vec(&s.shape, v).map_err(Error::Runtime);
-        }
-        steps::fallback::read(cx, s).map_err(Error::Runtime)
+    if s.dtype == crate::ir::DType::F32 {
+        let p = cx.ptr(s.loc) as *const f32;
+        // SAFETY: an f32 slot's s.bytes() are s.elements() floats, readable (the contract).
+        let v = unsafe { std::slice::from_raw_parts(p, s.elements()) }.to_vec();
+        return Tensor::from_vec(&s.shape, v).map_err(Error::Runtime);
     }
+    // SAFETY: the slot's s.bytes() are readable under `cx`, as fallback::read needs.
+    unsafe { steps::fallback::read(cx, s) }.map_err(Error::Runtime)
 }
 
 impl Executable for CpuExecutable {

@@ -54,7 +54,9 @@ struct Job {
 
 // SAFETY: `f` is `Sync` and outlives every use (see `Job::f`).
 unsafe impl Send for Job {}
-// SAFETY: as for `Send` above.
+// SAFETY: workers share a `&Job` to call `f` (a `Sync` closure, so callable from many
+// threads at once) on distinct claimed indices; every other field is an atomic or is
+// read only.
 unsafe impl Sync for Job {}
 
 impl Job {

@@ -22,7 +22,8 @@ pub enum Loc {
 
 // SAFETY: `Const` points into buffers the program owns and never mutates after lowering.
 unsafe impl Send for Loc {}
-// SAFETY: as for `Send` above.
+// SAFETY: a `Loc` is an offset, an index or a `Const` address of bytes that nothing
+// writes after lowering, so reading one from many threads only ever reads.
 unsafe impl Sync for Loc {}
 
 /// A value as kernels see it: where, what dtype, what (static) shape.

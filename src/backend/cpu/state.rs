@@ -25,7 +25,8 @@ pub struct Variables {
 // SAFETY: the pointers are into `_buffers`, which the struct owns; the executable
 // guards access with a lock (runs that store hold it exclusively).
 unsafe impl Send for Variables {}
-// SAFETY: as for `Send` above.
+// SAFETY: a run that writes through `ptrs` (one that stores) holds the executable's lock
+// exclusively, so threads sharing a `&Variables` only read the buffers.
 unsafe impl Sync for Variables {}
 
 impl Variables {

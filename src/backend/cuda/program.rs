@@ -75,5 +75,6 @@ pub(crate) struct Program {
 // SAFETY: the functions and the constant buffer are only read after lowering; the
 // driver's handles may be used from any thread once the context is bound.
 unsafe impl Send for Program {}
-// SAFETY: as for `Send` above.
+// SAFETY: a shared `&Program` only reads its steps, slots and the device handles of its
+// functions and constants, which the driver lets threads use concurrently.
 unsafe impl Sync for Program {}

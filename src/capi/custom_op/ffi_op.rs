@@ -56,7 +56,8 @@ pub(super) struct FfiCore {
 // SAFETY: the header requires the callbacks (and what they do with `user_data`) to be
 // callable from any thread, concurrently.
 unsafe impl Send for FfiCore {}
-// SAFETY: as for `Send` above.
+// SAFETY: shared, the core is read only (schema, flags, function pointers), and the
+// header requires the callbacks to accept concurrent calls with the same `user_data`.
 unsafe impl Sync for FfiCore {}
 
 impl Drop for FfiCore {

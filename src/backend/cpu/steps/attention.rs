@@ -225,60 +225,60 @@ impl AttentionStep {
         let hk = h / self.group;
         let (sq, t, d, dv) = (self.sq, self.t, self.d, self.dv);
         let isa = isa::isa();
-        // SAFETY: every offset below is inside its slot by the shapes checked at build;
-        // the scratch holds one [sq·d + sq·t] region per pair.
-        unsafe {
-            let scratch = (cx.ptr(self.scratch) as *mut f32).add(pair * (sq * d + sq * t));
-            let (qs, scores) = (scratch, scratch.add(sq * d));
-            let q = cx.f32(&self.q).add(self.qh.at(b, h));
-            for i in 0..sq {
-                let (src, dst) = (q.add(i * self.qh.row), qs.add(i * d));
-                for e in 0..d {
-                    *dst.add(e) = *src.add(e) * self.scale;
+        // This pair's region of the scratch, which holds one [sq·d + sq·t] region per
+        // pair: the scaled queries (sq × d), then the scores (sq × t).
+        let scratch = (cx.ptr(self.scratch) as *mut f32).wrapping_add(pair * (sq * d + sq * t));
+        let (qs, scores) = (scratch, scratch.wrapping_add(sq * d));
+        let q = cx.f32(&self.q).wrapping_add(self.qh.at(b, h));
+        for i in 0..sq {
+            let (src, dst) = (q.wrapping_add(i * self.qh.row), qs.wrapping_add(i * d));
+            for e in 0..d {
+                // SAFETY: e < d along query row i < sq of head (b, h), inside Q by the
+                // shapes checked at build, into row i of this pair's scaled queries.
+                unsafe { *dst.add(e) = *src.add(e) * self.scale };
+            }
+        }
+        let k = cx.f32(&self.k).wrapping_add(self.kh.at(b, hk));
+        let kt = Mat {
+            ptr: k,
+            rs: 1,
+            cs: self.kh.row,
+        };
+        let ep = match &self.mask {
+            None => Epilogue::NONE,
+            Some(m) => {
+                let p = cx.f32(&m.slot).wrapping_add(b * m.batch + h * m.head);
+                Epilogue {
+                    bias: if m.per_query {
+                        Bias::None
+                    } else {
+                        Bias::PerCol(p)
+                    },
+                    residual: m.per_query.then_some((p, t)),
+                    act: Act::None,
                 }
             }
-            let k = cx.f32(&self.k).add(self.kh.at(b, hk));
-            let kt = Mat {
-                ptr: k,
-                rs: 1,
-                cs: self.kh.row,
-            };
-            let ep = match &self.mask {
-                None => Epilogue::NONE,
-                Some(m) => {
-                    let p = cx.f32(&m.slot).add(b * m.batch + h * m.head);
-                    Epilogue {
-                        bias: if m.per_query {
-                            Bias::None
-                        } else {
-                            Bias::PerCol(p)
-                        },
-                        residual: m.per_query.then_some((p, t)),
-                        act: Act::None,
-                    }
-                }
-            };
-            gemm::gemm(pool, sq, t, d, Mat::rows(qs, d), kt, scores, t, &ep);
-            let rows = std::slice::from_raw_parts_mut(scores, sq * t);
-            softmax::softmax_inplace_isa(isa, rows, sq, t, pool);
-            let v = Mat {
-                ptr: cx.f32(&self.v).add(self.vh.at(b, hk)),
-                rs: self.vh.row,
-                cs: 1,
-            };
-            let y = cx.f32_mut(&self.y).add(self.yh.at(b, h));
-            gemm::gemm(
-                pool,
-                sq,
-                dv,
-                t,
-                Mat::rows(scores, t),
-                v,
-                y,
-                self.yh.row,
-                &Epilogue::NONE,
-            );
-        }
+        };
+        // SAFETY: the queries are sq × d in this pair's region, Kᵀ of key head hk the
+        // d × t view of its t rows (kh.row apart) inside K, the scores sq × t after the
+        // queries; the mask's (b, h) block holds t keys per row (sq rows when per query),
+        // as build checked its broadcast dims.
+        unsafe { gemm::gemm(pool, sq, t, d, Mat::rows(qs, d), kt, scores, t, &ep) };
+        // SAFETY: the scores, sq · t floats of this pair's region, written by the GEMM
+        // that returned and touched by no other pair.
+        let rows = unsafe { std::slice::from_raw_parts_mut(scores, sq * t) };
+        softmax::softmax_inplace_isa(isa, rows, sq, t, pool);
+        let v = Mat {
+            ptr: cx.f32(&self.v).wrapping_add(self.vh.at(b, hk)),
+            rs: self.vh.row,
+            cs: 1,
+        };
+        let y = cx.f32_mut(&self.y).wrapping_add(self.yh.at(b, h));
+        let (probs, none) = (Mat::rows(scores, t), &Epilogue::NONE);
+        // SAFETY: the sq × t probabilities, value head hk's t rows of dv (vh.row apart)
+        // inside V, and head (b, h) of Y: sq rows of dv, yh.row apart, which only this
+        // pair writes (the caller's contract) and no input overlaps.
+        unsafe { gemm::gemm(pool, sq, dv, t, probs, v, y, self.yh.row, none) };
     }
 }
 

@@ -200,23 +200,27 @@ fn build_if(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for IfStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the slots were lowered for this program (the caller's contract); the
-        // body arena lies in the step's scratch region, sized at lowering.
-        unsafe {
-            let taken = *cx.ptr(self.cond.loc) != 0;
-            let p = &self.branches[usize::from(!taken)];
-            with_ptrs(self.captures.len(), |ins| {
-                for (i, s) in ins.iter_mut().zip(&self.captures) {
-                    *i = cx.ptr(s.loc);
+        // SAFETY: the If's condition is a Bool scalar slot: one byte, live for the run.
+        let taken = unsafe { *cx.ptr(self.cond.loc) } != 0;
+        let p = &self.branches[usize::from(!taken)];
+        // The branches' arena, taken from the step's scratch with the larger one's size.
+        let arena = cx.arena.wrapping_add(self.arena);
+        with_ptrs(self.captures.len(), |ins| {
+            for (i, s) in ins.iter_mut().zip(&self.captures) {
+                *i = cx.ptr(s.loc);
+            }
+            let results = |bcx: &Cx<'_>| -> Result<(), String> {
+                for (o, r) in self.outs.iter().zip(&p.outputs) {
+                    // SAFETY: the branch result r has the If output o's dtype and shape
+                    // (checked at build), so both hold o.bytes() bytes.
+                    unsafe { copy(bcx.ptr(r.loc), cx.ptr(o.loc), o.bytes()) };
                 }
-                run_body(p, cx.arena.add(self.arena), ins, cx, |bcx| {
-                    for (o, r) in self.outs.iter().zip(&p.outputs) {
-                        copy(bcx.ptr(r.loc), cx.ptr(o.loc), o.bytes());
-                    }
-                    Ok(())
-                })
-            })
-        }
+                Ok(())
+            };
+            // SAFETY: `arena` holds max(then, else) arena_bytes of the step's scratch, and
+            // `ins` the captures, of the types both branches were compiled for.
+            unsafe { run_body(p, arena, ins, cx, results) }
+        })
     }
     fn kind(&self) -> &'static str {
         "if"
@@ -320,85 +324,100 @@ fn build_loop(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for LoopStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the slots were lowered for this program (the caller's contract); the
-        // body arena, the carried buffers and the iteration scalars lie in the step's
-        // scratch region, sized at lowering; every copy has its slot's size.
-        unsafe {
-            let n = self.initial.len();
-            let trip_count = self
-                .trip_count
-                .as_ref()
-                .map(|s| ptr::read_unaligned(cx.ptr(s.loc) as *const i64));
-            let mut go = self.cond.as_ref().is_none_or(|s| *cx.ptr(s.loc) != 0);
-            for (s, &at) in self.initial.iter().zip(&self.carried[0]) {
-                copy(cx.ptr(s.loc), cx.arena.add(at), s.bytes());
+        let n = self.initial.len();
+        let trip_count = self.trip_count.as_ref().map(|s| {
+            // SAFETY: M is an i64 scalar slot, 8 bytes, read unaligned as inputs may be.
+            unsafe { ptr::read_unaligned(cx.ptr(s.loc) as *const i64) }
+        });
+        // SAFETY: the loop's `cond` operand is a Bool scalar slot, one byte.
+        let mut go = self
+            .cond
+            .as_ref()
+            .is_none_or(|s| unsafe { *cx.ptr(s.loc) } != 0);
+        // Offsets the layout took in the step's scratch region at build.
+        let scratch = |at: usize| cx.arena.wrapping_add(at);
+        for (s, &at) in self.initial.iter().zip(&self.carried[0]) {
+            // SAFETY: the first carried buffer of initial value s was taken with its
+            // s.bytes(), and s's slot holds as many.
+            unsafe { copy(cx.ptr(s.loc), scratch(at), s.bytes()) };
+        }
+        let iter_ptr = scratch(self.iter_at);
+        // An iteration runs only while the condition holds: the body sees it true.
+        let cond_ptr = scratch(self.cond_at);
+        // SAFETY: cond_at is the one byte the layout took for the body's condition.
+        unsafe { *cond_ptr = 1 };
+        let scan = &self.outs[n..];
+        let rows = scan.first().map(|o| o.shape[0]);
+        let mut cur = 0;
+        let mut i: i64 = 0;
+        with_ptrs(2 + n + self.captures.len(), |ins| {
+            ins[0] = iter_ptr;
+            ins[1] = cond_ptr;
+            for (p, s) in ins[2 + n..].iter_mut().zip(&self.captures) {
+                *p = cx.ptr(s.loc);
             }
-            let iter_ptr = cx.arena.add(self.iter_at);
-            // An iteration runs only while the condition holds: the body sees it true.
-            let cond_ptr = cx.arena.add(self.cond_at);
-            *cond_ptr = 1;
-            let scan = &self.outs[n..];
-            let rows = scan.first().map(|o| o.shape[0]);
-            let mut cur = 0;
-            let mut i: i64 = 0;
-            with_ptrs(2 + n + self.captures.len(), |ins| {
-                ins[0] = iter_ptr;
-                ins[1] = cond_ptr;
-                for (p, s) in ins[2 + n..].iter_mut().zip(&self.captures) {
-                    *p = cx.ptr(s.loc);
+            while go && trip_count.is_none_or(|m| i < m) {
+                if trip_count.is_none() && i >= UNBOUNDED_LOOP_LIMIT {
+                    return Err(format!(
+                        "the loop ran {UNBOUNDED_LOOP_LIMIT} iterations without ending"
+                    ));
                 }
-                while go && trip_count.is_none_or(|m| i < m) {
-                    if trip_count.is_none() && i >= UNBOUNDED_LOOP_LIMIT {
-                        return Err(format!(
-                            "the loop ran {UNBOUNDED_LOOP_LIMIT} iterations without ending"
-                        ));
-                    }
-                    let row = usize::try_from(i).map_err(|_| "iteration count overflow")?;
-                    if rows.is_some_and(|r| row >= r) {
-                        return Err(format!(
-                            "the loop runs more than the {} iterations its outputs were \
-                             lowered for",
-                            rows.unwrap_or(0)
-                        ));
-                    }
-                    ptr::write_unaligned(iter_ptr as *mut i64, i);
-                    for (p, &at) in ins[2..2 + n].iter_mut().zip(&self.carried[cur]) {
-                        *p = cx.arena.add(at);
-                    }
-                    let next = &self.carried[1 - cur];
-                    run_body(&self.body, cx.arena.add(self.arena), ins, cx, |bcx| {
-                        let outs = &self.body.outputs;
-                        // The body's condition decides the next iteration (like the
-                        // reference evaluation, also without a `cond` operand).
-                        go = *bcx.ptr(outs[0].loc) != 0;
-                        for (k, &at) in next.iter().enumerate() {
-                            copy(
-                                bcx.ptr(outs[1 + k].loc),
-                                cx.arena.add(at),
-                                outs[1 + k].bytes(),
-                            );
-                        }
-                        for (o, r) in scan.iter().zip(&outs[1 + n..]) {
-                            let bytes = r.bytes();
-                            copy(bcx.ptr(r.loc), cx.ptr(o.loc).add(row * bytes), bytes);
-                        }
-                        Ok(())
-                    })?;
-                    cur = 1 - cur;
-                    i += 1;
+                let row = usize::try_from(i).map_err(|_| "iteration count overflow")?;
+                if rows.is_some_and(|r| row >= r) {
+                    return Err(format!(
+                        "the loop runs more than the {} iterations its outputs were \
+                         lowered for",
+                        rows.unwrap_or(0)
+                    ));
                 }
-                Ok(())
-            })?;
-            if let Some(r) = rows.filter(|&r| i as usize != r) {
-                return Err(format!(
-                    "the loop ran {i} iterations; its outputs were lowered for {r}"
-                ));
-            }
-            for (o, &at) in self.outs.iter().zip(&self.carried[cur]) {
-                copy(cx.arena.add(at), cx.ptr(o.loc), o.bytes());
+                // SAFETY: iter_at is the 8 bytes the layout took for the iteration
+                // number, at any alignment.
+                unsafe { ptr::write_unaligned(iter_ptr as *mut i64, i) };
+                for (p, &at) in ins[2..2 + n].iter_mut().zip(&self.carried[cur]) {
+                    *p = scratch(at);
+                }
+                let next = &self.carried[1 - cur];
+                let results = |bcx: &Cx<'_>| -> Result<(), String> {
+                    let outs = &self.body.outputs;
+                    // The body's condition decides the next iteration (like the
+                    // reference evaluation, also without a `cond` operand).
+                    // SAFETY: the body's first result is a Bool scalar (checked at build).
+                    go = unsafe { *bcx.ptr(outs[0].loc) } != 0;
+                    for (k, &at) in next.iter().enumerate() {
+                        let r = &outs[1 + k];
+                        // SAFETY: the other half's buffer of carried value k was taken
+                        // with initial k's bytes, which result 1 + k has (build's check).
+                        unsafe { copy(bcx.ptr(r.loc), scratch(at), r.bytes()) };
+                    }
+                    for (o, r) in scan.iter().zip(&outs[1 + n..]) {
+                        let bytes = r.bytes();
+                        // SAFETY: scan output o is rows × r's shape (build's check) and
+                        // row < rows (checked above), so row `row` of it is in bounds.
+                        unsafe { copy(bcx.ptr(r.loc), cx.ptr(o.loc).add(row * bytes), bytes) };
+                    }
+                    Ok(())
+                };
+                let arena = scratch(self.arena);
+                // SAFETY: `arena` holds the body's arena_bytes, and `ins` its parameters:
+                // the iteration and condition scalars, this half's carried values and
+                // the captures, of the types the body was compiled for.
+                unsafe { run_body(&self.body, arena, ins, cx, results) }?;
+                cur = 1 - cur;
+                i += 1;
             }
             Ok(())
+        })?;
+        if let Some(r) = rows.filter(|&r| i as usize != r) {
+            return Err(format!(
+                "the loop ran {i} iterations; its outputs were lowered for {r}"
+            ));
         }
+        for (o, &at) in self.outs.iter().zip(&self.carried[cur]) {
+            // SAFETY: the final carried buffer of output o holds o.bytes(), o having its
+            // initial value's type (build's check).
+            unsafe { copy(scratch(at), cx.ptr(o.loc), o.bytes()) };
+        }
+        Ok(())
     }
     fn kind(&self) -> &'static str {
         "loop"
@@ -627,57 +646,70 @@ fn build_scan(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for ScanStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the slots were lowered for this program (the caller's contract); the
-        // body arena, carried and gather buffers lie in the step's scratch region, sized
-        // at lowering; row copies stay inside their tensors (`Strides`).
-        unsafe {
-            let n = self.initial.len();
-            let m = self.scans.len();
-            for (s, &at) in self.initial.iter().zip(&self.carried[0]) {
-                copy(cx.ptr(s.loc), cx.arena.add(at), s.bytes());
-            }
-            let mut cur = 0;
-            with_ptrs(n + m + self.captures.len(), |ins| {
-                for (p, s) in ins[n + m..].iter_mut().zip(&self.captures) {
-                    *p = cx.ptr(s.loc);
-                }
-                for t in 0..self.len {
-                    for (p, &at) in ins[..n].iter_mut().zip(&self.carried[cur]) {
-                        *p = cx.arena.add(at);
-                    }
-                    for (p, s) in ins[n..n + m].iter_mut().zip(&self.scans) {
-                        let whole = cx.ptr(s.slot.loc);
-                        *p = match s.gather_at {
-                            Some(at) => {
-                                let slice = cx.arena.add(at);
-                                s.strides.copy_row(whole, slice, t, false);
-                                slice
-                            }
-                            None => whole.add(s.strides.row(t) * s.strides.row_bytes),
-                        };
-                    }
-                    let next = &self.carried[1 - cur];
-                    run_body(&self.body, cx.arena.add(self.arena), ins, cx, |bcx| {
-                        let outs = &self.body.outputs;
-                        for (k, &at) in next.iter().enumerate() {
-                            copy(bcx.ptr(outs[k].loc), cx.arena.add(at), outs[k].bytes());
-                        }
-                        for ((o, r), st) in
-                            self.outs[n..].iter().zip(&outs[n..]).zip(&self.scan_outs)
-                        {
-                            st.copy_row(cx.ptr(o.loc), bcx.ptr(r.loc), t, true);
-                        }
-                        Ok(())
-                    })?;
-                    cur = 1 - cur;
-                }
-                Ok::<(), String>(())
-            })?;
-            for (o, &at) in self.outs.iter().zip(&self.carried[cur]) {
-                copy(cx.arena.add(at), cx.ptr(o.loc), o.bytes());
-            }
-            Ok(())
+        let n = self.initial.len();
+        let m = self.scans.len();
+        // Offsets the layout took in the step's scratch region at build.
+        let scratch = |at: usize| cx.arena.wrapping_add(at);
+        for (s, &at) in self.initial.iter().zip(&self.carried[0]) {
+            // SAFETY: the first carried buffer of state s was taken with its s.bytes(),
+            // and s's slot holds as many.
+            unsafe { copy(cx.ptr(s.loc), scratch(at), s.bytes()) };
         }
+        let mut cur = 0;
+        with_ptrs(n + m + self.captures.len(), |ins| {
+            for (p, s) in ins[n + m..].iter_mut().zip(&self.captures) {
+                *p = cx.ptr(s.loc);
+            }
+            for t in 0..self.len {
+                for (p, &at) in ins[..n].iter_mut().zip(&self.carried[cur]) {
+                    *p = scratch(at);
+                }
+                for (p, s) in ins[n..n + m].iter_mut().zip(&self.scans) {
+                    let whole = cx.ptr(s.slot.loc);
+                    *p = match s.gather_at {
+                        Some(at) => {
+                            let slice = scratch(at);
+                            // SAFETY: `whole` is the scan input, outer · len · row_bytes
+                            // bytes (its Strides), the gather buffer outer · row_bytes.
+                            unsafe { s.strides.copy_row(whole, slice, t, false) };
+                            slice
+                        }
+                        // One block: row t's bytes are contiguous, inside the input as
+                        // row(t) < len.
+                        None => whole.wrapping_add(s.strides.row(t) * s.strides.row_bytes),
+                    };
+                }
+                let next = &self.carried[1 - cur];
+                let results = |bcx: &Cx<'_>| -> Result<(), String> {
+                    let outs = &self.body.outputs;
+                    for (k, &at) in next.iter().enumerate() {
+                        let r = &outs[k];
+                        // SAFETY: the other half's buffer of state k was taken with
+                        // initial k's bytes, which result k has (build's check).
+                        unsafe { copy(bcx.ptr(r.loc), scratch(at), r.bytes()) };
+                    }
+                    for ((o, r), st) in self.outs[n..].iter().zip(&outs[n..]).zip(&self.scan_outs) {
+                        // SAFETY: scan output o is outer · len · row_bytes bytes (its
+                        // Strides) and result r one row of each block, outer · row_bytes.
+                        unsafe { st.copy_row(cx.ptr(o.loc), bcx.ptr(r.loc), t, true) };
+                    }
+                    Ok(())
+                };
+                let arena = scratch(self.arena);
+                // SAFETY: `arena` holds the body's arena_bytes, and `ins` its parameters:
+                // this half's states, row t of each scan input and the captures, of the
+                // types the body was compiled for.
+                unsafe { run_body(&self.body, arena, ins, cx, results) }?;
+                cur = 1 - cur;
+            }
+            Ok::<(), String>(())
+        })?;
+        for (o, &at) in self.outs.iter().zip(&self.carried[cur]) {
+            // SAFETY: the last-written carried buffer of state output o holds o.bytes(),
+            // o having its initial value's type (build's check).
+            unsafe { copy(scratch(at), cx.ptr(o.loc), o.bytes()) };
+        }
+        Ok(())
     }
     fn kind(&self) -> &'static str {
         "scan"

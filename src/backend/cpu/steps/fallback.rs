@@ -42,12 +42,9 @@ pub(crate) fn build(b: &Build) -> Result<Box<dyn Kernel>, String> {
 /// # Safety
 /// `s` must address `s.bytes()` readable bytes under `cx`.
 pub(crate) unsafe fn read(cx: &Cx, s: &Slot) -> Result<Tensor, String> {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        let bytes = std::slice::from_raw_parts(cx.ptr(s.loc), s.bytes());
-        Tensor::from_le_bytes(s.dtype, &s.shape, bytes)
-    }
+    // SAFETY: `s` addresses s.bytes() readable bytes under `cx` (the contract).
+    let bytes = unsafe { std::slice::from_raw_parts(cx.ptr(s.loc), s.bytes()) };
+    Tensor::from_le_bytes(s.dtype, &s.shape, bytes)
 }
 
 /// Copies `t` into `s`, checking that it is what `s` was lowered for.
@@ -55,59 +52,56 @@ pub(crate) unsafe fn read(cx: &Cx, s: &Slot) -> Result<Tensor, String> {
 /// # Safety
 /// `s` must address `s.bytes()` writable bytes under `cx`.
 pub(crate) unsafe fn write(cx: &Cx, s: &Slot, t: &Tensor) -> Result<(), String> {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        if t.dtype() != s.dtype || t.shape() != s.shape.as_slice() {
-            return Err(format!(
-                "produced {}{:?}, lowered for {}{:?}",
-                t.dtype(),
-                t.shape(),
-                s.dtype,
-                s.shape
-            ));
-        }
-        let bytes = t.to_le_bytes();
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), cx.ptr(s.loc), bytes.len());
-        Ok(())
+    if t.dtype() != s.dtype || t.shape() != s.shape.as_slice() {
+        return Err(format!(
+            "produced {}{:?}, lowered for {}{:?}",
+            t.dtype(),
+            t.shape(),
+            s.dtype,
+            s.shape
+        ));
     }
+    let bytes = t.to_le_bytes();
+    // SAFETY: `t` has s's dtype and shape (checked above), so its bytes are s.bytes(),
+    // which `s` addresses writable (the contract); `bytes` is a fresh Vec.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), cx.ptr(s.loc), bytes.len()) };
+    Ok(())
 }
 
 impl Kernel for Fallback {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let ins = self
-                .ins
-                .iter()
-                .map(|s| s.as_ref().map(|s| read(cx, s)).transpose())
-                .collect::<Result<Vec<_>, _>>()?;
-            let args: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
-            let types: Vec<Option<&TensorType>> =
-                self.in_types.iter().map(Option::as_ref).collect();
-            let outs = custom::contain(&self.op, || {
-                crate::ir::ops::evaluate(
-                    &*self.op,
-                    &EvalCtx {
-                        inputs: &args,
-                        input_types: &types,
-                        attrs: &self.attrs,
-                    },
-                )
-            })?;
-            if outs.len() != self.outs.len() {
-                return Err(format!(
-                    "produced {} outputs, expected {}",
-                    outs.len(),
-                    self.outs.len()
-                ));
-            }
-            for (k, (t, s)) in outs.iter().zip(&self.outs).enumerate() {
-                write(cx, s, t).map_err(|e| format!("output {k}: {e}"))?;
-            }
-            Ok(())
+        let ins = self
+            .ins
+            .iter()
+            // SAFETY: each present input slot addresses its s.bytes() under `cx`, as
+            // Kernel::run's contract has the program's slots live for the run.
+            .map(|s| s.as_ref().map(|s| unsafe { read(cx, s) }).transpose())
+            .collect::<Result<Vec<_>, _>>()?;
+        let args: Vec<Option<&Tensor>> = ins.iter().map(Option::as_ref).collect();
+        let types: Vec<Option<&TensorType>> = self.in_types.iter().map(Option::as_ref).collect();
+        let outs = custom::contain(&self.op, || {
+            crate::ir::ops::evaluate(
+                &*self.op,
+                &EvalCtx {
+                    inputs: &args,
+                    input_types: &types,
+                    attrs: &self.attrs,
+                },
+            )
+        })?;
+        if outs.len() != self.outs.len() {
+            return Err(format!(
+                "produced {} outputs, expected {}",
+                outs.len(),
+                self.outs.len()
+            ));
         }
+        for (k, (t, s)) in outs.iter().zip(&self.outs).enumerate() {
+            // SAFETY: output slot s addresses s.bytes() writable bytes for this run (the
+            // program's slots, by Kernel::run's contract); the inputs were copied out.
+            unsafe { write(cx, s, t) }.map_err(|e| format!("output {k}: {e}"))?;
+        }
+        Ok(())
     }
     fn kind(&self) -> &'static str {
         "fallback"

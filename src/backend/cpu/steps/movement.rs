@@ -650,43 +650,44 @@ pub struct ScatterNdStep {
 
 impl Kernel for ScatterNdStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the shapes were checked against each other at build; y is not data's
-        // buffer (no in-place rule for ScatterND) unless the planner aliased them, in
-        // which case the copy is skipped.
-        unsafe {
-            let (d, y) = (cx.ptr(self.data.loc), cx.ptr(self.y.loc));
-            if d != y {
-                std::ptr::copy_nonoverlapping(d, y, self.y.bytes());
-            }
-            let (i, u) = (
-                cx.ptr(self.indices.loc) as *const i64,
-                cx.ptr(self.updates.loc),
-            );
-            let (dims, k, n, how) = (&self.data.shape, self.k, self.count, self.how);
-            macro_rules! run {
-                ($T:ty) => {
-                    scatter_nd::<$T>(dims, k, n, how, i, u as *const $T, y as *mut $T)
-                };
-            }
-            match (self.y.dtype, how) {
-                (DType::F32, _) => run!(f32),
-                (DType::F64, _) => run!(f64),
-                (DType::I32, _) => run!(i32),
-                (DType::I64, _) => run!(i64),
-                (DType::I8, _) => run!(i8),
-                (DType::U8, _) => run!(u8),
-                (DType::I16, _) => run!(i16),
-                (DType::U16, _) => run!(u16),
-                (DType::U32, _) => run!(u32),
-                (DType::U64, _) => run!(u64),
-                (d, Reduction::None) => match d.size_in_bytes() {
-                    1 => run!(u8),
-                    2 => run!(u16),
-                    4 => run!(u32),
-                    _ => run!(u64),
-                },
-                (d, _) => Err(format!("no {d} reduction")),
-            }
+        let (d, y) = (cx.ptr(self.data.loc), cx.ptr(self.y.loc));
+        if d != y {
+            // SAFETY: y has data's shape and dtype (checked at build), so both slots hold
+            // y.bytes(); y is not data's buffer (no in-place rule for ScatterND) unless
+            // the planner aliased them, in which case the copy is skipped.
+            unsafe { std::ptr::copy_nonoverlapping(d, y, self.y.bytes()) };
+        }
+        let (i, u) = (
+            cx.ptr(self.indices.loc) as *const i64,
+            cx.ptr(self.updates.loc),
+        );
+        let (dims, k, n, how) = (&self.data.shape, self.k, self.count, self.how);
+        macro_rules! run {
+            ($T:ty) => {
+                // SAFETY: indices is [count, k] i64 and updates count slices of
+                // data_dims[k..] (build's checks), and y now holds the data, all of
+                // element type $T (y's dtype, or one of its size for plain copies).
+                unsafe { scatter_nd::<$T>(dims, k, n, how, i, u as *const $T, y as *mut $T) }
+            };
+        }
+        match (self.y.dtype, how) {
+            (DType::F32, _) => run!(f32),
+            (DType::F64, _) => run!(f64),
+            (DType::I32, _) => run!(i32),
+            (DType::I64, _) => run!(i64),
+            (DType::I8, _) => run!(i8),
+            (DType::U8, _) => run!(u8),
+            (DType::I16, _) => run!(i16),
+            (DType::U16, _) => run!(u16),
+            (DType::U32, _) => run!(u32),
+            (DType::U64, _) => run!(u64),
+            (d, Reduction::None) => match d.size_in_bytes() {
+                1 => run!(u8),
+                2 => run!(u16),
+                4 => run!(u32),
+                _ => run!(u64),
+            },
+            (d, _) => Err(format!("no {d} reduction")),
         }
     }
     fn kind(&self) -> &'static str {
@@ -816,23 +817,23 @@ pub struct CastStep {
 
 impl Kernel for CastStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: the slots address live buffers of their
-        // planned sizes for this run.
-        unsafe {
-            let Self { x, y } = self;
-            let (src, dst) = (cx.ptr(x.loc), cx.ptr(y.loc));
-            let n = x.elements();
-            if x.dtype == y.dtype {
-                if src != dst {
-                    std::ptr::copy_nonoverlapping(src, dst, x.bytes());
-                }
-                return Ok(());
+        let Self { x, y } = self;
+        let (src, dst) = (cx.ptr(x.loc), cx.ptr(y.loc));
+        let n = x.elements();
+        if x.dtype == y.dtype {
+            if src != dst {
+                // SAFETY: same dtype and element count (build's check), so both slots hold
+                // x.bytes(); distinct addresses mean distinct buffers in the plan.
+                unsafe { std::ptr::copy_nonoverlapping(src, dst, x.bytes()) };
             }
-            with_elem!(x.dtype, S => with_elem!(y.dtype, D => {
-                cast(src as *const S, dst as *mut D, n, cx.pool)
-            }, ()), ());
-            Ok(())
+            return Ok(());
         }
+        with_elem!(x.dtype, S => with_elem!(y.dtype, D => {
+            // SAFETY: x holds n elements of S (its dtype) and y n of D (build checked the
+            // counts equal); `cast` allows y to be x's buffer.
+            unsafe { cast(src as *const S, dst as *mut D, n, cx.pool) }
+        }, ()), ());
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false
@@ -863,36 +864,43 @@ pub struct WhereStep {
 
 impl Kernel for WhereStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: the slots address live buffers of their
-        // planned sizes for this run, the walk was built from their shapes.
-        unsafe {
-            let Self {
-                walk,
-                cond,
-                x,
-                other,
-                y,
-            } = self;
-            macro_rules! run {
-                ($T:ty) => {
+        let Self {
+            walk,
+            cond,
+            x,
+            other,
+            y,
+        } = self;
+        let (c, xp, op, yp) = (
+            cx.ptr(cond.loc),
+            cx.ptr(x.loc),
+            cx.ptr(other.loc),
+            cx.ptr(y.loc),
+        );
+        macro_rules! run {
+            ($T:ty) => {
+                // SAFETY: the walk was built from the cond, x, other and y shapes, which
+                // the slots hold (x, other and y in elements of x's size, $T's); y shares
+                // a buffer only in place of a same-shaped operand, as `select` allows.
+                unsafe {
                     select(
                         walk,
-                        cx.ptr(cond.loc),
-                        cx.ptr(x.loc) as *const $T,
-                        cx.ptr(other.loc) as *const $T,
-                        cx.ptr(y.loc) as *mut $T,
+                        c,
+                        xp as *const $T,
+                        op as *const $T,
+                        yp as *mut $T,
                         cx.pool,
                     )
-                };
-            }
-            match x.dtype.size_in_bytes() {
-                1 => run!(u8),
-                2 => run!(u16),
-                4 => run!(u32),
-                _ => run!(u64),
-            }
-            Ok(())
+                }
+            };
         }
+        match x.dtype.size_in_bytes() {
+            1 => run!(u8),
+            2 => run!(u16),
+            4 => run!(u32),
+            _ => run!(u64),
+        }
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false

@@ -121,34 +121,43 @@ fn build_nms(b: &Build) -> Result<Option<Box<dyn Source>>, String> {
 
 impl Source for Nms {
     unsafe fn run(&self, cx: &Cx) -> Result<usize, String> {
-        // SAFETY: the slots were lowered for this arena and these inputs; the scratch
-        // and output regions hold what `build_nms` reserved.
-        unsafe {
-            let f32_at = |s: &Option<Slot>| s.as_ref().map(|s| f64::from(*cx.f32(s)));
-            let max_per_class = match &self.max_per_class {
-                Some(s) => {
-                    usize::try_from((*(cx.ptr(s.loc) as *const i64)).max(0)).unwrap_or(usize::MAX)
-                }
-                None => 0,
-            };
-            let limits = NmsLimits {
-                max_per_class,
-                iou_threshold: f32_at(&self.iou_threshold).unwrap_or(0.0),
-                score_threshold: f32_at(&self.score_threshold),
-            };
-            let n = self.shape.boxes;
-            let boxes = std::slice::from_raw_parts(cx.f32(&self.boxes), self.boxes.elements());
-            let scores = std::slice::from_raw_parts(cx.f32(&self.scores), self.scores.elements());
-            let candidates = std::slice::from_raw_parts_mut(cx.ptr(self.candidates) as *mut u32, n);
-            let kept = std::slice::from_raw_parts_mut(cx.ptr(self.kept) as *mut u32, self.kept_len);
-            let out = std::slice::from_raw_parts_mut(
-                cx.ptr(self.out.loc) as *mut i64,
-                self.out.elements(),
-            );
-            Ok(non_max_suppression(
-                boxes, scores, self.shape, limits, candidates, kept, out,
-            ))
-        }
+        // SAFETY: a threshold slot is kept only when it holds at least one f32 (build's
+        // `scalar`), of which this reads the first.
+        let f32_at = |s: &Option<Slot>| s.as_ref().map(|s| f64::from(unsafe { *cx.f32(s) }));
+        let max_per_class = match &self.max_per_class {
+            Some(s) => {
+                // SAFETY: max_output_boxes_per_class is kept only as a non-empty i64 slot.
+                let m = unsafe { *(cx.ptr(s.loc) as *const i64) };
+                usize::try_from(m.max(0)).unwrap_or(usize::MAX)
+            }
+            None => 0,
+        };
+        let limits = NmsLimits {
+            max_per_class,
+            iou_threshold: f32_at(&self.iou_threshold).unwrap_or(0.0),
+            score_threshold: f32_at(&self.score_threshold),
+        };
+        let n = self.shape.boxes;
+        // SAFETY: the f32 boxes slot, [batches, boxes, 4], live for the run.
+        let boxes =
+            unsafe { std::slice::from_raw_parts(cx.f32(&self.boxes), self.boxes.elements()) };
+        let (scores_p, scores_n) = (cx.f32(&self.scores), self.scores.elements());
+        // SAFETY: the f32 scores slot, [batches, classes, boxes], live for the run.
+        let scores = unsafe { std::slice::from_raw_parts(scores_p, scores_n) };
+        let cand_p = cx.ptr(self.candidates) as *mut u32;
+        // SAFETY: the scratch's first region, boxes · 4 bytes (rounded up to ALIGN, so
+        // the kept region after it does not overlap), reserved by `build_nms`.
+        let candidates = unsafe { std::slice::from_raw_parts_mut(cand_p, n) };
+        let kept_p = cx.ptr(self.kept) as *mut u32;
+        // SAFETY: the scratch's second region, kept_len u32 after the candidates.
+        let kept = unsafe { std::slice::from_raw_parts_mut(kept_p, self.kept_len) };
+        let out_p = cx.ptr(self.out.loc) as *mut i64;
+        // SAFETY: the i64 output slot (its largest shape) of out.elements(), apart from
+        // the inputs and the scratch.
+        let out = unsafe { std::slice::from_raw_parts_mut(out_p, self.out.elements()) };
+        Ok(non_max_suppression(
+            boxes, scores, self.shape, limits, candidates, kept, out,
+        ))
     }
     fn kind(&self) -> &'static str {
         "nms"
@@ -182,19 +191,16 @@ fn build_non_zero(b: &Build) -> Result<Option<Box<dyn Source>>, String> {
 
 impl Source for NonZero {
     unsafe fn run(&self, cx: &Cx) -> Result<usize, String> {
-        // SAFETY: the slots were lowered for this arena and these inputs; the output
-        // holds rank × elements entries, the most there can be.
-        unsafe {
-            let width = self.x.dtype.size_in_bytes();
-            let x = std::slice::from_raw_parts(cx.ptr(self.x.loc), self.x.bytes());
-            let count = count_non_zero(x, width, self.mask);
-            let out = std::slice::from_raw_parts_mut(
-                cx.ptr(self.out.loc) as *mut i64,
-                self.out.elements(),
-            );
-            non_zero(x, width, self.mask, &self.x.shape, count, out);
-            Ok(count)
-        }
+        let width = self.x.dtype.size_in_bytes();
+        // SAFETY: the input slot's x.bytes() bytes, live for the run.
+        let x = unsafe { std::slice::from_raw_parts(cx.ptr(self.x.loc), self.x.bytes()) };
+        let count = count_non_zero(x, width, self.mask);
+        let out_p = cx.ptr(self.out.loc) as *mut i64;
+        // SAFETY: the i64 output slot holds rank × elements entries, the most there can
+        // be, in a buffer apart from the input.
+        let out = unsafe { std::slice::from_raw_parts_mut(out_p, self.out.elements()) };
+        non_zero(x, width, self.mask, &self.x.shape, count, out);
+        Ok(count)
     }
     fn kind(&self) -> &'static str {
         "nonzero"

@@ -11,17 +11,22 @@ use crate::ir::shape::norm_axis;
 use super::Build;
 
 /// The f32 elements of `s`, read-only.
+///
+/// # Safety
+/// `s` must be an f32 slot live under `cx` for `'a` and not written meanwhile.
 unsafe fn read<'a>(cx: &Cx, s: &Slot) -> &'a [f32] {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
+    // SAFETY: `s` addresses s.elements() f32 under `cx`, unwritten for 'a (the contract).
     unsafe { std::slice::from_raw_parts(cx.f32(s), s.elements()) }
 }
 
 /// The f32 elements of `s`, to write; `s` must not overlap what is read alongside.
+///
+/// # Safety
+/// `s` must be an f32 slot live under `cx` for `'a`, touched by nothing else meanwhile.
 #[allow(clippy::mut_from_ref)]
 unsafe fn write<'a>(cx: &Cx, s: &Slot) -> &'a mut [f32] {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
+    // SAFETY: `s` addresses s.elements() f32 under `cx`, which nothing else reads or
+    // writes for 'a (the contract), so the one &mut is unique.
     unsafe { std::slice::from_raw_parts_mut(cx.f32_mut(s), s.elements()) }
 }
 
@@ -329,115 +334,124 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for NnStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let (x, y, pool) = (read(cx, &self.x), write(cx, &self.y), cx.pool);
-            match &self.what {
-                Nn::Pool {
-                    kind,
-                    p,
-                    dims,
-                    indices,
-                    block: 0,
-                } => {
-                    let idx = indices.as_ref().map(|s| {
+        // SAFETY: the step's f32 input slot, live for the run and written by no one.
+        let x = unsafe { read(cx, &self.x) };
+        // SAFETY: the f32 output slot; none of these ops may run in place, so the plan
+        // gives it a buffer apart from every input read here.
+        let y = unsafe { write(cx, &self.y) };
+        let pool = cx.pool;
+        match &self.what {
+            Nn::Pool {
+                kind,
+                p,
+                dims,
+                indices,
+                block: 0,
+            } => {
+                let idx = indices.as_ref().map(|s| {
+                    // SAFETY: MaxPool's i64 Indices output, s.elements() of them, in a
+                    // slot of its own.
+                    unsafe {
                         std::slice::from_raw_parts_mut(cx.ptr(s.loc) as *mut i64, s.elements())
-                    });
-                    pooling::pool2d_nchw(*kind, p, x, *dims, y, idx, pool)
-                }
-                Nn::Pool {
-                    kind,
-                    p,
-                    dims,
-                    block,
-                    ..
-                } => pooling::pool2d_blocked(*kind, p, x, *dims, *block, y, pool),
-                Nn::GlobalPool {
-                    kind,
-                    n,
-                    c,
-                    hw,
-                    block: 0,
-                } => pooling::global_pool_nchw(*kind, x, n * c, *hw, y, pool),
-                Nn::GlobalPool {
-                    kind,
-                    n,
-                    c,
-                    hw,
-                    block,
-                } => pooling::global_pool_blocked(*kind, x, *n, *c, *hw, *block, y, pool),
-                Nn::Block {
-                    n,
-                    c,
-                    spatial,
-                    block,
-                } => reorder::to_blocked(x, y, *n, *c, *spatial, *block, pool),
-                Nn::Unblock {
-                    n,
-                    c,
-                    spatial,
-                    block,
-                } => reorder::to_plain(x, y, *n, *c, *spatial, *block, pool),
-                Nn::Softmax {
-                    rows,
-                    n,
-                    inner: 1,
-                    log: false,
-                } => softmax::softmax(x, y, *rows, *n, pool),
-                Nn::Softmax {
-                    rows,
-                    n,
-                    inner: 1,
-                    log: true,
-                } => softmax::log_softmax(x, y, *rows, *n, pool),
-                Nn::Softmax {
-                    rows,
-                    n,
-                    inner,
-                    log,
-                } => softmax::softmax_strided(
-                    x.as_ptr(),
-                    y.as_mut_ptr(),
-                    [*rows, *n, *inner],
-                    *log,
-                    pool,
-                ),
-                Nn::LayerNorm {
-                    rows,
-                    n,
-                    eps,
-                    scale,
-                    bias,
-                    stats,
-                } => {
-                    let stats = stats.as_ref().map(|(m, s)| norm::NormStats {
-                        mean: write(cx, m),
-                        inv_std: write(cx, s),
-                    });
-                    let bias = bias.as_ref().map(|s| read(cx, s));
-                    norm::layer_norm(x, y, *rows, *n, read(cx, scale), bias, *eps, stats, pool)
-                }
-                Nn::InstanceNorm {
-                    rows,
-                    n,
-                    eps,
-                    scale,
-                    bias,
-                } => {
-                    let (scale, bias) = (read(cx, scale), read(cx, bias));
-                    norm::instance_norm(x, y, *rows, *n, scale, bias, *eps, pool)
-                }
-                Nn::LpNorm { dims, p, norms } => {
-                    let norms = std::slice::from_raw_parts_mut(
-                        cx.ptr(*norms) as *mut f32,
-                        dims[0] * dims[2],
-                    );
-                    norm::lp_norm(x, y, *dims, *p, norms, pool)
-                }
+                    }
+                });
+                pooling::pool2d_nchw(*kind, p, x, *dims, y, idx, pool)
             }
-            Ok(())
+            Nn::Pool {
+                kind,
+                p,
+                dims,
+                block,
+                ..
+            } => pooling::pool2d_blocked(*kind, p, x, *dims, *block, y, pool),
+            Nn::GlobalPool {
+                kind,
+                n,
+                c,
+                hw,
+                block: 0,
+            } => pooling::global_pool_nchw(*kind, x, n * c, *hw, y, pool),
+            Nn::GlobalPool {
+                kind,
+                n,
+                c,
+                hw,
+                block,
+            } => pooling::global_pool_blocked(*kind, x, *n, *c, *hw, *block, y, pool),
+            Nn::Block {
+                n,
+                c,
+                spatial,
+                block,
+            } => reorder::to_blocked(x, y, *n, *c, *spatial, *block, pool),
+            Nn::Unblock {
+                n,
+                c,
+                spatial,
+                block,
+            } => reorder::to_plain(x, y, *n, *c, *spatial, *block, pool),
+            Nn::Softmax {
+                rows,
+                n,
+                inner: 1,
+                log: false,
+            } => softmax::softmax(x, y, *rows, *n, pool),
+            Nn::Softmax {
+                rows,
+                n,
+                inner: 1,
+                log: true,
+            } => softmax::log_softmax(x, y, *rows, *n, pool),
+            Nn::Softmax {
+                rows,
+                n,
+                inner,
+                log,
+            } => softmax::softmax_strided(
+                x.as_ptr(),
+                y.as_mut_ptr(),
+                [*rows, *n, *inner],
+                *log,
+                pool,
+            ),
+            Nn::LayerNorm {
+                rows,
+                n,
+                eps,
+                scale,
+                bias,
+                stats,
+            } => {
+                let stats = stats.as_ref().map(|(m, s)| {
+                    // SAFETY: the Mean and InvStdDev f32 outputs, two slots of their own.
+                    let (mean, inv_std) = unsafe { (write(cx, m), write(cx, s)) };
+                    norm::NormStats { mean, inv_std }
+                });
+                // SAFETY: the f32 Scale and (optional) B inputs, only read.
+                let (scale, bias) =
+                    unsafe { (read(cx, scale), bias.as_ref().map(|s| read(cx, s))) };
+                norm::layer_norm(x, y, *rows, *n, scale, bias, *eps, stats, pool)
+            }
+            Nn::InstanceNorm {
+                rows,
+                n,
+                eps,
+                scale,
+                bias,
+            } => {
+                // SAFETY: InstanceNormalization's f32 scale and B inputs, only read.
+                let (scale, bias) = unsafe { (read(cx, scale), read(cx, bias)) };
+                norm::instance_norm(x, y, *rows, *n, scale, bias, *eps, pool)
+            }
+            Nn::LpNorm { dims, p, norms } => {
+                let norms = cx.ptr(*norms) as *mut f32;
+                // SAFETY: the norms scratch, taken at build with outer · inner f32 (dims[0]
+                // · dims[2]), apart from x and y.
+                let norms = unsafe { std::slice::from_raw_parts_mut(norms, dims[0] * dims[2]) };
+                norm::lp_norm(x, y, *dims, *p, norms, pool)
+            }
         }
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false

@@ -52,56 +52,61 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for SoftmaxCrossEntropyStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
-        // their planned sizes for this run.
-        unsafe {
-            let Self {
-                classes,
-                reduction,
-                ignore_index,
-                scores,
-                labels,
-                log_prob,
-                y,
-            } = self;
-            let pool = cx.pool;
-            let s = std::slice::from_raw_parts(cx.f32(scores), scores.elements());
-            let lp = std::slice::from_raw_parts_mut(cx.ptr(*log_prob) as *mut f32, s.len());
-            let loss = std::slice::from_raw_parts_mut(cx.ptr(y.loc) as *mut f32, y.elements());
-            let n = labels.elements();
-            let isa = isa::isa();
-            match labels.dtype {
-                DType::I32 => {
-                    let l = std::slice::from_raw_parts(cx.ptr(labels.loc) as *const i32, n);
-                    softmax_cross_entropy(
-                        isa,
-                        s,
-                        l,
-                        *classes,
-                        *reduction,
-                        *ignore_index,
-                        lp,
-                        loss,
-                        pool,
-                    )?
-                }
-                _ => {
-                    let l = std::slice::from_raw_parts(cx.ptr(labels.loc) as *const i64, n);
-                    softmax_cross_entropy(
-                        isa,
-                        s,
-                        l,
-                        *classes,
-                        *reduction,
-                        *ignore_index,
-                        lp,
-                        loss,
-                        pool,
-                    )?
-                }
+        let Self {
+            classes,
+            reduction,
+            ignore_index,
+            scores,
+            labels,
+            log_prob,
+            y,
+        } = self;
+        let pool = cx.pool;
+        // SAFETY: the [N, C] f32 scores slot, live for the run (Kernel::run's contract).
+        let s = unsafe { std::slice::from_raw_parts(cx.f32(scores), scores.elements()) };
+        let lp_ptr = cx.ptr(*log_prob) as *mut f32;
+        // SAFETY: log_prob is the [N, C] f32 output or a scratch of the scores' bytes
+        // (see `build`), apart from the inputs.
+        let lp = unsafe { std::slice::from_raw_parts_mut(lp_ptr, s.len()) };
+        let loss_ptr = cx.ptr(y.loc) as *mut f32;
+        // SAFETY: the loss output slot, y.elements() f32 (checked F32 at build), distinct
+        // from log_prob and the inputs by the plan.
+        let loss = unsafe { std::slice::from_raw_parts_mut(loss_ptr, y.elements()) };
+        let n = labels.elements();
+        let isa = isa::isa();
+        match labels.dtype {
+            DType::I32 => {
+                // SAFETY: the labels slot holds n i32 (its dtype, matched here).
+                let l = unsafe { std::slice::from_raw_parts(cx.ptr(labels.loc) as *const i32, n) };
+                softmax_cross_entropy(
+                    isa,
+                    s,
+                    l,
+                    *classes,
+                    *reduction,
+                    *ignore_index,
+                    lp,
+                    loss,
+                    pool,
+                )?
             }
-            Ok(())
+            _ => {
+                // SAFETY: the labels slot holds n i64 (build admits only I32 and I64).
+                let l = unsafe { std::slice::from_raw_parts(cx.ptr(labels.loc) as *const i64, n) };
+                softmax_cross_entropy(
+                    isa,
+                    s,
+                    l,
+                    *classes,
+                    *reduction,
+                    *ignore_index,
+                    lp,
+                    loss,
+                    pool,
+                )?
+            }
         }
+        Ok(())
     }
     fn kind(&self) -> &'static str {
         "softmax-xent"

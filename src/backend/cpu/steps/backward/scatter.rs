@@ -56,39 +56,44 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for ScatterStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
-        // their planned sizes for this run.
-        unsafe {
-            let Self {
-                plan,
-                reduce,
-                data,
-                zeros,
-                indices,
-                updates,
-                y,
-            } = self;
-            let out = std::slice::from_raw_parts_mut(cx.ptr(y.loc) as *mut f32, y.elements());
-            if *zeros {
-                out.fill(0.0);
-            } else if cx.ptr(data.loc) != cx.ptr(y.loc) {
-                std::ptr::copy_nonoverlapping(cx.f32(data), out.as_mut_ptr(), out.len());
-            }
-            let upd = std::slice::from_raw_parts(cx.f32(updates), updates.elements());
-            let ip = cx.ptr(indices.loc);
-            let n = indices.elements();
-            match indices.dtype {
-                DType::I32 => {
-                    let idx = std::slice::from_raw_parts(ip as *const i32, n);
-                    scatter_elements(plan, *reduce, idx, upd, out)?
-                }
-                _ => {
-                    let idx = std::slice::from_raw_parts(ip as *const i64, n);
-                    scatter_elements(plan, *reduce, idx, upd, out)?
-                }
-            }
-            Ok(())
+        let Self {
+            plan,
+            reduce,
+            data,
+            zeros,
+            indices,
+            updates,
+            y,
+        } = self;
+        let out_ptr = cx.ptr(y.loc) as *mut f32;
+        // SAFETY: the f32 output slot (y.elements() floats, live for the run by
+        // Kernel::run's contract); the inputs read below are other slots, or `data`
+        // aliasing it in place, which is then never read.
+        let out = unsafe { std::slice::from_raw_parts_mut(out_ptr, y.elements()) };
+        if *zeros {
+            out.fill(0.0);
+        } else if cx.ptr(data.loc) != cx.ptr(y.loc) {
+            // SAFETY: data has the output's shape and dtype (ScatterElements' rule) and
+            // a buffer of its own (the addresses differ), so out.len() floats copy over.
+            unsafe { std::ptr::copy_nonoverlapping(cx.f32(data), out.as_mut_ptr(), out.len()) };
         }
+        // SAFETY: the f32 updates slot, updates.elements() floats (checked F32 at build).
+        let upd = unsafe { std::slice::from_raw_parts(cx.f32(updates), updates.elements()) };
+        let ip = cx.ptr(indices.loc);
+        let n = indices.elements();
+        match indices.dtype {
+            DType::I32 => {
+                // SAFETY: the indices slot holds n i32 (its dtype, matched here).
+                let idx = unsafe { std::slice::from_raw_parts(ip as *const i32, n) };
+                scatter_elements(plan, *reduce, idx, upd, out)?
+            }
+            _ => {
+                // SAFETY: the indices slot holds n i64 (build admits only I32 and I64).
+                let idx = unsafe { std::slice::from_raw_parts(ip as *const i64, n) };
+                scatter_elements(plan, *reduce, idx, upd, out)?
+            }
+        }
+        Ok(())
     }
     fn kind(&self) -> &'static str {
         "scatter"

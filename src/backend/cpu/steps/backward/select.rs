@@ -66,18 +66,19 @@ pub(super) fn build_compare(b: &Build, cmp: CmpOp) -> Result<Option<Box<dyn Kern
 
 impl Kernel for CompareStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
-        // their planned sizes for this run.
-        unsafe {
-            let Self { op, walk, a, b, y } = self;
-            let out = std::slice::from_raw_parts_mut(cx.ptr(y.loc), y.elements());
-            with_plain!(a.dtype, T => {
-                let a = std::slice::from_raw_parts(cx.ptr(a.loc) as *const T, a.elements());
-                let b = std::slice::from_raw_parts(cx.ptr(b.loc) as *const T, b.elements());
-                compare(*op, walk, a, b, out, cx.pool)
-            });
-            Ok(())
-        }
+        let Self { op, walk, a, b, y } = self;
+        // SAFETY: the Bool output slot, one byte per element, live for the run by
+        // Kernel::run's contract; its dtype differs from the operands', so it is no
+        // operand's buffer.
+        let out = unsafe { std::slice::from_raw_parts_mut(cx.ptr(y.loc), y.elements()) };
+        with_plain!(a.dtype, T => {
+            // SAFETY: `a` holds a.elements() values of T, the Rust type of its dtype.
+            let a = unsafe { std::slice::from_raw_parts(cx.ptr(a.loc) as *const T, a.elements()) };
+            // SAFETY: `b` has a's dtype (checked at build), so b.elements() values of T.
+            let b = unsafe { std::slice::from_raw_parts(cx.ptr(b.loc) as *const T, b.elements()) };
+            compare(*op, walk, a, b, out, cx.pool)
+        });
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false
@@ -144,18 +145,13 @@ pub(super) fn build_compare_select(b: &Build) -> Result<Option<Box<dyn Kernel>>,
 
 impl Kernel for CompareSelectStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
-        // their planned sizes for this run.
-        unsafe {
-            compare_select(
-                self.op,
-                &self.walk,
-                self.operands.each_ref().map(|s| cx.f32(s)),
-                cx.ptr(self.y.loc) as *mut f32,
-                cx.pool,
-            );
-            Ok(())
-        }
+        let operands = self.operands.each_ref().map(|s| cx.f32(s));
+        let out = cx.ptr(self.y.loc) as *mut f32;
+        // SAFETY: the four f32 operand slots have the shapes the walk was built from and
+        // the output slot the walk's total (y's shape), live for this run; the kernel
+        // allows `out` to be an operand's buffer.
+        unsafe { compare_select(self.op, &self.walk, operands, out, cx.pool) };
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false

@@ -21,19 +21,18 @@ pub(super) fn build_fill(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for FillStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
-        // their planned sizes for this run.
-        unsafe {
-            let out = std::slice::from_raw_parts_mut(cx.ptr(self.y.loc), self.y.bytes());
-            if self.element.iter().all(|&b| b == 0) {
-                out.fill(0);
-            } else {
-                for chunk in out.chunks_exact_mut(self.element.len()) {
-                    chunk.copy_from_slice(&self.element);
-                }
+        let ptr = cx.ptr(self.y.loc);
+        // SAFETY: the output slot's y.bytes() bytes, live for this run by Kernel::run's
+        // contract; the fill reads no other slot.
+        let out = unsafe { std::slice::from_raw_parts_mut(ptr, self.y.bytes()) };
+        if self.element.iter().all(|&b| b == 0) {
+            out.fill(0);
+        } else {
+            for chunk in out.chunks_exact_mut(self.element.len()) {
+                chunk.copy_from_slice(&self.element);
             }
-            Ok(())
         }
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false
