@@ -417,7 +417,8 @@ pub unsafe fn import_versioned(
     let flags = unsafe { (*src.as_ptr()).flags };
     let read_only = flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0;
     let what = format!("{name}->dl_tensor");
-    // SAFETY: the caller's contract.
+    // SAFETY: `src` is live with its memory as DLPack promises (this fn's contract), and
+    // its major version was checked to be 1, the layout `Producer::Versioned` reads.
     unsafe { import(Producer::Versioned(src), read_only, &what) }
 }
 
@@ -431,7 +432,8 @@ pub unsafe fn import_legacy(
     name: &str,
 ) -> Result<HostTensor, InteropError> {
     let what = format!("{name}->dl_tensor");
-    // SAFETY: the caller's contract.
+    // SAFETY: `src` is a live pre-1.0 managed tensor with its memory as DLPack promises
+    // (this fn's contract): what `import` asks of its producer.
     unsafe { import(Producer::Legacy(src), false, &what) }
 }
 

@@ -73,7 +73,7 @@ fn consume(capsule: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
     let ptr = capsule.as_ptr();
     // SAFETY: `capsule` keeps `ptr` alive.
     let versioned = unsafe { capsule_pointer::<DLManagedTensorVersioned>(ptr, VERSIONED) };
-    // SAFETY: as above.
+    // SAFETY: `capsule` keeps `ptr` alive for this second name check too.
     let legacy = unsafe { capsule_pointer::<DLManagedTensor>(ptr, LEGACY) };
     let (tensor, read_only, used) = match (versioned, legacy) {
         (Some(managed), _) => {
