@@ -494,20 +494,25 @@ pub(crate) fn unary_inplace(op: UnaryOp, x: &mut [f32]) {
 /// [`unary`] on the path `isa` asks for.
 pub(crate) fn unary_isa(isa: Isa, op: UnaryOp, src: &[f32], dst: &mut [f32]) {
     assert_eq!(src.len(), dst.len());
-    unary_ptr(isa, op, src.as_ptr(), dst.as_mut_ptr(), src.len())
+    // SAFETY: two slices of `src.len()` floats (asserted equal), disjoint as `&`/`&mut`.
+    unsafe { unary_ptr(isa, op, src.as_ptr(), dst.as_mut_ptr(), src.len()) }
 }
 
 /// [`unary_inplace`] on the path `isa` asks for.
 pub(crate) fn unary_inplace_isa(isa: Isa, op: UnaryOp, x: &mut [f32]) {
     let p = x.as_mut_ptr();
-    unary_ptr(isa, op, p, p, x.len())
+    // SAFETY: `p` is `x`'s own `x.len()` floats, as source and destination at once.
+    unsafe { unary_ptr(isa, op, p, p, x.len()) }
 }
 
-/// `src`/`dst` hold `n` floats (checked by callers), same buffer or disjoint.
-pub(crate) fn unary_ptr(isa: Isa, op: UnaryOp, src: *const f32, dst: *mut f32, n: usize) {
+/// `dst[i] = op(src[i])` for `i < n`, on the path `isa` asks for.
+///
+/// # Safety
+/// `src` readable and `dst` writable for `n` floats, the same buffer or disjoint.
+pub(crate) unsafe fn unary_ptr(isa: Isa, op: UnaryOp, src: *const f32, dst: *mut f32, n: usize) {
     #[cfg(target_arch = "x86_64")]
     if math::use_avx2(isa) && op != UnaryOp::Log {
-        // SAFETY: AVX2 checked; both pointers valid for n floats.
+        // SAFETY: `use_avx2` detected AVX2+FMA; both pointers cover n floats (contract).
         unsafe { unary_avx2(op, src, dst, n) };
         return;
     }
