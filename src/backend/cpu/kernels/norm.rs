@@ -30,22 +30,10 @@ pub(crate) fn layer_norm(
     pool: Option<&Pool>,
 ) {
     assert!(src.len() >= rows * n && dst.len() >= rows * n);
+    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
     // SAFETY: `src` and `dst` are a shared and a mutable slice (so disjoint), each of
     // at least `rows · n` floats by the assert.
-    unsafe {
-        run(
-            isa::isa(),
-            src.as_ptr(),
-            dst.as_mut_ptr(),
-            rows,
-            n,
-            gamma,
-            beta,
-            eps,
-            stats,
-            pool,
-        )
-    }
+    unsafe { run(isa::isa(), s, d, rows, n, gamma, beta, eps, stats, pool) }
 }
 
 /// [`layer_norm`] on the path `isa` asks for.
@@ -64,22 +52,10 @@ pub(crate) fn layer_norm_isa(
     pool: Option<&Pool>,
 ) {
     assert!(src.len() >= rows * n && dst.len() >= rows * n);
+    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
     // SAFETY: both slices hold `rows · n` floats or more (asserted), and `&`/`&mut`
     // slices never overlap.
-    unsafe {
-        run(
-            isa,
-            src.as_ptr(),
-            dst.as_mut_ptr(),
-            rows,
-            n,
-            gamma,
-            beta,
-            eps,
-            stats,
-            pool,
-        )
-    }
+    unsafe { run(isa, s, d, rows, n, gamma, beta, eps, stats, pool) }
 }
 
 /// [`layer_norm`] in place, on the path `isa` asks for.
