@@ -232,14 +232,15 @@ impl FusedLoop {
             let tile = |b: usize| bufs.wrapping_add(b * TILE);
             let at_src = |s: Src| -> (*const f32, usize) {
                 match s {
-                    // SAFETY: `new` admits inputs `k < n` only and `run` asserted one
-                    // pointer per input, so `inputs + k` is read in bounds; input k runs
-                    // along the output, so its run of this piece starts at `base[k] + j`.
                     Src::Input(k) if self.contiguous[k] => {
-                        (unsafe { inputs.add(k).read().add(base[k] + j) }, 1)
+                        // SAFETY: `new` admits inputs `k < n` only and `run` asserted one
+                        // pointer per input, so `inputs + k` is read in bounds; input k runs
+                        // along the output, so its run of this piece starts at `base[k] + j`.
+                        let p = unsafe { inputs.add(k).read().add(base[k] + j) };
+                        (p, 1)
                     }
-                    // SAFETY: `k` is an input index as above; this input repeats one
-                    // value, at offset `base[k]` inside it.
+                    // SAFETY: `k < n` indexes `inputs` as in the arm above; this input
+                    // repeats one value, at offset `base[k]` inside it.
                     Src::Input(k) => (unsafe { inputs.add(k).read().add(base[k]) }, 0),
                     Src::Buffer(b) => (tile(b) as *const f32, 1),
                 }
