@@ -87,7 +87,8 @@ pub(crate) fn binary_planned(
     let op_avx2 = op_avx2 && (ia == 1 || ib == 1);
     let o = SyncPtr(out.as_mut_ptr());
     plan.for_each(pool, 1, |[oa, ob], at, len| {
-        // SAFETY: each call writes its own piece of out, inside the output's total.
+        // SAFETY: pieces `at..at + len` are disjoint per call and lie inside the plan's
+        // total, at most `out.len()` (asserted above).
         let dst = unsafe { std::slice::from_raw_parts_mut(o.get().add(at), len) };
         #[cfg(target_arch = "x86_64")]
         if op_avx2 {
@@ -122,7 +123,8 @@ pub(crate) fn binary_elem<T: Elem>(
     let by_zero = AtomicBool::new(false);
     let o = SyncPtr(out.as_mut_ptr());
     plan.for_each(pool, 1, |[oa, ob], at, len| {
-        // SAFETY: each call writes its own piece of out, inside the output's total.
+        // SAFETY: the plan hands each call a disjoint piece `at..at + len` of the output,
+        // inside its total, which `out` holds (asserted above).
         let dst = unsafe { std::slice::from_raw_parts_mut(o.get().add(at), len) };
         let pairs = (0..len).map(|k| (a[oa + k * ia], b[ob + k * ib]));
         if int {
