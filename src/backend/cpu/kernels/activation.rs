@@ -161,13 +161,15 @@ impl Act {
         }
         #[cfg(target_arch = "x86_64")]
         if math::use_avx512(isa) && self.has_avx512() {
-            // SAFETY: AVX-512F checked just above.
+            // SAFETY: `use_avx512` is true only when `isa::detected()` found AVX-512F on
+            // this CPU, the one feature `apply_avx512` is compiled for.
             unsafe { self.apply_avx512(x) };
             return;
         }
         #[cfg(target_arch = "x86_64")]
         if math::use_avx2(isa) {
-            // SAFETY: AVX2+FMA checked just above.
+            // SAFETY: `use_avx2` is true only when `is_x86_feature_detected!` saw both AVX2
+            // and FMA, which `apply_avx2` is compiled for.
             unsafe { self.apply_avx2(x) };
             return;
         }
@@ -247,179 +249,184 @@ impl Act {
     }
 
     /// The activations of [`Act::has_avx512`] on sixteen lanes.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
-    unsafe fn apply_avx512(self, x: &mut [f32]) {
+    fn apply_avx512(self, x: &mut [f32]) {
         use math::avx512;
         use std::arch::x86_64::*;
         use std::f32::consts::FRAC_1_SQRT_2;
         let (p, n) = (x.as_mut_ptr(), x.len());
         let zero = _mm512_setzero_ps();
         let one = _mm512_set1_ps(1.0);
-        // SAFETY: in each arm, `avx512::map` reads and writes p[..n], which x owns;
-        // AVX-512F is enabled for this function.
-        unsafe {
-            match self {
-                // Constants first: max/min return the second operand when either is NaN,
-                // so NaN stays NaN as the ops have it.
-                Act::Relu => avx512::map(p, p, n, |v| _mm512_max_ps(zero, v)),
-                Act::Clip(lo, hi) => {
-                    let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
-                    avx512::map(p, p, n, |v| _mm512_min_ps(hi, _mm512_max_ps(lo, v)))
-                }
-                Act::Sigmoid => avx512::map(p, p, n, |v| avx512::sigmoid(v)),
-                Act::HardSwish => {
-                    let (sixth, half) = (_mm512_set1_ps(1.0 / 6.0), _mm512_set1_ps(0.5));
-                    avx512::map(p, p, n, |v| {
-                        let h = _mm512_fmadd_ps(v, sixth, half);
-                        _mm512_mul_ps(v, _mm512_min_ps(one, _mm512_max_ps(zero, h)))
-                    })
-                }
-                Act::Silu => avx512::map(p, p, n, |v| _mm512_mul_ps(v, avx512::sigmoid(v))),
-                Act::Tanh => avx512::map(p, p, n, |v| avx512::tanh(v)),
-                Act::Gelu => {
-                    let (k, half) = (_mm512_set1_ps(FRAC_1_SQRT_2), _mm512_set1_ps(0.5));
-                    avx512::map(p, p, n, |v| {
-                        let e = avx512::erf(_mm512_mul_ps(v, k));
-                        _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e))
-                    })
-                }
-                Act::GeluTanh => {
-                    let (k, c) = (_mm512_set1_ps(GELU_TANH_K), _mm512_set1_ps(0.044715));
-                    let half = _mm512_set1_ps(0.5);
-                    avx512::map(p, p, n, |v| {
-                        let v3 = _mm512_mul_ps(_mm512_mul_ps(v, v), v);
-                        let u = _mm512_mul_ps(k, _mm512_fmadd_ps(c, v3, v));
-                        let t = avx512::tanh(u);
-                        _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, t))
-                    })
-                }
-                _ => unreachable!("{self:?} has no AVX-512 form"),
+        // `avx512::map` in place over `x`, the closure `$f` type-checked outside `unsafe`.
+        macro_rules! map {
+            ($f:expr) => {{
+                let f = $f;
+                // SAFETY: `p`, `n` are `x`'s pointer and length, so map reads and writes
+                // `x[..n]` only, borrowed mutably here; AVX-512F is enabled for this fn.
+                unsafe { avx512::map(p, p, n, f) }
+            }};
+        }
+        match self {
+            // Constants first: max/min return the second operand when either is NaN,
+            // so NaN stays NaN as the ops have it.
+            Act::Relu => map!(|v| _mm512_max_ps(zero, v)),
+            Act::Clip(lo, hi) => {
+                let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+                map!(|v| _mm512_min_ps(hi, _mm512_max_ps(lo, v)))
             }
+            Act::Sigmoid => map!(|v| avx512::sigmoid(v)),
+            Act::HardSwish => {
+                let (sixth, half) = (_mm512_set1_ps(1.0 / 6.0), _mm512_set1_ps(0.5));
+                map!(|v| {
+                    let h = _mm512_fmadd_ps(v, sixth, half);
+                    _mm512_mul_ps(v, _mm512_min_ps(one, _mm512_max_ps(zero, h)))
+                })
+            }
+            Act::Silu => map!(|v| _mm512_mul_ps(v, avx512::sigmoid(v))),
+            Act::Tanh => map!(|v| avx512::tanh(v)),
+            Act::Gelu => {
+                let (k, half) = (_mm512_set1_ps(FRAC_1_SQRT_2), _mm512_set1_ps(0.5));
+                map!(|v| {
+                    let e = avx512::erf(_mm512_mul_ps(v, k));
+                    _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, e))
+                })
+            }
+            Act::GeluTanh => {
+                let (k, c) = (_mm512_set1_ps(GELU_TANH_K), _mm512_set1_ps(0.044715));
+                let half = _mm512_set1_ps(0.5);
+                map!(|v| {
+                    let v3 = _mm512_mul_ps(_mm512_mul_ps(v, v), v);
+                    let u = _mm512_mul_ps(k, _mm512_fmadd_ps(c, v3, v));
+                    let t = avx512::tanh(u);
+                    _mm512_mul_ps(_mm512_mul_ps(half, v), _mm512_add_ps(one, t))
+                })
+            }
+            _ => unreachable!("{self:?} has no AVX-512 form"),
         }
     }
 
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
+    /// All activations on eight lanes (Softplus per element).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn apply_avx2(self, x: &mut [f32]) {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            use math::avx2;
-            use std::arch::x86_64::*;
-            let p = x.as_mut_ptr();
-            let n = x.len();
-            let zero = _mm256_setzero_ps();
-            let half = _mm256_set1_ps(0.5);
-            let one = _mm256_set1_ps(1.0);
-            // In each arm, `avx2::map` reads and writes p[..n], which x owns.
-            match self {
-                Act::None => {}
-                Act::Relu => avx2::map(p, p, n, |v| _mm256_max_ps(zero, v)),
-                Act::LeakyRelu(a) => {
-                    let a = _mm256_set1_ps(a);
-                    avx2::map(p, p, n, |v| {
-                        let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(v, zero);
-                        _mm256_blendv_ps(v, _mm256_mul_ps(v, a), neg)
-                    })
-                }
-                Act::Clip(lo, hi) => {
-                    let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
-                    // max/min return the second operand when either is NaN: NaN stays NaN,
-                    // as the Clip op has it.
-                    avx2::map(p, p, n, |v| _mm256_min_ps(hi, _mm256_max_ps(lo, v)))
-                }
-                Act::Sigmoid => avx2::map(p, p, n, |v| avx2::sigmoid(v)),
-                Act::Tanh => avx2::map(p, p, n, |v| avx2::tanh(v)),
-                Act::HardSigmoid(a, b) => {
-                    let (a, b) = (_mm256_set1_ps(a), _mm256_set1_ps(b));
-                    avx2::map(p, p, n, |v| {
-                        // Constants first: NaN stays NaN, as in f32::clamp.
-                        _mm256_min_ps(one, _mm256_max_ps(zero, _mm256_fmadd_ps(a, v, b)))
-                    })
-                }
-                Act::Elu(a) => {
-                    let a = _mm256_set1_ps(a);
-                    avx2::map(p, p, n, |v| {
-                        let e = _mm256_mul_ps(a, _mm256_sub_ps(avx2::exp(v), one));
-                        _mm256_blendv_ps(v, e, _mm256_cmp_ps::<_CMP_LT_OQ>(v, zero))
-                    })
-                }
-                Act::Gelu => {
-                    let k = _mm256_set1_ps(std::f32::consts::FRAC_1_SQRT_2);
-                    avx2::map(p, p, n, |v| {
-                        let e = avx2::erf(_mm256_mul_ps(v, k));
-                        _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e))
-                    })
-                }
-                Act::HardSwish => {
-                    let sixth = _mm256_set1_ps(1.0 / 6.0);
-                    avx2::map(p, p, n, |v| {
-                        let h = _mm256_fmadd_ps(v, sixth, half);
-                        // Constants first: NaN stays NaN.
-                        _mm256_mul_ps(v, _mm256_min_ps(one, _mm256_max_ps(zero, h)))
-                    })
-                }
-                Act::Silu => avx2::map(p, p, n, |v| _mm256_mul_ps(v, avx2::sigmoid(v))),
-                Act::Mish => {
-                    let cap = _mm256_set1_ps(MISH_CAP);
-                    let two = _mm256_set1_ps(2.0);
-                    avx2::map(p, p, n, |v| {
-                        // tanh(ln(1 + e)) = e(e + 2) / (e(e + 2) + 2), e = e^x; above the cap
-                        // the factor is 1 to f32 precision (min keeps NaN: second operand).
-                        let e = avx2::exp(_mm256_min_ps(cap, v));
-                        let m = _mm256_mul_ps(e, _mm256_add_ps(e, two));
-                        _mm256_mul_ps(v, _mm256_div_ps(m, _mm256_add_ps(m, two)))
-                    })
-                }
-                Act::Softplus => x.iter_mut().for_each(|v| *v = self.scalar(*v)),
-                Act::Softsign => {
-                    let sign = _mm256_set1_ps(-0.0);
-                    avx2::map(p, p, n, |v| {
-                        let d = _mm256_add_ps(one, _mm256_andnot_ps(sign, v));
-                        _mm256_div_ps(v, d)
-                    })
-                }
-                Act::Selu(a, g) => {
-                    let (a, g) = (_mm256_set1_ps(a), _mm256_set1_ps(g));
-                    avx2::map(p, p, n, |v| {
-                        let e = _mm256_mul_ps(a, _mm256_sub_ps(avx2::exp(v), one));
-                        let pos = _mm256_cmp_ps::<_CMP_GT_OQ>(v, zero);
-                        _mm256_mul_ps(g, _mm256_blendv_ps(e, v, pos))
-                    })
-                }
-                Act::Celu(a) => {
-                    let inv = _mm256_set1_ps(1.0 / a);
-                    let a = _mm256_set1_ps(a);
-                    avx2::map(p, p, n, |v| {
-                        let e = avx2::exp(_mm256_mul_ps(v, inv));
-                        let neg = _mm256_min_ps(zero, _mm256_mul_ps(a, _mm256_sub_ps(e, one)));
-                        // max(v, 0) with v second keeps NaN.
-                        _mm256_add_ps(_mm256_max_ps(zero, v), neg)
-                    })
-                }
-                Act::ThresholdedRelu(a) => {
-                    let a = _mm256_set1_ps(a);
-                    avx2::map(p, p, n, |v| {
-                        let keep = _mm256_cmp_ps::<_CMP_GT_OQ>(v, a);
-                        _mm256_and_ps(v, keep)
-                    })
-                }
-                Act::GeluTanh => {
-                    let k = _mm256_set1_ps(GELU_TANH_K);
-                    let c = _mm256_set1_ps(0.044715);
-                    avx2::map(p, p, n, |v| {
-                        let v3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
-                        let u = _mm256_mul_ps(k, _mm256_fmadd_ps(c, v3, v));
-                        let t = avx2::tanh(u);
-                        _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, t))
-                    })
-                }
+    fn apply_avx2(self, x: &mut [f32]) {
+        use math::avx2;
+        use std::arch::x86_64::*;
+        let p = x.as_mut_ptr();
+        let n = x.len();
+        let zero = _mm256_setzero_ps();
+        let half = _mm256_set1_ps(0.5);
+        let one = _mm256_set1_ps(1.0);
+        // `avx2::map` in place over `x`, the closure `$f` type-checked outside `unsafe`.
+        macro_rules! map {
+            ($f:expr) => {{
+                let f = $f;
+                // SAFETY: map touches `p[..n]`, which is all of `x` (its pointer and
+                // length), borrowed mutably here; this fn is compiled for AVX2+FMA.
+                unsafe { avx2::map(p, p, n, f) }
+            }};
+        }
+        match self {
+            Act::None => {}
+            Act::Relu => map!(|v| _mm256_max_ps(zero, v)),
+            Act::LeakyRelu(a) => {
+                let a = _mm256_set1_ps(a);
+                map!(|v| {
+                    let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(v, zero);
+                    _mm256_blendv_ps(v, _mm256_mul_ps(v, a), neg)
+                })
+            }
+            Act::Clip(lo, hi) => {
+                let (lo, hi) = (_mm256_set1_ps(lo), _mm256_set1_ps(hi));
+                // max/min return the second operand when either is NaN: NaN stays NaN,
+                // as the Clip op has it.
+                map!(|v| _mm256_min_ps(hi, _mm256_max_ps(lo, v)))
+            }
+            Act::Sigmoid => map!(|v| avx2::sigmoid(v)),
+            Act::Tanh => map!(|v| avx2::tanh(v)),
+            Act::HardSigmoid(a, b) => {
+                let (a, b) = (_mm256_set1_ps(a), _mm256_set1_ps(b));
+                map!(|v| {
+                    // Constants first: NaN stays NaN, as in f32::clamp.
+                    _mm256_min_ps(one, _mm256_max_ps(zero, _mm256_fmadd_ps(a, v, b)))
+                })
+            }
+            Act::Elu(a) => {
+                let a = _mm256_set1_ps(a);
+                map!(|v| {
+                    let e = _mm256_mul_ps(a, _mm256_sub_ps(avx2::exp(v), one));
+                    _mm256_blendv_ps(v, e, _mm256_cmp_ps::<_CMP_LT_OQ>(v, zero))
+                })
+            }
+            Act::Gelu => {
+                let k = _mm256_set1_ps(std::f32::consts::FRAC_1_SQRT_2);
+                map!(|v| {
+                    let e = avx2::erf(_mm256_mul_ps(v, k));
+                    _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, e))
+                })
+            }
+            Act::HardSwish => {
+                let sixth = _mm256_set1_ps(1.0 / 6.0);
+                map!(|v| {
+                    let h = _mm256_fmadd_ps(v, sixth, half);
+                    // Constants first: NaN stays NaN.
+                    _mm256_mul_ps(v, _mm256_min_ps(one, _mm256_max_ps(zero, h)))
+                })
+            }
+            Act::Silu => map!(|v| _mm256_mul_ps(v, avx2::sigmoid(v))),
+            Act::Mish => {
+                let cap = _mm256_set1_ps(MISH_CAP);
+                let two = _mm256_set1_ps(2.0);
+                map!(|v| {
+                    // tanh(ln(1 + e)) = e(e + 2) / (e(e + 2) + 2), e = e^x; above the cap
+                    // the factor is 1 to f32 precision (min keeps NaN: second operand).
+                    let e = avx2::exp(_mm256_min_ps(cap, v));
+                    let m = _mm256_mul_ps(e, _mm256_add_ps(e, two));
+                    _mm256_mul_ps(v, _mm256_div_ps(m, _mm256_add_ps(m, two)))
+                })
+            }
+            Act::Softplus => x.iter_mut().for_each(|v| *v = self.scalar(*v)),
+            Act::Softsign => {
+                let sign = _mm256_set1_ps(-0.0);
+                map!(|v| {
+                    let d = _mm256_add_ps(one, _mm256_andnot_ps(sign, v));
+                    _mm256_div_ps(v, d)
+                })
+            }
+            Act::Selu(a, g) => {
+                let (a, g) = (_mm256_set1_ps(a), _mm256_set1_ps(g));
+                map!(|v| {
+                    let e = _mm256_mul_ps(a, _mm256_sub_ps(avx2::exp(v), one));
+                    let pos = _mm256_cmp_ps::<_CMP_GT_OQ>(v, zero);
+                    _mm256_mul_ps(g, _mm256_blendv_ps(e, v, pos))
+                })
+            }
+            Act::Celu(a) => {
+                let inv = _mm256_set1_ps(1.0 / a);
+                let a = _mm256_set1_ps(a);
+                map!(|v| {
+                    let e = avx2::exp(_mm256_mul_ps(v, inv));
+                    let neg = _mm256_min_ps(zero, _mm256_mul_ps(a, _mm256_sub_ps(e, one)));
+                    // max(v, 0) with v second keeps NaN.
+                    _mm256_add_ps(_mm256_max_ps(zero, v), neg)
+                })
+            }
+            Act::ThresholdedRelu(a) => {
+                let a = _mm256_set1_ps(a);
+                map!(|v| {
+                    let keep = _mm256_cmp_ps::<_CMP_GT_OQ>(v, a);
+                    _mm256_and_ps(v, keep)
+                })
+            }
+            Act::GeluTanh => {
+                let k = _mm256_set1_ps(GELU_TANH_K);
+                let c = _mm256_set1_ps(0.044715);
+                map!(|v| {
+                    let v3 = _mm256_mul_ps(_mm256_mul_ps(v, v), v);
+                    let u = _mm256_mul_ps(k, _mm256_fmadd_ps(c, v3, v));
+                    let t = avx2::tanh(u);
+                    _mm256_mul_ps(_mm256_mul_ps(half, v), _mm256_add_ps(one, t))
+                })
             }
         }
     }

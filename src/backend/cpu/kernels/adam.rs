@@ -92,32 +92,33 @@ pub(crate) unsafe fn run(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn avx512(t: [*const f32; 4], s: &[f32; 11], o: [*mut f32; 3], len: usize) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        use std::arch::x86_64::*;
-        let c = |k: usize| _mm512_set1_ps(s[k]);
-        let (b1, c1, s1, b2, c2, s2, eps) = (c(1), c(3), c(4), c(6), c(7), c(8), c(9));
-        let mut k = 0;
-        while k < len {
-            let mask: __mmask16 = if len - k >= 16 {
-                0xffff
-            } else {
-                (1u16 << (len - k)) - 1
-            };
-            // Lanes k..k+16 under the mask lie within the len elements.
-            let ld = |p: *const f32| _mm512_maskz_loadu_ps(mask, p.add(k));
-            let (m, g, v, w) = (ld(t[0]), ld(t[1]), ld(t[2]), ld(t[3]));
-            let m1 = _mm512_add_ps(_mm512_mul_ps(m, b1), _mm512_mul_ps(g, c1));
-            let step = _mm512_mul_ps(m1, s1);
-            let v1 = _mm512_add_ps(_mm512_mul_ps(v, b2), _mm512_mul_ps(_mm512_mul_ps(g, g), c2));
-            let den = _mm512_add_ps(_mm512_sqrt_ps(_mm512_mul_ps(v1, s2)), eps);
-            let w1 = _mm512_sub_ps(w, _mm512_div_ps(step, den));
+    use std::arch::x86_64::*;
+    let c = |k: usize| _mm512_set1_ps(s[k]);
+    let (b1, c1, s1, b2, c2, s2, eps) = (c(1), c(3), c(4), c(6), c(7), c(8), c(9));
+    let mut k = 0;
+    while k < len {
+        let mask: __mmask16 = if len - k >= 16 {
+            0xffff
+        } else {
+            (1u16 << (len - k)) - 1
+        };
+        // SAFETY: `p` is one of `t`, each readable for `len` floats (contract); `k < len`
+        // and the mask keeps lanes `k..min(k + 16, len)` only.
+        let ld = |p: *const f32| unsafe { _mm512_maskz_loadu_ps(mask, p.add(k)) };
+        let (m, g, v, w) = (ld(t[0]), ld(t[1]), ld(t[2]), ld(t[3]));
+        let m1 = _mm512_add_ps(_mm512_mul_ps(m, b1), _mm512_mul_ps(g, c1));
+        let step = _mm512_mul_ps(m1, s1);
+        let v1 = _mm512_add_ps(_mm512_mul_ps(v, b2), _mm512_mul_ps(_mm512_mul_ps(g, g), c2));
+        let den = _mm512_add_ps(_mm512_sqrt_ps(_mm512_mul_ps(v1, s2)), eps);
+        let w1 = _mm512_sub_ps(w, _mm512_div_ps(step, den));
+        // SAFETY: the outputs `o` are writable for `len` floats (contract) and `mask`
+        // stores only lanes below `len`; this element's inputs were loaded above.
+        unsafe {
             _mm512_mask_storeu_ps(o[0].add(k), mask, w1);
             _mm512_mask_storeu_ps(o[1].add(k), mask, m1);
             _mm512_mask_storeu_ps(o[2].add(k), mask, v1);
-            k += 16;
         }
+        k += 16;
     }
 }
 

@@ -87,7 +87,8 @@ pub(crate) fn binary_planned(
     let op_avx2 = op_avx2 && (ia == 1 || ib == 1);
     let o = SyncPtr(out.as_mut_ptr());
     plan.for_each(pool, 1, |[oa, ob], at, len| {
-        // SAFETY: each call writes its own piece of out, inside the output's total.
+        // SAFETY: pieces `at..at + len` are disjoint per call and lie inside the plan's
+        // total, at most `out.len()` (asserted above).
         let dst = unsafe { std::slice::from_raw_parts_mut(o.get().add(at), len) };
         #[cfg(target_arch = "x86_64")]
         if op_avx2 {
@@ -122,7 +123,8 @@ pub(crate) fn binary_elem<T: Elem>(
     let by_zero = AtomicBool::new(false);
     let o = SyncPtr(out.as_mut_ptr());
     plan.for_each(pool, 1, |[oa, ob], at, len| {
-        // SAFETY: each call writes its own piece of out, inside the output's total.
+        // SAFETY: the plan hands each call a disjoint piece `at..at + len` of the output,
+        // inside its total, which `out` holds (asserted above).
         let dst = unsafe { std::slice::from_raw_parts_mut(o.get().add(at), len) };
         let pairs = (0..len).map(|k| (a[oa + k * ia], b[ob + k * ib]));
         if int {
@@ -179,86 +181,86 @@ pub(crate) unsafe fn run_avx2(
     sb: usize,
     dst: &mut [f32],
 ) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        use std::arch::x86_64::*;
-        /// The loop for one operation and one pair of strides: the operation and the
-        /// strides are fixed before it starts, so each vector is one load pair, one
-        /// instruction and one store (the fused loops call this on every tile).
-        #[inline(always)]
-        unsafe fn run(
-            f: impl Fn(__m256, __m256) -> __m256,
-            scalar: impl Fn(f32, f32) -> f32,
-            a: *const f32,
-            sa: usize,
-            b: *const f32,
-            sb: usize,
-            dst: &mut [f32],
-        ) {
-            // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-            // used, and the CPU features it is compiled for.
-            unsafe {
-                let n = dst.len();
-                let d = dst.as_mut_ptr();
-                let tail = |k0: usize| {
-                    for k in k0..n {
-                        *d.add(k) = scalar(*a.add(k * sa), *b.add(k * sb));
-                    }
-                };
-                let mut k = 0;
-                match (sa, sb) {
-                    (0, _) => {
-                        let x = _mm256_set1_ps(*a);
-                        while k + 8 <= n {
-                            _mm256_storeu_ps(d.add(k), f(x, _mm256_loadu_ps(b.add(k))));
-                            k += 8;
-                        }
-                    }
-                    (_, 0) => {
-                        let y = _mm256_set1_ps(*b);
-                        while k + 8 <= n {
-                            _mm256_storeu_ps(d.add(k), f(_mm256_loadu_ps(a.add(k)), y));
-                            k += 8;
-                        }
-                    }
-                    _ => {
-                        while k + 8 <= n {
-                            let (x, y) = (_mm256_loadu_ps(a.add(k)), _mm256_loadu_ps(b.add(k)));
-                            _mm256_storeu_ps(d.add(k), f(x, y));
-                            k += 8;
-                        }
-                    }
+    use std::arch::x86_64::*;
+    /// The loop for one operation and one pair of strides: the operation and the
+    /// strides are fixed before it starts, so each vector is one load pair, one
+    /// instruction and one store (the fused loops call this on every tile).
+    ///
+    /// # Safety
+    /// [`run_avx2`]'s contract.
+    #[inline(always)]
+    unsafe fn run(
+        f: impl Fn(__m256, __m256) -> __m256,
+        scalar: impl Fn(f32, f32) -> f32,
+        a: *const f32,
+        sa: usize,
+        b: *const f32,
+        sb: usize,
+        dst: &mut [f32],
+    ) {
+        let n = dst.len();
+        let d = dst.as_mut_ptr();
+        let tail = |k0: usize| {
+            for k in k0..n {
+                // SAFETY: `k < n`, so `d + k` is in `dst`; `k·sa` is `k` (< n, inside `a`'s
+                // n floats) or 0 (`a`'s one float), and likewise `k·sb` for `b`.
+                unsafe { *d.add(k) = scalar(*a.add(k * sa), *b.add(k * sb)) };
+            }
+        };
+        let mut k = 0;
+        match (sa, sb) {
+            (0, _) => {
+                // SAFETY: a stride-0 `a` is readable for one float (contract), AVX too.
+                let x = unsafe { _mm256_set1_ps(*a) };
+                while k + 8 <= n {
+                    // SAFETY: `k + 8 <= n` by the loop bound; `dst` has n floats, and so
+                    // does `b`, of stride 1 as `a`'s is 0 (contract); the CPU has AVX.
+                    unsafe { _mm256_storeu_ps(d.add(k), f(x, _mm256_loadu_ps(b.add(k)))) };
+                    k += 8;
                 }
-                tail(k);
+            }
+            (_, 0) => {
+                // SAFETY: a stride-0 `b` is readable for one float (contract), AVX too.
+                let y = unsafe { _mm256_set1_ps(*b) };
+                while k + 8 <= n {
+                    // SAFETY: the loop keeps `k + 8 <= n`; `a` (stride 1 here, as `b`'s is
+                    // 0) and `dst` both hold n floats; the contract gives AVX.
+                    unsafe { _mm256_storeu_ps(d.add(k), f(_mm256_loadu_ps(a.add(k)), y)) };
+                    k += 8;
+                }
+            }
+            _ => {
+                while k + 8 <= n {
+                    // SAFETY: both strides are 1, so `a`, `b` and `dst` each hold n floats,
+                    // and lanes `k..k + 8` are below n by the loop bound; AVX (contract).
+                    unsafe {
+                        let (x, y) = (_mm256_loadu_ps(a.add(k)), _mm256_loadu_ps(b.add(k)));
+                        _mm256_storeu_ps(d.add(k), f(x, y));
+                    }
+                    k += 8;
+                }
             }
         }
-        let s = |x, y| op.scalar(x, y);
-        match op {
-            BinOp::Add => run(|x, y| _mm256_add_ps(x, y), s, a, sa, b, sb, dst),
-            BinOp::Sub => run(|x, y| _mm256_sub_ps(x, y), s, a, sa, b, sb, dst),
-            BinOp::Mul => run(|x, y| _mm256_mul_ps(x, y), s, a, sa, b, sb, dst),
-            BinOp::Div => run(|x, y| _mm256_div_ps(x, y), s, a, sa, b, sb, dst),
-            BinOp::Max => run(
-                |x, y| math::avx2::max_min_nan(true, x, y),
-                s,
-                a,
-                sa,
-                b,
-                sb,
-                dst,
-            ),
-            BinOp::Min => run(
-                |x, y| math::avx2::max_min_nan(false, x, y),
-                s,
-                a,
-                sa,
-                b,
-                sb,
-                dst,
-            ),
-            BinOp::Pow => unreachable!("Pow has no vector form"),
-        }
+        tail(k);
+    }
+    let s = |x, y| op.scalar(x, y);
+    // `run` on one operation, its closure checked outside `unsafe`.
+    macro_rules! run {
+        ($f:expr) => {{
+            let f = $f;
+            // SAFETY: `run` needs what `run_avx2`'s caller promised for these same `a`,
+            // `sa`, `b`, `sb` and `dst`, AVX2+FMA included.
+            unsafe { run(f, s, a, sa, b, sb, dst) }
+        }};
+    }
+    match op {
+        BinOp::Add => run!(|x, y| _mm256_add_ps(x, y)),
+        BinOp::Sub => run!(|x, y| _mm256_sub_ps(x, y)),
+        BinOp::Mul => run!(|x, y| _mm256_mul_ps(x, y)),
+        BinOp::Div => run!(|x, y| _mm256_div_ps(x, y)),
+        BinOp::Max => run!(|x, y| math::avx2::max_min_nan(true, x, y)),
+        BinOp::Min => run!(|x, y| math::avx2::max_min_nan(false, x, y)),
+        BinOp::Pow => unreachable!("Pow has no vector form"),
     }
 }
 
@@ -278,86 +280,103 @@ pub(crate) unsafe fn run_avx512(
     sb: usize,
     dst: &mut [f32],
 ) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        use std::arch::x86_64::*;
-        #[inline(always)]
-        unsafe fn run(
-            f: impl Fn(__m512, __m512) -> __m512,
-            a: *const f32,
-            sa: usize,
-            b: *const f32,
-            sb: usize,
-            dst: &mut [f32],
-        ) {
-            // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-            // used, and the CPU features it is compiled for.
+    use std::arch::x86_64::*;
+    /// # Safety
+    /// [`run_avx512`]'s contract.
+    #[inline(always)]
+    unsafe fn run(
+        f: impl Fn(__m512, __m512) -> __m512,
+        a: *const f32,
+        sa: usize,
+        b: *const f32,
+        sb: usize,
+        dst: &mut [f32],
+    ) {
+        let n = dst.len();
+        let d = dst.as_mut_ptr();
+        let operand = |p: *const f32, s: usize, k: usize, m: __mmask16| {
+            // SAFETY: `p` is `a` or `b` with its stride `s`: at stride 0 it has one float,
+            // at stride 1 n floats, of which mask `m` selects only lanes `k..n`; AVX-512F
+            // by the contract.
             unsafe {
-                let n = dst.len();
-                let d = dst.as_mut_ptr();
-                let operand = |p: *const f32, s: usize, k: usize, m: __mmask16| {
-                    if s == 0 {
-                        _mm512_set1_ps(*p)
-                    } else {
-                        _mm512_maskz_loadu_ps(m, p.add(k))
-                    }
-                };
-                let mut k = 0;
-                match (sa, sb) {
-                    (0, _) => {
-                        let x = _mm512_set1_ps(*a);
-                        while k + 16 <= n {
-                            _mm512_storeu_ps(d.add(k), f(x, _mm512_loadu_ps(b.add(k))));
-                            k += 16;
-                        }
-                    }
-                    (_, 0) => {
-                        let y = _mm512_set1_ps(*b);
-                        while k + 16 <= n {
-                            _mm512_storeu_ps(d.add(k), f(_mm512_loadu_ps(a.add(k)), y));
-                            k += 16;
-                        }
-                    }
-                    _ => {
-                        while k + 16 <= n {
-                            let (x, y) = (_mm512_loadu_ps(a.add(k)), _mm512_loadu_ps(b.add(k)));
-                            _mm512_storeu_ps(d.add(k), f(x, y));
-                            k += 16;
-                        }
-                    }
-                }
-                if k < n {
-                    let m: __mmask16 = (1u16 << (n - k)) - 1;
-                    let v = f(operand(a, sa, k, m), operand(b, sb, k, m));
-                    _mm512_mask_storeu_ps(d.add(k), m, v);
-                }
-            }
-        }
-        // Max/Min: either operand NaN gives NaN (x + y), as the scalar path.
-        #[inline(always)]
-        unsafe fn max_min(max: bool, x: __m512, y: __m512) -> __m512 {
-            // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-            // used, and the CPU features it is compiled for.
-            unsafe {
-                let r = if max {
-                    _mm512_max_ps(x, y)
+                if s == 0 {
+                    _mm512_set1_ps(*p)
                 } else {
-                    _mm512_min_ps(x, y)
-                };
-                let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, y);
-                _mm512_mask_blend_ps(nan, r, _mm512_add_ps(x, y))
+                    _mm512_maskz_loadu_ps(m, p.add(k))
+                }
+            }
+        };
+        let mut k = 0;
+        match (sa, sb) {
+            (0, _) => {
+                // SAFETY: `a` at stride 0 holds one float (contract); AVX-512F likewise.
+                let x = unsafe { _mm512_set1_ps(*a) };
+                while k + 16 <= n {
+                    // SAFETY: `k + 16 <= n` by the loop bound; `b` (stride 1, since not both
+                    // are 0) and `dst` hold n floats; AVX-512F by the contract.
+                    unsafe { _mm512_storeu_ps(d.add(k), f(x, _mm512_loadu_ps(b.add(k)))) };
+                    k += 16;
+                }
+            }
+            (_, 0) => {
+                // SAFETY: `b` at stride 0 holds one float (contract); AVX-512F likewise.
+                let y = unsafe { _mm512_set1_ps(*b) };
+                while k + 16 <= n {
+                    // SAFETY: lanes `k..k + 16` are below n (loop bound) and `a`, of stride
+                    // 1 here, holds n floats as `dst` does; AVX-512F by the contract.
+                    unsafe { _mm512_storeu_ps(d.add(k), f(_mm512_loadu_ps(a.add(k)), y)) };
+                    k += 16;
+                }
+            }
+            _ => {
+                while k + 16 <= n {
+                    // SAFETY: stride 1 on both: `a`, `b`, `dst` hold n floats each, and the
+                    // loop bound keeps `k + 16 <= n`; AVX-512F by the contract.
+                    unsafe {
+                        let (x, y) = (_mm512_loadu_ps(a.add(k)), _mm512_loadu_ps(b.add(k)));
+                        _mm512_storeu_ps(d.add(k), f(x, y));
+                    }
+                    k += 16;
+                }
             }
         }
-        match op {
-            BinOp::Add => run(|x, y| _mm512_add_ps(x, y), a, sa, b, sb, dst),
-            BinOp::Sub => run(|x, y| _mm512_sub_ps(x, y), a, sa, b, sb, dst),
-            BinOp::Mul => run(|x, y| _mm512_mul_ps(x, y), a, sa, b, sb, dst),
-            BinOp::Div => run(|x, y| _mm512_div_ps(x, y), a, sa, b, sb, dst),
-            BinOp::Max => run(|x, y| max_min(true, x, y), a, sa, b, sb, dst),
-            BinOp::Min => run(|x, y| max_min(false, x, y), a, sa, b, sb, dst),
-            BinOp::Pow => unreachable!("Pow has no vector form"),
+        if k < n {
+            let m: __mmask16 = (1u16 << (n - k)) - 1;
+            let v = f(operand(a, sa, k, m), operand(b, sb, k, m));
+            // SAFETY: mask `m` stores lanes `k..n` only, inside `dst`'s n floats; AVX-512F
+            // by the contract.
+            unsafe { _mm512_mask_storeu_ps(d.add(k), m, v) };
         }
+    }
+    // Max/Min: either operand NaN gives NaN (x + y), as the scalar path.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn max_min(max: bool, x: __m512, y: __m512) -> __m512 {
+        let r = if max {
+            _mm512_max_ps(x, y)
+        } else {
+            _mm512_min_ps(x, y)
+        };
+        let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, y);
+        _mm512_mask_blend_ps(nan, r, _mm512_add_ps(x, y))
+    }
+    // `run` on one operation, its closure checked outside `unsafe`.
+    macro_rules! run {
+        ($f:expr) => {{
+            let f = $f;
+            // SAFETY: `run`'s contract is `run_avx512`'s, for the same operands and
+            // strides, which its caller upholds (AVX-512F included).
+            unsafe { run(f, a, sa, b, sb, dst) }
+        }};
+    }
+    match op {
+        BinOp::Add => run!(|x, y| _mm512_add_ps(x, y)),
+        BinOp::Sub => run!(|x, y| _mm512_sub_ps(x, y)),
+        BinOp::Mul => run!(|x, y| _mm512_mul_ps(x, y)),
+        BinOp::Div => run!(|x, y| _mm512_div_ps(x, y)),
+        BinOp::Max => run!(|x, y| max_min(true, x, y)),
+        BinOp::Min => run!(|x, y| max_min(false, x, y)),
+        BinOp::Pow => unreachable!("Pow has no vector form"),
     }
 }
 
@@ -377,50 +396,49 @@ pub(crate) fn unary_has_avx512(op: UnaryOp) -> bool {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 pub(crate) unsafe fn unary_avx512(op: UnaryOp, src: *const f32, dst: *mut f32, n: usize) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        use std::arch::x86_64::*;
-        #[inline(always)]
-        unsafe fn map(f: impl Fn(__m512) -> __m512, src: *const f32, dst: *mut f32, n: usize) {
-            // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-            // used, and the CPU features it is compiled for.
+    use std::arch::x86_64::*;
+    /// # Safety
+    /// [`unary_avx512`]'s contract.
+    #[inline(always)]
+    unsafe fn map(f: impl Fn(__m512) -> __m512, src: *const f32, dst: *mut f32, n: usize) {
+        let mut k = 0;
+        while k + 16 <= n {
+            // SAFETY: `k + 16 <= n` (loop bound) and `src`/`dst` hold n floats; AVX-512F,
+            // both by the contract.
+            unsafe { _mm512_storeu_ps(dst.add(k), f(_mm512_loadu_ps(src.add(k)))) };
+            k += 16;
+        }
+        if k < n {
+            let m: __mmask16 = (1u16 << (n - k)) - 1;
+            // SAFETY: mask `m` loads and stores lanes `k..n` only, inside the n floats
+            // of `src` and `dst`; AVX-512F by the contract.
             unsafe {
-                let mut k = 0;
-                while k + 16 <= n {
-                    _mm512_storeu_ps(dst.add(k), f(_mm512_loadu_ps(src.add(k))));
-                    k += 16;
-                }
-                if k < n {
-                    let m: __mmask16 = (1u16 << (n - k)) - 1;
-                    _mm512_mask_storeu_ps(dst.add(k), m, f(_mm512_maskz_loadu_ps(m, src.add(k))));
-                }
-            }
+                _mm512_mask_storeu_ps(dst.add(k), m, f(_mm512_maskz_loadu_ps(m, src.add(k))))
+            };
         }
-        let sign = _mm512_set1_ps(-0.0);
-        let one = _mm512_set1_ps(1.0);
-        let zero = _mm512_setzero_ps();
-        let bits = _mm512_castps_si512;
-        let float = _mm512_castsi512_ps;
-        match op {
-            UnaryOp::Neg => map(
-                |v| float(_mm512_xor_si512(bits(v), bits(sign))),
-                src,
-                dst,
-                n,
-            ),
-            UnaryOp::Abs => map(
-                |v| float(_mm512_andnot_si512(bits(sign), bits(v))),
-                src,
-                dst,
-                n,
-            ),
-            UnaryOp::Sqrt => map(|v| _mm512_sqrt_ps(v), src, dst, n),
-            UnaryOp::Reciprocal => map(|v| _mm512_div_ps(one, v), src, dst, n),
-            // max(0, v) returns v when v is NaN.
-            UnaryOp::Relu => map(|v| _mm512_max_ps(zero, v), src, dst, n),
-            _ => unreachable!("{op:?} has no AVX-512 form here"),
-        }
+    }
+    let sign = _mm512_set1_ps(-0.0);
+    let one = _mm512_set1_ps(1.0);
+    let zero = _mm512_setzero_ps();
+    let bits = _mm512_castps_si512;
+    let float = _mm512_castsi512_ps;
+    // `map` on one operation, its closure checked outside `unsafe`.
+    macro_rules! map {
+        ($f:expr) => {{
+            let f = $f;
+            // SAFETY: `map` asks what `unary_avx512`'s caller promised: n floats at `src`
+            // and `dst`, and AVX-512F.
+            unsafe { map(f, src, dst, n) }
+        }};
+    }
+    match op {
+        UnaryOp::Neg => map!(|v| float(_mm512_xor_si512(bits(v), bits(sign)))),
+        UnaryOp::Abs => map!(|v| float(_mm512_andnot_si512(bits(sign), bits(v)))),
+        UnaryOp::Sqrt => map!(|v| _mm512_sqrt_ps(v)),
+        UnaryOp::Reciprocal => map!(|v| _mm512_div_ps(one, v)),
+        // max(0, v) returns v when v is NaN.
+        UnaryOp::Relu => map!(|v| _mm512_max_ps(zero, v)),
+        _ => unreachable!("{op:?} has no AVX-512 form here"),
     }
 }
 
@@ -478,20 +496,25 @@ pub(crate) fn unary_inplace(op: UnaryOp, x: &mut [f32]) {
 /// [`unary`] on the path `isa` asks for.
 pub(crate) fn unary_isa(isa: Isa, op: UnaryOp, src: &[f32], dst: &mut [f32]) {
     assert_eq!(src.len(), dst.len());
-    unary_ptr(isa, op, src.as_ptr(), dst.as_mut_ptr(), src.len())
+    // SAFETY: two slices of `src.len()` floats (asserted equal), disjoint as `&`/`&mut`.
+    unsafe { unary_ptr(isa, op, src.as_ptr(), dst.as_mut_ptr(), src.len()) }
 }
 
 /// [`unary_inplace`] on the path `isa` asks for.
 pub(crate) fn unary_inplace_isa(isa: Isa, op: UnaryOp, x: &mut [f32]) {
     let p = x.as_mut_ptr();
-    unary_ptr(isa, op, p, p, x.len())
+    // SAFETY: `p` is `x`'s own `x.len()` floats, as source and destination at once.
+    unsafe { unary_ptr(isa, op, p, p, x.len()) }
 }
 
-/// `src`/`dst` hold `n` floats (checked by callers), same buffer or disjoint.
-pub(crate) fn unary_ptr(isa: Isa, op: UnaryOp, src: *const f32, dst: *mut f32, n: usize) {
+/// `dst[i] = op(src[i])` for `i < n`, on the path `isa` asks for.
+///
+/// # Safety
+/// `src` readable and `dst` writable for `n` floats, the same buffer or disjoint.
+pub(crate) unsafe fn unary_ptr(isa: Isa, op: UnaryOp, src: *const f32, dst: *mut f32, n: usize) {
     #[cfg(target_arch = "x86_64")]
     if math::use_avx2(isa) && op != UnaryOp::Log {
-        // SAFETY: AVX2 checked; both pointers valid for n floats.
+        // SAFETY: `use_avx2` detected AVX2+FMA; both pointers cover n floats (contract).
         unsafe { unary_avx2(op, src, dst, n) };
         return;
     }
@@ -507,34 +530,41 @@ pub(crate) fn unary_ptr(isa: Isa, op: UnaryOp, src: *const f32, dst: *mut f32, n
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn unary_avx2(op: UnaryOp, src: *const f32, dst: *mut f32, n: usize) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        use math::avx2;
-        use std::arch::x86_64::*;
-        let sign = _mm256_set1_ps(-0.0);
-        let one = _mm256_set1_ps(1.0);
-        let zero = _mm256_setzero_ps();
-        match op {
-            UnaryOp::Neg => avx2::map(src, dst, n, |v| _mm256_xor_ps(v, sign)),
-            UnaryOp::Abs => avx2::map(src, dst, n, |v| _mm256_andnot_ps(sign, v)),
-            UnaryOp::Sqrt => avx2::map(src, dst, n, |v| _mm256_sqrt_ps(v)),
-            UnaryOp::Exp => avx2::map(src, dst, n, |v| avx2::exp(v)),
-            UnaryOp::Reciprocal => avx2::map(src, dst, n, |v| _mm256_div_ps(one, v)),
-            // max(0, v) returns v when v is NaN.
-            UnaryOp::Relu => avx2::map(src, dst, n, |v| _mm256_max_ps(zero, v)),
-            UnaryOp::Sigmoid => avx2::map(src, dst, n, |v| avx2::sigmoid(v)),
-            UnaryOp::Tanh => avx2::map(src, dst, n, |v| avx2::tanh(v)),
-            UnaryOp::Erf => avx2::map(src, dst, n, |v| avx2::erf(v)),
-            UnaryOp::Floor => avx2::map(src, dst, n, |v| _mm256_floor_ps(v)),
-            UnaryOp::Ceil => avx2::map(src, dst, n, |v| _mm256_ceil_ps(v)),
-            UnaryOp::Round => avx2::map(src, dst, n, |v| {
-                _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v)
-            }),
-            UnaryOp::Log => {
-                for i in 0..n {
-                    *dst.add(i) = (*src.add(i)).ln();
-                }
+    use math::avx2;
+    use std::arch::x86_64::*;
+    let sign = _mm256_set1_ps(-0.0);
+    let one = _mm256_set1_ps(1.0);
+    let zero = _mm256_setzero_ps();
+    // `avx2::map` on one operation, its closure checked outside `unsafe`.
+    macro_rules! map {
+        ($f:expr) => {{
+            let f = $f;
+            // SAFETY: `unary_avx2`'s caller gives `src` readable and `dst` writable for
+            // `n` floats, as `avx2::map` needs; AVX2+FMA are enabled for this fn.
+            unsafe { avx2::map(src, dst, n, f) }
+        }};
+    }
+    match op {
+        UnaryOp::Neg => map!(|v| _mm256_xor_ps(v, sign)),
+        UnaryOp::Abs => map!(|v| _mm256_andnot_ps(sign, v)),
+        UnaryOp::Sqrt => map!(|v| _mm256_sqrt_ps(v)),
+        UnaryOp::Exp => map!(|v| avx2::exp(v)),
+        UnaryOp::Reciprocal => map!(|v| _mm256_div_ps(one, v)),
+        // max(0, v) returns v when v is NaN.
+        UnaryOp::Relu => map!(|v| _mm256_max_ps(zero, v)),
+        UnaryOp::Sigmoid => map!(|v| avx2::sigmoid(v)),
+        UnaryOp::Tanh => map!(|v| avx2::tanh(v)),
+        UnaryOp::Erf => map!(|v| avx2::erf(v)),
+        UnaryOp::Floor => map!(|v| _mm256_floor_ps(v)),
+        UnaryOp::Ceil => map!(|v| _mm256_ceil_ps(v)),
+        UnaryOp::Round => {
+            map!(|v| { _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v) })
+        }
+        UnaryOp::Log => {
+            for i in 0..n {
+                // SAFETY: `i < n`, and `src`/`dst` hold `n` floats (contract); element i
+                // is read before it is written, so `src == dst` is fine.
+                unsafe { *dst.add(i) = (*src.add(i)).ln() };
             }
         }
     }

@@ -201,7 +201,8 @@ impl FusedLoop {
         let o = SyncPtr(outs.as_ptr() as *mut *mut f32);
         self.runs
             .for_each(pool, self.instrs.len(), |base, at, len| {
-                // SAFETY: as for `run`; each call writes its own piece of the outputs.
+                // SAFETY: `run`'s own contract covers the inputs and outputs, and each call
+                // gets its own piece `at..at + len` of the outputs.
                 unsafe { self.run_piece(isa, ins.get(), o.get(), &base, at, len) }
             });
     }
@@ -220,39 +221,55 @@ impl FusedLoop {
         at: usize,
         len: usize,
     ) {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            // Every buffer is written by its step before a later step reads it.
-            let mut bufs = std::mem::MaybeUninit::<[[f32; TILE]; MAX_BUFFERS]>::uninit();
-            let bufs = bufs.as_mut_ptr() as *mut f32;
-            let mut j = 0;
-            while j < len {
-                let n = TILE.min(len - j);
-                let at_src = |s: Src| -> (*const f32, usize) {
-                    match s {
-                        Src::Input(k) if self.contiguous[k] => {
-                            (inputs.add(k).read().add(base[k] + j), 1)
-                        }
-                        Src::Input(k) => (inputs.add(k).read().add(base[k]), 0),
-                        Src::Buffer(b) => (bufs.add(b * TILE) as *const f32, 1),
+        // Every buffer is written by its step before a later step reads it.
+        let mut bufs = std::mem::MaybeUninit::<[[f32; TILE]; MAX_BUFFERS]>::uninit();
+        let bufs = bufs.as_mut_ptr() as *mut f32;
+        let mut j = 0;
+        while j < len {
+            let n = TILE.min(len - j);
+            // Buffer `b`'s tile: `new` hands out buffers below `MAX_BUFFERS` only, so the
+            // offset stays inside `bufs` (computed with `wrapping_add`: it is no access).
+            let tile = |b: usize| bufs.wrapping_add(b * TILE);
+            let at_src = |s: Src| -> (*const f32, usize) {
+                match s {
+                    Src::Input(k) if self.contiguous[k] => {
+                        // SAFETY: `new` admits inputs `k < n` only and `run` asserted one
+                        // pointer per input, so `inputs + k` is read in bounds; input k runs
+                        // along the output, so its run of this piece starts at `base[k] + j`.
+                        let p = unsafe { inputs.add(k).read().add(base[k] + j) };
+                        (p, 1)
                     }
+                    // SAFETY: `k < n` indexes `inputs` as in the arm above; this input
+                    // repeats one value, at offset `base[k]` inside it.
+                    Src::Input(k) => (unsafe { inputs.add(k).read().add(base[k]) }, 0),
+                    Src::Buffer(b) => (tile(b) as *const f32, 1),
+                }
+            };
+            for ins in &self.instrs {
+                let a = at_src(ins.args[0]);
+                let b = at_src(ins.args[1]);
+                let dst = match ins.dst {
+                    // SAFETY: `outs` holds `outputs()` pointers (asserted by `run`), output
+                    // 0 first; `at + j + n <= at + len`, inside this piece of it.
+                    Dst::Output => unsafe { outs.read().add(at + j) },
+                    Dst::Buffer(b) => tile(b),
                 };
-                for ins in &self.instrs {
-                    let a = at_src(ins.args[0]);
-                    let b = at_src(ins.args[1]);
-                    let dst = match ins.dst {
-                        Dst::Output => outs.read().add(at + j),
-                        Dst::Buffer(b) => bufs.add(b * TILE),
-                    };
-                    step(isa, ins.op, a, b, dst, n);
-                }
-                for (k, &b) in self.exports.iter().enumerate() {
-                    let dst = outs.add(k + 1).read().add(at + j);
-                    std::ptr::copy_nonoverlapping(bufs.add(b * TILE), dst, n);
-                }
-                j += n;
+                // SAFETY: each operand is a tile buffer (`n <= TILE` floats, written by an
+                // earlier instruction) or an input readable for this piece at its stride;
+                // `dst` is a tile or output 0's piece, which no input overlaps unless it
+                // is that input itself (the contract), and `step` reads before it writes.
+                unsafe { step(isa, ins.op, a, b, dst, n) };
             }
+            for (k, &b) in self.exports.iter().enumerate() {
+                // SAFETY: output `k + 1` is export `k` (`outputs()` = 1 + exports, asserted
+                // by `run`); its piece `at + j..at + j + n` is writable and disjoint from
+                // the tile buffer copied, a stack local of `n <= TILE` floats.
+                unsafe {
+                    let dst = outs.add(k + 1).read().add(at + j);
+                    std::ptr::copy_nonoverlapping(tile(b), dst, n);
+                }
+            }
+            j += n;
         }
     }
 }
@@ -270,41 +287,59 @@ unsafe fn step(
     dst: *mut f32,
     len: usize,
 ) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        let d = std::slice::from_raw_parts_mut(dst, len);
-        match op {
-            StepOp::Binary(op) if a.1 == 0 && b.1 == 0 => d.fill(op.scalar(*a.0, *b.0)),
-            StepOp::Binary(op) => {
-                #[cfg(target_arch = "x86_64")]
-                if math::use_avx512(isa) && op != BinOp::Pow {
-                    binary::run_avx512(op, a.0, a.1, b.0, b.1, d);
-                    return;
-                }
-                #[cfg(target_arch = "x86_64")]
-                if math::use_avx2(isa) && op != BinOp::Pow {
-                    binary::run_avx2(op, a.0, a.1, b.0, b.1, d);
-                    return;
-                }
-                for (k, y) in d.iter_mut().enumerate() {
-                    *y = op.scalar(*a.0.add(k * a.1), *b.0.add(k * b.1));
-                }
-            }
-            StepOp::Unary(op) if a.1 == 0 => d.fill(op.scalar(*a.0)),
+    match op {
+        StepOp::Binary(op) if a.1 == 0 && b.1 == 0 => {
+            // SAFETY: `dst` is writable for `len` floats, and two stride-0 operands are
+            // readable for one float each (the contract).
+            unsafe { std::slice::from_raw_parts_mut(dst, len).fill(op.scalar(*a.0, *b.0)) }
+        }
+        StepOp::Binary(op) => {
+            // SAFETY: the contract makes `dst` writable for `len` floats.
+            let d = unsafe { std::slice::from_raw_parts_mut(dst, len) };
             #[cfg(target_arch = "x86_64")]
-            StepOp::Unary(op) if math::use_avx512(isa) && binary::unary_has_avx512(op) => {
-                binary::unary_avx512(op, a.0, dst, len)
+            if math::use_avx512(isa) && op != BinOp::Pow {
+                // SAFETY: `use_avx512` found AVX-512F on this CPU; operands readable for
+                // `len` = `d.len()` floats at stride 1 (else one), as `run_avx512` asks.
+                unsafe { binary::run_avx512(op, a.0, a.1, b.0, b.1, d) };
+                return;
             }
-            StepOp::Unary(op) => binary::unary_ptr(isa, op, a.0, dst, len),
-            StepOp::Act(act) => {
-                if a.1 == 0 {
-                    d.fill(*a.0);
-                } else if !std::ptr::eq(a.0, dst) {
-                    std::ptr::copy_nonoverlapping(a.0, dst, len);
-                }
-                act.apply_isa(isa, std::slice::from_raw_parts_mut(dst, len));
+            #[cfg(target_arch = "x86_64")]
+            if math::use_avx2(isa) && op != BinOp::Pow {
+                // SAFETY: `use_avx2` detected AVX2 and FMA; each operand covers `d.len()`
+                // floats at stride 1 or one float at stride 0, as `run_avx2` asks.
+                unsafe { binary::run_avx2(op, a.0, a.1, b.0, b.1, d) };
+                return;
             }
+            for (k, y) in d.iter_mut().enumerate() {
+                // SAFETY: `k < len`: a stride-1 operand holds `len` floats, a stride-0 one
+                // is read at offset 0.
+                *y = unsafe { op.scalar(*a.0.add(k * a.1), *b.0.add(k * b.1)) };
+            }
+        }
+        StepOp::Unary(op) if a.1 == 0 => {
+            // SAFETY: a stride-0 `a` is one readable float, `dst` `len` writable ones.
+            unsafe { std::slice::from_raw_parts_mut(dst, len).fill(op.scalar(*a.0)) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        StepOp::Unary(op) if math::use_avx512(isa) && binary::unary_has_avx512(op) => {
+            // SAFETY: the guard's `use_avx512` saw AVX-512F; `a.0` (stride 1) and `dst`
+            // hold `len` floats, the same buffer or disjoint (contract).
+            unsafe { binary::unary_avx512(op, a.0, dst, len) }
+        }
+        // SAFETY: `a.0` is readable and `dst` writable for `len` floats (stride 1 here),
+        // equal or disjoint, as `unary_ptr` needs.
+        StepOp::Unary(op) => unsafe { binary::unary_ptr(isa, op, a.0, dst, len) },
+        StepOp::Act(act) => {
+            if a.1 == 0 {
+                // SAFETY: stride 0: `a.0` holds one float; `dst` is writable for `len`.
+                unsafe { std::slice::from_raw_parts_mut(dst, len).fill(*a.0) };
+            } else if !std::ptr::eq(a.0, dst) {
+                // SAFETY: `a.0` is readable and `dst` writable for `len` floats, and being
+                // unequal they are disjoint (the contract allows nothing in between).
+                unsafe { std::ptr::copy_nonoverlapping(a.0, dst, len) };
+            }
+            // SAFETY: `dst` is writable for `len` floats and nothing else refers to it now.
+            act.apply_isa(isa, unsafe { std::slice::from_raw_parts_mut(dst, len) });
         }
     }
 }

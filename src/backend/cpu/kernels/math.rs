@@ -178,36 +178,33 @@ pub(crate) fn use_avx512(isa: Isa) -> bool {
     isa >= Isa::Avx512 && crate::backend::cpu::isa::detected() >= Isa::Avx512
 }
 
-/// The AVX2+FMA forms on eight lanes. Callers must have checked [`avx2_available`].
+/// The AVX2+FMA forms on eight lanes. The register functions are safe `#[target_feature]`
+/// code: callers compiled for AVX2+FMA call them directly, others only after
+/// [`avx2_available`] said yes (an `unsafe` call naming that check).
 #[cfg(target_arch = "x86_64")]
 pub mod avx2 {
     use super::*;
     use std::arch::x86_64::*;
 
-    #[inline(always)]
-    unsafe fn splat(v: f32) -> __m256 {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe { _mm256_set1_ps(v) }
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn splat(v: f32) -> __m256 {
+        _mm256_set1_ps(v)
     }
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn horner8(c: &[f32], x: __m256) -> __m256 {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let mut r = splat(c[c.len() - 1]);
-            for &k in c[..c.len() - 1].iter().rev() {
-                r = _mm256_fmadd_ps(r, x, splat(k));
-            }
-            r
+    fn horner8(c: &[f32], x: __m256) -> __m256 {
+        let mut r = splat(c[c.len() - 1]);
+        for &k in c[..c.len() - 1].iter().rev() {
+            r = _mm256_fmadd_ps(r, x, splat(k));
         }
+        r
     }
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn pow2(n: __m256i) -> __m256 {
+    fn pow2(n: __m256i) -> __m256 {
         _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
             n,
             _mm256_set1_epi32(127),
@@ -216,12 +213,9 @@ pub mod avx2 {
 
     /// `max(x, y)` (or `min` when `!max`) that is NaN when either is, as the Max and
     /// Min ops are (`_mm256_max_ps` alone returns its second operand then).
-    ///
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub(crate) unsafe fn max_min_nan(max: bool, x: __m256, y: __m256) -> __m256 {
+    pub(crate) fn max_min_nan(max: bool, x: __m256, y: __m256) -> __m256 {
         let r = if max {
             _mm256_max_ps(x, y)
         } else {
@@ -233,116 +227,79 @@ pub mod avx2 {
     }
 
     /// |x|
-    ///
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub(crate) unsafe fn abs(x: __m256) -> __m256 {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe { _mm256_andnot_ps(splat(-0.0), x) }
+    pub(crate) fn abs(x: __m256) -> __m256 {
+        _mm256_andnot_ps(splat(-0.0), x)
     }
 
     /// `mag` with the sign of `sign`.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn copysign(mag: __m256, sign: __m256) -> __m256 {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let m = splat(-0.0);
-            _mm256_or_ps(_mm256_andnot_ps(m, mag), _mm256_and_ps(m, sign))
-        }
+    fn copysign(mag: __m256, sign: __m256) -> __m256 {
+        let m = splat(-0.0);
+        _mm256_or_ps(_mm256_andnot_ps(m, mag), _mm256_and_ps(m, sign))
     }
 
     /// e^x on eight lanes.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub(crate) unsafe fn exp(x: __m256) -> __m256 {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            // Constant first: max/min return the second operand when either is NaN.
-            let x = _mm256_min_ps(splat(EXP_MAX), _mm256_max_ps(splat(EXP_MIN), x));
-            let t = _mm256_fmadd_ps(x, splat(LOG2E), splat(ROUND_MAGIC));
-            let n = _mm256_sub_ps(t, splat(ROUND_MAGIC));
-            let r = _mm256_fnmadd_ps(n, splat(LN2_HI), x);
-            let r = _mm256_fnmadd_ps(n, splat(LN2_LO), r);
-            let p = horner8(&EXP_C, r);
-            let ni = _mm256_sub_epi32(
-                _mm256_castps_si256(t),
-                _mm256_set1_epi32(ROUND_MAGIC.to_bits() as i32),
-            );
-            let n1 = _mm256_srai_epi32::<1>(ni);
-            let n2 = _mm256_sub_epi32(ni, n1);
-            _mm256_mul_ps(_mm256_mul_ps(p, pow2(n1)), pow2(n2))
-        }
+    pub(crate) fn exp(x: __m256) -> __m256 {
+        // Constant first: max/min return the second operand when either is NaN.
+        let x = _mm256_min_ps(splat(EXP_MAX), _mm256_max_ps(splat(EXP_MIN), x));
+        let t = _mm256_fmadd_ps(x, splat(LOG2E), splat(ROUND_MAGIC));
+        let n = _mm256_sub_ps(t, splat(ROUND_MAGIC));
+        let r = _mm256_fnmadd_ps(n, splat(LN2_HI), x);
+        let r = _mm256_fnmadd_ps(n, splat(LN2_LO), r);
+        let p = horner8(&EXP_C, r);
+        let ni = _mm256_sub_epi32(
+            _mm256_castps_si256(t),
+            _mm256_set1_epi32(ROUND_MAGIC.to_bits() as i32),
+        );
+        let n1 = _mm256_srai_epi32::<1>(ni);
+        let n2 = _mm256_sub_epi32(ni, n1);
+        _mm256_mul_ps(_mm256_mul_ps(p, pow2(n1)), pow2(n2))
     }
 
     /// tanh(x) on eight lanes.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub(crate) unsafe fn tanh(x: __m256) -> __m256 {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let a = abs(x);
-            let z = _mm256_mul_ps(x, x);
-            let small = _mm256_fmadd_ps(x, _mm256_mul_ps(z, horner8(&TANH_C, z)), x);
-            let e = exp(_mm256_add_ps(a, a));
-            let one = splat(1.0);
-            let big = _mm256_sub_ps(one, _mm256_div_ps(splat(2.0), _mm256_add_ps(e, one)));
-            let big = copysign(big, x);
-            let is_small = _mm256_cmp_ps::<_CMP_LT_OQ>(a, splat(TANH_SMALL));
-            _mm256_blendv_ps(big, small, is_small)
-        }
+    pub(crate) fn tanh(x: __m256) -> __m256 {
+        let a = abs(x);
+        let z = _mm256_mul_ps(x, x);
+        let small = _mm256_fmadd_ps(x, _mm256_mul_ps(z, horner8(&TANH_C, z)), x);
+        let e = exp(_mm256_add_ps(a, a));
+        let one = splat(1.0);
+        let big = _mm256_sub_ps(one, _mm256_div_ps(splat(2.0), _mm256_add_ps(e, one)));
+        let big = copysign(big, x);
+        let is_small = _mm256_cmp_ps::<_CMP_LT_OQ>(a, splat(TANH_SMALL));
+        _mm256_blendv_ps(big, small, is_small)
     }
 
     /// erf(x) on eight lanes.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub(crate) unsafe fn erf(x: __m256) -> __m256 {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let a = abs(x);
-            let small = _mm256_mul_ps(x, horner8(&ERF_C, _mm256_mul_ps(x, x)));
-            let ac = _mm256_min_ps(splat(ERF_MAX), a);
-            let u = _mm256_fmadd_ps(ac, splat(ERF_U_A), splat(ERF_U_B));
-            let g = horner8(&ERFC_C, u);
-            let e = exp(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(ac, ac)));
-            let big = copysign(_mm256_fnmadd_ps(e, g, splat(1.0)), x);
-            let is_small = _mm256_cmp_ps::<_CMP_LT_OQ>(a, splat(ERF_SMALL));
-            _mm256_blendv_ps(big, small, is_small)
-        }
+    pub(crate) fn erf(x: __m256) -> __m256 {
+        let a = abs(x);
+        let small = _mm256_mul_ps(x, horner8(&ERF_C, _mm256_mul_ps(x, x)));
+        let ac = _mm256_min_ps(splat(ERF_MAX), a);
+        let u = _mm256_fmadd_ps(ac, splat(ERF_U_A), splat(ERF_U_B));
+        let g = horner8(&ERFC_C, u);
+        let e = exp(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(ac, ac)));
+        let big = copysign(_mm256_fnmadd_ps(e, g, splat(1.0)), x);
+        let is_small = _mm256_cmp_ps::<_CMP_LT_OQ>(a, splat(ERF_SMALL));
+        _mm256_blendv_ps(big, small, is_small)
     }
 
     /// 1 / (1 + e^{-x}) on eight lanes.
-    ///
-    /// # Safety
-    /// The CPU must support AVX2 and FMA.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    pub(crate) unsafe fn sigmoid(x: __m256) -> __m256 {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let e = exp(_mm256_or_ps(x, splat(-0.0))); // e^{-|x|}
-            let one = splat(1.0);
-            let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
-            let num = _mm256_blendv_ps(one, e, neg);
-            _mm256_div_ps(num, _mm256_add_ps(one, e))
-        }
+    pub(crate) fn sigmoid(x: __m256) -> __m256 {
+        let e = exp(_mm256_or_ps(x, splat(-0.0))); // e^{-|x|}
+        let one = splat(1.0);
+        let neg = _mm256_cmp_ps::<_CMP_LT_OQ>(x, _mm256_setzero_ps());
+        let num = _mm256_blendv_ps(one, e, neg);
+        _mm256_div_ps(num, _mm256_add_ps(one, e))
     }
 
     /// Applies `f` to `n` floats from `src` into `dst` (which may be `src`).
@@ -356,16 +313,19 @@ pub mod avx2 {
         n: usize,
         f: impl Fn(__m256) -> __m256,
     ) {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let mut i = 0;
-            while i + 8 <= n {
-                _mm256_storeu_ps(dst.add(i), f(_mm256_loadu_ps(src.add(i))));
-                i += 8;
-            }
-            if i < n {
-                let mut buf = [0f32; 8];
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: `i + 8 <= n` by the loop bound, and the caller gives `n` readable
+            // floats at `src` and `n` writable ones at `dst`; the CPU has AVX (contract).
+            unsafe { _mm256_storeu_ps(dst.add(i), f(_mm256_loadu_ps(src.add(i)))) };
+            i += 8;
+        }
+        if i < n {
+            let mut buf = [0f32; 8];
+            // SAFETY: the last `n - i < 8` floats of `src`/`dst` (inside their `n` by the
+            // contract) go through `buf`, a local of 8; `buf` is no part of either, and the
+            // CPU has AVX (contract) for its vector load and store.
+            unsafe {
                 std::ptr::copy_nonoverlapping(src.add(i), buf.as_mut_ptr(), n - i);
                 _mm256_storeu_ps(buf.as_mut_ptr(), f(_mm256_loadu_ps(buf.as_ptr())));
                 std::ptr::copy_nonoverlapping(buf.as_ptr(), dst.add(i), n - i);
@@ -379,11 +339,11 @@ pub mod avx2 {
             /// The function over `n` floats from `src` into `dst` (which may equal `src`).
             ///
             /// # Safety
-            /// AVX2+FMA; `src` readable and `dst` writable for `n` floats.
+            /// `src` readable and `dst` writable for `n` floats.
             #[target_feature(enable = "avx2,fma")]
             pub(crate) unsafe fn $name(src: *const f32, dst: *mut f32, n: usize) {
-                // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-                // used, and the CPU features it is compiled for.
+                // SAFETY: this fn's caller gives `n` floats at `src` and `dst`, which is
+                // `map`'s contract, and AVX2+FMA are enabled here.
                 unsafe { map(src, dst, n, |v| $f(v)) }
             }
         };
@@ -398,30 +358,28 @@ pub mod avx2 {
     slice_fn!(sigmoid_slice, sigmoid);
 }
 
-/// The AVX-512F forms on sixteen lanes, the AVX2 ones' algorithms. Callers must have
-/// checked [`use_avx512`].
+/// The AVX-512F forms on sixteen lanes, the AVX2 ones' algorithms. The register functions
+/// are safe `#[target_feature]` code; callers not compiled for AVX-512F must have checked
+/// [`use_avx512`] before calling them.
 #[cfg(target_arch = "x86_64")]
 pub mod avx512 {
     use super::*;
     use std::arch::x86_64::*;
 
-    #[inline(always)]
-    unsafe fn splat(v: f32) -> __m512 {
-        // SAFETY: only called from this module's AVX-512F functions.
-        unsafe { _mm512_set1_ps(v) }
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn splat(v: f32) -> __m512 {
+        _mm512_set1_ps(v)
     }
 
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn horner16(c: &[f32], x: __m512) -> __m512 {
-        // SAFETY: AVX-512F is enabled for this function.
-        unsafe {
-            let mut r = splat(c[c.len() - 1]);
-            for &k in c[..c.len() - 1].iter().rev() {
-                r = _mm512_fmadd_ps(r, x, splat(k));
-            }
-            r
+    fn horner16(c: &[f32], x: __m512) -> __m512 {
+        let mut r = splat(c[c.len() - 1]);
+        for &k in c[..c.len() - 1].iter().rev() {
+            r = _mm512_fmadd_ps(r, x, splat(k));
         }
+        r
     }
 
     #[inline]
@@ -434,29 +392,23 @@ pub mod avx512 {
     }
 
     /// e^x on sixteen lanes.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    pub(crate) unsafe fn exp(x: __m512) -> __m512 {
-        // SAFETY: AVX-512F is enabled for this function.
-        unsafe {
-            // Constant first: max/min return the second operand when either is NaN.
-            let x = _mm512_min_ps(splat(EXP_MAX), _mm512_max_ps(splat(EXP_MIN), x));
-            let t = _mm512_fmadd_ps(x, splat(LOG2E), splat(ROUND_MAGIC));
-            let n = _mm512_sub_ps(t, splat(ROUND_MAGIC));
-            let r = _mm512_fnmadd_ps(n, splat(LN2_HI), x);
-            let r = _mm512_fnmadd_ps(n, splat(LN2_LO), r);
-            let p = horner16(&EXP_C, r);
-            let ni = _mm512_sub_epi32(
-                _mm512_castps_si512(t),
-                _mm512_set1_epi32(ROUND_MAGIC.to_bits() as i32),
-            );
-            let n1 = _mm512_srai_epi32::<1>(ni);
-            let n2 = _mm512_sub_epi32(ni, n1);
-            _mm512_mul_ps(_mm512_mul_ps(p, pow2(n1)), pow2(n2))
-        }
+    pub(crate) fn exp(x: __m512) -> __m512 {
+        // Constant first: max/min return the second operand when either is NaN.
+        let x = _mm512_min_ps(splat(EXP_MAX), _mm512_max_ps(splat(EXP_MIN), x));
+        let t = _mm512_fmadd_ps(x, splat(LOG2E), splat(ROUND_MAGIC));
+        let n = _mm512_sub_ps(t, splat(ROUND_MAGIC));
+        let r = _mm512_fnmadd_ps(n, splat(LN2_HI), x);
+        let r = _mm512_fnmadd_ps(n, splat(LN2_LO), r);
+        let p = horner16(&EXP_C, r);
+        let ni = _mm512_sub_epi32(
+            _mm512_castps_si512(t),
+            _mm512_set1_epi32(ROUND_MAGIC.to_bits() as i32),
+        );
+        let n1 = _mm512_srai_epi32::<1>(ni);
+        let n2 = _mm512_sub_epi32(ni, n1);
+        _mm512_mul_ps(_mm512_mul_ps(p, pow2(n1)), pow2(n2))
     }
 
     /// |x|
@@ -480,65 +432,47 @@ pub mod avx512 {
     }
 
     /// tanh(x) on sixteen lanes.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    pub(crate) unsafe fn tanh(x: __m512) -> __m512 {
-        // SAFETY: AVX-512F is enabled for this function.
-        unsafe {
-            let a = abs(x);
-            let z = _mm512_mul_ps(x, x);
-            let small = _mm512_fmadd_ps(x, _mm512_mul_ps(z, horner16(&TANH_C, z)), x);
-            let e = exp(_mm512_add_ps(a, a));
-            let one = splat(1.0);
-            let big = _mm512_sub_ps(one, _mm512_div_ps(splat(2.0), _mm512_add_ps(e, one)));
-            let big = with_sign_of(big, x);
-            let is_small = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, splat(TANH_SMALL));
-            _mm512_mask_blend_ps(is_small, big, small)
-        }
+    pub(crate) fn tanh(x: __m512) -> __m512 {
+        let a = abs(x);
+        let z = _mm512_mul_ps(x, x);
+        let small = _mm512_fmadd_ps(x, _mm512_mul_ps(z, horner16(&TANH_C, z)), x);
+        let e = exp(_mm512_add_ps(a, a));
+        let one = splat(1.0);
+        let big = _mm512_sub_ps(one, _mm512_div_ps(splat(2.0), _mm512_add_ps(e, one)));
+        let big = with_sign_of(big, x);
+        let is_small = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, splat(TANH_SMALL));
+        _mm512_mask_blend_ps(is_small, big, small)
     }
 
     /// erf(x) on sixteen lanes.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    pub(crate) unsafe fn erf(x: __m512) -> __m512 {
-        // SAFETY: AVX-512F is enabled for this function.
-        unsafe {
-            let a = abs(x);
-            let small = _mm512_mul_ps(x, horner16(&ERF_C, _mm512_mul_ps(x, x)));
-            let ac = _mm512_min_ps(splat(ERF_MAX), a);
-            let u = _mm512_fmadd_ps(ac, splat(ERF_U_A), splat(ERF_U_B));
-            let g = horner16(&ERFC_C, u);
-            let e = exp(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(ac, ac)));
-            let big = with_sign_of(_mm512_fnmadd_ps(e, g, splat(1.0)), x);
-            let is_small = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, splat(ERF_SMALL));
-            _mm512_mask_blend_ps(is_small, big, small)
-        }
+    pub(crate) fn erf(x: __m512) -> __m512 {
+        let a = abs(x);
+        let small = _mm512_mul_ps(x, horner16(&ERF_C, _mm512_mul_ps(x, x)));
+        let ac = _mm512_min_ps(splat(ERF_MAX), a);
+        let u = _mm512_fmadd_ps(ac, splat(ERF_U_A), splat(ERF_U_B));
+        let g = horner16(&ERFC_C, u);
+        let e = exp(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(ac, ac)));
+        let big = with_sign_of(_mm512_fnmadd_ps(e, g, splat(1.0)), x);
+        let is_small = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, splat(ERF_SMALL));
+        _mm512_mask_blend_ps(is_small, big, small)
     }
 
     /// 1 / (1 + e^{-x}) on sixteen lanes.
-    ///
-    /// # Safety
-    /// The CPU must support AVX-512F.
     #[inline]
     #[target_feature(enable = "avx512f")]
-    pub(crate) unsafe fn sigmoid(x: __m512) -> __m512 {
-        // SAFETY: AVX-512F is enabled for this function.
-        unsafe {
-            let e = exp(_mm512_castsi512_ps(_mm512_or_si512(
-                _mm512_castps_si512(x),
-                _mm512_set1_epi32(i32::MIN),
-            ))); // e^{-|x|}
-            let one = splat(1.0);
-            let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
-            let num = _mm512_mask_blend_ps(neg, one, e);
-            _mm512_div_ps(num, _mm512_add_ps(one, e))
-        }
+    pub(crate) fn sigmoid(x: __m512) -> __m512 {
+        let e = exp(_mm512_castsi512_ps(_mm512_or_si512(
+            _mm512_castps_si512(x),
+            _mm512_set1_epi32(i32::MIN),
+        ))); // e^{-|x|}
+        let one = splat(1.0);
+        let neg = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, _mm512_setzero_ps());
+        let num = _mm512_mask_blend_ps(neg, one, e);
+        _mm512_div_ps(num, _mm512_add_ps(one, e))
     }
 
     /// Applies `f` to `n` floats from `src` into `dst` (which may be `src`), the tail
@@ -553,15 +487,19 @@ pub mod avx512 {
         n: usize,
         f: impl Fn(__m512) -> __m512,
     ) {
-        // SAFETY: the caller's contract; masked lanes are neither read nor written.
-        unsafe {
-            let mut i = 0;
-            while i + 16 <= n {
-                _mm512_storeu_ps(dst.add(i), f(_mm512_loadu_ps(src.add(i))));
-                i += 16;
-            }
-            if i < n {
-                let k: __mmask16 = (1u16 << (n - i)) - 1;
+        let mut i = 0;
+        while i + 16 <= n {
+            // SAFETY: `i + 16 <= n` by the loop bound; the caller gives `n` readable floats
+            // at `src` and `n` writable ones at `dst`, and a CPU with AVX-512F.
+            unsafe { _mm512_storeu_ps(dst.add(i), f(_mm512_loadu_ps(src.add(i)))) };
+            i += 16;
+        }
+        if i < n {
+            let k: __mmask16 = (1u16 << (n - i)) - 1;
+            // SAFETY: mask `k` selects the `n - i < 16` lanes left, all inside the `n`
+            // floats of `src`/`dst` (contract); masked-off lanes are neither read nor
+            // written, and the contract gives AVX-512F.
+            unsafe {
                 let v = f(_mm512_maskz_loadu_ps(k, src.add(i)));
                 _mm512_mask_storeu_ps(dst.add(i), k, v);
             }
@@ -574,10 +512,11 @@ pub mod avx512 {
             /// The function over `n` floats from `src` into `dst` (which may equal `src`).
             ///
             /// # Safety
-            /// AVX-512F; `src` readable and `dst` writable for `n` floats.
+            /// `src` readable and `dst` writable for `n` floats.
             #[target_feature(enable = "avx512f")]
             pub(crate) unsafe fn $name(src: *const f32, dst: *mut f32, n: usize) {
-                // SAFETY: the caller's contract.
+                // SAFETY: `map` needs what this fn's caller promises (`n` floats at `src`
+                // and at `dst`) and AVX-512F, which is enabled for this fn.
                 unsafe { map(src, dst, n, |v| $f(v)) }
             }
         };

@@ -30,18 +30,10 @@ pub(crate) fn layer_norm(
     pool: Option<&Pool>,
 ) {
     assert!(src.len() >= rows * n && dst.len() >= rows * n);
-    run(
-        isa::isa(),
-        src.as_ptr(),
-        dst.as_mut_ptr(),
-        rows,
-        n,
-        gamma,
-        beta,
-        eps,
-        stats,
-        pool,
-    )
+    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+    // SAFETY: `src` and `dst` are a shared and a mutable slice (so disjoint), each of
+    // at least `rows · n` floats by the assert.
+    unsafe { run(isa::isa(), s, d, rows, n, gamma, beta, eps, stats, pool) }
 }
 
 /// [`layer_norm`] on the path `isa` asks for.
@@ -60,18 +52,10 @@ pub(crate) fn layer_norm_isa(
     pool: Option<&Pool>,
 ) {
     assert!(src.len() >= rows * n && dst.len() >= rows * n);
-    run(
-        isa,
-        src.as_ptr(),
-        dst.as_mut_ptr(),
-        rows,
-        n,
-        gamma,
-        beta,
-        eps,
-        stats,
-        pool,
-    )
+    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+    // SAFETY: both slices hold `rows · n` floats or more (asserted), and `&`/`&mut`
+    // slices never overlap.
+    unsafe { run(isa, s, d, rows, n, gamma, beta, eps, stats, pool) }
 }
 
 /// [`layer_norm`] in place, on the path `isa` asks for.
@@ -90,12 +74,16 @@ pub(crate) fn layer_norm_inplace_isa(
 ) {
     assert!(x.len() >= rows * n);
     let p = x.as_mut_ptr();
-    run(isa, p, p, rows, n, gamma, beta, eps, stats, pool)
+    // SAFETY: `p` is `x`'s, `rows · n` floats or more (asserted), read and written in place.
+    unsafe { run(isa, p, p, rows, n, gamma, beta, eps, stats, pool) }
 }
 
-/// `src`/`dst` hold `rows · n` floats (checked by callers), same buffer or disjoint.
+/// LayerNormalization of `rows` rows of `n` floats from `src` into `dst`.
+///
+/// # Safety
+/// `src` readable and `dst` writable for `rows · n` floats, the same buffer or disjoint.
 #[allow(clippy::too_many_arguments)]
-fn run(
+unsafe fn run(
     isa: Isa,
     src: *const f32,
     dst: *mut f32,
@@ -122,21 +110,28 @@ fn run(
     let avx2 = math::use_avx2(isa);
     for_ranges(pool, rows, n * 3, &|r| {
         for i in r {
-            // SAFETY: row i < rows is inside both buffers; tasks have disjoint rows;
-            // gamma/beta hold n floats (asserted).
-            let (mean, inv) = unsafe {
-                let (s, d) = (src.get().add(i * n) as *const f32, dst.get().add(i * n));
-                let b = beta.map(|b| b.as_ptr());
+            // SAFETY: `i < rows`, so row i's offset `i · n` lies inside both buffers of
+            // `rows · n` floats (the contract).
+            let (s, d) = unsafe { (src.get().add(i * n) as *const f32, dst.get().add(i * n)) };
+            let (g, b) = (gamma.as_ptr(), beta.map(|b| b.as_ptr()));
+            let (mean, inv) = {
                 #[cfg(target_arch = "x86_64")]
                 if avx2 {
-                    avx2_row(s, d, n, gamma.as_ptr(), b, eps)
+                    // SAFETY: `avx2` is `use_avx2(isa)`, true only with AVX2+FMA detected;
+                    // `s`/`d` hold row i's n floats (tasks own disjoint rows), `g`/`b` n
+                    // floats each (asserted).
+                    unsafe { avx2_row(s, d, n, g, b, eps) }
                 } else {
-                    scalar_row(s, d, n, gamma.as_ptr(), b, eps)
+                    // SAFETY: row i's n floats at `s` and `d`, this task's alone, and
+                    // gamma/beta's n floats (asserted at the top) are what it reads.
+                    unsafe { scalar_row(s, d, n, g, b, eps) }
                 }
                 #[cfg(not(target_arch = "x86_64"))]
                 {
                     let _ = avx2;
-                    scalar_row(s, d, n, gamma.as_ptr(), b, eps)
+                    // SAFETY: portable build: the row pointers cover row i's n floats,
+                    // `g`/`b` n floats (asserted), as `scalar_row` needs.
+                    unsafe { scalar_row(s, d, n, g, b, eps) }
                 }
             };
             if let Some((m, v)) = stats {
@@ -160,29 +155,31 @@ unsafe fn scalar_row(
     b: Option<*const f32>,
     eps: f32,
 ) -> (f32, f32) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        let mut sum = 0.0f32;
-        for j in 0..n {
-            sum += *s.add(j);
-        }
-        let mean = sum / n as f32;
-        let mut ss = 0.0f32;
-        for j in 0..n {
-            let c = *s.add(j) - mean;
-            ss += c * c;
-        }
-        let inv = 1.0 / (ss / n as f32 + eps).sqrt();
-        for j in 0..n {
+    let mut sum = 0.0f32;
+    for j in 0..n {
+        // SAFETY: `j < n`, and `s` is readable for `n` floats (contract).
+        sum += unsafe { *s.add(j) };
+    }
+    let mean = sum / n as f32;
+    let mut ss = 0.0f32;
+    for j in 0..n {
+        // SAFETY: `s[j]` with `j < n` again, the second pass over the row.
+        let c = unsafe { *s.add(j) } - mean;
+        ss += c * c;
+    }
+    let inv = 1.0 / (ss / n as f32 + eps).sqrt();
+    for j in 0..n {
+        // SAFETY: `j < n`: `s`, `g` (and `b`) are readable and `d` writable for `n`
+        // floats; element j of `s` is read before `d` (maybe `s`) is written there.
+        unsafe {
             let y = (*s.add(j) - mean) * inv * *g.add(j);
             *d.add(j) = match b {
                 Some(b) => y + *b.add(j),
                 None => y,
             };
         }
-        (mean, inv)
     }
+    (mean, inv)
 }
 
 /// # Safety
@@ -197,67 +194,81 @@ unsafe fn avx2_row(
     b: Option<*const f32>,
     eps: f32,
 ) -> (f32, f32) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        use super::softmax::hsum;
-        use std::arch::x86_64::*;
-        let body = n / 8 * 8;
-        let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let mut j = 0;
-        while j + 16 <= body {
+    use super::softmax::hsum;
+    use std::arch::x86_64::*;
+    let body = n / 8 * 8;
+    let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut j = 0;
+    while j + 16 <= body {
+        // SAFETY: `j + 16 <= body <= n` by the loop bound; `s` holds `n` floats.
+        unsafe {
             a0 = _mm256_add_ps(a0, _mm256_loadu_ps(s.add(j)));
             a1 = _mm256_add_ps(a1, _mm256_loadu_ps(s.add(j + 8)));
-            j += 16;
         }
-        if j < body {
-            a0 = _mm256_add_ps(a0, _mm256_loadu_ps(s.add(j)));
-        }
-        let mut sum = hsum(_mm256_add_ps(a0, a1));
-        for j in body..n {
-            sum += *s.add(j);
-        }
-        let mean = sum / n as f32;
-        let vm = _mm256_set1_ps(mean);
-        let (mut q0, mut q1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        j = 0;
-        while j + 16 <= body {
-            let c0 = _mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm);
-            let c1 = _mm256_sub_ps(_mm256_loadu_ps(s.add(j + 8)), vm);
-            q0 = _mm256_fmadd_ps(c0, c0, q0);
-            q1 = _mm256_fmadd_ps(c1, c1, q1);
-            j += 16;
-        }
-        if j < body {
-            let c0 = _mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm);
-            q0 = _mm256_fmadd_ps(c0, c0, q0);
-        }
-        let mut ss = hsum(_mm256_add_ps(q0, q1));
-        for j in body..n {
-            let c = *s.add(j) - mean;
-            ss += c * c;
-        }
-        let inv = 1.0 / (ss / n as f32 + eps).sqrt();
-        let vi = _mm256_set1_ps(inv);
-        j = 0;
-        while j < body {
+        j += 16;
+    }
+    if j < body {
+        // SAFETY: `body` is a multiple of 8 and `j < body`, so `s[j..j + 8]` is in the row.
+        a0 = _mm256_add_ps(a0, unsafe { _mm256_loadu_ps(s.add(j)) });
+    }
+    let mut sum = hsum(_mm256_add_ps(a0, a1));
+    for j in body..n {
+        // SAFETY: the tail `body <= j < n` of `s`'s `n` floats.
+        sum += unsafe { *s.add(j) };
+    }
+    let mean = sum / n as f32;
+    let vm = _mm256_set1_ps(mean);
+    let (mut q0, mut q1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    j = 0;
+    while j + 16 <= body {
+        // SAFETY: the second pass: 16 floats `j..j + 16` of `s`, below `body <= n`.
+        let (x0, x1) = unsafe { (_mm256_loadu_ps(s.add(j)), _mm256_loadu_ps(s.add(j + 8))) };
+        let c0 = _mm256_sub_ps(x0, vm);
+        let c1 = _mm256_sub_ps(x1, vm);
+        q0 = _mm256_fmadd_ps(c0, c0, q0);
+        q1 = _mm256_fmadd_ps(c1, c1, q1);
+        j += 16;
+    }
+    if j < body {
+        // SAFETY: one last full vector: `j < body`, both multiples of 8, `body <= n`.
+        let c0 = _mm256_sub_ps(unsafe { _mm256_loadu_ps(s.add(j)) }, vm);
+        q0 = _mm256_fmadd_ps(c0, c0, q0);
+    }
+    let mut ss = hsum(_mm256_add_ps(q0, q1));
+    for j in body..n {
+        // SAFETY: `j` in the scalar tail `body..n` of the row at `s`.
+        let c = unsafe { *s.add(j) } - mean;
+        ss += c * c;
+    }
+    let inv = 1.0 / (ss / n as f32 + eps).sqrt();
+    let vi = _mm256_set1_ps(inv);
+    j = 0;
+    while j < body {
+        // SAFETY: `j + 8 <= body <= n` (`body` a multiple of 8): `s`, `g` (and `b`) are
+        // readable and `d` writable there (contract); `s[j..]` is loaded before `d[j..]`,
+        // maybe the same floats, is stored.
+        unsafe {
             let c = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm), vi);
             let y = match b {
                 Some(b) => _mm256_fmadd_ps(c, _mm256_loadu_ps(g.add(j)), _mm256_loadu_ps(b.add(j))),
                 None => _mm256_mul_ps(c, _mm256_loadu_ps(g.add(j))),
             };
             _mm256_storeu_ps(d.add(j), y);
-            j += 8;
         }
-        for j in body..n {
+        j += 8;
+    }
+    for j in body..n {
+        // SAFETY: scalar tail `body <= j < n` of the row: read `s`, `g`, `b`, then write
+        // `d`, all `n` floats long (contract).
+        unsafe {
             let y = (*s.add(j) - mean) * inv * *g.add(j);
             *d.add(j) = match b {
                 Some(b) => y + *b.add(j),
                 None => y,
             };
         }
-        (mean, inv)
     }
+    (mean, inv)
 }
 
 /// Sum of `f(v)` over `x` in 16 f32 lanes per block of 1,024 values, the blocks summed

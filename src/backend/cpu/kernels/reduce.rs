@@ -380,7 +380,7 @@ fn rows_kept(
 fn fold_run(isa: Isa, fold: Fold, x: &[f32], shift: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if math::use_avx2(isa) {
-        // SAFETY: AVX2 checked.
+        // SAFETY: `use_avx2` just saw AVX2 and FMA on this CPU, all `fold_run` needs.
         return unsafe { avx2::fold_run(fold, x, shift) };
     }
     let _ = isa;
@@ -394,7 +394,8 @@ fn fold_rows(isa: Isa, fold: Fold, acc: &mut [f32], x: &[f32], shift: &[f32]) {
     assert!(fold != Fold::ExpSum || shift.len() == x.len());
     #[cfg(target_arch = "x86_64")]
     if math::use_avx2(isa) {
-        // SAFETY: AVX2 checked; lengths checked.
+        // SAFETY: AVX2+FMA detected by `use_avx2`; `x` is as long as `acc` and so is
+        // `shift` for ExpSum (both asserted above).
         unsafe { avx2::fold_rows(fold, acc, x, shift) };
         return;
     }
@@ -411,10 +412,18 @@ mod avx2 {
     use crate::backend::cpu::kernels::math::avx2 as vm;
     use std::arch::x86_64::*;
 
+    // `map`, `combine`, `run` and `rows` are `#[inline(always)]`, which `#[target_feature]`
+    // does not allow, so that each fold's loop is specialised with no branch in it: so
+    // they are `unsafe fn`s whose contract is the CPU features, called from the two
+    // `#[target_feature]` entry points below.
+
+    /// `x` under the fold's map (|x|, x², e^(x − shift), else x).
+    ///
+    /// # Safety
+    /// The CPU has AVX2+FMA.
     #[inline(always)]
     unsafe fn map(fold: Fold, x: __m256, shift: __m256) -> __m256 {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
+        // SAFETY: the caller promises AVX2+FMA, all these register operations need.
         unsafe {
             match fold {
                 Fold::AbsSum => vm::abs(x),
@@ -425,10 +434,13 @@ mod avx2 {
         }
     }
 
+    /// The fold's vector combine (product, NaN-keeping max/min, else sum).
+    ///
+    /// # Safety
+    /// The CPU has AVX2+FMA.
     #[inline(always)]
     unsafe fn combine(fold: Fold, acc: __m256, v: __m256) -> __m256 {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
+        // SAFETY: register-only AVX/AVX2 work, and the contract says the CPU has them.
         unsafe {
             match fold {
                 Fold::Prod => _mm256_mul_ps(acc, v),
@@ -442,98 +454,107 @@ mod avx2 {
     /// AVX2+FMA.
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn fold_run(fold: Fold, x: &[f32], shift: f32) -> f32 {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            // One instantiation per fold, so that the loop has no branch in it.
-            macro_rules! with {
+        // One instantiation per fold, so that the loop has no branch in it.
+        macro_rules! with {
             ($($f:ident)*) => {
-                match fold {
-                    $(Fold::$f => run(Fold::$f, x, shift),)*
+                // SAFETY: `run` needs only AVX2+FMA, which `fold_run` is compiled for.
+                unsafe {
+                    match fold {
+                        $(Fold::$f => run(Fold::$f, x, shift),)*
+                    }
                 }
             };
         }
-            with!(Sum AbsSum SquareSum ExpSum Prod Max Min)
-        }
+        with!(Sum AbsSum SquareSum ExpSum Prod Max Min)
     }
 
+    /// # Safety
+    /// The CPU has AVX2+FMA.
     #[inline(always)]
     unsafe fn run(fold: Fold, x: &[f32], shift: f32) -> f32 {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let n = x.len();
-            let p = x.as_ptr();
-            let s = _mm256_set1_ps(shift);
-            // Four accumulators hide the add latency.
-            let mut acc = [_mm256_set1_ps(fold.init()); 4];
-            let mut i = 0;
-            while i + 32 <= n {
-                for (k, a) in acc.iter_mut().enumerate() {
-                    *a = combine(fold, *a, map(fold, _mm256_loadu_ps(p.add(i + 8 * k)), s));
-                }
-                i += 32;
+        let n = x.len();
+        let p = x.as_ptr();
+        // SAFETY: a register broadcast; the contract gives AVX.
+        let s = unsafe { _mm256_set1_ps(shift) };
+        // Four accumulators hide the add latency.
+        // SAFETY: as for `s`, a broadcast of the fold's identity.
+        let mut acc = [unsafe { _mm256_set1_ps(fold.init()) }; 4];
+        let mut i = 0;
+        while i + 32 <= n {
+            for (k, a) in acc.iter_mut().enumerate() {
+                // SAFETY: `i + 8·k + 8 <= i + 32 <= n` (k < 4, loop bound): inside `x`;
+                // map and combine need AVX2+FMA, which the contract gives.
+                *a = unsafe { combine(fold, *a, map(fold, _mm256_loadu_ps(p.add(i + 8 * k)), s)) };
             }
-            while i + 8 <= n {
-                acc[0] = combine(fold, acc[0], map(fold, _mm256_loadu_ps(p.add(i)), s));
-                i += 8;
-            }
-            let mut lanes = [0f32; 32];
-            for (k, a) in acc.iter().enumerate() {
-                _mm256_storeu_ps(lanes.as_mut_ptr().add(8 * k), *a);
-            }
-            let mut r = fold.init();
-            for v in lanes {
-                r = fold.combine(r, v);
-            }
-            for &v in &x[i..] {
-                r = fold.combine(r, fold.map(v, shift));
-            }
-            r
+            i += 32;
         }
+        while i + 8 <= n {
+            // SAFETY: `i + 8 <= n` by the loop bound, so `x[i..i + 8]`; AVX2+FMA (contract).
+            acc[0] = unsafe { combine(fold, acc[0], map(fold, _mm256_loadu_ps(p.add(i)), s)) };
+            i += 8;
+        }
+        let mut lanes = [0f32; 32];
+        for (k, a) in acc.iter().enumerate() {
+            // SAFETY: `k < 4`, so `lanes[8·k..8·k + 8]` is inside the local 32 floats.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr().add(8 * k), *a) };
+        }
+        let mut r = fold.init();
+        for v in lanes {
+            r = fold.combine(r, v);
+        }
+        for &v in &x[i..] {
+            r = fold.combine(r, fold.map(v, shift));
+        }
+        r
     }
 
     /// # Safety
     /// AVX2+FMA; `x` as long as `acc`, and `shift` too for `ExpSum`.
     #[target_feature(enable = "avx2,fma")]
     pub(crate) unsafe fn fold_rows(fold: Fold, acc: &mut [f32], x: &[f32], shift: &[f32]) {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            macro_rules! with {
+        macro_rules! with {
             ($($f:ident)*) => {
-                match fold {
-                    $(Fold::$f => rows(Fold::$f, acc, x, shift),)*
+                // SAFETY: `rows` needs AVX2+FMA (enabled here) and the lengths that the
+                // caller of `fold_rows` promised for these same slices.
+                unsafe {
+                    match fold {
+                        $(Fold::$f => rows(Fold::$f, acc, x, shift),)*
+                    }
                 }
             };
         }
-            with!(Sum AbsSum SquareSum ExpSum Prod Max Min)
-        }
+        with!(Sum AbsSum SquareSum ExpSum Prod Max Min)
     }
 
+    /// # Safety
+    /// AVX2+FMA; `x` as long as `acc`, and `shift` too for `ExpSum`.
     #[inline(always)]
     unsafe fn rows(fold: Fold, acc: &mut [f32], x: &[f32], shift: &[f32]) {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let n = acc.len();
-            let (a, p) = (acc.as_mut_ptr(), x.as_ptr());
-            let exp = fold == Fold::ExpSum;
-            let mut i = 0;
-            while i + 8 <= n {
-                let s = if exp {
+        let n = acc.len();
+        let (a, p) = (acc.as_mut_ptr(), x.as_ptr());
+        let exp = fold == Fold::ExpSum;
+        let mut i = 0;
+        while i + 8 <= n {
+            // SAFETY: `i + 8 <= n` by the loop bound; `shift` holds `n` floats when `exp`
+            // (contract); AVX (contract) for the zero vector otherwise.
+            let s = unsafe {
+                if exp {
                     _mm256_loadu_ps(shift.as_ptr().add(i))
                 } else {
                     _mm256_setzero_ps()
-                };
+                }
+            };
+            // SAFETY: `x` and `acc` hold `n` floats (contract) and `i + 8 <= n`; `acc` is
+            // `&mut`, so `a` is its only access; AVX2+FMA by the contract.
+            unsafe {
                 let v = map(fold, _mm256_loadu_ps(p.add(i)), s);
                 _mm256_storeu_ps(a.add(i), combine(fold, _mm256_loadu_ps(a.add(i)), v));
-                i += 8;
             }
-            for k in i..n {
-                let s = if exp { shift[k] } else { 0.0 };
-                acc[k] = fold.combine(acc[k], fold.map(x[k], s));
-            }
+            i += 8;
+        }
+        for k in i..n {
+            let s = if exp { shift[k] } else { 0.0 };
+            acc[k] = fold.combine(acc[k], fold.map(x[k], s));
         }
     }
 }

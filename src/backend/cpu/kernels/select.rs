@@ -113,31 +113,42 @@ pub(crate) unsafe fn select<T: Copy + Send + Sync>(
     );
     let [sc, sx, sy, _] = *walk.inner_strides();
     walk.for_each(pool, 1, |offs, at, len| {
-        // SAFETY: the walk keeps every offset inside its operand; each run writes its
-        // own part of `out`, reading each aliased element before writing it.
-        unsafe {
-            let (c, x, y, d) = (
+        // SAFETY: the walk keeps each operand's offset `offs[k]` inside it and the run's
+        // start `at` inside `out`'s total, which the contract sizes.
+        let (c, x, y, d) = unsafe {
+            (
                 c.get().add(offs[0]),
                 x.get().add(offs[1]),
                 y.get().add(offs[2]),
                 o.get().add(at),
-            );
-            match (sc, sx, sy) {
-                // Relu's gradient: a mask, the incoming gradient and a zero scalar.
-                (1, 1, 0) => {
-                    let y0 = *y;
-                    for k in 0..len {
-                        *d.add(k) = if *c.add(k) != 0 { *x.add(k) } else { y0 };
-                    }
+            )
+        };
+        match (sc, sx, sy) {
+            // Relu's gradient: a mask, the incoming gradient and a zero scalar.
+            (1, 1, 0) => {
+                // SAFETY: stride 0: `y` is one element of the y operand (walk offset).
+                let y0 = unsafe { *y };
+                for k in 0..len {
+                    // SAFETY: `k < len`: cond and x run contiguously for the run's `len`
+                    // elements, `d` is this run's own part of `out`; `x[k]` (maybe the
+                    // same element) is read before `d[k]` is written.
+                    unsafe { *d.add(k) = if *c.add(k) != 0 { *x.add(k) } else { y0 } };
                 }
-                (1, 0, 1) => {
-                    let x0 = *x;
-                    for k in 0..len {
-                        *d.add(k) = if *c.add(k) != 0 { x0 } else { *y.add(k) };
-                    }
+            }
+            (1, 0, 1) => {
+                // SAFETY: `x` has stride 0 here: one element inside the x operand.
+                let x0 = unsafe { *x };
+                for k in 0..len {
+                    // SAFETY: cond, y and this run's part of `out` all run `len` elements
+                    // at stride 1 and `k < len`; `y[k]` is read before `d[k]` is written.
+                    unsafe { *d.add(k) = if *c.add(k) != 0 { x0 } else { *y.add(k) } };
                 }
-                _ => {
-                    for k in 0..len {
+            }
+            _ => {
+                for k in 0..len {
+                    // SAFETY: `k < len` at each operand's own stride stays inside it (the
+                    // walk); `d + k` is in this run's part of `out`, written after reading.
+                    unsafe {
                         *d.add(k) = if *c.add(k * sc) != 0 {
                             *x.add(k * sx)
                         } else {
@@ -164,27 +175,26 @@ pub(crate) unsafe fn compare_select(
     out: *mut f32,
     pool: Option<&Pool>,
 ) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        #[cfg(target_arch = "x86_64")]
-        if crate::backend::cpu::kernels::math::use_avx512(crate::backend::cpu::isa::isa())
-            && walk.inner_strides().iter().all(|&s| s <= 1)
-        {
-            let ptrs = operands.map(|p| SyncPtr(p as *mut f32));
-            let o = SyncPtr(out);
-            let strides = *walk.inner_strides();
-            walk.for_each(pool, 1, |offs, at, len| {
-                // AVX-512F checked; the walk keeps offsets inside the operands and each run
-                // writes its own part of `out`.
-                {
-                    let p: [*const f32; OPERANDS] =
-                        std::array::from_fn(|k| ptrs[k].get().add(offs[k]) as *const f32);
-                    compare_select_avx512(op, p, strides, o.get().add(at), len)
-                }
+    #[cfg(target_arch = "x86_64")]
+    if crate::backend::cpu::kernels::math::use_avx512(crate::backend::cpu::isa::isa())
+        && walk.inner_strides().iter().all(|&s| s <= 1)
+    {
+        let ptrs = operands.map(|p| SyncPtr(p as *mut f32));
+        let o = SyncPtr(out);
+        let strides = *walk.inner_strides();
+        walk.for_each(pool, 1, |offs, at, len| {
+            let p: [*const f32; OPERANDS] = std::array::from_fn(|k| {
+                // SAFETY: the walk keeps operand k's run offset `offs[k]` inside it.
+                unsafe { ptrs[k].get().add(offs[k]) as *const f32 }
             });
-            return;
-        }
+            // SAFETY: `use_avx512` found AVX-512F; each `p[k]` holds the run's `len` floats
+            // (stride 1) or one (stride 0), and `out + at` is this run's own `len` floats.
+            unsafe { compare_select_avx512(op, p, strides, o.get().add(at), len) }
+        });
+        return;
+    }
+    // SAFETY: `compare_select_with` asks exactly this fn's contract, passed on unchanged.
+    unsafe {
         match op {
             CmpOp::Equal => compare_select_with(|a, b| a == b, walk, operands, out, pool),
             CmpOp::Greater => compare_select_with(|a, b| a > b, walk, operands, out, pool),
@@ -212,82 +222,68 @@ unsafe fn compare_select_avx512(
     out: *mut f32,
     len: usize,
 ) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        use std::arch::x86_64::*;
-        #[inline(always)]
-        unsafe fn run(
-            cmp: impl Fn(__m512, __m512) -> __mmask16,
-            p: [*const f32; OPERANDS],
-            s: [usize; OPERANDS],
-            out: *mut f32,
-            len: usize,
-        ) {
-            // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-            // used, and the CPU features it is compiled for.
+    use std::arch::x86_64::*;
+    /// # Safety
+    /// [`compare_select_avx512`]'s contract.
+    #[inline(always)]
+    unsafe fn run(
+        cmp: impl Fn(__m512, __m512) -> __mmask16,
+        p: [*const f32; OPERANDS],
+        s: [usize; OPERANDS],
+        out: *mut f32,
+        len: usize,
+    ) {
+        let load = |k: usize, at: usize, m: __mmask16| {
+            // SAFETY: operand k at stride 0 is one readable float; at stride 1 it holds
+            // `len`, and mask `m` loads lanes `at..min(at + 16, len)` only; AVX-512F is
+            // in the contract.
             unsafe {
-                let load = |k: usize, at: usize, m: __mmask16| {
-                    if s[k] == 0 {
-                        _mm512_set1_ps(*p[k])
-                    } else {
-                        _mm512_maskz_loadu_ps(m, p[k].add(at))
-                    }
-                };
-                let mut at = 0;
-                while at < len {
-                    let m: __mmask16 = if len - at >= 16 {
-                        u16::MAX
-                    } else {
-                        (1u16 << (len - at)) - 1
-                    };
-                    let take = cmp(load(0, at, m), load(1, at, m));
-                    let v = _mm512_mask_blend_ps(take, load(3, at, m), load(2, at, m));
-                    _mm512_mask_storeu_ps(out.add(at), m, v);
-                    at += 16;
+                if s[k] == 0 {
+                    _mm512_set1_ps(*p[k])
+                } else {
+                    _mm512_maskz_loadu_ps(m, p[k].add(at))
                 }
             }
+        };
+        let mut at = 0;
+        while at < len {
+            let m: __mmask16 = if len - at >= 16 {
+                u16::MAX
+            } else {
+                (1u16 << (len - at)) - 1
+            };
+            let take = cmp(load(0, at, m), load(1, at, m));
+            // SAFETY: mask `m` stores only lanes below `len` of `out` (writable for `len`),
+            // after all four operands' lanes are loaded; AVX-512F by the contract.
+            unsafe {
+                let v = _mm512_mask_blend_ps(take, load(3, at, m), load(2, at, m));
+                _mm512_mask_storeu_ps(out.add(at), m, v);
+            }
+            at += 16;
         }
-        match op {
-            CmpOp::Equal => run(
-                |a, b| _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(a, b),
-                p,
-                strides,
-                out,
-                len,
-            ),
-            CmpOp::Greater => run(
-                |a, b| _mm512_cmp_ps_mask::<_CMP_GT_OQ>(a, b),
-                p,
-                strides,
-                out,
-                len,
-            ),
-            CmpOp::GreaterOrEqual => run(
-                |a, b| _mm512_cmp_ps_mask::<_CMP_GE_OQ>(a, b),
-                p,
-                strides,
-                out,
-                len,
-            ),
-            CmpOp::Less => run(
-                |a, b| _mm512_cmp_ps_mask::<_CMP_LT_OQ>(a, b),
-                p,
-                strides,
-                out,
-                len,
-            ),
-            CmpOp::LessOrEqual => run(
-                |a, b| _mm512_cmp_ps_mask::<_CMP_LE_OQ>(a, b),
-                p,
-                strides,
-                out,
-                len,
-            ),
-        }
+    }
+    // `run` on one comparison, its closure checked outside `unsafe`.
+    macro_rules! run {
+        ($cmp:ident) => {{
+            let cmp = |a, b| _mm512_cmp_ps_mask::<$cmp>(a, b);
+            // SAFETY: `run`'s contract is this fn's, for the same pointers, strides and
+            // length, which its caller upholds.
+            unsafe { run(cmp, p, strides, out, len) }
+        }};
+    }
+    match op {
+        CmpOp::Equal => run!(_CMP_EQ_OQ),
+        CmpOp::Greater => run!(_CMP_GT_OQ),
+        CmpOp::GreaterOrEqual => run!(_CMP_GE_OQ),
+        CmpOp::Less => run!(_CMP_LT_OQ),
+        CmpOp::LessOrEqual => run!(_CMP_LE_OQ),
     }
 }
 
+/// [`compare_select`] through blocks copied to the stack, the comparison `f`.
+///
+/// # Safety
+/// As for [`compare_select`].
 unsafe fn compare_select_with(
     f: impl Fn(f32, f32) -> bool + Sync,
     walk: &Walk,
@@ -306,16 +302,20 @@ unsafe fn compare_select_with(
             let mut buf = [[0.0f32; BLOCK]; OPERANDS];
             for k in 0..OPERANDS {
                 let (p, s) = (ptrs[k].get(), strides[k]);
-                // SAFETY: the walk keeps offsets inside operand k.
-                unsafe {
-                    let at = p.add(offs[k] + start * s);
-                    match s {
-                        0 => buf[k][..n].fill(*at),
-                        1 => std::ptr::copy_nonoverlapping(at, buf[k].as_mut_ptr(), n),
-                        _ => {
-                            for (j, v) in buf[k][..n].iter_mut().enumerate() {
-                                *v = *at.add(j * s);
-                            }
+                // SAFETY: `start < len`, so `offs[k] + start·s` is still in operand k's run,
+                // which the walk keeps inside the operand.
+                let at = unsafe { p.add(offs[k] + start * s) };
+                match s {
+                    // SAFETY: stride 0: the run's one element, at `at`.
+                    0 => buf[k][..n].fill(unsafe { *at }),
+                    // SAFETY: stride 1: `n <= len - start` floats from `at` are the run's,
+                    // copied into the local block `buf[k]` (BLOCK >= n floats).
+                    1 => unsafe { std::ptr::copy_nonoverlapping(at, buf[k].as_mut_ptr(), n) },
+                    _ => {
+                        for (j, v) in buf[k][..n].iter_mut().enumerate() {
+                            // SAFETY: element `j < n` of the run at stride `s`, in operand
+                            // k by the walk.
+                            *v = unsafe { *at.add(j * s) };
                         }
                     }
                 }

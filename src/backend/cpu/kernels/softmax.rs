@@ -31,7 +31,9 @@ pub(crate) fn softmax_isa(
     pool: Option<&Pool>,
 ) {
     assert!(src.len() >= rows * n && dst.len() >= rows * n);
-    run(isa, src.as_ptr(), dst.as_mut_ptr(), rows, n, false, pool)
+    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+    // SAFETY: a `&` and a `&mut` slice, disjoint, of `rows · n` floats at least (asserted).
+    unsafe { run(isa, s, d, rows, n, false, pool) }
 }
 
 /// Softmax of each length-`n` row of `x`, in place, on the path `isa` asks for.
@@ -44,7 +46,8 @@ pub(crate) fn softmax_inplace_isa(
 ) {
     assert!(x.len() >= rows * n);
     let p = x.as_mut_ptr();
-    run(isa, p, p, rows, n, false, pool)
+    // SAFETY: `p` is `x`'s `rows · n` floats (asserted), softmaxed in place.
+    unsafe { run(isa, p, p, rows, n, false, pool) }
 }
 
 /// [`log_softmax`] on the path `isa` asks for.
@@ -57,7 +60,9 @@ pub(crate) fn log_softmax_isa(
     pool: Option<&Pool>,
 ) {
     assert!(src.len() >= rows * n && dst.len() >= rows * n);
-    run(isa, src.as_ptr(), dst.as_mut_ptr(), rows, n, true, pool)
+    let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+    // SAFETY: the assert gives both slices `rows · n` floats; `&` and `&mut` are disjoint.
+    unsafe { run(isa, s, d, rows, n, true, pool) }
 }
 
 /// LogSoftmax of each length-`n` row of `x`, in place, on the path `isa` asks for.
@@ -71,12 +76,15 @@ pub(crate) fn log_softmax_inplace_isa(
 ) {
     assert!(x.len() >= rows * n);
     let p = x.as_mut_ptr();
-    run(isa, p, p, rows, n, true, pool)
+    // SAFETY: in place over `x`, whose length is at least `rows · n` (asserted).
+    unsafe { run(isa, p, p, rows, n, true, pool) }
 }
 
-/// `src` and `dst` hold `rows · n` floats (checked by the callers) and are either the
-/// same buffer or disjoint.
-fn run(
+/// Softmax (LogSoftmax if `log`) of each length-`n` row of `src` into `dst`.
+///
+/// # Safety
+/// `src` and `dst` hold `rows · n` floats and are either the same buffer or disjoint.
+unsafe fn run(
     isa: Isa,
     src: *const f32,
     dst: *mut f32,
@@ -92,17 +100,19 @@ fn run(
     let avx2 = math::use_avx2(isa);
     for_ranges(pool, rows, n * 4, &|r| {
         for i in r {
-            // SAFETY: row i < rows lies inside both buffers; rows are disjoint per task.
-            unsafe {
-                let (s, d) = (src.get().add(i * n) as *const f32, dst.get().add(i * n));
-                #[cfg(target_arch = "x86_64")]
-                if avx2 {
-                    avx2_row(s, d, n, log);
-                    continue;
-                }
-                let _ = avx2;
-                scalar_row(s, d, n, log);
+            // SAFETY: row i < rows starts `i · n` floats into both `rows · n` buffers.
+            let (s, d) = unsafe { (src.get().add(i * n) as *const f32, dst.get().add(i * n)) };
+            #[cfg(target_arch = "x86_64")]
+            if avx2 {
+                // SAFETY: `avx2` came from `use_avx2`, which checked AVX2+FMA; row i's n
+                // floats at `s`/`d` belong to this task alone.
+                unsafe { avx2_row(s, d, n, log) };
+                continue;
             }
+            let _ = avx2;
+            // SAFETY: `s` and `d` point at row i, n floats inside both buffers (contract),
+            // and no other task touches row i.
+            unsafe { scalar_row(s, d, n, log) };
         }
     });
 }
@@ -131,40 +141,46 @@ pub(crate) fn softmax_strided(
             for c0 in (0..inner).step_by(LANES) {
                 let w = LANES.min(inner - c0);
                 let at = |i: usize| (o * n + i) * inner + c0;
-                // SAFETY: lane block c0..c0 + w of row o lies inside both buffers, which
-                // the caller sized [outer, n, inner]; tasks own disjoint rows o.
-                unsafe {
-                    let (s, d) = (src.get() as *const f32, dst.get());
-                    max[..w].fill(f32::NEG_INFINITY);
-                    sum[..w].fill(0.0);
-                    for i in 0..n {
-                        let x = std::slice::from_raw_parts(s.add(at(i)), w);
-                        for (m, &v) in max[..w].iter_mut().zip(x) {
-                            *m = m.max(v);
-                        }
+                let (s, d) = (src.get() as *const f32, dst.get());
+                max[..w].fill(f32::NEG_INFINITY);
+                sum[..w].fill(0.0);
+                for i in 0..n {
+                    // SAFETY: `at(i) + w <= (o·n + i + 1)·inner`, inside `src`, which the
+                    // caller sized `[outer, n, inner]`; only reads, and only for this loop.
+                    let x = unsafe { std::slice::from_raw_parts(s.add(at(i)), w) };
+                    for (m, &v) in max[..w].iter_mut().zip(x) {
+                        *m = m.max(v);
                     }
-                    for i in 0..n {
-                        let (x, y) = (s.add(at(i)), d.add(at(i)));
-                        for k in 0..w {
-                            let e = math::exp(*x.add(k) - max[k]);
-                            sum[k] += e;
-                            if !log {
-                                *y.add(k) = e;
-                            }
-                        }
-                    }
+                }
+                for i in 0..n {
+                    // SAFETY: row i's lane block starts at `at(i)`, inside both buffers
+                    // sized `[outer, n, inner]` by the caller.
+                    let (x, y) = unsafe { (s.add(at(i)), d.add(at(i))) };
                     for k in 0..w {
-                        sum[k] = if log {
-                            max[k] + sum[k].ln()
-                        } else {
-                            1.0 / sum[k]
-                        };
-                    }
-                    for i in 0..n {
-                        let (x, y) = (s.add(at(i)), d.add(at(i)));
-                        for (k, &t) in sum[..w].iter().enumerate() {
-                            *y.add(k) = if log { *x.add(k) - t } else { *y.add(k) * t };
+                        // SAFETY: `k < w`, so `x + k` is in the lane block just offset.
+                        let e = math::exp(unsafe { *x.add(k) } - max[k]);
+                        sum[k] += e;
+                        if !log {
+                            // SAFETY: `y + k`, `k < w`, in `dst`'s row o, which this task
+                            // owns; `x[k]` was read just before.
+                            unsafe { *y.add(k) = e };
                         }
+                    }
+                }
+                for k in 0..w {
+                    sum[k] = if log {
+                        max[k] + sum[k].ln()
+                    } else {
+                        1.0 / sum[k]
+                    };
+                }
+                for i in 0..n {
+                    // SAFETY: `at(i)` is the same in-bounds lane block offset as above.
+                    let (x, y) = unsafe { (s.add(at(i)), d.add(at(i))) };
+                    for (k, &t) in sum[..w].iter().enumerate() {
+                        // SAFETY: `k < w` (`sum[..w]`): element k of row i's block, in
+                        // both buffers; this task owns row o of `dst`.
+                        unsafe { *y.add(k) = if log { *x.add(k) - t } else { *y.add(k) * t } };
                     }
                 }
             }
@@ -175,32 +191,34 @@ pub(crate) fn softmax_strided(
 /// # Safety
 /// `s` readable and `d` writable for `n` floats (possibly the same).
 unsafe fn scalar_row(s: *const f32, d: *mut f32, n: usize, log: bool) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        let mut max = f32::NEG_INFINITY;
+    let mut max = f32::NEG_INFINITY;
+    for j in 0..n {
+        // SAFETY: `j < n`, and `s` is readable for `n` floats.
+        max = max.max(unsafe { *s.add(j) });
+    }
+    let mut sum = 0.0f32;
+    if log {
         for j in 0..n {
-            max = max.max(*s.add(j));
+            // SAFETY: `s[j]`, `j < n`: the sum pass of LogSoftmax.
+            sum += math::exp(unsafe { *s.add(j) } - max);
         }
-        let mut sum = 0.0f32;
-        if log {
-            for j in 0..n {
-                sum += math::exp(*s.add(j) - max);
-            }
-            let k = max + sum.ln();
-            for j in 0..n {
-                *d.add(j) = *s.add(j) - k;
-            }
-        } else {
-            for j in 0..n {
-                let e = math::exp(*s.add(j) - max);
-                *d.add(j) = e;
-                sum += e;
-            }
-            let k = 1.0 / sum;
-            for j in 0..n {
-                *d.add(j) *= k;
-            }
+        let k = max + sum.ln();
+        for j in 0..n {
+            // SAFETY: `j < n`: read `s[j]`, then write `d[j]` (maybe the same float).
+            unsafe { *d.add(j) = *s.add(j) - k };
+        }
+    } else {
+        for j in 0..n {
+            // SAFETY: `s[j]` with `j < n`, read before `d[j]` is written below.
+            let e = math::exp(unsafe { *s.add(j) } - max);
+            // SAFETY: `d` is writable for `n` floats and `j < n`.
+            unsafe { *d.add(j) = e };
+            sum += e;
+        }
+        let k = 1.0 / sum;
+        for j in 0..n {
+            // SAFETY: `d[j]`, `j < n`, written by the loop above: scaled in place.
+            unsafe { *d.add(j) *= k };
         }
     }
 }
@@ -210,80 +228,86 @@ unsafe fn scalar_row(s: *const f32, d: *mut f32, n: usize, log: bool) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn avx2_row(s: *const f32, d: *mut f32, n: usize, log: bool) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        use std::arch::x86_64::*;
-        let body = n / 8 * 8;
-        // Max: vector lanes, then the tail.
-        let mut vmax = _mm256_set1_ps(f32::NEG_INFINITY);
-        let mut j = 0;
-        while j < body {
-            vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s.add(j)));
-            j += 8;
+    use std::arch::x86_64::*;
+    let body = n / 8 * 8;
+    // Max: vector lanes, then the tail.
+    let mut vmax = _mm256_set1_ps(f32::NEG_INFINITY);
+    let mut j = 0;
+    while j < body {
+        // SAFETY: `j + 8 <= body <= n` (`body` a multiple of 8) and `s` holds `n` floats.
+        vmax = _mm256_max_ps(vmax, unsafe { _mm256_loadu_ps(s.add(j)) });
+        j += 8;
+    }
+    let mut max = hmax(vmax);
+    for j in body..n {
+        // SAFETY: the tail `body <= j < n` of `s`.
+        max = max.max(unsafe { *s.add(j) });
+    }
+    let vm = _mm256_set1_ps(max);
+    let mut vsum = _mm256_setzero_ps();
+    j = 0;
+    while j < body {
+        // SAFETY: the exp pass reads `s[j..j + 8]`, below `body <= n`.
+        let e = math::avx2::exp(_mm256_sub_ps(unsafe { _mm256_loadu_ps(s.add(j)) }, vm));
+        if !log {
+            // SAFETY: `d[j..j + 8]`, below `body <= n`, after `s[j..j + 8]` was read.
+            unsafe { _mm256_storeu_ps(d.add(j), e) };
         }
-        let mut max = hmax(vmax);
-        for j in body..n {
-            max = max.max(*s.add(j));
-        }
-        let vm = _mm256_set1_ps(max);
-        let mut vsum = _mm256_setzero_ps();
-        j = 0;
-        while j < body {
-            let e = math::avx2::exp(_mm256_sub_ps(_mm256_loadu_ps(s.add(j)), vm));
-            if !log {
-                _mm256_storeu_ps(d.add(j), e);
-            }
-            vsum = _mm256_add_ps(vsum, e);
-            j += 8;
-        }
-        let mut sum = hsum(vsum);
-        if body < n {
-            // The tail through one padded vector, so that it gets the same exp.
-            let mut buf = [f32::NEG_INFINITY; 8];
-            std::ptr::copy_nonoverlapping(s.add(body), buf.as_mut_ptr(), n - body);
+        vsum = _mm256_add_ps(vsum, e);
+        j += 8;
+    }
+    let mut sum = hsum(vsum);
+    if body < n {
+        // The tail through one padded vector, so that it gets the same exp.
+        let mut buf = [f32::NEG_INFINITY; 8];
+        // SAFETY: the `n - body < 8` tail floats of `s` into the local `buf` of 8.
+        unsafe { std::ptr::copy_nonoverlapping(s.add(body), buf.as_mut_ptr(), n - body) };
+        // SAFETY: `buf` is a local array of 8 floats, exactly one vector to load and store.
+        unsafe {
             let e = math::avx2::exp(_mm256_sub_ps(_mm256_loadu_ps(buf.as_ptr()), vm));
             _mm256_storeu_ps(buf.as_mut_ptr(), e);
-            for (k, &v) in buf[..n - body].iter().enumerate() {
-                sum += v;
-                if !log {
-                    *d.add(body + k) = v;
-                }
+        }
+        for (k, &v) in buf[..n - body].iter().enumerate() {
+            sum += v;
+            if !log {
+                // SAFETY: `body + k < n` as `k < n - body`; `d` holds `n` floats.
+                unsafe { *d.add(body + k) = v };
             }
         }
-        if log {
-            let k = _mm256_set1_ps(max + sum.ln());
-            j = 0;
-            while j < body {
-                _mm256_storeu_ps(d.add(j), _mm256_sub_ps(_mm256_loadu_ps(s.add(j)), k));
-                j += 8;
-            }
-            let k = max + sum.ln();
-            for j in body..n {
-                *d.add(j) = *s.add(j) - k;
-            }
-        } else {
-            let k = 1.0 / sum;
-            let vk = _mm256_set1_ps(k);
-            j = 0;
-            while j < body {
-                _mm256_storeu_ps(d.add(j), _mm256_mul_ps(_mm256_loadu_ps(d.add(j)), vk));
-                j += 8;
-            }
-            for j in body..n {
-                *d.add(j) *= k;
-            }
+    }
+    if log {
+        let k = _mm256_set1_ps(max + sum.ln());
+        j = 0;
+        while j < body {
+            // SAFETY: `j + 8 <= body <= n`: load `s[j..j + 8]`, store `d[j..j + 8]`.
+            unsafe { _mm256_storeu_ps(d.add(j), _mm256_sub_ps(_mm256_loadu_ps(s.add(j)), k)) };
+            j += 8;
+        }
+        let k = max + sum.ln();
+        for j in body..n {
+            // SAFETY: the LogSoftmax tail, `body <= j < n`, in both rows.
+            unsafe { *d.add(j) = *s.add(j) - k };
+        }
+    } else {
+        let k = 1.0 / sum;
+        let vk = _mm256_set1_ps(k);
+        j = 0;
+        while j < body {
+            // SAFETY: `d[j..j + 8]`, `j + 8 <= body <= n`, rescaled in place.
+            unsafe { _mm256_storeu_ps(d.add(j), _mm256_mul_ps(_mm256_loadu_ps(d.add(j)), vk)) };
+            j += 8;
+        }
+        for j in body..n {
+            // SAFETY: `d[j]` for `body <= j < n`, the tail written above.
+            unsafe { *d.add(j) *= k };
         }
     }
 }
 
 /// The largest lane.
-///
-/// # Safety
-/// AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn hmax(v: std::arch::x86_64::__m256) -> f32 {
+pub(crate) fn hmax(v: std::arch::x86_64::__m256) -> f32 {
     use std::arch::x86_64::*;
     let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -292,12 +316,9 @@ pub(crate) unsafe fn hmax(v: std::arch::x86_64::__m256) -> f32 {
 }
 
 /// The sum of the lanes.
-///
-/// # Safety
-/// AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn hsum(v: std::arch::x86_64::__m256) -> f32 {
+pub(crate) fn hsum(v: std::arch::x86_64::__m256) -> f32 {
     use std::arch::x86_64::*;
     let m = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let m = _mm_add_ps(m, _mm_movehl_ps(m, m));

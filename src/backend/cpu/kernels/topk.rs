@@ -48,16 +48,20 @@ impl TopK {
             SyncPtr(scratch),
         );
         let task = |t: usize| {
-            // SAFETY: task t owns scratch slot t and the lanes of its range; every index
-            // below stays inside the operands the caller vouched for.
-            unsafe {
-                let order = std::slice::from_raw_parts_mut(sp.get().add(t * len), len);
-                for lane in t * lanes / tasks..(t + 1) * lanes / tasks {
-                    let (o, i) = (lane / inner, lane % inner);
-                    let at = |j: u32| *xp.get().add((o * len + j as usize) * inner + i);
-                    self.lane(order, &at);
-                    for (slot, &j) in order[..self.k].iter().enumerate() {
-                        let out = (o * self.k + slot) * inner + i;
+            // SAFETY: task `t < tasks` owns scratch slot t, `len` u32 at `t · len`, inside the
+            // scratch of `scratch_len` = tasks · len entries (contract).
+            let order = unsafe { std::slice::from_raw_parts_mut(sp.get().add(t * len), len) };
+            for lane in t * lanes / tasks..(t + 1) * lanes / tasks {
+                let (o, i) = (lane / inner, lane % inner);
+                // SAFETY: `o < outer`, `i < inner` and `j < len` (an entry of `order`), so
+                // the element is inside `x`'s outer·len·inner floats (contract).
+                let at = |j: u32| unsafe { *xp.get().add((o * len + j as usize) * inner + i) };
+                self.lane(order, &at);
+                for (slot, &j) in order[..self.k].iter().enumerate() {
+                    let out = (o * self.k + slot) * inner + i;
+                    // SAFETY: `slot < k`, so `out` is inside the outer·k·inner elements of
+                    // `values` and `indices` (contract); lane (o, i) is this task's alone.
+                    unsafe {
                         *vp.get().add(out) = at(j);
                         *ip.get().add(out) = j as i64;
                     }

@@ -42,26 +42,34 @@ pub(crate) unsafe fn ensemble_rows(
         for start in range.clone().step_by(GROUP) {
             let n = GROUP.min(range.end - start);
             let mut picks = [0usize; GROUP];
-            // SAFETY: rows start..start+n < rows: their part of x, of the scratch and of
-            // the outputs lie inside the buffers, and no other task touches them.
-            let result = unsafe {
-                let x =
-                    std::slice::from_raw_parts_mut(sp.get().add(start * features), n * features);
-                for (f, v) in x.iter_mut().enumerate() {
-                    *v = *xp.get().add(start * features + f) as f64;
-                }
-                let s = std::slice::from_raw_parts_mut(
+            // SAFETY: rows `start..start + n` (all < rows) are this task's: their
+            // `n · features` f64 at the scratch's front are inside its rows × (features +
+            // width) (contract), and no other task touches them.
+            let x = unsafe {
+                std::slice::from_raw_parts_mut(sp.get().add(start * features), n * features)
+            };
+            for (f, v) in x.iter_mut().enumerate() {
+                // SAFETY: `f < n · features`: a float of this group's rows of `x`, which
+                // holds rows × features (contract).
+                *v = unsafe { *xp.get().add(start * features + f) } as f64;
+            }
+            // SAFETY: the scores scratch after the rows × features converted rows, at this
+            // group's `n · width` f64: inside the scratch, disjoint from `x` above.
+            let s = unsafe {
+                std::slice::from_raw_parts_mut(
                     sp.get().add(rows * features + start * width),
                     n * width,
-                );
-                let seen =
-                    std::slice::from_raw_parts_mut(seenp.get().add(start * width), n * width);
-                let result = e.rows(x, features, s, seen, &mut picks[..n]);
-                for (k, &v) in s.iter().enumerate() {
-                    *scores.get().add(start * width + k) = v as f32;
-                }
-                result
+                )
             };
+            // SAFETY: `seen` holds rows × width bools (contract); these are this group's.
+            let seen = unsafe {
+                std::slice::from_raw_parts_mut(seenp.get().add(start * width), n * width)
+            };
+            let result = e.rows(x, features, s, seen, &mut picks[..n]);
+            for (k, &v) in s.iter().enumerate() {
+                // SAFETY: `k < n · width`: this group's scores in the rows × width output.
+                unsafe { *scores.get().add(start * width + k) = v as f32 };
+            }
             if let Err(m) = result {
                 if let Ok(mut f) = failure.lock() {
                     f.get_or_insert(m);
@@ -70,7 +78,8 @@ pub(crate) unsafe fn ensemble_rows(
             }
             if let Some((p, l)) = labels {
                 for (r, &pick) in picks[..n].iter().enumerate() {
-                    // SAFETY: as above; pick < width = the labels' count.
+                    // SAFETY: `start + r < rows`, inside the labels output (one per row), and
+                    // this task's row; `l.get` bounds the label itself.
                     unsafe { *p.get().add(start + r) = l.get(pick).copied().unwrap_or_default() };
                 }
             }

@@ -267,20 +267,25 @@ unsafe fn run_binary_elem<T: Elem>(
     copy: Option<(usize, Loc)>,
     y: &Slot,
 ) -> Result<(), String> {
-    // SAFETY: the caller's contract; an operand that is the output's buffer is read
-    // from its copy, so the slices below never alias the output.
-    unsafe {
-        let mut ptrs = [cx.ptr(a.loc) as *const T, cx.ptr(b.loc) as *const T];
-        if let Some((k, at)) = copy {
-            let dst = cx.ptr(at) as *mut T;
-            std::ptr::copy_nonoverlapping(ptrs[k], dst, y.elements());
-            ptrs[k] = dst;
-        }
-        let a_s = std::slice::from_raw_parts(ptrs[0], a.elements());
-        let b_s = std::slice::from_raw_parts(ptrs[1], b.elements());
-        let out = std::slice::from_raw_parts_mut(cx.ptr(y.loc) as *mut T, y.elements());
-        binary::binary_elem(op, plan, a_s, b_s, out, cx.pool)
+    let mut ptrs = [cx.ptr(a.loc) as *const T, cx.ptr(b.loc) as *const T];
+    if let Some((k, at)) = copy {
+        let dst = cx.ptr(at) as *mut T;
+        // SAFETY: operand k is the output's buffer, `y.elements()` `T`s (contract), and
+        // `at` the scratch lowering sized for the output: another buffer.
+        unsafe { std::ptr::copy_nonoverlapping(ptrs[k], dst, y.elements()) };
+        ptrs[k] = dst;
     }
+    // SAFETY: each operand slot (or its copy) holds `T`s of its shape (contract), and
+    // none is the output's buffer any more, so these do not alias `out`.
+    let (a_s, b_s) = unsafe {
+        (
+            std::slice::from_raw_parts(ptrs[0], a.elements()),
+            std::slice::from_raw_parts(ptrs[1], b.elements()),
+        )
+    };
+    // SAFETY: the output slot holds `y.elements()` `T`s (contract), only written here.
+    let out = unsafe { std::slice::from_raw_parts_mut(cx.ptr(y.loc) as *mut T, y.elements()) };
+    binary::binary_elem(op, plan, a_s, b_s, out, cx.pool)
 }
 
 pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
@@ -353,60 +358,72 @@ impl Kernel for EltStep {
                 )
             };
         }
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let y = std::slice::from_raw_parts_mut(cx.f32_mut(&self.y), self.y.elements());
-            match &self.what {
-                Elt::Unary { op, x } if x.loc == self.y.loc => binary::unary_inplace(*op, y),
-                Elt::Unary { op, x } => {
-                    binary::unary(*op, std::slice::from_raw_parts(cx.f32(x), x.elements()), y)
-                }
-                // x is y's own buffer or a distinct one (the planner shares whole buffers).
-                Elt::Act { act, x } => act.apply_from(cx.f32(x), y, cx.pool),
-                Elt::Binary {
-                    op,
-                    a,
-                    b,
-                    copy,
-                    plan,
-                } => {
-                    let mut ptrs = [cx.f32(a), cx.f32(b)];
-                    if let Some((k, at)) = copy {
-                        let dst = cx.ptr(*at) as *mut f32;
-                        std::ptr::copy_nonoverlapping(ptrs[*k], dst, self.y.elements());
-                        ptrs[*k] = dst;
-                    }
-                    let a_s = std::slice::from_raw_parts(ptrs[0], a.elements());
-                    let b_s = std::slice::from_raw_parts(ptrs[1], b.elements());
-                    binary::binary_planned(isa::isa(), *op, plan, a_s, b_s, y, cx.pool);
-                }
-                Elt::BinaryElem { .. } => unreachable!("run above"),
-                Elt::Adam { ins, extra } => {
-                    let ptrs: [*const f32; 11] = std::array::from_fn(|k| cx.f32(&ins[k]));
-                    let outs = [y.as_mut_ptr(), cx.f32_mut(&extra[0]), cx.f32_mut(&extra[1])];
-                    adam::run(isa::isa(), &ptrs, &outs, y.len(), cx.pool);
-                }
-                Elt::Fused { lp, ins, extra } => {
-                    let mut ptrs = [std::ptr::null::<f32>(); MAX_INPUTS];
-                    for (p, s) in ptrs.iter_mut().zip(ins) {
-                        *p = cx.f32(s);
-                    }
-                    // Every exported step holds a tile buffer, so there are few of them.
-                    let mut outs = [y.as_mut_ptr(); MAX_BUFFERS + 1];
-                    for (o, s) in outs[1..].iter_mut().zip(extra) {
-                        *o = cx.f32_mut(s);
-                    }
-                    lp.run(
-                        isa::isa(),
-                        &ptrs[..ins.len()],
-                        &outs[..lp.outputs()],
-                        cx.pool,
-                    );
-                }
+        // SAFETY: the Kernel::run contract: y's slot holds its shape's f32; an input that
+        // shares y's buffer is read through `y` or a copy below, not a second slice.
+        let y = unsafe { std::slice::from_raw_parts_mut(cx.f32_mut(&self.y), self.y.elements()) };
+        match &self.what {
+            Elt::Unary { op, x } if x.loc == self.y.loc => binary::unary_inplace(*op, y),
+            Elt::Unary { op, x } => {
+                // SAFETY: x's slot holds its f32 (Kernel::run contract), in a buffer other
+                // than y's (the locations differ and the planner shares whole buffers).
+                let x = unsafe { std::slice::from_raw_parts(cx.f32(x), x.elements()) };
+                binary::unary(*op, x, y)
             }
-            Ok(())
+            // SAFETY: x has y's shape (an activation's), so `y.len()` readable floats, and is
+            // y's own buffer or a distinct one (the planner shares whole buffers).
+            Elt::Act { act, x } => unsafe { act.apply_from(cx.f32(x), y, cx.pool) },
+            Elt::Binary {
+                op,
+                a,
+                b,
+                copy,
+                plan,
+            } => {
+                let mut ptrs = [cx.f32(a), cx.f32(b)];
+                if let Some((k, at)) = copy {
+                    let dst = cx.ptr(*at) as *mut f32;
+                    // SAFETY: operand k shares y's buffer: `y.elements()` floats, copied to
+                    // the scratch that build sized `y.bytes()` for, a distinct buffer.
+                    unsafe { std::ptr::copy_nonoverlapping(ptrs[*k], dst, self.y.elements()) };
+                    ptrs[*k] = dst;
+                }
+                // SAFETY: both operands' slots (or the copy) hold their shapes' f32, and
+                // neither is y's buffer now, so they do not alias `y`.
+                let (a_s, b_s) = unsafe {
+                    (
+                        std::slice::from_raw_parts(ptrs[0], a.elements()),
+                        std::slice::from_raw_parts(ptrs[1], b.elements()),
+                    )
+                };
+                binary::binary_planned(isa::isa(), *op, plan, a_s, b_s, y, cx.pool);
+            }
+            Elt::BinaryElem { .. } => unreachable!("run above"),
+            Elt::Adam { ins, extra } => {
+                let ptrs: [*const f32; 11] = std::array::from_fn(|k| cx.f32(&ins[k]));
+                let outs = [y.as_mut_ptr(), cx.f32_mut(&extra[0]), cx.f32_mut(&extra[1])];
+                // SAFETY: `is_adam` admitted this node only with `adam::available`, tensors
+                // of y's shape at TENSOR_INPUTS, one-element scalars elsewhere, and three
+                // outputs of y's shape (distinct slots), which is `adam::run`'s contract.
+                unsafe { adam::run(isa::isa(), &ptrs, &outs, y.len(), cx.pool) };
+            }
+            Elt::Fused { lp, ins, extra } => {
+                let mut ptrs = [std::ptr::null::<f32>(); MAX_INPUTS];
+                for (p, s) in ptrs.iter_mut().zip(ins) {
+                    *p = cx.f32(s);
+                }
+                // Every exported step holds a tile buffer, so there are few of them.
+                let mut outs = [y.as_mut_ptr(); MAX_BUFFERS + 1];
+                for (o, s) in outs[1..].iter_mut().zip(extra) {
+                    *o = cx.f32_mut(s);
+                }
+                let (ins, outs) = (&ptrs[..ins.len()], &outs[..lp.outputs()]);
+                // SAFETY: the slots hold their shapes' f32 (Kernel::run contract), the
+                // loop's inputs and outputs; the planner lets an output take over only an
+                // input buffer of its own shape, as `FusedLoop::run` allows.
+                unsafe { lp.run(isa::isa(), ins, outs, cx.pool) };
+            }
         }
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         matches!(self.what, Elt::BinaryElem { op: BinOp::Div, dtype, .. } if dtype.is_int())

@@ -81,21 +81,23 @@ unsafe fn run_elem<T: Elem>(cx: &Cx, s: &ReduceStep) -> Result<(), String> {
 
 impl Kernel for ReduceStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            if self.x.dtype != DType::F32 {
-                return with_dtype!(self.x.dtype, run_elem(cx, self));
-            }
-            let x = std::slice::from_raw_parts(cx.f32(&self.x), self.x.elements());
-            let y = std::slice::from_raw_parts_mut(cx.f32_mut(&self.y), self.y.elements());
-            let scratch = match self.scratch {
-                Some(at) => std::slice::from_raw_parts_mut(cx.ptr(at) as *mut f32, y.len()),
-                None => &mut [],
-            };
-            reduce::reduce(isa::isa(), self.kind, &self.plan, x, y, scratch, cx.pool);
-            Ok(())
+        if self.x.dtype != DType::F32 {
+            // SAFETY: the Kernel::run contract: x and y hold `x.dtype` elements of their
+            // shapes (lowering gave them one dtype), which is `run_elem`'s contract.
+            return unsafe { with_dtype!(self.x.dtype, run_elem(cx, self)) };
         }
+        // SAFETY: x's slot holds its shape's f32 (Kernel::run contract), only read here.
+        let x = unsafe { std::slice::from_raw_parts(cx.f32(&self.x), self.x.elements()) };
+        // SAFETY: y's slot holds its shape's f32, a buffer other than x's (a reduction is
+        // never planned in place).
+        let y = unsafe { std::slice::from_raw_parts_mut(cx.f32_mut(&self.y), self.y.elements()) };
+        let scratch = match self.scratch {
+            // SAFETY: build asked `y.bytes()` of scratch, `y.len()` floats, this step's own.
+            Some(at) => unsafe { std::slice::from_raw_parts_mut(cx.ptr(at) as *mut f32, y.len()) },
+            None => &mut [],
+        };
+        reduce::reduce(isa::isa(), self.kind, &self.plan, x, y, scratch, cx.pool);
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false
@@ -150,24 +152,23 @@ pub(crate) fn build_topk(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for TopKStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: the slots hold their shapes' elements (x and
-        // values f32, K and indices i64), the scratch what build_topk asked for.
-        unsafe {
-            let k = *(cx.ptr(self.k.loc) as *const i64);
-            if k != self.topk.k as i64 {
-                return Err(format!(
-                    "K is {k} but the output was shaped for {}",
-                    self.topk.k
-                ));
-            }
-            self.topk.run(
-                cx.f32(&self.x),
-                cx.f32_mut(&self.values),
-                cx.ptr(self.indices.loc) as *mut i64,
-                cx.ptr(self.scratch) as *mut u32,
-                cx.pool,
-            );
+        // SAFETY: K's slot holds one i64 (build_topk checked its dtype and element count).
+        let k = unsafe { *(cx.ptr(self.k.loc) as *const i64) };
+        if k != self.topk.k as i64 {
+            return Err(format!(
+                "K is {k} but the output was shaped for {}",
+                self.topk.k
+            ));
         }
+        let (x, values) = (cx.f32(&self.x), cx.f32_mut(&self.values));
+        let (indices, scratch) = (cx.ptr(self.indices.loc) as *mut i64, cx.ptr(self.scratch));
+        // SAFETY: by the Kernel::run contract x holds outer·len·inner f32, values and
+        // indices outer·k·inner f32 and i64 (k is their axis), and the scratch the
+        // `scratch_len` u32 that build_topk asked for with this pool's threads.
+        unsafe {
+            self.topk
+                .run(x, values, indices, scratch as *mut u32, cx.pool)
+        };
         Ok(())
     }
     fn kind(&self) -> &'static str {

@@ -68,28 +68,25 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for TreeEnsembleStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: x holds rows × features f32, the outputs
-        // rows × width f32 and rows i64, the scratch what lowering asked for.
-        unsafe {
-            let scratch = cx.ptr(self.scratch);
-            let out = TreeOutputs {
-                scores: cx.f32_mut(&self.scores),
-                labels: self.labels.as_ref().and_then(|l| {
-                    let labels = self.ensemble.int_labels()?;
-                    Some((cx.ptr(l.loc) as *mut i64, labels))
-                }),
-            };
-            ensemble_rows(
-                &self.ensemble,
-                cx.f32(&self.x),
-                self.rows,
-                self.features,
-                scratch as *mut f64,
-                scratch.add(self.seen_at) as *mut bool,
-                &out,
-                cx.pool,
-            )
-        }
+        let scratch = cx.ptr(self.scratch);
+        let out = TreeOutputs {
+            scores: cx.f32_mut(&self.scores),
+            labels: self.labels.as_ref().and_then(|l| {
+                let labels = self.ensemble.int_labels()?;
+                Some((cx.ptr(l.loc) as *mut i64, labels))
+            }),
+        };
+        // `seen_at` bytes of f64 scratch come first, then the `seen` flags (an offset
+        // inside the scratch build asked for; no access here).
+        let (f64s, seen) = (
+            scratch as *mut f64,
+            scratch.wrapping_add(self.seen_at) as *mut bool,
+        );
+        let (e, x, rows, features) = (&self.ensemble, cx.f32(&self.x), self.rows, self.features);
+        // SAFETY: the Kernel::run contract: x holds rows × features f32, the outputs rows ×
+        // width f32 and rows i64; the scratch `seen_at + rows · width` bytes: rows ×
+        // (features + width) f64, then rows × width bools at `seen`.
+        unsafe { ensemble_rows(e, x, rows, features, f64s, seen, &out, cx.pool) }
     }
     fn kind(&self) -> &'static str {
         "tree-ensemble"
