@@ -122,19 +122,27 @@ const LANES: usize = 64;
 
 /// Softmax (or LogSoftmax if `log`) along the middle axis of `[outer, n, inner]`:
 /// each of the `outer·inner` lanes (stride `inner`) on its own, `LANES` neighbouring
-/// lanes at once so the loops run over contiguous memory. `src` may be `dst`: each
-/// element is read before it is written.
+/// lanes at once so the loops run over contiguous memory. Panics unless `src` and `dst`
+/// hold at least `outer·n·inner` floats.
 pub(crate) fn softmax_strided(
-    src: *const f32,
-    dst: *mut f32,
+    src: &[f32],
+    dst: &mut [f32],
     [outer, n, inner]: [usize; 3],
     log: bool,
     pool: Option<&Pool>,
 ) {
-    if n == 0 || inner == 0 {
+    let len = outer * n * inner;
+    assert!(
+        src.len() >= len && dst.len() >= len,
+        "softmax_strided: {} and {} floats for [{outer}, {n}, {inner}]",
+        src.len(),
+        dst.len()
+    );
+    if len == 0 {
         return;
     }
-    let (src, dst) = (SyncPtr(src as *mut f32), SyncPtr(dst));
+    // The tasks write disjoint rows of `dst`, so they share it as a pointer.
+    let (src, dst) = (SyncPtr(src.as_ptr() as *mut f32), SyncPtr(dst.as_mut_ptr()));
     for_ranges(pool, outer, n * inner * 4, &|r| {
         let (mut max, mut sum) = ([0f32; LANES], [0f32; LANES]);
         for o in r {
@@ -145,8 +153,8 @@ pub(crate) fn softmax_strided(
                 max[..w].fill(f32::NEG_INFINITY);
                 sum[..w].fill(0.0);
                 for i in 0..n {
-                    // SAFETY: `at(i) + w <= (o·n + i + 1)·inner`, inside `src`, which the
-                    // caller sized `[outer, n, inner]`; only reads, and only for this loop.
+                    // SAFETY: `at(i) + w <= (o·n + i + 1)·inner`, inside `src`, whose length
+                    // was asserted; only reads, and only for this loop.
                     let x = unsafe { std::slice::from_raw_parts(s.add(at(i)), w) };
                     for (m, &v) in max[..w].iter_mut().zip(x) {
                         *m = m.max(v);
@@ -154,7 +162,7 @@ pub(crate) fn softmax_strided(
                 }
                 for i in 0..n {
                     // SAFETY: row i's lane block starts at `at(i)`, inside both buffers
-                    // sized `[outer, n, inner]` by the caller.
+                    // (their lengths asserted at least `outer·n·inner`).
                     let (x, y) = unsafe { (s.add(at(i)), d.add(at(i))) };
                     for k in 0..w {
                         // SAFETY: `k < w`, so `x + k` is in the lane block just offset.

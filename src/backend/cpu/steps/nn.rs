@@ -407,13 +407,7 @@ impl Kernel for NnStep {
                 n,
                 inner,
                 log,
-            } => softmax::softmax_strided(
-                x.as_ptr(),
-                y.as_mut_ptr(),
-                [*rows, *n, *inner],
-                *log,
-                pool,
-            ),
+            } => softmax::softmax_strided(x, y, [*rows, *n, *inner], *log, pool),
             Nn::LayerNorm {
                 rows,
                 n,
