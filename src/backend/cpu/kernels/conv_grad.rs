@@ -160,34 +160,14 @@ mod tests {
                         super::super::conv::conv_plain_scratch_len(&s)
                             .max(per_position_scratch_len(&s))
                     ];
+                    let (xp, wp, bp) = (x.as_ptr(), w.as_ptr(), Some(bias.as_ptr()));
+                    let (sp, none) = (scratch.as_mut_ptr(), Act::None);
                     // SAFETY: x, w, y and scratch are sized from `s` as conv_im2col requires.
-                    unsafe {
-                        conv_im2col(
-                            None,
-                            &s,
-                            w.as_ptr(),
-                            Some(bias.as_ptr()),
-                            x.as_ptr(),
-                            None,
-                            want.as_mut_ptr(),
-                            Act::None,
-                            scratch.as_mut_ptr(),
-                        );
-                    }
+                    unsafe { conv_im2col(None, &s, wp, bp, xp, None, want.as_mut_ptr(), none, sp) };
                     let mut got = vec![f32::NAN; len];
+                    let (pool, yp) = (pool.as_ref(), got.as_mut_ptr());
                     // SAFETY: the same buffers, with scratch sized for the per-position kernel too.
-                    unsafe {
-                        conv_per_position(
-                            isa,
-                            pool.as_ref(),
-                            &s,
-                            x.as_ptr(),
-                            w.as_ptr(),
-                            Some(bias.as_ptr()),
-                            got.as_mut_ptr(),
-                            scratch.as_mut_ptr(),
-                        );
-                    }
+                    unsafe { conv_per_position(isa, pool, &s, xp, wp, bp, yp, sp) };
                     for (j, (a, b)) in got.iter().zip(&want).enumerate() {
                         assert!(
                             (a - b).abs() <= 1e-4 * (1.0 + b.abs()),

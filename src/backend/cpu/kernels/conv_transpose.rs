@@ -106,28 +106,19 @@ pub(crate) unsafe fn conv_transpose(
     let bias = bias.map(|b| SyncPtr(b as *mut f32));
     for n in 0..s.n {
         for gi in 0..g {
-            // SAFETY: offsets stay inside the buffers sized per the contract.
-            unsafe {
-                // A[r, c] = W[g·Cg + c, r]: W's rows for this group, transposed.
-                let a = Mat {
-                    ptr: w.add(gi * cg * rows),
-                    rs: 1,
-                    cs: rows,
-                };
-                let b = Mat::rows(x.add((n * s.c + gi * cg) * vol), vol);
-                gemm_with_isa(
-                    isa,
-                    pool,
-                    rows,
-                    vol,
-                    cg,
-                    a,
-                    b,
-                    scratch,
-                    vol,
-                    &Epilogue::NONE,
-                );
-            }
+            // A[r, c] = W[g·Cg + c, r]: W's rows for this group, transposed.
+            let a = Mat {
+                // SAFETY: group gi's Cg input channels of w start gi·Cg·rows floats in.
+                ptr: unsafe { w.add(gi * cg * rows) },
+                rs: 1,
+                cs: rows,
+            };
+            // SAFETY: image n, group gi's Cg channel volumes start inside x.
+            let b = Mat::rows(unsafe { x.add((n * s.c + gi * cg) * vol) }, vol);
+            let none = &Epilogue::NONE;
+            // SAFETY: a is rows × Cg, b Cg × vol, and scratch (`scratch_len` floats)
+            // takes the rows × vol column matrix, apart from both.
+            unsafe { gemm_with_isa(isa, pool, rows, vol, cg, a, b, scratch, vol, none) };
             let y0 = (n * s.m + gi * mg) * ovol;
             for_ranges(pool, mg, rows / mg * vol, &|range| {
                 for m in range {
@@ -320,19 +311,10 @@ mod tests {
                     let want = reference(&s, &x, &wt, &bias);
                     let mut y = vec![f32::NAN; want.len()];
                     let mut scratch = vec![0.0; s.scratch_len()];
+                    let (xp, wp, bp) = (x.as_ptr(), wt.as_ptr(), Some(bias.as_ptr()));
+                    let (yp, sp) = (y.as_mut_ptr(), scratch.as_mut_ptr());
                     // SAFETY: x, w, bias, y and scratch are sized from `s`; isa is one this CPU has.
-                    unsafe {
-                        conv_transpose(
-                            isa,
-                            pool.as_ref(),
-                            &s,
-                            x.as_ptr(),
-                            wt.as_ptr(),
-                            Some(bias.as_ptr()),
-                            y.as_mut_ptr(),
-                            scratch.as_mut_ptr(),
-                        )
-                    };
+                    unsafe { conv_transpose(isa, pool.as_ref(), &s, xp, wp, bp, yp, sp) };
                     for (i, (a, b)) in y.iter().zip(&want).enumerate() {
                         assert!(
                             (a - b).abs() <= 1e-4 * (1.0 + b.abs()),

@@ -38,32 +38,41 @@ unsafe fn copy_run(
     len: usize,
     elem: usize,
 ) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let e = elem as isize;
-        if src_step == e && dst_step == e {
-            std::ptr::copy_nonoverlapping(src, dst, len * elem);
-            return;
-        }
-        macro_rules! typed {
-            ($T:ty) => {{
-                let (s, d) = (src as *const $T, dst as *mut $T);
-                let (ss, ds) = (src_step / e, dst_step / e);
-                for i in 0..len as isize {
+    let e = elem as isize;
+    if src_step == e && dst_step == e {
+        // SAFETY: both runs are contiguous, len·elem bytes from src and from dst, which
+        // the contract makes valid and apart.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, len * elem) };
+        return;
+    }
+    macro_rules! typed {
+        ($T:ty) => {{
+            let (s, d) = (src as *const $T, dst as *mut $T);
+            let (ss, ds) = (src_step / e, dst_step / e);
+            for i in 0..len as isize {
+                // SAFETY: element i < len of each run (i steps on) is an address the
+                // contract makes valid; `$T` is `elem` bytes, moved unaligned.
+                unsafe {
                     d.offset(i * ds)
-                        .write_unaligned(s.offset(i * ss).read_unaligned());
-                }
-            }};
-        }
-        match elem {
-            1 => typed!(u8),
-            2 => typed!(u16),
-            4 => typed!(u32),
-            8 => typed!(u64),
-            _ => {
-                for i in 0..len as isize {
-                    copy_elem(src.offset(i * src_step), dst.offset(i * dst_step), elem);
-                }
+                        .write_unaligned(s.offset(i * ss).read_unaligned())
+                };
+            }
+        }};
+    }
+    match elem {
+        1 => typed!(u8),
+        2 => typed!(u16),
+        4 => typed!(u32),
+        8 => typed!(u64),
+        _ => {
+            for i in 0..len as isize {
+                let (from, to) = (
+                    src.wrapping_offset(i * src_step),
+                    dst.wrapping_offset(i * dst_step),
+                );
+                // SAFETY: element i < len of each run: `elem` bytes at i·step, valid by
+                // the contract, one in each of the two non-overlapping runs.
+                unsafe { copy_elem(from, to, elem) };
             }
         }
     }
@@ -74,7 +83,8 @@ unsafe fn copy_run(
 /// # Safety
 /// `dst` writable for `len · value.len()` bytes.
 unsafe fn fill(dst: *mut u8, len: usize, value: &[u8]) {
-    // SAFETY: the caller's contract.
+    // SAFETY: the contract gives len·value.len() writable bytes at dst, which no one
+    // else touches meanwhile.
     let out = unsafe { std::slice::from_raw_parts_mut(dst, len * value.len()) };
     if value.iter().all(|&b| b == 0) {
         out.fill(0);
@@ -365,36 +375,49 @@ impl TableCopy {
                         off + v
                     };
                 }
-                // SAFETY: the tables keep every offset inside the source (the caller's
-                // contract); each row writes its own part of `dst`.
-                unsafe {
-                    let out = d.get().add(row * row_bytes);
-                    if off == FILL {
-                        fill(out, self.inner.len(), value);
-                        continue;
-                    }
-                    if let Some((p, o)) = prev.filter(|&(_, o)| o == off) {
-                        std::ptr::copy_nonoverlapping(d.get().add(p * row_bytes), out, row_bytes);
-                        prev = Some((row, o));
-                        continue;
-                    }
-                    prev = Some((row, off));
-                    let base = s.get().offset(off);
-                    match &self.pieces {
-                        Some(pieces) => {
-                            for p in pieces {
-                                match *p {
-                                    Piece::Run { at, src, len } => std::ptr::copy_nonoverlapping(
+                // Each row writes its own row_bytes of `dst`.
+                // SAFETY: output row `row` < rows starts row·row_bytes into dst, which
+                // holds all rows (the contract).
+                let out = unsafe { d.get().add(row * row_bytes) };
+                if off == FILL {
+                    // SAFETY: the row's inner.len() elements of es bytes at `out`.
+                    unsafe { fill(out, self.inner.len(), value) };
+                    continue;
+                }
+                if let Some((p, o)) = prev.filter(|&(_, o)| o == off) {
+                    let done = d.get().wrapping_add(p * row_bytes);
+                    // SAFETY: row p < row, finished by this task, and this row are two
+                    // distinct rows of dst, row_bytes each.
+                    unsafe { std::ptr::copy_nonoverlapping(done, out, row_bytes) };
+                    prev = Some((row, o));
+                    continue;
+                }
+                prev = Some((row, off));
+                // SAFETY: `off` sums one entry of each outer table: inside the source by
+                // the contract.
+                let base = unsafe { s.get().offset(off) };
+                match &self.pieces {
+                    Some(pieces) => {
+                        for p in pieces {
+                            match *p {
+                                // SAFETY: a run's len elements from inner offset `src` of
+                                // the row's source and to element `at` of its output.
+                                Piece::Run { at, src, len } => unsafe {
+                                    std::ptr::copy_nonoverlapping(
                                         base.offset(src),
                                         out.add(at * es),
                                         len * es,
-                                    ),
-                                    Piece::Fill { at, len } => fill(out.add(at * es), len, value),
-                                }
+                                    )
+                                },
+                                // SAFETY: elements at..at + len of this output row.
+                                Piece::Fill { at, len } => unsafe {
+                                    fill(out.add(at * es), len, value)
+                                },
                             }
                         }
-                        None => self.gather_row(base, out, value),
                     }
+                    // SAFETY: `base` is the row's source, `out` its output row.
+                    None => unsafe { self.gather_row(base, out, value) },
                 }
             }
         });
@@ -406,34 +429,39 @@ impl TableCopy {
     /// As [`TableCopy::run`], for one row.
     #[inline(always)]
     unsafe fn gather_row(&self, base: *const u8, out: *mut u8, value: &[u8]) {
-        // SAFETY: the caller's contract.
-        unsafe {
-            macro_rules! typed {
-                ($T:ty) => {{
-                    let o = out as *mut $T;
-                    let fill = (value.as_ptr() as *const $T).read_unaligned();
-                    for (i, &v) in self.inner.iter().enumerate() {
-                        let x = if v == FILL {
-                            fill
-                        } else {
-                            (base.offset(v) as *const $T).read_unaligned()
-                        };
-                        o.add(i).write_unaligned(x);
-                    }
-                }};
-            }
-            match self.elem {
-                1 => typed!(u8),
-                2 => typed!(u16),
-                4 => typed!(u32),
-                8 => typed!(u64),
-                es => {
-                    for (i, &v) in self.inner.iter().enumerate() {
-                        if v == FILL {
-                            fill(out.add(i * es), 1, value);
-                        } else {
-                            copy_elem(base.offset(v), out.add(i * es), es);
-                        }
+        macro_rules! typed {
+            ($T:ty) => {{
+                let o = out as *mut $T;
+                // SAFETY: `value` is one element, elem = size_of::<$T>() bytes (`run`
+                // debug-asserts its length).
+                let fill = unsafe { (value.as_ptr() as *const $T).read_unaligned() };
+                for (i, &v) in self.inner.iter().enumerate() {
+                    let x = if v == FILL {
+                        fill
+                    } else {
+                        // SAFETY: inner offset v of the row's source, readable by the
+                        // contract, read unaligned.
+                        unsafe { (base.offset(v) as *const $T).read_unaligned() }
+                    };
+                    // SAFETY: element i < inner.len() of the output row at `out`.
+                    unsafe { o.add(i).write_unaligned(x) };
+                }
+            }};
+        }
+        match self.elem {
+            1 => typed!(u8),
+            2 => typed!(u16),
+            4 => typed!(u32),
+            8 => typed!(u64),
+            es => {
+                for (i, &v) in self.inner.iter().enumerate() {
+                    if v == FILL {
+                        // SAFETY: element i < inner.len() of the output row, es bytes.
+                        unsafe { fill(out.add(i * es), 1, value) };
+                    } else {
+                        // SAFETY: source element at inner offset v (readable by the
+                        // contract) to output element i of the row.
+                        unsafe { copy_elem(base.offset(v), out.add(i * es), es) };
                     }
                 }
             }
@@ -447,7 +475,8 @@ impl TableCopy {
 /// `indices` must hold more than `k` elements of the given width.
 #[inline(always)]
 unsafe fn index_at(indices: *const u8, wide: bool, k: usize) -> i64 {
-    // SAFETY: the caller's contract.
+    // SAFETY: element k of the index buffer exists (the contract), read unaligned as
+    // the width says.
     unsafe {
         if wide {
             (indices as *const i64).add(k).read_unaligned()
@@ -852,7 +881,8 @@ mod tests {
         assert_eq!(&out[..8], &[8., 9., 10., 11., 0., 1., 2., 3.]);
         assert_eq!(&out[12..16], &[20., 21., 22., 23.]);
         let bad: Vec<i64> = vec![0, 3, 0];
-        // SAFETY: as above.
+        // SAFETY: `bad` has g's 3 indices (one out of range, which gather reports before
+        // it copies anything); data and out as in the first call.
         let err = unsafe {
             gather(
                 &g,
@@ -873,7 +903,7 @@ mod tests {
         unsafe { cast(src.as_ptr(), ints.as_mut_ptr(), 6, None) };
         assert_eq!(ints, [1, -1, 0, 0, i32::MAX, 0]);
         let mut bools = [false; 6];
-        // SAFETY: as above.
+        // SAFETY: src and bools hold 6 elements each.
         unsafe { cast(src.as_ptr(), bools.as_mut_ptr(), 6, None) };
         assert_eq!(bools, [true, true, false, false, true, true]);
         let big = [u64::MAX, 5];

@@ -233,7 +233,8 @@ pub(crate) fn pool2d_nchw_isa(
             let mut col = [0f32; STRIDED_ROW_MAX];
             for plane in r {
                 let xs = &x[plane * h * w..(plane + 1) * h * w];
-                // SAFETY: each task writes only the output planes of its own range.
+                // SAFETY: plane < n·c of y's oh·ow planes (the separable path's range); each task
+                // writes only the planes of its own range.
                 let ys = unsafe {
                     std::slice::from_raw_parts_mut(yp.get().add(plane * oh * ow), oh * ow)
                 };
@@ -249,19 +250,10 @@ pub(crate) fn pool2d_nchw_isa(
                             ch * p.kernel[1]
                         };
                         let out = &mut ys[i * ow + vlo..i * ow + vhi];
+                        let (cols, c0) = (&col[..w], vlo - p.pads[1]);
                         // SAFETY: AVX2 checked; outputs vlo..vhi (a multiple of 8) have
                         // every tap inside the row (see vlo/vhi).
-                        unsafe {
-                            plain_row_avx2(
-                                kind,
-                                &col[..w],
-                                [0].into_iter(),
-                                vlo - p.pads[1],
-                                p,
-                                count,
-                                out,
-                            )
-                        };
+                        unsafe { plain_row_avx2(kind, cols, [0].into_iter(), c0, p, count, out) };
                     }
                     for j in 0..ow {
                         if row_vec && (vlo..vhi).contains(&j) {
@@ -296,7 +288,8 @@ pub(crate) fn pool2d_nchw_isa(
     for_ranges(pool, n * c, work, &|r| {
         for plane in r {
             let xs = &x[plane * h * w..(plane + 1) * h * w];
-            // SAFETY: each task writes only the output planes of its own range.
+            // SAFETY: y holds n·c output planes of oh·ow; this plane is in this task's range,
+            // so no other task writes it.
             let ys =
                 unsafe { std::slice::from_raw_parts_mut(yp.get().add(plane * oh * ow), oh * ow) };
             for i in 0..oh {
@@ -390,40 +383,39 @@ unsafe fn reduce_rows_avx2(
     mut rows: impl Iterator<Item = usize>,
     col: &mut [f32],
 ) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        use std::arch::x86_64::*;
-        let w = col.len();
-        let Some(first) = rows.next() else {
-            col.fill(if kind == PoolKind::Max {
-                f32::NEG_INFINITY
-            } else {
-                0.0
-            });
-            return;
-        };
-        col.copy_from_slice(&xs[first..first + w]);
-        let (cp, xp) = (col.as_mut_ptr(), xs.as_ptr());
-        let vw = w / 8 * 8;
-        for r in rows {
-            let src = &xs[r..r + w];
-            for c in (0..vw).step_by(8) {
-                let (a, v) = (_mm256_loadu_ps(cp.add(c)), _mm256_loadu_ps(xp.add(r + c)));
-                let out = match kind {
-                    // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
-                    PoolKind::Max => _mm256_max_ps(v, a),
-                    PoolKind::Average => _mm256_add_ps(a, v),
-                };
-                _mm256_storeu_ps(cp.add(c), out);
-            }
-            for c in vw..w {
-                let v = src[c];
-                match kind {
-                    PoolKind::Max if v > col[c] => col[c] = v,
-                    PoolKind::Max => {}
-                    PoolKind::Average => col[c] += v,
-                }
+    use std::arch::x86_64::*;
+    let w = col.len();
+    let Some(first) = rows.next() else {
+        col.fill(if kind == PoolKind::Max {
+            f32::NEG_INFINITY
+        } else {
+            0.0
+        });
+        return;
+    };
+    col.copy_from_slice(&xs[first..first + w]);
+    let (cp, xp) = (col.as_mut_ptr(), xs.as_ptr());
+    let vw = w / 8 * 8;
+    for r in rows {
+        let src = &xs[r..r + w];
+        for c in (0..vw).step_by(8) {
+            // SAFETY: c + 8 <= vw <= w: lanes c..c + 8 of col, and of row r of xs, which
+            // `src` has just checked holds w floats from r.
+            let (a, v) = unsafe { (_mm256_loadu_ps(cp.add(c)), _mm256_loadu_ps(xp.add(r + c))) };
+            let out = match kind {
+                // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
+                PoolKind::Max => _mm256_max_ps(v, a),
+                PoolKind::Average => _mm256_add_ps(a, v),
+            };
+            // SAFETY: the same 8 lanes c..c + 8 < w of col, which `cp` points at.
+            unsafe { _mm256_storeu_ps(cp.add(c), out) };
+        }
+        for c in vw..w {
+            let v = src[c];
+            match kind {
+                PoolKind::Max if v > col[c] => col[c] = v,
+                PoolKind::Max => {}
+                PoolKind::Average => col[c] += v,
             }
         }
     }
@@ -445,39 +437,38 @@ unsafe fn plain_row_avx2(
     count: usize,
     out: &mut [f32],
 ) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        use std::arch::x86_64::*;
-        let xp = xs.as_ptr();
-        let (kw, dw) = (p.kernel[1], p.dilations[1]);
-        let scale = _mm256_set1_ps(if count == 0 {
-            f32::NAN
-        } else {
-            1.0 / count as f32
-        });
-        for j in (0..out.len()).step_by(8) {
-            let mut acc = None;
-            for r in rows.clone() {
-                for t in 0..kw {
-                    let v = _mm256_loadu_ps(xp.add(r + c0 + j + t * dw));
-                    acc = Some(match (acc, kind) {
-                        (None, _) => v,
-                        // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
-                        (Some(a), PoolKind::Max) => _mm256_max_ps(v, a),
-                        (Some(a), PoolKind::Average) => _mm256_add_ps(a, v),
-                    });
-                }
+    use std::arch::x86_64::*;
+    let xp = xs.as_ptr();
+    let (kw, dw) = (p.kernel[1], p.dilations[1]);
+    let scale = _mm256_set1_ps(if count == 0 {
+        f32::NAN
+    } else {
+        1.0 / count as f32
+    });
+    for j in (0..out.len()).step_by(8) {
+        let mut acc = None;
+        for r in rows.clone() {
+            for t in 0..kw {
+                // SAFETY: tap t < kw of outputs j..j + 8 on the row from r: inside that
+                // row of xs for every output of `out` (the contract).
+                let v = unsafe { _mm256_loadu_ps(xp.add(r + c0 + j + t * dw)) };
+                acc = Some(match (acc, kind) {
+                    (None, _) => v,
+                    // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
+                    (Some(a), PoolKind::Max) => _mm256_max_ps(v, a),
+                    (Some(a), PoolKind::Average) => _mm256_add_ps(a, v),
+                });
             }
-            let v = match (acc, kind) {
-                (None, PoolKind::Max) => _mm256_set1_ps(f32::NEG_INFINITY),
-                // All taps on padding: 0 (or NaN when nothing counts).
-                (None, PoolKind::Average) => _mm256_mul_ps(_mm256_setzero_ps(), scale),
-                (Some(a), PoolKind::Max) => a,
-                (Some(a), PoolKind::Average) => _mm256_mul_ps(a, scale),
-            };
-            _mm256_storeu_ps(out.as_mut_ptr().add(j), v);
         }
+        let v = match (acc, kind) {
+            (None, PoolKind::Max) => _mm256_set1_ps(f32::NEG_INFINITY),
+            // All taps on padding: 0 (or NaN when nothing counts).
+            (None, PoolKind::Average) => _mm256_mul_ps(_mm256_setzero_ps(), scale),
+            (Some(a), PoolKind::Max) => a,
+            (Some(a), PoolKind::Average) => _mm256_mul_ps(a, scale),
+        };
+        // SAFETY: out.len() is a multiple of 8 (the contract), so j + 8 <= out.len().
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(j), v) };
     }
 }
 
@@ -520,7 +511,8 @@ pub(crate) fn pool2d_blocked_isa(
     for_ranges(pool, n * cb, work, &|r| {
         for plane in r {
             let xs = &x[plane * xplane..(plane + 1) * xplane];
-            // SAFETY: each task writes only the output planes of its own range.
+            // SAFETY: blocked output plane `plane` (yplane floats) of y, inside it and in this
+            // task's range alone.
             let ys =
                 unsafe { std::slice::from_raw_parts_mut(yp.get().add(plane * yplane), yplane) };
             #[cfg(target_arch = "x86_64")]
@@ -641,55 +633,61 @@ unsafe fn plane16_avx2<const MAX: bool>(
     ys: &mut [f32],
     [h, w]: [usize; 2],
 ) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        use std::arch::x86_64::*;
-        let [oh, ow] = p.out_dims(h, w);
-        let (row_step, col_step) = (p.dilations[0] * w * 16, p.dilations[1] * 16);
-        for i in 0..oh {
-            let (fh, ch) = (th.first[i], th.count[i]);
-            for j in 0..ow {
-                let (fw, cw) = (tw.first[j], tw.count[j]);
-                let out = ys.as_mut_ptr().add((i * ow + j) * 16);
-                let count = if MAX {
-                    1
-                } else if p.count_include_pad {
-                    th.padded[i] * tw.padded[j]
-                } else {
-                    ch * cw
-                };
-                if ch * cw == 0 {
-                    let v = if MAX { f32::NEG_INFINITY } else { f32::NAN };
-                    let v = if !MAX && count > 0 { 0.0 } else { v };
-                    std::slice::from_raw_parts_mut(out, 16).fill(v);
-                    continue;
-                }
-                // Offsets stay inside the plane: the taps are the window's inside ones.
-                let x0 = xs
-                    .as_ptr()
-                    .add((coord(p, 0, i, fh) * w + coord(p, 1, j, fw)) * 16);
-                let (mut a0, mut a1) = (_mm256_loadu_ps(x0), _mm256_loadu_ps(x0.add(8)));
-                for r in 0..ch {
-                    let xr = x0.add(r * row_step);
-                    for c in usize::from(r == 0)..cw {
-                        let xt = xr.add(c * col_step);
-                        let (v0, v1) = (_mm256_loadu_ps(xt), _mm256_loadu_ps(xt.add(8)));
-                        if MAX {
-                            // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
-                            a0 = _mm256_max_ps(v0, a0);
-                            a1 = _mm256_max_ps(v1, a1);
-                        } else {
-                            a0 = _mm256_add_ps(a0, v0);
-                            a1 = _mm256_add_ps(a1, v1);
-                        }
+    use std::arch::x86_64::*;
+    let [oh, ow] = p.out_dims(h, w);
+    let (row_step, col_step) = (p.dilations[0] * w * 16, p.dilations[1] * 16);
+    for i in 0..oh {
+        let (fh, ch) = (th.first[i], th.count[i]);
+        for j in 0..ow {
+            let (fw, cw) = (tw.first[j], tw.count[j]);
+            // SAFETY: output pixel (i < oh, j < ow) of the oh·ow that ys holds.
+            let out = unsafe { ys.as_mut_ptr().add((i * ow + j) * 16) };
+            let count = if MAX {
+                1
+            } else if p.count_include_pad {
+                th.padded[i] * tw.padded[j]
+            } else {
+                ch * cw
+            };
+            if ch * cw == 0 {
+                let v = if MAX { f32::NEG_INFINITY } else { f32::NAN };
+                let v = if !MAX && count > 0 { 0.0 } else { v };
+                // SAFETY: `out` starts that pixel's 16 floats; ys is not used meanwhile.
+                unsafe { std::slice::from_raw_parts_mut(out, 16) }.fill(v);
+                continue;
+            }
+            // Offsets stay inside the plane: the taps are the window's inside ones.
+            let first = (coord(p, 0, i, fh) * w + coord(p, 1, j, fw)) * 16;
+            // SAFETY: (fh, fw) is the window's first inside tap, a pixel of the h·w
+            // that xs holds.
+            let x0 = unsafe { xs.as_ptr().add(first) };
+            // SAFETY: that tap pixel's 16 floats.
+            let (mut a0, mut a1) = unsafe { (_mm256_loadu_ps(x0), _mm256_loadu_ps(x0.add(8))) };
+            for r in 0..ch {
+                // SAFETY: inside window row r < ch, dilations[0] image rows a step.
+                let xr = unsafe { x0.add(r * row_step) };
+                for c in usize::from(r == 0)..cw {
+                    // SAFETY: inside column c < cw of that row, a pixel of the plane.
+                    let xt = unsafe { xr.add(c * col_step) };
+                    // SAFETY: the tap pixel's 16 floats at xt.
+                    let (v0, v1) = unsafe { (_mm256_loadu_ps(xt), _mm256_loadu_ps(xt.add(8))) };
+                    if MAX {
+                        // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
+                        a0 = _mm256_max_ps(v0, a0);
+                        a1 = _mm256_max_ps(v1, a1);
+                    } else {
+                        a0 = _mm256_add_ps(a0, v0);
+                        a1 = _mm256_add_ps(a1, v1);
                     }
                 }
-                if !MAX {
-                    let scale = _mm256_set1_ps(1.0 / count as f32);
-                    a0 = _mm256_mul_ps(a0, scale);
-                    a1 = _mm256_mul_ps(a1, scale);
-                }
+            }
+            if !MAX {
+                let scale = _mm256_set1_ps(1.0 / count as f32);
+                a0 = _mm256_mul_ps(a0, scale);
+                a1 = _mm256_mul_ps(a1, scale);
+            }
+            // SAFETY: output pixel (i, j)'s 16 floats at `out`, inside ys.
+            unsafe {
                 _mm256_storeu_ps(out, a0);
                 _mm256_storeu_ps(out.add(8), a1);
             }
@@ -716,61 +714,64 @@ struct Taps {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn reduce_avx2(kind: PoolKind, xs: &[f32], taps: &Taps, count: usize, out: &mut [f32]) {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        use std::arch::x86_64::*;
-        const LANES: usize = 32;
-        let block = out.len();
-        let xp = xs.as_ptr();
-        if taps.rows * taps.cols == 0 {
-            let v = match kind {
-                PoolKind::Max => f32::NEG_INFINITY,
-                PoolKind::Average if count == 0 => f32::NAN,
-                PoolKind::Average => 0.0,
-            };
-            out.fill(v);
-            return;
+    use std::arch::x86_64::*;
+    const LANES: usize = 32;
+    let block = out.len();
+    let xp = xs.as_ptr();
+    if taps.rows * taps.cols == 0 {
+        let v = match kind {
+            PoolKind::Max => f32::NEG_INFINITY,
+            PoolKind::Average if count == 0 => f32::NAN,
+            PoolKind::Average => 0.0,
         };
-        let scale = _mm256_set1_ps(if count == 0 {
-            f32::NAN
-        } else {
-            1.0 / count as f32
-        });
-        let mut l0 = 0;
-        while l0 < block {
-            let nv = (block - l0).min(LANES) / 8;
-            // Loads and stores touch lanes l0..l0 + 8·nv of each tap and of out: in range
-            // by the caller's contract.
-            let mut a = [_mm256_setzero_ps(); LANES / 8];
-            let x0 = xp.add(taps.first + l0);
-            for (k, a) in a.iter_mut().enumerate().take(nv) {
-                *a = _mm256_loadu_ps(x0.add(8 * k));
-            }
-            for r in 0..taps.rows {
-                let xr = x0.add(r * taps.row_step);
-                // The first tap is already in.
-                for c in usize::from(r == 0)..taps.cols {
-                    let xt = xr.add(c * taps.col_step);
-                    for (k, a) in a.iter_mut().enumerate().take(nv) {
-                        let v = _mm256_loadu_ps(xt.add(8 * k));
-                        *a = match kind {
-                            // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
-                            PoolKind::Max => _mm256_max_ps(v, *a),
-                            PoolKind::Average => _mm256_add_ps(*a, v),
-                        };
-                    }
+        out.fill(v);
+        return;
+    };
+    let scale = _mm256_set1_ps(if count == 0 {
+        f32::NAN
+    } else {
+        1.0 / count as f32
+    });
+    let mut l0 = 0;
+    while l0 < block {
+        let nv = (block - l0).min(LANES) / 8;
+        // Loads and stores touch lanes l0..l0 + 8·nv of each tap and of out: in range
+        // by the caller's contract.
+        let mut a = [_mm256_setzero_ps(); LANES / 8];
+        // SAFETY: lane l0 < block of the first tap, whose block lanes are inside xs.
+        let x0 = unsafe { xp.add(taps.first + l0) };
+        for (k, a) in a.iter_mut().enumerate().take(nv) {
+            // SAFETY: lanes l0 + 8k..+8 of the first tap, 8·nv <= block - l0.
+            *a = unsafe { _mm256_loadu_ps(x0.add(8 * k)) };
+        }
+        for r in 0..taps.rows {
+            // SAFETY: tap row r < taps.rows, row_step floats a row, inside xs.
+            let xr = unsafe { x0.add(r * taps.row_step) };
+            // The first tap is already in.
+            for c in usize::from(r == 0)..taps.cols {
+                // SAFETY: tap column c < taps.cols of that row, col_step floats a tap.
+                let xt = unsafe { xr.add(c * taps.col_step) };
+                for (k, a) in a.iter_mut().enumerate().take(nv) {
+                    // SAFETY: lanes l0 + 8k..+8 (k < nv) of that tap: tap + block <=
+                    // xs.len() by the contract.
+                    let v = unsafe { _mm256_loadu_ps(xt.add(8 * k)) };
+                    *a = match kind {
+                        // max(v, a): a when either is NaN, i.e. "if v > a { a = v }".
+                        PoolKind::Max => _mm256_max_ps(v, *a),
+                        PoolKind::Average => _mm256_add_ps(*a, v),
+                    };
                 }
             }
-            for (k, a) in a.iter().enumerate().take(nv) {
-                let v = match kind {
-                    PoolKind::Max => *a,
-                    PoolKind::Average => _mm256_mul_ps(*a, scale),
-                };
-                _mm256_storeu_ps(out.as_mut_ptr().add(l0 + 8 * k), v);
-            }
-            l0 += 8 * nv;
         }
+        for (k, a) in a.iter().enumerate().take(nv) {
+            let v = match kind {
+                PoolKind::Max => *a,
+                PoolKind::Average => _mm256_mul_ps(*a, scale),
+            };
+            // SAFETY: out lanes l0 + 8k..+8 with k < nv: l0 + 8·nv <= block = out.len().
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(l0 + 8 * k), v) };
+        }
+        l0 += 8 * nv;
     }
 }
 
@@ -804,7 +805,7 @@ pub(crate) fn global_pool_nchw_isa(
             let xs = &x[row * hw..(row + 1) * hw];
             #[cfg(target_arch = "x86_64")]
             let v = if avx2 {
-                // SAFETY: AVX2 checked.
+                // SAFETY: `avx2` is `math::use_avx2(isa)`: the CPU has AVX2 and FMA.
                 unsafe { reduce_row_avx2(kind, xs) }
             } else {
                 reduce_row(kind, xs)
@@ -827,34 +828,38 @@ fn reduce_row(kind: PoolKind, xs: &[f32]) -> f32 {
     }
 }
 
-/// # Safety
-/// AVX2+FMA.
+/// [`reduce_row`] with AVX2: callers check the CPU has AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn reduce_row_avx2(kind: PoolKind, xs: &[f32]) -> f32 {
-    // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-    // used, and the CPU features it is compiled for.
-    unsafe {
-        use super::softmax::{hmax, hsum};
-        use std::arch::x86_64::*;
-        let body = xs.len() / 8 * 8;
-        let p = xs.as_ptr();
-        let mut a = match kind {
-            PoolKind::Max => _mm256_set1_ps(f32::NEG_INFINITY),
-            PoolKind::Average => _mm256_setzero_ps(),
+fn reduce_row_avx2(kind: PoolKind, xs: &[f32]) -> f32 {
+    use super::softmax::{hmax, hsum};
+    use std::arch::x86_64::*;
+    let body = xs.len() / 8 * 8;
+    let p = xs.as_ptr();
+    let mut a = match kind {
+        PoolKind::Max => _mm256_set1_ps(f32::NEG_INFINITY),
+        PoolKind::Average => _mm256_setzero_ps(),
+    };
+    let mut j = 0;
+    while j < body {
+        // SAFETY: j + 8 <= body <= xs.len(): eight floats of xs.
+        let v = unsafe { _mm256_loadu_ps(p.add(j)) };
+        a = match kind {
+            PoolKind::Max => _mm256_max_ps(a, v),
+            PoolKind::Average => _mm256_add_ps(a, v),
         };
-        let mut j = 0;
-        while j < body {
-            let v = _mm256_loadu_ps(p.add(j));
-            a = match kind {
-                PoolKind::Max => _mm256_max_ps(a, v),
-                PoolKind::Average => _mm256_add_ps(a, v),
-            };
-            j += 8;
+        j += 8;
+    }
+    match kind {
+        PoolKind::Max => {
+            // SAFETY: `hmax` needs AVX2, which this fn enables.
+            let m = unsafe { hmax(a) };
+            xs[body..].iter().fold(m, |m, &v| m.max(v))
         }
-        match kind {
-            PoolKind::Max => xs[body..].iter().fold(hmax(a), |m, &v| m.max(v)),
-            PoolKind::Average => (hsum(a) + xs[body..].iter().sum::<f32>()) / xs.len() as f32,
+        PoolKind::Average => {
+            // SAFETY: `hsum` needs AVX2, enabled for this fn.
+            let sum = unsafe { hsum(a) };
+            (sum + xs[body..].iter().sum::<f32>()) / xs.len() as f32
         }
     }
 }
@@ -899,7 +904,7 @@ pub(crate) fn global_pool_blocked_isa(
             let out = unsafe { std::slice::from_raw_parts_mut(yp.get().add(plane * block), block) };
             #[cfg(target_arch = "x86_64")]
             if avx2 {
-                // SAFETY: AVX2 checked.
+                // SAFETY: `math::use_avx2(isa)` said the CPU has AVX2 and FMA.
                 unsafe { global_plane_avx2(kind, xs, hw, out) };
             } else {
                 global_plane(kind, xs, hw, out);
@@ -936,13 +941,10 @@ fn global_plane(kind: PoolKind, xs: &[f32], hw: usize, out: &mut [f32]) {
     }
 }
 
-/// [`global_plane`] compiled for AVX2.
-///
-/// # Safety
-/// AVX2+FMA.
+/// [`global_plane`] compiled for AVX2: callers check the CPU has AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn global_plane_avx2(kind: PoolKind, xs: &[f32], hw: usize, out: &mut [f32]) {
+fn global_plane_avx2(kind: PoolKind, xs: &[f32], hw: usize, out: &mut [f32]) {
     global_plane(kind, xs, hw, out)
 }
 

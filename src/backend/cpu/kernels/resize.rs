@@ -64,17 +64,19 @@ impl AxisPass {
         if inner == 1 {
             for_ranges(pool, self.outer, n_out * taps_per, &|r| {
                 for o in r {
-                    // SAFETY: row o of x and of y lie inside their buffers; tap indices are
-                    // below n_in (clamped by the reference).
-                    unsafe {
-                        let (xr, yr) = (xs.get().add(o * n_in), ys.get().add(o * n_out));
-                        for (j, &(s, e)) in self.taps.iter().enumerate() {
-                            let mut acc = if s == e { extrapolated } else { 0.0 };
-                            for t in s as usize..e as usize {
-                                acc += self.weight[t] * *xr.add(self.index[t]);
-                            }
-                            *yr.add(j) = acc;
+                    // SAFETY: row o < outer of x (n_in floats) and of y (n_out floats) lie
+                    // inside their buffers.
+                    let (xr, yr) = unsafe { (xs.get().add(o * n_in), ys.get().add(o * n_out)) };
+                    for (j, &(s, e)) in self.taps.iter().enumerate() {
+                        let mut acc = if s == e { extrapolated } else { 0.0 };
+                        for t in s as usize..e as usize {
+                            // SAFETY: tap index self.index[t] < n_in (clamped by the
+                            // reference): inside row o of x.
+                            acc += self.weight[t] * unsafe { *xr.add(self.index[t]) };
                         }
+                        // SAFETY: output j < n_out (one tap range each) of row o, which
+                        // only this task writes.
+                        unsafe { *yr.add(j) = acc };
                     }
                 }
             });
@@ -84,30 +86,29 @@ impl AxisPass {
             for row in r {
                 let (o, j) = (row / n_out, row % n_out);
                 let (s, e) = self.taps[j];
-                // SAFETY: output row `row` and the input rows of its taps lie inside the
-                // buffers; each row is written by one task.
-                unsafe {
-                    let out = std::slice::from_raw_parts_mut(ys.get().add(row * inner), inner);
-                    if s == e {
-                        out.fill(extrapolated);
-                        continue;
-                    }
-                    let input = |t: usize| {
-                        std::slice::from_raw_parts(
-                            xs.get().add((o * n_in + self.index[t]) * inner),
-                            inner,
-                        )
-                    };
-                    let (s, e) = (s as usize, e as usize);
-                    let w0 = self.weight[s];
-                    for (d, &v) in out.iter_mut().zip(input(s)) {
-                        *d = w0 * v;
-                    }
-                    for t in s + 1..e {
-                        let w = self.weight[t];
-                        for (d, &v) in out.iter_mut().zip(input(t)) {
-                            *d += w * v;
-                        }
+                // SAFETY: output row `row` < outer·n_out holds inner floats inside y, and
+                // only this task writes it.
+                let out =
+                    unsafe { std::slice::from_raw_parts_mut(ys.get().add(row * inner), inner) };
+                if s == e {
+                    out.fill(extrapolated);
+                    continue;
+                }
+                let input = |t: usize| {
+                    let at = (o * n_in + self.index[t]) * inner;
+                    // SAFETY: input row index[t] < n_in of outer index o: inner floats
+                    // inside x, which does not overlap y.
+                    unsafe { std::slice::from_raw_parts(xs.get().add(at), inner) }
+                };
+                let (s, e) = (s as usize, e as usize);
+                let w0 = self.weight[s];
+                for (d, &v) in out.iter_mut().zip(input(s)) {
+                    *d = w0 * v;
+                }
+                for t in s + 1..e {
+                    let w = self.weight[t];
+                    for (d, &v) in out.iter_mut().zip(input(t)) {
+                        *d += w * v;
                     }
                 }
             }

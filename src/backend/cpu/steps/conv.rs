@@ -53,17 +53,26 @@ impl BlockedAlgo {
         act: Act,
         scratch: *mut f32,
     ) {
-        // SAFETY: the caller's contract.
-        unsafe {
-            match self {
-                BlockedAlgo::Direct(p) => conv::conv_blocked(pool, p, x, z, y, act),
-                BlockedAlgo::Subsampled(p, s) => {
-                    conv::subsample(pool, s, x, scratch);
-                    conv::conv_blocked(pool, p, scratch, z, y, act)
-                }
-                BlockedAlgo::Winograd(p) => conv::conv_winograd(pool, p, x, z, y, act, scratch),
-                BlockedAlgo::Depthwise(p) => conv::conv_depthwise_blocked(pool, p, x, z, y, act),
+        match self {
+            // SAFETY: x, z and y are sized for `p` (this fn's contract).
+            BlockedAlgo::Direct(p) => unsafe { conv::conv_blocked(pool, p, x, z, y, act) },
+            BlockedAlgo::Subsampled(p, s) => {
+                // SAFETY: x is the strided conv `s`'s input; scratch holds scratch_bytes =
+                // p.x_len() floats, the compact input, apart from x.
+                unsafe { conv::subsample(pool, s, x, scratch) };
+                // SAFETY: scratch now holds the stride-1 conv `p`'s x_len floats; z and y
+                // are its output's size, apart from scratch.
+                unsafe { conv::conv_blocked(pool, p, scratch, z, y, act) }
             }
+            // SAFETY: x, z, y as `conv_winograd` asks; scratch holds the
+            // `p.scratch_len(threads)` floats of `scratch_bytes`.
+            BlockedAlgo::Winograd(p) => unsafe {
+                conv::conv_winograd(pool, p, x, z, y, act, scratch)
+            },
+            // SAFETY: x holds `p.x_len()` floats, y and z `p.y_len()` (the contract).
+            BlockedAlgo::Depthwise(p) => unsafe {
+                conv::conv_depthwise_blocked(pool, p, x, z, y, act)
+            },
         }
     }
 
@@ -494,17 +503,16 @@ impl Trial {
 
 impl Kernel for Blocked {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let z = self.z.as_ref().map(|z| cx.f32(z));
-            let scratch = self
-                .scratch
-                .map_or(std::ptr::null_mut(), |at| cx.ptr(at) as *mut f32);
-            let (x, y) = (cx.f32(&self.x), cx.f32_mut(&self.y));
-            self.algo.run(cx.pool, x, z, y, self.act, scratch);
-            Ok(())
-        }
+        let z = self.z.as_ref().map(|z| cx.f32(z));
+        let scratch = self
+            .scratch
+            .map_or(std::ptr::null_mut(), |at| cx.ptr(at) as *mut f32);
+        let (x, y) = (cx.f32(&self.x), cx.f32_mut(&self.y));
+        // SAFETY: `cx` holds the program's arena (Kernel::run's contract), where lowering
+        // placed x, z and y at the blocked sizes of `self.algo` and a scratch of its
+        // `scratch_bytes` when it needs one.
+        unsafe { self.algo.run(cx.pool, x, z, y, self.act, scratch) };
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false
@@ -521,27 +529,29 @@ impl Kernel for Blocked {
 
 impl Kernel for Plain {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let mut z = self.z.as_ref().map(|z| cx.f32(z));
-            if let (Some(at), Some(src)) = (self.z_copy, z) {
-                let copy = cx.ptr(at) as *mut f32;
-                std::ptr::copy_nonoverlapping(src, copy, self.y.elements());
-                z = Some(copy);
-            }
-            let (pool, s, d, act) = (cx.pool, &self.shape, &self.depth, self.act);
-            let (w, x, y) = (cx.f32(&self.w), cx.f32(&self.x), cx.f32_mut(&self.y));
-            let bias = self.bias.as_ref().map(|b| cx.f32(b));
-            match self.algo {
-                PlainAlgo::Depthwise => conv::conv_depthwise(pool, s, w, bias, x, z, y, act),
-                PlainAlgo::Im2col => {
-                    let scratch = cx.ptr(self.scratch) as *mut f32;
-                    conv::conv_im2col_volume(pool, s, d, w, bias, x, z, y, act, scratch)
-                }
-            }
-            Ok(())
+        let mut z = self.z.as_ref().map(|z| cx.f32(z));
+        if let (Some(at), Some(src)) = (self.z_copy, z) {
+            let copy = cx.ptr(at) as *mut f32;
+            // SAFETY: z has y's element count, and lowering put the copy in the arena
+            // right after the im2col scratch, y.bytes() long, apart from z (which is y).
+            unsafe { std::ptr::copy_nonoverlapping(src, copy, self.y.elements()) };
+            z = Some(copy);
         }
+        let (pool, s, d, act) = (cx.pool, &self.shape, &self.depth, self.act);
+        let (w, x, y) = (cx.f32(&self.w), cx.f32(&self.x), cx.f32_mut(&self.y));
+        let bias = self.bias.as_ref().map(|b| cx.f32(b));
+        match self.algo {
+            // SAFETY: the arena (Kernel::run's contract) holds w, bias, x, z and y at the
+            // NCHW sizes of `s`, y apart from the inputs (z copied away when aliased).
+            PlainAlgo::Depthwise => unsafe { conv::conv_depthwise(pool, s, w, bias, x, z, y, act) },
+            PlainAlgo::Im2col => {
+                let scratch = cx.ptr(self.scratch) as *mut f32;
+                // SAFETY: as for depthwise, with the volume's depth `d`, and the scratch
+                // slot sized by `conv_volume_scratch_len` at lowering.
+                unsafe { conv::conv_im2col_volume(pool, s, d, w, bias, x, z, y, act, scratch) }
+            }
+        }
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false

@@ -198,26 +198,19 @@ fn blocked_repack(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for BlockedRepack {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let w = std::slice::from_raw_parts(cx.f32(&self.w), self.w.elements());
-            let bias = self
-                .bias
-                .as_ref()
-                .map(|s| std::slice::from_raw_parts(cx.f32(s), s.elements()));
-            let packed = PackedConv::new(self.shape, w, bias)?.with_plain_x(self.plain_x);
-            let z = self.z.as_ref().map(|s| cx.f32(s));
-            conv_blocked(
-                cx.pool,
-                &packed,
-                cx.f32(&self.x),
-                z,
-                cx.f32_mut(&self.y),
-                self.act,
-            );
-            Ok(())
-        }
+        // SAFETY: the weight slot holds its w.elements() floats in the arena (the
+        // Kernel::run contract); nothing writes it during the step.
+        let w = unsafe { std::slice::from_raw_parts(cx.f32(&self.w), self.w.elements()) };
+        let bias = (self.bias.as_ref())
+            // SAFETY: the bias slot likewise holds its elements, read-only here.
+            .map(|s| unsafe { std::slice::from_raw_parts(cx.f32(s), s.elements()) });
+        let packed = PackedConv::new(self.shape, w, bias)?.with_plain_x(self.plain_x);
+        let z = self.z.as_ref().map(|s| cx.f32(s));
+        let (x, y) = (cx.f32(&self.x), cx.f32_mut(&self.y));
+        // SAFETY: lowering gave x, z and y the layouts and sizes of `packed` (plain or
+        // blocked x, blocked y and z) in the arena that `cx` holds.
+        unsafe { conv_blocked(cx.pool, &packed, x, z, y, self.act) };
+        Ok(())
     }
     fn kind(&self) -> &'static str {
         "conv-blocked-repack"
@@ -226,27 +219,33 @@ impl Kernel for BlockedRepack {
 
 impl Kernel for BlockedPerPosition {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let s = &self.shape;
-            let (pool, block) = (cx.pool, BLOCK);
-            let plain_x_len = s.n * s.ic * s.ih * s.iw;
-            let plain_y_len = s.n * s.oc * s.oh * s.ow;
-            let px = cx.ptr(self.scratch) as *mut f32;
-            let py = px.add(plain_x_len);
-            let rest = py.add(plain_y_len);
-            let xb = std::slice::from_raw_parts(cx.f32(&self.x), self.x.elements());
-            let xs = std::slice::from_raw_parts_mut(px, plain_x_len);
-            reorder::to_plain(xb, xs, s.n, s.ic, s.ih * s.iw, block, pool);
-            let bias = self.bias.as_ref().map(|b| cx.f32(b));
-            conv_per_position(isa::isa(), pool, s, px, cx.f32(&self.w), bias, py, rest);
-            let ys = std::slice::from_raw_parts_mut(py, plain_y_len);
-            self.act.apply(ys);
-            let yb = std::slice::from_raw_parts_mut(cx.f32_mut(&self.y), self.y.elements());
-            reorder::to_blocked(ys, yb, s.n, s.oc, s.oh * s.ow, block, pool);
-            Ok(())
-        }
+        let s = &self.shape;
+        let (pool, block) = (cx.pool, BLOCK);
+        let plain_x_len = s.n * s.ic * s.ih * s.iw;
+        let plain_y_len = s.n * s.oc * s.oh * s.ow;
+        // The scratch (lowered as plain_x_len + plain_y_len + per_position_scratch_len
+        // floats) holds the plain x, then the plain y, then the GEMM's scratch.
+        let px = cx.ptr(self.scratch) as *mut f32;
+        // SAFETY: the plain y starts plain_x_len floats into that scratch.
+        let py = unsafe { px.add(plain_x_len) };
+        // SAFETY: and the per-position scratch plain_y_len floats after it.
+        let rest = unsafe { py.add(plain_y_len) };
+        // SAFETY: the blocked x slot's elements, read-only during the step.
+        let xb = unsafe { std::slice::from_raw_parts(cx.f32(&self.x), self.x.elements()) };
+        // SAFETY: the plain x part of the scratch, apart from every slot.
+        let xs = unsafe { std::slice::from_raw_parts_mut(px, plain_x_len) };
+        reorder::to_plain(xb, xs, s.n, s.ic, s.ih * s.iw, block, pool);
+        let (w, bias) = (cx.f32(&self.w), self.bias.as_ref().map(|b| cx.f32(b)));
+        // SAFETY: px holds the plain NCHW x, w and bias their slots; py's plain_y_len
+        // floats and rest's per_position_scratch_len are apart from them and each other.
+        unsafe { conv_per_position(isa::isa(), pool, s, px, w, bias, py, rest) };
+        // SAFETY: the plain y part of the scratch, no longer aliased by `xs` or a kernel.
+        let ys = unsafe { std::slice::from_raw_parts_mut(py, plain_y_len) };
+        self.act.apply(ys);
+        // SAFETY: the blocked y slot's elements, apart from the scratch.
+        let yb = unsafe { std::slice::from_raw_parts_mut(cx.f32_mut(&self.y), self.y.elements()) };
+        reorder::to_blocked(ys, yb, s.n, s.oc, s.oh * s.ow, block, pool);
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false
@@ -258,22 +257,13 @@ impl Kernel for BlockedPerPosition {
 
 impl Kernel for PerPosition {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: callers uphold this unsafe fn's contract: pointers valid for the lengths
-        // used, and the CPU features it is compiled for.
-        unsafe {
-            let bias = self.bias.as_ref().map(|s| cx.f32(s));
-            conv_per_position(
-                isa::isa(),
-                cx.pool,
-                &self.shape,
-                cx.f32(&self.x),
-                cx.f32(&self.w),
-                bias,
-                cx.f32_mut(&self.y),
-                cx.ptr(self.scratch) as *mut f32,
-            );
-            Ok(())
-        }
+        let bias = self.bias.as_ref().map(|s| cx.f32(s));
+        let (x, w, y) = (cx.f32(&self.x), cx.f32(&self.w), cx.f32_mut(&self.y));
+        let scratch = cx.ptr(self.scratch) as *mut f32;
+        // SAFETY: lowering sized x, w, bias and y for `self.shape` (NCHW) and the
+        // scratch slot by `per_position_scratch_len`, in the arena `cx` holds.
+        unsafe { conv_per_position(isa::isa(), cx.pool, &self.shape, x, w, bias, y, scratch) };
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false

@@ -171,7 +171,8 @@ pub unsafe fn conv_blocked(
     y: *mut f32,
     act: Act,
 ) {
-    // SAFETY: the caller's contract is this function's.
+    // SAFETY: `conv_blocked_isa` asks the same of x, z and y; it caps `isa::isa()` by
+    // the CPU's own instruction set.
     unsafe { conv_blocked_isa(isa::isa(), pool, p, x, z, y, act) }
 }
 
@@ -503,20 +504,14 @@ unsafe fn row(
     // Border pixels alone, with their own valid kernel columns.
     let border = |ox: usize| {
         let (kw0, kw1, ix0) = s.kw_range(ox);
-        // SAFETY: taps kw0..kw1 of pixel ox read inside the input row.
-        unsafe {
-            tile(
-                c.isa,
-                nb,
-                1,
-                &t,
-                kw1 - kw0,
-                xrow.wrapping_add(ix0 * col),
-                wrow.wrapping_add(kw0 * TAP),
-                yrow.wrapping_add(ox * BLOCK),
-                zpx(ox),
-            )
-        }
+        let (xp, wp, yp) = (
+            xrow.wrapping_add(ix0 * col),
+            wrow.wrapping_add(kw0 * TAP),
+            yrow.wrapping_add(ox * BLOCK),
+        );
+        // SAFETY: taps kw0..kw1 of border pixel ox read inside the input row; its y
+        // (and z) pixel is in this task's span.
+        unsafe { tile(c.isa, nb, 1, &t, kw1 - kw0, xp, wp, yp, zpx(ox)) }
     };
     let (lo, hi) = s.interior_cols();
     let (lo, hi) = (lo.clamp(c0, c1), hi.clamp(c0, c1));
@@ -533,20 +528,10 @@ unsafe fn row(
             ..t
         };
         pf.done += take;
-        // SAFETY: interior pixels read all kernel columns inside the input row.
-        unsafe {
-            tile(
-                c.isa,
-                nb,
-                r,
-                &ti,
-                s.kw,
-                xrow.wrapping_add(ix0 * col),
-                wrow,
-                yrow.wrapping_add(ox * BLOCK),
-                zpx(ox),
-            )
-        };
+        let (xp, yp) = (xrow.wrapping_add(ix0 * col), yrow.wrapping_add(ox * BLOCK));
+        // SAFETY: the r interior pixels from ox read all kernel columns inside the input
+        // row; ox + r <= hi keeps their outputs in this task's span.
+        unsafe { tile(c.isa, nb, r, &ti, s.kw, xp, wrow, yp, zpx(ox)) };
         ox += r;
     }
     (hi..c1).for_each(border);
@@ -561,6 +546,14 @@ unsafe fn row(
 }
 
 /// Runs the micro-kernel for `r` pixels × `nb` output blocks (2 only on AVX-512).
+///
+/// # Safety
+/// `t` is built by [`row`] for these blocks; `x` addresses the first of the `r` pixels'
+/// taps (`t.nicb` input blocks × `t.nkh` kernel rows × `nkw` columns by the strides of
+/// `t`, all inside x, their channels past `t.ic_tail` in the last block unread); `w`
+/// those taps' packed weights of `nb` output blocks `t.ws_ob` apart; `y` the `r` pixels'
+/// 16 floats in each of the `nb` output blocks (`t.ys_ob` apart), owned by this call;
+/// `z` null or laid out as `y`; `t.bias` nb·16 floats and `t.mask` 16 lanes.
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile(
     isa: Isa,
@@ -586,24 +579,29 @@ unsafe fn tile(
             ($nb:literal: $($n:literal)*) => {
                 match (r, strided, t.xs_px) {
                     $(($n, false, BLOCK) => {
-                        // SAFETY: `isa` is capped by the CPU's, which has AVX-512F.
+                        // SAFETY: `isa` >= Avx512 is capped by `isa::detected()`, so the
+                        // CPU has AVX-512F; PX = BLOCK is `t.xs_px` (matched).
                         return unsafe { tile_avx512::<$nb, $n, false, BLOCK>(t, nkw, x, w, y, z) };
                     }
                     ($n, false, PX2) => {
-                        // SAFETY: as above.
+                        // SAFETY: the CPU has AVX-512F (`isa` is capped by the detected
+                        // set); PX = PX2 is `t.xs_px` (matched).
                         return unsafe { tile_avx512::<$nb, $n, false, PX2>(t, nkw, x, w, y, z) };
                     }
                     ($n, false, _) => {
-                        // SAFETY: as above.
+                        // SAFETY: AVX-512F is present (the detected cap on `isa`); PX 0
+                        // makes the kernel read `t.xs_px` itself.
                         return unsafe { tile_avx512::<$nb, $n, false, 0>(t, nkw, x, w, y, z) };
                     }
                     ($n, true, _) => {
-                        // SAFETY: as above.
+                        // SAFETY: on this `isa` the CPU has AVX-512F; a plain x runs with
+                        // PX 0 and its channels `t.xs_c` apart.
                         return unsafe { tile_avx512::<$nb, $n, true, 0>(t, nkw, x, w, y, z) };
                     })*
                     _ => {
                         for i in 0..r {
-                            // SAFETY: pixel i of the group, forwarded contract.
+                            // SAFETY: pixel i < r alone: its taps, output and residual
+                            // are those this call was given for it.
                             unsafe {
                                 tile(isa, nb, 1, t, nkw, x.wrapping_add(i * t.xs_px), w,
                                     y.wrapping_add(i * BLOCK),
@@ -627,24 +625,27 @@ unsafe fn tile(
                 $(($n, false) => {
                     #[cfg(target_arch = "x86_64")]
                     if isa >= Isa::Avx2 {
-                        // SAFETY: `isa` is capped by the CPU's, which has AVX2 and FMA.
+                        // SAFETY: `isa` >= Avx2 is capped by the CPU's, which then has AVX2
+                        // and FMA; the call's pointers as this fn's, with R = r.
                         return unsafe { tile_avx2::<$n, false>(t, nkw, x, w, y, z) };
                     }
-                    // SAFETY: forwarded contract.
+                    // SAFETY: the portable kernel needs this fn's pointers for R = r only.
                     unsafe { tile_portable::<$n, false>(t, nkw, x, w, y, z) }
                 }
                 ($n, true) => {
                     #[cfg(target_arch = "x86_64")]
                     if isa >= Isa::Avx2 {
-                        // SAFETY: `isa` is capped by the CPU's, which has AVX2 and FMA.
+                        // SAFETY: AVX2+FMA present (`isa` >= Avx2, capped by the CPU's); a
+                        // plain x's channels lie `t.xs_c` apart, as STRIDED reads them.
                         return unsafe { tile_avx2::<$n, true>(t, nkw, x, w, y, z) };
                     }
-                    // SAFETY: forwarded contract.
+                    // SAFETY: this fn's pointers for R = r, a plain x read STRIDED.
                     unsafe { tile_portable::<$n, true>(t, nkw, x, w, y, z) }
                 })*
                 _ => {
                     for i in 0..r {
-                        // SAFETY: pixel i of the group, forwarded contract.
+                        // SAFETY: pixel i < r of this call, run alone with its own part
+                        // of x, y and z.
                         unsafe {
                             tile(isa, nb, 1, t, nkw, x.wrapping_add(i * t.xs_px), w,
                                 y.wrapping_add(i * BLOCK),
@@ -662,6 +663,9 @@ unsafe fn tile(
 
 /// The micro-kernel in plain Rust (the compiler vectorizes the 16 output lanes).
 /// `STRIDED`: input channels `t.xs_c` floats apart (plain x), else adjacent.
+///
+/// # Safety
+/// As [`tile`] with `r` = R and one output block.
 unsafe fn tile_portable<const R: usize, const STRIDED: bool>(
     t: &Tile,
     nkw: usize,
@@ -672,55 +676,73 @@ unsafe fn tile_portable<const R: usize, const STRIDED: bool>(
 ) {
     let mut acc = [[0.0f32; BLOCK]; R];
     let xc = if STRIDED { t.xs_c } else { 1 };
-    // SAFETY: (whole body) the pointers address R output pixels, their taps and the
-    // weights of the caller's ranges.
-    unsafe {
-        for (r, a) in acc.iter_mut().enumerate() {
-            let src = if t.first { t.bias } else { y.add(r * BLOCK) };
-            a.copy_from_slice(std::slice::from_raw_parts(src, BLOCK));
-        }
-        for ib in 0..t.nicb {
-            // Only the channels of a partial last block: its pad lanes may hold anything.
-            let nc = if ib + 1 == t.nicb { t.ic_tail } else { BLOCK };
-            for kh in 0..t.nkh {
-                let xr = x.add(ib * t.xs_icb + kh * t.xs_kh);
-                let wr = w.add(ib * t.ws_icb + kh * t.ws_kh);
-                for kw in 0..nkw {
-                    let xp = xr.add(kw * t.xs_kw);
-                    let wp = std::slice::from_raw_parts(wr.add(kw * TAP), TAP);
-                    for (r, a) in acc.iter_mut().enumerate() {
-                        let xr = xp.add(r * t.xs_px);
-                        for ci in 0..nc {
-                            let xv = *xr.add(ci * xc);
-                            let wv = &wp[ci * BLOCK..ci * BLOCK + BLOCK];
-                            for (o, av) in a.iter_mut().enumerate() {
-                                *av += xv * wv[o];
-                            }
+    for (r, a) in acc.iter_mut().enumerate() {
+        // A first chunk starts from the bias, a later one from the partial sums.
+        let src = if t.first {
+            t.bias
+        } else {
+            // SAFETY: pixel r < R's 16 floats of `y` start at r·16, the call's own.
+            unsafe { y.add(r * BLOCK) }
+        };
+        // SAFETY: `src` starts 16 readable floats (`t.bias` is the block's 16 bias
+        // values) that no one writes meanwhile.
+        a.copy_from_slice(unsafe { std::slice::from_raw_parts(src, BLOCK) });
+    }
+    for ib in 0..t.nicb {
+        // Only the channels of a partial last block: its pad lanes may hold anything.
+        let nc = if ib + 1 == t.nicb { t.ic_tail } else { BLOCK };
+        for kh in 0..t.nkh {
+            // SAFETY: input block ib < t.nicb at kernel row kh < t.nkh: a tap row of the
+            // call's pixels in x, and its weights, both inside what `tile` is given.
+            let xr = unsafe { x.add(ib * t.xs_icb + kh * t.xs_kh) };
+            // SAFETY: the packed weights of that block and kernel row (ws_icb, ws_kh).
+            let wr = unsafe { w.add(ib * t.ws_icb + kh * t.ws_kh) };
+            for kw in 0..nkw {
+                // SAFETY: kernel column kw < nkw of the row in x, valid for every pixel.
+                let xp = unsafe { xr.add(kw * t.xs_kw) };
+                // SAFETY: tap kw's 16 ic × 16 oc weights, TAP floats from kw·TAP.
+                let wp = unsafe { std::slice::from_raw_parts(wr.add(kw * TAP), TAP) };
+                for (r, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: output pixel r < R reads the tap `t.xs_px` floats on.
+                    let xr = unsafe { xp.add(r * t.xs_px) };
+                    for ci in 0..nc {
+                        // SAFETY: channel ci < nc of the block, xc floats a channel
+                        // (1 blocked, H·W plain), a real channel of x.
+                        let xv = unsafe { *xr.add(ci * xc) };
+                        let wv = &wp[ci * BLOCK..ci * BLOCK + BLOCK];
+                        for (o, av) in a.iter_mut().enumerate() {
+                            *av += xv * wv[o];
                         }
                     }
                 }
             }
         }
-        // z is given only with the first chunk (see `row`).
-        if !z.is_null() {
-            let mask = std::slice::from_raw_parts(t.mask, BLOCK);
-            for (r, a) in acc.iter_mut().enumerate() {
-                let zs = std::slice::from_raw_parts(z.add(r * BLOCK), BLOCK);
-                for o in 0..BLOCK {
-                    if mask[o] != 0 {
-                        a[o] += zs[o];
-                    }
+    }
+    // z is given only with the first chunk (see `row`).
+    if !z.is_null() {
+        // SAFETY: `t.mask` points at a 16-lane mask array of the PackedConv.
+        let mask = unsafe { std::slice::from_raw_parts(t.mask, BLOCK) };
+        for (r, a) in acc.iter_mut().enumerate() {
+            // SAFETY: z is not null, so it holds the residual of pixel r < R at r·16,
+            // read before this call stores to y (which may be the same buffer).
+            let zs = unsafe { std::slice::from_raw_parts(z.add(r * BLOCK), BLOCK) };
+            for o in 0..BLOCK {
+                if mask[o] != 0 {
+                    a[o] += zs[o];
                 }
             }
         }
-        if t.last && t.relu {
-            for a in acc.iter_mut() {
-                a.iter_mut().for_each(|v| *v = math::relu(*v));
-            }
+    }
+    if t.last && t.relu {
+        for a in acc.iter_mut() {
+            a.iter_mut().for_each(|v| *v = math::relu(*v));
         }
-        for (r, a) in acc.iter().enumerate() {
-            std::slice::from_raw_parts_mut(y.add(r * BLOCK), BLOCK).copy_from_slice(a);
-        }
+    }
+    for (r, a) in acc.iter().enumerate() {
+        // SAFETY: output pixel r < R owns the 16 floats of `y` at r·16; no slice of z is
+        // alive any more.
+        let out = unsafe { std::slice::from_raw_parts_mut(y.add(r * BLOCK), BLOCK) };
+        out.copy_from_slice(a);
     }
 }
 
@@ -741,6 +763,10 @@ fn prefetch_next_block(xp: *const f32, xs_icb: usize, xs_px: usize, r: usize) {
 }
 
 /// The AVX2+FMA micro-kernel: 2·R accumulators; `STRIDED` as in [`tile_portable`].
+/// Unaligned loads and stores throughout.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; the pointers as [`tile`] with `r` = R and one block.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tile_avx2<const R: usize, const STRIDED: bool>(
@@ -753,76 +779,97 @@ unsafe fn tile_avx2<const R: usize, const STRIDED: bool>(
 ) {
     use std::arch::x86_64::*;
     let xc = if STRIDED { t.xs_c } else { 1 };
-    // SAFETY: (whole body) the pointers address R output pixels, their taps and the
-    // weights of the caller's ranges; unaligned loads and stores throughout.
-    unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 2]; R];
-        if t.first {
-            let b0 = _mm256_loadu_ps(t.bias);
-            let b1 = _mm256_loadu_ps(t.bias.add(8));
-            for a in acc.iter_mut() {
-                *a = [b0, b1];
-            }
-        } else {
-            for (r, a) in acc.iter_mut().enumerate() {
-                *a = [
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    if t.first {
+        // SAFETY: `t.bias` holds the 16 bias floats of the call's output block.
+        let b0 = unsafe { _mm256_loadu_ps(t.bias) };
+        // SAFETY: lanes 8..16 of those 16.
+        let b1 = unsafe { _mm256_loadu_ps(t.bias.add(8)) };
+        for a in acc.iter_mut() {
+            *a = [b0, b1];
+        }
+    } else {
+        for (r, a) in acc.iter_mut().enumerate() {
+            // SAFETY: a later chunk resumes pixel r < R's 16 partial sums at y + r·16.
+            *a = unsafe {
+                [
                     _mm256_loadu_ps(y.add(r * BLOCK)),
                     _mm256_loadu_ps(y.add(r * BLOCK + 8)),
-                ];
-            }
+                ]
+            };
         }
-        // Input block ib over its first nc channels.
-        macro_rules! block {
-            ($ib:expr, $nc:expr) => {
-                for kh in 0..t.nkh {
-                    let xr = x.add($ib * t.xs_icb + kh * t.xs_kh);
-                    let wr = w.add($ib * t.ws_icb + kh * t.ws_kh);
-                    for kw in 0..nkw {
-                        let xp = xr.add(kw * t.xs_kw);
-                        let wp = wr.add(kw * TAP);
-                        if !STRIDED {
-                            prefetch_next_block(xp, t.xs_icb, t.xs_px, R);
-                        }
-                        for ci in 0..$nc {
-                            let w0 = _mm256_loadu_ps(wp.add(ci * BLOCK));
-                            let w1 = _mm256_loadu_ps(wp.add(ci * BLOCK + 8));
-                            for (r, a) in acc.iter_mut().enumerate() {
-                                let b = _mm256_broadcast_ss(&*xp.add(r * t.xs_px + ci * xc));
-                                a[0] = _mm256_fmadd_ps(b, w0, a[0]);
-                                a[1] = _mm256_fmadd_ps(b, w1, a[1]);
-                            }
+    }
+    // Input block ib over its first nc channels.
+    macro_rules! block {
+        ($ib:expr, $nc:expr) => {
+            for kh in 0..t.nkh {
+                // SAFETY: block `$ib` < t.nicb at kernel row kh < t.nkh starts a tap row
+                // of the call's pixels in x (xs_icb, xs_kh) inside what `tile` is given.
+                let xr = unsafe { x.add($ib * t.xs_icb + kh * t.xs_kh) };
+                // SAFETY: that block and row's packed weights (ws_icb, ws_kh) in `w`.
+                let wr = unsafe { w.add($ib * t.ws_icb + kh * t.ws_kh) };
+                for kw in 0..nkw {
+                    // SAFETY: column kw < nkw of that row is a valid tap of every pixel.
+                    let xp = unsafe { xr.add(kw * t.xs_kw) };
+                    // SAFETY: tap kw's 16×16 weights, TAP floats from wr + kw·TAP.
+                    let wp = unsafe { wr.add(kw * TAP) };
+                    if !STRIDED {
+                        prefetch_next_block(xp, t.xs_icb, t.xs_px, R);
+                    }
+                    for ci in 0..$nc {
+                        // SAFETY: input channel ci < 16's row of 16 output weights in
+                        // the tap, wp + ci·16 .. + 16.
+                        let w0 = unsafe { _mm256_loadu_ps(wp.add(ci * BLOCK)) };
+                        // SAFETY: the upper 8 of the same 16 weights.
+                        let w1 = unsafe { _mm256_loadu_ps(wp.add(ci * BLOCK + 8)) };
+                        for (r, a) in acc.iter_mut().enumerate() {
+                            // SAFETY: channel ci < `$nc` (a real one) of pixel r < R at
+                            // this tap: xs_px a pixel, xc a channel, inside x.
+                            let b = unsafe { _mm256_broadcast_ss(&*xp.add(r * t.xs_px + ci * xc)) };
+                            a[0] = _mm256_fmadd_ps(b, w0, a[0]);
+                            a[1] = _mm256_fmadd_ps(b, w1, a[1]);
                         }
                     }
                 }
-            };
-        }
-        let full = t.nicb - usize::from(t.ic_tail < BLOCK && t.nicb > 0);
-        for ib in 0..full {
-            block!(ib, BLOCK);
-        }
-        if full < t.nicb {
-            block!(full, t.ic_tail);
-        }
-        // z is given only with the first chunk (see `row`).
-        if !z.is_null() {
-            let m0 = _mm256_loadu_si256(t.mask as *const __m256i);
-            let m1 = _mm256_loadu_si256(t.mask.add(8) as *const __m256i);
-            let (m0, m1) = (_mm256_castsi256_ps(m0), _mm256_castsi256_ps(m1));
-            for (r, a) in acc.iter_mut().enumerate() {
+            }
+        };
+    }
+    let full = t.nicb - usize::from(t.ic_tail < BLOCK && t.nicb > 0);
+    for ib in 0..full {
+        block!(ib, BLOCK);
+    }
+    if full < t.nicb {
+        block!(full, t.ic_tail);
+    }
+    // z is given only with the first chunk (see `row`).
+    if !z.is_null() {
+        // SAFETY: `t.mask` is a [u32; 16] of the PackedConv: 64 readable bytes.
+        let m0 = unsafe { _mm256_loadu_si256(t.mask as *const __m256i) };
+        // SAFETY: its lanes 8..16, the second 32 bytes.
+        let m1 = unsafe { _mm256_loadu_si256(t.mask.add(8) as *const __m256i) };
+        let (m0, m1) = (_mm256_castsi256_ps(m0), _mm256_castsi256_ps(m1));
+        for (r, a) in acc.iter_mut().enumerate() {
+            // SAFETY: z is not null: pixel r < R's 16 residual floats at z + r·16, read
+            // before the stores below (y may be z's buffer).
+            let (z0, z1) = unsafe {
                 let z0 = _mm256_and_ps(_mm256_loadu_ps(z.add(r * BLOCK)), m0);
                 let z1 = _mm256_and_ps(_mm256_loadu_ps(z.add(r * BLOCK + 8)), m1);
-                a[0] = _mm256_add_ps(a[0], z0);
-                a[1] = _mm256_add_ps(a[1], z1);
-            }
+                (z0, z1)
+            };
+            a[0] = _mm256_add_ps(a[0], z0);
+            a[1] = _mm256_add_ps(a[1], z1);
         }
-        if t.last && t.relu {
-            let zero = _mm256_setzero_ps();
-            for a in acc.iter_mut() {
-                a[0] = _mm256_max_ps(zero, a[0]);
-                a[1] = _mm256_max_ps(zero, a[1]);
-            }
+    }
+    if t.last && t.relu {
+        let zero = _mm256_setzero_ps();
+        for a in acc.iter_mut() {
+            a[0] = _mm256_max_ps(zero, a[0]);
+            a[1] = _mm256_max_ps(zero, a[1]);
         }
-        for (r, a) in acc.iter().enumerate() {
+    }
+    for (r, a) in acc.iter().enumerate() {
+        // SAFETY: this call owns output pixel r < R's 16 floats at y + r·16.
+        unsafe {
             _mm256_storeu_ps(y.add(r * BLOCK), a[0]);
             _mm256_storeu_ps(y.add(r * BLOCK + 8), a[1]);
         }
@@ -832,6 +879,12 @@ unsafe fn tile_avx2<const R: usize, const STRIDED: bool>(
 /// The AVX-512F micro-kernel: R pixels × NB (1 or 2) output blocks, one zmm accumulator
 /// each; per input channel NB weight loads and R broadcasts (folded into the FMAs as
 /// `{1to16}` memory operands) feed R·NB FMAs. `STRIDED` as in [`tile_portable`].
+/// Unaligned loads and stores throughout; the residual's masked loads never touch its
+/// pad lanes.
+///
+/// # Safety
+/// The CPU has AVX-512F; the pointers as [`tile`] with `r` = R and `nb` = NB; PX is 0 or
+/// `t.xs_px`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn tile_avx512<const NB: usize, const R: usize, const STRIDED: bool, const PX: usize>(
@@ -845,120 +898,132 @@ unsafe fn tile_avx512<const NB: usize, const R: usize, const STRIDED: bool, cons
     use std::arch::x86_64::*;
     let xc = if STRIDED { t.xs_c } else { 1 };
     let px = if PX != 0 { PX } else { t.xs_px };
-    // SAFETY: (whole body) the pointers address R output pixels of NB blocks, their taps
-    // and the weights of the caller's ranges; unaligned loads and stores throughout, and
-    // the residual's masked loads never touch its pad lanes.
-    unsafe {
-        let mut acc = [[_mm512_setzero_ps(); NB]; R];
-        if t.first {
-            let mut b = [_mm512_setzero_ps(); NB];
-            for (j, v) in b.iter_mut().enumerate() {
-                *v = _mm512_loadu_ps(t.bias.add(j * BLOCK));
-            }
-            acc.iter_mut().for_each(|a| *a = b);
-        } else {
-            for (r, a) in acc.iter_mut().enumerate() {
-                for (j, v) in a.iter_mut().enumerate() {
-                    *v = _mm512_loadu_ps(y.add(j * t.ys_ob + r * BLOCK));
-                }
+    let mut acc = [[_mm512_setzero_ps(); NB]; R];
+    if t.first {
+        let mut b = [_mm512_setzero_ps(); NB];
+        for (j, v) in b.iter_mut().enumerate() {
+            // SAFETY: `t.bias` holds NB·16 floats (the bias from block ob on); j < NB.
+            *v = unsafe { _mm512_loadu_ps(t.bias.add(j * BLOCK)) };
+        }
+        acc.iter_mut().for_each(|a| *a = b);
+    } else {
+        for (r, a) in acc.iter_mut().enumerate() {
+            for (j, v) in a.iter_mut().enumerate() {
+                // SAFETY: a later chunk resumes pixel r < R of output block j < NB: 16
+                // floats of y at j·ys_ob + r·16.
+                *v = unsafe { _mm512_loadu_ps(y.add(j * t.ys_ob + r * BLOCK)) };
             }
         }
-        // A single pixel (a border pixel, or a row's last) would leave each FMA waiting
-        // on the one before it, into the same NB accumulators: its channels rotate
-        // through CHAINS sets instead, summed at the end.
-        let mut chains = [[_mm512_setzero_ps(); NB]; CHAINS - 1];
-        // The call's share of the next chunk's weights, spread over its taps.
-        let (mut wnext, mut wleft) = (t.wnext, t.wnext_lines);
-        let per_tap = wleft.div_ceil((t.nicb * t.nkh * nkw).max(1));
-        // Input block ib over its first nc channels.
-        macro_rules! block {
-            ($ib:expr, $nc:expr) => {
-                for kh in 0..t.nkh {
-                    let xr = x.add($ib * t.xs_icb + kh * t.xs_kh);
-                    let wr = w.add($ib * t.ws_icb + kh * t.ws_kh);
-                    for kw in 0..nkw {
-                        let xp = xr.add(kw * t.xs_kw);
-                        let wp = wr.add(kw * TAP);
-                        if !STRIDED {
-                            prefetch_next_block(xp, t.xs_icb, px, R);
+    }
+    // A single pixel (a border pixel, or a row's last) would leave each FMA waiting
+    // on the one before it, into the same NB accumulators: its channels rotate
+    // through CHAINS sets instead, summed at the end.
+    let mut chains = [[_mm512_setzero_ps(); NB]; CHAINS - 1];
+    // The call's share of the next chunk's weights, spread over its taps.
+    let (mut wnext, mut wleft) = (t.wnext, t.wnext_lines);
+    let per_tap = wleft.div_ceil((t.nicb * t.nkh * nkw).max(1));
+    // Input block ib over its first nc channels.
+    macro_rules! block {
+        ($ib:expr, $nc:expr) => {
+            for kh in 0..t.nkh {
+                // SAFETY: block `$ib` < t.nicb, kernel row kh < t.nkh: the first tap of
+                // the call's pixels in that x row, inside what `tile` is given.
+                let xr = unsafe { x.add($ib * t.xs_icb + kh * t.xs_kh) };
+                // SAFETY: the first output block's weights of that input block and row.
+                let wr = unsafe { w.add($ib * t.ws_icb + kh * t.ws_kh) };
+                for kw in 0..nkw {
+                    // SAFETY: column kw < nkw of the row, a valid tap of all R pixels.
+                    let xp = unsafe { xr.add(kw * t.xs_kw) };
+                    // SAFETY: that tap's weights of block 0, TAP floats at wr + kw·TAP.
+                    let wp = unsafe { wr.add(kw * TAP) };
+                    if !STRIDED {
+                        prefetch_next_block(xp, t.xs_icb, px, R);
+                    }
+                    for _ in 0..per_tap.min(wleft) {
+                        _mm_prefetch::<_MM_HINT_T1>(wnext as *const i8);
+                        if NB == 2 {
+                            _mm_prefetch::<_MM_HINT_T1>(wnext.wrapping_add(t.ws_ob) as *const i8);
                         }
-                        for _ in 0..per_tap.min(wleft) {
-                            _mm_prefetch::<_MM_HINT_T1>(wnext as *const i8);
-                            if NB == 2 {
-                                _mm_prefetch::<_MM_HINT_T1>(
-                                    wnext.wrapping_add(t.ws_ob) as *const i8
-                                );
+                        wnext = wnext.wrapping_add(LINE_FLOATS);
+                        wleft -= 1;
+                    }
+                    let mut ci = 0;
+                    // One pixel: four chains of accumulators, channel by channel.
+                    while R == 1 && ci + CHAINS <= $nc {
+                        for k in 0..CHAINS {
+                            let c = ci + k;
+                            // SAFETY: channel c < `$nc` (the loop bound) of the one pixel
+                            // at this tap, xc floats a channel.
+                            let b = _mm512_set1_ps(unsafe { *xp.add(c * xc) });
+                            let a = if k == 0 {
+                                &mut acc[0]
+                            } else {
+                                &mut chains[k - 1]
+                            };
+                            for (j, v) in a.iter_mut().enumerate() {
+                                let at = j * t.ws_ob + c * BLOCK;
+                                // SAFETY: output block j < NB's 16 weights of input
+                                // channel c, ws_ob a block apart.
+                                let wj = unsafe { _mm512_loadu_ps(wp.add(at)) };
+                                *v = _mm512_fmadd_ps(b, wj, *v);
                             }
-                            wnext = wnext.wrapping_add(LINE_FLOATS);
-                            wleft -= 1;
                         }
-                        let mut ci = 0;
-                        // One pixel: four chains of accumulators, channel by channel.
-                        while R == 1 && ci + CHAINS <= $nc {
-                            for k in 0..CHAINS {
-                                let c = ci + k;
-                                let b = _mm512_set1_ps(*xp.add(c * xc));
-                                let a = if k == 0 {
-                                    &mut acc[0]
-                                } else {
-                                    &mut chains[k - 1]
-                                };
-                                for (j, v) in a.iter_mut().enumerate() {
-                                    let wj = _mm512_loadu_ps(wp.add(j * t.ws_ob + c * BLOCK));
-                                    *v = _mm512_fmadd_ps(b, wj, *v);
-                                }
-                            }
-                            ci += CHAINS;
+                        ci += CHAINS;
+                    }
+                    for ci in ci..$nc {
+                        let mut wv = [_mm512_setzero_ps(); NB];
+                        for (j, v) in wv.iter_mut().enumerate() {
+                            // SAFETY: channel ci < 16's weights of output block j < NB.
+                            *v = unsafe { _mm512_loadu_ps(wp.add(j * t.ws_ob + ci * BLOCK)) };
                         }
-                        for ci in ci..$nc {
-                            let mut wv = [_mm512_setzero_ps(); NB];
-                            for (j, v) in wv.iter_mut().enumerate() {
-                                *v = _mm512_loadu_ps(wp.add(j * t.ws_ob + ci * BLOCK));
-                            }
-                            for (r, a) in acc.iter_mut().enumerate() {
-                                let b = _mm512_set1_ps(*xp.add(r * px + ci * xc));
-                                for (v, wj) in a.iter_mut().zip(&wv) {
-                                    *v = _mm512_fmadd_ps(b, *wj, *v);
-                                }
+                        for (r, a) in acc.iter_mut().enumerate() {
+                            // SAFETY: channel ci < `$nc` of pixel r < R, px floats a pixel.
+                            let b = _mm512_set1_ps(unsafe { *xp.add(r * px + ci * xc) });
+                            for (v, wj) in a.iter_mut().zip(&wv) {
+                                *v = _mm512_fmadd_ps(b, *wj, *v);
                             }
                         }
                     }
                 }
-            };
-        }
-        let full = t.nicb - usize::from(t.ic_tail < BLOCK && t.nicb > 0);
-        for ib in 0..full {
-            block!(ib, BLOCK);
-        }
-        if full < t.nicb {
-            block!(full, t.ic_tail);
-        }
-        if R == 1 {
-            for chain in &chains {
-                for (v, c) in acc[0].iter_mut().zip(chain) {
-                    *v = _mm512_add_ps(*v, *c);
-                }
+            }
+        };
+    }
+    let full = t.nicb - usize::from(t.ic_tail < BLOCK && t.nicb > 0);
+    for ib in 0..full {
+        block!(ib, BLOCK);
+    }
+    if full < t.nicb {
+        block!(full, t.ic_tail);
+    }
+    if R == 1 {
+        for chain in &chains {
+            for (v, c) in acc[0].iter_mut().zip(chain) {
+                *v = _mm512_add_ps(*v, *c);
             }
         }
-        // z is given only with the first chunk (see `row`).
-        if !z.is_null() {
-            for (r, a) in acc.iter_mut().enumerate() {
-                for (j, v) in a.iter_mut().enumerate() {
-                    let zv = _mm512_maskz_loadu_ps(t.kmask[j], z.add(j * t.ys_ob + r * BLOCK));
-                    *v = _mm512_add_ps(*v, zv);
-                }
+    }
+    // z is given only with the first chunk (see `row`).
+    if !z.is_null() {
+        for (r, a) in acc.iter_mut().enumerate() {
+            for (j, v) in a.iter_mut().enumerate() {
+                let at = j * t.ys_ob + r * BLOCK;
+                // SAFETY: z is not null: the valid lanes (`t.kmask[j]`) of pixel r < R in
+                // block j < NB, read before the stores below (y may be z's buffer).
+                let zv = unsafe { _mm512_maskz_loadu_ps(t.kmask[j], z.add(at)) };
+                *v = _mm512_add_ps(*v, zv);
             }
         }
-        if t.last && t.relu {
-            let zero = _mm512_setzero_ps();
-            for a in acc.iter_mut() {
-                a.iter_mut().for_each(|v| *v = _mm512_max_ps(zero, *v));
-            }
+    }
+    if t.last && t.relu {
+        let zero = _mm512_setzero_ps();
+        for a in acc.iter_mut() {
+            a.iter_mut().for_each(|v| *v = _mm512_max_ps(zero, *v));
         }
-        for (r, a) in acc.iter().enumerate() {
-            for (j, v) in a.iter().enumerate() {
-                _mm512_storeu_ps(y.add(j * t.ys_ob + r * BLOCK), *v);
-            }
+    }
+    for (r, a) in acc.iter().enumerate() {
+        for (j, v) in a.iter().enumerate() {
+            // SAFETY: the call owns pixel r < R of output block j < NB, 16 floats of y.
+            unsafe { _mm512_storeu_ps(y.add(j * t.ys_ob + r * BLOCK), *v) };
         }
     }
 }

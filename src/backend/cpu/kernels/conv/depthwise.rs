@@ -116,7 +116,8 @@ pub unsafe fn conv_depthwise_blocked(
     y: *mut f32,
     act: Act,
 ) {
-    // SAFETY: the caller's contract is this function's.
+    // SAFETY: the `_isa` variant has the same contract on x, z and y, and caps
+    // `isa::isa()` by what the CPU has.
     unsafe { conv_depthwise_blocked_isa(isa::isa(), pool, p, x, z, y, act) }
 }
 
@@ -245,19 +246,14 @@ unsafe fn row(c: &Ctx, r: usize) {
     };
     let border = |ox: usize| {
         let (kw0, kw1, ix0) = s.kw_range(ox);
-        // SAFETY: taps kw0..kw1 of pixel ox read inside the input row.
-        unsafe {
-            tile(
-                c.path,
-                1,
-                &t,
-                kw1 - kw0,
-                xrow.wrapping_add(ix0 * BLOCK),
-                wrow.wrapping_add(kw0 * BLOCK),
-                yrow.wrapping_add(ox * BLOCK),
-                zpx(ox),
-            )
-        }
+        let (xp, wp) = (
+            xrow.wrapping_add(ix0 * BLOCK),
+            wrow.wrapping_add(kw0 * BLOCK),
+        );
+        let yp = yrow.wrapping_add(ox * BLOCK);
+        // SAFETY: border pixel ox's taps kw0..kw1 read inside the input row; its output
+        // pixel is in this task's row.
+        unsafe { tile(c.path, 1, &t, kw1 - kw0, xp, wp, yp, zpx(ox)) }
     };
     let (lo, hi) = s.interior_cols();
     (0..lo).for_each(border);
@@ -273,19 +269,13 @@ unsafe fn row(c: &Ctx, r: usize) {
         let end = lo + (hi - lo) * (g + 1) / groups;
         let n = end - ox;
         let ix0 = ox * s.strides[1] - s.pad_left;
-        // SAFETY: interior pixels read all kernel columns inside the input row.
-        unsafe {
-            tile(
-                c.path,
-                n,
-                &t,
-                s.kw,
-                xrow.wrapping_add(ix0 * BLOCK),
-                wrow,
-                yrow.wrapping_add(ox * BLOCK),
-                zpx(ox),
-            )
-        };
+        let (xp, yp) = (
+            xrow.wrapping_add(ix0 * BLOCK),
+            yrow.wrapping_add(ox * BLOCK),
+        );
+        // SAFETY: the n interior pixels from ox (end <= hi) read all kernel columns inside
+        // the input row and write this task's row.
+        unsafe { tile(c.path, n, &t, s.kw, xp, wrow, yp, zpx(ox)) };
         ox = end;
     }
     (hi..s.ow).for_each(border);
@@ -298,6 +288,13 @@ unsafe fn row(c: &Ctx, r: usize) {
 
 /// Runs the micro-kernel of `path` for `r` (1..=8) pixels `t.xs_px` apart, each over
 /// `t.nkh` kernel rows × `nkw` kernel columns from `x` (input) and `w` (weights).
+///
+/// # Safety
+/// `path` is one the CPU has; `x` addresses the first pixel's first tap, and every tap
+/// (`t.xs_kh` a kernel row, `t.xs_kw` a column) of the `r` pixels (`t.xs_px` apart) is
+/// 16 floats inside x; `w` the taps' weights (`t.ws_kh` a row, 16 a column); `y` the
+/// `r` output pixels' 16 floats each, owned by the call; `z` null or laid out as `y`;
+/// `t.bias` 16 floats.
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile(
     path: Path,
@@ -317,32 +314,35 @@ unsafe fn tile(
                     #[cfg(target_arch = "x86_64")]
                     match (path, masked, $n < PAIR_BELOW) {
                         (Path::Avx512, false, false) => {
-                            // SAFETY: Avx512 is chosen only when the CPU has it; pointers per the contract.
+                            // SAFETY: `path` is Avx512 only when the CPU has AVX-512F; full lanes, R = $n ≥ PAIR_BELOW.
                             return unsafe { tile_avx512::<$n, false, false>(t, nkw, x, w, y, z) }
                         }
                         (Path::Avx512, false, true) => {
-                            // SAFETY: Avx512 is chosen only when the CPU has it; pointers per the contract.
+                            // SAFETY: AVX-512F present (the Avx512 path); a short group of full lanes pairs its rows.
                             return unsafe { tile_avx512::<$n, false, true>(t, nkw, x, w, y, z) }
                         }
                         (Path::Avx512, true, false) => {
-                            // SAFETY: Avx512 is chosen only when the CPU has it; pointers per the contract.
+                            // SAFETY: the CPU has AVX-512F on this path; MASKED reads only `t.lanes` lanes.
                             return unsafe { tile_avx512::<$n, true, false>(t, nkw, x, w, y, z) }
                         }
                         (Path::Avx512, true, true) => {
-                            // SAFETY: Avx512 is chosen only when the CPU has it; pointers per the contract.
+                            // SAFETY: AVX-512F checked when the path was chosen; a short, partial-block group.
                             return unsafe { tile_avx512::<$n, true, true>(t, nkw, x, w, y, z) }
                         }
                         (Path::Avx2, false, _) => {
-                            // SAFETY: Avx2 is chosen only when the CPU has it; pointers per the contract.
+                            // SAFETY: `path` is Avx2 only when the CPU has AVX2 and FMA; the
+                            // pointers are this fn's, for R = $n.
                             return unsafe { tile_avx2::<$n, false>(t, nkw, x, w, y, z) }
                         }
                         (Path::Avx2, true, _) => {
-                            // SAFETY: Avx2 is chosen only when the CPU has it; pointers per the contract.
+                            // SAFETY: AVX2+FMA present (the Avx2 path); MASKED zeroes the pad
+                            // lanes it reads inside the block.
                             return unsafe { tile_avx2::<$n, true>(t, nkw, x, w, y, z) }
                         }
                         (Path::Portable, ..) => {}
                     }
-                    // SAFETY: forwarded contract.
+                    // SAFETY: the portable kernel needs no CPU feature, only this fn's
+                    // pointers for R = $n.
                     unsafe { tile_portable::<$n>(t, nkw, x, w, y, z) }
                 })*
                 _ => unreachable!("groups hold 1 to {UR_512} pixels"),
@@ -354,6 +354,9 @@ unsafe fn tile(
 }
 
 /// The micro-kernel in plain Rust over the first `t.lanes` lanes (the others are 0).
+///
+/// # Safety
+/// As [`tile`] with `r` = R.
 unsafe fn tile_portable<const R: usize>(
     t: &Tile,
     nkw: usize,
@@ -364,37 +367,47 @@ unsafe fn tile_portable<const R: usize>(
 ) {
     let nc = t.lanes;
     let mut acc = [[0.0f32; BLOCK]; R];
-    // SAFETY: (whole body) the pointers address R output pixels, their taps and the
-    // weights of the caller's ranges; only the first nc lanes of x and z are read.
-    unsafe {
-        let bias = std::slice::from_raw_parts(t.bias, BLOCK);
-        for a in acc.iter_mut() {
-            a.copy_from_slice(bias);
-        }
-        for kh in 0..t.nkh {
-            for kw in 0..nkw {
-                let wv = std::slice::from_raw_parts(w.add(kh * t.ws_kh + kw * BLOCK), nc);
-                let xp = x.add(kh * t.xs_kh + kw * t.xs_kw);
-                for (r, a) in acc.iter_mut().enumerate() {
-                    let xv = std::slice::from_raw_parts(xp.add(r * t.xs_px), nc);
-                    for ((av, &xv), &wv) in a.iter_mut().zip(xv).zip(wv) {
-                        *av += xv * wv;
-                    }
+    // SAFETY: `t.bias` points at the 16 bias floats of the row's block.
+    let bias = unsafe { std::slice::from_raw_parts(t.bias, BLOCK) };
+    for a in acc.iter_mut() {
+        a.copy_from_slice(bias);
+    }
+    for kh in 0..t.nkh {
+        for kw in 0..nkw {
+            // SAFETY: tap (kh < t.nkh, kw < nkw)'s weights, of which the first nc lanes
+            // are the block's channels.
+            let wv = unsafe { std::slice::from_raw_parts(w.add(kh * t.ws_kh + kw * BLOCK), nc) };
+            // SAFETY: the same tap of the first pixel, inside x by the `tile` contract.
+            let xp = unsafe { x.add(kh * t.xs_kh + kw * t.xs_kw) };
+            for (r, a) in acc.iter_mut().enumerate() {
+                // SAFETY: pixel r < R's tap, xs_px floats on; its nc real lanes only.
+                let xv = unsafe { std::slice::from_raw_parts(xp.add(r * t.xs_px), nc) };
+                for ((av, &xv), &wv) in a.iter_mut().zip(xv).zip(wv) {
+                    *av += xv * wv;
                 }
             }
         }
-        for (r, a) in acc.iter_mut().enumerate() {
-            if !z.is_null() {
-                let zs = std::slice::from_raw_parts(z.add(r * BLOCK), nc);
-                a.iter_mut().zip(zs).for_each(|(v, z)| *v += z);
-            }
-            std::slice::from_raw_parts_mut(y.add(r * BLOCK), BLOCK).copy_from_slice(a);
+    }
+    for (r, a) in acc.iter_mut().enumerate() {
+        if !z.is_null() {
+            // SAFETY: a non-null z holds pixel r < R's residual at r·16 (nc real lanes),
+            // read before y's same pixel is written just below.
+            let zs = unsafe { std::slice::from_raw_parts(z.add(r * BLOCK), nc) };
+            a.iter_mut().zip(zs).for_each(|(v, z)| *v += z);
         }
+        // SAFETY: output pixel r < R's 16 floats at y + r·16 are this call's; the z view
+        // above is dead.
+        let out = unsafe { std::slice::from_raw_parts_mut(y.add(r * BLOCK), BLOCK) };
+        out.copy_from_slice(a);
     }
 }
 
 /// The AVX-512 micro-kernel: one zmm accumulator per pixel (two, for even and odd
 /// kernel rows, with `PAIR`); `MASKED` loads only the first `t.lanes` lanes of x and z.
+/// Unaligned loads and stores throughout.
+///
+/// # Safety
+/// The CPU has AVX-512F; the pointers as [`tile`] with `r` = R.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn tile_avx512<const R: usize, const MASKED: bool, const PAIR: bool>(
@@ -407,83 +420,99 @@ unsafe fn tile_avx512<const R: usize, const MASKED: bool, const PAIR: bool>(
 ) {
     use std::arch::x86_64::*;
     let m: __mmask16 = ((1u32 << t.lanes) - 1) as __mmask16;
-    // SAFETY: (whole body) the pointers address R output pixels, their taps and the
-    // weights of the caller's ranges; unaligned loads and stores throughout, and masked
-    // lanes are never read.
-    unsafe {
-        let load = |p: *const f32| {
+    // The 16 lanes of a pixel at `$p`, only the first `t.lanes` with MASKED. Expands to
+    // unsafe loads: each use sits in an unsafe block that says why `$p` is readable.
+    macro_rules! load {
+        ($p:expr) => {{
+            let p: *const f32 = $p;
             if MASKED {
                 _mm512_maskz_loadu_ps(m, p)
             } else {
                 _mm512_loadu_ps(p)
             }
+        }};
+    }
+    // SAFETY: `t.bias` is 16 floats of the packed bias (its block's).
+    let mut acc = [unsafe { _mm512_loadu_ps(t.bias) }; R];
+    let mut odd = [_mm512_setzero_ps(); R];
+    // Kernel row kh into `a`.
+    macro_rules! kernel_row {
+        ($a:expr, $kh:expr) => {
+            // SAFETY: kernel row `$kh` < t.nkh of the first pixel, inside x.
+            let xr = unsafe { x.add($kh * t.xs_kh) };
+            // SAFETY: that kernel row's weights, ws_kh floats a row.
+            let wr = unsafe { w.add($kh * t.ws_kh) };
+            for kw in 0..nkw {
+                // SAFETY: tap kw < nkw's 16 weights (zero past the block's channels).
+                let wv = unsafe { _mm512_loadu_ps(wr.add(kw * BLOCK)) };
+                // SAFETY: the first pixel's tap kw of the row, xs_kw floats a column.
+                let xp = unsafe { xr.add(kw * t.xs_kw) };
+                for (r, a) in $a.iter_mut().enumerate() {
+                    // SAFETY: pixel r < R at that tap (xs_px a pixel) is inside x; MASKED
+                    // keeps a partial block's loads to its real lanes.
+                    let xv = unsafe { load!(xp.add(r * t.xs_px)) };
+                    *a = _mm512_fmadd_ps(xv, wv, *a);
+                }
+            }
         };
-        let mut acc = [_mm512_loadu_ps(t.bias); R];
-        let mut odd = [_mm512_setzero_ps(); R];
-        // Kernel row kh into `a`.
-        macro_rules! kernel_row {
-            ($a:expr, $kh:expr) => {
-                let xr = x.add($kh * t.xs_kh);
-                let wr = w.add($kh * t.ws_kh);
-                for kw in 0..nkw {
-                    let wv = _mm512_loadu_ps(wr.add(kw * BLOCK));
-                    let xp = xr.add(kw * t.xs_kw);
-                    for (r, a) in $a.iter_mut().enumerate() {
-                        *a = _mm512_fmadd_ps(load(xp.add(r * t.xs_px)), wv, *a);
-                    }
-                }
-            };
+    }
+    if PAIR {
+        let mut kh = 0;
+        while kh + 1 < t.nkh {
+            kernel_row!(acc, kh);
+            kernel_row!(odd, kh + 1);
+            kh += 2;
         }
-        if PAIR {
-            let mut kh = 0;
-            while kh + 1 < t.nkh {
-                kernel_row!(acc, kh);
-                kernel_row!(odd, kh + 1);
-                kh += 2;
-            }
-            if kh < t.nkh {
-                kernel_row!(acc, kh);
-            }
-            for (a, o) in acc.iter_mut().zip(&odd) {
-                *a = _mm512_add_ps(*a, *o);
-            }
-        } else {
-            for kh in 0..t.nkh {
-                kernel_row!(acc, kh);
-            }
+        if kh < t.nkh {
+            kernel_row!(acc, kh);
         }
-        if !z.is_null() {
-            for (r, a) in acc.iter_mut().enumerate() {
-                *a = _mm512_add_ps(*a, load(z.add(r * BLOCK)));
-            }
+        for (a, o) in acc.iter_mut().zip(&odd) {
+            *a = _mm512_add_ps(*a, *o);
         }
-        let zero = _mm512_setzero_ps();
-        // max/min return the second operand when either is NaN: NaN stays NaN.
-        match t.in_reg {
-            InReg::None => {}
-            InReg::Relu => acc.iter_mut().for_each(|a| *a = _mm512_max_ps(zero, *a)),
-            InReg::Clip(lo, hi) => {
-                let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
-                acc.iter_mut()
-                    .for_each(|a| *a = _mm512_min_ps(hi, _mm512_max_ps(lo, *a)));
-            }
-            InReg::HardSwish => {
-                let (sixth, half) = (_mm512_set1_ps(1.0 / 6.0), _mm512_set1_ps(0.5));
-                let one = _mm512_set1_ps(1.0);
-                for a in acc.iter_mut() {
-                    let h = _mm512_fmadd_ps(*a, sixth, half);
-                    *a = _mm512_mul_ps(*a, _mm512_min_ps(one, _mm512_max_ps(zero, h)));
-                }
+    } else {
+        for kh in 0..t.nkh {
+            kernel_row!(acc, kh);
+        }
+    }
+    if !z.is_null() {
+        for (r, a) in acc.iter_mut().enumerate() {
+            // SAFETY: z is not null: pixel r < R's residual at z + r·16 (its real lanes
+            // with MASKED), read before the stores below (y may be z's buffer).
+            let zv = unsafe { load!(z.add(r * BLOCK)) };
+            *a = _mm512_add_ps(*a, zv);
+        }
+    }
+    let zero = _mm512_setzero_ps();
+    // max/min return the second operand when either is NaN: NaN stays NaN.
+    match t.in_reg {
+        InReg::None => {}
+        InReg::Relu => acc.iter_mut().for_each(|a| *a = _mm512_max_ps(zero, *a)),
+        InReg::Clip(lo, hi) => {
+            let (lo, hi) = (_mm512_set1_ps(lo), _mm512_set1_ps(hi));
+            acc.iter_mut()
+                .for_each(|a| *a = _mm512_min_ps(hi, _mm512_max_ps(lo, *a)));
+        }
+        InReg::HardSwish => {
+            let (sixth, half) = (_mm512_set1_ps(1.0 / 6.0), _mm512_set1_ps(0.5));
+            let one = _mm512_set1_ps(1.0);
+            for a in acc.iter_mut() {
+                let h = _mm512_fmadd_ps(*a, sixth, half);
+                *a = _mm512_mul_ps(*a, _mm512_min_ps(one, _mm512_max_ps(zero, h)));
             }
         }
-        for (r, a) in acc.iter().enumerate() {
-            _mm512_storeu_ps(y.add(r * BLOCK), *a);
-        }
+    }
+    for (r, a) in acc.iter().enumerate() {
+        // SAFETY: the call owns output pixel r < R: 16 floats at y + r·16.
+        unsafe { _mm512_storeu_ps(y.add(r * BLOCK), *a) };
     }
 }
 
 /// The AVX2+FMA micro-kernel: two ymm accumulators per pixel; `MASKED` zeroes the pad
-/// lanes of x and z after loading them (the loads stay inside the block).
+/// lanes of x and z after loading them (the loads stay inside the block). Unaligned
+/// loads and stores throughout.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; the pointers as [`tile`] with `r` = R.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tile_avx2<const R: usize, const MASKED: bool>(
@@ -495,78 +524,101 @@ unsafe fn tile_avx2<const R: usize, const MASKED: bool>(
     z: *const f32,
 ) {
     use std::arch::x86_64::*;
-    // SAFETY: (whole body) the pointers address R output pixels, their taps and the
-    // weights of the caller's ranges; unaligned loads and stores throughout.
-    unsafe {
-        let lane = |i: i32| if (i as usize) < t.lanes { -1 } else { 0 };
-        let m0 = _mm256_castsi256_ps(_mm256_setr_epi32(
-            lane(0),
-            lane(1),
-            lane(2),
-            lane(3),
-            lane(4),
-            lane(5),
-            lane(6),
-            lane(7),
-        ));
-        let m1 = _mm256_castsi256_ps(_mm256_setr_epi32(
-            lane(8),
-            lane(9),
-            lane(10),
-            lane(11),
-            lane(12),
-            lane(13),
-            lane(14),
-            lane(15),
-        ));
-        let load = |p: *const f32| {
+    let lane = |i: i32| if (i as usize) < t.lanes { -1 } else { 0 };
+    let m0 = _mm256_castsi256_ps(_mm256_setr_epi32(
+        lane(0),
+        lane(1),
+        lane(2),
+        lane(3),
+        lane(4),
+        lane(5),
+        lane(6),
+        lane(7),
+    ));
+    let m1 = _mm256_castsi256_ps(_mm256_setr_epi32(
+        lane(8),
+        lane(9),
+        lane(10),
+        lane(11),
+        lane(12),
+        lane(13),
+        lane(14),
+        lane(15),
+    ));
+    // The 16 lanes of a pixel at `$p` as two halves, pad lanes zeroed with MASKED.
+    // Expands to unsafe loads: each use sits in an unsafe block that says why the 16
+    // floats at `$p` are readable.
+    macro_rules! load {
+        ($p:expr) => {{
+            let p: *const f32 = $p;
             let (a, b) = (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)));
             if MASKED {
                 (_mm256_and_ps(a, m0), _mm256_and_ps(b, m1))
             } else {
                 (a, b)
             }
-        };
-        let (b0, b1) = (_mm256_loadu_ps(t.bias), _mm256_loadu_ps(t.bias.add(8)));
-        let mut acc = [[b0, b1]; R];
-        for kh in 0..t.nkh {
-            let xr = x.add(kh * t.xs_kh);
-            let wr = w.add(kh * t.ws_kh);
-            for kw in 0..nkw {
-                let w0 = _mm256_loadu_ps(wr.add(kw * BLOCK));
-                let w1 = _mm256_loadu_ps(wr.add(kw * BLOCK + 8));
-                let xp = xr.add(kw * t.xs_kw);
-                for (r, a) in acc.iter_mut().enumerate() {
-                    let (x0, x1) = load(xp.add(r * t.xs_px));
-                    a[0] = _mm256_fmadd_ps(x0, w0, a[0]);
-                    a[1] = _mm256_fmadd_ps(x1, w1, a[1]);
+        }};
+    }
+    // SAFETY: `t.bias` holds the 16 bias floats of the row's block.
+    let (b0, b1) = unsafe { (_mm256_loadu_ps(t.bias), _mm256_loadu_ps(t.bias.add(8))) };
+    let mut acc = [[b0, b1]; R];
+    for kh in 0..t.nkh {
+        // SAFETY: kernel row kh < t.nkh of the first pixel, inside x by the contract.
+        let xr = unsafe { x.add(kh * t.xs_kh) };
+        // SAFETY: kernel row kh's packed weights, ws_kh floats a row.
+        let wr = unsafe { w.add(kh * t.ws_kh) };
+        for kw in 0..nkw {
+            // SAFETY: tap kw < nkw's 16 weights at wr + kw·16, as two halves.
+            let (w0, w1) = unsafe {
+                (
+                    _mm256_loadu_ps(wr.add(kw * BLOCK)),
+                    _mm256_loadu_ps(wr.add(kw * BLOCK + 8)),
+                )
+            };
+            // SAFETY: column kw of the row for the first pixel (xs_kw a column).
+            let xp = unsafe { xr.add(kw * t.xs_kw) };
+            for (r, a) in acc.iter_mut().enumerate() {
+                // SAFETY: pixel r < R's whole 16-float tap (xs_px a pixel) is inside x;
+                // pad lanes are read, inside the block, and masked.
+                let (x0, x1) = unsafe { load!(xp.add(r * t.xs_px)) };
+                a[0] = _mm256_fmadd_ps(x0, w0, a[0]);
+                a[1] = _mm256_fmadd_ps(x1, w1, a[1]);
+            }
+        }
+    }
+    if !z.is_null() {
+        for (r, a) in acc.iter_mut().enumerate() {
+            // SAFETY: a non-null z holds pixel r < R's 16 residual floats at z + r·16,
+            // read before y's stores (y may be z's buffer).
+            let (z0, z1) = unsafe { load!(z.add(r * BLOCK)) };
+            a[0] = _mm256_add_ps(a[0], z0);
+            a[1] = _mm256_add_ps(a[1], z1);
+        }
+    }
+    let zero = _mm256_setzero_ps();
+    // max/min return the second operand when either is NaN: NaN stays NaN.
+    macro_rules! f {
+        ($v:expr) => {{
+            let v: __m256 = $v;
+            match t.in_reg {
+                InReg::None => v,
+                InReg::Relu => _mm256_max_ps(zero, v),
+                InReg::Clip(lo, hi) => {
+                    _mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), v))
+                }
+                InReg::HardSwish => {
+                    let h = _mm256_fmadd_ps(v, _mm256_set1_ps(1.0 / 6.0), _mm256_set1_ps(0.5));
+                    let one = _mm256_set1_ps(1.0);
+                    _mm256_mul_ps(v, _mm256_min_ps(one, _mm256_max_ps(zero, h)))
                 }
             }
-        }
-        if !z.is_null() {
-            for (r, a) in acc.iter_mut().enumerate() {
-                let (z0, z1) = load(z.add(r * BLOCK));
-                a[0] = _mm256_add_ps(a[0], z0);
-                a[1] = _mm256_add_ps(a[1], z1);
-            }
-        }
-        let zero = _mm256_setzero_ps();
-        // max/min return the second operand when either is NaN: NaN stays NaN.
-        let f = |v: __m256| match t.in_reg {
-            InReg::None => v,
-            InReg::Relu => _mm256_max_ps(zero, v),
-            InReg::Clip(lo, hi) => {
-                _mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), v))
-            }
-            InReg::HardSwish => {
-                let h = _mm256_fmadd_ps(v, _mm256_set1_ps(1.0 / 6.0), _mm256_set1_ps(0.5));
-                let one = _mm256_set1_ps(1.0);
-                _mm256_mul_ps(v, _mm256_min_ps(one, _mm256_max_ps(zero, h)))
-            }
-        };
-        for (r, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(y.add(r * BLOCK), f(a[0]));
-            _mm256_storeu_ps(y.add(r * BLOCK + 8), f(a[1]));
+        }};
+    }
+    for (r, a) in acc.iter().enumerate() {
+        // SAFETY: the call owns output pixel r < R's 16 floats at y + r·16.
+        unsafe {
+            _mm256_storeu_ps(y.add(r * BLOCK), f!(a[0]));
+            _mm256_storeu_ps(y.add(r * BLOCK + 8), f!(a[1]));
         }
     }
 }
@@ -678,17 +730,11 @@ mod tests {
                         (Some(z), false) => Some(z.as_ptr()),
                         (None, _) => None,
                     };
-                    // SAFETY: buffers sized by the packed conv; y may be z's buffer.
+                    let (xp, yp) = (xb.as_ptr(), y.as_mut_ptr());
+                    // SAFETY: xb holds x_len floats, y (and z) y_len, as the asserts
+                    // above check; y may be z's buffer.
                     unsafe {
-                        conv_depthwise_blocked_isa(
-                            isa,
-                            pool.as_ref(),
-                            &p,
-                            xb.as_ptr(),
-                            zp,
-                            y.as_mut_ptr(),
-                            c.act,
-                        )
+                        conv_depthwise_blocked_isa(isa, pool.as_ref(), &p, xp, zp, yp, c.act)
                     };
                     let got = unblock(&y, s.n, s.oc, ohw);
                     for i in 0..got.len() {

@@ -110,24 +110,31 @@ pub unsafe fn conv_im2col_volume(
     let direct = reads_input_directly(s) && d.is_identity();
     for n in 0..s.n {
         for gi in 0..g {
-            // SAFETY: offsets stay inside the buffers the caller sized per the contract.
-            unsafe {
-                let xg = x.add((n * s.ic + gi * icg) * ivol);
-                let b = if direct {
-                    Mat::rows(xg, ovol)
-                } else {
-                    im2col(pool, s, d, xg, scratch);
-                    Mat::rows(scratch, ovol)
-                };
-                let off = (n * s.oc + gi * ocg) * ovol;
-                let ep = Epilogue {
-                    bias: bias.map_or(Bias::None, |b| Bias::PerRow(b.add(gi * ocg))),
-                    residual: z.map(|z| (z.add(off), ovol)),
-                    act,
-                };
-                let a = Mat::rows(w.add(gi * ocg * k), k);
-                gemm(pool, ocg, ovol, k, a, b, y.add(off), ovol, &ep);
-            }
+            // SAFETY: image n < N, group gi < g: its IC/g input channels start inside x.
+            let xg = unsafe { x.add((n * s.ic + gi * icg) * ivol) };
+            let b = if direct {
+                Mat::rows(xg, ovol)
+            } else {
+                // SAFETY: xg starts the group's IC/g input planes; scratch holds
+                // `conv_volume_scratch_len` floats, one group's im2col matrix.
+                unsafe { im2col(pool, s, d, xg, scratch) };
+                Mat::rows(scratch, ovol)
+            };
+            let off = (n * s.oc + gi * ocg) * ovol;
+            // SAFETY: the group's OC/g bias values start at gi·OC/g of the OC ones.
+            let bias = bias.map_or(Bias::None, |b| Bias::PerRow(unsafe { b.add(gi * ocg) }));
+            // SAFETY: the group's OC/g output planes of image n start at `off` in z.
+            let residual = z.map(|z| (unsafe { z.add(off) }, ovol));
+            let ep = Epilogue {
+                bias,
+                residual,
+                act,
+            };
+            // SAFETY: the group's OC/g rows of k weights start at gi·OC/g·k in w.
+            let a = Mat::rows(unsafe { w.add(gi * ocg * k) }, k);
+            // SAFETY: a is OC/g × k, b k × OH·OW (x or scratch), and the group's output
+            // planes at y + off take OC/g rows of ovol, apart from both.
+            unsafe { gemm(pool, ocg, ovol, k, a, b, y.add(off), ovol, &ep) };
         }
     }
 }
@@ -275,18 +282,18 @@ unsafe fn depthwise_plane(s: &ConvShape, d: &Dw, plane: usize, act: Act) {
     let sw = s.strides[1];
     let [dh, dw] = s.dilations;
     let ohw = s.oh * s.ow;
-    // SAFETY: plane-sized views inside the caller's buffers.
-    let (yp, xp, wk, zp) = unsafe {
-        (
-            std::slice::from_raw_parts_mut(d.y.add(plane * ohw), ohw),
-            std::slice::from_raw_parts(d.x.add((n * s.ic + c) * s.ih * s.iw), s.ih * s.iw),
-            std::slice::from_raw_parts(d.w.add(o * s.kh * s.kw), s.kh * s.kw),
-            if d.z.is_null() {
-                None
-            } else {
-                Some(std::slice::from_raw_parts(d.z.add(plane * ohw), ohw))
-            },
-        )
+    // SAFETY: output plane `plane` < N·OC of y, OH·OW floats, this task's alone.
+    let yp = unsafe { std::slice::from_raw_parts_mut(d.y.add(plane * ohw), ohw) };
+    let xoff = (n * s.ic + c) * s.ih * s.iw;
+    // SAFETY: input plane (n, c) of x, IH·IW floats; y does not overlap x.
+    let xp = unsafe { std::slice::from_raw_parts(d.x.add(xoff), s.ih * s.iw) };
+    // SAFETY: output channel o's KH·KW weights (one input channel per group).
+    let wk = unsafe { std::slice::from_raw_parts(d.w.add(o * s.kh * s.kw), s.kh * s.kw) };
+    let zp = if d.z.is_null() {
+        None
+    } else {
+        // SAFETY: a non-null z holds N·OC·OH·OW floats: plane `plane` of it.
+        Some(unsafe { std::slice::from_raw_parts(d.z.add(plane * ohw), ohw) })
     };
     let b = if d.bias.is_null() {
         0.0

@@ -239,18 +239,9 @@ fn run_blocked(c: &Case, seed: u64) {
         assert_eq!(xb.len(), p.x_len());
         for pool in [None, Some(&pool2)] {
             let mut y = vec![f32::NAN; p.y_len()];
-            // SAFETY: buffers sized by the packed conv's own lengths.
-            unsafe {
-                conv_blocked_isa(
-                    isa,
-                    pool,
-                    &p,
-                    xb.as_ptr(),
-                    zb.as_ref().map(|z| z.as_ptr()),
-                    y.as_mut_ptr(),
-                    c.act,
-                )
-            };
+            let zp = zb.as_ref().map(|z| z.as_ptr());
+            // SAFETY: xb holds x_len floats (asserted), y and the blocked z y_len.
+            unsafe { conv_blocked_isa(isa, pool, &p, xb.as_ptr(), zp, y.as_mut_ptr(), c.act) };
             let got = unblock(&y, s.n, s.oc, s.oh * s.ow);
             let what = format!(
                 "blocked {} pool={} rows {}×{}",
@@ -273,20 +264,12 @@ fn run_blocked(c: &Case, seed: u64) {
     {
         let mut compact = vec![f32::NAN; p.x_len()];
         let mut y = vec![f32::NAN; p.y_len()];
-        // SAFETY: x holds the strided conv's blocked input; the other buffers are sized
-        // by the packed stride-1 conv's own lengths.
-        unsafe {
-            subsample(pool, &s, xb.as_ptr(), compact.as_mut_ptr());
-            conv_blocked_isa(
-                isa,
-                pool,
-                &p,
-                compact.as_ptr(),
-                zb.as_ref().map(|z| z.as_ptr()),
-                y.as_mut_ptr(),
-                c.act,
-            )
-        };
+        // SAFETY: xb holds the strided conv's blocked input, compact the subsampled
+        // one: the packed stride-1 conv's x_len floats.
+        unsafe { subsample(pool, &s, xb.as_ptr(), compact.as_mut_ptr()) };
+        let (zp, xp) = (zb.as_ref().map(|z| z.as_ptr()), compact.as_ptr());
+        // SAFETY: compact holds the stride-1 conv's x_len floats, y and z its y_len.
+        unsafe { conv_blocked_isa(isa, pool, &p, xp, zp, y.as_mut_ptr(), c.act) };
         let got = unblock(&y, s.n, s.oc, s.oh * s.ow);
         let what = format!("subsampled {} pool={}", isa.name(), pool.is_some());
         check(&s, &got, &d.want, &d.scale, c.act, &what);
@@ -312,18 +295,12 @@ fn run_plain_x(c: &Case, seed: u64) {
     for isa in isas() {
         for pool in [None, Some(&pool2)] {
             let mut y = vec![f32::NAN; p.y_len()];
-            // SAFETY: x holds x_len floats past the guard, y and z y_len.
-            unsafe {
-                conv_blocked_isa(
-                    isa,
-                    pool,
-                    &p,
-                    xg.as_ptr().add(GUARD),
-                    zb.as_ref().map(|z| z.as_ptr()),
-                    y.as_mut_ptr(),
-                    c.act,
-                )
-            };
+            let zp = zb.as_ref().map(|z| z.as_ptr());
+            // SAFETY: xg holds GUARD floats, then x's x_len (asserted), then more; y and
+            // z hold y_len.
+            let xp = unsafe { xg.as_ptr().add(GUARD) };
+            // SAFETY: xp starts those x_len floats of x; y and z as just said.
+            unsafe { conv_blocked_isa(isa, pool, &p, xp, zp, y.as_mut_ptr(), c.act) };
             let got = unblock(&y, s.n, s.oc, s.oh * s.ow);
             let what = format!("plain-x {} pool={} {c:?}", isa.name(), pool.is_some());
             check(&s, &got, &d.want, &d.scale, c.act, &what);
@@ -342,20 +319,12 @@ fn run_plain(c: &Case, seed: u64) {
         for pool in [None, Some(&pool2)] {
             let mut y = vec![f32::NAN; s.n * s.oc * s.oh * s.ow];
             let mut scratch = vec![0.0; conv_plain_scratch_len(&s)];
-            // SAFETY: buffers sized per conv_plain's contract.
-            unsafe {
-                f(
-                    pool,
-                    &s,
-                    d.w.as_ptr(),
-                    d.b.as_ref().map(|b| b.as_ptr()),
-                    d.x.as_ptr(),
-                    d.z.as_ref().map(|z| z.as_ptr()),
-                    y.as_mut_ptr(),
-                    c.act,
-                    scratch.as_mut_ptr(),
-                )
-            };
+            let (w, b) = (d.w.as_ptr(), d.b.as_ref().map(|b| b.as_ptr()));
+            let (x, z) = (d.x.as_ptr(), d.z.as_ref().map(|z| z.as_ptr()));
+            let (yp, sp) = (y.as_mut_ptr(), scratch.as_mut_ptr());
+            // SAFETY: `data` sizes w, b, x and z for `s`; y holds its NCHW output and
+            // scratch `conv_plain_scratch_len(&s)` floats, as conv_plain asks.
+            unsafe { f(pool, &s, w, b, x, z, yp, c.act, sp) };
             let what = format!("{path} pool={}", pool.is_some());
             check(&s, &y, &d.want, &d.scale, c.act, &what);
         }

@@ -259,7 +259,8 @@ pub unsafe fn conv_winograd(
     act: Act,
     scratch: *mut f32,
 ) {
-    // SAFETY: the caller's contract is this function's.
+    // SAFETY: `conv_winograd_isa` asks the same of x, z, y and scratch, and caps
+    // `isa::isa()` by the detected instruction set.
     unsafe { conv_winograd_isa(isa::isa(), pool, p, x, z, y, act, scratch) }
 }
 
@@ -415,21 +416,26 @@ unsafe fn task(c: &Ctx, t: usize) {
             v,
             mm,
         };
-        // SAFETY: forwarded contract; c.isa is capped by what the CPU has, so the
-        // `avx2` paths run only with AVX2+FMA, the `avx512` ones only with AVX-512F.
-        unsafe {
-            match (c.isa, p.m) {
-                #[cfg(target_arch = "x86_64")]
-                (Isa::Avx512, 2) => item_avx512::<4>(c, &w),
-                #[cfg(target_arch = "x86_64")]
-                (Isa::Avx512, _) => item_avx512::<6>(c, &w),
-                #[cfg(target_arch = "x86_64")]
-                (Isa::Avx2, 2) => item_avx2::<4>(c, &w),
-                #[cfg(target_arch = "x86_64")]
-                (Isa::Avx2, _) => item_avx2::<6>(c, &w),
-                (_, 2) => item_portable::<4>(c, &w),
-                _ => item_portable::<6>(c, &w),
-            }
+        // Each arm runs item `w`, which this task claimed alone (`c.next`), so its
+        // tiles × blocks of y and its scratch are this task's.
+        match (c.isa, p.m) {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: c.isa is capped by `isa::detected()`, so Avx512 means the CPU has
+            // AVX-512F; F(2,3) tiles are α = 4.
+            (Isa::Avx512, 2) => unsafe { item_avx512::<4>(c, &w) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX-512F present (c.isa = Avx512 after the cap); F(4,3), α = 6.
+            (Isa::Avx512, _) => unsafe { item_avx512::<6>(c, &w) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: c.isa = Avx2 after the detected cap: the CPU has AVX2 and FMA.
+            (Isa::Avx2, 2) => unsafe { item_avx2::<4>(c, &w) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX2+FMA present (capped c.isa = Avx2), α = 6 tiles.
+            (Isa::Avx2, _) => unsafe { item_avx2::<6>(c, &w) },
+            // SAFETY: the portable path needs no CPU feature; α = 4.
+            (_, 2) => unsafe { item_portable::<4>(c, &w) },
+            // SAFETY: no CPU feature needed; α = 6 portable item.
+            _ => unsafe { item_portable::<6>(c, &w) },
         }
     }
 }
@@ -454,19 +460,20 @@ pub(super) const K_AVX512: u8 = 2;
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn item_avx512<const A: usize>(c: &Ctx, w: &Item) {
-    // SAFETY: forwarded contract; this function runs only on AVX-512F CPUs.
+    // SAFETY: `item`'s contract is this fn's; this fn has AVX-512F, which `K_AVX512`
+    // and the `Z` lanes need.
     unsafe { item::<A, K_AVX512, Z>(c, w) }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn item_avx2<const A: usize>(c: &Ctx, w: &Item) {
-    // SAFETY: forwarded contract; this function runs only on AVX2+FMA CPUs.
+    // SAFETY: as this fn's contract; AVX2+FMA is enabled here, as `K_AVX2` needs.
     unsafe { item::<A, K_AVX2, L>(c, w) }
 }
 
 unsafe fn item_portable<const A: usize>(c: &Ctx, w: &Item) {
-    // SAFETY: forwarded contract.
+    // SAFETY: this fn's contract is `item`'s; the portable kernel needs no feature.
     unsafe { item::<A, K_PORTABLE, L>(c, w) }
 }
 
@@ -571,21 +578,10 @@ unsafe fn item<const A: usize, const K: u8, V: Lanes>(c: &Ctx, w: &Item) {
                 c.z.wrapping_add(off)
             };
             let src = w.mm.wrapping_add(((ob - w.ob0) * p.batch + k) * aa * BLOCK);
+            let (yp, rs) = (c.y.wrapping_add(off), s.ow * BLOCK);
             // SAFETY: M holds this tile's α²·16 floats; the hv×wv valid pixels of the
             // tile are inside plane (n, ob) of y and z.
-            unsafe {
-                output_tile::<V, A>(
-                    src,
-                    bias,
-                    (&mask, bits),
-                    z,
-                    c.y.wrapping_add(off),
-                    s.ow * BLOCK,
-                    hv,
-                    wv,
-                    c.relu,
-                )
-            };
+            unsafe { output_tile::<V, A>(src, bias, (&mask, bits), z, yp, rs, hv, wv, c.relu) };
             if c.act != Act::None {
                 for r in 0..hv {
                     // SAFETY: this item owns the tile's pixels; row r holds wv·16
@@ -642,13 +638,14 @@ impl Lanes for L {
 
     #[inline(always)]
     unsafe fn load(p: *const f32) -> L {
-        // SAFETY: the caller's contract.
+        // SAFETY: `Lanes::load` asks 16 readable floats at p, as `L::load` does.
         unsafe { L::load(p) }
     }
 
     #[inline(always)]
     unsafe fn load_masked(p: *const f32, mask: &[bool; BLOCK], _: u16) -> L {
-        // SAFETY: the caller's contract.
+        // SAFETY: `load_masked` too is given 16 readable floats at p (pad lanes
+        // included), all `L::load` needs.
         let mut v = unsafe { L::load(p) };
         for (l, &keep) in v.0.iter_mut().zip(mask) {
             // A select, not a multiply: the masked lanes may be NaN.
@@ -720,36 +717,40 @@ mod zmm {
     use std::arch::x86_64::*;
     use std::ops::{Add, Mul, Sub};
 
-    // SAFETY (every block below): `Z` values exist only in code running on AVX-512F
-    // CPUs (see `Z`); pointers are as each method's contract says.
+    // Every block below rests on `Z` being used only in code running on AVX-512F CPUs
+    // (see `Z`): these trait methods cannot enable the feature themselves.
     impl Lanes for Z {
         #[inline(always)]
         fn zero() -> Z {
-            // SAFETY: see above.
+            // SAFETY: `_mm512_setzero_ps` needs only AVX-512F, which a CPU running `Z`
+            // code has.
             Z(unsafe { _mm512_setzero_ps() })
         }
 
         #[inline(always)]
         unsafe fn load(p: *const f32) -> Z {
-            // SAFETY: see above.
+            // SAFETY: p holds 16 readable floats (`Lanes::load`), and `Z` code runs
+            // with AVX-512F.
             Z(unsafe { _mm512_loadu_ps(p) })
         }
 
         #[inline(always)]
         unsafe fn load_masked(p: *const f32, _: &[bool; BLOCK], bits: u16) -> Z {
-            // SAFETY: see above; masked-off lanes are not loaded.
+            // SAFETY: p holds 16 readable floats, of which the masked-off lanes are not
+            // even loaded; AVX-512F as for all `Z` code.
             Z(unsafe { _mm512_maskz_loadu_ps(bits, p) })
         }
 
         #[inline(always)]
         unsafe fn store(self, p: *mut f32) {
-            // SAFETY: see above.
+            // SAFETY: `Lanes::store` gives 16 writable floats at p; `Z` implies the CPU
+            // has AVX-512F.
             unsafe { _mm512_storeu_ps(p, self.0) }
         }
 
         #[inline(always)]
         fn relu(self) -> Z {
-            // SAFETY: see above.
+            // SAFETY: register-only max and zero, AVX-512F (present wherever a `Z` is).
             Z(unsafe { _mm512_max_ps(self.0, _mm512_setzero_ps()) })
         }
     }
@@ -758,7 +759,7 @@ mod zmm {
         type Output = Z;
         #[inline(always)]
         fn add(self, o: Z) -> Z {
-            // SAFETY: see above.
+            // SAFETY: a register add; `Z` values exist only on AVX-512F CPUs.
             Z(unsafe { _mm512_add_ps(self.0, o.0) })
         }
     }
@@ -767,7 +768,7 @@ mod zmm {
         type Output = Z;
         #[inline(always)]
         fn sub(self, o: Z) -> Z {
-            // SAFETY: see above.
+            // SAFETY: a register subtract, run only where `Z` is, on AVX-512F.
             Z(unsafe { _mm512_sub_ps(self.0, o.0) })
         }
     }
@@ -776,7 +777,8 @@ mod zmm {
         type Output = Z;
         #[inline(always)]
         fn mul(self, k: f32) -> Z {
-            // SAFETY: see above.
+            // SAFETY: broadcast and multiply in registers; the AVX-512F they need is there
+            // for any `Z`.
             Z(unsafe { _mm512_mul_ps(self.0, _mm512_set1_ps(k)) })
         }
     }
@@ -941,9 +943,11 @@ pub(super) unsafe fn gemm_tiles<const K: u8>(t: &Tiles) {
             ($($n:literal)*) => {
                 match (t.rows, t.nb) {
                     $(
-                        // SAFETY: K_AVX512 runs only on AVX-512F CPUs; forwarded contract.
+                        // SAFETY: K_AVX512 runs only on AVX-512F CPUs; t holds one block of
+                        // t.rows = $n rows, as the kernel's R, NB.
                         ($n, 1) => unsafe { kernel_avx512::<$n, 1>(t) },
-                        // SAFETY: as above.
+                        // SAFETY: AVX-512F (K_AVX512); t's two blocks (ldb, obs apart)
+                        // of $n rows.
                         ($n, 2) => unsafe { kernel_avx512::<$n, 2>(t) },
                     )*
                     _ => unreachable!("at most {UR512} rows and 2 blocks"),
@@ -961,11 +965,13 @@ pub(super) unsafe fn gemm_tiles<const K: u8>(t: &Tiles) {
                     $($n => {
                         #[cfg(target_arch = "x86_64")]
                         if K == K_AVX2 {
-                            // SAFETY: K_AVX2 runs only on AVX2+FMA CPUs.
+                            // SAFETY: K_AVX2 runs only on AVX2+FMA CPUs; block j's b and
+                            // out, with a's $n rows, as `Tiles` describes.
                             unsafe { kernel_avx2::<$n>(k, a, lda, b, out, ldo) };
                             continue;
                         }
-                        // SAFETY: forwarded contract.
+                        // SAFETY: block j's b (k×16) and out, a's $n rows of k, per
+                        // `Tiles`; no CPU feature needed.
                         unsafe { kernel_portable::<$n>(k, a, lda, b, out, ldo) }
                     })*
                     _ => unreachable!("at most {UR} rows"),
@@ -1003,7 +1009,11 @@ unsafe fn kernel_portable<const R: usize>(
 }
 
 /// The AVX2+FMA micro-kernel: 2·R ymm accumulators, two weight loads and R broadcasts
-/// per input channel.
+/// per input channel. Unaligned loads and stores throughout.
+///
+/// # Safety
+/// The CPU has AVX2 and FMA; `b` holds k×16 floats, `a` R rows of k (`lda` apart),
+/// `out` R rows of 16 (`ldo` apart) apart from both.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn kernel_avx2<const R: usize>(
@@ -1015,37 +1025,40 @@ unsafe fn kernel_avx2<const R: usize>(
     ldo: usize,
 ) {
     use std::arch::x86_64::*;
-    // SAFETY: (whole body) b holds k×16 floats, a R rows of k (lda apart), out R rows
-    // of 16 (ldo apart); unaligned loads and stores throughout.
-    unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 2]; R];
-        // One pointer per row: the broadcasts' addresses do not chain through lda.
-        let rows: [*const f32; R] = std::array::from_fn(|r| a.add(r * lda));
-        macro_rules! step {
-            ($p:expr) => {{
-                let w0 = _mm256_loadu_ps(b.add($p * BLOCK));
-                let w1 = _mm256_loadu_ps(b.add($p * BLOCK + 8));
-                for (row, acc) in rows.iter().zip(acc.iter_mut()) {
-                    let x = _mm256_broadcast_ss(&*row.add($p));
-                    acc[0] = _mm256_fmadd_ps(x, w0, acc[0]);
-                    acc[1] = _mm256_fmadd_ps(x, w1, acc[1]);
-                }
-            }};
-        }
-        // Unrolled by 4: IC is usually a multiple of 16.
-        let mut p = 0;
-        while p + 4 <= k {
-            step!(p);
-            step!(p + 1);
-            step!(p + 2);
-            step!(p + 3);
-            p += 4;
-        }
-        while p < k {
-            step!(p);
-            p += 1;
-        }
-        for (r, acc) in acc.iter().enumerate() {
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    // One pointer per row: the broadcasts' addresses do not chain through lda.
+    // SAFETY: row r < R of a starts r·lda floats from a, inside the R rows it holds.
+    let rows: [*const f32; R] = unsafe { std::array::from_fn(|r| a.add(r * lda)) };
+    macro_rules! step {
+        ($p:expr) => {{
+            // SAFETY: channel `$p` < k's 16 weights at b + `$p`·16, of b's k×16.
+            let w0 = unsafe { _mm256_loadu_ps(b.add($p * BLOCK)) };
+            // SAFETY: the upper 8 of the same 16 weights.
+            let w1 = unsafe { _mm256_loadu_ps(b.add($p * BLOCK + 8)) };
+            for (row, acc) in rows.iter().zip(acc.iter_mut()) {
+                // SAFETY: element `$p` < k of one of a's R rows of k floats.
+                let x = unsafe { _mm256_broadcast_ss(&*row.add($p)) };
+                acc[0] = _mm256_fmadd_ps(x, w0, acc[0]);
+                acc[1] = _mm256_fmadd_ps(x, w1, acc[1]);
+            }
+        }};
+    }
+    // Unrolled by 4: IC is usually a multiple of 16.
+    let mut p = 0;
+    while p + 4 <= k {
+        step!(p);
+        step!(p + 1);
+        step!(p + 2);
+        step!(p + 3);
+        p += 4;
+    }
+    while p < k {
+        step!(p);
+        p += 1;
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        // SAFETY: output row r < R's 16 floats at out + r·ldo.
+        unsafe {
             _mm256_storeu_ps(out.add(r * ldo), acc[0]);
             _mm256_storeu_ps(out.add(r * ldo + 8), acc[1]);
         }
@@ -1053,7 +1066,8 @@ unsafe fn kernel_avx2<const R: usize>(
 }
 
 /// The AVX-512F micro-kernel: R×NB zmm accumulators (R tiles × NB output blocks), NB
-/// weight loads and R broadcasts per input channel.
+/// weight loads and R broadcasts per input channel. Unaligned loads and stores
+/// throughout.
 ///
 /// # Safety
 /// The CPU has AVX-512F; `t` as [`Tiles`] with rows = R, nb = NB.
@@ -1062,43 +1076,44 @@ unsafe fn kernel_avx2<const R: usize>(
 unsafe fn kernel_avx512<const R: usize, const NB: usize>(t: &Tiles) {
     use std::arch::x86_64::*;
     let (k, a, b) = (t.k, t.a, t.b);
-    // SAFETY: (whole body) b's NB blocks hold k×16 floats each (ldb apart), a R rows of
-    // k (lda apart), out R rows of 16 (ldo apart) per block (obs apart); unaligned
-    // loads and stores throughout.
-    unsafe {
-        let mut acc = [[_mm512_setzero_ps(); NB]; R];
-        // One pointer per row: the broadcasts' addresses do not chain through lda.
-        let rows: [*const f32; R] = std::array::from_fn(|r| a.add(r * t.lda));
-        let bs: [*const f32; NB] = std::array::from_fn(|j| b.add(j * t.ldb));
-        macro_rules! step {
-            ($p:expr) => {{
-                let w: [__m512; NB] =
-                    std::array::from_fn(|j| _mm512_loadu_ps(bs[j].add($p * BLOCK)));
-                for (row, acc) in rows.iter().zip(acc.iter_mut()) {
-                    let x = _mm512_set1_ps(*row.add($p));
-                    for (acc, w) in acc.iter_mut().zip(&w) {
-                        *acc = _mm512_fmadd_ps(x, *w, *acc);
-                    }
+    let mut acc = [[_mm512_setzero_ps(); NB]; R];
+    // One pointer per row: the broadcasts' addresses do not chain through lda.
+    // SAFETY: a holds R = t.rows rows, t.lda apart: row r starts inside it.
+    let rows: [*const f32; R] = unsafe { std::array::from_fn(|r| a.add(r * t.lda)) };
+    // SAFETY: b holds NB = t.nb blocks of k×16, t.ldb apart: block j starts inside it.
+    let bs: [*const f32; NB] = unsafe { std::array::from_fn(|j| b.add(j * t.ldb)) };
+    macro_rules! step {
+        ($p:expr) => {{
+            let w: [__m512; NB] =
+                // SAFETY: channel `$p` < k's 16 weights in each block j < NB of b.
+                unsafe { std::array::from_fn(|j| _mm512_loadu_ps(bs[j].add($p * BLOCK))) };
+            for (row, acc) in rows.iter().zip(acc.iter_mut()) {
+                // SAFETY: element `$p` < k of one of a's R rows.
+                let x = _mm512_set1_ps(unsafe { *row.add($p) });
+                for (acc, w) in acc.iter_mut().zip(&w) {
+                    *acc = _mm512_fmadd_ps(x, *w, *acc);
                 }
-            }};
-        }
-        // Unrolled by 4: IC is usually a multiple of 4.
-        let mut p = 0;
-        while p + 4 <= k {
-            step!(p);
-            step!(p + 1);
-            step!(p + 2);
-            step!(p + 3);
-            p += 4;
-        }
-        while p < k {
-            step!(p);
-            p += 1;
-        }
-        for (r, acc) in acc.iter().enumerate() {
-            for (j, acc) in acc.iter().enumerate() {
-                _mm512_storeu_ps(t.out.add(r * t.ldo + j * t.obs), *acc);
             }
+        }};
+    }
+    // Unrolled by 4: IC is usually a multiple of 4.
+    let mut p = 0;
+    while p + 4 <= k {
+        step!(p);
+        step!(p + 1);
+        step!(p + 2);
+        step!(p + 3);
+        p += 4;
+    }
+    while p < k {
+        step!(p);
+        p += 1;
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        for (j, acc) in acc.iter().enumerate() {
+            // SAFETY: row r < R of output block j < NB: 16 floats, t.ldo a row and
+            // t.obs a block.
+            unsafe { _mm512_storeu_ps(t.out.add(r * t.ldo + j * t.obs), *acc) };
         }
     }
 }

@@ -120,23 +120,18 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for ConvTransposeStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
-        // their planned sizes for this run.
-        unsafe {
-            let bias = self.bias.as_ref().map(|s| cx.f32(s));
-            let scratch = cx.ptr(self.scratch) as *mut f32;
-            conv_transpose(
-                isa::isa(),
-                cx.pool,
-                &self.shape,
-                cx.f32(&self.x),
-                cx.f32(&self.w),
-                bias,
-                cx.ptr(self.y.loc) as *mut f32,
-                scratch,
-            );
-            Ok(())
-        }
+        let bias = self.bias.as_ref().map(|s| cx.f32(s));
+        let scratch = cx.ptr(self.scratch) as *mut f32;
+        let (x, w, y) = (
+            cx.f32(&self.x),
+            cx.f32(&self.w),
+            cx.ptr(self.y.loc) as *mut f32,
+        );
+        // SAFETY: lowering checked x, w, bias and y against `self.shape` and sized the
+        // scratch slot by its `scratch_len`; `cx` holds those slots (Kernel::run's
+        // contract), y and scratch apart from the inputs.
+        unsafe { conv_transpose(isa::isa(), cx.pool, &self.shape, x, w, bias, y, scratch) };
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false

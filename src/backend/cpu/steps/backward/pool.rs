@@ -73,24 +73,25 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 impl Kernel for MaxPoolIndicesStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the Kernel::run contract: the program's slots address live buffers of
-        // their planned sizes for this run.
-        unsafe {
-            let Self {
-                x,
-                indices,
-                planes,
-                hw,
-                kernel,
-                y,
-            } = self;
-            let xs = std::slice::from_raw_parts(cx.f32(x), x.elements());
-            let ys = std::slice::from_raw_parts_mut(cx.ptr(y.loc) as *mut f32, y.elements());
-            let is =
-                std::slice::from_raw_parts_mut(cx.ptr(indices.loc) as *mut i64, indices.elements());
-            max_pool_tiles(xs, *planes, *hw, *kernel, ys, is, cx.pool);
-            Ok(())
-        }
+        let Self {
+            x,
+            indices,
+            planes,
+            hw,
+            kernel,
+            y,
+        } = self;
+        // SAFETY: slot x holds its x.elements() floats in the arena `cx` holds (the
+        // Kernel::run contract), read-only during the step.
+        let xs = unsafe { std::slice::from_raw_parts(cx.f32(x), x.elements()) };
+        // SAFETY: output slot y's y.elements() floats, a buffer of its own (apart from x
+        // and the indices).
+        let ys = unsafe { std::slice::from_raw_parts_mut(cx.ptr(y.loc) as *mut f32, y.elements()) };
+        let (ip, n) = (cx.ptr(indices.loc) as *mut i64, indices.elements());
+        // SAFETY: the second output's n i64 indices, apart from x and y.
+        let is = unsafe { std::slice::from_raw_parts_mut(ip, n) };
+        max_pool_tiles(xs, *planes, *hw, *kernel, ys, is, cx.pool);
+        Ok(())
     }
     fn can_fail(&self) -> bool {
         false
