@@ -851,16 +851,8 @@ fn reduce_row_avx2(kind: PoolKind, xs: &[f32]) -> f32 {
         j += 8;
     }
     match kind {
-        PoolKind::Max => {
-            // SAFETY: `hmax` needs AVX2, which this fn enables.
-            let m = unsafe { hmax(a) };
-            xs[body..].iter().fold(m, |m, &v| m.max(v))
-        }
-        PoolKind::Average => {
-            // SAFETY: `hsum` needs AVX2, enabled for this fn.
-            let sum = unsafe { hsum(a) };
-            (sum + xs[body..].iter().sum::<f32>()) / xs.len() as f32
-        }
+        PoolKind::Max => xs[body..].iter().fold(hmax(a), |m, &v| m.max(v)),
+        PoolKind::Average => (hsum(a) + xs[body..].iter().sum::<f32>()) / xs.len() as f32,
     }
 }
 
