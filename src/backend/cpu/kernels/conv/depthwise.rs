@@ -246,6 +246,7 @@ unsafe fn row(c: &Ctx, r: usize) {
     };
     let border = |ox: usize| {
         let (kw0, kw1, ix0) = s.kw_range(ox);
+        let nkw = kw1 - kw0;
         let (xp, wp) = (
             xrow.wrapping_add(ix0 * BLOCK),
             wrow.wrapping_add(kw0 * BLOCK),
@@ -253,7 +254,7 @@ unsafe fn row(c: &Ctx, r: usize) {
         let yp = yrow.wrapping_add(ox * BLOCK);
         // SAFETY: border pixel ox's taps kw0..kw1 read inside the input row; its output
         // pixel is in this task's row.
-        unsafe { tile(c.path, 1, &t, kw1 - kw0, xp, wp, yp, zpx(ox)) }
+        unsafe { tile(c.path, 1, &t, nkw, xp, wp, yp, zpx(ox)) }
     };
     let (lo, hi) = s.interior_cols();
     (0..lo).for_each(border);
@@ -420,18 +421,20 @@ unsafe fn tile_avx512<const R: usize, const MASKED: bool, const PAIR: bool>(
 ) {
     use std::arch::x86_64::*;
     let m: __mmask16 = ((1u32 << t.lanes) - 1) as __mmask16;
-    // The 16 lanes of a pixel at `$p`, only the first `t.lanes` with MASKED. Expands to
-    // unsafe loads: each use sits in an unsafe block that says why `$p` is readable.
-    macro_rules! load {
-        ($p:expr) => {{
-            let p: *const f32 = $p;
+    // The 16 lanes of a pixel at `p`, only the first `t.lanes` with MASKED. Only the
+    // calls below use it, each on a pixel of x or z whose pointer step says why.
+    let load = |p: *const f32| {
+        // SAFETY: every call passes a tap or residual pixel of the `tile` contract: 16
+        // readable floats (the first t.lanes read with MASKED); this closure runs only
+        // inside this AVX-512F fn.
+        unsafe {
             if MASKED {
                 _mm512_maskz_loadu_ps(m, p)
             } else {
                 _mm512_loadu_ps(p)
             }
-        }};
-    }
+        }
+    };
     // SAFETY: `t.bias` is 16 floats of the packed bias (its block's).
     let mut acc = [unsafe { _mm512_loadu_ps(t.bias) }; R];
     let mut odd = [_mm512_setzero_ps(); R];
@@ -450,8 +453,7 @@ unsafe fn tile_avx512<const R: usize, const MASKED: bool, const PAIR: bool>(
                 for (r, a) in $a.iter_mut().enumerate() {
                     // SAFETY: pixel r < R at that tap (xs_px a pixel) is inside x; MASKED
                     // keeps a partial block's loads to its real lanes.
-                    let xv = unsafe { load!(xp.add(r * t.xs_px)) };
-                    *a = _mm512_fmadd_ps(xv, wv, *a);
+                    *a = _mm512_fmadd_ps(load(unsafe { xp.add(r * t.xs_px) }), wv, *a);
                 }
             }
         };
@@ -478,8 +480,7 @@ unsafe fn tile_avx512<const R: usize, const MASKED: bool, const PAIR: bool>(
         for (r, a) in acc.iter_mut().enumerate() {
             // SAFETY: z is not null: pixel r < R's residual at z + r·16 (its real lanes
             // with MASKED), read before the stores below (y may be z's buffer).
-            let zv = unsafe { load!(z.add(r * BLOCK)) };
-            *a = _mm512_add_ps(*a, zv);
+            *a = _mm512_add_ps(*a, load(unsafe { z.add(r * BLOCK) }));
         }
     }
     let zero = _mm512_setzero_ps();
@@ -545,20 +546,21 @@ unsafe fn tile_avx2<const R: usize, const MASKED: bool>(
         lane(14),
         lane(15),
     ));
-    // The 16 lanes of a pixel at `$p` as two halves, pad lanes zeroed with MASKED.
-    // Expands to unsafe loads: each use sits in an unsafe block that says why the 16
-    // floats at `$p` are readable.
-    macro_rules! load {
-        ($p:expr) => {{
-            let p: *const f32 = $p;
+    // The 16 lanes of a pixel at `p` as two halves, pad lanes zeroed with MASKED. Only
+    // the calls below use it, each on a pixel of x or z whose pointer step says why.
+    let load = |p: *const f32| {
+        // SAFETY: every call passes a tap or residual pixel of the `tile` contract, 16
+        // readable floats (pad lanes inside the block); the closure runs only inside
+        // this AVX2+FMA fn.
+        unsafe {
             let (a, b) = (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)));
             if MASKED {
                 (_mm256_and_ps(a, m0), _mm256_and_ps(b, m1))
             } else {
                 (a, b)
             }
-        }};
-    }
+        }
+    };
     // SAFETY: `t.bias` holds the 16 bias floats of the row's block.
     let (b0, b1) = unsafe { (_mm256_loadu_ps(t.bias), _mm256_loadu_ps(t.bias.add(8))) };
     let mut acc = [[b0, b1]; R];
@@ -580,7 +582,7 @@ unsafe fn tile_avx2<const R: usize, const MASKED: bool>(
             for (r, a) in acc.iter_mut().enumerate() {
                 // SAFETY: pixel r < R's whole 16-float tap (xs_px a pixel) is inside x;
                 // pad lanes are read, inside the block, and masked.
-                let (x0, x1) = unsafe { load!(xp.add(r * t.xs_px)) };
+                let (x0, x1) = load(unsafe { xp.add(r * t.xs_px) });
                 a[0] = _mm256_fmadd_ps(x0, w0, a[0]);
                 a[1] = _mm256_fmadd_ps(x1, w1, a[1]);
             }
@@ -590,35 +592,30 @@ unsafe fn tile_avx2<const R: usize, const MASKED: bool>(
         for (r, a) in acc.iter_mut().enumerate() {
             // SAFETY: a non-null z holds pixel r < R's 16 residual floats at z + r·16,
             // read before y's stores (y may be z's buffer).
-            let (z0, z1) = unsafe { load!(z.add(r * BLOCK)) };
+            let (z0, z1) = load(unsafe { z.add(r * BLOCK) });
             a[0] = _mm256_add_ps(a[0], z0);
             a[1] = _mm256_add_ps(a[1], z1);
         }
     }
     let zero = _mm256_setzero_ps();
     // max/min return the second operand when either is NaN: NaN stays NaN.
-    macro_rules! f {
-        ($v:expr) => {{
-            let v: __m256 = $v;
-            match t.in_reg {
-                InReg::None => v,
-                InReg::Relu => _mm256_max_ps(zero, v),
-                InReg::Clip(lo, hi) => {
-                    _mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), v))
-                }
-                InReg::HardSwish => {
-                    let h = _mm256_fmadd_ps(v, _mm256_set1_ps(1.0 / 6.0), _mm256_set1_ps(0.5));
-                    let one = _mm256_set1_ps(1.0);
-                    _mm256_mul_ps(v, _mm256_min_ps(one, _mm256_max_ps(zero, h)))
-                }
-            }
-        }};
-    }
+    let f = |v: __m256| match t.in_reg {
+        InReg::None => v,
+        InReg::Relu => _mm256_max_ps(zero, v),
+        InReg::Clip(lo, hi) => {
+            _mm256_min_ps(_mm256_set1_ps(hi), _mm256_max_ps(_mm256_set1_ps(lo), v))
+        }
+        InReg::HardSwish => {
+            let h = _mm256_fmadd_ps(v, _mm256_set1_ps(1.0 / 6.0), _mm256_set1_ps(0.5));
+            let one = _mm256_set1_ps(1.0);
+            _mm256_mul_ps(v, _mm256_min_ps(one, _mm256_max_ps(zero, h)))
+        }
+    };
     for (r, a) in acc.iter().enumerate() {
         // SAFETY: the call owns output pixel r < R's 16 floats at y + r·16.
         unsafe {
-            _mm256_storeu_ps(y.add(r * BLOCK), f!(a[0]));
-            _mm256_storeu_ps(y.add(r * BLOCK + 8), f!(a[1]));
+            _mm256_storeu_ps(y.add(r * BLOCK), f(a[0]));
+            _mm256_storeu_ps(y.add(r * BLOCK + 8), f(a[1]));
         }
     }
 }
