@@ -684,6 +684,15 @@ fn pipelines_and_options_are_checked() {
         force: Some("im2col".into()),
     };
     assert_eq!(o.tuning, want);
+    // autotune alone keeps its winners in the default cache; "" keeps nothing.
+    let mut fresh = CompileOptions::default();
+    fresh.set("autotune", "1").unwrap();
+    if std::env::var_os("HOME").is_some() || std::env::var_os("XDG_CACHE_HOME").is_some() {
+        let cache = fresh.tuning.cache.clone().expect("the default tune cache");
+        assert!(cache.ends_with("kiln/tune.tsv"), "{}", cache.display());
+    }
+    fresh.set("tune-cache", "").unwrap();
+    assert_eq!(fresh.tuning.cache, None);
     o.set("threads", "").unwrap();
     o.set("tune-force", "").unwrap();
     assert_eq!((o.threads, o.tuning.force.as_deref()), (0, None));

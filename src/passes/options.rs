@@ -41,8 +41,9 @@ pub enum Profiling {
 pub struct Tuning {
     /// Time the candidates of choices the cache does not answer.
     pub measure: bool,
-    /// The cache file consulted and (when measuring) updated; with `measure` and no
-    /// path, the backend's default location.
+    /// The cache file consulted and (when measuring) updated. Setting `autotune` with no
+    /// cache yet set names the default one (`$XDG_CACHE_HOME/kiln/tune.tsv`); `None` while
+    /// measuring measures every compile and keeps nothing.
     pub cache: Option<PathBuf>,
     /// Use this algorithm wherever it is a candidate, whatever the rest says (to test
     /// or time one algorithm across a model).
@@ -203,7 +204,12 @@ impl CompileOptions {
                 }
             }
             "threads" => self.threads = if value.is_empty() { 0 } else { count(value)? },
-            "autotune" => self.tuning.measure = flag(value)?,
+            "autotune" => {
+                self.tuning.measure = flag(value)?;
+                if self.tuning.measure && self.tuning.cache.is_none() {
+                    self.tuning.cache = default_tune_cache();
+                }
+            }
             "tune-cache" => self.tuning.cache = (!value.is_empty()).then(|| PathBuf::from(value)),
             "tune-force" => self.tuning.force = (!value.is_empty()).then(|| value.to_string()),
             _ => {
@@ -215,6 +221,16 @@ impl CompileOptions {
         }
         Ok(())
     }
+}
+
+/// The tune cache `autotune` uses unless `tune-cache` names one:
+/// `$XDG_CACHE_HOME/kiln/tune.tsv`, else `~/.cache/kiln/tune.tsv`.
+fn default_tune_cache() -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_CACHE_HOME") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
+    };
+    Some(base.join("kiln").join("tune.tsv"))
 }
 
 /// Pass names from a comma-separated list, each checked against the registry.

@@ -21,21 +21,13 @@
 //! processes tuning at once may each drop the other's new entries (last rename wins);
 //! they are re-measured next time.
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::isa;
 use super::pool::Pool;
 use crate::passes::Tuning;
-
-fn default_cache() -> Option<PathBuf> {
-    let base = match std::env::var_os("XDG_CACHE_HOME") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
-    };
-    Some(base.join("kiln").join("tune.tsv"))
-}
 
 /// One choice to make: `key` names the problem (op and shape), `candidates` the
 /// algorithms (stable names: they are what the cache stores).
@@ -78,12 +70,7 @@ pub(crate) fn choose(
         threads,
         key: choice.key.clone(),
     };
-    let cache = match &tuning.cache {
-        Some(p) => Some(p.clone()),
-        None if tuning.measure => default_cache(),
-        None => None,
-    };
-    let Some(path) = &cache else {
+    let Some(path) = &tuning.cache else {
         return if tuning.measure {
             (measure_all(choice, run).0, Source::Measured)
         } else {
@@ -239,6 +226,7 @@ fn read_cpu_model() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn temp_cache(name: &str) -> PathBuf {
         let p = std::env::temp_dir().join(format!("kiln-tune-{}-{name}.tsv", std::process::id()));
