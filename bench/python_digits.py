@@ -12,8 +12,12 @@ side's test accuracy and the median wall time.
 
     python bench/python_digits.py [--rounds 5]
 
-Needs the `kiln` package (pip install ./bindings/python) and, for the JAX column,
-`jax` in the same environment.
+Needs the locked benchmark environment with the `kiln` wheel added to it, nothing unpinned:
+`scripts/test-python.sh` (builds the wheel with the locked maturin and writes its hash
+line), `python=$(scripts/py-env.sh bench)` (onnxruntime, onnx, jax, ... from
+scripts/requirements/bench.txt), then
+`target/py-bench/bin/pip install --require-hashes --no-deps -r target/py-kiln/kiln-wheel.txt`;
+run it with `target/py-bench/bin/python`.
 """
 
 import argparse

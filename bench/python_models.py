@@ -4,8 +4,14 @@ median of as many `InferenceSession.run` calls; the ratio of the rounds' medians
 
     python bench/python_models.py [--rounds 5] [--threads 1] [--seconds 2]
 
-Needs the `kiln` package (pip install ./bindings/python), `target/release/kiln`, and the
-benchmark models that `bash bench/compare` writes to target/bench-models.
+Needs the locked benchmark environment with the `kiln` wheel added to it, nothing unpinned:
+`scripts/test-python.sh` (builds the wheel with the locked maturin and writes its hash
+line), `python=$(scripts/py-env.sh bench)` (onnxruntime, onnx, jax, ... from
+scripts/requirements/bench.txt), then
+`target/py-bench/bin/pip install --require-hashes --no-deps -r target/py-kiln/kiln-wheel.txt`;
+run it with `target/py-bench/bin/python`.
+Also `target/release/kiln` and the benchmark models that `bash bench/compare` writes to
+target/bench-models.
 """
 
 import argparse

@@ -4,7 +4,12 @@ onnxruntime's on the same one-op model (Add of two float32[4]), and on a real mo
 
     python bench/python_overhead.py [--rounds 7] [--calls 20000]
 
-Needs the `kiln` package (pip install ./bindings/python), onnxruntime and onnx.
+Needs the locked benchmark environment with the `kiln` wheel added to it, nothing unpinned:
+`scripts/test-python.sh` (builds the wheel with the locked maturin and writes its hash
+line), `python=$(scripts/py-env.sh bench)` (onnxruntime, onnx, jax, ... from
+scripts/requirements/bench.txt), then
+`target/py-bench/bin/pip install --require-hashes --no-deps -r target/py-kiln/kiln-wheel.txt`;
+run it with `target/py-bench/bin/python`.
 """
 
 import argparse
