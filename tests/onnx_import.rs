@@ -336,7 +336,7 @@ fn malformed_models_are_clear_errors() {
         e.contains("initializer 'w'") && e.contains("8 bytes given"),
         "{e}"
     );
-    // A dangling name, and a cycle (which reads as a use before definition).
+    // A dangling name, and a cycle.
     let e = err(&model(vec![node("Relu", &["nope"], &["y"])], vec![], 17));
     assert!(
         e.contains("Relu_node") && e.contains("input 'nope' is not produced"),
@@ -347,7 +347,7 @@ fn malformed_models_are_clear_errors() {
         vec![],
         17,
     ));
-    assert!(e.contains("ONNX node #0") && e.contains("input 'y'"), "{e}");
+    assert!(e.contains("cycle") && e.contains("#0 'Relu_node'"), "{e}");
     // The pools' `block` is Kiln-internal (the layout pass's): never read from a model.
     let mut blocked = node("GlobalMaxPool", &["x"], &["y"]);
     blocked.attribute.push(proto::AttributeProto {
@@ -1826,5 +1826,66 @@ fn mutate_text(t: &mut Vec<char>, rng: &mut Rng) -> String {
             }
             None => "no number".into(),
         },
+    }
+}
+
+/// Nodes out of topological order import as onnxruntime sorts them; a real cycle is an
+/// error naming its nodes.
+#[test]
+fn unsorted_nodes_are_sorted_and_cycles_named() {
+    let sorted = good();
+    let mut unsorted = good();
+    unsorted.graph.as_mut().unwrap().node.reverse();
+    let x = Tensor::from_vec(&[2, 3], vec![1.0f32, -1.0, 2.0, 0.5, 3.0, -4.0]).unwrap();
+    let run = |m: &proto::ModelProto| {
+        let g = import_bytes(&m.encode_to_vec(), None).unwrap();
+        let [interp, cpu] = run_interp_and_cpu(&g, std::slice::from_ref(&x));
+        (interp.unwrap(), cpu.unwrap(), kiln::ir::text::print(&g))
+    };
+    let (want, _, want_text) = run(&sorted);
+    let (got, got_cpu, got_text) = run(&unsorted);
+    assert_eq!(got, want);
+    assert_eq!(got_cpu, want);
+    assert_eq!(got_text, want_text, "a sorted import is the same graph");
+
+    let cyclic = model(
+        vec![
+            node("Mul", &["x", "b"], &["a"]),
+            node("Relu", &["a"], &["b"]),
+            node("Identity", &["b"], &["y"]),
+        ],
+        vec![],
+        17,
+    );
+    let e = err(&cyclic);
+    assert!(
+        e.contains("cycle") && e.contains("'Mul_node' (Mul)") && e.contains("'Relu_node' (Relu)"),
+        "{e}"
+    );
+}
+
+/// A one-element 1-D scale is per-tensor whatever `axis` says, as onnxruntime reads it
+/// (onnxruntime's quantizer writes such bias scales with `axis` set).
+#[test]
+fn one_element_scales_are_per_tensor_whatever_the_axis() {
+    let dq = with(
+        node("DequantizeLinear", &["q", "s", "z"], &["y"]),
+        vec![attr_int("axis", 1)],
+    );
+    let m = one_node(
+        21,
+        &[],
+        &[("q", INT32, &[4])],
+        vec![
+            init("s", FLOAT, &[1], &[0.5]),
+            init("z", INT32, &[1], &[2.0]),
+        ],
+        dq,
+    );
+    let g = import_bytes(&m.encode_to_vec(), None).unwrap();
+    let q = Tensor::from_vec(&[4], vec![0i32, 2, 5, -4]).unwrap();
+    let want = Tensor::from_vec(&[4], vec![-1.0f32, 0.0, 1.5, -3.0]).unwrap();
+    for got in run_interp_and_cpu(&g, &[q]) {
+        assert_eq!(got.unwrap(), vec![want.clone()]);
     }
 }

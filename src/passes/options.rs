@@ -74,6 +74,10 @@ pub struct CompileOptions {
     pub threads: usize,
     /// How per-shape algorithm choices are made (the CPU backend's).
     pub tuning: Tuning,
+    /// Let a node no kernel covers run the reference interpreter's op on copies (the CPU
+    /// backend's). Off (`KILN_ALLOW_FALLBACK=0`), such a graph is a compile error naming
+    /// the node, its op and its operands' types and shapes.
+    pub allow_fallback: bool,
 }
 
 impl Default for CompileOptions {
@@ -91,6 +95,7 @@ impl Default for CompileOptions {
             profile: Profiling::Off,
             threads: 0,
             tuning: Tuning::default(),
+            allow_fallback: true,
         }
     }
 }
@@ -112,6 +117,7 @@ impl CompileOptions {
         "autotune",
         "tune-cache",
         "tune-force",
+        "allow-fallback",
     ];
 
     /// The defaults, then every `KILN_<KEY>` variable that is set.
@@ -212,6 +218,7 @@ impl CompileOptions {
             }
             "tune-cache" => self.tuning.cache = (!value.is_empty()).then(|| PathBuf::from(value)),
             "tune-force" => self.tuning.force = (!value.is_empty()).then(|| value.to_string()),
+            "allow-fallback" => self.allow_fallback = flag(value)?,
             _ => {
                 return Err(Error::InvalidArgument(format!(
                     "unknown option '{key}' (known: {})",

@@ -18,6 +18,7 @@ use crate::tensor::Tensor;
 mod contrib;
 mod expand;
 mod ops;
+mod order;
 #[allow(clippy::all, missing_docs, rustdoc::all)]
 #[rustfmt::skip] // generated; tests/onnx_proto.rs compares it byte for byte
 pub mod proto;
@@ -129,7 +130,20 @@ fn import_model_with(
         imp.values.insert(input.name().to_string(), id.into());
     }
     if partial {
-        for (i, node) in graph.node.iter().enumerate() {
+        let order = match order::topological(graph) {
+            Ok(order) => order,
+            Err(error) => {
+                let failure = ImportFailure {
+                    node: "graph".into(),
+                    op: "order".into(),
+                    error,
+                    inputs: vec![],
+                };
+                return Ok((imp.g, Some(failure)));
+            }
+        };
+        for i in order {
+            let node = &graph.node[i];
             if let Err(error) = imp.import_node(i, node) {
                 let inputs = node
                     .input
@@ -607,10 +621,10 @@ impl<'a> Importer<'a> {
         Ok(())
     }
 
-    /// Imports the graph's nodes in order, then marks its outputs.
+    /// Imports the graph's nodes in topological order, then marks its outputs.
     fn nodes_and_outputs(&mut self, graph: &proto::GraphProto) -> Result<()> {
-        for (i, node) in graph.node.iter().enumerate() {
-            self.import_node(i, node)?;
+        for i in order::topological(graph)? {
+            self.import_node(i, &graph.node[i])?;
         }
         self.outputs(graph)
     }

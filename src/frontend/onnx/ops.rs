@@ -67,6 +67,40 @@ const DEFINED_BEFORE_OPSET_7: &[(&str, i64)] = &[
 
 /// Whether a model may not name this catalogue op: the schema says Kiln makes it (the
 /// graph's sources and state, the forms the passes build, Kiln's extensions).
+/// A one-element 1-D scale (and its zero point) of an unblocked `QuantizeLinear` or
+/// `DequantizeLinear`, as a scalar: onnxruntime reads it as per-tensor whatever `axis`
+/// says (quantizers write `axis` on bias scales of shape `[1]`), so Kiln does too.
+fn per_tensor_scale(
+    imp: &mut Importer<'_>,
+    inputs: &mut Inputs,
+    attrs: &Attrs,
+    name: &str,
+) -> Result<()> {
+    if attrs.int_or("block_size", 0).map_err(Error::Graph)? != 0 {
+        return Ok(());
+    }
+    let one_element = |imp: &Importer<'_>, v: Value| -> Result<bool> {
+        let t = imp.value_type(v)?;
+        Ok(t.rank() == 1 && t.shape.dim(0).fixed() == Some(1))
+    };
+    let Some(Some(scale)) = inputs.get(1).copied() else {
+        return Ok(());
+    };
+    if !one_element(imp, scale)? {
+        return Ok(());
+    }
+    let scalar = imp.ints(&format!("{name}.scalar_shape"), &[])?;
+    for k in [1, 2] {
+        if let Some(Some(v)) = inputs.get(k).copied() {
+            if one_element(imp, v)? {
+                let r = imp.add("Reshape", &[Some(v), Some(scalar)], Attrs::new(), name)?;
+                inputs[k] = Some(r[0]);
+            }
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn kiln_internal(schema: &ops::OpSchema) -> bool {
     schema.origin == ops::Origin::Kiln
 }
@@ -204,6 +238,9 @@ pub(super) fn convert(
         }
         "QuantizeLinear" | "DequantizeLinear" | "HannWindow" | "HammingWindow"
         | "BlackmanWindow" | "MelWeightMatrix" => {
+            if matches!(op, "QuantizeLinear" | "DequantizeLinear") {
+                per_tensor_scale(imp, &mut inputs, &attrs, name)?;
+            }
             // ONNX type codes to Kiln dtype names (0: unset).
             for key in ["output_dtype", "output_datatype", "precision"] {
                 if let Some(Attr::Int(code)) = attrs.0.remove(key) {

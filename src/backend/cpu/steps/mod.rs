@@ -94,12 +94,25 @@ const FAMILIES: &[Builder] = &[
     backward::build,
 ];
 
-/// The kernel for `b`'s node: the first family that covers it, else the fallback.
+/// The kernel for `b`'s node: the first family that covers it, else (only with the
+/// `allow-fallback` option) the interpreter's op on copies.
 pub(crate) fn build(b: &Build) -> Result<Box<dyn Kernel>, String> {
     for family in FAMILIES {
         if let Some(k) = family(b)? {
             return Ok(k);
         }
     }
-    fallback::build(b)
+    if b.passes.allow_fallback {
+        return fallback::build(b);
+    }
+    let dtypes = |s: &mut dyn Iterator<Item = &Slot>| {
+        s.map(|s| s.dtype.name()).collect::<Vec<_>>().join(", ")
+    };
+    Err(format!(
+        "no cpu kernel for {} of ({}) → ({}), shapes {} (KILN_ALLOW_FALLBACK=1 runs it on the reference interpreter, for debugging)",
+        b.node.op,
+        dtypes(&mut b.ins.iter().flatten()),
+        dtypes(&mut b.outs.iter()),
+        super::lower::shapes_of(b.ins, b.outs),
+    ))
 }
