@@ -43,6 +43,8 @@ mod onnx_import;
 mod onnx_ml;
 #[path = "onnx_node.rs"]
 mod onnx_node;
+#[path = "op_matrix.rs"]
+mod op_matrix;
 #[path = "ops.rs"]
 mod ops;
 #[path = "optim.rs"]
