@@ -1,5 +1,6 @@
 //! Indexing ops, on the examples of the ONNX operator docs and hand-worked cases.
 use kiln::ir::{Attr, Attrs};
+use kiln::Tensor;
 
 use crate::ops::harness::*;
 
@@ -490,4 +491,34 @@ fn unique_elements_and_slices() {
     let out = run("Unique", vec![Input(f)], attrs(&[("sorted", Attr::Int(0))])).unwrap();
     assert_eq!(out[0], f32s(&[2], &[2.0, -0.0]));
     assert_eq!(out[3], i64s(&[2], &[2, 2]));
+}
+
+/// Integer reductions wrap like C (as numpy, ONNX's reference, does), and compare u64
+/// unsigned: they are not computed in f64 and saturated.
+#[test]
+fn scatter_reductions_on_integers_wrap() {
+    let red = |r: &str| attrs(&[("reduction", Attr::String(r.into()))]);
+    let u8s = |v: &[u8]| Tensor::from_vec(&[v.len()], v.to_vec()).unwrap();
+    let y = run1(
+        "ScatterElements",
+        vec![
+            Input(u8s(&[250, 1])),
+            Input(i64s(&[1], &[0])),
+            Input(u8s(&[10])),
+        ],
+        red("add"),
+    );
+    assert_eq!(y, u8s(&[4, 1]));
+    let big = u64::MAX - 1;
+    let u64s = |v: &[u64]| Tensor::from_vec(&[v.len(), 1], v.to_vec()).unwrap();
+    let y = run1(
+        "ScatterND",
+        vec![
+            Input(u64s(&[big, 3])),
+            Input(i64s(&[2, 1], &[0, 1])),
+            Input(u64s(&[7, u64::MAX])),
+        ],
+        red("max"),
+    );
+    assert_eq!(y, u64s(&[big, u64::MAX]));
 }

@@ -35,22 +35,91 @@ const SCATTER_ELEMENTS: OpSchema = OpSchema {
     origin: Origin::Onnx,
 };
 
-/// How ScatterElements combines an update with the value it lands on.
-type Combine = fn(f64, f64) -> f64;
+/// How ScatterElements and ScatterND combine an update with the value it lands on: in
+/// f64 for floats, in i64 wrapping like C for integers (as numpy, ONNX's reference, does).
+#[derive(Clone, Copy)]
+struct Combine {
+    float: fn(f64, f64) -> f64,
+    int: fn(i64, i64) -> i64,
+    /// `int` on u64 values held as i64 bits (max and min compare them unsigned).
+    u64: fn(i64, i64) -> i64,
+}
 
 fn reduction(s: &str) -> Result<Option<Combine>, String> {
-    Ok(match s {
-        "none" => None,
-        "add" => Some(|a, b| a + b),
-        "mul" => Some(|a, b| a * b),
-        "max" => Some(f64::max),
-        "min" => Some(f64::min),
+    Ok(Some(match s {
+        "none" => return Ok(None),
+        "add" => Combine {
+            float: |a, b| a + b,
+            int: i64::wrapping_add,
+            u64: i64::wrapping_add,
+        },
+        "mul" => Combine {
+            float: |a, b| a * b,
+            int: i64::wrapping_mul,
+            u64: i64::wrapping_mul,
+        },
+        "max" => Combine {
+            float: f64::max,
+            int: i64::max,
+            u64: |a, b| (a as u64).max(b as u64) as i64,
+        },
+        "min" => Combine {
+            float: f64::min,
+            int: i64::min,
+            u64: |a, b| (a as u64).min(b as u64) as i64,
+        },
         r => {
             return Err(format!(
                 "reduction '{r}' is not one of none, add, mul, max, min"
             ))
         }
-    })
+    }))
+}
+
+/// `x` with each update `u[k]` combined into the element `at(k)` (flat indices), in the
+/// domain [`Combine`] says.
+fn combine_into(
+    x: &Tensor,
+    u: &Tensor,
+    f: Combine,
+    mut at: impl FnMut(usize) -> Result<usize, String>,
+) -> Result<Tensor, String> {
+    fn go<T: Copy>(
+        y: &mut [T],
+        u: &[T],
+        f: fn(T, T) -> T,
+        at: &mut impl FnMut(usize) -> Result<usize, String>,
+    ) -> Result<(), String> {
+        for (k, &v) in u.iter().enumerate() {
+            let p = at(k)?;
+            y[p] = f(y[p], v);
+        }
+        Ok(())
+    }
+    if x.dtype().is_int() {
+        let mut y = x.to_i64_array().as_standard_layout().into_owned();
+        let u = u.to_i64_array().as_standard_layout().into_owned();
+        let (ys, us) = (
+            y.as_slice_mut().ok_or("not contiguous")?,
+            u.as_slice().ok_or("not contiguous")?,
+        );
+        let int = if x.dtype() == DType::U64 {
+            f.u64
+        } else {
+            f.int
+        };
+        go(ys, us, int, &mut at)?;
+        Ok(Tensor::from_i64_array(x.dtype(), y))
+    } else {
+        let mut y = x.to_f64_array().as_standard_layout().into_owned();
+        let u = u.to_f64_array().as_standard_layout().into_owned();
+        let (ys, us) = (
+            y.as_slice_mut().ok_or("not contiguous")?,
+            u.as_slice().ok_or("not contiguous")?,
+        );
+        go(ys, us, f.float, &mut at)?;
+        Ok(Tensor::from_f64_array(x.dtype(), y))
+    }
 }
 
 impl Op for ScatterElements {
@@ -118,13 +187,20 @@ impl Op for ScatterElements {
                 match_tensor!(x, a => scatter(a, upd, target))?
             }
             Some(f) => {
-                let mut y = x.to_f64_array();
-                for (o, &v) in upd.to_f64_array().indexed_iter() {
-                    let p = IxDyn(&target(o.slice())?);
-                    let cur = y[&p];
-                    y[&p] = f(cur, v);
-                }
-                Tensor::from_f64_array(x.dtype(), y)
+                // Flat positions: updates in standard order, targets in x's.
+                let (ushape, xshape) = (upd.shape().to_vec(), x.shape().to_vec());
+                let unravel = |mut k: usize| {
+                    let mut idx = vec![0; ushape.len()];
+                    for (i, &d) in ushape.iter().enumerate().rev() {
+                        idx[i] = k % d.max(1);
+                        k /= d.max(1);
+                    }
+                    idx
+                };
+                combine_into(x, upd, f, |k| {
+                    let t = target(&unravel(k))?;
+                    Ok(t.iter().zip(&xshape).fold(0, |acc, (&i, &d)| acc * d + i))
+                })?
             }
         };
         Ok(vec![y])
@@ -236,21 +312,9 @@ impl Op for ScatterNd {
                 }
                 match_tensor!(x, a => scatter(a, upd, &offsets, tail_len))?
             }
-            Some(f) => {
-                let mut y = x.to_f64_array().as_standard_layout().into_owned();
-                let u = upd.to_f64_array();
-                let u = u.as_standard_layout();
-                let (ys, us) = (
-                    y.as_slice_mut().ok_or("data is not contiguous")?,
-                    u.as_slice().ok_or("updates are not contiguous")?,
-                );
-                for (p, &off) in offsets.iter().enumerate() {
-                    for e in 0..tail_len {
-                        ys[off + e] = f(ys[off + e], us[p * tail_len + e]);
-                    }
-                }
-                Tensor::from_f64_array(x.dtype(), y)
-            }
+            Some(f) => combine_into(x, upd, f, |k| {
+                Ok(offsets[k / tail_len.max(1)] + k % tail_len.max(1))
+            })?,
         };
         Ok(vec![y])
     }
