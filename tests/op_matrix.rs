@@ -7,7 +7,8 @@
 //!
 //! The table lands in STATUS.md between the `op-matrix` markers; this test fails when
 //! the code's matrix differs from it (`BLESS=1 cargo test --test it op_matrix::` rewrites
-//! it), so a cell that gets worse cannot land unseen.
+//! it), so a cell that gets worse cannot land unseen. `OP_MATRIX_SHOW=<op>` prints the
+//! outcome of each of that op's forms.
 use crate::common::{self, Rng};
 
 use std::collections::BTreeMap;
@@ -964,6 +965,9 @@ fn matrix() -> String {
                     continue;
                 };
                 cell.accepted += 1;
+                if std::env::var("OP_MATRIX_SHOW").is_ok_and(|o| o == *name) {
+                    eprintln!("{name} {dtype} {}: {outcome:?}", f.label);
+                }
                 match outcome {
                     Ok(()) => cell.passed += 1,
                     Err((true, e)) => {

@@ -199,6 +199,47 @@ fn residual_block() -> Graph {
     g
 }
 
+/// `auto_pad` becomes the explicit `pads` it means, for convolutions and pools alike,
+/// and the outputs stay the same; with ceil_mode (where the two differ) it stays.
+#[test]
+fn canonicalize_makes_auto_pad_explicit() {
+    let mut rng = Rng(3);
+    for (mode, want) in [
+        ("SAME_UPPER", [0, 0, 1, 1]),
+        ("SAME_LOWER", [1, 1, 0, 0]),
+        ("VALID", [0; 4]),
+    ] {
+        let mut g = Graph::new("g");
+        let x = param(&mut g, "x", &[1, 2, 6, 6]);
+        let w = common::weight(&mut g, &mut rng, "w", &[3, 2, 2, 2]);
+        let auto = Attrs::new().with("auto_pad", Attr::String(mode.into()));
+        let y = named_op(&mut g, "Conv", &[x, w], auto.clone(), "conv");
+        let pool = auto.with("kernel_shape", Attr::Ints(vec![2, 2]));
+        let p = named_op(&mut g, "MaxPool", &[y], pool.clone(), "pool");
+        let q = named_op(
+            &mut g,
+            "AveragePool",
+            &[y],
+            pool.with("ceil_mode", Attr::Int(1)),
+            "ceil",
+        );
+        g.add_output("p", p).unwrap();
+        g.add_output("q", q).unwrap();
+        let after = optimized(&g, "canonicalize");
+        for n in after.nodes() {
+            let (pads, auto) = (n.attrs.0.get("pads"), n.attrs.0.get("auto_pad"));
+            match n.name.as_str() {
+                "conv" | "pool" => {
+                    assert_eq!(pads, Some(&Attr::Ints(want.to_vec())), "{mode}: {}", n.name);
+                    assert!(auto.is_none());
+                }
+                "ceil" => assert_eq!(auto, Some(&Attr::String(mode.into()))),
+                _ => {}
+            }
+        }
+    }
+}
+
 #[test]
 fn batchnorm_folds_into_conv_and_epilogues_fuse() {
     let g = residual_block();

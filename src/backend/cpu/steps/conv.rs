@@ -260,30 +260,17 @@ pub(super) fn window_axes(
     if !(1..=3).contains(&r) || kernel.len() != r {
         return Ok(None);
     }
-    let list = |name: &str, len: usize, default: usize| -> Result<Vec<usize>, String> {
-        match attrs.ints(name)? {
-            None => Ok(vec![default; len]),
-            Some(v) if v.len() == len && v.iter().all(|&a| a >= 0) => {
-                Ok(v.iter().map(|&a| a as usize).collect())
-            }
-            Some(v) => Err(format!(
-                "{name} {v:?} is not {len} non-negative values for {r} spatial axes"
-            )),
-        }
-    };
-    let (strides, pads, dilations) = (
-        list("strides", r, 1)?,
-        list("pads", 2 * r, 0)?,
-        list("dilations", r, 1)?,
-    );
+    // The catalogue's windows: auto_pad resolved against the static input.
+    let input_dims: Vec<Option<usize>> = input.iter().map(|&n| Some(n)).collect();
+    let windows = crate::ir::ops::conv::windows(attrs, kernel, &input_dims)?;
     let mut axes = [Axis::UNIT; 3];
-    for i in 0..r {
+    for (i, w) in windows.iter().enumerate() {
         axes[3 - r + i] = Axis {
             input: input[i],
-            kernel: kernel[i],
-            stride: strides[i],
-            pads: [pads[i], pads[r + i]],
-            dilation: dilations[i],
+            kernel: w.kernel,
+            stride: w.stride,
+            pads: [w.pad_begin, w.pad_end],
+            dilation: w.dilation,
         };
     }
     Ok(Some(axes))
@@ -295,9 +282,6 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         return Ok(None);
     }
     let attrs = &b.node.attrs;
-    if !matches!(attrs.string_or("auto_pad", "NOTSET")?, "NOTSET") {
-        return Ok(None);
-    }
     let block = attrs.int_or("block", 0)? as usize;
     // X stays NCHW under a blocked Y (a first layer's few channels).
     let plain_x = block > 0 && attrs.int_or("plain_x", 0)? != 0;
