@@ -482,6 +482,38 @@ fn compile_report_lists_each_cpu_step_and_marks_the_interpreter() {
     );
 }
 
+/// A graph whose dims are known only at run time (a Reshape to a run-time shape)
+/// compiles, plans its static part and says what it left out, instead of failing in the
+/// memory plan.
+#[test]
+fn compile_plans_the_static_part_of_a_graph_with_run_time_dims() {
+    let dir = scratch("run_time_dims");
+    let g = write(
+        &dir,
+        "reshape.kir",
+        "graph \"runtime_dims\" {\n  %0 \"x\" = Parameter : f32[N, 6]\n  %1 \"s\" = Parameter : i64[2]\n  %2 \"h\" = Neg(%0) : f32[N, 6]\n  %3 \"y\" = Reshape(%2, %1) : f32[y.0.0, y.0.1]\n  %4 \"z\" = Relu(%3) : f32[y.0.0, y.0.1]\n  return \"z\" = %4, \"h\" = %2\n}\n",
+    );
+    let report = dir.join("memory.json");
+    let o = kiln(&[
+        "compile",
+        &g,
+        "--shape",
+        "N=2",
+        "--report",
+        "--memory-report",
+        report.to_str().unwrap(),
+    ]);
+    assert_ok(&o);
+    let out = stdout(&o);
+    assert!(
+        out.contains("2 of 5 nodes have types known only at run time, from node #3 'y' (Reshape)"),
+        "{out}"
+    );
+    // The static part: h, 2×6 f32, is planned.
+    assert!(out.contains("memory naive 64 B"), "{out}");
+    assert!(std::fs::read_to_string(&report).unwrap().contains("\"h\""));
+}
+
 #[test]
 fn compile_plan_view_draws_the_cpu_plan_as_html_and_svg() {
     let dir = scratch("plan_view");

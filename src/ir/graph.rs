@@ -317,6 +317,45 @@ impl Graph {
         Ok(())
     }
 
+    /// The part of the graph whose types are all static, when some are not (dims known
+    /// only at run time, host objects): the nodes with static outputs reading only such
+    /// nodes, with the graph's static outputs and every static value a left-out node
+    /// reads as its outputs. Also returns how many nodes were left out and the first.
+    /// `None` when every type is static.
+    pub fn static_part(&self) -> Result<Option<(Graph, usize, NodeId)>> {
+        let schedule = self.schedule()?;
+        let mut dynamic = vec![false; self.nodes.len()];
+        for &id in &schedule {
+            let n = self.node(id);
+            dynamic[id.index()] = n
+                .outputs
+                .iter()
+                .any(|t| !t.is_static() || t.is_host_object())
+                || n.inputs.iter().flatten().any(|v| dynamic[v.node.index()]);
+        }
+        let Some(first) = schedule.iter().copied().find(|id| dynamic[id.index()]) else {
+            return Ok(None);
+        };
+        let mut part = self.clone();
+        part.outputs.retain(|o| !dynamic[o.value.node.index()]);
+        let mut frontier: Vec<Value> = vec![];
+        for &id in schedule.iter().filter(|id| dynamic[id.index()]) {
+            for v in self.node(id).inputs.iter().flatten() {
+                if !dynamic[v.node.index()] && !frontier.contains(v) {
+                    frontier.push(*v);
+                }
+            }
+        }
+        for v in frontier {
+            let name = part.fresh_name(&format!("{}.static", self.node(v.node).name));
+            part.outputs.push(GraphOutput { name, value: v });
+        }
+        // (A left-out Assign stays, as compact keeps state: planning then says why.)
+        part.compact();
+        let left_out = dynamic.iter().filter(|&&d| d).count();
+        Ok(Some((part, left_out, first)))
+    }
+
     /// The op called `name` as this graph knows it: a registered op it uses (even if
     /// unregistered since), else the catalogue's or the registry's.
     pub fn op_impl(&self, name: &str) -> Option<ops::custom::OpRef> {

@@ -35,6 +35,9 @@ pub struct Request<'a> {
 /// One compile: the graph, what the passes did, the plan, and the phases' times.
 struct Compiled {
     graph: Graph,
+    /// What the plan covers: `graph`, or its static part when some dims are known only
+    /// at run time.
+    planned: Graph,
     nodes_before: usize,
     report: PassReport,
     plan: memory::MemoryPlan,
@@ -73,10 +76,24 @@ fn compile_once(req: &Request, options: &CompileOptions) -> Result<Compiled> {
     let t1 = Instant::now();
     let report = run_pipeline(&mut graph, options)?;
     let t2 = Instant::now();
-    let plan = memory::plan(&graph, &graph.schedule()?)?;
+    // Dims known only at run time (a Reshape of computed sizes): plan what is static.
+    let (planned, plan) = match graph.static_part()? {
+        None => (graph.clone(), memory::plan(&graph, &graph.schedule()?)?),
+        Some((part, left_out, first)) => {
+            notes.push(format!(
+                "{left_out} of {} nodes have types known only at run time, from {} ({}) on: the plan covers the rest",
+                graph.len(),
+                graph.describe(first),
+                graph.node(first).outputs.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ")
+            ));
+            let plan = memory::plan(&part, &part.schedule()?)?;
+            (part, plan)
+        }
+    };
     let t3 = Instant::now();
     Ok(Compiled {
         graph,
+        planned,
         nodes_before,
         report,
         plan,
@@ -156,13 +173,13 @@ pub(crate) fn run(req: &Request) -> Result<()> {
     )
     .ok();
     if let Some(path) = req.memory_report {
-        let json = memory::to_json(&c.plan, &c.graph, &c.notes);
+        let json = memory::to_json(&c.plan, &c.planned, &c.notes);
         std::fs::write(path, json).map_err(|e| Error::io(path, e))?;
         writeln!(out, "wrote {}", path.display()).ok();
     }
     if let Some(path) = req.memory_chart {
         let title = format!("{} — live memory per step", c.graph.name);
-        std::fs::write(path, memory::to_svg(&c.plan, &c.graph, &title))
+        std::fs::write(path, memory::to_svg(&c.plan, &c.planned, &title))
             .map_err(|e| Error::io(path, e))?;
         writeln!(out, "wrote {}", path.display()).ok();
     }
@@ -321,7 +338,7 @@ fn write_plan_view(
         .collect();
     // `compile` ran the same pipeline on the same shapes: when its plan is the
     // program's, its graph is too and gives the tooltips their types.
-    let graph = (c.plan == p.memory).then_some(&c.graph);
+    let graph = (c.plan == p.memory).then_some(&c.planned);
     let t1 = Instant::now();
     let title = format!("{} — cpu execution plan", c.graph.name);
     let svg = path
