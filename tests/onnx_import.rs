@@ -1889,3 +1889,19 @@ fn one_element_scales_are_per_tensor_whatever_the_axis() {
         assert_eq!(got.unwrap(), vec![want.clone()]);
     }
 }
+
+/// What onnxruntime accepts and Kiln does too: an opset domain imported but unused, and a
+/// declared output shape other than the computed one (the computed one wins).
+#[test]
+fn unused_domains_and_stale_output_shapes_import() {
+    let mut m = good();
+    m.opset_import.push(proto::OperatorSetIdProto {
+        domain: Some("com.example.unused".into()),
+        version: Some(3),
+    });
+    let graph = m.graph.as_mut().unwrap();
+    graph.output = vec![input("y", FLOAT, &[Ok(7), Ok(9), Ok(1)])];
+    let g = import_bytes(&m.encode_to_vec(), None).unwrap();
+    let y = g.value_type(g.outputs()[0].value).unwrap();
+    assert_eq!(y.to_string(), "f32[N, 3]");
+}
