@@ -10,6 +10,7 @@ pub mod conv;
 pub mod conv_grad;
 pub mod conv_transpose;
 pub mod fused;
+pub mod index_ops;
 pub mod gemm;
 pub mod loss;
 pub mod math;
