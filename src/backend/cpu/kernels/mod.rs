@@ -11,6 +11,7 @@ pub mod conv_grad;
 pub mod conv_transpose;
 pub mod fused;
 pub mod index_ops;
+pub mod pool_nd;
 pub mod gemm;
 pub mod loss;
 pub mod math;

@@ -1,6 +1,6 @@
 //! Index, scan and structured ops on every dtype they take: ArgMax / ArgMin, Trilu,
 //! CumSum / CumProd, Hardmax, ReverseSequence, GatherND, Det, Einsum, DFT and
-//! TfIdfVectorizer, each a typed loop of `kernels::index_ops` over the arena. Attributes
+//! TfIdfVectorizer (and the pools `nn` declines, through [`super::pool_nd`]), each a typed loop of `kernels::index_ops` over the arena. Attributes
 //! and constant operands are read here; scalar operands that are not constants (Trilu's
 //! k, CumSum's axis, DFT's length and axis) are read from their slot per run.
 use std::collections::HashMap;
@@ -214,6 +214,7 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         "Einsum" => return build_einsum(b, y),
         "DFT" => return build_dft(b, x, y),
         "TfIdfVectorizer" => return build_tf_idf(b, x, y),
+        "MaxPool" | "AveragePool" | "LpPool" => return super::pool_nd::build(b),
         _ => return Ok(None),
     };
     Ok(Some(step(b, what, x, y, kind)))

@@ -21,6 +21,7 @@ pub mod matmul;
 pub mod movement;
 pub mod nms;
 pub mod nn;
+pub mod pool_nd;
 pub mod quant;
 pub mod reduce;
 pub mod rnn;
