@@ -389,3 +389,82 @@ fn pools_nd() {
         }
     }
 }
+
+/// TreeEnsemble (opset 5) on f64 and f16 rows: two trees, a membership test.
+#[test]
+fn tree_ensemble_other_floats() {
+    let mut rng = Rng(20);
+    let ints = |v: &[i64]| Attr::Ints(v.to_vec());
+    let mut a = Attrs::new();
+    a.set("n_targets", Attr::Int(2));
+    a.set("aggregate_function", Attr::Int(1));
+    a.set("post_transform", Attr::Int(0));
+    a.set("tree_roots", ints(&[0, 2]));
+    a.set("nodes_featureids", ints(&[0, 1, 0]));
+    a.set("nodes_modes", ints(&[6, 1, 0]));
+    a.set("nodes_splits", Attr::Floats(vec![0.0, 0.5, 0.0]));
+    a.set("membership_values", Attr::Floats(vec![1.0, 3.0, f64::NAN]));
+    a.set("nodes_missing_value_tracks_true", ints(&[0, 1, 0]));
+    a.set("nodes_truenodeids", ints(&[0, 1, 3]));
+    a.set("nodes_trueleafs", ints(&[1, 1, 1]));
+    a.set("nodes_falsenodeids", ints(&[1, 2, 3]));
+    a.set("nodes_falseleafs", ints(&[0, 1, 1]));
+    a.set("leaf_targetids", ints(&[0, 1, 0, 1]));
+    a.set("leaf_weights", Attr::Floats(vec![5.0, 7.0, 2.0, -1.0]));
+    for dtype in [DType::F64, DType::F16] {
+        let mut g = Graph::new("trees");
+        let x = typed_param(&mut g, "x", dtype, &[7, 2]);
+        let y = op(&mut g, "TreeEnsemble", &[x], a.clone());
+        g.add_output("y", y).unwrap();
+        let v: Vec<f64> = (0..14).map(|_| rng.below(4) as f64 * 0.5).collect();
+        let t = Tensor::from_f64s(dtype, &[7, 2], &v).unwrap();
+        check(&g, &[t], "tree-ensemble", 0.0);
+    }
+}
+
+/// Conv with auto_pad and ConvTranspose with output_shape or a SAME auto_pad: lowered
+/// as the explicit pads they resolve to.
+#[test]
+fn conv_auto_pad_and_transpose_output_shape() {
+    let mut rng = Rng(21);
+    const CONVS: &[&str] = &[
+        "conv-im2col",
+        "conv-depthwise",
+        "conv-blocked",
+        "conv-winograd2",
+        "conv-winograd4",
+        "conv-depthwise-blocked",
+    ];
+    for auto_pad in ["SAME_UPPER", "SAME_LOWER", "VALID"] {
+        for stride in [1i64, 2] {
+            let mut g = Graph::new("conv");
+            let x = typed_param(&mut g, "x", DType::F32, &[1, 2, 7, 6]);
+            let w = constant(&mut g, rng.f32_tensor(&[3, 2, 3, 2], 1.0));
+            let a = Attrs::new()
+                .with("auto_pad", Attr::String(auto_pad.into()))
+                .with("strides", Attr::Ints(vec![stride, stride]));
+            let y = op(&mut g, "Conv", &[x, w], a);
+            g.add_output("y", y).unwrap();
+            check_any(&g, &[rng.f32_tensor(&[1, 2, 7, 6], 1.0)], CONVS, 1e-4);
+        }
+    }
+    let forms: Vec<Attrs> = vec![
+        Attrs::new()
+            .with("strides", Attr::Ints(vec![3, 2]))
+            .with("output_shape", Attr::Ints(vec![8, 6])),
+        Attrs::new()
+            .with("strides", Attr::Ints(vec![2, 2]))
+            .with("auto_pad", Attr::String("SAME_UPPER".into())),
+        Attrs::new()
+            .with("strides", Attr::Ints(vec![2, 2]))
+            .with("auto_pad", Attr::String("SAME_LOWER".into())),
+    ];
+    for a in forms {
+        let mut g = Graph::new("convtranspose");
+        let x = typed_param(&mut g, "x", DType::F32, &[1, 1, 3, 3]);
+        let w = constant(&mut g, rng.f32_tensor(&[1, 2, 3, 3], 1.0));
+        let y = op(&mut g, "ConvTranspose", &[x, w], a);
+        g.add_output("y", y).unwrap();
+        check(&g, &[rng.f32_tensor(&[1, 1, 3, 3], 1.0)], "conv-transpose", 1e-4);
+    }
+}

@@ -14,7 +14,7 @@ use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::pool::Pool;
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::backend::cpu::tune::{self, Choice};
-use crate::ir::Attrs;
+use crate::ir::{Attr, Attrs};
 
 use super::Build;
 
@@ -289,6 +289,40 @@ pub(super) fn window_axes(
     Ok(Some(axes))
 }
 
+/// A node like `b`'s with attributes `attrs`, built as `b` would be.
+pub(super) fn build_with_attrs(
+    b: &Build,
+    attrs: Attrs,
+    build: fn(&Build) -> Result<Option<Box<dyn Kernel>>, String>,
+) -> Result<Option<Box<dyn Kernel>>, String> {
+    let mut node = b.node.clone();
+    node.attrs = attrs;
+    build(&Build { node: &node, ..*b })
+}
+
+/// A Conv with `auto_pad` (SAME_UPPER, SAME_LOWER, VALID): the same node with the pads
+/// the interpreter resolves it to, explicit.
+fn build_auto_pad(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+    let (Some(x), Some(w)) = (b.input(0), b.input(1)) else {
+        return Ok(None);
+    };
+    let r = x.shape.len();
+    if r < 3 || w.shape.len() != r || b.node.attrs.int_or("block", 0)? != 0 {
+        return Ok(None);
+    }
+    let input: Vec<Option<usize>> = x.shape[2..].iter().map(|&d| Some(d)).collect();
+    let wins = crate::ir::ops::conv::windows(&b.node.attrs, &w.shape[2..], &input)?;
+    let pads = wins
+        .iter()
+        .map(|w| w.pad_begin as i64)
+        .chain(wins.iter().map(|w| w.pad_end as i64))
+        .collect();
+    let mut attrs = b.node.attrs.clone();
+    attrs.set("auto_pad", Attr::String("NOTSET".into()));
+    attrs.set("pads", Attr::Ints(pads));
+    build_with_attrs(b, attrs, build)
+}
+
 pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let op = b.node.op.as_str();
     if !matches!(op, "Conv" | "FusedConv") || !b.all_f32() {
@@ -296,7 +330,7 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     }
     let attrs = &b.node.attrs;
     if !matches!(attrs.string_or("auto_pad", "NOTSET")?, "NOTSET") {
-        return Ok(None);
+        return build_auto_pad(b);
     }
     let block = attrs.int_or("block", 0)? as usize;
     // X stays NCHW under a blocked Y (a first layer's few channels).

@@ -10,6 +10,7 @@ use crate::backend::cpu::kernels::index_ops::{
 };
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::ir::ops::matmul::{einsum_labels, parse_equation};
+use crate::ir::ops::tree::Ensemble;
 use crate::ir::shape::norm_axis;
 use crate::ir::DType;
 use crate::tensor::Elem;
@@ -109,6 +110,15 @@ enum What {
         g: NGrams,
         rows: usize,
         width: usize,
+    },
+    /// TreeEnsemble on a float dtype other than f32 (the `trees` step's): the rows as
+    /// f64, then scores, `seen` flags and picks, in the scratch at these byte offsets.
+    Trees {
+        e: Box<Ensemble>,
+        rows: usize,
+        features: usize,
+        scratch: Loc,
+        at: [usize; 3],
     },
 }
 
@@ -215,13 +225,26 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         "DFT" => return build_dft(b, x, y),
         "TfIdfVectorizer" => return build_tf_idf(b, x, y),
         "MaxPool" | "AveragePool" | "LpPool" => return super::pool_nd::build(b),
+        "TreeEnsemble" => return build_trees(b, x, y),
         _ => return Ok(None),
     };
     Ok(Some(step(b, what, x, y, kind)))
 }
 
 fn step(b: &Build, what: What, x: &Slot, y: &Slot, kind: &'static str) -> Box<dyn Kernel> {
-    let copy = (x.loc == y.loc).then(|| b.scratch(x.bytes()));
+    // The scratch is one region: steps with a work area of their own put x's copy after
+    // it. (None of these ops is planned in place; this keeps them right if one were.)
+    let work = match &what {
+        What::Det { m, .. } => m * m * 8,
+        What::Einsum { .. } => y.elements() * 8,
+        What::Trees { at, rows, .. } => at[2] + rows * std::mem::size_of::<usize>(),
+        _ => 0,
+    };
+    let work = work.div_ceil(64) * 64;
+    let copy = (x.loc == y.loc).then(|| match b.scratch(work + x.bytes()) {
+        Loc::Arena(at) => Loc::Arena(at + work),
+        other => other,
+    });
     Box::new(IndexStep {
         what,
         x: x.clone(),
@@ -434,6 +457,34 @@ fn dft_geometry(
         bins,
         ..*base
     })
+}
+
+fn build_trees(b: &Build, x: &Slot, y: &Slot) -> Result<Option<Box<dyn Kernel>>, String> {
+    if !x.dtype.is_float() || x.dtype == DType::F32 || y.dtype != x.dtype || b.outs.len() != 1 {
+        return Ok(None);
+    }
+    let e = Ensemble::new("TreeEnsemble", &b.node.attrs)?;
+    let (rows, features) = match x.shape[..] {
+        [n, f] => (n, f),
+        _ => (1, x.elements()),
+    };
+    let width = e.width();
+    if e.features() > features || y.elements() != rows * width {
+        return Ok(None);
+    }
+    let align = |v: usize| v.div_ceil(64) * 64;
+    let scores_at = align(rows * features * 8);
+    let seen_at = align(scores_at + rows * width * 8);
+    let picks_at = align(seen_at + rows * width);
+    let scratch = b.scratch(picks_at + rows * std::mem::size_of::<usize>());
+    let what = What::Trees {
+        e: Box::new(e),
+        rows,
+        features,
+        scratch,
+        at: [scores_at, seen_at, picks_at],
+    };
+    Ok(Some(step(b, what, x, y, "tree-ensemble")))
 }
 
 fn build_tf_idf(b: &Build, x: &Slot, y: &Slot) -> Result<Option<Box<dyn Kernel>>, String> {
@@ -668,6 +719,37 @@ unsafe fn run_typed<T: Elem>(cx: &Cx, s: &IndexStep) -> Result<(), String> {
             // SAFETY: Y is an f32 slot of rows · columns, its own buffer.
             let y = unsafe { view_mut(cx, s.y.loc, ny) };
             k::tf_idf(g, x, *rows, *width, y);
+        }
+        What::Trees {
+            e,
+            rows,
+            features,
+            scratch,
+            at,
+        } => {
+            let (nf, nw) = (rows * features, rows * e.width());
+            let base = cx.ptr(*scratch);
+            // SAFETY: build sized the scratch for rows × features f64, then (at these
+            // 64-aligned offsets) the scores f64, the seen flags and the picks, disjoint.
+            let (xf, scores, seen, picks): (&mut [f64], &mut [f64], &mut [bool], &mut [usize]) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(base as *mut f64, nf),
+                    std::slice::from_raw_parts_mut(base.add(at[0]) as *mut f64, nw),
+                    std::slice::from_raw_parts_mut(base.add(at[1]) as *mut bool, nw),
+                    std::slice::from_raw_parts_mut(base.add(at[2]) as *mut usize, *rows),
+                )
+            };
+            for (d, v) in xf.iter_mut().zip(x) {
+                *d = v.to_f64();
+            }
+            scores.fill(0.0);
+            seen.fill(false);
+            e.rows(xf, *features, scores, seen, picks)?;
+            // SAFETY: the scores go to Y, x's dtype, rows × width, its own buffer.
+            let y: &mut [T] = unsafe { view_mut(cx, s.y.loc, ny) };
+            for (o, &v) in y.iter_mut().zip(scores.iter()) {
+                *o = T::from_f64(v);
+            }
         }
     }
     Ok(())
