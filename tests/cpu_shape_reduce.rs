@@ -81,13 +81,28 @@ fn tol(d: DType) -> f64 {
 #[test]
 fn arg_max_and_min() {
     let mut rng = Rng(11);
-    for dtype in [DType::F32, DType::F64, DType::F16, DType::I32, DType::U8, DType::I64] {
-        for (shape, axis) in [(&[3usize, 4, 5][..], -1i64), (&[3, 4, 5], 0), (&[2, 1, 3], 1)] {
+    for dtype in [
+        DType::F32,
+        DType::F64,
+        DType::F16,
+        DType::I32,
+        DType::U8,
+        DType::I64,
+    ] {
+        for (shape, axis) in [
+            (&[3usize, 4, 5][..], -1i64),
+            (&[3, 4, 5], 0),
+            (&[2, 1, 3], 1),
+        ] {
             for (keep, last) in [(1, 0), (0, 1), (1, 1)] {
                 for name in ["ArgMax", "ArgMin"] {
                     let mut g = Graph::new("arg");
                     let x = typed_param(&mut g, "x", dtype, shape);
-                    let a = [("axis", axis), ("keepdims", keep), ("select_last_index", last)];
+                    let a = [
+                        ("axis", axis),
+                        ("keepdims", keep),
+                        ("select_last_index", last),
+                    ];
                     let y = op(&mut g, name, &[x], attrs(&a));
                     g.add_output("y", y).unwrap();
                     check(&g, &[rng.tensor_of(dtype, shape)], "arg-reduce", 0.0);
@@ -197,11 +212,14 @@ fn hardmax_reverse_sequence_det() {
     }
 }
 
+/// (data shape, indices shape, index values, batch_dims).
+type NdCase<'a> = (&'a [usize], &'a [usize], &'a [i64], i64);
+
 #[test]
 fn gather_nd_batch_dims() {
     let mut rng = Rng(15);
     // (data, indices shape, values, batch_dims)
-    let cases: &[(&[usize], &[usize], &[i64], i64)] = &[
+    let cases: &[NdCase] = &[
         (&[2, 3, 4], &[2, 2], &[0, 1, -1, -2], 0),
         (&[2, 3, 4], &[3, 1], &[1, 0, -1], 0),
         (&[2, 3, 4], &[2, 3], &[0, 1, 2, 1, 2, 3], 0),
@@ -278,7 +296,12 @@ fn dft_forms() {
                         .add_op("DFT", &[Some(x), l, Some(ax)], a, "")
                         .unwrap_or_else(|e| panic!("{e}"));
                     g.add_output("y", n.out(0)).unwrap();
-                    check(&g, &[rng.tensor_of(dtype, &shape)], "dft", tol(dtype) * 100.0);
+                    check(
+                        &g,
+                        &[rng.tensor_of(dtype, &shape)],
+                        "dft",
+                        tol(dtype) * 100.0,
+                    );
                 }
                 // The axis as a run-time input (shapes stay static without a length).
                 if onesided == 1 {
@@ -313,7 +336,10 @@ fn tf_idf_modes() {
                     .with("max_skip_count", Attr::Int(skip))
                     .with("ngram_counts", Attr::Ints(vec![0, 4]))
                     .with("ngram_indexes", Attr::Ints(vec![0, 1, 2, 3, 4, 5, 6]))
-                    .with("pool_int64s", Attr::Ints(vec![2, 3, 5, 4, 5, 6, 7, 8, 6, 7]))
+                    .with(
+                        "pool_int64s",
+                        Attr::Ints(vec![2, 3, 5, 4, 5, 6, 7, 8, 6, 7]),
+                    )
                     .with(
                         "weights",
                         Attr::Floats(vec![0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]),
@@ -333,20 +359,39 @@ fn tf_idf_modes() {
 /// The N-D pool's step, or the f32 2-D one where that covers the form.
 const POOLS: &[&str] = &["pool-nd", "pool"];
 
+/// (X shape, int attributes, auto_pad).
+type PoolForm<'a> = (&'a [usize], &'a [(&'a str, &'a [i64])], &'a str);
+
 #[test]
 fn pools_nd() {
     let mut rng = Rng(19);
-    let forms: &[(&[usize], &[(&str, &[i64])], &str)] = &[
-        (&[1, 2, 9], &[("kernel_shape", &[3]), ("strides", &[2])], "NOTSET"),
+    let forms: &[PoolForm] = &[
+        (
+            &[1, 2, 9],
+            &[("kernel_shape", &[3]), ("strides", &[2])],
+            "NOTSET",
+        ),
         (&[1, 2, 5, 5, 4], &[("kernel_shape", &[2, 2, 2])], "NOTSET"),
         (
             &[2, 1, 6, 7],
-            &[("kernel_shape", &[3, 3]), ("dilations", &[2, 1]), ("pads", &[1, 1, 2, 0])],
+            &[
+                ("kernel_shape", &[3, 3]),
+                ("dilations", &[2, 1]),
+                ("pads", &[1, 1, 2, 0]),
+            ],
             "NOTSET",
         ),
         (&[1, 2, 5, 5], &[("kernel_shape", &[2, 3])], "SAME_UPPER"),
-        (&[1, 2, 6, 5], &[("kernel_shape", &[3, 2]), ("strides", &[2, 2])], "SAME_LOWER"),
-        (&[1, 1, 2, 2], &[("kernel_shape", &[3, 3]), ("pads", &[2, 2, 2, 2])], "NOTSET"),
+        (
+            &[1, 2, 6, 5],
+            &[("kernel_shape", &[3, 2]), ("strides", &[2, 2])],
+            "SAME_LOWER",
+        ),
+        (
+            &[1, 1, 2, 2],
+            &[("kernel_shape", &[3, 3]), ("pads", &[2, 2, 2, 2])],
+            "NOTSET",
+        ),
     ];
     for &(shape, ints, auto_pad) in forms {
         for ceil in [0, 1] {
@@ -465,6 +510,11 @@ fn conv_auto_pad_and_transpose_output_shape() {
         let w = constant(&mut g, rng.f32_tensor(&[1, 2, 3, 3], 1.0));
         let y = op(&mut g, "ConvTranspose", &[x, w], a);
         g.add_output("y", y).unwrap();
-        check(&g, &[rng.f32_tensor(&[1, 1, 3, 3], 1.0)], "conv-transpose", 1e-4);
+        check(
+            &g,
+            &[rng.f32_tensor(&[1, 1, 3, 3], 1.0)],
+            "conv-transpose",
+            1e-4,
+        );
     }
 }

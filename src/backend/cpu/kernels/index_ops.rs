@@ -303,7 +303,11 @@ pub fn dft<T: Elem>(d: &Dft, x: &[T], y: &mut [T], tw: &dyn Fn(usize) -> (f64, f
                     return (0.0, 0.0);
                 }
                 let at = ((p * d.size + i) * d.post + q) * d.parts;
-                let im = if d.parts == 2 { x[at + 1].to_f64() } else { 0.0 };
+                let im = if d.parts == 2 {
+                    x[at + 1].to_f64()
+                } else {
+                    0.0
+                };
                 (x[at].to_f64(), im)
             };
             let out = |k: usize| ((p * d.bins + k) * d.post + q) * op;

@@ -11,7 +11,9 @@ use crate::tensor::Elem;
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum NdKind {
     Max,
-    Average { include_pad: bool },
+    Average {
+        include_pad: bool,
+    },
     /// The p-norm of the window.
     Lp(f64),
 }
@@ -159,7 +161,11 @@ pub fn pool_nd<T: Elem>(
                 }
                 NdKind::Average { include_pad } => {
                     let sum: f64 = taps.iter().map(|&tap| xs[tap as usize].to_f64()).sum();
-                    let pads = if include_pad { t.pad_taps[o] as usize } else { 0 };
+                    let pads = if include_pad {
+                        t.pad_taps[o] as usize
+                    } else {
+                        0
+                    };
                     let count = taps.len() + pads;
                     if count == 0 {
                         f64::NAN

@@ -293,7 +293,7 @@ pub(super) fn window_axes(
 pub(super) fn build_with_attrs(
     b: &Build,
     attrs: Attrs,
-    build: fn(&Build) -> Result<Option<Box<dyn Kernel>>, String>,
+    build: super::Builder,
 ) -> Result<Option<Box<dyn Kernel>>, String> {
     let mut node = b.node.clone();
     node.attrs = attrs;

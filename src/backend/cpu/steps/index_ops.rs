@@ -213,7 +213,10 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         }
         "GatherND" => return build_gather_nd(b, x, y),
         "Det" => {
-            if !x.dtype.is_float() || y.dtype != x.dtype || r < 2 || x.shape[r - 1] != x.shape[r - 2]
+            if !x.dtype.is_float()
+                || y.dtype != x.dtype
+                || r < 2
+                || x.shape[r - 1] != x.shape[r - 2]
             {
                 return Ok(None);
             }
@@ -310,7 +313,10 @@ fn build_einsum(b: &Build, y: &Slot) -> Result<Option<Box<dyn Kernel>>, String> 
     let mut ids: Vec<u32> = ins.iter().flatten().copied().collect();
     ids.sort_unstable();
     ids.dedup();
-    let id = |l: u32| ids.binary_search(&l).map_err(|_| "an output label no operand has");
+    let id = |l: u32| {
+        ids.binary_search(&l)
+            .map_err(|_| "an output label no operand has")
+    };
     let mut sizes = vec![1usize; ids.len()];
     for (labels, s) in ins.iter().zip(&ops) {
         for (&l, &d) in labels.iter().zip(&s.shape) {
@@ -364,8 +370,7 @@ fn build_dft(b: &Build, x: &Slot, y: &Slot) -> Result<Option<Box<dyn Kernel>>, S
     }
     let len = b.input(1).map(|_| Scalar::of(b, 1).expect("present"));
     let axis = b.input(2).map(|_| Scalar::of(b, 2).expect("present"));
-    if len.as_ref().is_some_and(|s| !s.int_slot()) || axis.as_ref().is_some_and(|s| !s.int_slot())
-    {
+    if len.as_ref().is_some_and(|s| !s.int_slot()) || axis.as_ref().is_some_and(|s| !s.int_slot()) {
         return Ok(None);
     }
     let inverse = b.node.attrs.int_or("inverse", 0)? != 0;
@@ -500,7 +505,9 @@ fn build_tf_idf(b: &Build, x: &Slot, y: &Slot) -> Result<Option<Box<dyn Kernel>>
     let Some(tokens) = attrs.ints("pool_int64s")? else {
         return Ok(None);
     };
-    let counts = attrs.ints("ngram_counts")?.ok_or("ngram_counts is required")?;
+    let counts = attrs
+        .ints("ngram_counts")?
+        .ok_or("ngram_counts is required")?;
     let indexes = attrs
         .ints("ngram_indexes")?
         .ok_or("ngram_indexes is required")?;

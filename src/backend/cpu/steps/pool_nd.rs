@@ -26,7 +26,8 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     };
     let attrs = &b.node.attrs;
     let r = x.shape.len();
-    let dtype_ok = x.dtype.is_float() || (op == "MaxPool" && matches!(x.dtype, DType::I8 | DType::U8));
+    let dtype_ok =
+        x.dtype.is_float() || (op == "MaxPool" && matches!(x.dtype, DType::I8 | DType::U8));
     if r < 3 || !dtype_ok || y.dtype != x.dtype || attrs.int_or("block", 0)? != 0 {
         return Ok(None);
     }
@@ -66,8 +67,8 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             y.shape
         ));
     }
-    let indices = (op == "MaxPool" && b.outs.len() > 1 && super::nn::used(b, 1))
-        .then(|| b.outs[1].clone());
+    let indices =
+        (op == "MaxPool" && b.outs.len() > 1 && super::nn::used(b, 1)).then(|| b.outs[1].clone());
     if indices.as_ref().is_some_and(|s| s.dtype != DType::I64) {
         return Ok(None);
     }

@@ -76,7 +76,10 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         return Ok(None);
     }
     if attrs.get("output_shape").is_some()
-        || matches!(attrs.string_or("auto_pad", "NOTSET")?, "SAME_UPPER" | "SAME_LOWER")
+        || matches!(
+            attrs.string_or("auto_pad", "NOTSET")?,
+            "SAME_UPPER" | "SAME_LOWER"
+        )
     {
         return build_resolved(b);
     }
