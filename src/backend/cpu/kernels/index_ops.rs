@@ -264,7 +264,7 @@ pub fn contract<T: Elem>(c: &Contraction, ops: &[&[T]], acc: &mut [f64]) {
 }
 
 /// The most operands [`contract`] takes.
-pub const MAX_EINSUM_OPERANDS: usize = 16;
+pub(crate) const MAX_EINSUM_OPERANDS: usize = 16;
 
 /// A DFT's geometry: the signal is `[pre, size, post, parts]`, the output `[pre, bins,
 /// post, out_parts]`, the transform of length `n`.
