@@ -121,22 +121,23 @@ impl PoolTable {
     }
 }
 
-/// The pool of `planes` planes of `x` into `y` (and the flat input index of each
-/// maximum into `indices`, for MaxPool).
+/// The pool of planes `planes` of `x` (all of it) into `y` (and the flat input index of
+/// each maximum into `indices`, for MaxPool), which hold just those planes.
 pub fn pool_nd<T: Elem>(
     kind: NdKind,
     t: &PoolTable,
-    planes: usize,
+    planes: std::ops::Range<usize>,
     x: &[T],
     y: &mut [T],
     mut indices: Option<&mut [i64]>,
 ) {
-    for p in 0..planes {
+    let first = planes.start;
+    for p in planes {
         let xs = &x[p * t.in_plane..(p + 1) * t.in_plane];
         for o in 0..t.out_plane {
             let (from, to) = (t.starts[o], t.starts[o + 1]);
             let taps = &t.taps[from..to];
-            let at = p * t.out_plane + o;
+            let at = (p - first) * t.out_plane + o;
             y[at] = T::from_f64(match kind {
                 NdKind::Max => {
                     let (mut best, mut best_at) = (f64::NEG_INFINITY, None);

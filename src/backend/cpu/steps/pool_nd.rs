@@ -1,6 +1,7 @@
 //! The pools `nn`'s f32 2-D kernels decline (1-D, 3-D, auto_pad, dilations with ceil
 //! mode, count_include_pad, storage_order, LpPool, integer and non-f32 MaxPool): one
 //! table-driven loop of [`pool_nd`] on the input's dtype.
+use crate::backend::cpu::kernels::par::{for_ranges, SyncPtr};
 use crate::backend::cpu::kernels::pool_nd::{pool_nd, NdKind, PoolTable};
 use crate::backend::cpu::program::{Cx, Kernel, Slot};
 use crate::ir::ops::conv::windows;
@@ -94,13 +95,22 @@ unsafe fn run_typed<T: Elem>(cx: &Cx, s: &PoolNdStep) -> Result<(), String> {
     // SAFETY: x's slot holds its elements of T; a pool never runs in place, so no
     // output below is x's buffer.
     let x = unsafe { std::slice::from_raw_parts(cx.ptr(s.x.loc) as *const T, s.x.elements()) };
-    // SAFETY: the pooled values go to y's own buffer of `y.elements()` T.
-    let y = unsafe { std::slice::from_raw_parts_mut(cx.ptr(s.y.loc) as *mut T, s.y.elements()) };
-    let indices = s.indices.as_ref().map(|i| {
-        // SAFETY: Indices is an i64 slot of y's shape (build checked), a third buffer.
-        unsafe { std::slice::from_raw_parts_mut(cx.ptr(i.loc) as *mut i64, i.elements()) }
+    let t = &s.table;
+    let y = SyncPtr(cx.ptr(s.y.loc) as *mut T);
+    let ix = s
+        .indices
+        .as_ref()
+        .map(|i| SyncPtr(cx.ptr(i.loc) as *mut i64));
+    let work = t.in_plane + t.taps.len();
+    for_ranges(cx.pool, s.planes, work, &|r| {
+        let (at, len) = (r.start * t.out_plane, r.len() * t.out_plane);
+        // SAFETY: y holds planes × out_plane T (its slot); planes `r` are this task's
+        // alone, so this part of it is written by no other task.
+        let ys = unsafe { std::slice::from_raw_parts_mut(y.get().add(at), len) };
+        // SAFETY: Indices (an i64 slot of y's shape, build checked) at this task's planes.
+        let is = ix.map(|p| unsafe { std::slice::from_raw_parts_mut(p.get().add(at), len) });
+        pool_nd(s.kind, t, r, x, ys, is);
     });
-    pool_nd(s.kind, &s.table, s.planes, x, y, indices);
     Ok(())
 }
 
