@@ -462,18 +462,18 @@ fn compile_report_lists_each_cpu_step_and_marks_the_interpreter() {
     let out = stdout(&o);
     assert!(out.contains("conv-"), "{out}");
     assert!(out.contains(", 0 on the reference interpreter"), "{out}");
-    // Det has no kernel: its step runs the interpreter's op, and the report says so.
+    // STFT has no kernel: its step runs the interpreter's op, and the report says so.
     let dir = scratch("compile_report");
     let g = write(
         &dir,
-        "det.kir",
-        "graph \"det\" {\n  %0 \"x\" = Parameter : f32[2, 2]\n  %1 \"d\" = Det(%0) : f32[]\n  return \"d\" = %1\n}\n",
+        "stft.kir",
+        "graph \"stft\" {\n  %0 \"x\" = Parameter : f32[1, 8, 1]\n  %1 \"step\" = Constant : i64[] = [2]\n  %2 \"w\" = Constant : f32[4] = [0.5, 1.0, 1.0, 0.5]\n  %3 \"d\" = STFT(%0, %1, %2) : f32[1, 3, 3, 2]\n  return \"d\" = %3\n}\n",
     );
     let o = kiln(&["compile", &g, "--report"]);
     assert_ok(&o);
     let out = stdout(&o);
     assert!(
-        out.contains("fallback") && out.contains("'d' (Det)  <- interpreter"),
+        out.contains("fallback") && out.contains("'d' (STFT)  <- interpreter"),
         "{out}"
     );
     assert!(

@@ -25,6 +25,8 @@ mod cpu_movement;
 mod cpu_quant;
 #[path = "cpu_rnn.rs"]
 mod cpu_rnn;
+#[path = "cpu_shape_reduce.rs"]
+mod cpu_shape_reduce;
 #[path = "cpu_training.rs"]
 mod cpu_training;
 #[path = "cpu_trees.rs"]

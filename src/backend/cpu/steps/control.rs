@@ -71,8 +71,28 @@ impl Layout {
 }
 
 /// A body lowered for the shapes its parameters take in this program, or `None` when it
-/// cannot be compiled (see the module comment).
-fn compile_body(b: &Build, body: &Graph, params: &[(DType, &[usize])]) -> Option<Program> {
+/// cannot be compiled (see the module comment). With the `allow-fallback` option off, a
+/// body op without a kernel is this node's error (naming that op), not a decline that
+/// would hide it behind "no cpu kernel for Scan".
+fn compile_body(
+    b: &Build,
+    body: &Graph,
+    params: &[(DType, &[usize])],
+) -> Result<Option<Program>, String> {
+    match lower_body(b, body, params) {
+        Some(Ok(p)) => Ok(Some(p)),
+        Some(Err(e)) if !b.passes.allow_fallback => Err(format!("in its body: {e}")),
+        _ => Ok(None),
+    }
+}
+
+/// The body specialized for `params` and lowered (`None` where it cannot be: state,
+/// a parameter mismatch, host values).
+fn lower_body(
+    b: &Build,
+    body: &Graph,
+    params: &[(DType, &[usize])],
+) -> Option<Result<Program, String>> {
     let has_state = body
         .nodes()
         .iter()
@@ -92,7 +112,7 @@ fn compile_body(b: &Build, body: &Graph, params: &[(DType, &[usize])]) -> Option
         return None;
     }
     let vars = Variables::new(&g).ok()?;
-    lower(&g, b.pool, &vars, b.passes).ok()
+    Some(lower(&g, b.pool, &vars, b.passes).map_err(|e| e.to_string()))
 }
 
 /// Whether body result `k` of `p` has exactly the type of `slot`.
@@ -173,7 +193,7 @@ fn build_if(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         let Some(body) = b.node.attrs.graph(name)? else {
             return Ok(None);
         };
-        let Some(p) = compile_body(b, body, &params) else {
+        let Some(p) = compile_body(b, body, &params)? else {
             return Ok(None);
         };
         let fits = p.outputs.len() == b.outs.len()
@@ -279,7 +299,7 @@ fn build_loop(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let mut params: Vec<(DType, &[usize])> = vec![(DType::I64, &[]), (DType::Bool, &[])];
     params.extend(shapes_of(&initial));
     params.extend(shapes_of(&captures));
-    let Some(p) = compile_body(b, body, &params) else {
+    let Some(p) = compile_body(b, body, &params)? else {
         return Ok(None);
     };
     // Fixed shapes: each carried result has its initial value's type and the step's, and
@@ -593,7 +613,7 @@ fn build_scan(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             .map(|(s, sh)| (s.dtype, &sh[..])),
     );
     params.extend(shapes_of(captures));
-    let Some(p) = compile_body(b, body, &params) else {
+    let Some(p) = compile_body(b, body, &params)? else {
         return Ok(None);
     };
     let mut scan_outs = vec![];

@@ -276,6 +276,17 @@ pub(super) fn window_axes(
     Ok(Some(axes))
 }
 
+/// A node like `b`'s with attributes `attrs`, built as `b` would be.
+pub(super) fn build_with_attrs(
+    b: &Build,
+    attrs: Attrs,
+    build: super::Builder,
+) -> Result<Option<Box<dyn Kernel>>, String> {
+    let mut node = b.node.clone();
+    node.attrs = attrs;
+    build(&Build { node: &node, ..*b })
+}
+
 pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let op = b.node.op.as_str();
     if !matches!(op, "Conv" | "FusedConv") || !b.all_f32() {

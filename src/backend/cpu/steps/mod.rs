@@ -16,10 +16,12 @@ pub mod conv_grad;
 pub mod custom;
 pub mod eltwise;
 pub mod fallback;
+pub mod index_ops;
 pub mod matmul;
 pub mod movement;
 pub mod nms;
 pub mod nn;
+pub mod pool_nd;
 pub mod quant;
 pub mod reduce;
 pub mod rnn;
@@ -92,6 +94,7 @@ const FAMILIES: &[Builder] = &[
     rnn::build,
     rnn::build_quant_lstm,
     backward::build,
+    index_ops::build,
 ];
 
 /// The kernel for `b`'s node: the first family that covers it, else (only with the

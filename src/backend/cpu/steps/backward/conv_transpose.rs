@@ -17,13 +17,71 @@ pub(super) struct ConvTransposeStep {
     y: Slot,
 }
 
+/// A ConvTranspose with `output_shape` or a SAME `auto_pad`: the same node with the
+/// explicit pads the interpreter derives (the full output less the target, split as
+/// auto_pad says), built as one with pads.
+fn build_resolved(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+    let attrs = &b.node.attrs;
+    let (Some(x), Some(w), y) = (b.input(0), b.input(1), &b.outs[0]) else {
+        return Ok(None);
+    };
+    let k = x.shape.len().saturating_sub(2);
+    if k == 0 || w.shape.len() != k + 2 || y.shape.len() != k + 2 {
+        return Ok(None);
+    }
+    let auto_pad = attrs.string_or("auto_pad", "NOTSET")?;
+    let list = |name: &str, default: i64| -> Result<Vec<i64>, String> {
+        Ok(attrs.ints(name)?.map_or(vec![default; k], <[i64]>::to_vec))
+    };
+    let (strides, dil, opad) = (
+        list("strides", 1)?,
+        list("dilations", 1)?,
+        list("output_padding", 0)?,
+    );
+    if strides.len() != k || dil.len() != k || opad.len() != k {
+        return Ok(None);
+    }
+    let (mut begin, mut end) = (vec![], vec![]);
+    for i in 0..k {
+        let full = strides[i] * (x.shape[2 + i].max(1) as i64 - 1)
+            + opad[i]
+            + (w.shape[2 + i] as i64 - 1) * dil[i]
+            + 1;
+        let total = full - y.shape[2 + i] as i64;
+        if total < 0 {
+            return Ok(None);
+        }
+        let b0 = if auto_pad == "SAME_UPPER" {
+            total / 2
+        } else {
+            total - total / 2
+        };
+        begin.push(b0);
+        end.push(total - b0);
+    }
+    let mut plain = crate::ir::Attrs::new();
+    for (name, v) in attrs.iter() {
+        if name != "auto_pad" && name != "output_shape" && name != "pads" {
+            plain.set(name, v.clone());
+        }
+    }
+    begin.extend(end);
+    plain.set("pads", crate::ir::Attr::Ints(begin));
+    crate::backend::cpu::steps::conv::build_with_attrs(b, plain, build)
+}
+
 pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let attrs = &b.node.attrs;
-    if !b.all_f32()
-        || attrs.string_or("auto_pad", "NOTSET")? != "NOTSET"
-        || attrs.get("output_shape").is_some()
-    {
+    if !b.all_f32() {
         return Ok(None);
+    }
+    if attrs.get("output_shape").is_some()
+        || matches!(
+            attrs.string_or("auto_pad", "NOTSET")?,
+            "SAME_UPPER" | "SAME_LOWER"
+        )
+    {
+        return build_resolved(b);
     }
     let (Some(x), Some(w), y) = (b.input(0), b.input(1), &b.outs[0]) else {
         return Ok(None);
