@@ -32,5 +32,6 @@ pub mod softmax;
 mod testutil;
 pub(crate) mod topk;
 pub mod trees;
+pub mod unary;
 
 pub use activation::Act;
