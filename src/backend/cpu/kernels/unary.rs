@@ -213,12 +213,7 @@ fn gelu(x: f64, tanh: bool) -> f64 {
 
 /// `y = op(x)` through f64, one monomorphized loop per op.
 pub(crate) fn float<T: Elem>(op: FloatOp, pool: Option<&Pool>, x: Src<'_, T>, y: &mut [T]) {
-    fn go<T: Elem>(
-        pool: Option<&Pool>,
-        x: Src<'_, T>,
-        y: &mut [T],
-        f: impl Fn(f64) -> f64 + Sync,
-    ) {
+    fn go<T: Elem>(pool: Option<&Pool>, x: Src<'_, T>, y: &mut [T], f: impl Fn(f64) -> f64 + Sync) {
         map_src(pool, x, y, |v: T| T::from_f64(f(v.to_f64())));
     }
     use FloatOp::*;
@@ -256,7 +251,12 @@ pub(crate) fn float<T: Elem>(op: FloatOp, pool: Option<&Pool>, x: Src<'_, T>, y:
         HardSwish => go(pool, x, y, |v| v * (v / 6.0 + 0.5).clamp(0.0, 1.0)),
         Silu => go(pool, x, y, |v| v * sigmoid(v)),
         LeakyRelu(a) => go(pool, x, y, move |v| if v >= 0.0 { v } else { a * v }),
-        Elu(a) => go(pool, x, y, move |v| if v >= 0.0 { v } else { a * v.exp_m1() }),
+        Elu(a) => go(
+            pool,
+            x,
+            y,
+            move |v| if v >= 0.0 { v } else { a * v.exp_m1() },
+        ),
         Celu(a) => go(pool, x, y, move |v| {
             v.max(0.0) + (a * (v / a).exp_m1()).min(0.0)
         }),
@@ -342,10 +342,7 @@ pub(crate) fn predicate<T: Elem>(p: Predicate, pool: Option<&Pool>, x: &[T], y: 
 /// (by `round_mode`), or another float8 without saturating.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Encoder {
-    E8M0 {
-        saturate: bool,
-        mode: E8M0Rounding,
-    },
+    E8M0 { saturate: bool, mode: E8M0Rounding },
     Unsaturated(MiniFloat),
 }
 

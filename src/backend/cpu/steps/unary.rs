@@ -128,8 +128,8 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     // else the planner would put in x's buffer reads x from a copy.
     let aliased = x.loc == y.loc && x.dtype != y.dtype;
     let reads_elements = !matches!(what, What::Copy | What::Bits | What::BitsChecked);
-    let stage = (aliased || (reads_elements && sub_byte_signed(x.dtype)))
-        .then(|| b.scratch(x.bytes()));
+    let stage =
+        (aliased || (reads_elements && sub_byte_signed(x.dtype))).then(|| b.scratch(x.bytes()));
     Ok(Some(Box::new(UnaryStep {
         what,
         x: x.clone(),
