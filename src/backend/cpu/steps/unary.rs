@@ -289,8 +289,10 @@ impl Kernel for UnaryStep {
             }
             None => at as *const u8,
         };
+        // Reading y's own buffer: a staged x never is.
+        let in_place = stage.is_none() && x.loc == y.loc;
         match what {
-            What::Copy | What::Bits if src == dst as *const u8 => {}
+            What::Copy | What::Bits if in_place => {}
             What::Copy | What::Bits => {
                 // SAFETY: equal byte sizes (a copy or a BitCast of equal element sizes),
                 // and distinct addresses are distinct planned buffers.
@@ -308,7 +310,7 @@ impl Kernel for UnaryStep {
             // SAFETY: x (or its copy) holds y.elements() of x's dtype, another buffer
             // than y's unless they share a dtype (then the op runs in place).
             What::Float(_) | What::Int(_) => unsafe {
-                let src = (src != dst as *const u8).then_some(src);
+                let src = (!in_place).then_some(src);
                 with_dtype!(y.dtype, run_same(cx, what, src, y))?
             },
             // SAFETY: x's floats at src, y's bools elsewhere (aliasing stages x).
