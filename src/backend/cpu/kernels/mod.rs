@@ -34,5 +34,6 @@ pub mod softmax;
 mod testutil;
 pub(crate) mod topk;
 pub mod trees;
+pub mod unary;
 
 pub use activation::Act;

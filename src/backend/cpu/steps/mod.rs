@@ -26,6 +26,7 @@ pub mod quant;
 pub mod reduce;
 pub mod rnn;
 pub mod trees;
+pub mod unary;
 pub mod view;
 
 /// What a family builder sees of a node.
@@ -87,6 +88,7 @@ const FAMILIES: &[Builder] = &[
     reduce::build,
     reduce::build_topk,
     eltwise::build,
+    unary::build,
     view::build,
     movement::build,
     quant::build,
