@@ -797,6 +797,105 @@ fn forms(op: &dyn Op) -> Result<Vec<Form>, &'static str> {
             vec![In::I(DType::I64, vec![], 8, 9)],
             Attrs::new(),
         )],
+        "BitCast" => [
+            DType::F32,
+            DType::I32,
+            DType::U32,
+            DType::I16,
+            DType::U8,
+            DType::F16,
+        ]
+        .iter()
+        .map(|to| {
+            let a = Attrs::new().with("to", Attr::String(to.to_string()));
+            form(format!("to {to}"), vec![x(&[2, 3])], a)
+        })
+        .collect(),
+        "DFT" => vec![
+            form("complex, axis -2", vec![x(&[1, 8, 2])], Attrs::new()),
+            form(
+                "real input, onesided",
+                vec![x(&[2, 6, 1])],
+                int("onesided", 1),
+            ),
+            form("inverse", vec![x(&[1, 5, 2])], int("inverse", 1)),
+        ],
+        "STFT" => vec![form(
+            "frame 8 step 4, window",
+            vec![x(&[1, 32, 1]), In::C(Tensor::scalar(4i64)), x(&[8])],
+            Attrs::new(),
+        )],
+        "AffineGrid" => vec![form(
+            "2-D",
+            vec![x(&[2, 2, 3]), i64s(&[2, 1, 3, 4])],
+            Attrs::new(),
+        )],
+        "RotaryEmbedding" => vec![form(
+            "4-D, position ids",
+            vec![
+                x(&[1, 2, 3, 8]),
+                x(&[4, 4]),
+                x(&[4, 4]),
+                In::I(DType::I64, vec![1, 3], 0, 4),
+            ],
+            Attrs::new(),
+        )],
+        "Attention" => vec![
+            form(
+                "4-D",
+                vec![x(&[1, 2, 3, 4]), x(&[1, 2, 5, 4]), x(&[1, 2, 5, 4])],
+                Attrs::new(),
+            ),
+            form(
+                "causal",
+                vec![x(&[1, 2, 4, 4]), x(&[1, 2, 4, 4]), x(&[1, 2, 4, 4])],
+                int("is_causal", 1),
+            ),
+            form(
+                "bool mask",
+                vec![
+                    x(&[1, 1, 3, 4]),
+                    x(&[1, 1, 5, 4]),
+                    x(&[1, 1, 5, 4]),
+                    In::T(DType::Bool, vec![3, 5]),
+                ],
+                Attrs::new(),
+            ),
+        ],
+        "RNN" | "GRU" | "LSTM" => {
+            let gates = match name {
+                "RNN" => 1,
+                "GRU" => 3,
+                _ => 4,
+            };
+            let (h, i) = (3usize, 2usize);
+            ["forward", "reverse", "bidirectional"]
+                .iter()
+                .map(|d| {
+                    let dirs = if *d == "bidirectional" { 2 } else { 1 };
+                    let a = Attrs::new()
+                        .with("direction", Attr::String(d.to_string()))
+                        .with("hidden_size", Attr::Int(h as i64));
+                    let ins = vec![
+                        x(&[4, 2, i]),
+                        x(&[dirs, gates * h, i]),
+                        x(&[dirs, gates * h, h]),
+                        x(&[dirs, 2 * gates * h]),
+                    ];
+                    form(*d, ins, a)
+                })
+                .collect()
+        }
+        "NonMaxSuppression" => vec![form(
+            "one class",
+            vec![
+                x(&[1, 6, 4]),
+                x(&[1, 1, 6]),
+                In::C(Tensor::from_vec(&[1], vec![3i64]).unwrap()),
+                In::C(Tensor::from_vec(&[1], vec![0.5f32]).unwrap()),
+            ],
+            Attrs::new(),
+        )],
         "Identity" | "Abs" | "Neg" | "Sign" | "Not" | "BitwiseNot" | "IsNaN" | "IsInf"
         | "Floor" | "Ceil" | "Round" | "Relu"
             if required == 1 =>
