@@ -17,6 +17,7 @@ pub mod custom;
 pub mod eltwise;
 pub mod fallback;
 pub mod matmul;
+pub mod matmul_elem;
 pub mod movement;
 pub mod nms;
 pub mod nn;
