@@ -9,6 +9,7 @@ use crate::passes::Tuning;
 use crate::tensor::Tensor;
 
 pub mod attention;
+pub mod attention_elem;
 pub mod backward;
 pub mod control;
 pub mod conv;
