@@ -22,6 +22,7 @@ pub mod matmul_elem;
 pub mod movement;
 pub mod nms;
 pub mod nn;
+pub mod norm_elem;
 pub mod quant;
 pub mod reduce;
 pub mod rnn;
