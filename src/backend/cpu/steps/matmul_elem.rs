@@ -260,13 +260,14 @@ impl MatMulElem {
         // SAFETY: the n-f64 row scratch build asked for.
         let acc = unsafe { scratch_f64(cx, self.acc, self.n) };
         let (m, n, k) = (self.m, self.n, self.k);
-        let c = match &self.tail {
-            // SAFETY: Gemm's C, a `T` input, only read.
+        let c_slot = match &self.tail {
             Tail::Gemm {
                 c: Some((s, ..)), ..
-            } => unsafe { elems::<T>(cx, s) },
-            _ => &[],
+            } => Some(s),
+            _ => None,
         };
+        // SAFETY: Gemm's C, a `T` input, only read.
+        let c = c_slot.map_or(&[][..], |s| unsafe { elems::<T>(cx, s) });
         for (bi, &(oa, ob)) in self.batches.iter().enumerate() {
             let yb = &mut y[bi * m * n..(bi + 1) * m * n];
             for i in 0..m {
