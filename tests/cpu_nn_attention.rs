@@ -187,6 +187,11 @@ fn attention_every_form() {
         inputs.push(Tensor::from_vec(&[2], vec![4i64, 1]).unwrap());
         check(&g, &inputs, "attention-elem", tol(dtype));
     }
+    // Large enough that the batches split over the pool at 2 threads.
+    let f = |d: &'static [usize]| Some((DType::F32, d));
+    let ins = [f(&[4, 4, 16, 16]), f(&[4, 2, 32, 16]), f(&[4, 2, 32, 16])];
+    let (g, inputs) = one_op(&mut rng, "Attention", &ins, int("is_causal", 1), 4);
+    check(&g, &inputs, "attention-elem", 1e-5);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! causal and sliding-window masking, per-batch key padding (`nonpad_kv_seqlen`),
 //! soft-capping and every `qk_matmul_output_mode`. The f32 GEMM step in
 //! [`super::attention`] takes the plain forms first.
+use crate::backend::cpu::kernels::par::{for_ranges, SyncPtr};
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::ir::DType;
 use crate::tensor::Elem;
@@ -55,8 +56,8 @@ struct AttentionElem {
     scale: f64,
     softcap: f64,
     mode: i64,
-    /// The mask as f64 biases (mask elements), then the row buffers: scores, biased
-    /// scores, probabilities (t each) and the output row (dv).
+    /// The mask as f64 biases (mask elements), then per batch the row buffers: scores,
+    /// biased scores, probabilities (t each) and the output row (dv).
     scratch: Loc,
 }
 
@@ -198,7 +199,7 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let mask_len = mask.as_ref().map_or(0, |m| m.slot.elements());
     let floats = t
         .checked_mul(3)
-        .and_then(|x| x.checked_add(dv)?.checked_add(mask_len))
+        .and_then(|x| x.checked_add(dv)?.checked_mul(batch)?.checked_add(mask_len))
         .ok_or("attention scratch size overflows")?;
     let scratch = b.scratch(floats.checked_mul(8).ok_or("attention scratch overflows")?);
     Ok(Some(Box::new(AttentionElem {
@@ -285,12 +286,10 @@ impl AttentionElem {
     unsafe fn run_as<T: Elem>(&self, cx: &Cx) -> Result<(), String> {
         let (t, d, dv, sq) = (self.t, self.d, self.dv, self.sq);
         let mask_len = self.mask.as_ref().map_or(0, |m| m.slot.elements());
+        let per_batch = 3 * t + dv;
         // SAFETY: the scratch build sized for the mask's biases and the row buffers.
-        let scratch = unsafe { scratch_f64(cx, self.scratch, mask_len + 3 * t + dv) };
-        let (bias_of, rest) = scratch.split_at_mut(mask_len);
-        let (scores, rest) = rest.split_at_mut(t);
-        let (biased, rest) = rest.split_at_mut(t);
-        let (probs, acc) = rest.split_at_mut(t);
+        let scratch = unsafe { scratch_f64(cx, self.scratch, mask_len + self.batch * per_batch) };
+        let (bias_of, rows) = scratch.split_at_mut(mask_len);
         if let Some(m) = &self.mask {
             // SAFETY: the mask holds its dtype's elements (bool or the operands').
             unsafe { with_dtype!(m.slot.dtype, mask_bias(cx, m, bias_of))? };
@@ -329,10 +328,54 @@ impl AttentionElem {
         }
         // SAFETY: Y, the output, a buffer of its own.
         let y = unsafe { elems_mut::<T>(cx, &self.y) };
+        let qk_len = self.hq * sq * t;
         // SAFETY: qk_matmul_output, a buffer of its own.
-        let mut qk = self.qk.as_ref().map(|s| unsafe { elems_mut::<T>(cx, s) });
+        let qk = self.qk.as_ref().map(|s| unsafe { elems_mut::<T>(cx, s) });
+        let y_len = y.len() / self.batch.max(1);
+        let (yp, rp) = (SyncPtr(y.as_mut_ptr()), SyncPtr(rows.as_mut_ptr()));
+        let qkp = qk.map(|q| SyncPtr(q.as_mut_ptr()));
+        let bias_of = &*bias_of;
+        let work = self.hq * sq * t * (d + dv);
+        for_ranges(cx.pool, self.batch, work, &|r| {
+            for b in r {
+                // SAFETY: batch b's blocks of Y, of qk_matmul_output and of the row scratch
+                // (each buffer holds batch such blocks), which only this task touches.
+                let (y, bufs, qk) = unsafe {
+                    (
+                        std::slice::from_raw_parts_mut(yp.get().add(b * y_len), y_len),
+                        std::slice::from_raw_parts_mut(rp.get().add(b * per_batch), per_batch),
+                        qkp.map(|p| {
+                            std::slice::from_raw_parts_mut(p.get().add(b * qk_len), qk_len)
+                        }),
+                    )
+                };
+                self.one_batch(b, [q, k, v], [pk, pv], nonpad, bias_of, y, qk, bufs);
+            }
+        });
+        Ok(())
+    }
+
+    /// Batch `b` of Y (its block `y`) and of qk_matmul_output, with `bufs` its row buffers.
+    #[allow(clippy::too_many_arguments)]
+    fn one_batch<T: Elem>(
+        &self,
+        b: usize,
+        [q, k, v]: [&[T]; 3],
+        [pk, pv]: [Option<&[T]>; 2],
+        nonpad: Option<&[i64]>,
+        bias_of: &[f64],
+        y: &mut [T],
+        mut qk: Option<&mut [T]>,
+        bufs: &mut [f64],
+    ) {
+        let (t, d, dv, sq) = (self.t, self.d, self.dv, self.sq);
+        let kdims = (self.past_len, self.hkv, d);
+        let vdims = (self.past_len, self.hkv, dv);
+        let (scores, rest) = bufs.split_at_mut(t);
+        let (biased, rest) = rest.split_at_mut(t);
+        let (probs, acc) = rest.split_at_mut(t);
         let group = self.hq / self.hkv;
-        for b in 0..self.batch {
+        {
             let offset = match (self.past.is_some(), nonpad) {
                 (true, _) => self.past_len as i64,
                 (false, Some(n)) => n[b] - sq as i64,
@@ -393,7 +436,7 @@ impl AttentionElem {
                         *p = if row_masked { 0.0 } else { *p / sum };
                     }
                     if let Some(qk) = qk.as_deref_mut() {
-                        let at = ((b * self.hq + h) * sq + i) * t;
+                        let at = (h * sq + i) * t;
                         let src = match self.mode {
                             2 => &*biased,
                             3 => &*probs,
@@ -410,14 +453,13 @@ impl AttentionElem {
                             *s += p * x.to_f64();
                         }
                     }
-                    let ya = self.yh.at(b, h) + i * self.yh.row;
+                    let ya = h * self.yh.head + i * self.yh.row;
                     for (o, s) in y[ya..ya + dv].iter_mut().zip(acc.iter()) {
                         *o = T::from_f64(*s);
                     }
                 }
             }
         }
-        Ok(())
     }
 }
 
