@@ -23,6 +23,8 @@ mod cpu_dynamic;
 mod cpu_generic_unary;
 #[path = "cpu_movement.rs"]
 mod cpu_movement;
+#[path = "cpu_nn_attention.rs"]
+mod cpu_nn_attention;
 #[path = "cpu_quant.rs"]
 mod cpu_quant;
 #[path = "cpu_rnn.rs"]

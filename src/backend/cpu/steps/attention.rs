@@ -4,7 +4,8 @@
 //! (`[B, S, H·D]`, heads from the attributes) and 4-D (`[B, H, S, D]`) operands, grouped
 //! key/value heads and a float mask whose last axis is the keys'; a past cache, a
 //! boolean mask, causal or windowed masking, soft-capping, key padding or a read
-//! `present_*` / `qk_matmul_output` go to the fallback.
+//! `present_*` / `qk_matmul_output`, and other dtypes, go to the typed loop of
+//! [`super::attention_elem`], as does `RotaryEmbedding`.
 use crate::backend::cpu::isa;
 use crate::backend::cpu::kernels::gemm::{self, Bias, Epilogue, Mat};
 use crate::backend::cpu::kernels::par::for_ranges;
@@ -18,15 +19,19 @@ use super::Build;
 /// Where one operand's heads live: head (b, h) starts at `b·batch + h·head` and its
 /// rows are `row` floats apart.
 #[derive(Debug, Clone, Copy)]
-struct Heads {
-    batch: usize,
-    head: usize,
-    row: usize,
+pub(super) struct Heads {
+    pub batch: usize,
+    pub head: usize,
+    pub row: usize,
 }
 
 impl Heads {
     /// `shape` ([B, S, H·D] when `three_d`, else [B, H, S, D]) with `heads` heads.
-    fn of(shape: &[usize], three_d: bool, heads: usize) -> Option<(Heads, usize, usize)> {
+    pub(super) fn of(
+        shape: &[usize],
+        three_d: bool,
+        heads: usize,
+    ) -> Option<(Heads, usize, usize)> {
         if three_d {
             let [_, s, hd] = *shape else { return None };
             if heads == 0 || hd % heads != 0 {
@@ -55,7 +60,7 @@ impl Heads {
             ))
         }
     }
-    fn at(&self, b: usize, h: usize) -> usize {
+    pub(super) fn at(&self, b: usize, h: usize) -> usize {
         b * self.batch + h * self.head
     }
 }
@@ -94,9 +99,18 @@ struct AttentionStep {
 }
 
 pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
-    if b.node.op != "Attention" {
-        return Ok(None);
+    match b.node.op.as_str() {
+        "Attention" => match build_gemm(b)? {
+            Some(k) => Ok(Some(k)),
+            None => super::attention_elem::build(b),
+        },
+        "RotaryEmbedding" => super::attention_elem::build_rotary(b),
+        _ => Ok(None),
     }
+}
+
+/// The f32 forms the packed GEMM takes.
+fn build_gemm(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let (Some(q), Some(k), Some(v)) = (b.input(0), b.input(1), b.input(2)) else {
         return Ok(None);
     };

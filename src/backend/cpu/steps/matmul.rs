@@ -1,10 +1,13 @@
 //! Matrix products: `MatMul` (batched, broadcasting), `Gemm` and `FusedMatMul` (bias,
-//! residual and activation fused into the GEMM's epilogue).
+//! residual and activation fused into the GEMM's epilogue, or applied after it when
+//! alpha, beta or a broadcast addend does not fit that epilogue). Other dtypes run the
+//! typed loops of [`super::matmul_elem`].
 use crate::backend::cpu::kernels::gemm::{self, Bias, Epilogue, Mat, PackedB};
 use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::backend::matmul_geometry::{geometry, Geometry};
 
+use super::matmul_elem::{self, Post};
 use super::Build;
 
 /// One product `Y[batch] = A[batch]·B[batch]` per batch index, plus the epilogue.
@@ -24,6 +27,9 @@ pub struct MatMulStep {
     act: Act,
     /// B packed at compile time when it is a constant shared by every batch (weights).
     packed: Option<PackedB>,
+    /// What the epilogue cannot do, after every batch's product (bias, residual and act
+    /// are then off).
+    post: Option<Post>,
 }
 
 #[derive(Clone, Copy)]
@@ -34,8 +40,11 @@ enum BiasKind {
 
 pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let op = b.node.op.as_str();
-    if !matches!(op, "MatMul" | "Gemm" | "FusedMatMul") || !b.all_f32() {
+    if !matches!(op, "MatMul" | "Gemm" | "FusedMatMul") {
         return Ok(None);
+    }
+    if !b.all_f32() {
+        return matmul_elem::build(b);
     }
     let attrs = &b.node.attrs;
     let (a, bm, y) = (
@@ -53,13 +62,22 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let mut bias = None;
     let mut residual = None;
     let mut act = Act::None;
+    // Whether the epilogue takes it all; else every addend goes to `post`.
+    let mut fits = true;
+    let mut adds: Vec<(Slot, f32)> = vec![];
+    let mut alpha = 1.0f32;
     match op {
         "FusedMatMul" => {
             act = Act::from_attrs(attrs)?;
+            adds = [b.input(2), b.input(3)]
+                .into_iter()
+                .flatten()
+                .map(|s| (s.clone(), 1.0))
+                .collect();
             if let Some(s) = b.input(2) {
                 match bias_kind(s, m, n) {
                     Some(kind) => bias = Some((s.clone(), kind)),
-                    None => return Ok(None),
+                    None => fits = false,
                 }
             }
             if let Some(z) = b.input(3) {
@@ -68,32 +86,40 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
                 } else {
                     // A bias that is not a constant (a variable being trained) is fused
                     // as the addend Z; broadcast along rows or columns, it is a bias.
-                    match (bias, bias_kind(z, m, n)) {
-                        (None, Some(kind)) => bias = Some((z.clone(), kind)),
-                        _ => return Ok(None),
+                    match (bias.is_none(), bias_kind(z, m, n)) {
+                        (true, Some(kind)) => bias = Some((z.clone(), kind)),
+                        _ => fits = false,
                     }
                 }
             }
         }
         "Gemm" => {
-            if attrs.float_or("alpha", 1.0)? != 1.0 {
-                return Ok(None);
-            }
+            alpha = attrs.float_or("alpha", 1.0)? as f32;
+            fits = alpha == 1.0;
             if let Some(c) = b.input(2) {
-                if attrs.float_or("beta", 1.0)? != 1.0 {
-                    return Ok(None);
-                }
+                let beta = attrs.float_or("beta", 1.0)? as f32;
+                adds = vec![(c.clone(), beta)];
+                fits &= beta == 1.0;
                 if c.shape == y.shape {
                     residual = Some(c.clone());
                 } else if let Some(kind) = bias_kind(c, m, n) {
                     bias = Some((c.clone(), kind));
                 } else {
-                    return Ok(None);
+                    fits = false;
                 }
             }
         }
         _ => {}
     }
+    let post = if fits {
+        None
+    } else {
+        let Some(post) = Post::new(alpha, adds, y, act) else {
+            return Ok(None);
+        };
+        (bias, residual, act) = (None, None, Act::None);
+        Some(post)
+    };
     let packed = match b.constant(1) {
         Some(_) if batches.len() == 1 => {
             let Loc::Const(p) = bm.loc else {
@@ -124,6 +150,7 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         residual,
         act,
         packed,
+        post,
     })))
 }
 
@@ -198,6 +225,13 @@ impl Kernel for MatMulStep {
             }
             // SAFETY: `cx` as `run` is given it; `i` runs over the batch indices.
             _ => (0..self.batches.len()).for_each(|i| unsafe { self.one(cx, i, cx.pool) }),
+        }
+        if let Some(post) = &self.post {
+            // SAFETY: Y's f32, which the products above wrote and nothing else touches.
+            let y =
+                unsafe { std::slice::from_raw_parts_mut(cx.f32_mut(&self.y), self.y.elements()) };
+            // SAFETY: the addends are the node's f32 inputs, none Y's buffer (no in-place).
+            unsafe { post.run(cx, y) };
         }
         Ok(())
     }

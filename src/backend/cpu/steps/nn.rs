@@ -1,5 +1,6 @@
 //! Pooling, layout reorders, softmax and the normalizations (layer norm over any trailing
-//! axes, instance norm, Lp norm along any axis): the memory-bound ops
+//! axes, instance norm, Lp norm along any axis; RMS norm, batch norm, LRN and the other
+//! dtypes' softmaxes in [`super::norm_elem`]): the memory-bound ops
 //! around the convolutions and products, each one vectorized kernel over the arena.
 //! Pools with `block` > 0 (the layout pass's) run the NCHWxc kernels on blocked buffers,
 //! every lane (pad lanes too) pooled as a channel.
@@ -108,6 +109,12 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let op = b.node.op.as_str();
     let attrs = &b.node.attrs;
     let Some(x) = b.input(0) else { return Ok(None) };
+    let f32 = x.dtype == crate::ir::DType::F32;
+    if matches!(op, "RMSNormalization" | "BatchNormalization" | "LRN")
+        || (!f32 && matches!(op, "Softmax" | "LogSoftmax"))
+    {
+        return super::norm_elem::build(b);
+    }
     if x.dtype != crate::ir::DType::F32 || b.outs[0].dtype != crate::ir::DType::F32 {
         return Ok(None);
     }
