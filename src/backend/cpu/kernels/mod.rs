@@ -12,6 +12,7 @@ pub mod conv_transpose;
 pub mod fused;
 pub mod gemm;
 pub mod loss;
+pub mod loss_sample;
 pub mod math;
 pub mod movement;
 pub mod nms;

@@ -16,6 +16,7 @@ pub mod conv_grad;
 pub mod custom;
 pub mod eltwise;
 pub mod fallback;
+pub mod loss_sample;
 pub mod matmul;
 pub mod movement;
 pub mod nms;
@@ -92,6 +93,7 @@ const FAMILIES: &[Builder] = &[
     rnn::build,
     rnn::build_quant_lstm,
     backward::build,
+    loss_sample::build,
 ];
 
 /// The kernel for `b`'s node: the first family that covers it, else (only with the
