@@ -20,6 +20,7 @@ pub mod norm;
 pub(crate) mod par;
 pub mod pool_indices;
 pub mod pooling;
+pub mod qdq;
 pub mod qgemm;
 pub mod quant;
 pub mod reduce;
