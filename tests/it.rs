@@ -21,6 +21,8 @@ mod cpu_control_flow;
 mod cpu_dynamic;
 #[path = "cpu_movement.rs"]
 mod cpu_movement;
+#[path = "cpu_nn_loss_quant.rs"]
+mod cpu_nn_loss_quant;
 #[path = "cpu_quant.rs"]
 mod cpu_quant;
 #[path = "cpu_rnn.rs"]
