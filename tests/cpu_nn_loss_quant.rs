@@ -88,7 +88,7 @@ fn losses() {
                 for weighted in [false, true] {
                     for ignore in [None, Some(1i64), Some(-1)] {
                         let dtype = [DType::F32, DType::F64, DType::F16][case % 3];
-                        let label = if (case + weighted as usize) % 2 == 0 {
+                        let label = if (case + weighted as usize).is_multiple_of(2) {
                             DType::I64
                         } else {
                             DType::I32
@@ -126,7 +126,7 @@ fn losses() {
                         };
                         let id = node(&mut g, op, &ins, attrs);
                         g.add_output("loss", id.out(0)).unwrap();
-                        if softmax && case % 2 == 0 {
+                        if softmax && case.is_multiple_of(2) {
                             g.add_output("log_prob", id.out(1)).unwrap();
                         }
                         // The [N, C] unweighted f32 loss has its own vectorized step.
@@ -307,7 +307,7 @@ fn quantize_linear() {
                 } else {
                     [DType::F32, xt][k % 2]
                 };
-                let saturate = if k % 3 == 0 { 0 } else { 1 };
+                let saturate = if k.is_multiple_of(3) { 0 } else { 1 };
                 let mut g = Graph::new("q");
                 let x = typed_param(&mut g, "x", xt, &xshape);
                 let s = typed_param(&mut g, "s", st, sshape);
@@ -390,12 +390,20 @@ fn dequantize_linear() {
     }
 }
 
+/// x's shape, w's, the attributes and the group.
+type ConvForm = (
+    &'static [usize],
+    &'static [usize],
+    &'static [(&'static str, &'static [i64])],
+    i64,
+);
+
 /// ConvInteger with weights (and their zero points) fed at run time: u8 and i8, 1–3
 /// spatial axes, padding, strides, dilations, groups, per-channel zero points.
 #[test]
 fn conv_integer_runtime_weights() {
     let mut rng = Rng(13);
-    let forms: [(&[usize], &[usize], &[(&str, &[i64])], i64); 4] = [
+    let forms: [ConvForm; 4] = [
         (
             &[1, 2, 7],
             &[3, 2, 3],
@@ -422,7 +430,7 @@ fn conv_integer_runtime_weights() {
             let w = typed_param(&mut g, "w", wt, ws);
             let mut ins = vec![x, w];
             let mut feeds = vec![rng.tensor_of(xt, xs), rng.tensor_of(wt, ws)];
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 ins.push(typed_param(&mut g, "xz", xt, &[]));
                 feeds.push(zero_point(&mut rng, xt, &[]));
                 let wz: &[usize] = if i == 0 { &[] } else { &ws[..1] };

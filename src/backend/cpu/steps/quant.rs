@@ -7,6 +7,10 @@
 //! f32: each element's byte indexes a 256-entry table of its value, then
 //! `(value - zero_point) * scale`, per tensor, per axis or blocked. Both operands are
 //! exact in f32, so one f32 multiply rounds once, as the interpreter's f64 does.
+//! QuantizeLinear and DequantizeLinear of every other dtype pair ([`Qdq`]): x, the scale
+//! and the zero point loaded as f64 by loops typed for their dtypes, the interpreter's
+//! f64 arithmetic, the result stored in y's type ([`kernels::qdq`]). `ConvInteger` whose
+//! weights are not constant runs as a direct integer convolution ([`ConvIntegerDirect`]).
 use crate::backend::cpu::kernels::activation::Act;
 use crate::backend::cpu::kernels::qdq::{
     self, ConvIntegerGeometry, Narrow, ScaleLayout, ScaleMap, Target,
