@@ -83,7 +83,7 @@ impl Nll {
 }
 
 /// The most spatial axes [`GridSample`] takes.
-pub const MAX_AXES: usize = 6;
+pub(crate) const MAX_AXES: usize = 6;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GridMode {

@@ -981,19 +981,20 @@ fn build_conv_integer_direct(b: &Build) -> Result<Option<Box<dyn Kernel>>, Strin
 impl Kernel for ConvIntegerDirect {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
         let byte_slice = |s: &Slot| cx.ptr(s.loc) as *const u8;
-        // SAFETY: the Kernel::run contract: x, w and their zero points are 8-bit input
+        // SAFETY: the Kernel::run contract: x, w and x's zero point are 8-bit input
         // slots of their shapes (one byte an element), read only.
-        let (x, w, xz, wz) = unsafe {
+        let (x, w, xz) = unsafe {
             (
                 std::slice::from_raw_parts(byte_slice(&self.x), self.x.elements()),
                 std::slice::from_raw_parts(byte_slice(&self.w), self.w.elements()),
                 (self.x_zero_point.as_ref()).map(|(z, k)| (*byte_slice(z), *k)),
-                (self.w_zero_point.as_ref()).map(|(z, k, per)| {
-                    let z = std::slice::from_raw_parts(byte_slice(z), z.elements());
-                    (z, *k, *per)
-                }),
             )
         };
+        let wz = (self.w_zero_point.as_ref()).map(|(z, k, per)| {
+            // SAFETY: w's zero point, an 8-bit input slot of one or M bytes, read only.
+            let z = unsafe { std::slice::from_raw_parts(byte_slice(z), z.elements()) };
+            (z, *k, *per)
+        });
         let x_zero = xz.map_or(0, |(v, k)| k.value(v));
         let w_zero = |oc: usize| wz.map_or(0, |(z, k, per)| k.value(z[if per { oc } else { 0 }]));
         let y_ptr = cx.ptr(self.y.loc) as *mut i32;
