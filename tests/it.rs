@@ -25,6 +25,8 @@ mod cpu_generic_unary;
 mod cpu_movement;
 #[path = "cpu_nn_attention.rs"]
 mod cpu_nn_attention;
+#[path = "cpu_nn_loss_quant.rs"]
+mod cpu_nn_loss_quant;
 #[path = "cpu_quant.rs"]
 mod cpu_quant;
 #[path = "cpu_rnn.rs"]

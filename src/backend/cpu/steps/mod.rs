@@ -18,6 +18,7 @@ pub mod custom;
 pub mod eltwise;
 pub mod fallback;
 pub mod index_ops;
+pub mod loss_sample;
 pub mod matmul;
 pub mod matmul_elem;
 pub mod movement;
@@ -100,6 +101,7 @@ const FAMILIES: &[Builder] = &[
     rnn::build_quant_lstm,
     backward::build,
     index_ops::build,
+    loss_sample::build,
 ];
 
 /// The kernel for `b`'s node: the first family that covers it, else (only with the

@@ -7,7 +7,14 @@
 //! f32: each element's byte indexes a 256-entry table of its value, then
 //! `(value - zero_point) * scale`, per tensor, per axis or blocked. Both operands are
 //! exact in f32, so one f32 multiply rounds once, as the interpreter's f64 does.
+//! QuantizeLinear and DequantizeLinear of every other dtype pair ([`Qdq`]): x, the scale
+//! and the zero point loaded as f64 by loops typed for their dtypes, the interpreter's
+//! f64 arithmetic, the result stored in y's type ([`kernels::qdq`]). `ConvInteger` whose
+//! weights are not constant runs as a direct integer convolution ([`ConvIntegerDirect`]).
 use crate::backend::cpu::kernels::activation::Act;
+use crate::backend::cpu::kernels::qdq::{
+    self, ConvIntegerGeometry, Narrow, ScaleLayout, ScaleMap, Target,
+};
 use crate::backend::cpu::kernels::qgemm::{
     b_view, pack_b, packed_b_bytes, padded_k, prepare_a, qgemm, qgemm_dequant, Dequant, PackedB8,
     PreparedA,
@@ -20,16 +27,26 @@ use crate::backend::matmul_geometry::{geometry, Geometry};
 use crate::ir::ops::conv::windows;
 use crate::ir::shape::norm_axis;
 use crate::ir::DType;
-use crate::tensor::Tensor;
+use crate::tensor::lowbit::{self, MiniFloat};
+use crate::tensor::{Elem, Tensor};
+use crate::with_dtype;
 
 use super::Build;
 
 pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     match b.node.op.as_str() {
-        "DequantizeLinear" => build_dequantize_low_bit(b),
+        "DequantizeLinear" => match build_dequantize_low_bit(b)? {
+            Some(k) => Ok(Some(k)),
+            None => build_qdq(b, false),
+        },
+        "QuantizeLinear" => build_qdq(b, true),
         "DynamicQuantizeLinear" => build_dynamic_quantize(b),
         "MatMulInteger" => build_matmul_integer(b),
-        "ConvInteger" | "FusedConvInteger" => build_conv_integer(b),
+        "ConvInteger" => match build_conv_integer(b)? {
+            Some(k) => Ok(Some(k)),
+            None => build_conv_integer_direct(b),
+        },
+        "FusedConvInteger" => build_conv_integer(b),
         _ => Ok(None),
     }
 }
@@ -557,11 +574,7 @@ pub struct DequantizeLowBit {
     y: Slot,
     /// The value of every byte an element of x's dtype may hold.
     table: Box<[f32; 256]>,
-    /// x viewed as [outer, axis, inner] around the scale's axis.
-    axis_len: usize,
-    inner: usize,
-    /// Elements along the axis that share a scale (1 per axis and per tensor).
-    block: usize,
+    map: ScaleMap,
 }
 
 fn build_dequantize_low_bit(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
@@ -577,36 +590,8 @@ fn build_dequantize_low_bit(b: &Build) -> Result<Option<Box<dyn Kernel>>, String
     if zero_point.as_ref().is_some_and(|z| z.dtype != x.dtype) {
         return Ok(None);
     }
-    // The layouts the interpreter accepts; anything else falls back to it (and fails there).
-    let rank = x.shape.len();
-    let block_size = b.node.attrs.int_or("block_size", 0)?;
-    let axis = || norm_axis(b.node.attrs.int_or("axis", 1).ok()?, rank).ok();
-    let (axis_len, inner, block) = match scale.shape.len() {
-        0 => (1, x.elements().max(1), 1),
-        r if r == rank && block_size > 0 => {
-            let Some(axis) = axis() else { return Ok(None) };
-            let block = block_size as usize;
-            let fits = (0..rank).all(|d| {
-                scale.shape[d]
-                    == if d == axis {
-                        x.shape[d].div_ceil(block)
-                    } else {
-                        x.shape[d]
-                    }
-            });
-            if !fits {
-                return Ok(None);
-            }
-            (x.shape[axis], x.shape[axis + 1..].iter().product(), block)
-        }
-        1 if block_size <= 0 => {
-            let Some(axis) = axis() else { return Ok(None) };
-            if scale.shape[0] != x.shape[axis] {
-                return Ok(None);
-            }
-            (x.shape[axis], x.shape[axis + 1..].iter().product(), 1)
-        }
-        _ => return Ok(None),
+    let Some(map) = scale_map(b, x, scale)? else {
+        return Ok(None);
     };
     if zero_point
         .as_ref()
@@ -626,29 +611,8 @@ fn build_dequantize_low_bit(b: &Build) -> Result<Option<Box<dyn Kernel>>, String
         zero_point,
         y: y.clone(),
         table,
-        axis_len,
-        inner,
-        block,
+        map,
     })))
-}
-
-impl DequantizeLowBit {
-    /// Where element `i`'s scale (and zero point) is: the scale is laid out as
-    /// [outer, ceil(axis / block), inner] when blocked, [axis] per axis, [] per tensor.
-    fn scale_index(&self, i: usize) -> usize {
-        let (along, outer) = (
-            (i / self.inner) % self.axis_len,
-            i / (self.inner * self.axis_len),
-        );
-        if self.scale.shape.is_empty() {
-            0
-        } else if self.scale.shape.len() == 1 {
-            along
-        } else {
-            let blocks = self.axis_len.div_ceil(self.block);
-            (outer * blocks + along / self.block) * self.inner + i % self.inner
-        }
-    }
 }
 
 impl Kernel for DequantizeLowBit {
@@ -667,7 +631,7 @@ impl Kernel for DequantizeLowBit {
             (x, scale, zp, y)
         };
         for (i, (out, &byte)) in y.iter_mut().zip(x).enumerate() {
-            let s = self.scale_index(i);
+            let s = self.map.index(i);
             let z = zero_point.map_or(0.0, |z| self.table[z[s] as usize]);
             *out = (self.table[byte as usize] - z) * scale[s];
         }
@@ -678,5 +642,377 @@ impl Kernel for DequantizeLowBit {
     }
     fn kind(&self) -> &'static str {
         "dequantize-low-bit"
+    }
+}
+
+/// How x's elements find their scale, in the layouts the interpreter accepts (`None`:
+/// another, which lowering leaves to it).
+fn scale_map(b: &Build, x: &Slot, scale: &Slot) -> Result<Option<ScaleMap>, String> {
+    let rank = x.shape.len();
+    let block_size = b.node.attrs.int_or("block_size", 0)?;
+    let axis = || norm_axis(b.node.attrs.int_or("axis", 1).ok()?, rank).ok();
+    let along = |axis: usize, layout: ScaleLayout, block: usize| ScaleMap {
+        layout,
+        axis_len: x.shape[axis],
+        inner: x.shape[axis + 1..].iter().product(),
+        block,
+    };
+    Ok(match scale.shape.len() {
+        0 => Some(ScaleMap {
+            layout: ScaleLayout::Tensor,
+            axis_len: 1,
+            inner: x.elements().max(1),
+            block: 1,
+        }),
+        r if r == rank && block_size > 0 => {
+            let Some(axis) = axis() else { return Ok(None) };
+            let block = block_size as usize;
+            let fits = (0..rank).all(|d| {
+                scale.shape[d]
+                    == if d == axis {
+                        x.shape[d].div_ceil(block)
+                    } else {
+                        x.shape[d]
+                    }
+            });
+            fits.then(|| along(axis, ScaleLayout::Blocked, block))
+        }
+        1 if block_size <= 0 => {
+            let Some(axis) = axis() else { return Ok(None) };
+            (scale.shape[0] == x.shape[axis]).then(|| along(axis, ScaleLayout::Axis, 1))
+        }
+        _ => None,
+    })
+}
+
+/// The values integer dtype `d` holds (what quantizing saturates to).
+fn int_range(d: DType) -> Option<(f64, f64)> {
+    Some(match d {
+        DType::U8 => (0.0, 255.0),
+        DType::I8 => (-128.0, 127.0),
+        DType::U16 => (0.0, 65535.0),
+        DType::I16 => (-32768.0, 32767.0),
+        DType::U32 => (0.0, u32::MAX as f64),
+        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
+        DType::U64 => (0.0, u64::MAX as f64),
+        DType::I64 => (i64::MIN as f64, i64::MAX as f64),
+        DType::I4 => (-8.0, 7.0),
+        DType::U4 => (0.0, 15.0),
+        DType::I2 => (-2.0, 1.0),
+        DType::U2 => (0.0, 3.0),
+        _ => return None,
+    })
+}
+
+/// `QuantizeLinear` (with `quantize`: how) or `DequantizeLinear` of any dtypes: x, the
+/// scale and the zero point loaded as f64 into the scratch, the arithmetic there, the
+/// result stored in y's type.
+pub struct Qdq {
+    quantize: Option<(Narrow, Target)>,
+    x: Slot,
+    scale: Slot,
+    zero_point: Option<Slot>,
+    y: Slot,
+    map: ScaleMap,
+    /// A float8 output that does not saturate: its codec.
+    unsaturated: Option<MiniFloat>,
+    scratch: Loc,
+    /// Byte offsets in the scratch of x's, the scale's and the zero point's values.
+    offsets: Vec<usize>,
+}
+
+fn build_qdq(b: &Build, quantize: bool) -> Result<Option<Box<dyn Kernel>>, String> {
+    let (Some(x), Some(scale), Some(y)) = (b.input(0), b.input(1), b.outs.first()) else {
+        return Ok(None);
+    };
+    let attrs = &b.node.attrs;
+    let output_dtype = match attrs.string("output_dtype")? {
+        Some(d) => match d.parse::<DType>() {
+            Ok(d) => Some(d),
+            Err(_) => return Ok(None),
+        },
+        None => None,
+    };
+    let mut zero_point = b.input(2).cloned();
+    let how = if quantize {
+        let d = output_dtype.unwrap_or(zero_point.as_ref().map_or(DType::U8, |z| z.dtype));
+        if !(x.dtype.is_float() || x.dtype == DType::I32) || y.dtype != d {
+            return Ok(None);
+        }
+        let precision = match attrs.string("precision")? {
+            Some(p) => match p.parse::<DType>() {
+                Ok(p) => p,
+                Err(_) => return Ok(None),
+            },
+            None => x.dtype,
+        };
+        let narrow = match precision {
+            DType::F32 => Narrow::F32,
+            DType::F16 => Narrow::F16,
+            DType::BF16 => Narrow::BF16,
+            _ => Narrow::None,
+        };
+        let target = if d.is_minifloat() && d != DType::F8E8M0 {
+            Target::Float {
+                shift_by_zero_point: d == DType::F4E2M1,
+            }
+        } else {
+            match int_range(d) {
+                Some((lo, hi)) => Target::Int(lo, hi),
+                None => return Ok(None),
+            }
+        };
+        Some((narrow, target))
+    } else {
+        let d = output_dtype.unwrap_or(scale.dtype);
+        if !(x.dtype.is_int() || x.dtype.is_low_bit()) || y.dtype != d {
+            return Ok(None);
+        }
+        // Float8 and float4 zero points are zero by definition (the interpreter ignores them).
+        if x.dtype.is_minifloat() {
+            zero_point = None;
+        }
+        None
+    };
+    if !scale.dtype.is_float() || y.shape != x.shape {
+        return Ok(None);
+    }
+    let Some(map) = scale_map(b, x, scale)? else {
+        return Ok(None);
+    };
+    let zero_point_fits =
+        |z: &Slot| z.shape == scale.shape || (scale.shape.is_empty() && z.elements() >= 1);
+    if zero_point.as_ref().is_some_and(|z| !zero_point_fits(z)) {
+        return Ok(None);
+    }
+    let saturate = attrs.int_or("saturate", 1)? != 0;
+    let unsaturated = match y.dtype {
+        _ if !quantize || saturate => None,
+        DType::F8E4M3FN => Some(lowbit::E4M3FN),
+        DType::F8E4M3FNUZ => Some(lowbit::E4M3FNUZ),
+        DType::F8E5M2 => Some(lowbit::E5M2),
+        DType::F8E5M2FNUZ => Some(lowbit::E5M2FNUZ),
+        _ => None,
+    };
+    let z_len = zero_point.as_ref().map_or(0, |z| z.elements());
+    let (offsets, total) = carve(&[x.elements() * 8, scale.elements() * 8, z_len * 8]);
+    Ok(Some(Box::new(Qdq {
+        quantize: how,
+        x: x.clone(),
+        scale: scale.clone(),
+        zero_point,
+        y: y.clone(),
+        map,
+        unsaturated,
+        scratch: b.scratch(total),
+        offsets,
+    })))
+}
+
+/// Slot elements of `T` at `p` as f64 into `dst` (as many as it holds).
+///
+/// # Safety
+/// `p` addresses `dst.len()` `T`s, none of them in `dst`.
+unsafe fn load_slot<T: Elem>(p: *const u8, dst: &mut [f64]) -> Result<(), String> {
+    // SAFETY: the caller's contract: `dst.len()` `T`s at `p`, apart from `dst`.
+    let src = unsafe { std::slice::from_raw_parts(p as *const T, dst.len()) };
+    qdq::load_f64(src, dst);
+    Ok(())
+}
+
+/// f64s into `src.len()` elements of `T` at `p`, as a float (`whole`: an integer)
+/// converts.
+///
+/// # Safety
+/// `p` addresses `src.len()` writable `T`s, none of them in `src`.
+unsafe fn store_slot<T: Elem>(p: *mut u8, src: &[f64], whole: bool) -> Result<(), String> {
+    // SAFETY: the caller's contract: an output slot of `src.len()` `T`s at `p`.
+    let dst = unsafe { std::slice::from_raw_parts_mut(p as *mut T, src.len()) };
+    if whole {
+        qdq::store_i64(src, dst);
+    } else {
+        qdq::store_f64(src, dst);
+    }
+    Ok(())
+}
+
+impl Kernel for Qdq {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        let scratch = cx.ptr(self.scratch);
+        let (n, ns) = (self.x.elements(), self.scale.elements());
+        let nz = self.zero_point.as_ref().map_or(0, |z| z.elements());
+        // SAFETY: the scratch's three parts, carved at lowering for x's, the scale's
+        // and the zero point's values as f64 (64-byte aligned, disjoint).
+        let (xs, ss, zs) = unsafe {
+            let part = |k: usize, len: usize| {
+                std::slice::from_raw_parts_mut(scratch.add(self.offsets[k]) as *mut f64, len)
+            };
+            (part(0, n), part(1, ns), part(2, nz))
+        };
+        // SAFETY: the Kernel::run contract: x, the scale and the zero point hold their
+        // dtypes' elements, read into the scratch (another buffer).
+        unsafe {
+            with_dtype!(self.x.dtype, load_slot(cx.ptr(self.x.loc), xs))?;
+            with_dtype!(self.scale.dtype, load_slot(cx.ptr(self.scale.loc), ss))?;
+            if let Some(z) = &self.zero_point {
+                with_dtype!(z.dtype, load_slot(cx.ptr(z.loc), zs))?;
+            }
+        }
+        let zs = self.zero_point.as_ref().map(|_| &*zs);
+        let whole = match self.quantize {
+            Some((narrow, target)) => {
+                qdq::quantize(xs, ss, zs, &self.map, narrow, target);
+                matches!(target, Target::Int(..))
+            }
+            None => {
+                qdq::dequantize(xs, ss, zs, &self.map);
+                false
+            }
+        };
+        let y = cx.ptr(self.y.loc);
+        if let Some(codec) = self.unsaturated {
+            // SAFETY: y's output slot holds `n` one-byte float8 codes.
+            let codes = unsafe { std::slice::from_raw_parts_mut(y, n) };
+            qdq::store_unsaturated(codec, xs, codes);
+            return Ok(());
+        }
+        // SAFETY: y's output slot holds `n` elements of its dtype, apart from the scratch.
+        unsafe { with_dtype!(self.y.dtype, store_slot(y, xs, whole)) }
+    }
+    fn can_fail(&self) -> bool {
+        false
+    }
+    fn kind(&self) -> &'static str {
+        if self.quantize.is_some() {
+            "quantize"
+        } else {
+            "dequantize"
+        }
+    }
+}
+
+/// `ConvInteger` whose weights (or their zero point) are known only at run time:
+/// [`qdq::conv_integer`], direct, over the slots.
+pub struct ConvIntegerDirect {
+    x: Slot,
+    x_kind: Bytes,
+    x_zero_point: Option<(Slot, Bytes)>,
+    w: Slot,
+    w_kind: Bytes,
+    /// W's zero point and whether it is one per output channel.
+    w_zero_point: Option<(Slot, Bytes, bool)>,
+    y: Slot,
+    geometry: ConvIntegerGeometry,
+}
+
+fn build_conv_integer_direct(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+    let (Some(x), Some(w), Some(y)) = (b.input(0), b.input(1), b.outs.first()) else {
+        return Ok(None);
+    };
+    let (Some(x_kind), Some(w_kind)) = (bytes_of(x.dtype), bytes_of(w.dtype)) else {
+        return Ok(None);
+    };
+    let rank = x.shape.len();
+    if !(3..=5).contains(&rank)
+        || w.shape.len() != rank
+        || y.dtype != DType::I32
+        || y.shape.len() != rank
+    {
+        return Ok(None);
+    }
+    let x_zero_point = match b.input(2) {
+        None => None,
+        Some(z) if z.elements() == 1 => match bytes_of(z.dtype) {
+            Some(k) => Some((z.clone(), k)),
+            None => return Ok(None),
+        },
+        Some(_) => return Ok(None),
+    };
+    let total_m = w.shape[0];
+    let w_zero_point = match b.input(3) {
+        None => None,
+        Some(z) if z.elements() == 1 || (z.shape == [total_m]) => match bytes_of(z.dtype) {
+            Some(k) => Some((z.clone(), k, z.elements() != 1)),
+            None => return Ok(None),
+        },
+        Some(_) => return Ok(None),
+    };
+    let groups = usize::try_from(b.node.attrs.int_or("group", 1)?).map_err(|e| e.to_string())?;
+    let channels = w.shape[1];
+    if groups == 0 || total_m % groups != 0 || x.shape[1] != channels * groups {
+        return Ok(None);
+    }
+    let spatial = rank - 2;
+    let kernel = w.shape[2..].to_vec();
+    let input: Vec<Option<usize>> = x.shape[2..].iter().map(|&d| Some(d)).collect();
+    let wins = windows(&b.node.attrs, &kernel, &input)?;
+    let pad3 = |v: &[usize], fill: usize| -> [usize; 3] {
+        let mut out = [fill; 3];
+        out[3 - spatial..].copy_from_slice(v);
+        out
+    };
+    if y.shape[..2] != [x.shape[0], total_m] {
+        return Ok(None);
+    }
+    let geometry = ConvIntegerGeometry {
+        images: x.shape[0],
+        groups,
+        channels,
+        m: total_m / groups,
+        input: pad3(&x.shape[2..], 1),
+        output: pad3(&y.shape[2..], 1),
+        kernel: pad3(&kernel, 1),
+        stride: pad3(&wins.iter().map(|w| w.stride).collect::<Vec<_>>(), 1),
+        dilation: pad3(&wins.iter().map(|w| w.dilation).collect::<Vec<_>>(), 1),
+        pad_begin: pad3(&wins.iter().map(|w| w.pad_begin).collect::<Vec<_>>(), 0),
+    };
+    Ok(Some(Box::new(ConvIntegerDirect {
+        x: x.clone(),
+        x_kind,
+        x_zero_point,
+        w: w.clone(),
+        w_kind,
+        w_zero_point,
+        y: y.clone(),
+        geometry,
+    })))
+}
+
+impl Kernel for ConvIntegerDirect {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        let byte_slice = |s: &Slot| cx.ptr(s.loc) as *const u8;
+        // SAFETY: the Kernel::run contract: x, w and x's zero point are 8-bit input
+        // slots of their shapes (one byte an element), read only.
+        let (x, w, xz) = unsafe {
+            (
+                std::slice::from_raw_parts(byte_slice(&self.x), self.x.elements()),
+                std::slice::from_raw_parts(byte_slice(&self.w), self.w.elements()),
+                (self.x_zero_point.as_ref()).map(|(z, k)| (*byte_slice(z), *k)),
+            )
+        };
+        let wz = (self.w_zero_point.as_ref()).map(|(z, k, per)| {
+            // SAFETY: w's zero point, an 8-bit input slot of one or M bytes, read only.
+            let z = unsafe { std::slice::from_raw_parts(byte_slice(z), z.elements()) };
+            (z, *k, *per)
+        });
+        let x_zero = xz.map_or(0, |(v, k)| k.value(v));
+        let w_zero = |oc: usize| wz.map_or(0, |(z, k, per)| k.value(z[if per { oc } else { 0 }]));
+        let y_ptr = cx.ptr(self.y.loc) as *mut i32;
+        // SAFETY: y's i32 output slot, its own buffer (ConvInteger is not in place).
+        let y = unsafe { std::slice::from_raw_parts_mut(y_ptr, self.y.elements()) };
+        qdq::conv_integer(
+            &self.geometry,
+            (x, self.x_kind, x_zero),
+            (w, self.w_kind),
+            &w_zero,
+            y,
+        );
+        Ok(())
+    }
+    fn can_fail(&self) -> bool {
+        false
+    }
+    fn kind(&self) -> &'static str {
+        "conv-integer-direct"
     }
 }
