@@ -14,6 +14,7 @@ pub mod control;
 pub mod conv;
 pub mod conv_grad;
 pub mod custom;
+pub mod elementwise_any;
 pub mod eltwise;
 pub mod fallback;
 pub mod matmul;
@@ -85,6 +86,7 @@ const FAMILIES: &[Builder] = &[
     reduce::build,
     reduce::build_topk,
     eltwise::build,
+    elementwise_any::build,
     view::build,
     movement::build,
     quant::build,
