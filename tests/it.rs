@@ -19,6 +19,8 @@ mod cpu_backward;
 mod cpu_control_flow;
 #[path = "cpu_dynamic.rs"]
 mod cpu_dynamic;
+#[path = "cpu_generic_binary.rs"]
+mod cpu_generic_binary;
 #[path = "cpu_generic_unary.rs"]
 mod cpu_generic_unary;
 #[path = "cpu_movement.rs"]

@@ -9,6 +9,7 @@ pub(crate) mod broadcast;
 pub mod conv;
 pub mod conv_grad;
 pub mod conv_transpose;
+pub mod elementwise_any;
 pub mod fused;
 pub mod gemm;
 pub mod index_ops;

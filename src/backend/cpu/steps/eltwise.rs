@@ -56,7 +56,7 @@ enum Elt {
     },
 }
 
-fn binary_op(name: &str, operands: usize) -> Option<BinOp> {
+pub(super) fn binary_op(name: &str, operands: usize) -> Option<BinOp> {
     Some(match name {
         "Add" => BinOp::Add,
         "Sub" => BinOp::Sub,
@@ -69,7 +69,7 @@ fn binary_op(name: &str, operands: usize) -> Option<BinOp> {
     })
 }
 
-fn unary_op(name: &str) -> Option<UnaryOp> {
+pub(super) fn unary_op(name: &str) -> Option<UnaryOp> {
     Some(match name {
         "Neg" => UnaryOp::Neg,
         "Abs" => UnaryOp::Abs,

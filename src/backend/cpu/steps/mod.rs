@@ -15,6 +15,7 @@ pub mod control;
 pub mod conv;
 pub mod conv_grad;
 pub mod custom;
+pub mod elementwise_any;
 pub mod eltwise;
 pub mod fallback;
 pub mod index_ops;
@@ -93,6 +94,7 @@ const FAMILIES: &[Builder] = &[
     reduce::build_topk,
     eltwise::build,
     unary::build,
+    elementwise_any::build,
     view::build,
     movement::build,
     quant::build,
