@@ -1237,7 +1237,9 @@ fn run_form(op: &str, dtype: DType, f: &Form, rng: &mut Rng) -> Option<Result<()
         Ok(())
     })();
     Some(outcome.map_err(|e| {
-        let no_kernel = e.contains("no cpu kernel") || e.contains("runs on the");
+        let no_kernel = ["no cpu kernel", "no cpu program", "runs on the"]
+            .iter()
+            .any(|m| e.contains(m));
         (no_kernel, e.lines().next().unwrap_or("").to_string())
     }))
 }

@@ -232,6 +232,7 @@ impl CpuExecutable {
         Ok(if runs_on_host(&g) {
             match tail::split(&g, Some(&self.pool), &self.options)? {
                 Some(s) => Compiled::Split(Box::new(s)),
+                None if !self.options.allow_fallback => return Err(interp_refused(&g)),
                 None => Compiled::Interp(InterpExecutable::new(g)?),
             }
         } else {
@@ -477,6 +478,32 @@ impl Drop for CpuExecutable {
 /// Whether a specialized graph (or body) runs on the host, node by node, rather than as a
 /// lowered program: strings, sequences and optionals are host objects with no bytes in an
 /// arena, and a shape that stays dynamic has no place in a plan.
+/// Why `g` (a signature [`runs_on_host`]) is refused without the fallback: its first
+/// node whose type stays dynamic or holds host objects.
+fn interp_refused(g: &Graph) -> Error {
+    let first = g.nodes().iter().enumerate().find(|(_, n)| {
+        n.outputs
+            .iter()
+            .any(|t| !t.is_static() || t.is_host_object())
+    });
+    let what = match first {
+        Some((i, n)) => format!(
+            "{} gives {}",
+            g.describe(crate::ir::NodeId(i as u32)),
+            n.outputs
+                .iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => "a type".into(),
+    };
+    Error::Graph(format!(
+        "no cpu program for graph '{}': {what}, a type known only at run time or a host object (KILN_ALLOW_FALLBACK=1 runs the signature on the reference interpreter)",
+        g.name
+    ))
+}
+
 pub(crate) fn runs_on_host(g: &Graph) -> bool {
     g.nodes().iter().any(|n| {
         n.outputs

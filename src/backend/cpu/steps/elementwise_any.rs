@@ -14,6 +14,7 @@ use crate::backend::cpu::isa;
 use crate::backend::cpu::kernels::binary::{self, BinOp, Broadcast, UnaryOp};
 use crate::backend::cpu::kernels::elementwise_any::{self as any, LogicOp, SameOp, Spread, VarOp};
 use crate::backend::cpu::kernels::select::{select, CmpOp, Walk};
+use crate::backend::cpu::kernels::unary::{self as unary_kernels, FloatOp};
 use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::ir::ops::fused::{self, Arg, Step};
@@ -70,6 +71,8 @@ enum Op {
     Pow(Broadcast),
     UnaryF32(UnaryOp),
     ActF32(Act),
+    /// A one-input op on f64, f16 or bf16, through f64 as the `unary` step computes it.
+    Float(FloatOp),
     Where(Walk),
     Clip(Bound, Bound),
     /// The fold of each operand into the accumulator at `Loc` (8 bytes an element).
@@ -302,6 +305,10 @@ fn lower_step(
                 };
                 op.map(|op| (op, vec![x.clone()], DType::F32, x.shape.clone()))
             }
+            [Some(x)] if matches!(x.dtype, DType::F64 | DType::F16 | DType::BF16) => {
+                FloatOp::of(op, &st.attrs)?
+                    .map(|f| (Op::Float(f), vec![x.clone()], x.dtype, x.shape.clone()))
+            }
             _ => None,
         },
     };
@@ -444,7 +451,7 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             Op::Same(..) => "bitwise",
             Op::Variadic(..) => "variadic",
             Op::Clip(..) => "clip",
-            Op::UnaryF32(_) | Op::ActF32(_) | Op::Where(_) => "elementwise-any",
+            Op::UnaryF32(_) | Op::ActF32(_) | Op::Float(_) | Op::Where(_) => "elementwise-any",
         }
     };
     let can_fail = parts.iter().any(part_can_fail);
@@ -603,6 +610,15 @@ unsafe fn run_variadic<T: Elem>(
     Ok(())
 }
 
+/// # Safety
+/// As for [`Part::run`], `T` being the operand's and y's float dtype.
+unsafe fn run_float<T: Elem>(cx: &Cx, op: FloatOp, p: &Part) -> Result<(), String> {
+    // SAFETY: the operand and y hold their elements as `T`s, in distinct buffers.
+    let (x, y) = unsafe { (view::<T>(cx, &p.args[0]), view_mut::<T>(cx, &p.y)) };
+    unary_kernels::float(op, cx.pool, unary_kernels::Src::Other(x), y);
+    Ok(())
+}
+
 impl Part {
     /// # Safety
     /// `cx` holds the program's memory (the Kernel::run contract): each slot holds its
@@ -640,6 +656,8 @@ impl Part {
                 binary::unary(*op, x, y);
                 Ok(())
             }
+            // SAFETY: the operand and y hold `t`s (a float dtype) of one shape, apart.
+            Op::Float(op) => unsafe { with_dtype!(t, run_float(cx, *op, self)) },
             Op::ActF32(act) => {
                 // SAFETY: y is its own f32 buffer of the operand's shape.
                 let y = unsafe { view_mut(cx, y) };
