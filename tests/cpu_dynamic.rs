@@ -352,3 +352,37 @@ fn an_if_whose_other_branch_cannot_run_still_compiles() {
     let err = exe.run(&other).unwrap_err().to_string();
     assert!(err.contains("cannot run on these input shapes"), "{err}");
 }
+
+/// Types that depend on small integer inputs (axes and a shape given at run time)
+/// compile once per value of those inputs, with the fallback off: the reductions and the
+/// Reshape run on kernels, not the interpreter, and each new value gets its own program.
+#[test]
+fn run_time_axes_and_shapes_compile_per_value() {
+    let mut g = Graph::new("by_value");
+    let x = typed_param(&mut g, "x", DType::F32, &[2, 3, 4]);
+    let axes = typed_param(&mut g, "axes", DType::I64, &[1]);
+    let shape = typed_param(&mut g, "shape", DType::I64, &[2]);
+    let r = op(&mut g, "ReduceSum", &[x, axes], Attrs::new());
+    let y = op(&mut g, "Reshape", &[x, shape], Attrs::new());
+    let z = op(&mut g, "Relu", &[y], Attrs::new());
+    g.add_output("r", r).unwrap();
+    g.add_output("z", z).unwrap();
+    let exe = CpuBackend::new(CompileOptions {
+        threads: 1,
+        allow_fallback: false,
+        ..Default::default()
+    })
+    .compile_cpu(&g)
+    .unwrap();
+    let mut rng = Rng(5);
+    let x = rng.f32_tensor(&[2, 3, 4], 1.0);
+    let i64s = |v: &[i64]| Tensor::from_vec(&[v.len()], v.to_vec()).unwrap();
+    for (a, s) in [(1, [6, 4]), (-1, [4, 6]), (1, [6, 4])] {
+        let inputs = [x.clone(), i64s(&[a]), i64s(&s)];
+        check(&exe, &g, &inputs);
+    }
+    let k = kinds(&exe, &[x.clone(), i64s(&[0]), i64s(&[2, 12])]);
+    assert_eq!(k[0], "by-value", "{k:?}");
+    // The two values seen, each its own program of kernels.
+    assert!(k.iter().filter(|&&s| s == "reduce").count() >= 2, "{k:?}");
+}

@@ -19,6 +19,7 @@ use crate::ir::{verify, Graph, TensorType};
 use crate::passes::CompileOptions;
 use crate::tensor::{Tensor, TensorView};
 
+pub(crate) mod by_value;
 pub(crate) mod denormals;
 pub(crate) mod host;
 pub(crate) mod isa;
@@ -103,6 +104,8 @@ impl CpuBackend {
 pub enum Compiled {
     Program(Program),
     Split(Box<tail::Split>),
+    /// One program per value of the small integer inputs the types depend on.
+    ByValue(Box<by_value::ByValue>),
     Interp(InterpExecutable),
 }
 
@@ -156,7 +159,9 @@ impl CpuExecutable {
         // Not cached: only shapes that `run` checked have programs in the cache.
         Ok(match self.specialize(shapes)? {
             Compiled::Program(p) => Some(p.steps.iter().map(|s| s.kernel.kind()).collect()),
-            c @ Compiled::Split(_) => Some(self.report(&c)?.iter().map(|s| s.kind).collect()),
+            c @ (Compiled::Split(_) | Compiled::ByValue(_)) => {
+                Some(self.report(&c)?.iter().map(|s| s.kind).collect())
+            }
             Compiled::Interp(_) => None,
         })
     }
@@ -164,9 +169,14 @@ impl CpuExecutable {
     /// Every step of the program for these input shapes, bodies of control flow
     /// included (after their step, one level deeper): what `kiln compile --report` prints
     /// and what tests check to know no step runs on the interpreter. A signature that
-    /// runs on the interpreter as a whole is one step of kind `interpreter`.
+    /// runs on the interpreter as a whole is one step of kind `interpreter`; one compiled
+    /// per input value is a `by-value` step followed by the programs runs have made.
     pub fn step_report(&self, shapes: &[Vec<usize>]) -> Result<Vec<StepInfo>> {
-        self.report(&self.specialize(shapes)?)
+        let cached = self.programs.find_by(|s| s == shapes);
+        match cached {
+            Some(c) => self.report(&c),
+            None => self.report(&self.specialize(shapes)?),
+        }
     }
 
     /// [`Self::step_report`] of a compiled signature; a dynamic tail's steps are those
@@ -202,6 +212,24 @@ impl CpuExecutable {
                     .collect();
                 out.extend(self.report(&self.specialize_graph(&s.tail, &shapes)?)?);
             }
+            // The programs of the values seen so far.
+            Compiled::ByValue(b) => {
+                out.push(StepInfo {
+                    node: format!(
+                        "graph '{}' (a program per value of its small integer inputs)",
+                        self.graph.name
+                    ),
+                    kind: "by-value",
+                    depth: 0,
+                });
+                for p in b.programs() {
+                    let steps = self.report(&p)?;
+                    out.extend(steps.into_iter().map(|s| StepInfo {
+                        depth: s.depth + 1,
+                        ..s
+                    }));
+                }
+            }
             Compiled::Interp(_) => out.push(StepInfo {
                 node: format!(
                     "graph '{}' (a type stays dynamic or holds host objects)",
@@ -228,10 +256,32 @@ impl CpuExecutable {
 
     /// `graph` (this executable's, or a dynamic tail) compiled for input `shapes`.
     fn specialize_graph(&self, graph: &Graph, shapes: &[Vec<usize>]) -> Result<Compiled> {
+        self.specialize_with(graph, shapes, true)
+    }
+
+    /// [`Self::specialize_graph`], keyed by input values (`by_value`) where the types
+    /// depend on small integer inputs.
+    fn specialize_with(
+        &self,
+        graph: &Graph,
+        shapes: &[Vec<usize>],
+        by_value: bool,
+    ) -> Result<Compiled> {
         let g = specialize_for_shapes(graph, shapes, &self.options)?;
         Ok(if runs_on_host(&g) {
+            let keyed = || {
+                let dynamic = g
+                    .nodes()
+                    .iter()
+                    .any(|n| n.outputs.iter().any(|t| !t.is_static()));
+                by_value
+                    .then(|| by_value::ByValue::new(graph, shapes))
+                    .flatten()
+                    .filter(|_| dynamic)
+            };
             match tail::split(&g, Some(&self.pool), &self.options)? {
                 Some(s) => Compiled::Split(Box::new(s)),
+                None if keyed().is_some() => Compiled::ByValue(Box::new(keyed().expect("checked"))),
                 None if !self.options.allow_fallback => return Err(interp_refused(&g)),
                 None => Compiled::Interp(InterpExecutable::new(g)?),
             }
@@ -244,8 +294,13 @@ impl CpuExecutable {
     /// Runs a signature on the inputs' bytes where they are (a copy only for a
     /// non-contiguous tensor); the pointers on the stack for the usual few inputs.
     fn run_compiled(&self, compiled: &Compiled, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-        if let Compiled::Interp(e) = compiled {
-            return self.run_interp(e, inputs);
+        match compiled {
+            Compiled::Interp(e) => return self.run_interp(e, inputs),
+            Compiled::ByValue(b) => {
+                let p = b.program(inputs, |g| self.specialize_with(g, &b.shapes, false))?;
+                return self.run_compiled(&p, inputs);
+            }
+            _ => {}
         }
         let mut copies = vec![];
         self.run_in_place(compiled, inputs.len(), |i| match inputs[i].bytes_view() {
@@ -280,7 +335,7 @@ impl CpuExecutable {
         match compiled {
             Compiled::Program(p) => self.run_program(p, ptrs),
             Compiled::Split(s) => self.run_split(s, ptrs),
-            Compiled::Interp(_) => unreachable!("run above"),
+            Compiled::Interp(_) | Compiled::ByValue(_) => unreachable!("run above"),
         }
     }
 
@@ -393,7 +448,7 @@ impl CpuExecutable {
             None => {
                 let shapes: Vec<Vec<usize>> = (0..n).map(|k| s.tail_dims(k, extents)).collect();
                 s.tails
-                    .get_or_build(&shapes, || self.specialize_graph(&s.tail, &shapes))?
+                    .get_or_build(&shapes, || self.specialize_with(&s.tail, &shapes, false))?
             }
         };
         let mut ptrs = [std::ptr::null(); tail::MAX_TAIL_INPUTS];
@@ -407,6 +462,7 @@ impl CpuExecutable {
         let mut tail_outs = match &*tail {
             Compiled::Program(p) => self.run_program(p, ptrs)?,
             Compiled::Split(t) => self.run_split(t, ptrs)?,
+            Compiled::ByValue(_) => unreachable!("a tail is compiled without value keys"),
             Compiled::Interp(e) => {
                 let inputs = (0..n)
                     .map(|k| {
@@ -571,7 +627,7 @@ impl Executable for CpuExecutable {
             cached => cached,
         };
         match program {
-            Some(p) if fits && !matches!(*p, Compiled::Interp(_)) => {
+            Some(p) if fits && !matches!(*p, Compiled::Interp(_) | Compiled::ByValue(_)) => {
                 self.run_in_place(&p, inputs.len(), |i| inputs[i].bytes().as_ptr())
             }
             _ => {

@@ -120,8 +120,13 @@ const SPLIT: OpSchema = OpSchema {
 /// The part sizes for an axis of size `d`.
 fn parts(d: usize, split: Option<&[i64]>, num: Option<i64>) -> Result<Vec<usize>, String> {
     match (split, num) {
-        (Some(_), Some(_)) => Err("give either split or num_outputs, not both".into()),
-        (Some(s), None) => {
+        // A run-time split comes with its part count (the importer sets it from the
+        // node's outputs); once the split is known the two must agree.
+        (Some(s), Some(n)) if s.len() as i64 != n => Err(format!(
+            "split {s:?} has {} parts, num_outputs says {n}",
+            s.len()
+        )),
+        (Some(s), _) => {
             let v: Vec<usize> = s
                 .iter()
                 .map(|&x| usize::try_from(x).map_err(|_| format!("split has {x}")))
