@@ -518,3 +518,55 @@ fn conv_auto_pad_and_transpose_output_shape() {
         );
     }
 }
+
+#[test]
+fn one_hot_center_crop_pad_and_scatters() {
+    let mut rng = Rng(21);
+    for dtype in [DType::F16, DType::I8, DType::Bool, DType::U64] {
+        for axis in [-1i64, 0, 1] {
+            let mut g = Graph::new("one_hot");
+            let i = typed_param(&mut g, "i", DType::I32, &[2, 3]);
+            let d = constant(&mut g, scalar(4));
+            let v = typed_param(&mut g, "v", dtype, &[2]);
+            let y = op(&mut g, "OneHot", &[i, d, v], attrs(&[("axis", axis)]));
+            g.add_output("y", y).unwrap();
+            let idx = Tensor::from_vec(&[2, 3], vec![0i32, 3, -1, -4, 5, 2]).unwrap();
+            check(&g, &[idx, rng.tensor_of(dtype, &[2])], "one-hot", 0.0);
+        }
+        for target in [[2i64, 5], [4, 1], [7, 3]] {
+            let mut g = Graph::new("crop");
+            let x = typed_param(&mut g, "x", dtype, &[4, 3]);
+            let s = constant(&mut g, i64s(&target));
+            let y = op(&mut g, "CenterCropPad", &[x, s], Attrs::new());
+            g.add_output("y", y).unwrap();
+            check(&g, &[rng.tensor_of(dtype, &[4, 3])], "center-crop-pad", 0.0);
+        }
+    }
+    for dtype in [DType::F16, DType::I8, DType::U64, DType::F64] {
+        for red in ["none", "add", "mul", "max", "min"] {
+            let a = Attrs::new()
+                .with("axis", Attr::Int(-1))
+                .with("reduction", Attr::String(red.into()));
+            let mut g = Graph::new("scatter_elements");
+            let x = typed_param(&mut g, "x", dtype, &[3, 4]);
+            let i = constant(
+                &mut g,
+                Tensor::from_vec(&[2, 3], vec![0i64, -1, 1, 3, 3, 0]).unwrap(),
+            );
+            let u = typed_param(&mut g, "u", dtype, &[2, 3]);
+            let y = op(&mut g, "ScatterElements", &[x, i, u], a);
+            g.add_output("y", y).unwrap();
+            let ins = [rng.tensor_of(dtype, &[3, 4]), rng.tensor_of(dtype, &[2, 3])];
+            check(&g, &ins, "scatter-elements", tol(dtype));
+            let a = Attrs::new().with("reduction", Attr::String(red.into()));
+            let mut g = Graph::new("scatter_nd");
+            let x = typed_param(&mut g, "x", dtype, &[4, 3]);
+            let i = constant(&mut g, Tensor::from_vec(&[2, 1], vec![-1i64, 1]).unwrap());
+            let u = typed_param(&mut g, "u", dtype, &[2, 3]);
+            let y = op(&mut g, "ScatterND", &[x, i, u], a);
+            g.add_output("y", y).unwrap();
+            let ins = [rng.tensor_of(dtype, &[4, 3]), rng.tensor_of(dtype, &[2, 3])];
+            check_any(&g, &ins, &["scatter-nd", "scatter"], tol(dtype));
+        }
+    }
+}
