@@ -570,3 +570,21 @@ fn one_hot_center_crop_pad_and_scatters() {
         }
     }
 }
+
+#[test]
+fn reduce_min_max_bool() {
+    let mut rng = Rng(22);
+    for name in ["ReduceMax", "ReduceMin"] {
+        for axes in [&[][..], &[1i64], &[-1, 0]] {
+            let mut g = Graph::new("reduce_bool");
+            let x = typed_param(&mut g, "x", DType::Bool, &[2, 3, 4]);
+            let mut ins = vec![x];
+            if !axes.is_empty() {
+                ins.push(constant(&mut g, i64s(axes)));
+            }
+            let y = op(&mut g, name, &ins, Attrs::new());
+            g.add_output("y", y).unwrap();
+            check(&g, &[rng.tensor_of(DType::Bool, &[2, 3, 4])], "reduce", 0.0);
+        }
+    }
+}

@@ -34,7 +34,9 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let (Some(x), [y]) = (b.input(0), b.outs) else {
         return Ok(None);
     };
-    if x.dtype != y.dtype || !(x.dtype == DType::F32 || ELEM_DTYPES.contains(&x.dtype)) {
+    // bool folds as 0 / 1 through the float path (max is any, min is all).
+    let bool_ok = x.dtype == DType::Bool && matches!(kind, ReduceKind::Max | ReduceKind::Min);
+    if x.dtype != y.dtype || !(x.dtype == DType::F32 || ELEM_DTYPES.contains(&x.dtype) || bool_ok) {
         return Ok(None);
     }
     let Some(xv) = b.node.inputs[0] else {
