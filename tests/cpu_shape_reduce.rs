@@ -588,3 +588,20 @@ fn reduce_min_max_bool() {
         }
     }
 }
+
+#[test]
+fn top_k_other_dtypes() {
+    let mut rng = Rng(23);
+    for dtype in [DType::F16, DType::I8, DType::U32, DType::F64] {
+        for (axis, largest) in [(-1i64, 1i64), (0, 0), (1, 1)] {
+            let mut g = Graph::new("topk");
+            let x = typed_param(&mut g, "x", dtype, &[4, 6]);
+            let k = constant(&mut g, i64s(&[3]));
+            let a = attrs(&[("axis", axis), ("largest", largest)]);
+            let node = g.add_op("TopK", &[Some(x), Some(k)], a, "").unwrap();
+            g.add_output("v", node.out(0)).unwrap();
+            g.add_output("i", node.out(1)).unwrap();
+            check(&g, &[rng.tensor_of(dtype, &[4, 6])], "topk", 0.0);
+        }
+    }
+}
