@@ -518,3 +518,90 @@ fn conv_auto_pad_and_transpose_output_shape() {
         );
     }
 }
+
+#[test]
+fn one_hot_center_crop_pad_and_scatters() {
+    let mut rng = Rng(21);
+    for dtype in [DType::F16, DType::I8, DType::Bool, DType::U64] {
+        for axis in [-1i64, 0, 1] {
+            let mut g = Graph::new("one_hot");
+            let i = typed_param(&mut g, "i", DType::I32, &[2, 3]);
+            let d = constant(&mut g, scalar(4));
+            let v = typed_param(&mut g, "v", dtype, &[2]);
+            let y = op(&mut g, "OneHot", &[i, d, v], attrs(&[("axis", axis)]));
+            g.add_output("y", y).unwrap();
+            let idx = Tensor::from_vec(&[2, 3], vec![0i32, 3, -1, -4, 5, 2]).unwrap();
+            check(&g, &[idx, rng.tensor_of(dtype, &[2])], "one-hot", 0.0);
+        }
+        for target in [[2i64, 5], [4, 1], [7, 3]] {
+            let mut g = Graph::new("crop");
+            let x = typed_param(&mut g, "x", dtype, &[4, 3]);
+            let s = constant(&mut g, i64s(&target));
+            let y = op(&mut g, "CenterCropPad", &[x, s], Attrs::new());
+            g.add_output("y", y).unwrap();
+            check(&g, &[rng.tensor_of(dtype, &[4, 3])], "center-crop-pad", 0.0);
+        }
+    }
+    for dtype in [DType::F16, DType::I8, DType::U64, DType::F64] {
+        for red in ["none", "add", "mul", "max", "min"] {
+            let a = Attrs::new()
+                .with("axis", Attr::Int(-1))
+                .with("reduction", Attr::String(red.into()));
+            let mut g = Graph::new("scatter_elements");
+            let x = typed_param(&mut g, "x", dtype, &[3, 4]);
+            let i = constant(
+                &mut g,
+                Tensor::from_vec(&[2, 3], vec![0i64, -1, 1, 3, 3, 0]).unwrap(),
+            );
+            let u = typed_param(&mut g, "u", dtype, &[2, 3]);
+            let y = op(&mut g, "ScatterElements", &[x, i, u], a);
+            g.add_output("y", y).unwrap();
+            let ins = [rng.tensor_of(dtype, &[3, 4]), rng.tensor_of(dtype, &[2, 3])];
+            check(&g, &ins, "scatter-elements", tol(dtype));
+            let a = Attrs::new().with("reduction", Attr::String(red.into()));
+            let mut g = Graph::new("scatter_nd");
+            let x = typed_param(&mut g, "x", dtype, &[4, 3]);
+            let i = constant(&mut g, Tensor::from_vec(&[2, 1], vec![-1i64, 1]).unwrap());
+            let u = typed_param(&mut g, "u", dtype, &[2, 3]);
+            let y = op(&mut g, "ScatterND", &[x, i, u], a);
+            g.add_output("y", y).unwrap();
+            let ins = [rng.tensor_of(dtype, &[4, 3]), rng.tensor_of(dtype, &[2, 3])];
+            check_any(&g, &ins, &["scatter-nd", "scatter"], tol(dtype));
+        }
+    }
+}
+
+#[test]
+fn reduce_min_max_bool() {
+    let mut rng = Rng(22);
+    for name in ["ReduceMax", "ReduceMin"] {
+        for axes in [&[][..], &[1i64], &[-1, 0]] {
+            let mut g = Graph::new("reduce_bool");
+            let x = typed_param(&mut g, "x", DType::Bool, &[2, 3, 4]);
+            let mut ins = vec![x];
+            if !axes.is_empty() {
+                ins.push(constant(&mut g, i64s(axes)));
+            }
+            let y = op(&mut g, name, &ins, Attrs::new());
+            g.add_output("y", y).unwrap();
+            check(&g, &[rng.tensor_of(DType::Bool, &[2, 3, 4])], "reduce", 0.0);
+        }
+    }
+}
+
+#[test]
+fn top_k_other_dtypes() {
+    let mut rng = Rng(23);
+    for dtype in [DType::F16, DType::I8, DType::U32, DType::F64] {
+        for (axis, largest) in [(-1i64, 1i64), (0, 0), (1, 1)] {
+            let mut g = Graph::new("topk");
+            let x = typed_param(&mut g, "x", dtype, &[4, 6]);
+            let k = constant(&mut g, i64s(&[3]));
+            let a = attrs(&[("axis", axis), ("largest", largest)]);
+            let node = g.add_op("TopK", &[Some(x), Some(k)], a, "").unwrap();
+            g.add_output("v", node.out(0)).unwrap();
+            g.add_output("i", node.out(1)).unwrap();
+            check(&g, &[rng.tensor_of(dtype, &[4, 6])], "topk", 0.0);
+        }
+    }
+}

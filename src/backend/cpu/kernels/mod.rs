@@ -31,6 +31,7 @@ pub mod reorder;
 pub mod resize;
 pub mod rnn;
 pub mod scatter;
+pub(crate) mod scatter_elem;
 pub mod select;
 pub mod softmax;
 #[cfg(test)]

@@ -1,10 +1,11 @@
-//! TopK along an axis of f32 `[outer, len, inner]`: per lane the k largest (or smallest)
+//! TopK along an axis of `[outer, len, inner]` (any dtype, compared as f64 as the interpreter does): per lane the k largest (or smallest)
 //! values, best first, and their indices, ties in index order: the interpreter's order
 //! ([`topk_order`], then the index), a total one, so selecting the k best and sorting
 //! only them gives it exactly.
 use super::par::SyncPtr;
 use crate::backend::cpu::pool::Pool;
 use crate::ir::ops::select::topk_order;
+use crate::tensor::Elem;
 
 /// Where a TopK's operands are and what it selects.
 pub(crate) struct TopK {
@@ -27,10 +28,10 @@ impl TopK {
     /// # Safety
     /// `x` readable for outer·len·inner floats; `values` and `indices` writable for
     /// outer·k·inner elements; `scratch` for [`TopK::scratch_len`] of the pool's threads.
-    pub(crate) unsafe fn run(
+    pub(crate) unsafe fn run<T: Elem>(
         &self,
-        x: *const f32,
-        values: *mut f32,
+        x: *const T,
+        values: *mut T,
         indices: *mut i64,
         scratch: *mut u32,
         pool: Option<&Pool>,
@@ -42,7 +43,7 @@ impl TopK {
         }
         let tasks = self.tasks(pool.map_or(1, Pool::threads));
         let (xp, vp, ip, sp) = (
-            SyncPtr(x as *mut f32),
+            SyncPtr(x as *mut T),
             SyncPtr(values),
             SyncPtr(indices),
             SyncPtr(scratch),
@@ -56,7 +57,7 @@ impl TopK {
                 // SAFETY: `o < outer`, `i < inner` and `j < len` (an entry of `order`), so
                 // the element is inside `x`'s outer·len·inner floats (contract).
                 let at = |j: u32| unsafe { *xp.get().add((o * len + j as usize) * inner + i) };
-                self.lane(order, &at);
+                self.lane(order, &|j| at(j).to_f64());
                 for (slot, &j) in order[..self.k].iter().enumerate() {
                     let out = (o * self.k + slot) * inner + i;
                     // SAFETY: `slot < k`, so `out` is inside the outer·k·inner elements of
@@ -75,12 +76,12 @@ impl TopK {
     }
 
     /// Orders the first k entries of `order` as the interpreter's stable sort would.
-    fn lane(&self, order: &mut [u32], at: &dyn Fn(u32) -> f32) {
+    fn lane(&self, order: &mut [u32], at: &dyn Fn(u32) -> f64) {
         for (j, o) in order.iter_mut().enumerate() {
             *o = j as u32;
         }
         let total = |p: &u32, q: &u32| {
-            let c = topk_order(at(*p) as f64, at(*q) as f64);
+            let c = topk_order(at(*p), at(*q));
             if self.largest { c.reverse() } else { c }.then(p.cmp(q))
         };
         let k = self.k;

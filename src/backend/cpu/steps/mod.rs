@@ -30,6 +30,7 @@ pub mod pool_nd;
 pub mod quant;
 pub mod reduce;
 pub mod rnn;
+pub mod scatter_elem;
 pub mod trees;
 pub mod unary;
 pub mod view;
@@ -104,6 +105,7 @@ const FAMILIES: &[Builder] = &[
     backward::build,
     index_ops::build,
     loss_sample::build,
+    scatter_elem::build,
 ];
 
 /// The kernel for `b`'s node: the first family that covers it, else (only with the

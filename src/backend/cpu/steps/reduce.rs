@@ -34,7 +34,9 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let (Some(x), [y]) = (b.input(0), b.outs) else {
         return Ok(None);
     };
-    if x.dtype != y.dtype || !(x.dtype == DType::F32 || ELEM_DTYPES.contains(&x.dtype)) {
+    // bool folds as 0 / 1 through the float path (max is any, min is all).
+    let bool_ok = x.dtype == DType::Bool && matches!(kind, ReduceKind::Max | ReduceKind::Min);
+    if x.dtype != y.dtype || !(x.dtype == DType::F32 || ELEM_DTYPES.contains(&x.dtype) || bool_ok) {
         return Ok(None);
     }
     let Some(xv) = b.node.inputs[0] else {
@@ -125,7 +127,9 @@ pub(crate) fn build_topk(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let (Some(x), Some(k), [values, indices]) = (b.input(0), b.input(1), b.outs) else {
         return Ok(None);
     };
-    if x.dtype != DType::F32 || k.dtype != DType::I64 || k.elements() != 1 {
+    // u64 declines: the interpreter's values of u64 above 2^63 pass through f64 and i64.
+    let typed = (x.dtype.is_float() || x.dtype.is_int()) && x.dtype != DType::U64;
+    if !typed || values.dtype != x.dtype || k.dtype != DType::I64 || k.elements() != 1 {
         return Ok(None);
     }
     let axis = norm_axis(b.node.attrs.int_or("axis", -1)?, x.shape.len())?;
@@ -150,6 +154,19 @@ pub(crate) fn build_topk(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     })))
 }
 
+/// [`TopK::run`] on `T` data.
+///
+/// # Safety
+/// The Kernel::run contract, x and values holding `T`s.
+unsafe fn topk_elem<T: Elem>(cx: &Cx, s: &TopKStep) -> Result<(), String> {
+    let (x, values) = (cx.ptr(s.x.loc) as *const T, cx.ptr(s.values.loc) as *mut T);
+    let (indices, scratch) = (cx.ptr(s.indices.loc) as *mut i64, cx.ptr(s.scratch));
+    // SAFETY: x holds outer·len·inner `T`s, values and indices outer·k·inner `T` and i64,
+    // the scratch the u32 build_topk asked for with this pool's threads.
+    unsafe { s.topk.run(x, values, indices, scratch as *mut u32, cx.pool) };
+    Ok(())
+}
+
 impl Kernel for TopKStep {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
         // SAFETY: K's slot holds one i64 (build_topk checked its dtype and element count).
@@ -159,6 +176,10 @@ impl Kernel for TopKStep {
                 "K is {k} but the output was shaped for {}",
                 self.topk.k
             ));
+        }
+        if self.x.dtype != DType::F32 {
+            // SAFETY: the same contract as below, with x and values of `x.dtype`.
+            return unsafe { with_dtype!(self.x.dtype, topk_elem(cx, self)) };
         }
         let (x, values) = (cx.f32(&self.x), cx.f32_mut(&self.values));
         let (indices, scratch) = (cx.ptr(self.indices.loc) as *mut i64, cx.ptr(self.scratch));
