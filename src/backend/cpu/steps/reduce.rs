@@ -34,8 +34,11 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let (Some(x), [y]) = (b.input(0), b.outs) else {
         return Ok(None);
     };
-    // bool folds as 0 / 1 through the float path (max is any, min is all).
-    let bool_ok = x.dtype == DType::Bool && matches!(kind, ReduceKind::Max | ReduceKind::Min);
+    // bool folds as 0 / 1 through the float path (max is any, min is all); not over an
+    // empty input, whose float identities (∓∞) would read as true.
+    let bool_ok = x.dtype == DType::Bool
+        && matches!(kind, ReduceKind::Max | ReduceKind::Min)
+        && x.elements() > 0;
     if x.dtype != y.dtype || !(x.dtype == DType::F32 || ELEM_DTYPES.contains(&x.dtype) || bool_ok) {
         return Ok(None);
     }
