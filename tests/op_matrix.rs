@@ -473,7 +473,7 @@ fn forms(op: &dyn Op) -> Result<Vec<Form>, &'static str> {
                 let a = Attrs::new().with("mode", Attr::String(m.to_string()));
                 [
                     form(
-                        format!("{m}"),
+                        m.to_string(),
                         vec![x(&[3, 4]), i64s(&[1, 2, 0, 1])],
                         a.clone(),
                     ),
@@ -747,7 +747,7 @@ fn forms(op: &dyn Op) -> Result<Vec<Form>, &'static str> {
                 let a = Attrs::new().with("reduction", Attr::String(r.to_string()));
                 [
                     form(
-                        format!("{r}"),
+                        r.to_string(),
                         vec![x(&[3, 5]), In::I(DType::I64, vec![3], 0, 5)],
                         a.clone(),
                     ),
