@@ -352,6 +352,43 @@ fn layer_instance_lp_norms_and_global_pools_off_f32() {
 }
 
 #[test]
+fn conv_off_f32() {
+    let mut rng = Rng(31);
+    for dtype in [DType::F64, DType::F16, DType::BF16] {
+        let pads = |k: usize| Attr::Ints(vec![1; 2 * k]);
+        for (x, w, bias, attrs) in [
+            (
+                &[1usize, 4, 5, 5][..],
+                &[4usize, 2, 3, 3][..],
+                true,
+                int("group", 2).with("pads", pads(2)),
+            ),
+            (
+                &[2, 3, 7],
+                &[2, 3, 2],
+                false,
+                Attrs::new().with("strides", Attr::Ints(vec![2])),
+            ),
+            (
+                &[1, 2, 3, 3, 3],
+                &[3, 2, 2, 2, 2],
+                true,
+                Attrs::new().with("pads", pads(3)),
+            ),
+        ] {
+            let m = [w[0]];
+            let ins = [
+                Some((dtype, x)),
+                Some((dtype, w)),
+                bias.then_some((dtype, &m[..])),
+            ];
+            let (g, inputs) = one_op(&mut rng, "Conv", &ins, attrs, 1);
+            check(&g, &inputs, "conv-elem", tol(dtype));
+        }
+    }
+}
+
+#[test]
 fn matrix_products_every_dtype() {
     let mut rng = Rng(14);
     for dtype in [DType::F64, DType::F16, DType::BF16, DType::I32] {
