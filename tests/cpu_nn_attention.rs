@@ -301,6 +301,94 @@ fn normalizations() {
 }
 
 #[test]
+fn layer_instance_lp_norms_and_global_pools_off_f32() {
+    let mut rng = Rng(23);
+    for dtype in [DType::F64, DType::F16, DType::BF16] {
+        let x: &[usize] = &[2, 3, 4];
+        for (axis, scale, bias, stash, outs) in [
+            (-1i64, &[4usize][..], Some(&[4usize][..]), 1, 3),
+            (1, &[3, 4], None, 1, 1),
+            (0, &[1], Some(&[3, 1]), 0, 3),
+        ] {
+            let ins = [
+                Some((dtype, x)),
+                Some((dtype, scale)),
+                bias.map(|b| (dtype, b)),
+            ];
+            let attrs = int("axis", axis).with("stash_type", Attr::Int(stash));
+            let (g, inputs) = one_op(&mut rng, "LayerNormalization", &ins, attrs, outs);
+            check(&g, &inputs, "layer-norm-elem", tol(dtype));
+        }
+        let c: &[usize] = &[3];
+        for x in [&[2usize, 3, 5][..], &[1, 3, 2, 2, 2]] {
+            let ins = [Some((dtype, x)), Some((dtype, c)), Some((dtype, c))];
+            let attrs = Attrs::new().with("epsilon", Attr::Float(1e-3));
+            let (g, inputs) = one_op(&mut rng, "InstanceNormalization", &ins, attrs, 1);
+            check(&g, &inputs, "instance-norm", tol(dtype));
+        }
+        for (p, axis) in [(2i64, -1i64), (1, 0), (2, 1)] {
+            let ins = [Some((dtype, &[3usize, 4, 2][..]))];
+            let attrs = int("p", p).with("axis", Attr::Int(axis));
+            let (g, inputs) = one_op(&mut rng, "LpNormalization", &ins, attrs, 1);
+            check(&g, &inputs, "lp-norm", tol(dtype));
+        }
+    }
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        for (op, attrs) in [
+            ("GlobalLpPool", int("p", 3)),
+            ("GlobalLpPool", Attrs::new()),
+            ("GlobalAveragePool", Attrs::new()),
+            ("GlobalMaxPool", Attrs::new()),
+        ] {
+            if dtype == DType::F32 && op != "GlobalLpPool" {
+                continue;
+            }
+            for x in [&[2usize, 3, 5][..], &[1, 2, 3, 2, 2]] {
+                let (g, inputs) = one_op(&mut rng, op, &[Some((dtype, x))], attrs.clone(), 1);
+                check(&g, &inputs, "global-pool-elem", tol(dtype));
+            }
+        }
+    }
+}
+
+#[test]
+fn conv_off_f32() {
+    let mut rng = Rng(31);
+    for dtype in [DType::F64, DType::F16, DType::BF16] {
+        let pads = |k: usize| Attr::Ints(vec![1; 2 * k]);
+        for (x, w, bias, attrs) in [
+            (
+                &[1usize, 4, 5, 5][..],
+                &[4usize, 2, 3, 3][..],
+                true,
+                int("group", 2).with("pads", pads(2)),
+            ),
+            (
+                &[2, 3, 7],
+                &[2, 3, 2],
+                false,
+                Attrs::new().with("strides", Attr::Ints(vec![2])),
+            ),
+            (
+                &[1, 2, 3, 3, 3],
+                &[3, 2, 2, 2, 2],
+                true,
+                Attrs::new().with("pads", pads(3)),
+            ),
+        ] {
+            let m = [w[0]];
+            let ins = [
+                Some((dtype, x)),
+                Some((dtype, w)),
+                bias.then_some((dtype, &m[..])),
+            ];
+            let (g, inputs) = one_op(&mut rng, "Conv", &ins, attrs, 1);
+            check(&g, &inputs, "conv-elem", tol(dtype));
+        }
+    }
+}
+
+#[test]
 fn matrix_products_every_dtype() {
     let mut rng = Rng(14);
     for dtype in [DType::F64, DType::F16, DType::BF16, DType::I32] {

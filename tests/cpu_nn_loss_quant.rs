@@ -142,6 +142,51 @@ fn losses() {
     }
 }
 
+/// MseLoss on every float dtype, each reduction, rank 0 and empty inputs.
+#[test]
+fn mse_loss() {
+    let mut rng = Rng(17);
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        for shape in [&[3usize, 4][..], &[], &[2, 0, 3], &[2, 1, 3, 2]] {
+            for reduction in ["none", "sum", "mean"] {
+                let mut g = Graph::new("mse");
+                let p = typed_param(&mut g, "p", dtype, shape);
+                let t = typed_param(&mut g, "t", dtype, shape);
+                let attrs = Attrs::new().with("reduction", Attr::String(reduction.into()));
+                let id = node(&mut g, "MseLoss", &[p, t], attrs);
+                g.add_output("loss", id.out(0)).unwrap();
+                let feeds = [rng.tensor_of(dtype, shape), rng.tensor_of(dtype, shape)];
+                check(&g, &feeds, &["mse-loss"], tolerance(dtype));
+            }
+        }
+    }
+}
+
+/// AffineGrid, 2-D and 3-D, both align_corners, size-1 axes, on every float dtype.
+#[test]
+fn affine_grid() {
+    let mut rng = Rng(19);
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        for size in [&[2i64, 3, 4, 5][..], &[1, 1, 1, 3], &[2, 2, 3, 1, 2]] {
+            for align in [0, 1] {
+                let r = size.len() - 2;
+                let mut g = Graph::new("affine");
+                let theta_shape = [size[0] as usize, r, r + 1];
+                let theta = typed_param(&mut g, "theta", dtype, &theta_shape);
+                let sz = constant(
+                    &mut g,
+                    Tensor::from_i64s(DType::I64, &[size.len()], size).unwrap(),
+                );
+                let attrs = Attrs::new().with("align_corners", Attr::Int(align));
+                let id = node(&mut g, "AffineGrid", &[theta, sz], attrs);
+                g.add_output("grid", id.out(0)).unwrap();
+                let feeds = [rng.tensor_of(dtype, &theta_shape)];
+                check(&g, &feeds, &["affine-grid"], tolerance(dtype));
+            }
+        }
+    }
+}
+
 /// A target out of range (and not ignore_index) is a run-time error, not a panic.
 #[test]
 fn loss_target_out_of_range_is_an_error() {

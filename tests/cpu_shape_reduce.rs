@@ -274,6 +274,41 @@ fn einsum_forms() {
 }
 
 #[test]
+fn stft_forms() {
+    let mut rng = Rng(29);
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        for (parts, onesided, window, frame) in [
+            (1usize, 1, true, None),
+            (2, 0, true, Some(6i64)),
+            (1, 0, false, Some(5)),
+            (2, 1, true, None),
+        ] {
+            let shape = [2usize, 20, parts];
+            let mut g = Graph::new("stft");
+            let x = typed_param(&mut g, "x", dtype, &shape);
+            let step = constant(&mut g, scalar(3));
+            let wlen = frame.map_or(6, |f| f as usize);
+            let w = window.then(|| typed_param(&mut g, "w", dtype, &[wlen]));
+            let fl = frame.map(|f| constant(&mut g, scalar(f)));
+            let n = g
+                .add_op(
+                    "STFT",
+                    &[Some(x), Some(step), w, fl],
+                    attrs(&[("onesided", onesided)]),
+                    "",
+                )
+                .unwrap_or_else(|e| panic!("{e}"));
+            g.add_output("y", n.out(0)).unwrap();
+            let mut inputs = vec![rng.tensor_of(dtype, &shape)];
+            if window {
+                inputs.push(rng.tensor_of(dtype, &[wlen]));
+            }
+            check(&g, &inputs, "stft", tol(dtype) * 100.0);
+        }
+    }
+}
+
+#[test]
 fn dft_forms() {
     let mut rng = Rng(17);
     for dtype in [DType::F32, DType::F64] {

@@ -226,6 +226,7 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         }
         "Einsum" => return build_einsum(b, y),
         "DFT" => return build_dft(b, x, y),
+        "STFT" => return build_stft(b, x, y),
         "TfIdfVectorizer" => return build_tf_idf(b, x, y),
         "MaxPool" | "AveragePool" | "LpPool" => return super::pool_nd::build(b),
         "TreeEnsemble" => return build_trees(b, x, y),
@@ -775,5 +776,151 @@ impl Kernel for IndexStep {
     }
     fn kind(&self) -> &'static str {
         self.kind
+    }
+}
+
+/// STFT: frames of `f` every `step` (read at run time when not a constant, and checked
+/// against the static frame count), times the window, as direct DFT sums in f64.
+struct StftStep {
+    f: usize,
+    frames: usize,
+    bins: usize,
+    step: Scalar,
+    frame_len: Option<Scalar>,
+    tw: Vec<(f64, f64)>,
+    x: Slot,
+    window: Option<Slot>,
+    y: Slot,
+}
+
+fn build_stft(b: &Build, x: &Slot, y: &Slot) -> Result<Option<Box<dyn Kernel>>, String> {
+    if !x.dtype.is_float()
+        || y.dtype != x.dtype
+        || x.shape.len() != 3
+        || !matches!(x.shape[2], 1 | 2)
+        || y.shape.len() != 4
+        || y.shape[0] != x.shape[0]
+        || y.shape[3] != 2
+    {
+        return Ok(None);
+    }
+    let Some(step) = Scalar::of(b, 1) else {
+        return Ok(None);
+    };
+    let window = b.input(2).cloned();
+    if window
+        .as_ref()
+        .is_some_and(|w| w.dtype != x.dtype || w.shape.len() != 1)
+    {
+        return Ok(None);
+    }
+    let frame_len = b.input(3).map(|_| Scalar::of(b, 3).expect("present"));
+    if [Some(&step), frame_len.as_ref()]
+        .iter()
+        .flatten()
+        .any(|s| matches!(s, Scalar::Slot(s) if !matches!(s.dtype, DType::I32 | DType::I64)))
+    {
+        return Ok(None);
+    }
+    let f = match (&frame_len, &window) {
+        (Some(Scalar::Known(v)), _) => *v as usize,
+        (Some(Scalar::Slot(_)), Some(w)) => w.shape[0],
+        (Some(Scalar::Slot(_)), None) => return Ok(None),
+        (None, Some(w)) => w.shape[0],
+        (None, None) => x.shape[1],
+    };
+    let (frames, bins) = (y.shape[1], y.shape[2]);
+    let onesided = b.node.attrs.int_or("onesided", 1)? != 0;
+    let want_bins = if onesided { f / 2 + 1 } else { f };
+    if f == 0 || f > x.shape[1] || bins != want_bins || frames == 0 {
+        return Ok(None);
+    }
+    if window.as_ref().is_some_and(|w| w.shape[0] != f) {
+        return Err(format!(
+            "the window has {} values for frames of {f}",
+            window.unwrap().shape[0]
+        ));
+    }
+    Ok(Some(Box::new(StftStep {
+        f,
+        frames,
+        bins,
+        step,
+        frame_len,
+        tw: k::twiddles(f),
+        x: x.clone(),
+        window,
+        y: y.clone(),
+    })))
+}
+
+/// The STFT on `T`.
+///
+/// # Safety
+/// The Kernel::run contract: signal, window and output hold `T`s of their shapes.
+unsafe fn run_stft<T: Elem>(cx: &Cx, s: &StftStep) -> Result<(), String> {
+    let (f, length, parts) = (s.f, s.x.shape[1], s.x.shape[2]);
+    let step = s.step.get(cx)?;
+    if let Some(fl) = &s.frame_len {
+        let v = fl.get(cx)?;
+        if v != f as i64 {
+            return Err(format!("frame_length {v} is not the planned {f}"));
+        }
+    }
+    if step < 1 || 1 + (length - f) / step as usize != s.frames {
+        return Err(format!(
+            "frame_step {step} does not give the planned {} frames",
+            s.frames
+        ));
+    }
+    let step = step as usize;
+    // SAFETY: the STFT signal, `T`s of its shape, only read.
+    let x = unsafe { std::slice::from_raw_parts(cx.ptr(s.x.loc) as *const T, s.x.elements()) };
+    // SAFETY: the STFT window, `f` `T`s, only read.
+    let w = s
+        .window
+        .as_ref()
+        .map(|w| unsafe { std::slice::from_raw_parts(cx.ptr(w.loc) as *const T, f) });
+    // SAFETY: the STFT output (never planned in place), `T`s of its shape.
+    let y = unsafe { std::slice::from_raw_parts_mut(cx.ptr(s.y.loc) as *mut T, s.y.elements()) };
+    let sig = length * parts;
+    for (b, out) in y.chunks_mut(s.frames * s.bins * 2).enumerate() {
+        let signal = &x[b * sig..(b + 1) * sig];
+        for (fr, of) in out.chunks_mut(s.bins * 2).enumerate() {
+            let start = fr * step;
+            for (kb, o) in of.chunks_mut(2).enumerate() {
+                let (mut re, mut im) = (0.0, 0.0);
+                for n in 0..f {
+                    let wn = w.map_or(1.0, |w| w[n].to_f64());
+                    let at = (start + n) * parts;
+                    let xr = signal[at].to_f64() * wn;
+                    let xi = if parts == 2 {
+                        signal[at + 1].to_f64() * wn
+                    } else {
+                        0.0
+                    };
+                    let (c, sn) = s.tw[(kb * n) % f];
+                    let sn = -sn;
+                    re += xr * c - xi * sn;
+                    im += xr * sn + xi * c;
+                }
+                o[0] = T::from_f64(re);
+                o[1] = T::from_f64(im);
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Kernel for StftStep {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        // SAFETY: the Kernel::run contract; signal, window and output hold x.dtype.
+        unsafe { with_dtype!(self.x.dtype, run_stft(cx, self)) }
+    }
+    fn can_fail(&self) -> bool {
+        true
+    }
+    fn kind(&self) -> &'static str {
+        "stft"
     }
 }

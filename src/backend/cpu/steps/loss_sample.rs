@@ -22,6 +22,8 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         "SoftmaxCrossEntropyLoss" => build_nll(b, true),
         "GridSample" => build_grid_sample(b),
         "Dropout" => build_dropout(b),
+        "MseLoss" => build_mse(b),
+        "AffineGrid" => build_affine_grid(b),
         _ => Ok(None),
     }
 }
@@ -364,5 +366,203 @@ impl Kernel for DropoutStep {
     }
     fn kind(&self) -> &'static str {
         "dropout"
+    }
+}
+
+/// MseLoss: (prediction - target)^2, kept (`none`) or summed / averaged, in f64.
+struct MseStep {
+    /// 0 none, 1 sum, 2 mean.
+    reduce: u8,
+    p: Slot,
+    t: Slot,
+    y: Slot,
+}
+
+fn build_mse(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+    let (Some(p), Some(t), [y]) = (b.input(0), b.input(1), b.outs) else {
+        return Ok(None);
+    };
+    if !p.dtype.is_float() || t.dtype != p.dtype || y.dtype != p.dtype {
+        return Ok(None);
+    }
+    if p.shape != t.shape {
+        return Err(format!(
+            "prediction has shape {:?}, target {:?}",
+            p.shape, t.shape
+        ));
+    }
+    let reduce = match b.node.attrs.string_or("reduction", "mean")? {
+        "none" => 0,
+        "sum" => 1,
+        "mean" => 2,
+        _ => return Ok(None),
+    };
+    if (reduce == 0 && y.shape != p.shape) || (reduce != 0 && y.elements() != 1) {
+        return Ok(None);
+    }
+    Ok(Some(Box::new(MseStep {
+        reduce,
+        p: p.clone(),
+        t: t.clone(),
+        y: y.clone(),
+    })))
+}
+
+/// The squared error on `T`.
+///
+/// # Safety
+/// The Kernel::run contract: the three slots hold `T`s of their shapes, y its own buffer.
+unsafe fn run_mse<T: Elem>(cx: &Cx, s: &MseStep) -> Result<(), String> {
+    let n = s.p.elements();
+    // SAFETY: MseLoss's prediction, `n` `T`s, only read.
+    let p = unsafe { std::slice::from_raw_parts(cx.ptr(s.p.loc) as *const T, n) };
+    // SAFETY: MseLoss's target, `n` `T`s of the prediction's shape, only read.
+    let t = unsafe { std::slice::from_raw_parts(cx.ptr(s.t.loc) as *const T, n) };
+    // SAFETY: MseLoss's loss output (not planned in place), its elements of `T`.
+    let y = unsafe { std::slice::from_raw_parts_mut(cx.ptr(s.y.loc) as *mut T, s.y.elements()) };
+    let sq = p.iter().zip(t).map(|(a, b)| {
+        let d = a.to_f64() - b.to_f64();
+        d * d
+    });
+    if s.reduce == 0 {
+        for (o, v) in y.iter_mut().zip(sq) {
+            *o = T::from_f64(v);
+        }
+    } else {
+        let sum: f64 = sq.sum();
+        y[0] = T::from_f64(if s.reduce == 1 { sum } else { sum / n as f64 });
+    }
+    Ok(())
+}
+
+impl Kernel for MseStep {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        // SAFETY: the Kernel::run contract; prediction, target and loss hold p.dtype.
+        unsafe { with_dtype!(self.p.dtype, run_mse(cx, self)) }
+    }
+    fn can_fail(&self) -> bool {
+        false
+    }
+    fn kind(&self) -> &'static str {
+        "mse-loss"
+    }
+}
+
+/// AffineGrid: theta [N, r, r+1] times each output pixel's (x, y[, z], 1), the
+/// homogeneous coordinates tabled at build (the output shape is static); the size
+/// input is read at run time and must agree with it.
+struct AffineGridStep {
+    r: usize,
+    /// Per pixel (row-major over the spatial dims), its r+1 homogeneous coordinates.
+    coords: Vec<f64>,
+    /// [N, dims...], what size must say (its C is free).
+    size_want: Vec<i64>,
+    theta: Slot,
+    size: Slot,
+    y: Slot,
+}
+
+fn build_affine_grid(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+    let (Some(theta), Some(size), [y]) = (b.input(0), b.input(1), b.outs) else {
+        return Ok(None);
+    };
+    let yr = y.shape.len();
+    if !theta.dtype.is_float()
+        || y.dtype != theta.dtype
+        || size.dtype != DType::I64
+        || !(4..=5).contains(&yr)
+        || size.elements() != yr
+        || theta.shape.len() != 3
+    {
+        return Ok(None);
+    }
+    let r = yr - 2;
+    let n = y.shape[0];
+    if theta.shape != [n, r, r + 1] || y.shape[yr - 1] != r {
+        return Err(format!(
+            "theta {:?} does not fit the grid {:?}",
+            theta.shape, y.shape
+        ));
+    }
+    let dims = &y.shape[1..yr - 1];
+    let align = b.node.attrs.int_or("align_corners", 0)? != 0;
+    let coord = |i: usize, len: usize| -> f64 {
+        if align {
+            if len == 1 {
+                -1.0
+            } else {
+                -1.0 + 2.0 * i as f64 / (len - 1) as f64
+            }
+        } else {
+            -1.0 + (2 * i + 1) as f64 / len as f64
+        }
+    };
+    let pixels: usize = dims.iter().product();
+    let mut coords = Vec::with_capacity(pixels * (r + 1));
+    for mut at in 0..pixels {
+        // The pixel's index, last axis first: x runs along the last axis.
+        let mut idx = vec![0; r];
+        for k in (0..r).rev() {
+            idx[k] = at % dims[k];
+            at /= dims[k];
+        }
+        coords.extend((0..r).map(|k| coord(idx[r - 1 - k], dims[r - 1 - k])));
+        coords.push(1.0);
+    }
+    let mut size_want = vec![n as i64];
+    size_want.extend(dims.iter().map(|&d| d as i64));
+    Ok(Some(Box::new(AffineGridStep {
+        r,
+        coords,
+        size_want,
+        theta: theta.clone(),
+        size: size.clone(),
+        y: y.clone(),
+    })))
+}
+
+/// The affine grid on `T`.
+///
+/// # Safety
+/// The Kernel::run contract: theta and grid hold `T`s of their shapes, size i64s.
+unsafe fn run_affine_grid<T: Elem>(cx: &Cx, s: &AffineGridStep) -> Result<(), String> {
+    // SAFETY: AffineGrid's size input, an i64 vector of the grid's rank, only read.
+    let size =
+        unsafe { std::slice::from_raw_parts(cx.ptr(s.size.loc) as *const i64, s.size.elements()) };
+    if size[0] != s.size_want[0] || size[2..] != s.size_want[1..] {
+        return Err(format!(
+            "AffineGrid: size {size:?} does not fit the grid {:?}",
+            s.y.shape
+        ));
+    }
+    // SAFETY: theta, `T`s of [N, r, r+1], only read.
+    let theta =
+        unsafe { std::slice::from_raw_parts(cx.ptr(s.theta.loc) as *const T, s.theta.elements()) };
+    // SAFETY: the grid output (not planned in place), `T`s of its shape.
+    let y = unsafe { std::slice::from_raw_parts_mut(cx.ptr(s.y.loc) as *mut T, s.y.elements()) };
+    let (r, h) = (s.r, s.r + 1);
+    let pixels = s.coords.len() / h;
+    for (bi, th) in theta.chunks(r * h).enumerate() {
+        let out = &mut y[bi * pixels * r..(bi + 1) * pixels * r];
+        for (o, c) in out.chunks_mut(r).zip(s.coords.chunks(h)) {
+            for (row, v) in o.iter_mut().enumerate() {
+                let t = &th[row * h..(row + 1) * h];
+                *v = T::from_f64(t.iter().zip(c).map(|(a, b)| a.to_f64() * b).sum());
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Kernel for AffineGridStep {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        // SAFETY: the Kernel::run contract; theta and the grid hold theta.dtype.
+        unsafe { with_dtype!(self.theta.dtype, run_affine_grid(cx, self)) }
+    }
+    fn can_fail(&self) -> bool {
+        true
+    }
+    fn kind(&self) -> &'static str {
+        "affine-grid"
     }
 }

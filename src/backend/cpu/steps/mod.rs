@@ -13,6 +13,7 @@ pub mod attention_elem;
 pub mod backward;
 pub mod control;
 pub mod conv;
+pub mod conv_elem;
 pub mod conv_grad;
 pub mod custom;
 pub mod elementwise_any;
@@ -88,6 +89,7 @@ const FAMILIES: &[Builder] = &[
     matmul::build,
     conv_grad::build,
     conv::build,
+    conv_elem::build,
     backward::build_max_pool_indices,
     nn::build,
     attention::build,

@@ -111,9 +111,20 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let Some(x) = b.input(0) else { return Ok(None) };
     let f32 = x.dtype == crate::ir::DType::F32;
     if matches!(op, "RMSNormalization" | "BatchNormalization" | "LRN")
-        || (!f32 && matches!(op, "Softmax" | "LogSoftmax"))
+        || (!f32
+            && matches!(
+                op,
+                "Softmax"
+                    | "LogSoftmax"
+                    | "LayerNormalization"
+                    | "InstanceNormalization"
+                    | "LpNormalization"
+            ))
     {
         return super::norm_elem::build(b);
+    }
+    if op == "GlobalLpPool" || (!f32 && matches!(op, "GlobalAveragePool" | "GlobalMaxPool")) {
+        return super::pool_nd::build_global(b);
     }
     if x.dtype != crate::ir::DType::F32 || b.outs[0].dtype != crate::ir::DType::F32 {
         return Ok(None);

@@ -38,6 +38,27 @@ enum Norm {
     },
     /// Along the middle axis of [outer, len, inner].
     Softmax { len: usize, inner: usize, log: bool },
+    /// LpNormalization (p 1 or 2) along the middle axis of [outer, len, inner].
+    Lp { len: usize, inner: usize, p: i64 },
+    /// InstanceNormalization: X as [N, C, inner]; scale and B per channel.
+    Instance {
+        c: usize,
+        inner: usize,
+        eps: f64,
+        params: [Slot; 2],
+    },
+    /// LayerNormalization over rows of `inner`; `at[e]`: element e's scale / B offset;
+    /// Mean and InvStdDev written where used, as f32 (`stash_f32`) or X's dtype.
+    Layer {
+        inner: usize,
+        eps: f64,
+        scale: Slot,
+        bias: Option<Slot>,
+        scale_at: Vec<usize>,
+        bias_at: Vec<usize>,
+        stats: [Option<Slot>; 2],
+        stash_f32: bool,
+    },
 }
 
 struct NormElem {
@@ -50,12 +71,49 @@ struct NormElem {
 /// The float dtypes these loops take.
 const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
 
+/// Per element of rows shaped `norm`, the offset of its value in a tensor of shape `s`
+/// broadcast (right-aligned) to `norm`.
+fn broadcast_at(s: &[usize], norm: &[usize]) -> Result<Option<Vec<usize>>, String> {
+    if s.len() > norm.len() {
+        return Ok(None);
+    }
+    // Right-aligned strides (0 where it broadcasts).
+    let off = norm.len() - s.len();
+    let mut strides = vec![0usize; norm.len()];
+    let mut step = 1;
+    for i in (0..s.len()).rev() {
+        if s[i] != 1 {
+            if s[i] != norm[off + i] {
+                return Err(format!("{s:?} does not broadcast to {norm:?}"));
+            }
+            strides[off + i] = step;
+        }
+        step *= s[i];
+    }
+    let inner: usize = norm.iter().product();
+    Ok(Some(
+        (0..inner)
+            .map(|mut e| {
+                let mut at = 0;
+                for (d, st) in norm.iter().zip(&strides).rev() {
+                    at += (e % d) * st;
+                    e /= d;
+                }
+                at
+            })
+            .collect(),
+    ))
+}
+
 pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
-    let (Some(x), [y]) = (b.input(0), b.outs) else {
+    let (Some(x), Some(y)) = (b.input(0), b.outs.first()) else {
         return Ok(None);
     };
     let dtype = x.dtype;
     if !FLOATS.contains(&dtype) || y.dtype != dtype || y.shape != x.shape {
+        return Ok(None);
+    }
+    if b.outs.len() > 1 && b.node.op != "LayerNormalization" {
         return Ok(None);
     }
     if b.ins.iter().flatten().any(|s| s.dtype != dtype) {
@@ -74,34 +132,10 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
                 return Ok(None);
             };
             let norm = &x.shape[axis..];
-            let s = &scale.shape;
-            if s.len() > norm.len() {
+            let Some(scale_at) = broadcast_at(&scale.shape, norm)? else {
                 return Ok(None);
-            }
-            // Right-aligned strides of the scale (0 where it broadcasts).
-            let off = norm.len() - s.len();
-            let mut strides = vec![0usize; norm.len()];
-            let mut step = 1;
-            for i in (0..s.len()).rev() {
-                if s[i] != 1 {
-                    if s[i] != norm[off + i] {
-                        return Err(format!("scale {s:?} does not broadcast to {norm:?}"));
-                    }
-                    strides[off + i] = step;
-                }
-                step *= s[i];
-            }
+            };
             let inner: usize = norm.iter().product();
-            let scale_at = (0..inner)
-                .map(|mut e| {
-                    let mut at = 0;
-                    for (d, st) in norm.iter().zip(&strides).rev() {
-                        at += (e % d) * st;
-                        e /= d;
-                    }
-                    at
-                })
-                .collect();
             Norm::Rms {
                 inner,
                 eps: attrs.float_or("epsilon", 1e-5)?,
@@ -154,6 +188,77 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
                 len: x.shape[axis],
                 inner: x.shape[axis + 1..].iter().product(),
                 log: op == "LogSoftmax",
+            }
+        }
+        "LpNormalization" => {
+            let axis = norm_axis(attrs.int_or("axis", -1)?, rank)?;
+            let p = attrs.int_or("p", 2)?;
+            if !matches!(p, 1 | 2) {
+                return Err(format!("p must be 1 or 2, got {p}"));
+            }
+            Norm::Lp {
+                len: x.shape[axis],
+                inner: x.shape[axis + 1..].iter().product(),
+                p,
+            }
+        }
+        "InstanceNormalization" => {
+            let Some((c, inner)) = channels().filter(|_| rank >= 3) else {
+                return Ok(None);
+            };
+            let (Some(s), Some(bias)) = (b.input(1), b.input(2)) else {
+                return Ok(None);
+            };
+            if s.elements() != c || bias.elements() != c {
+                return Err(format!("scale and B must have {c} values"));
+            }
+            Norm::Instance {
+                c,
+                inner,
+                eps: attrs.float_or("epsilon", 1e-5)?,
+                params: [s.clone(), bias.clone()],
+            }
+        }
+        "LayerNormalization" => {
+            let axis = norm_axis(attrs.int_or("axis", -1)?, rank)?;
+            let Some(scale) = b.input(1) else {
+                return Ok(None);
+            };
+            let norm = &x.shape[axis..];
+            let Some(scale_at) = broadcast_at(&scale.shape, norm)? else {
+                return Ok(None);
+            };
+            let (bias, bias_at) = match b.input(2) {
+                Some(s) => {
+                    let Some(at) = broadcast_at(&s.shape, norm)? else {
+                        return Ok(None);
+                    };
+                    (Some(s.clone()), at)
+                }
+                None => (None, Vec::new()),
+            };
+            let stash_f32 = attrs.int_or("stash_type", 1)? == 1;
+            let want = if stash_f32 { DType::F32 } else { dtype };
+            let outer: usize = x.shape[..axis].iter().product();
+            let mut stats = [None, None];
+            for (k, st) in stats.iter_mut().enumerate() {
+                let Some(s) = b.outs.get(k + 1) else { continue };
+                if s.dtype != want || s.elements() != outer {
+                    return Ok(None);
+                }
+                if super::nn::used(b, k as u32 + 1) {
+                    *st = Some(s.clone());
+                }
+            }
+            Norm::Layer {
+                inner: norm.iter().product(),
+                eps: attrs.float_or("epsilon", 1e-5)?,
+                scale: scale.clone(),
+                bias,
+                scale_at,
+                bias_at,
+                stats,
+                stash_f32,
             }
         }
         _ => return Ok(None),
@@ -250,9 +355,107 @@ impl NormElem {
                     }
                 }
             }
+            Norm::Lp { len, inner, p } => {
+                let (len, inner) = (*len, *inner);
+                let block = (len * inner).max(1);
+                for (xb, yb) in x.chunks(block).zip(y.chunks_mut(block)) {
+                    for i in 0..inner {
+                        let lane = (0..len).map(|l| xb[l * inner + i].to_f64());
+                        let norm = if *p == 1 {
+                            lane.clone().map(f64::abs).sum::<f64>()
+                        } else {
+                            lane.clone().map(|v| v * v).sum::<f64>().sqrt()
+                        };
+                        for (l, v) in lane.enumerate() {
+                            let o = if norm == 0.0 { 0.0 } else { v / norm };
+                            yb[l * inner + i] = T::from_f64(o);
+                        }
+                    }
+                }
+            }
+            Norm::Instance {
+                c,
+                inner,
+                eps,
+                params,
+            } => {
+                // SAFETY: scale and B, `T` inputs of C values, only read.
+                let p: [&[T]; 2] = std::array::from_fn(|k| unsafe { elems::<T>(cx, &params[k]) });
+                let inner = (*inner).max(1);
+                for (plane, (xp, yp)) in x.chunks(inner).zip(y.chunks_mut(inner)).enumerate() {
+                    let ch = plane % c;
+                    let (mean, var) = mean_var(xp);
+                    let k = p[0][ch].to_f64() / (var + eps).sqrt();
+                    let bias = p[1][ch].to_f64();
+                    for (o, v) in yp.iter_mut().zip(xp) {
+                        *o = T::from_f64((v.to_f64() - mean) * k + bias);
+                    }
+                }
+            }
+            Norm::Layer {
+                inner,
+                eps,
+                scale,
+                bias,
+                scale_at,
+                bias_at,
+                stats,
+                stash_f32,
+            } => {
+                // SAFETY: LayerNormalization's Scale, `T`s of its shape, only read.
+                let scale = unsafe { elems::<T>(cx, scale) };
+                // SAFETY: LayerNormalization's B, `T`s of its shape, only read.
+                let bias = bias.as_ref().map(|b| unsafe { elems::<T>(cx, b) });
+                let mut outs: [Option<Stat<T>>; 2] = std::array::from_fn(|k| {
+                    let st = stats[k].as_ref()?;
+                    Some(if *stash_f32 {
+                        // SAFETY: Mean / InvStdDev, f32 outputs of one value per row, each
+                        // its own buffer.
+                        Stat::F32(unsafe { elems_mut::<f32>(cx, st) })
+                    } else {
+                        // SAFETY: Mean / InvStdDev in X's dtype, one value per row, each
+                        // its own buffer.
+                        Stat::Same(unsafe { elems_mut::<T>(cx, st) })
+                    })
+                });
+                let inner = (*inner).max(1);
+                for (row, (xr, yr)) in x.chunks(inner).zip(y.chunks_mut(inner)).enumerate() {
+                    let (mean, var) = mean_var(xr);
+                    let k = 1.0 / (var + eps).sqrt();
+                    for (j, (o, v)) in yr.iter_mut().zip(xr).enumerate() {
+                        let b = bias.map_or(0.0, |b| b[bias_at[j]].to_f64());
+                        *o = T::from_f64((v.to_f64() - mean) * k * scale[scale_at[j]].to_f64() + b);
+                    }
+                    for (st, v) in outs.iter_mut().zip([mean, k]) {
+                        match st {
+                            Some(Stat::F32(o)) => o[row] = v as f32,
+                            Some(Stat::Same(o)) => o[row] = T::from_f64(v),
+                            None => {}
+                        }
+                    }
+                }
+            }
         }
         Ok(())
     }
+}
+
+/// A LayerNormalization statistic output: f32 (stash_type 1) or X's dtype.
+enum Stat<'a, T> {
+    F32(&'a mut [f32]),
+    Same(&'a mut [T]),
+}
+
+/// The mean and (population) variance of `v`, in f64.
+fn mean_var<T: Elem>(v: &[T]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().map(|v| v.to_f64()).sum::<f64>() / n;
+    let var = v
+        .iter()
+        .map(|v| (v.to_f64() - mean) * (v.to_f64() - mean))
+        .sum::<f64>()
+        / n;
+    (mean, var)
 }
 
 /// [`NormElem::run_as`] as a free fn, for `with_dtype!`.
@@ -278,6 +481,9 @@ impl Kernel for NormElem {
             Norm::Batch { .. } => "batchnorm",
             Norm::Lrn { .. } => "lrn",
             Norm::Softmax { .. } => "softmax-elem",
+            Norm::Lp { .. } => "lp-norm",
+            Norm::Instance { .. } => "instance-norm",
+            Norm::Layer { .. } => "layer-norm-elem",
         }
     }
 }

@@ -126,3 +126,80 @@ impl Kernel for PoolNdStep {
         "pool-nd"
     }
 }
+
+/// GlobalAveragePool / GlobalMaxPool / GlobalLpPool on the dtypes (and, for Lp, every
+/// float) `nn`'s f32 kernel does not take: one value per (N, C) plane, in f64.
+struct GlobalStep {
+    kind: NdKind,
+    plane: usize,
+    x: Slot,
+    y: Slot,
+}
+
+pub(crate) fn build_global(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+    let (Some(x), [y]) = (b.input(0), b.outs) else {
+        return Ok(None);
+    };
+    let attrs = &b.node.attrs;
+    if x.shape.len() < 3
+        || !x.dtype.is_float()
+        || y.dtype != x.dtype
+        || attrs.int_or("block", 0)? != 0
+        || y.elements() != x.shape[0] * x.shape[1]
+    {
+        return Ok(None);
+    }
+    let kind = match b.node.op.as_str() {
+        "GlobalMaxPool" => NdKind::Max,
+        "GlobalAveragePool" => NdKind::Average { include_pad: false },
+        "GlobalLpPool" => {
+            let p = attrs.int_or("p", 2)?;
+            if p < 1 {
+                return Err(format!("p must be 1 or more, got {p}"));
+            }
+            NdKind::Lp(p as f64)
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(Box::new(GlobalStep {
+        kind,
+        plane: x.shape[2..].iter().product(),
+        x: x.clone(),
+        y: y.clone(),
+    })))
+}
+
+/// The global pool on `T`.
+///
+/// # Safety
+/// The Kernel::run contract: x and y hold `T`s of their shapes.
+unsafe fn run_global<T: Elem>(cx: &Cx, s: &GlobalStep) -> Result<(), String> {
+    // SAFETY: x's slot holds its `T`s, only read (a global pool never runs in place).
+    let x = unsafe { std::slice::from_raw_parts(cx.ptr(s.x.loc) as *const T, s.x.elements()) };
+    // SAFETY: y's slot, one `T` per plane, this step's output alone.
+    let y = unsafe { std::slice::from_raw_parts_mut(cx.ptr(s.y.loc) as *mut T, s.y.elements()) };
+    let n = s.plane;
+    for (i, o) in y.iter_mut().enumerate() {
+        let plane = x[i * n..(i + 1) * n].iter().map(|v| v.to_f64());
+        *o = T::from_f64(match s.kind {
+            NdKind::Max => plane.fold(f64::NEG_INFINITY, f64::max),
+            NdKind::Average { .. } if n == 0 => f64::NAN,
+            NdKind::Average { .. } => plane.sum::<f64>() / n as f64,
+            NdKind::Lp(p) => plane.map(|v| v.abs().powf(p)).sum::<f64>().powf(1.0 / p),
+        });
+    }
+    Ok(())
+}
+
+impl Kernel for GlobalStep {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        // SAFETY: the Kernel::run contract; the global pool's x and y hold x.dtype.
+        unsafe { with_dtype!(self.x.dtype, run_global(cx, self)) }
+    }
+    fn can_fail(&self) -> bool {
+        false
+    }
+    fn kind(&self) -> &'static str {
+        "global-pool-elem"
+    }
+}
