@@ -52,8 +52,9 @@ fn settings(attrs: &Attrs) -> Result<(Mode, Padding, bool), String> {
     Ok((mode, padding, attrs.int_or("align_corners", 0)? != 0))
 }
 
-/// `x` reflected into `[lo, hi]` as often as it takes.
-fn reflect(x: f64, lo: f64, hi: f64) -> f64 {
+/// `x` reflected into `[lo, hi]` as often as it takes (the CPU backend's GridSample
+/// kernel calls it too).
+pub(crate) fn reflect(x: f64, lo: f64, hi: f64) -> f64 {
     let range = hi - lo;
     if x < lo {
         let d = lo - x;

@@ -672,8 +672,9 @@ const DET: OpSchema = OpSchema {
     origin: Origin::Onnx,
 };
 
-/// The determinant of the row-major `m` x `m` matrix `a` (consumed).
-fn determinant(mut a: Vec<f64>, m: usize) -> f64 {
+/// The determinant of the row-major `m` x `m` matrix `a` (overwritten by its LU form);
+/// the CPU backend's Det kernel calls it too.
+pub(crate) fn determinant(a: &mut [f64], m: usize) -> f64 {
     let mut det = 1.0;
     for col in 0..m {
         let pivot = (col..m)
@@ -738,7 +739,7 @@ impl Op for Det {
             vec![1.0; s[..r - 2].iter().product()]
         } else {
             flat.chunks(m * m)
-                .map(|c| determinant(c.to_vec(), m))
+                .map(|c| determinant(&mut c.to_vec(), m))
                 .collect()
         };
         Ok(vec![Tensor::from_f64s(xt.dtype(), &s[..r - 2], &dets)?])

@@ -80,7 +80,7 @@ fn check(
 }
 
 /// The values integer dtype `d` holds, for saturating casts (floats: unbounded).
-pub(super) fn range(d: DType) -> (f64, f64) {
+pub(crate) fn range(d: DType) -> (f64, f64) {
     match d {
         DType::U8 => (0.0, 255.0),
         DType::I8 => (-128.0, 127.0),

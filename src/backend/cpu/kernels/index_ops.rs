@@ -198,35 +198,8 @@ pub fn det<T: Elem>(x: &[T], y: &mut [T], m: usize, work: &mut [f64]) {
         for (w, v) in work.iter_mut().zip(xm) {
             *w = v.to_f64();
         }
-        *out = T::from_f64(lu_det(work, m));
+        *out = T::from_f64(crate::ir::ops::matmul::determinant(work, m));
     }
-}
-
-fn lu_det(a: &mut [f64], m: usize) -> f64 {
-    let mut det = 1.0;
-    for col in 0..m {
-        let pivot = (col..m)
-            .max_by(|&i, &j| a[i * m + col].abs().total_cmp(&a[j * m + col].abs()))
-            .unwrap_or(col);
-        if a[pivot * m + col] == 0.0 {
-            return 0.0;
-        }
-        if pivot != col {
-            for k in 0..m {
-                a.swap(col * m + k, pivot * m + k);
-            }
-            det = -det;
-        }
-        let p = a[col * m + col];
-        det *= p;
-        for row in col + 1..m {
-            let f = a[row * m + col] / p;
-            for k in col..m {
-                a[row * m + k] -= f * a[col * m + k];
-            }
-        }
-    }
-    det
 }
 
 /// An Einsum as a loop over every label combination: per label its extent, and per

@@ -4,6 +4,7 @@
 //! linear, cubic; zeros, border, reflection padding; up to [`MAX_AXES`] spatial axes)
 //! and `Dropout` (its counter-based mask, see `crate::ir::ops::random`).
 use super::loss::LossReduction;
+use crate::ir::ops::grid_sample::reflect;
 use crate::tensor::Elem;
 
 /// The NLL of [N, C, inner] scores (log-probabilities, or raw scores whose LogSoftmax
@@ -111,32 +112,6 @@ pub struct GridSample {
     pub dims: Vec<usize>,
     /// Output points per image.
     pub points: usize,
-}
-
-/// `x` reflected into `[lo, hi]` as often as it takes (the reference's rule).
-fn reflect(x: f64, lo: f64, hi: f64) -> f64 {
-    let range = hi - lo;
-    if x < lo {
-        let d = lo - x;
-        let n = (d / range).trunc();
-        let r = d - n * range;
-        if n as i64 % 2 == 0 {
-            lo + r
-        } else {
-            hi - r
-        }
-    } else if x > hi {
-        let d = x - hi;
-        let n = (d / range).trunc();
-        let r = d - n * range;
-        if n as i64 % 2 == 0 {
-            hi - r
-        } else {
-            lo + r
-        }
-    } else {
-        x
-    }
 }
 
 /// Keys' cubic convolution weights (a = -0.75 here) of the four taps around `t`.

@@ -4,6 +4,7 @@
 //! the activation), as typed loops that accumulate in f64 like the reference and round
 //! once per op the reference rounds for. Also the f32 epilogue that the packed GEMM's
 //! own cannot express ([`Post`]): alpha, beta and addends broadcast any way.
+use super::eltwise::ELEM_DTYPES;
 use crate::backend::cpu::kernels::binary::Broadcast;
 use crate::backend::cpu::kernels::Act;
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
@@ -131,23 +132,7 @@ struct MatMulElem {
     acc: Loc,
 }
 
-/// The dtypes the generic loop computes on.
-const DTYPES: &[DType] = &[
-    DType::F32,
-    DType::F64,
-    DType::F16,
-    DType::BF16,
-    DType::I8,
-    DType::U8,
-    DType::I16,
-    DType::U16,
-    DType::I32,
-    DType::U32,
-    DType::I64,
-    DType::U64,
-];
-
-/// A MatMul, Gemm or FusedMatMul on one of [`DTYPES`] (f32 only when `b`'s f32 GEMM
+/// A MatMul, Gemm or FusedMatMul on f32 or one of [`ELEM_DTYPES`] (f32 only when `b`'s f32 GEMM
 /// step declined it).
 pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let op = b.node.op.as_str();
@@ -155,7 +140,10 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         return Ok(None);
     };
     let dtype = y.dtype;
-    if !DTYPES.contains(&dtype) || a.dtype != dtype || bm.dtype != dtype {
+    if !(dtype == DType::F32 || ELEM_DTYPES.contains(&dtype))
+        || a.dtype != dtype
+        || bm.dtype != dtype
+    {
         return Ok(None);
     }
     if b.ins.iter().flatten().any(|s| s.dtype != dtype) {

@@ -685,23 +685,10 @@ fn scale_map(b: &Build, x: &Slot, scale: &Slot) -> Result<Option<ScaleMap>, Stri
     })
 }
 
-/// The values integer dtype `d` holds (what quantizing saturates to).
+/// The values integer dtype `d` holds (what quantizing saturates to); `None` for floats.
 fn int_range(d: DType) -> Option<(f64, f64)> {
-    Some(match d {
-        DType::U8 => (0.0, 255.0),
-        DType::I8 => (-128.0, 127.0),
-        DType::U16 => (0.0, 65535.0),
-        DType::I16 => (-32768.0, 32767.0),
-        DType::U32 => (0.0, u32::MAX as f64),
-        DType::I32 => (i32::MIN as f64, i32::MAX as f64),
-        DType::U64 => (0.0, u64::MAX as f64),
-        DType::I64 => (i64::MIN as f64, i64::MAX as f64),
-        DType::I4 => (-8.0, 7.0),
-        DType::U4 => (0.0, 15.0),
-        DType::I2 => (-2.0, 1.0),
-        DType::U2 => (0.0, 3.0),
-        _ => return None,
-    })
+    let (lo, hi) = crate::ir::ops::quant::range(d);
+    lo.is_finite().then_some((lo, hi))
 }
 
 /// `QuantizeLinear` (with `quantize`: how) or `DequantizeLinear` of any dtypes: x, the
