@@ -269,21 +269,22 @@ impl CpuExecutable {
     ) -> Result<Compiled> {
         let g = specialize_for_shapes(graph, shapes, &self.options)?;
         Ok(if runs_on_host(&g) {
-            let keyed = || {
-                let dynamic = g
-                    .nodes()
-                    .iter()
-                    .any(|n| n.outputs.iter().any(|t| !t.is_static()));
-                by_value
-                    .then(|| by_value::ByValue::new(graph, shapes))
-                    .flatten()
-                    .filter(|_| dynamic)
-            };
             match tail::split(&g, Some(&self.pool), &self.options)? {
                 Some(s) => Compiled::Split(Box::new(s)),
-                None if keyed().is_some() => Compiled::ByValue(Box::new(keyed().expect("checked"))),
-                None if !self.options.allow_fallback => return Err(interp_refused(&g)),
-                None => Compiled::Interp(InterpExecutable::new(g)?),
+                None => {
+                    let dynamic = g
+                        .nodes()
+                        .iter()
+                        .any(|n| n.outputs.iter().any(|t| !t.is_static()));
+                    let keyed = (by_value && dynamic)
+                        .then(|| by_value::ByValue::new(graph, shapes))
+                        .flatten();
+                    match keyed {
+                        Some(k) => Compiled::ByValue(Box::new(k)),
+                        None if !self.options.allow_fallback => return Err(interp_refused(&g)),
+                        None => Compiled::Interp(InterpExecutable::new(g)?),
+                    }
+                }
             }
         } else {
             let vars = self.variables.read().unwrap_or_else(|e| e.into_inner());
