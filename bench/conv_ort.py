@@ -1,7 +1,8 @@
 """onnxruntime's time for single-Conv models, to set beside `cargo bench --bench conv`.
 
 Each shape is one argument `name:x=1,256,512,1:w=512,256,5,1:s=1,1:p=0,0,0,0:d=1,1:g=1`
-(x and w dims; strides, pads begin then end, dilations, group). Prints, per shape and
+(x and w dims; strides, pads begin then end, dilations, group; an optional epilogue
+`e=prelu|clip|hardsigmoid` after the conv). Prints, per shape and
 thread count, onnxruntime's median milliseconds and GFLOP/s.
 
     target/py/bin/python bench/conv_ort.py --threads 1 2 SHAPE...
@@ -17,23 +18,43 @@ from onnx import TensorProto, helper
 
 def parse(spec):
     name, *fields = spec.split(":")
-    f = {k: [int(v) for v in vals.split(",")] for k, vals in (x.split("=") for x in fields)}
+    pairs = [x.split("=") for x in fields]
+    epilogue = next((v for k, v in pairs if k == "e"), None)
+    f = {k: [int(v) for v in vals.split(",")] for k, vals in pairs if k != "e"}
     rank = len(f["x"]) - 2
     return name, f["x"], f["w"], f.get("s", [1] * rank), f.get("p", [0] * 2 * rank), \
-        f.get("d", [1] * rank), f.get("g", [1])[0]
+        f.get("d", [1] * rank), f.get("g", [1])[0], epilogue
 
 
-def model(x, w, strides, pads, dilations, group):
+def epilogue_nodes(which, channels, rank, rng):
+    """The nodes and initializers after the conv (as benches/conv.rs builds them)."""
+    if which is None:
+        return [], []
+    if which == "prelu":
+        slope = helper.make_tensor("slope", TensorProto.FLOAT, [channels] + [1] * (rank - 1),
+                                   rng.standard_normal(channels).astype(np.float32))
+        return [helper.make_node("PRelu", ["c", "slope"], ["y"])], [slope]
+    if which == "clip":
+        lo = helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0])
+        hi = helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0])
+        return [helper.make_node("Clip", ["c", "lo", "hi"], ["y"])], [lo, hi]
+    if which == "hardsigmoid":
+        return [helper.make_node("HardSigmoid", ["c"], ["y"])], []
+    raise SystemExit(f"unknown epilogue {which}")
+
+
+def model(x, w, strides, pads, dilations, group, epilogue):
     rng = np.random.default_rng(0)
     weight = helper.make_tensor("w", TensorProto.FLOAT, w,
                                 rng.standard_normal(w).astype(np.float32).ravel())
     bias = helper.make_tensor("b", TensorProto.FLOAT, [w[0]],
                               rng.standard_normal(w[0]).astype(np.float32))
-    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=w[2:], strides=strides,
-                            pads=pads, dilations=dilations, group=group)
-    graph = helper.make_graph([conv], "conv", [helper.make_tensor_value_info(
+    after, extra = epilogue_nodes(epilogue, w[0], len(x) - 1, rng)
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["c" if after else "y"], kernel_shape=w[2:],
+                            strides=strides, pads=pads, dilations=dilations, group=group)
+    graph = helper.make_graph([conv] + after, "conv", [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, x)], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [weight, bias])
+        [weight, bias] + extra)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
@@ -48,8 +69,8 @@ def main():
     ap.add_argument("shapes", nargs="+")
     a = ap.parse_args()
     for spec in a.shapes:
-        name, x, w, s, p, d, g = parse(spec)
-        m = model(x, w, s, p, d, g).SerializeToString()
+        name, x, w, s, p, d, g, e = parse(spec)
+        m = model(x, w, s, p, d, g, e).SerializeToString()
         xv = np.random.default_rng(1).standard_normal(x).astype(np.float32)
         for threads in a.threads:
             opts = ort.SessionOptions()
@@ -65,7 +86,7 @@ def main():
                 times.append(time.perf_counter() - t0)
             ms = float(np.median(times)) * 1e3
             gflops = flops(x, w, y.shape, g) / ms / 1e6
-            print(f"{name:28} t{threads}  onnxruntime {ms:9.3f} ms  {gflops:7.1f} GFLOP/s")
+            print(f"{name:32} t{threads}  onnxruntime {ms:9.3f} ms  {gflops:7.1f} GFLOP/s")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ use kiln::internals::cpu::conv::{
 };
 use kiln::internals::cpu::Pool;
 use kiln::internals::cpu::{Act, Isa};
-use kiln::ir::{Attr, Attrs, DType, Graph, Shape, TensorType};
+use kiln::ir::{Attr, Attrs, DType, Graph, Shape, TensorType, Value};
 use kiln::passes::CompileOptions;
 use kiln::Tensor;
 use std::time::{Duration, Instant};
@@ -207,7 +207,8 @@ fn bench(c: &mut Criterion) {
 }
 
 /// The grid, in `bench/conv_ort.py`'s notation: `name:x=dims:w=dims:s=strides:p=pads
-/// (begins, then ends):d=dilations:g=group`.
+/// (begins, then ends):d=dilations:g=group:e=epilogue` (`prelu` with a per-channel
+/// slope, `clip` to [0, 6], `hardsigmoid`).
 const GRID: &[&str] = &[
     "1d_c1_16000_k11:x=1,1,16000:w=16,1,11:p=5,5",
     "1d_c4_16000_k9:x=1,4,16000:w=32,4,9:p=4,4",
@@ -224,6 +225,24 @@ const GRID: &[&str] = &[
     "dw3x3_96_56:x=1,96,56,56:w=96,1,3,3:p=1,1,1,1:g=96",
     "dw5x5_192_20:x=1,192,20,20:w=192,1,5,5:p=2,2,2,2:g=192",
     "3d_3x3x3_16-32_16x28:x=1,16,16,28,28:w=32,16,3,3,3:p=1,1,1,1,1,1",
+    // Issue 42's geometries: long kernels with strides past them, dilations in the
+    // thousands, groups other than 1 and C, asymmetric pads, an input smaller than the
+    // window until padded, 3-D strided, and the epilogues models put after a conv.
+    "stft_k320s160_1-257:x=1,1,16000:w=257,1,320:s=160",
+    "stft2d_1x320s160_1-257:x=1,1,1,16000:w=257,1,1,320:s=1,160",
+    "1d_k400s10_16-32:x=1,16,8000:w=32,16,400:s=10",
+    "3x3s5_32-64_112:x=1,32,112,112:w=64,32,3,3:s=5,5",
+    "1d_k2d1024_32-32:x=1,32,8192:w=32,32,2:d=1024:p=1024,0",
+    "1d_k3d2048_16-16:x=1,16,8192:w=16,16,3:d=2048:p=2048,2048",
+    "g4_3x3_64-64_56:x=1,64,56,56:w=64,16,3,3:p=1,1,1,1:g=4",
+    "g32_3x3_128-128_56:x=1,128,56,56:w=128,4,3,3:p=1,1,1,1:g=32",
+    "g2_1d_k5_64-64:x=1,64,4000:w=64,32,5:p=2,2:g=2",
+    "3x3s2_asym_64-64_56:x=1,64,56,56:w=64,64,3,3:s=2,2:p=0,0,1,1",
+    "5x5_on_3x3_32-32:x=1,32,3,3:w=32,32,5,5:p=1,1,1,1",
+    "3d_3x3x3s2_16-32_16x28:x=1,16,16,28,28:w=32,16,3,3,3:s=2,2,2:p=1,1,1,1,1,1",
+    "3x3_32-32_56+prelu:x=1,32,56,56:w=32,32,3,3:p=1,1,1,1:e=prelu",
+    "3x3_32-32_56+clip:x=1,32,56,56:w=32,32,3,3:p=1,1,1,1:e=clip",
+    "3x3_32-32_56+hardsigmoid:x=1,32,56,56:w=32,32,3,3:p=1,1,1,1:e=hardsigmoid",
 ];
 
 struct GridShape {
@@ -232,14 +251,20 @@ struct GridShape {
     w: Vec<usize>,
     attrs: Attrs,
     group: usize,
+    epilogue: Option<String>,
 }
 
 fn parse_grid(spec: &str) -> GridShape {
     let mut fields = spec.split(':');
     let name = fields.next().expect("a name").to_string();
-    let (mut x, mut w, mut attrs, mut group) = (vec![], vec![], Attrs::new(), 1);
+    let (mut x, mut w, mut attrs, mut group, mut epilogue) =
+        (vec![], vec![], Attrs::new(), 1, None);
     for f in fields {
         let (k, v) = f.split_once('=').expect("key=values");
+        if k == "e" {
+            epilogue = Some(v.to_string());
+            continue;
+        }
         let v: Vec<i64> = v.split(',').map(|d| d.parse().expect("an int")).collect();
         let dims = || v.iter().map(|&d| d as usize).collect::<Vec<_>>();
         match k {
@@ -259,7 +284,40 @@ fn parse_grid(spec: &str) -> GridShape {
         w,
         attrs,
         group,
+        epilogue,
     }
+}
+
+/// The grid's epilogue after the conv's output `y` (rank `rank`): what models write.
+fn epilogue(g: &mut Graph, y: Value, which: Option<&str>, ydims: &[usize]) -> Value {
+    let Some(which) = which else { return y };
+    let (channels, rank) = (ydims[1], ydims.len());
+    let scalar = |g: &mut Graph, name: &str, v: f32| -> Value {
+        g.add_constant_value(name, Tensor::from_vec(&[], vec![v]).expect("scalar"))
+            .expect("constant")
+            .into()
+    };
+    let node = match which {
+        "prelu" => {
+            // Per-channel slope, shaped [C, 1, ...] to broadcast over the spatial axes.
+            let mut dims = vec![channels];
+            dims.resize(rank - 1, 1);
+            let slope = g
+                .add_constant_value(
+                    "slope",
+                    Tensor::from_vec(&dims, lcg(channels, 4)).expect("slope"),
+                )
+                .expect("slope");
+            g.op("PRelu", &[y, slope.into()], Attrs::new(), "prelu")
+        }
+        "clip" => {
+            let (lo, hi) = (scalar(g, "lo", 0.0), scalar(g, "hi", 6.0));
+            g.op("Clip", &[y, lo, hi], Attrs::new(), "clip")
+        }
+        "hardsigmoid" => g.op("HardSigmoid", &[y], Attrs::new(), "hardsigmoid"),
+        other => panic!("unknown epilogue {other}"),
+    };
+    node.expect("a valid epilogue").into()
 }
 
 /// The grid's shapes through the CPU backend at one and two threads, then onnxruntime.
@@ -273,7 +331,12 @@ fn grid(_: &mut Criterion) {
     if !benchmarking() {
         return;
     }
+    let peak = kiln::internals::peak::fma_gflops();
     println!("\nconv grid: one-Conv models on the CPU backend (median of runs in ~0.5 s)");
+    match peak {
+        Some(p) => println!("FMA peak, one thread: {p:.1} GFLOP/s"),
+        None => println!("FMA peak: not measurable on this CPU"),
+    }
     for spec in GRID {
         let s = parse_grid(spec);
         let mut g = Graph::new("conv");
@@ -296,7 +359,8 @@ fn grid(_: &mut Criterion) {
             )
             .expect("a valid conv");
         let ydims = g.node(y).outputs[0].shape.to_fixed().expect("static");
-        g.add_output("y", y.into()).expect("output");
+        let y = epilogue(&mut g, y.into(), s.epilogue.as_deref(), &ydims);
+        g.add_output("y", y).expect("output");
         let flops = 2.0
             * ydims.iter().product::<usize>() as f64
             * (s.x[1] / s.group) as f64
@@ -325,10 +389,11 @@ fn grid(_: &mut Criterion) {
             }
             times.sort_by(f64::total_cmp);
             let ms = times[times.len() / 2] * 1e3;
+            let gflops = flops / ms / 1e6;
+            let of_peak = peak.map_or(f64::NAN, |p| 100.0 * gflops / (p * threads as f64));
             println!(
-                "{:28} t{threads}  kiln {ms:9.3} ms  {:7.1} GFLOP/s  [{kinds}]",
+                "{:32} t{threads}  kiln {ms:9.3} ms  {gflops:7.1} GFLOP/s  {of_peak:5.1}% peak  [{kinds}]",
                 s.name,
-                flops / ms / 1e6
             );
         }
     }

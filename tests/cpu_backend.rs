@@ -363,7 +363,8 @@ fn conv_nd_graph(
     g
 }
 
-/// 1-D convolutions (blocked, a plain stem, plain, grouped, depthwise), a 2-D one over
+/// 1-D convolutions (blocked, a plain stem, plain, grouped, depthwise, grouped in whole
+/// channel blocks), 2-D ones grouped in whole blocks, a 2-D one over
 /// a single column (run as a row) and 3-D ones, with their epilogues fused: each runs
 /// on a conv kernel, never the fallback, and agrees with the interpreter.
 #[test]
@@ -424,6 +425,35 @@ fn convolutions_of_one_and_three_spatial_axes() {
             12,
             false,
             "conv-depthwise",
+        ),
+        // Groups of whole channel blocks: each group a group-1 blocked conv (two
+        // images, so the group slices stride by image).
+        (
+            &[2, 64, 29],
+            32,
+            &[5],
+            vec![("pads", &[2, 1]), ("strides", &[2])],
+            2,
+            true,
+            "conv-grouped-blocked",
+        ),
+        (
+            &[2, 64, 9, 11],
+            64,
+            &[3, 3],
+            vec![("pads", &[1, 0, 1, 1])],
+            4,
+            true,
+            "conv-grouped-blocked",
+        ),
+        (
+            &[1, 64, 12, 12],
+            32,
+            &[3, 3],
+            vec![("pads", &[1, 1, 1, 1])],
+            2,
+            false,
+            "conv-grouped-blocked",
         ),
         (
             &[2, 32, 30, 1],

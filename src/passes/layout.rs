@@ -15,6 +15,9 @@
 //!   is blocked the same way, so a MobileNet block runs pointwise → depthwise →
 //!   pointwise with no reorder between. Lanes never mix across channels, so the pad
 //!   lanes stay harmless.
+//! - a grouped 1-D or 2-D convolution whose groups each hold whole blocks of `b` input
+//!   and output channels (constant weights) is blocked too: a group's channels are then
+//!   whole blocks, contiguous in each image, and run as their own group-1 convolution.
 //! - a 2-D MaxPool (its Indices unused), AveragePool, GlobalMaxPool or
 //!   GlobalAveragePool reading `Reorder(Xb, to plain)` pools `Xb` itself (`block = b`)
 //!   and its readers get `Reorder(Y, to plain)`. Pools act on each channel alone, so
@@ -130,7 +133,7 @@ fn blockable(g: &Graph, n: &Node, b: usize) -> bool {
     };
     let grouped = match n.attrs.int_or("group", 1) {
         Ok(1) => true,
-        Ok(group) => depthwise(g, n, group, c, m),
+        Ok(group) => depthwise(g, n, group, c, m) || whole_block_groups(g, n, group, c, m, b),
         Err(_) => false,
     };
     grouped
@@ -149,6 +152,20 @@ fn depthwise(g: &Graph, n: &Node, group: i64, c: usize, m: usize) -> bool {
             .is_ok_and(|t| t.shape.dim(axis).fixed() == Some(1))
     };
     usize::try_from(group) == Ok(c) && c == m && one(1) && g.node(w.node).op == "Constant"
+}
+
+/// A convolution of `group` groups each of whole blocks of `b` input and output
+/// channels, with constant weights (packed per group at compile time).
+fn whole_block_groups(g: &Graph, n: &Node, group: i64, c: usize, m: usize, b: usize) -> bool {
+    let Some(w) = n.inputs.get(1).copied().flatten() else {
+        return false;
+    };
+    let whole = |channels: usize| {
+        usize::try_from(group).is_ok_and(|group| {
+            group > 0 && channels.is_multiple_of(group) && (channels / group).is_multiple_of(b)
+        })
+    };
+    whole(c) && whole(m) && g.node(w.node).op == "Constant"
 }
 
 fn reorder(

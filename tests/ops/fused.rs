@@ -106,7 +106,7 @@ fn blocked_fused_conv_reads_and_writes_blocks() {
         run1("Reorder", vec![Input(yb)], to("plain", Some(8))),
         plain
     );
-    // Blocked convs are group-1 or depthwise only, and X must hold W's channel count.
+    // A blocked conv's X holds W's input channels times the groups.
     let mut g2 = a.clone();
     g2.push(("group", Attr::Int(2)));
     let e = run_err(
@@ -114,7 +114,7 @@ fn blocked_fused_conv_reads_and_writes_blocks() {
         vec![Input(xb.clone()), Const(w.clone())],
         attrs(&g2),
     );
-    assert!(e.contains("group = 1"), "{e}");
+    assert!(e.contains("holding 8 channels"), "{e}");
     let w6 = ramp(&[8, 6, 1, 1], 5, 2.0);
     let e = run_err("FusedConv", vec![Input(xb), Const(w6)], attrs(&a));
     assert!(e.contains("holding 6 channels"), "{e}");

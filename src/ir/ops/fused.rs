@@ -360,26 +360,22 @@ fn conv_block(attrs: &Attrs) -> Result<(usize, bool), String> {
     }
 }
 
-/// X's channel count for a blocked conv, which has group 1 (W's axis 1) or is depthwise:
-/// one input and one output channel per group (W's axis 0).
+/// X's channel count for a blocked conv: W's axis 1 (input channels per group) times
+/// the groups (group 1, one channel per group, or groups of whole blocks).
 fn blocked_conv_channels(w: &TensorType, attrs: &Attrs) -> Result<usize, String> {
     let group = attrs.int_or("group", 1)?;
-    let fixed = |axis: usize| {
-        w.shape
-            .dim(axis)
-            .fixed()
-            .filter(|_| w.rank() >= 3)
-            .ok_or_else(|| format!("W ({w}) needs static channel axes"))
-    };
-    let c = fixed(1)?;
-    if group == 1 {
-        return Ok(c);
-    }
-    let m = fixed(0)?;
-    if c != 1 || i64::try_from(m) != Ok(group) {
-        return Err("a blocked FusedConv needs group = 1 or one channel per group".into());
-    }
-    Ok(m)
+    let group = usize::try_from(group)
+        .ok()
+        .filter(|&g| g > 0)
+        .ok_or_else(|| format!("group must be positive, got {group}"))?;
+    let c = w
+        .shape
+        .dim(1)
+        .fixed()
+        .filter(|_| w.rank() >= 3)
+        .ok_or_else(|| format!("W ({w}) needs static channel axes"))?;
+    c.checked_mul(group)
+        .ok_or_else(|| format!("{c} channels × group {group} overflows"))
 }
 
 // ---------------------------------------------------------------- FusedMatMul

@@ -1,6 +1,7 @@
 //! Convolutions (`Conv`, `FusedConv`) of 1 to 3 spatial axes: blocked NCHW16c ones by
-//! the direct kernel with weights packed at compile time (group 1) or the blocked
-//! depthwise kernel (one channel per group), plain NCHW ones (any groups)
+//! the direct kernel with weights packed at compile time (group 1, or per group when
+//! the groups are whole channel blocks) or the blocked depthwise kernel (one channel
+//! per group), plain NCHW ones (any groups)
 //! by im2col + GEMM or, with one input channel per group, the direct depthwise kernel.
 //! Where a shape has several algorithms, [`tune::choose`] picks (cost model, tune cache
 //! or measurement). The kernels are 2-D: a 1-D convolution is one row, a 2-D one over
@@ -38,6 +39,18 @@ enum BlockedAlgo {
     Winograd(PackedWinograd),
     /// One channel per group.
     Depthwise(PackedDepthwise),
+    /// Groups of whole channel blocks: a group's channels are contiguous in each image
+    /// of an NCHW16c tensor, so each group runs as its own group-1 convolution.
+    Grouped(Grouped),
+}
+
+/// A grouped blocked convolution: one group-1 algorithm (of one image) per group.
+struct Grouped {
+    per_group: Vec<BlockedAlgo>,
+    images: usize,
+    /// Floats of one group's input and output slice of one image.
+    x_group: usize,
+    y_group: usize,
 }
 
 impl BlockedAlgo {
@@ -73,6 +86,32 @@ impl BlockedAlgo {
             BlockedAlgo::Depthwise(p) => unsafe {
                 conv::conv_depthwise_blocked(pool, p, x, z, y, act)
             },
+            BlockedAlgo::Grouped(g) => {
+                let groups = g.per_group.len();
+                for image in 0..g.images {
+                    for (i, algo) in g.per_group.iter().enumerate() {
+                        let (xo, yo) = (
+                            (image * groups + i) * g.x_group,
+                            (image * groups + i) * g.y_group,
+                        );
+                        // SAFETY: x holds `images` images of `groups` input slices and
+                        // y, z as many output slices (the contract, at the whole
+                        // shape's sizes), each slice what `algo` (of one image) reads
+                        // or writes; the algorithms run one after another, so the
+                        // shared scratch (the largest's) is theirs in turn.
+                        unsafe {
+                            algo.run(
+                                pool,
+                                x.add(xo),
+                                z.map(|z| z.add(yo)),
+                                y.add(yo),
+                                act,
+                                scratch,
+                            )
+                        }
+                    }
+                }
+            }
         }
     }
 
@@ -81,8 +120,57 @@ impl BlockedAlgo {
             BlockedAlgo::Direct(_) | BlockedAlgo::Depthwise(_) => 0,
             BlockedAlgo::Winograd(p) => p.scratch_len(pool.map_or(1, Pool::threads)) * 4,
             BlockedAlgo::Subsampled(p, _) => p.x_len() * 4,
+            BlockedAlgo::Grouped(g) => g
+                .per_group
+                .iter()
+                .map(|a| a.scratch_bytes(pool))
+                .max()
+                .unwrap_or(0),
         }
     }
+}
+
+/// A grouped convolution whose groups are whole channel blocks, as one group-1
+/// algorithm per group (each chosen like a group-1 conv's: Winograd where it wins).
+fn grouped(
+    b: &Build,
+    shape: ConvShape,
+    w: &[f32],
+    bias: Option<&[f32]>,
+    act: Act,
+    residual: bool,
+) -> Result<BlockedAlgo, String> {
+    let groups = shape.groups;
+    let (icg, ocg) = (shape.ic / groups, shape.oc / groups);
+    if !icg.is_multiple_of(conv::BLOCK) || !ocg.is_multiple_of(conv::BLOCK) {
+        return Err(format!(
+            "a blocked grouped conv needs whole blocks of {} channels per group, not {icg} \
+             in and {ocg} out",
+            conv::BLOCK
+        ));
+    }
+    shape.check_weights(w, bias)?;
+    let one = ConvShape {
+        n: 1,
+        ic: icg,
+        oc: ocg,
+        groups: 1,
+        ..shape
+    };
+    let w_group = ocg * icg * shape.kh * shape.kw;
+    let per_group = (0..groups)
+        .map(|i| {
+            let w = &w[i * w_group..(i + 1) * w_group];
+            let bias = bias.map(|b| &b[i * ocg..(i + 1) * ocg]);
+            choose_blocked(b, one, false, w, bias, act, residual)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(BlockedAlgo::Grouped(Grouped {
+        per_group,
+        images: shape.n,
+        x_group: icg * shape.ih * shape.iw,
+        y_group: ocg * shape.oh * shape.ow,
+    }))
 }
 
 /// The blocked algorithm for `shape`: the tune cache's or measured winner, else the cost
@@ -361,8 +449,11 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         };
         let w = wv.as_slice().expect("standard layout");
         let bias = bv.as_ref().map(|v| v.as_slice().expect("standard layout"));
-        let algo = if shape.groups > 1 && !plain_x {
+        let depthwise = shape.ic == shape.groups && shape.oc == shape.groups;
+        let algo = if shape.groups > 1 && depthwise && !plain_x {
             BlockedAlgo::Depthwise(PackedDepthwise::new(shape, w, bias)?)
+        } else if shape.groups > 1 && !plain_x {
+            grouped(b, shape, w, bias, act, z.is_some())?
         } else {
             choose_blocked(b, shape, plain_x, w, bias, act, z.is_some())?
         };
@@ -518,6 +609,7 @@ impl Kernel for Blocked {
             BlockedAlgo::Winograd(p) if p.m() == 2 => "conv-winograd2",
             BlockedAlgo::Winograd(..) => "conv-winograd4",
             BlockedAlgo::Depthwise(_) => "conv-depthwise-blocked",
+            BlockedAlgo::Grouped(_) => "conv-grouped-blocked",
         }
     }
 }
