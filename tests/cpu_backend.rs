@@ -495,6 +495,26 @@ fn convolutions_of_one_and_three_spatial_axes() {
             true,
             "conv-im2col",
         ),
+        // Volumes gathered a few output planes at a time: 3 planes of 10×10 per chunk
+        // (the last one ragged), and one 20×20 plane per chunk, grouped and strided.
+        (
+            &[2, 16, 7, 10, 10],
+            8,
+            &[3, 3, 3],
+            vec![("pads", &[1, 1, 1, 1, 1, 1])],
+            1,
+            true,
+            "conv-im2col",
+        ),
+        (
+            &[1, 32, 9, 20, 20],
+            8,
+            &[3, 3, 3],
+            vec![("pads", &[1, 1, 1, 1, 1, 1]), ("strides", &[2, 1, 1])],
+            2,
+            false,
+            "conv-im2col",
+        ),
     ];
     let mut rng = Rng(12);
     for (i, (x, oc, k, attrs, group, residual, kind)) in cases.into_iter().enumerate() {

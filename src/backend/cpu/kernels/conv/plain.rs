@@ -25,13 +25,31 @@ pub fn conv_plain_scratch_len(s: &ConvShape) -> usize {
     conv_volume_scratch_len(s, &Depth::FLAT)
 }
 
-/// The f32 count of the scratch [`conv_im2col_volume`] needs, or 0.
+/// The f32 count of the scratch [`conv_im2col_volume`] needs, or 0: the im2col matrix
+/// of one group's [`volume_chunk`] output planes.
 pub fn conv_volume_scratch_len(s: &ConvShape, d: &Depth) -> usize {
     if reads_input_directly(s) && d.is_identity() {
         0
     } else {
-        s.ic / s.groups * d.kernel * s.kh * s.kw * d.output * s.oh * s.ow
+        im2col_rows(s, d) * volume_chunk(s, d) * s.oh * s.ow
     }
+}
+
+/// Rows of one group's im2col matrix: (input channel, depth tap, row tap, column tap).
+fn im2col_rows(s: &ConvShape, d: &Depth) -> usize {
+    s.ic / s.groups * d.kernel * s.kh * s.kw
+}
+
+/// Floats of im2col matrix a chunk aims at: half a core's L2, so the GEMM reads its
+/// right operand from cache rather than memory (a whole volume's matrix is the input
+/// times the taps: tens of MB for a small 3-D layer).
+const CHUNK_FLOATS: usize = 128 * 1024;
+
+/// Output planes of a 3-D convolution gathered and multiplied at a time: as many as
+/// fill [`CHUNK_FLOATS`], at least one (a 2-D convolution has one plane).
+fn volume_chunk(s: &ConvShape, d: &Depth) -> usize {
+    let per_plane = (im2col_rows(s, d) * s.oh * s.ow).max(1);
+    (CHUNK_FLOATS / per_plane).clamp(1, d.output.max(1))
 }
 
 /// `y = act(conv(x, w) + bias + z)` on NCHW tensors, weights [OC, IC/g, KH, KW].
@@ -105,36 +123,45 @@ pub unsafe fn conv_im2col_volume(
 ) {
     let g = s.groups;
     let (icg, ocg) = (s.ic / g, s.oc / g);
-    let k = icg * d.kernel * s.kh * s.kw;
-    let (ivol, ovol) = (d.input * s.ih * s.iw, d.output * s.oh * s.ow);
+    let k = im2col_rows(s, d);
+    let oplane = s.oh * s.ow;
+    let (ivol, ovol) = (d.input * s.ih * s.iw, d.output * oplane);
     let direct = reads_input_directly(s) && d.is_identity();
+    // The whole volume when the input is the operand, else chunks of output planes.
+    let chunk = if direct { d.output } else { volume_chunk(s, d) };
     for n in 0..s.n {
         for gi in 0..g {
             // SAFETY: image n < N, group gi < g: its IC/g input channels start inside x.
             let xg = unsafe { x.add((n * s.ic + gi * icg) * ivol) };
-            let b = if direct {
-                Mat::rows(xg, ovol)
-            } else {
-                // SAFETY: xg starts the group's IC/g input planes; scratch holds
-                // `conv_volume_scratch_len` floats, one group's im2col matrix.
-                unsafe { im2col(pool, s, d, xg, scratch) };
-                Mat::rows(scratch, ovol)
-            };
-            let off = (n * s.oc + gi * ocg) * ovol;
-            // SAFETY: the group's OC/g bias values start at gi·OC/g of the OC ones.
-            let bias = bias.map_or(Bias::None, |b| Bias::PerRow(unsafe { b.add(gi * ocg) }));
-            // SAFETY: the group's OC/g output planes of image n start at `off` in z.
-            let residual = z.map(|z| (unsafe { z.add(off) }, ovol));
-            let ep = Epilogue {
-                bias,
-                residual,
-                act,
-            };
-            // SAFETY: the group's OC/g rows of k weights start at gi·OC/g·k in w.
-            let a = Mat::rows(unsafe { w.add(gi * ocg * k) }, k);
-            // SAFETY: a is OC/g × k, b k × OH·OW (x or scratch), and the group's output
-            // planes at y + off take OC/g rows of ovol, apart from both.
-            unsafe { gemm(pool, ocg, ovol, k, a, b, y.add(off), ovol, &ep) };
+            for oz0 in (0..d.output).step_by(chunk) {
+                let planes = chunk.min(d.output - oz0);
+                let cols = planes * oplane;
+                let b = if direct {
+                    Mat::rows(xg, ovol)
+                } else {
+                    // SAFETY: xg starts the group's IC/g input planes; scratch holds
+                    // `conv_volume_scratch_len` floats: k rows of `chunk` planes.
+                    unsafe { im2col(pool, s, d, xg, scratch, oz0..oz0 + planes) };
+                    Mat::rows(scratch, cols)
+                };
+                let off = (n * s.oc + gi * ocg) * ovol + oz0 * oplane;
+                // SAFETY: the group's OC/g bias values start at gi·OC/g of the OC ones.
+                let bias = bias.map_or(Bias::None, |b| Bias::PerRow(unsafe { b.add(gi * ocg) }));
+                // SAFETY: the chunk's columns of the group's OC/g output planes of image n
+                // start at `off` in z, rows ovol apart.
+                let residual = z.map(|z| (unsafe { z.add(off) }, ovol));
+                let ep = Epilogue {
+                    bias,
+                    residual,
+                    act,
+                };
+                // SAFETY: the group's OC/g rows of k weights start at gi·OC/g·k in w.
+                let a = Mat::rows(unsafe { w.add(gi * ocg * k) }, k);
+                // SAFETY: a is OC/g × k, b k × cols (x or scratch), and the chunk's
+                // columns of the group's output planes at y + off take OC/g rows ovol
+                // apart, apart from both.
+                unsafe { gemm(pool, ocg, cols, k, a, b, y.add(off), ovol, &ep) };
+            }
         }
     }
 }
@@ -148,9 +175,17 @@ struct Shared {
 // SAFETY: tasks read x and write disjoint rows of col.
 unsafe impl Sync for Shared {}
 
-/// Fills `col` [IC/g·KD·KH·KW × OD·OH·OW] from one group's channels at `xg`, zeros for
-/// padding.
-unsafe fn im2col(pool: Option<&Pool>, s: &ConvShape, d: &Depth, xg: *const f32, col: *mut f32) {
+/// Fills `col` [IC/g·KD·KH·KW × planes·OH·OW] from one group's channels at `xg` for the
+/// output planes `planes`, zeros for padding.
+unsafe fn im2col(
+    pool: Option<&Pool>,
+    s: &ConvShape,
+    d: &Depth,
+    xg: *const f32,
+    col: *mut f32,
+    planes: std::ops::Range<usize>,
+) {
+    let chunk = planes.len();
     let taps = d.kernel * s.kh * s.kw;
     let rows = s.ic / s.groups * taps;
     let (plane, oplane) = (s.ih * s.iw, s.oh * s.ow);
@@ -165,11 +200,11 @@ unsafe fn im2col(pool: Option<&Pool>, s: &ConvShape, d: &Depth, xg: *const f32, 
         let sh = &sh;
         for r in t * rows / tasks..(t + 1) * rows / tasks {
             let (c, tz, t2) = (r / taps, r % taps / (s.kh * s.kw), r % (s.kh * s.kw));
-            for oz in 0..d.output {
-                // SAFETY: row r of col belongs to this task (its planes at oz·OH·OW); x
+            for (i, oz) in planes.clone().enumerate() {
+                // SAFETY: row r of col belongs to this task (its planes at i·OH·OW); x
                 // per the caller's contract.
                 unsafe {
-                    let dst = sh.col.add((r * d.output + oz) * oplane);
+                    let dst = sh.col.add((r * chunk + i) * oplane);
                     match d.input_plane(oz, tz) {
                         Some(iz) => im2col_row(s, sh.x.add((c * d.input + iz) * plane), t2, dst),
                         None => std::slice::from_raw_parts_mut(dst, oplane).fill(0.0),
