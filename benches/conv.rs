@@ -10,7 +10,8 @@
 //! printed with the kernels it ran on, its GFLOP/s and onnxruntime's time for the same
 //! single-op model (`bench/conv_ort.py`, through `target/py/bin/python` when present).
 //!
-//! `cargo bench --bench conv`
+//! `cargo bench --bench conv` (`KILN_CONV_GRID=<text>`: only the grid rows whose name
+//! contains the text)
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kiln::backend::cpu::CpuBackend;
 use kiln::backend::Executable;
@@ -337,7 +338,18 @@ fn grid(_: &mut Criterion) {
         Some(p) => println!("FMA peak, one thread: {p:.1} GFLOP/s"),
         None => println!("FMA peak: not measurable on this CPU"),
     }
-    for spec in GRID {
+    // KILN_CONV_GRID=<text> keeps the rows whose name contains the text.
+    let only = std::env::var("KILN_CONV_GRID").unwrap_or_default();
+    let specs: Vec<&str> = GRID
+        .iter()
+        .copied()
+        .filter(|spec| {
+            spec.split(':')
+                .next()
+                .is_some_and(|n| n.contains(only.as_str()))
+        })
+        .collect();
+    for spec in &specs {
         let s = parse_grid(spec);
         let mut g = Graph::new("conv");
         let x = g
@@ -411,7 +423,7 @@ fn grid(_: &mut Criterion) {
     let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/py/bin/python");
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/conv_ort.py");
     let mut cmd = std::process::Command::new(&python);
-    cmd.arg(&script).args(GRID).args(["--threads", "1", "2"]);
+    cmd.arg(&script).args(&specs).args(["--threads", "1", "2"]);
     println!(
         "\nonnxruntime: {} {} <the grid> --threads 1 2",
         python.display(),

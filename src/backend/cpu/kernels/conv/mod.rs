@@ -3,8 +3,9 @@
 //! ([`Depth`]) over 2-D planes, run by im2col + GEMM.
 //!
 //! Three paths, all fusing bias, a residual and an activation:
-//! - [`blocked`]: direct convolution on NCHW16c tensors (group 1) with weights packed at
-//!   compile time ([`PackedConv`]) and AVX-512 and AVX2+FMA register-blocked micro-kernels
+//! - [`blocked`]: direct convolution on NCHW16c tensors with weights packed at compile
+//!   time (group 1; a grouped convolution whose groups hold whole 16-channel blocks runs
+//!   one group-1 convolution per group, see the CPU step) ([`PackedConv`]) and AVX-512 and AVX2+FMA register-blocked micro-kernels
 //!   (a strided unpadded 1×1 convolution runs at stride 1 over its input pixels copied
 //!   compact: [`ConvShape::subsampled`], [`blocked::subsample`]);
 //! - [`depthwise`]: direct depthwise convolution on NCHW16c tensors (one channel per
@@ -15,7 +16,8 @@
 //! - [`plain`]: NCHW tensors with any groups by im2col + [`super::gemm::gemm`] (1×1,
 //!   stride-1, unpadded convolutions read the input directly); convolutions with one
 //!   input channel per group (depthwise) run a direct kernel instead; 3-D convolutions
-//!   gather their depth taps into the same im2col matrix.
+//!   gather their depth taps into the same im2col matrix, a chunk of output planes at a
+//!   time.
 pub mod blocked;
 pub mod depthwise;
 pub mod plain;
