@@ -114,9 +114,9 @@ def main():
     rows = []
     for m in models:
         model = os.path.join(args.zoo, m, "model.onnx")
-        probe = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-        if string_inputs(probe):
-            print(f"skipped {m}: string inputs {', '.join(string_inputs(probe))} (kiln bench reads .npy numbers)",
+        strings = string_inputs(ort.InferenceSession(model, providers=["CPUExecutionProvider"]))
+        if strings:
+            print(f"skipped {m}: string inputs {', '.join(strings)} (kiln bench reads .npy numbers)",
                   file=sys.stderr)
             continue
         for threads in [int(t) for t in args.threads.split(",")]:

@@ -133,6 +133,10 @@ pub unsafe fn conv_im2col_volume(
         for gi in 0..g {
             // SAFETY: image n < N, group gi < g: its IC/g input channels start inside x.
             let xg = unsafe { x.add((n * s.ic + gi * icg) * ivol) };
+            // SAFETY: the group's OC/g bias values start at gi·OC/g of the OC ones.
+            let bias = bias.map_or(Bias::None, |b| Bias::PerRow(unsafe { b.add(gi * ocg) }));
+            // SAFETY: the group's OC/g rows of k weights start at gi·OC/g·k in w.
+            let a = Mat::rows(unsafe { w.add(gi * ocg * k) }, k);
             for oz0 in (0..d.output).step_by(chunk) {
                 let planes = chunk.min(d.output - oz0);
                 let cols = planes * oplane;
@@ -145,8 +149,6 @@ pub unsafe fn conv_im2col_volume(
                     Mat::rows(scratch, cols)
                 };
                 let off = (n * s.oc + gi * ocg) * ovol + oz0 * oplane;
-                // SAFETY: the group's OC/g bias values start at gi·OC/g of the OC ones.
-                let bias = bias.map_or(Bias::None, |b| Bias::PerRow(unsafe { b.add(gi * ocg) }));
                 // SAFETY: the chunk's columns of the group's OC/g output planes of image n
                 // start at `off` in z, rows ovol apart.
                 let residual = z.map(|z| (unsafe { z.add(off) }, ovol));
@@ -155,8 +157,6 @@ pub unsafe fn conv_im2col_volume(
                     residual,
                     act,
                 };
-                // SAFETY: the group's OC/g rows of k weights start at gi·OC/g·k in w.
-                let a = Mat::rows(unsafe { w.add(gi * ocg * k) }, k);
                 // SAFETY: a is OC/g × k, b k × cols (x or scratch), and the chunk's
                 // columns of the group's output planes at y + off take OC/g rows ovol
                 // apart, apart from both.
