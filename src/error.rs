@@ -48,4 +48,19 @@ impl Error {
     pub fn io(path: &std::path::Path, err: impl std::fmt::Display) -> Error {
         Error::Io(format!("{}: {err}", path.display()))
     }
+
+    /// The message without its kind's prefix, for wrapping in another error that names
+    /// where it happened.
+    pub fn into_message(self) -> String {
+        match self {
+            Error::Graph(m)
+            | Error::InvalidArgument(m)
+            | Error::UnknownOp(m)
+            | Error::Unsupported(m)
+            | Error::Runtime(m)
+            | Error::Device(m)
+            | Error::Io(m) => m,
+            e => e.to_string(),
+        }
+    }
 }

@@ -265,6 +265,12 @@ impl<P> ProgramCache<P> {
         Ok(map.entry(shapes.to_vec()).or_insert(built).clone())
     }
 
+    /// Every program built so far, for reports.
+    pub(crate) fn all(&self) -> Vec<Arc<P>> {
+        let programs = self.programs.read().unwrap_or_else(|e| e.into_inner());
+        programs.values().cloned().collect()
+    }
+
     /// The program already built for these inputs' shapes, found without allocating
     /// (the hot path of a run).
     pub(crate) fn find(&self, inputs: &[Tensor]) -> Option<Arc<P>> {

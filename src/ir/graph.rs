@@ -272,7 +272,7 @@ impl Graph {
             let what = format!("node #{} '{}' ({})", id.0, node.name, node.op);
             match e {
                 Error::UnknownOp(m) => Error::UnknownOp(format!("{what}: {m}")),
-                e => Error::Graph(format!("{what}: {}", strip_kind(e))),
+                e => Error::Graph(format!("{what}: {}", e.into_message())),
             }
         })?;
         Ok(self.push(node))
@@ -474,7 +474,7 @@ impl Graph {
         let e = first_error.expect("at least one rank was tried");
         Err(Error::Graph(format!(
             "{} (an operand's rank is unknown: no rank up to 8 fits)",
-            strip_kind(e)
+            e.into_message()
         )))
     }
 
@@ -580,9 +580,9 @@ impl Graph {
             if ops::lookup(&self.node(id).op).is_some_and(|o| o.schema().family == "source") {
                 continue;
             }
-            let outputs = self
-                .infer_node(self.node(id))
-                .map_err(|e| Error::Graph(format!("{}: {}", self.describe(id), strip_kind(e))))?;
+            let outputs = self.infer_node(self.node(id)).map_err(|e| {
+                Error::Graph(format!("{}: {}", self.describe(id), e.into_message()))
+            })?;
             self.nodes[id.index()].outputs = outputs;
         }
         Ok(())
@@ -852,18 +852,6 @@ fn inlined(bound: &HashMap<NodeId, Value>, copies: &HashMap<NodeId, NodeId>, v: 
 }
 
 /// Strips the variant prefix an `Error` displays, for re-wrapping with context.
-fn strip_kind(e: Error) -> String {
-    match e {
-        Error::Graph(m)
-        | Error::InvalidArgument(m)
-        | Error::UnknownOp(m)
-        | Error::Unsupported(m)
-        | Error::Runtime(m)
-        | Error::Device(m)
-        | Error::Io(m) => m,
-        e => e.to_string(),
-    }
-}
 
 /// A source's data must be static and match its declared type.
 pub(crate) fn check_data(ty: &TensorType, value: &Tensor) -> std::result::Result<(), String> {

@@ -1,7 +1,11 @@
-//! Signatures whose types depend on the values of small integer inputs (axes, shapes or
-//! sizes a caller passes at run time): one program per tuple of those values, the inputs
-//! bound as constants before the pipeline, so the rest folds and compiles as a static
-//! graph instead of running on the interpreter.
+//! Signatures whose types depend on the values of small inputs (axes, shapes or sizes a
+//! caller passes at run time; Resize scales, a OneHot depth, Range bounds): one program
+//! per tuple of those values, the inputs bound as constants before the pipeline, so the
+//! rest folds and compiles as a static graph instead of running node by node.
+//! Small integer inputs always key; float and bool ones only when they are tiny (scales,
+//! bounds: a few elements) and reach a node whose type stays dynamic, so that a data
+//! input does not recompile every run.
+use std::borrow::Borrow;
 use std::sync::{Arc, Mutex};
 
 use super::Compiled;
@@ -11,6 +15,8 @@ use crate::tensor::Tensor;
 
 /// Inputs of at most this many elements may key a program.
 const MAX_KEY_ELEMENTS: usize = 64;
+/// Float and bool inputs of at most this many elements may (a rank's worth of scales).
+const MAX_FLOAT_KEY_ELEMENTS: usize = 8;
 /// Programs kept per signature; the oldest goes first.
 const MAX_PROGRAMS: usize = 16;
 
@@ -20,23 +26,35 @@ pub struct ByValue {
     pub(super) shapes: Vec<Vec<usize>>,
     /// The graph inputs whose values key the programs.
     keys: Vec<usize>,
-    programs: Mutex<Vec<(Vec<i64>, Arc<Compiled>)>>,
+    programs: Mutex<Vec<(Vec<u8>, Arc<Compiled>)>>,
+    /// Whether a program may be a host program (not for a host program's own nodes).
+    pub(super) host: bool,
 }
 
 impl ByValue {
-    /// For a signature of `graph` at `shapes` whose types stay dynamic: keyed by its
-    /// small integer inputs, if it has any.
-    pub(super) fn new(graph: &Graph, shapes: &[Vec<usize>]) -> Option<ByValue> {
+    /// For a signature of `graph` at `shapes` whose types stay dynamic in `specialized`
+    /// (`graph` specialized at `shapes`): keyed by its small inputs, if it has any.
+    pub(super) fn new(
+        graph: &Graph,
+        specialized: &Graph,
+        shapes: &[Vec<usize>],
+        host: bool,
+    ) -> Option<ByValue> {
+        let reaches_dynamic = reaches_dynamic(specialized);
         let keys: Vec<usize> = graph
             .inputs()
             .iter()
             .zip(shapes)
             .enumerate()
-            .filter(|(_, (&id, s))| {
+            .filter(|(k, (&id, s))| {
                 let t = &graph.node(id).outputs[0];
-                t.dtype.is_int()
-                    && !t.is_host_object()
-                    && s.iter().product::<usize>() <= MAX_KEY_ELEMENTS
+                let elements = s.iter().product::<usize>();
+                let keys = if t.dtype.is_int() {
+                    elements <= MAX_KEY_ELEMENTS
+                } else {
+                    elements <= MAX_FLOAT_KEY_ELEMENTS && reaches_dynamic.get(*k) == Some(&true)
+                };
+                keys && !t.is_host_object()
             })
             .map(|(k, _)| k)
             .collect();
@@ -45,22 +63,24 @@ impl ByValue {
             shapes: shapes.to_vec(),
             keys,
             programs: Mutex::new(vec![]),
+            host,
         })
     }
 
-    /// The key inputs' values, flattened in order.
-    fn key(&self, inputs: &[Tensor]) -> Vec<i64> {
+    /// The key inputs' bytes, in order (one bit pattern per value, so a float key is
+    /// exact).
+    fn key<T: Borrow<Tensor>>(&self, inputs: &[T]) -> Vec<u8> {
         self.keys
             .iter()
-            .flat_map(|&k| inputs[k].to_i64_array().into_iter())
+            .flat_map(|&k| inputs[k].borrow().to_le_bytes())
             .collect()
     }
 
     /// The program for these inputs' key values, made by `compile` from the graph with
     /// the key inputs bound (their readers read constants of their values).
-    pub(super) fn program(
+    pub(super) fn program<T: Borrow<Tensor>>(
         &self,
-        inputs: &[Tensor],
+        inputs: &[T],
         compile: impl FnOnce(&Graph) -> Result<Compiled>,
     ) -> Result<Arc<Compiled>> {
         let key = self.key(inputs);
@@ -76,7 +96,7 @@ impl ByValue {
         let params = g.inputs();
         for &k in &self.keys {
             let name = g.fresh_name(&format!("{}.value", g.node(params[k]).name));
-            let c = g.add_constant_value(&name, inputs[k].clone())?;
+            let c = g.add_constant_value(&name, inputs[k].borrow().clone())?;
             g.replace_uses(params[k].out(0), c.out(0))?;
         }
         let p = Arc::new(compile(&g)?);
@@ -93,7 +113,28 @@ impl ByValue {
         self.lock().iter().map(|(_, p)| p.clone()).collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Vec<i64>, Arc<Compiled>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(Vec<u8>, Arc<Compiled>)>> {
         self.programs.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// By graph input: whether some node the input reaches has a type that is not static.
+fn reaches_dynamic(g: &Graph) -> Vec<bool> {
+    let Ok(schedule) = g.schedule() else {
+        return vec![];
+    };
+    g.inputs()
+        .iter()
+        .map(|&input| {
+            let mut reached = vec![false; g.len()];
+            reached[input.index()] = true;
+            schedule.iter().any(|&id| {
+                let n = g.node(id);
+                if n.inputs.iter().flatten().any(|v| reached[v.node.index()]) {
+                    reached[id.index()] = true;
+                }
+                reached[id.index()] && n.outputs.iter().any(|t| !t.is_static())
+            })
+        })
+        .collect()
 }

@@ -7,6 +7,7 @@
 //! Graphs with state run like any other: the executable owns its variables
 //! ([`state::Variables`]); runs that store to them hold the variables exclusively (they
 //! are serialized), runs that only read share them.
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -22,6 +23,7 @@ use crate::tensor::{Tensor, TensorView};
 pub(crate) mod by_value;
 pub(crate) mod denormals;
 pub(crate) mod host;
+pub(crate) mod host_program;
 pub(crate) mod isa;
 pub(crate) mod kernels;
 pub(crate) mod lower;
@@ -99,13 +101,15 @@ impl CpuBackend {
 
 /// How one input-shape signature runs: lowered; lowered with a dynamic tail (when the
 /// only dynamic types come from ops with data-dependent output shapes, see [`tail`]);
-/// or (when some other type stays dynamic after specialization, or it holds host
-/// objects) on the interpreter.
+/// one program per value of the small inputs the types depend on ([`by_value`]); or
+/// (when some other type stays dynamic, or it holds host objects) node by node on the
+/// host ([`host_program`]). The interpreter runs a signature only when the fallback is
+/// asked for and none of these can.
 pub enum Compiled {
     Program(Program),
     Split(Box<tail::Split>),
-    /// One program per value of the small integer inputs the types depend on.
     ByValue(Box<by_value::ByValue>),
+    Host(Box<host_program::HostProgram>),
     Interp(InterpExecutable),
 }
 
@@ -159,7 +163,7 @@ impl CpuExecutable {
         // Not cached: only shapes that `run` checked have programs in the cache.
         Ok(match self.specialize(shapes)? {
             Compiled::Program(p) => Some(p.steps.iter().map(|s| s.kernel.kind()).collect()),
-            c @ (Compiled::Split(_) | Compiled::ByValue(_)) => {
+            c @ (Compiled::Split(_) | Compiled::ByValue(_) | Compiled::Host(_)) => {
                 Some(self.report(&c)?.iter().map(|s| s.kind).collect())
             }
             Compiled::Interp(_) => None,
@@ -181,7 +185,7 @@ impl CpuExecutable {
 
     /// [`Self::step_report`] of a compiled signature; a dynamic tail's steps are those
     /// of its program at the sources' bounds.
-    fn report(&self, compiled: &Compiled) -> Result<Vec<StepInfo>> {
+    pub(super) fn report(&self, compiled: &Compiled) -> Result<Vec<StepInfo>> {
         fn walk(p: &Program, depth: usize, out: &mut Vec<StepInfo>) {
             for s in &p.steps {
                 out.push(StepInfo {
@@ -230,6 +234,7 @@ impl CpuExecutable {
                     }));
                 }
             }
+            Compiled::Host(h) => h.report(self, 0, &mut out)?,
             Compiled::Interp(_) => out.push(StepInfo {
                 node: format!(
                     "graph '{}' (a type stays dynamic or holds host objects)",
@@ -256,16 +261,18 @@ impl CpuExecutable {
 
     /// `graph` (this executable's, or a dynamic tail) compiled for input `shapes`.
     fn specialize_graph(&self, graph: &Graph, shapes: &[Vec<usize>]) -> Result<Compiled> {
-        self.specialize_with(graph, shapes, true)
+        self.specialize_with(graph, shapes, true, true)
     }
 
     /// [`Self::specialize_graph`], keyed by input values (`by_value`) where the types
-    /// depend on small integer inputs.
+    /// depend on small inputs, else a host program where `host` (not for a graph of one
+    /// node that a host program makes: it has no other way to run).
     fn specialize_with(
         &self,
         graph: &Graph,
         shapes: &[Vec<usize>],
         by_value: bool,
+        host: bool,
     ) -> Result<Compiled> {
         let g = specialize_for_shapes(graph, shapes, &self.options)?;
         Ok(if runs_on_host(&g) {
@@ -277,10 +284,17 @@ impl CpuExecutable {
                         .iter()
                         .any(|n| n.outputs.iter().any(|t| !t.is_static()));
                     let keyed = (by_value && dynamic)
-                        .then(|| by_value::ByValue::new(graph, shapes))
+                        .then(|| by_value::ByValue::new(graph, &g, shapes, host))
                         .flatten();
                     match keyed {
                         Some(k) => Compiled::ByValue(Box::new(k)),
+                        None if host => match host_program::HostProgram::new(self, g.clone()) {
+                            Ok(h) => Compiled::Host(Box::new(h)),
+                            Err(_) if self.options.allow_fallback => {
+                                Compiled::Interp(InterpExecutable::new(g)?)
+                            }
+                            Err(e) => return Err(e),
+                        },
                         None if !self.options.allow_fallback => return Err(interp_refused(&g)),
                         None => Compiled::Interp(InterpExecutable::new(g)?),
                     }
@@ -294,21 +308,33 @@ impl CpuExecutable {
 
     /// Runs a signature on the inputs' bytes where they are (a copy only for a
     /// non-contiguous tensor); the pointers on the stack for the usual few inputs.
-    fn run_compiled(&self, compiled: &Compiled, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    fn run_compiled<T: Borrow<Tensor>>(
+        &self,
+        compiled: &Compiled,
+        inputs: &[T],
+    ) -> Result<Vec<Tensor>> {
         match compiled {
-            Compiled::Interp(e) => return self.run_interp(e, inputs),
+            Compiled::Interp(e) => {
+                let owned: Vec<Tensor> = inputs.iter().map(|t| t.borrow().clone()).collect();
+                return self.run_interp(e, &owned);
+            }
+            Compiled::Host(h) => return self.run_host(h, inputs),
             Compiled::ByValue(b) => {
-                let p = b.program(inputs, |g| self.specialize_with(g, &b.shapes, false))?;
+                let p = b.program(inputs, |g| {
+                    self.specialize_with(g, &b.shapes, false, b.host)
+                })?;
                 return self.run_compiled(&p, inputs);
             }
             _ => {}
         }
         let mut copies = vec![];
-        self.run_in_place(compiled, inputs.len(), |i| match inputs[i].bytes_view() {
-            Some(v) => v.bytes().as_ptr(),
-            None => {
-                copies.push(inputs[i].to_le_bytes());
-                copies.last().expect("just pushed").as_ptr()
+        self.run_in_place(compiled, inputs.len(), |i| {
+            match inputs[i].borrow().bytes_view() {
+                Some(v) => v.bytes().as_ptr(),
+                None => {
+                    copies.push(inputs[i].borrow().to_le_bytes());
+                    copies.last().expect("just pushed").as_ptr()
+                }
             }
         })
     }
@@ -336,7 +362,9 @@ impl CpuExecutable {
         match compiled {
             Compiled::Program(p) => self.run_program(p, ptrs),
             Compiled::Split(s) => self.run_split(s, ptrs),
-            Compiled::Interp(_) | Compiled::ByValue(_) => unreachable!("run above"),
+            Compiled::Interp(_) | Compiled::ByValue(_) | Compiled::Host(_) => {
+                unreachable!("run above")
+            }
         }
     }
 
@@ -448,8 +476,9 @@ impl CpuExecutable {
             Some(t) => t,
             None => {
                 let shapes: Vec<Vec<usize>> = (0..n).map(|k| s.tail_dims(k, extents)).collect();
-                s.tails
-                    .get_or_build(&shapes, || self.specialize_with(&s.tail, &shapes, false))?
+                s.tails.get_or_build(&shapes, || {
+                    self.specialize_with(&s.tail, &shapes, false, true)
+                })?
             }
         };
         let mut ptrs = [std::ptr::null(); tail::MAX_TAIL_INPUTS];
@@ -464,12 +493,12 @@ impl CpuExecutable {
             Compiled::Program(p) => self.run_program(p, ptrs)?,
             Compiled::Split(t) => self.run_split(t, ptrs)?,
             Compiled::ByValue(_) => unreachable!("a tail is compiled without value keys"),
-            Compiled::Interp(e) => {
+            Compiled::Interp(_) | Compiled::Host(_) => {
                 let inputs = (0..n)
                     .map(|k| {
                         let slot = program::Slot {
                             loc: program::Loc::Input(k),
-                            dtype: e.graph().node(e.graph().inputs()[k]).outputs[0].dtype,
+                            dtype: s.tail.node(s.tail.inputs()[k]).outputs[0].dtype,
                             shape: s.tail_dims(k, extents),
                         };
                         let tail_cx = Cx {
@@ -480,7 +509,7 @@ impl CpuExecutable {
                         unsafe { steps::fallback::read(&tail_cx, &slot) }.map_err(Error::Runtime)
                     })
                     .collect::<Result<Vec<_>>>()?;
-                self.run_interp(e, &inputs)?
+                self.run_compiled(&tail, &inputs)?
             }
         };
         s.outputs
@@ -628,7 +657,13 @@ impl Executable for CpuExecutable {
             cached => cached,
         };
         match program {
-            Some(p) if fits && !matches!(*p, Compiled::Interp(_) | Compiled::ByValue(_)) => {
+            Some(p)
+                if fits
+                    && !matches!(
+                        *p,
+                        Compiled::Interp(_) | Compiled::ByValue(_) | Compiled::Host(_)
+                    ) =>
+            {
                 self.run_in_place(&p, inputs.len(), |i| inputs[i].bytes().as_ptr())
             }
             _ => {

@@ -27,7 +27,7 @@ pub const MAX_NESTING: usize = 64;
 
 /// The most iterations a reference `Loop` runs: a loop without a trip count whose
 /// condition never turns false is an error here instead of a hang.
-const MAX_ITERATIONS: i64 = 1 << 24;
+pub(crate) const MAX_ITERATIONS: i64 = 1 << 24;
 
 /// The captures attribute every control-flow op has.
 const CAPTURES: AttrSpec = AttrSpec::opt("captures", AttrKind::Int, "0");
@@ -267,7 +267,7 @@ fn check_single(t: &TensorType, dtype: DType, what: &str) -> Result<(), String> 
 }
 
 /// The one element of a scalar-like tensor.
-fn single_value(t: &Tensor, what: &str) -> Result<i64, String> {
+pub(crate) fn single_value(t: &Tensor, what: &str) -> Result<i64, String> {
     let v = t.to_i64_vec();
     match v.as_slice() {
         [x] => Ok(*x),
@@ -299,7 +299,7 @@ fn stack_onto<T: Elem>(first: &ArrayD<T>, rest: &[Tensor], axis: usize) -> Resul
 
 /// The per-iteration results stacked along a new `axis` (reversed first if `reverse`);
 /// `empty` is the shape of a result when there were no iterations.
-fn stack(
+pub(crate) fn stack(
     mut parts: Vec<Tensor>,
     axis: usize,
     reverse: bool,
@@ -317,7 +317,7 @@ fn stack(
 /// An empty stack of body result `i`: zero along `axis`; elsewhere the body's fixed
 /// dims, or the size a symbol takes in the parameters' shapes (`param_shapes`, what the
 /// first iteration would have received), else 0.
-fn empty_stack(
+pub(crate) fn empty_stack(
     body: &Graph,
     i: usize,
     axis: usize,
@@ -468,7 +468,7 @@ const LOOP: OpSchema = OpSchema {
 };
 
 /// Loop's operands: how many carried values and captures.
-fn loop_counts(cx_inputs: usize, attrs: &Attrs) -> Result<(usize, usize), String> {
+pub(crate) fn loop_counts(cx_inputs: usize, attrs: &Attrs) -> Result<(usize, usize), String> {
     if cx_inputs < 2 {
         return Err(
             "Loop takes M and cond (each may be omitted, `_`) before its carried values".into(),

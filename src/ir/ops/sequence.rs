@@ -456,33 +456,8 @@ impl Op for SplitToSequence {
     fn eval(&self, cx: &EvalCtx<'_>) -> Result<Vec<Tensor>, String> {
         let x = cx.input(0)?;
         let axis = norm_axis(cx.attrs.int_or("axis", 0)?, x.rank())?;
-        let d = x.shape()[axis];
-        let (sizes, drop_axis) = match cx.opt_input(1) {
-            Some(s) if s.rank() == 0 => {
-                let chunk = s.to_i64_vec()[0];
-                let chunk = usize::try_from(chunk)
-                    .ok()
-                    .filter(|&c| c > 0)
-                    .ok_or_else(|| format!("split must be positive, got {chunk}"))?;
-                let n = d.div_ceil(chunk);
-                let sizes = (0..n).map(|k| chunk.min(d - k * chunk)).collect();
-                (sizes, false)
-            }
-            Some(s) => {
-                let sizes = s
-                    .to_i64_vec()
-                    .into_iter()
-                    .map(|v| usize::try_from(v).map_err(|_| format!("split has {v}")))
-                    .collect::<Result<Vec<_>, _>>()?;
-                if sizes.iter().sum::<usize>() != d {
-                    return Err(format!(
-                        "split {sizes:?} does not add up to the axis size {d}"
-                    ));
-                }
-                (sizes, false)
-            }
-            None => (vec![1; d], cx.attrs.int_or("keepdims", 1)? == 0),
-        };
+        let keepdims = cx.attrs.int_or("keepdims", 1)? != 0;
+        let (sizes, drop_axis) = split_sizes(x.shape()[axis], cx.opt_input(1), keepdims)?;
         let mut items = Vec::with_capacity(sizes.len());
         let mut start = 0;
         for size in sizes {
@@ -501,6 +476,43 @@ impl Op for SplitToSequence {
             items,
         })])
     }
+}
+
+/// SplitToSequence's part sizes along an axis of `d` elements (`split` a scalar chunk or
+/// a 1-D list, or absent: parts of 1), and whether the parts drop the axis (no `split`
+/// and `keepdims` off). The cpu backend's host program splits with these too.
+pub(crate) fn split_sizes(
+    d: usize,
+    split: Option<&Tensor>,
+    keepdims: bool,
+) -> Result<(Vec<usize>, bool), String> {
+    Ok(match split {
+        Some(s) if s.rank() == 0 => {
+            let chunk = s.to_i64_vec()[0];
+            let chunk = usize::try_from(chunk)
+                .ok()
+                .filter(|&c| c > 0)
+                .ok_or_else(|| format!("split must be positive, got {chunk}"))?;
+            let n = d.div_ceil(chunk);
+            let sizes = (0..n).map(|k| chunk.min(d - k * chunk)).collect();
+            (sizes, false)
+        }
+        Some(s) => {
+            let sizes = s
+                .to_i64_vec()
+                .into_iter()
+                .map(|v| usize::try_from(v).map_err(|_| format!("split has {v}")))
+                .collect::<Result<Vec<_>, _>>()?;
+            let total = sizes.iter().try_fold(0usize, |a, &b| a.checked_add(b));
+            if total != Some(d) {
+                return Err(format!(
+                    "split {sizes:?} does not add up to the axis size {d}"
+                ));
+            }
+            (sizes, false)
+        }
+        None => (vec![1; d], !keepdims),
+    })
 }
 
 /// Runs catalogue op `name` (through [`evaluate`], so strings work too).

@@ -1,7 +1,8 @@
 //! Data movement. Ops that only relabel the shape (`Reshape`, `Flatten`, `Squeeze`,
-//! `Unsqueeze`, `Identity`): the memory planner usually gives the output the input's
-//! buffer, and then the step does nothing; otherwise it copies the bytes (the other
-//! data movement is [`super::movement`]'s).
+//! `Unsqueeze`, `Identity`, and `OptionalGetElement` of a plain tensor): the memory
+//! planner usually gives the output the input's buffer, and then the step does nothing;
+//! otherwise it copies the bytes (the other data movement is [`super::movement`]'s).
+//! `OptionalHasElement` of a plain tensor or of nothing is known from the operand alone.
 use crate::backend::cpu::program::{Cx, Kernel, Slot};
 
 use super::Build;
@@ -20,9 +21,16 @@ impl Copy {
 }
 
 pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
+    if b.node.op == "OptionalHasElement" {
+        // A lowered graph holds no optionals: the operand is a tensor or absent.
+        return Ok(Some(Box::new(HasElement {
+            present: b.input(0).is_some(),
+            to: b.outs[0].clone(),
+        })));
+    }
     if !matches!(
         b.node.op.as_str(),
-        "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity"
+        "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity" | "OptionalGetElement"
     ) {
         return Ok(None);
     }
@@ -54,5 +62,25 @@ impl Kernel for Copy {
     }
     fn kind(&self) -> &'static str {
         "copy"
+    }
+}
+
+/// OptionalHasElement where the answer is the operand's presence.
+struct HasElement {
+    present: bool,
+    to: Slot,
+}
+
+impl Kernel for HasElement {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        // SAFETY: the output slot is one bool (the op's type), live for the run.
+        unsafe { *cx.ptr(self.to.loc) = u8::from(self.present) };
+        Ok(())
+    }
+    fn can_fail(&self) -> bool {
+        false
+    }
+    fn kind(&self) -> &'static str {
+        "constant"
     }
 }
