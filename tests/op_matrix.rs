@@ -11,6 +11,9 @@
 //! outcome of each of that op's forms.
 use crate::common::{self, Rng};
 
+#[path = "op_matrix/host.rs"]
+mod host;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -18,7 +21,7 @@ use kiln::backend::cpu::CpuBackend;
 use kiln::backend::interp::InterpExecutable;
 use kiln::backend::Executable;
 use kiln::ir::ops::{catalogue, Op, Origin};
-use kiln::ir::{Attr, Attrs, DType, Graph, Shape, TensorType, Value};
+use kiln::ir::{Attr, Attrs, Container, DType, Dim, Graph, Shape, TensorType, Value};
 use kiln::passes::CompileOptions;
 use kiln::Tensor;
 
@@ -52,6 +55,12 @@ enum In {
     C(Tensor),
     /// An omitted optional input.
     Absent,
+    /// A run-time sequence of tensors of the column's dtype, of these shapes.
+    Seq(Vec<Vec<usize>>),
+    /// A run-time optional of the column's dtype: full (of this shape) or empty.
+    Opt(Option<Vec<usize>>),
+    /// A run-time tensor of short words (strings have no column: shown under f32).
+    Str(Vec<usize>),
 }
 
 /// One generated case: operands and attributes, and a label for reports.
@@ -61,6 +70,8 @@ struct Form {
     label: String,
     /// How many of the node's outputs the graph returns (the rest are dead).
     outputs: usize,
+    /// Attributes that depend on the column's dtype (control-flow bodies).
+    typed_attrs: Option<fn(DType) -> Attrs>,
 }
 
 fn form(label: impl Into<String>, ins: Vec<In>, attrs: Attrs) -> Form {
@@ -69,6 +80,7 @@ fn form(label: impl Into<String>, ins: Vec<In>, attrs: Attrs) -> Form {
         attrs,
         label: label.into(),
         outputs: usize::MAX,
+        typed_attrs: None,
     }
 }
 
@@ -921,7 +933,7 @@ fn forms(op: &dyn Op) -> Result<Vec<Form>, &'static str> {
             .iter()
             .map(|(a, b)| form(format!("{a:?} {b:?}"), vec![x(a), x(b)], Attrs::new()))
             .collect(),
-        _ => return Err("no generator yet"),
+        _ => return host::forms(name).ok_or("no generator yet"),
     })
 }
 
@@ -1141,6 +1153,64 @@ fn data(rng: &mut Rng, op: &str, k: usize, dtype: DType, dims: &[usize]) -> Tens
     Tensor::from_f64s(dtype, dims, &v).unwrap()
 }
 
+/// A run-time host object for `i` (a sequence, optional or string operand) and its
+/// parameter's type.
+fn host_object(rng: &mut Rng, i: &In, dtype: DType) -> (Tensor, TensorType) {
+    use kiln::tensor::{Optional, Sequence};
+    match i {
+        In::Seq(shapes) => {
+            let items: Vec<Tensor> = shapes.iter().map(|s| rng.tensor_of(dtype, s)).collect();
+            // Item dims that differ are unknown in the element type.
+            let element = shapes.first().map(|first| {
+                let dims: Vec<Dim> = (0..first.len())
+                    .map(|a| {
+                        match shapes
+                            .iter()
+                            .all(|s| s.len() == first.len() && s[a] == first[a])
+                        {
+                            true => Dim::Fixed(first[a]),
+                            false => Dim::Sym("?".into()),
+                        }
+                    })
+                    .collect();
+                Shape::new(dims)
+            });
+            let same_rank = shapes
+                .iter()
+                .all(|s| Some(s.len()) == shapes.first().map(Vec::len));
+            let ty = TensorType::sequence_of(dtype, element.filter(|_| same_rank));
+            let value = Tensor::Sequence(Sequence {
+                dtype,
+                inner: vec![],
+                items,
+            });
+            (value, ty)
+        }
+        In::Opt(held) => {
+            let dims = held.clone().unwrap_or_else(|| vec![2, 3]);
+            let ty = TensorType::new(dtype, Shape::fixed(&dims)).wrapped(Container::Opt, None);
+            let value = Tensor::Optional(Optional {
+                dtype,
+                inner: vec![],
+                value: held.as_ref().map(|d| Box::new(rng.tensor_of(dtype, d))),
+            });
+            (value, ty)
+        }
+        In::Str(dims) => {
+            const WORDS: [&str; 8] = [
+                "monday", "Tuesday", "a b", "", "kiln", "ÄÖ ü", "tuesday", "ab a",
+            ];
+            let n: usize = dims.iter().product();
+            let v: Vec<String> = (0..n)
+                .map(|_| WORDS[rng.below(WORDS.len())].to_string())
+                .collect();
+            let value = Tensor::from_strings(dims, v).unwrap();
+            (value, TensorType::new(DType::String, Shape::fixed(dims)))
+        }
+        _ => unreachable!("not a host object"),
+    }
+}
+
 /// The outcome of one cell.
 #[derive(Default)]
 struct Cell {
@@ -1180,7 +1250,8 @@ fn tolerance(dtype: DType) -> f64 {
 /// One form in one column: `None` when the catalogue refuses it.
 fn run_form(op: &str, dtype: DType, f: &Form, rng: &mut Rng) -> Option<Result<(), (bool, String)>> {
     // A form with no operand of the column's dtype is one case, shown under f32.
-    if dtype != DType::F32 && !f.ins.iter().any(|i| matches!(i, In::X(_))) {
+    let of_column = |i: &In| matches!(i, In::X(_) | In::Seq(_) | In::Opt(_));
+    if dtype != DType::F32 && !f.ins.iter().any(of_column) {
         return None;
     }
     let mut g = Graph::new("matrix");
@@ -1204,10 +1275,21 @@ fn run_form(op: &str, dtype: DType, f: &Form, rng: &mut Rng) -> Option<Result<()
             }
             In::C(t) => Some(common::constant(&mut g, t.clone())),
             In::Absent => None,
+            In::Seq(_) | In::Opt(_) | In::Str(_) => {
+                let (value, ty) = host_object(rng, i, dtype);
+                values.push(value);
+                Some(g.add_parameter(&format!("x{k}"), ty).ok()?.into())
+            }
         };
         ins.push(v);
     }
-    let id = g.add_op(op, &ins, f.attrs.clone(), "y").ok()?;
+    let mut attrs = f.attrs.clone();
+    if let Some(typed) = f.typed_attrs {
+        for (k, v) in typed(dtype).iter() {
+            attrs = attrs.with(k, v.clone());
+        }
+    }
+    let id = g.add_op(op, &ins, attrs, "y").ok()?;
     for k in 0..g.node(id).outputs.len().min(f.outputs) {
         g.add_output(&format!("y{k}"), id.out(k as u32)).ok()?;
     }
