@@ -13,7 +13,7 @@ use kiln::Tensor;
 
 use common::{constant, op, typed_param, Rng};
 
-fn cpu(g: &Graph) -> CpuExecutable {
+pub(crate) fn cpu(g: &Graph) -> CpuExecutable {
     CpuBackend::new(CompileOptions {
         threads: 2,
         ..Default::default()
@@ -32,7 +32,7 @@ fn interp(g: &Graph, inputs: &[Tensor]) -> Vec<Tensor> {
 }
 
 /// Runs `g` on cpu and interp and compares (integers exactly, floats to rounding).
-fn check(exe: &CpuExecutable, g: &Graph, inputs: &[Tensor]) {
+pub(crate) fn check(exe: &CpuExecutable, g: &Graph, inputs: &[Tensor]) {
     let want = interp(g, inputs);
     let got = exe.run(inputs).unwrap();
     assert_eq!(got.len(), want.len());
@@ -45,7 +45,7 @@ fn check(exe: &CpuExecutable, g: &Graph, inputs: &[Tensor]) {
 
 /// The step kinds of `exe`'s program for `inputs`, which must run no step on the
 /// interpreter.
-fn kinds(exe: &CpuExecutable, inputs: &[Tensor]) -> Vec<&'static str> {
+pub(crate) fn kinds(exe: &CpuExecutable, inputs: &[Tensor]) -> Vec<&'static str> {
     let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
     let report = exe.step_report(&shapes).unwrap();
     for s in &report {

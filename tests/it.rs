@@ -23,6 +23,8 @@ mod cpu_dynamic;
 mod cpu_generic_binary;
 #[path = "cpu_generic_unary.rs"]
 mod cpu_generic_unary;
+#[path = "cpu_host_program.rs"]
+mod cpu_host_program;
 #[path = "cpu_movement.rs"]
 mod cpu_movement;
 #[path = "cpu_nn_attention.rs"]

@@ -7,7 +7,7 @@ use super::pattern::{alt, any, constant, non_constant, op, ops, Match, NodePat, 
 use super::{add_const, replace_node, sweep, Changed, Pass, PassContext};
 use crate::error::Result;
 use crate::ir::ops::fused::{scalar_text, ACTIVATIONS};
-use crate::ir::{Attr, Attrs, Graph, NodeId, Value};
+use crate::ir::{Attr, Attrs, DType, Graph, NodeId, Value};
 use crate::tensor::Tensor;
 
 pub struct FuseEpilogue;
@@ -203,6 +203,11 @@ fn fuse(
     let core = g.node(core_id).clone();
     let out_ty = g.node(root).outputs[0].clone();
     if !out_ty.dtype.is_float() {
+        return Ok(false);
+    }
+    // The fused kernels apply activations in f32: an f64 activation stays its own op, in
+    // f64.
+    if out_ty.dtype == DType::F64 && m.get("act").is_some() {
         return Ok(false);
     }
     let core_ty = core.outputs[0].clone();

@@ -75,8 +75,9 @@ pub struct CompileOptions {
     /// How per-shape algorithm choices are made (the CPU backend's).
     pub tuning: Tuning,
     /// Let a node no kernel covers run the reference interpreter's op on copies (the CPU
-    /// backend's). Off (`KILN_ALLOW_FALLBACK=0`), such a graph is a compile error naming
-    /// the node, its op and its operands' types and shapes.
+    /// backend's), an opt-in for debugging (`KILN_ALLOW_FALLBACK=1`). Off (the default),
+    /// such a graph is a compile error naming the node, its op and its operands' types
+    /// and shapes: the interpreter is the oracle, never a step of the product path.
     pub allow_fallback: bool,
 }
 
@@ -95,7 +96,7 @@ impl Default for CompileOptions {
             profile: Profiling::Off,
             threads: 0,
             tuning: Tuning::default(),
-            allow_fallback: true,
+            allow_fallback: false,
         }
     }
 }

@@ -48,7 +48,10 @@ impl ByValue {
             .enumerate()
             .filter(|(k, (&id, s))| {
                 let t = &graph.node(id).outputs[0];
-                let elements = s.iter().product::<usize>();
+                let elements = s
+                    .iter()
+                    .try_fold(1usize, |n, &d| n.checked_mul(d))
+                    .unwrap_or(usize::MAX);
                 let keys = if t.dtype.is_int() {
                     elements <= MAX_KEY_ELEMENTS
                 } else {

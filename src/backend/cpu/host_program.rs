@@ -9,9 +9,9 @@
 //! - `host-string` / `host-sequence`: ops on text, and the plumbing of sequences and
 //!   optionals, through the catalogue's implementation: the only one there is, and one
 //!   that moves values or works on the text (no arithmetic);
-//! - `host-if` / `host-loop`: control flow whose results or bodies are dynamic or hold
-//!   host objects: the condition and trip count read here, each body compiled (a
-//!   program, or a host program of its own) by the shapes it is given.
+//! - `host-if` / `host-loop`: the condition and trip count read here, each body compiled
+//!   (a program, or a host program of its own) by the shapes it is given. (A Scan runs as
+//!   a kernel: its trip count is its inputs' length.)
 //!
 //! The reference interpreter is never a step: a node none of these can run is an error
 //! naming it (the interpreter runs it only under `KILN_ALLOW_FALLBACK=1`).
@@ -99,18 +99,6 @@ fn is_host_object(g: &Graph, node: &Node) -> bool {
             .any(|&v| g.value_type(v).is_ok_and(TensorType::is_host_object))
 }
 
-/// Whether an If or Loop needs the host: results of dynamic types or host objects, or a
-/// body that runs on the host.
-fn needs_host_control(node: &Node) -> bool {
-    node.outputs
-        .iter()
-        .any(|t| !t.is_static() || t.is_host_object())
-        || ["then_branch", "else_branch", "body"]
-            .iter()
-            .filter_map(|a| node.attrs.graph(a).ok().flatten())
-            .any(|b| super::runs_on_host(b))
-}
-
 impl HostProgram {
     /// The host program of specialized graph `g`; nodes whose inputs are static are
     /// compiled now, so that their errors show at compile time.
@@ -147,10 +135,8 @@ impl HostProgram {
                         g.describe(id)
                     )))
                 }
-                "If" if needs_host_control(node) => {
-                    Run::If([ProgramCache::new(), ProgramCache::new()])
-                }
-                "Loop" if needs_host_control(node) => Run::Loop(ProgramCache::new()),
+                "If" => Run::If([ProgramCache::new(), ProgramCache::new()]),
+                "Loop" => Run::Loop(ProgramCache::new()),
                 "SplitToSequence" if !strings => Run::SplitToSequence(ProgramCache::new()),
                 "ConcatFromSequence" if !strings => Run::ConcatFromSequence(ProgramCache::new()),
                 op => {
@@ -179,15 +165,19 @@ impl HostProgram {
                 continue;
             };
             let node = h.graph.node(step.id);
-            let dims: Option<Vec<Vec<usize>>> = operands(&h.graph, node)
-                .map(|v| h.graph.value_type(v).ok().and_then(TensorType::static_dims))
+            let types: Option<Vec<TensorType>> = operands(&h.graph, node)
+                .map(|v| {
+                    h.graph
+                        .value_type(v)
+                        .ok()
+                        .filter(|t| t.is_static())
+                        .cloned()
+                })
                 .collect();
-            if let Some(dims) = dims {
-                let ins: Vec<Tensor> = operands(&h.graph, node)
-                    .zip(&dims)
-                    .map(|(v, d)| Tensor::zeros(h.graph.value_type(v).expect("typed").dtype, d))
-                    .collect();
-                cache.get_or_build(&dims, || exe.node_program(&h.graph, step.id, &ins))?;
+            if let Some(types) = types {
+                let dims: Vec<Vec<usize>> =
+                    types.iter().filter_map(TensorType::static_dims).collect();
+                cache.get_or_build(&dims, || exe.node_program(&h.graph, step.id, &types))?;
             }
         }
         Ok(h)
@@ -231,10 +221,13 @@ fn operands<'a>(g: &'a Graph, node: &'a Node) -> impl Iterator<Item = Value> + '
         .filter(|v| g.node(v.node).op != "Constant")
 }
 
-/// A parameter typed after `t`'s dtype and shape.
-fn parameter_like(sub: &mut Graph, name: &str, t: &Tensor) -> Result<Value> {
+/// The static type of a run-time value.
+fn type_of(t: &Tensor) -> TensorType {
+    TensorType::new(t.dtype(), Shape::fixed(t.shape()))
+}
+
+fn parameter(sub: &mut Graph, name: &str, ty: TensorType) -> Result<Value> {
     let name = sub.fresh_name(name);
-    let ty = TensorType::new(t.dtype(), Shape::fixed(t.shape()));
     Ok(sub.add_parameter(&name, ty)?.out(0))
 }
 
@@ -249,14 +242,9 @@ fn i64_constant(sub: &mut Graph, name: &str, v: &[usize]) -> Result<Value> {
 }
 
 impl CpuExecutable {
-    /// Node `id` of `g` alone, at the shapes of `ins` (its non-constant operands'
-    /// values), compiled without a host program of its own.
-    fn node_program<T: Borrow<Tensor>>(
-        &self,
-        g: &Graph,
-        id: NodeId,
-        ins: &[T],
-    ) -> Result<Compiled> {
+    /// Node `id` of `g` alone, its non-constant operands of the static types `ins`,
+    /// compiled without a host program of its own.
+    fn node_program(&self, g: &Graph, id: NodeId, ins: &[TensorType]) -> Result<Compiled> {
         let node = g.node(id);
         let mut sub = Graph::new(&format!("{}.{}", g.name, node.name));
         let mut ins = ins.iter();
@@ -274,8 +262,8 @@ impl CpuExecutable {
                     )
                 }
                 Some(v) => {
-                    let t = ins.next().expect("one value per operand").borrow();
-                    Some(parameter_like(&mut sub, &g.node(v.node).name, t)?)
+                    let ty = ins.next().expect("one type per operand").clone();
+                    Some(parameter(&mut sub, &g.node(v.node).name, ty)?)
                 }
             });
         }
@@ -379,8 +367,9 @@ impl CpuExecutable {
                 let p = match cache.find_by(|s| same_shapes(s, &ins)) {
                     Some(p) => p,
                     None => {
+                        let types: Vec<TensorType> = ins.iter().map(|t| type_of(t)).collect();
                         let shapes = shapes_of(&ins);
-                        cache.get_or_build(&shapes, || self.node_program(g, step.id, &ins))?
+                        cache.get_or_build(&shapes, || self.node_program(g, step.id, &types))?
                     }
                 };
                 self.run_compiled(&p, &ins)
@@ -559,7 +548,7 @@ impl CpuExecutable {
     ) -> Result<Compiled> {
         let name = &g.node(id).name;
         let mut sub = Graph::new(&format!("{}.{name}", g.name));
-        let p = parameter_like(&mut sub, name, x)?;
+        let p = parameter(&mut sub, name, type_of(x))?;
         let split = i64_constant(&mut sub, "split", sizes)?;
         let axis_attr = Attrs::new().with("axis", Attr::Int(axis as i64));
         let split_name = sub.fresh_name(name);
@@ -594,7 +583,7 @@ impl CpuExecutable {
             .transpose()?;
         let mut parts = vec![];
         for t in items {
-            let mut part = parameter_like(&mut sub, "item", t)?;
+            let mut part = parameter(&mut sub, "item", type_of(t))?;
             if let Some(axes) = axes {
                 part = sub.op("Unsqueeze", &[part, axes], Attrs::new(), "")?.out(0);
             }

@@ -302,7 +302,19 @@ impl CpuExecutable {
             }
         } else {
             let vars = self.variables.read().unwrap_or_else(|e| e.into_inner());
-            Compiled::Program(lower::lower(&g, Some(&self.pool), &vars, &self.options)?)
+            match lower::lower(&g, Some(&self.pool), &vars, &self.options) {
+                Ok(p) => Compiled::Program(p),
+                // A control-flow body that cannot be one program (its trip counts or
+                // shapes settle only as it runs) runs through a host program's If or Loop.
+                Err(e) if host && has_control_flow(&g) => {
+                    drop(vars);
+                    match host_program::HostProgram::new(self, g) {
+                        Ok(h) => Compiled::Host(Box::new(h)),
+                        Err(_) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
         })
     }
 
@@ -561,9 +573,6 @@ impl Drop for CpuExecutable {
     }
 }
 
-/// Whether a specialized graph (or body) runs on the host, node by node, rather than as a
-/// lowered program: strings, sequences and optionals are host objects with no bytes in an
-/// arena, and a shape that stays dynamic has no place in a plan.
 /// Why `g` (a signature [`runs_on_host`]) is refused without the fallback: its first
 /// node whose type stays dynamic or holds host objects.
 fn interp_refused(g: &Graph) -> Error {
@@ -590,12 +599,39 @@ fn interp_refused(g: &Graph) -> Error {
     ))
 }
 
+/// Whether a specialized graph (or body) runs on the host, node by node, rather than as a
+/// lowered program: strings, sequences and optionals are host objects with no bytes in an
+/// arena, and a shape that stays dynamic has no place in a plan.
+/// So does one with a control-flow body that holds host objects (a body's dynamic dims
+/// are its own to settle when it is lowered).
 pub(crate) fn runs_on_host(g: &Graph) -> bool {
     g.nodes().iter().any(|n| {
         n.outputs
             .iter()
             .any(|t| !t.is_static() || t.is_host_object())
-    })
+    }) || has_host_bodies(g)
+}
+
+fn has_control_flow(g: &Graph) -> bool {
+    g.nodes()
+        .iter()
+        .any(|n| matches!(n.op.as_str(), "If" | "Loop" | "Scan"))
+}
+
+/// Whether some control-flow body of `g`, at any depth, holds host objects.
+pub(crate) fn has_host_bodies(g: &Graph) -> bool {
+    fn holds(g: &Graph) -> bool {
+        g.nodes()
+            .iter()
+            .any(|n| n.outputs.iter().any(TensorType::is_host_object) || bodies(n).any(holds))
+    }
+    fn bodies(n: &crate::ir::Node) -> impl Iterator<Item = &Graph> {
+        n.attrs.iter().filter_map(|(_, a)| match a {
+            crate::ir::Attr::Graph(b) => Some(&**b),
+            _ => None,
+        })
+    }
+    g.nodes().iter().flat_map(bodies).any(holds)
 }
 
 /// The value in output slot `s`, copied out.

@@ -115,6 +115,9 @@ pub(crate) fn split(
     pool: Option<&Pool>,
     passes: &CompileOptions,
 ) -> Result<Option<Split>> {
+    if super::has_host_bodies(g) {
+        return Ok(None);
+    }
     let schedule = g.schedule()?;
     let mut part = vec![Part::Head; g.len()];
     let mut bounds = HashMap::new();

@@ -1,7 +1,8 @@
-//! The generic step: copies the inputs out of the arena into tensors, runs the
-//! interpreter's op (the reference `eval`), checks what it returns against the lowered
-//! types and copies it back. It allocates per run; it is what keeps every op of the
-//! catalogue runnable on the CPU backend while the hot ones have kernels.
+//! The generic step: copies the inputs out of the arena into tensors, runs the op's
+//! `eval`, checks what it returns against the lowered types and copies it back. It
+//! allocates per run. For a catalogue op that `eval` is the interpreter's (`fallback`,
+//! only under `allow-fallback`); for a registered op without a buffer kernel it is the
+//! op's own implementation, its author's kernel (`custom-eval`, always).
 use crate::backend::cpu::program::{Cx, Kernel, Slot};
 use crate::ir::ops::custom::{self, OpRef};
 use crate::ir::ops::EvalCtx;
@@ -12,6 +13,7 @@ use super::Build;
 
 pub struct Fallback {
     op: OpRef,
+    kind: &'static str,
     attrs: Attrs,
     ins: Vec<Option<Slot>>,
     in_types: Vec<Option<TensorType>>,
@@ -28,8 +30,13 @@ pub(crate) fn build(b: &Build) -> Result<Box<dyn Kernel>, String> {
         .iter()
         .map(|v| v.map(|v| b.g.node(v.node).outputs[v.output as usize].clone()))
         .collect();
+    let kind = match op {
+        OpRef::Registered(_) => "custom-eval",
+        OpRef::Catalogue(_) => "fallback",
+    };
     Ok(Box::new(Fallback {
         op,
+        kind,
         attrs: b.node.attrs.clone(),
         ins: b.ins.to_vec(),
         in_types,
@@ -104,6 +111,6 @@ impl Kernel for Fallback {
         Ok(())
     }
     fn kind(&self) -> &'static str {
-        "fallback"
+        self.kind
     }
 }

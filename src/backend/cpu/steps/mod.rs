@@ -110,15 +110,20 @@ const FAMILIES: &[Builder] = &[
     scatter_elem::build,
 ];
 
-/// The kernel for `b`'s node: the first family that covers it, else (only with the
-/// `allow-fallback` option) the interpreter's op on copies.
+/// The kernel for `b`'s node: the first family that covers it, else for a registered op
+/// its own `eval` on copies, else (only with the `allow-fallback` option) the
+/// interpreter's op on copies.
 pub(crate) fn build(b: &Build) -> Result<Box<dyn Kernel>, String> {
     for family in FAMILIES {
         if let Some(k) = family(b)? {
             return Ok(k);
         }
     }
-    if b.passes.allow_fallback {
+    let registered = matches!(
+        b.g.op_impl(&b.node.op),
+        Some(crate::ir::ops::custom::OpRef::Registered(_))
+    );
+    if registered || b.passes.allow_fallback {
         return fallback::build(b);
     }
     let dtypes = |s: &mut dyn Iterator<Item = &Slot>| {
