@@ -85,12 +85,10 @@ impl Op for TopK {
         let a = x.to_f64_array();
         let mut shape = x.shape().to_vec();
         shape[axis] = k;
-        let mut vals = ArrayD::zeros(IxDyn(&shape));
         let mut idxs = ArrayD::<i64>::zeros(IxDyn(&shape));
-        for ((lane, mut vl), mut il) in a
+        for (lane, mut il) in a
             .lanes(Axis(axis))
             .into_iter()
-            .zip(vals.lanes_mut(Axis(axis)))
             .zip(idxs.lanes_mut(Axis(axis)))
         {
             let mut order: Vec<usize> = (0..d).collect();
@@ -104,15 +102,15 @@ impl Op for TopK {
                 }
             });
             for (slot, &i) in order.iter().take(k).enumerate() {
-                vl[slot] = lane[i];
                 il[slot] = i as i64;
             }
         }
-        let values = if x.dtype().is_float() {
-            Tensor::from_f64_array(x.dtype(), vals)
-        } else {
-            Tensor::from_i64_array(x.dtype(), vals.mapv(|v| v as i64))
-        };
+        // The values gathered from X, not from the f64 copy: u64 above 2^63 stays exact.
+        let values = match_tensor!(x, a => remap(a, &shape, Elem::from_i64(0), |o, src| {
+            src.extend(o);
+            src[axis] = idxs[IxDyn(o)] as usize;
+            true
+        }));
         Ok(vec![values, Tensor::I64(idxs)])
     }
 }
