@@ -7,6 +7,8 @@ use crate::backend::cpu::kernels::nms::{
 };
 use crate::backend::cpu::program::{Cx, Loc, Slot, Source};
 use crate::ir::{DType, Dim, TensorType};
+use crate::tensor::Elem;
+use crate::with_dtype;
 
 /// The output type's one dynamic axis and the size that bounds it, for a node this
 /// module has a step for (`None` otherwise).
@@ -76,8 +78,8 @@ fn build_nms(b: &Build) -> Result<Option<Box<dyn Source>>, String> {
     ) else {
         return Ok(None);
     };
-    let fits = boxes.dtype == DType::F32
-        && scores.dtype == DType::F32
+    let fits = boxes.dtype.is_float()
+        && scores.dtype == boxes.dtype
         && boxes.shape.len() == 3
         && scores.shape.len() == 3
         && boxes.shape[2] == 4
@@ -137,31 +139,38 @@ impl Source for Nms {
             iou_threshold: f32_at(&self.iou_threshold).unwrap_or(0.0),
             score_threshold: f32_at(&self.score_threshold),
         };
-        let n = self.shape.boxes;
-        // SAFETY: the f32 boxes slot, [batches, boxes, 4], live for the run.
-        let boxes =
-            unsafe { std::slice::from_raw_parts(cx.f32(&self.boxes), self.boxes.elements()) };
-        let (scores_p, scores_n) = (cx.f32(&self.scores), self.scores.elements());
-        // SAFETY: the f32 scores slot, [batches, classes, boxes], live for the run.
-        let scores = unsafe { std::slice::from_raw_parts(scores_p, scores_n) };
-        let cand_p = cx.ptr(self.candidates) as *mut u32;
-        // SAFETY: the scratch's first region, boxes · 4 bytes (rounded up to ALIGN, so
-        // the kept region after it does not overlap), reserved by `build_nms`.
-        let candidates = unsafe { std::slice::from_raw_parts_mut(cand_p, n) };
-        let kept_p = cx.ptr(self.kept) as *mut u32;
-        // SAFETY: the scratch's second region, kept_len u32 after the candidates.
-        let kept = unsafe { std::slice::from_raw_parts_mut(kept_p, self.kept_len) };
-        let out_p = cx.ptr(self.out.loc) as *mut i64;
-        // SAFETY: the i64 output slot (its largest shape) of out.elements(), apart from
-        // the inputs and the scratch.
-        let out = unsafe { std::slice::from_raw_parts_mut(out_p, self.out.elements()) };
-        Ok(non_max_suppression(
-            boxes, scores, self.shape, limits, candidates, kept, out,
-        ))
+        // SAFETY: the boxes and scores slots hold boxes.dtype (build checked).
+        Ok(unsafe { with_dtype!(self.boxes.dtype, suppress(self, cx, limits)) })
     }
     fn kind(&self) -> &'static str {
         "nms"
     }
+}
+
+/// The suppression on boxes and scores of `T`; the number of rows written.
+///
+/// # Safety
+/// The Kernel::run contract, the boxes and scores slots holding `T`s.
+unsafe fn suppress<T: Elem>(s: &Nms, cx: &Cx, limits: NmsLimits) -> usize {
+    let n = s.shape.boxes;
+    let boxes_p = cx.ptr(s.boxes.loc) as *const T;
+    // SAFETY: the boxes slot, [batches, boxes, 4], live for the run.
+    let boxes = unsafe { std::slice::from_raw_parts(boxes_p, s.boxes.elements()) };
+    let scores_p = cx.ptr(s.scores.loc) as *const T;
+    // SAFETY: the scores slot, [batches, classes, boxes], live for the run.
+    let scores = unsafe { std::slice::from_raw_parts(scores_p, s.scores.elements()) };
+    let cand_p = cx.ptr(s.candidates) as *mut u32;
+    // SAFETY: the scratch's first region, boxes · 4 bytes (rounded up to ALIGN, so
+    // the kept region after it does not overlap), reserved by `build_nms`.
+    let candidates = unsafe { std::slice::from_raw_parts_mut(cand_p, n) };
+    let kept_p = cx.ptr(s.kept) as *mut u32;
+    // SAFETY: the scratch's second region, kept_len u32 after the candidates.
+    let kept = unsafe { std::slice::from_raw_parts_mut(kept_p, s.kept_len) };
+    let out_p = cx.ptr(s.out.loc) as *mut i64;
+    // SAFETY: the i64 output slot (its largest shape) of out.elements(), apart from
+    // the inputs and the scratch.
+    let out = unsafe { std::slice::from_raw_parts_mut(out_p, s.out.elements()) };
+    non_max_suppression(boxes, scores, s.shape, limits, candidates, kept, out)
 }
 
 struct NonZero {
