@@ -791,7 +791,14 @@ fn forms(op: &dyn Op) -> Result<Vec<Form>, &'static str> {
             })
             .collect(),
         "NonZero" => vec![form("2-D", vec![x(&[3, 4])], Attrs::new())],
-        "Unique" => vec![form("flattened", vec![x(&[6])], Attrs::new())],
+        "Unique" => vec![
+            form("flattened", vec![x(&[6])], Attrs::new()),
+            form(
+                "axis -1, unsorted",
+                vec![x(&[2, 3, 4])],
+                int("axis", -1).with("sorted", Attr::Int(0)),
+            ),
+        ],
         "HannWindow" | "HammingWindow" | "BlackmanWindow" => vec![form(
             "run-time size",
             vec![In::I(DType::I64, vec![], 8, 9)],
