@@ -219,6 +219,26 @@ fn unique_matches_the_interpreter_along_axes_sorted_and_not() {
     }
 }
 
+/// A float `Range` whose limit is a run-time scalar: a program per limit (by value),
+/// its result read by a Mul, on f32, f64 and f16.
+#[test]
+fn a_float_range_to_a_run_time_limit_compiles_per_value() {
+    for dtype in [DType::F32, DType::F64, DType::F16] {
+        let mut g = Graph::new("range");
+        let scalar = |v: f64| Tensor::from_f64s(dtype, &[], &[v]).unwrap();
+        let start = constant(&mut g, scalar(0.5));
+        let limit = typed_param(&mut g, "limit", dtype, &[]);
+        let delta = constant(&mut g, scalar(0.75));
+        let r = op(&mut g, "Range", &[start, limit, delta], Attrs::new());
+        let y = op(&mut g, "Mul", &[r, r], Attrs::new());
+        g.add_output("y", y).unwrap();
+        let exe = cpu(&g);
+        for limit in [4.0, -1.0, 0.5, 7.25, 4.0] {
+            check(&exe, &g, &[scalar(limit)]);
+        }
+    }
+}
+
 /// Boxes kept by NMS, gathered and scaled (a dynamic tail), beside a static output.
 #[test]
 fn a_dynamic_tail_runs_on_kernels_for_each_extent() {

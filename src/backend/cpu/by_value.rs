@@ -1,12 +1,13 @@
 //! Signatures whose types depend on the values of small integer inputs (axes, shapes or
-//! sizes a caller passes at run time): one program per tuple of those values, the inputs
-//! bound as constants before the pipeline, so the rest folds and compiles as a static
-//! graph instead of running on the interpreter.
+//! sizes a caller passes at run time) or of float scalars a `Range` reads (its start,
+//! limit or delta): one program per tuple of those values, the inputs bound as constants
+//! before the pipeline, so the rest folds and compiles as a static graph instead of
+//! running on the interpreter.
 use std::sync::{Arc, Mutex};
 
 use super::Compiled;
 use crate::error::Result;
-use crate::ir::Graph;
+use crate::ir::{Graph, NodeId};
 use crate::tensor::Tensor;
 
 /// Inputs of at most this many elements may key a program.
@@ -27,6 +28,12 @@ impl ByValue {
     /// For a signature of `graph` at `shapes` whose types stay dynamic: keyed by its
     /// small integer inputs, if it has any.
     pub(super) fn new(graph: &Graph, shapes: &[Vec<usize>]) -> Option<ByValue> {
+        let read_by_range = |id: NodeId| {
+            graph
+                .nodes()
+                .iter()
+                .any(|n| n.op == "Range" && n.inputs.iter().flatten().any(|v| v.node == id))
+        };
         let keys: Vec<usize> = graph
             .inputs()
             .iter()
@@ -34,9 +41,10 @@ impl ByValue {
             .enumerate()
             .filter(|(_, (&id, s))| {
                 let t = &graph.node(id).outputs[0];
-                t.dtype.is_int()
-                    && !t.is_host_object()
-                    && s.iter().product::<usize>() <= MAX_KEY_ELEMENTS
+                let elements = s.iter().product::<usize>();
+                !t.is_host_object()
+                    && (t.dtype.is_int() && elements <= MAX_KEY_ELEMENTS
+                        || t.dtype.is_float() && elements == 1 && read_by_range(id))
             })
             .map(|(k, _)| k)
             .collect();
@@ -48,11 +56,18 @@ impl ByValue {
         })
     }
 
-    /// The key inputs' values, flattened in order.
+    /// The key inputs' values, flattened in order (floats by their bits).
     fn key(&self, inputs: &[Tensor]) -> Vec<i64> {
         self.keys
             .iter()
-            .flat_map(|&k| inputs[k].to_i64_array().into_iter())
+            .flat_map(|&k| match inputs[k].dtype().is_float() {
+                true => inputs[k]
+                    .to_f64_vec()
+                    .into_iter()
+                    .map(|v| v.to_bits() as i64)
+                    .collect::<Vec<_>>(),
+                false => inputs[k].to_i64_array().into_iter().collect(),
+            })
             .collect()
     }
 
