@@ -166,36 +166,38 @@ fn conv_transposes_with_pads_strides_dilations_groups_and_output_padding() {
         ),
     ];
     let mut rng = Rng(1);
-    for &(n, c, h, w, mg, k, st, p, d, op_, group, bias) in cases {
-        let mut g = Graph::new("convt");
-        let x = typed_param(&mut g, "x", DType::F32, &[n, c, h, w]);
-        let wt = typed_param(
-            &mut g,
-            "w",
-            DType::F32,
-            &[c, mg, k[0] as usize, k[1] as usize],
-        );
-        let mut ins = vec![x, wt];
-        let mut inputs = vec![
-            rng.f32_tensor(&[n, c, h, w], 1.0),
-            rng.f32_tensor(&[c, mg, k[0] as usize, k[1] as usize], 1.0),
-        ];
-        if bias {
-            let m = mg * group as usize;
-            ins.push(typed_param(&mut g, "b", DType::F32, &[m]));
-            inputs.push(rng.f32_tensor(&[m], 1.0));
+    // f64 lowers to the f64 loop (conv-transpose-elem) over the same geometry.
+    for (dt, kind) in [
+        (DType::F32, "conv-transpose"),
+        (DType::F64, "conv-transpose-elem"),
+    ] {
+        for &(n, c, h, w, mg, k, st, p, d, op_, group, bias) in cases {
+            let mut g = Graph::new("convt");
+            let x = typed_param(&mut g, "x", dt, &[n, c, h, w]);
+            let wt = typed_param(&mut g, "w", dt, &[c, mg, k[0] as usize, k[1] as usize]);
+            let mut ins = vec![x, wt];
+            let mut inputs = vec![
+                rng.f32_tensor(&[n, c, h, w], 1.0).cast(dt),
+                rng.f32_tensor(&[c, mg, k[0] as usize, k[1] as usize], 1.0)
+                    .cast(dt),
+            ];
+            if bias {
+                let m = mg * group as usize;
+                ins.push(typed_param(&mut g, "b", dt, &[m]));
+                inputs.push(rng.f32_tensor(&[m], 1.0).cast(dt));
+            }
+            let attrs = ints(&[
+                ("kernel_shape", &k),
+                ("strides", &st),
+                ("pads", &p),
+                ("dilations", &d),
+                ("output_padding", &op_),
+            ])
+            .with("group", Attr::Int(group));
+            let y = op(&mut g, "ConvTranspose", &ins, attrs);
+            g.add_output("y", y).unwrap();
+            check(&g, &inputs, kind);
         }
-        let attrs = ints(&[
-            ("kernel_shape", &k),
-            ("strides", &st),
-            ("pads", &p),
-            ("dilations", &d),
-            ("output_padding", &op_),
-        ])
-        .with("group", Attr::Int(group));
-        let y = op(&mut g, "ConvTranspose", &ins, attrs);
-        g.add_output("y", y).unwrap();
-        check(&g, &inputs, "conv-transpose");
     }
 }
 
@@ -239,31 +241,36 @@ fn conv_transposes_of_one_and_three_spatial_axes() {
         ),
     ];
     let mut rng = Rng(3);
-    for &(xd, mg, k, st, p, d, op_, group) in cases {
-        let mut g = Graph::new("convt");
-        let c = xd[1];
-        let mut wd = vec![c, mg];
-        wd.extend(k.iter().map(|&v| v as usize));
-        let m = mg * group as usize;
-        let x = typed_param(&mut g, "x", DType::F32, xd);
-        let wt = typed_param(&mut g, "w", DType::F32, &wd);
-        let b = typed_param(&mut g, "b", DType::F32, &[m]);
-        let inputs = vec![
-            rng.f32_tensor(xd, 1.0),
-            rng.f32_tensor(&wd, 1.0),
-            rng.f32_tensor(&[m], 1.0),
-        ];
-        let attrs = ints(&[
-            ("kernel_shape", k),
-            ("strides", st),
-            ("pads", p),
-            ("dilations", d),
-            ("output_padding", op_),
-        ])
-        .with("group", Attr::Int(group));
-        let y = op(&mut g, "ConvTranspose", &[x, wt, b], attrs);
-        g.add_output("y", y).unwrap();
-        check(&g, &inputs, "conv-transpose");
+    for (dt, kind) in [
+        (DType::F32, "conv-transpose"),
+        (DType::F64, "conv-transpose-elem"),
+    ] {
+        for &(xd, mg, k, st, p, d, op_, group) in cases {
+            let mut g = Graph::new("convt");
+            let c = xd[1];
+            let mut wd = vec![c, mg];
+            wd.extend(k.iter().map(|&v| v as usize));
+            let m = mg * group as usize;
+            let x = typed_param(&mut g, "x", dt, xd);
+            let wt = typed_param(&mut g, "w", dt, &wd);
+            let b = typed_param(&mut g, "b", dt, &[m]);
+            let inputs = vec![
+                rng.f32_tensor(xd, 1.0).cast(dt),
+                rng.f32_tensor(&wd, 1.0).cast(dt),
+                rng.f32_tensor(&[m], 1.0).cast(dt),
+            ];
+            let attrs = ints(&[
+                ("kernel_shape", k),
+                ("strides", st),
+                ("pads", p),
+                ("dilations", d),
+                ("output_padding", op_),
+            ])
+            .with("group", Attr::Int(group));
+            let y = op(&mut g, "ConvTranspose", &[x, wt, b], attrs);
+            g.add_output("y", y).unwrap();
+            check(&g, &inputs, kind);
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! Data-dependent shapes on the CPU backend: `NonMaxSuppression` and `NonZero` steps and
+//! Data-dependent shapes on the CPU backend: `NonMaxSuppression`, `NonZero` and `Unique` steps and
 //! the dynamic tail after them, checked against the interpreter and that no step runs on
 //! it; and `If`s on data whose branches settle once the input shapes are bound.
 use crate::common;
@@ -165,6 +165,76 @@ fn non_zero_matches_the_interpreter_on_every_dtype() {
                 check(&exe, &g, std::slice::from_ref(&x));
                 assert!(kinds(&exe, std::slice::from_ref(&x)).contains(&"nonzero"));
             }
+        }
+    }
+}
+
+/// Unique on several dtypes, flattened and along each axis, sorted and not, with many
+/// duplicates (values from a few), its outputs also read by a tail (Y scaled).
+#[test]
+fn unique_matches_the_interpreter_along_axes_sorted_and_not() {
+    let mut rng = Rng(11);
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::I8, DType::U64] {
+        for axis in [None, Some(0), Some(1), Some(-1)] {
+            for sorted in [1, 0] {
+                let dims = [4, 6];
+                let mut g = Graph::new("unique");
+                let x = typed_param(&mut g, "x", dtype, &dims);
+                let mut a = Attrs::new().with("sorted", Attr::Int(sorted));
+                if let Some(axis) = axis {
+                    a = a.with("axis", Attr::Int(axis));
+                }
+                let u = g.add_op("Unique", &[Some(x)], a, "u").unwrap();
+                for k in 0..4 {
+                    g.add_output(&format!("o{k}"), u.out(k)).unwrap();
+                }
+                let doubled = op(&mut g, "Add", &[u.out(0), u.out(0)], Attrs::new());
+                g.add_output("doubled", doubled).unwrap();
+                let exe = cpu(&g);
+                for _ in 0..3 {
+                    // Rows and columns drawn from a few, so that slices repeat too.
+                    let pool: Vec<f64> = (0..3).map(|_| rng.below(4) as f64 - 1.0).collect();
+                    let v: Vec<f64> = (0..24)
+                        .map(|i| {
+                            pool[if rng.below(2) == 0 {
+                                i % 3
+                            } else {
+                                rng.below(3)
+                            }]
+                        })
+                        .map(|v| {
+                            if dtype == DType::U64 || dtype == DType::I8 {
+                                v.abs()
+                            } else {
+                                v
+                            }
+                        })
+                        .collect();
+                    let x = Tensor::from_f64s(dtype, &dims, &v).unwrap();
+                    check(&exe, &g, std::slice::from_ref(&x));
+                    assert!(kinds(&exe, std::slice::from_ref(&x)).contains(&"unique"));
+                }
+            }
+        }
+    }
+}
+
+/// A float `Range` whose limit is a run-time scalar: a program per limit (by value),
+/// its result read by a Mul, on f32, f64 and f16.
+#[test]
+fn a_float_range_to_a_run_time_limit_compiles_per_value() {
+    for dtype in [DType::F32, DType::F64, DType::F16] {
+        let mut g = Graph::new("range");
+        let scalar = |v: f64| Tensor::from_f64s(dtype, &[], &[v]).unwrap();
+        let start = constant(&mut g, scalar(0.5));
+        let limit = typed_param(&mut g, "limit", dtype, &[]);
+        let delta = constant(&mut g, scalar(0.75));
+        let r = op(&mut g, "Range", &[start, limit, delta], Attrs::new());
+        let y = op(&mut g, "Mul", &[r, r], Attrs::new());
+        g.add_output("y", y).unwrap();
+        let exe = cpu(&g);
+        for limit in [4.0, -1.0, 0.5, 7.25, 4.0] {
+            check(&exe, &g, &[scalar(limit)]);
         }
     }
 }

@@ -34,6 +34,8 @@ struct Case {
     linear_before_reset: bool,
     /// W and R graph inputs rather than constants (nothing to pack).
     weights_as_inputs: bool,
+    /// The layer's float dtype (the data drawn as f32, then cast).
+    dtype: DType,
 }
 
 impl Case {
@@ -57,6 +59,7 @@ impl Case {
             input_forget: false,
             linear_before_reset: false,
             weights_as_inputs: false,
+            dtype: DType::F32,
         }
     }
 
@@ -92,14 +95,15 @@ impl Case {
         } else {
             [d, self.batch, h]
         };
-        let x = param(&mut g, "x", &x_dims);
-        inputs.push(rng.f32_tensor(&x_dims, 1.0));
+        let dtype = self.dtype;
+        let x = typed_param(&mut g, "x", dtype, &x_dims);
+        inputs.push(rng.f32_tensor(&x_dims, 1.0).cast(dtype));
         let scale = 1.0 / (self.hidden as f32).sqrt();
         let mut weight = |g: &mut Graph, name: &str, dims: &[usize], inputs: &mut Vec<Tensor>| {
-            let t = rng.f32_tensor(dims, scale);
+            let t = rng.f32_tensor(dims, scale).cast(dtype);
             if self.weights_as_inputs {
                 inputs.push(t);
-                param(g, name, dims)
+                typed_param(g, name, dtype, dims)
             } else {
                 constant(g, t)
             }
@@ -110,22 +114,22 @@ impl Case {
         let mut rng = Rng(seed ^ 0x55);
         ops.push(
             self.bias
-                .then(|| constant(&mut g, rng.f32_tensor(&[d, 2 * gh], 0.5))),
+                .then(|| constant(&mut g, rng.f32_tensor(&[d, 2 * gh], 0.5).cast(dtype))),
         );
         ops.push(self.lens.as_ref().map(|l| {
             inputs.push(Tensor::from_vec(&[self.batch], l.clone()).unwrap());
             typed_param(&mut g, "lens", DType::I32, &[self.batch])
         }));
         let mut state_input = |g: &mut Graph, name: &str, inputs: &mut Vec<Tensor>| {
-            inputs.push(rng.f32_tensor(&state, 0.8));
-            param(g, name, &state)
+            inputs.push(rng.f32_tensor(&state, 0.8).cast(dtype));
+            typed_param(g, name, dtype, &state)
         };
         ops.push(self.initial.then(|| state_input(&mut g, "h0", &mut inputs)));
         if self.op == "LSTM" {
             ops.push(self.initial.then(|| state_input(&mut g, "c0", &mut inputs)));
             ops.push(
                 self.peepholes
-                    .then(|| constant(&mut g, rng.f32_tensor(&[d, 3 * h], 0.5))),
+                    .then(|| constant(&mut g, rng.f32_tensor(&[d, 3 * h], 0.5).cast(dtype))),
             );
         }
         while ops.last() == Some(&None) {
@@ -187,7 +191,17 @@ fn check(case: &Case, seed: u64) {
     let (g, inputs) = case.graph(seed);
     let interp = backend_with(Device::Interp, CompileOptions::default()).unwrap();
     let want = interp.compile(&g).unwrap().run(&inputs).unwrap();
-    let kind = case.op.to_ascii_lowercase();
+    let mut kind = case.op.to_ascii_lowercase();
+    if case.dtype != DType::F32 {
+        kind += "-elem";
+    }
+    // f16 and bf16 outputs are rounded from f64 by both sides: at most an ulp apart.
+    let (atol, rtol) = match case.dtype {
+        DType::F64 => (1e-12, 1e-12),
+        DType::F16 => (2e-3, 2e-3),
+        DType::BF16 => (1.6e-2, 1.6e-2),
+        _ => (2e-5, 2e-4),
+    };
     for threads in [1, 2] {
         let exe = cpu(threads).compile_cpu(&g).unwrap();
         let shapes: Vec<Vec<usize>> = inputs.iter().map(|t| t.shape().to_vec()).collect();
@@ -199,7 +213,7 @@ fn check(case: &Case, seed: u64) {
         );
         let got = kiln::backend::Executable::run(&exe, &inputs).unwrap();
         for (i, (w, o)) in want.iter().zip(&got).enumerate() {
-            o.check_close(w, 2e-5, 2e-4).unwrap_or_else(|e| {
+            o.check_close(w, atol, rtol).unwrap_or_else(|e| {
                 panic!("output {i}, {threads} thread(s): {e}\n{}", text::print(&g))
             });
         }
@@ -228,6 +242,37 @@ fn recurrent_layers_over_directions_layouts_lengths_and_states() {
                     };
                     check(&case, seed);
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn recurrent_layers_on_f64_f16_bf16_over_directions_layouts_lengths_and_states() {
+    let mut seed = 500;
+    for dtype in [DType::F64, DType::F16, DType::BF16] {
+        for op in ["RNN", "GRU", "LSTM"] {
+            for (direction, batch_first, lens, initial) in [
+                ("forward", false, None, false),
+                ("reverse", true, Some(vec![5, 0, 3]), true),
+                ("bidirectional", false, Some(vec![2, 5, 1]), true),
+                ("bidirectional", true, None, false),
+            ] {
+                seed += 1;
+                let case = Case {
+                    direction,
+                    batch_first,
+                    lens,
+                    initial,
+                    bias: seed % 3 != 0,
+                    peepholes: op == "LSTM" && initial,
+                    linear_before_reset: op == "GRU" && batch_first,
+                    clip: (seed % 4 == 0).then_some(0.3),
+                    weights_as_inputs: seed % 2 == 0,
+                    dtype,
+                    ..Case::new(op)
+                };
+                check(&case, seed);
             }
         }
     }

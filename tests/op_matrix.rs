@@ -594,13 +594,10 @@ fn forms(op: &dyn Op) -> Result<Vec<Form>, &'static str> {
                     .with("bias", Attr::Float(0.5)),
             ),
         ],
+        // Start, limit and delta run-time scalars of the column's dtype (see `data`).
         "Range" => vec![form(
             "start, limit, delta",
-            vec![
-                In::C(Tensor::scalar(1.0f32)),
-                x(&[]),
-                In::C(Tensor::scalar(0.5f32)),
-            ],
+            vec![x(&[]), x(&[]), x(&[])],
             Attrs::new(),
         )],
         "ConvTranspose" => vec![
@@ -803,7 +800,14 @@ fn forms(op: &dyn Op) -> Result<Vec<Form>, &'static str> {
             })
             .collect(),
         "NonZero" => vec![form("2-D", vec![x(&[3, 4])], Attrs::new())],
-        "Unique" => vec![form("flattened", vec![x(&[6])], Attrs::new())],
+        "Unique" => vec![
+            form("flattened", vec![x(&[6])], Attrs::new()),
+            form(
+                "axis -1, unsorted",
+                vec![x(&[2, 3, 4])],
+                int("axis", -1).with("sorted", Attr::Int(0)),
+            ),
+        ],
         "HannWindow" | "HammingWindow" | "BlackmanWindow" => vec![form(
             "run-time size",
             vec![In::I(DType::I64, vec![], 8, 9)],
@@ -1144,12 +1148,19 @@ fn data(rng: &mut Rng, op: &str, k: usize, dtype: DType, dims: &[usize]) -> Tens
                 "Pow" if k == 1 => rng.below(4) as i64,
                 "Pow" | "ReduceProd" | "CumProd" => rng.below(7) as i64 - 3,
                 "BitShift" if k == 1 => rng.below(8) as i64,
+                // Range from 1 by 2 to a limit above the start or below it.
+                "Range" => [1, rng.below(12) as i64, 2][k],
                 _ => (rng.next_u64() % 201) as i64 - 100,
             })
             .collect();
         return Tensor::from_i64s(dtype, dims, &v).unwrap();
     }
-    let v: Vec<f64> = (0..n).map(|_| rng.uniform(lo, hi)).collect();
+    let v: Vec<f64> = (0..n)
+        .map(|_| match op {
+            "Range" => [1.0, rng.uniform(-1.0, 6.0), 0.5][k],
+            _ => rng.uniform(lo, hi),
+        })
+        .collect();
     Tensor::from_f64s(dtype, dims, &v).unwrap()
 }
 

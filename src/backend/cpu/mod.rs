@@ -497,7 +497,9 @@ impl CpuExecutable {
         for (input, p) in s.tail_inputs.iter().zip(&mut ptrs) {
             *p = match input {
                 tail::TailInput::Head(slot) => cx.ptr(slot.loc) as *const u8,
-                tail::TailInput::Source(j) => cx.ptr(s.sources[*j].out.loc) as *const u8,
+                tail::TailInput::Source(j, k) => {
+                    cx.ptr(s.sources[*j].outs[*k].slot.loc) as *const u8
+                }
             };
         }
         let ptrs = &ptrs[..n];

@@ -1,8 +1,8 @@
 //! Programs with data-dependent shapes. A specialized graph whose only dynamic types come
-//! from ops whose output extent depends on the data (`NonMaxSuppression`, `NonZero`: the
-//! "sources") is split in three: the static head, lowered as usual; the sources, each
-//! writing into an upper-bound buffer after the head's arena and reporting its actual
-//! extent; and the dynamic tail (everything that reads a source's result, usually a few
+//! from ops whose output extent depends on the data (`NonMaxSuppression`, `NonZero`,
+//! `Unique`: the "sources") is split in three: the static head, lowered as usual; the
+//! sources, each writing its outputs into upper-bound buffers after the head's arena and
+//! reporting their actual extent (one per source, shared by its dynamic outputs); and the dynamic tail (everything that reads a source's result, usually a few
 //! shape-light ops before the graph outputs), a graph of its own whose parameters are
 //! the values it reads. The tail is specialized and lowered per actual extent on first
 //! sight and cached like the signatures, and reads its inputs in place in the head's
@@ -42,20 +42,27 @@ pub struct Split {
     pub(crate) arena_bytes: usize,
 }
 
-/// A source's step and its output: the bound buffer, the IR type (its one dynamic
-/// axis `axis`).
+/// A source's step, the bound of its extent, and its outputs.
 pub(crate) struct SourceStep {
     pub(crate) node: StepNode,
     pub(crate) kernel: Box<dyn Source>,
-    pub(crate) out: Slot,
-    pub(crate) ty: TensorType,
-    pub(crate) axis: usize,
+    pub(crate) bound: usize,
+    pub(crate) outs: Vec<SourceOut>,
 }
 
-/// Where a tail parameter's bytes are: a head value, or a source's result.
+/// A source's output: its buffer (of the bound shape), its IR type, and the one axis
+/// whose size is the extent (`None`: a static output).
+pub(crate) struct SourceOut {
+    pub(crate) slot: Slot,
+    pub(crate) ty: TensorType,
+    pub(crate) axis: Option<usize>,
+}
+
+/// Where a tail parameter's bytes are: a head value, or output `k` of source `j`
+/// (`Source(j, k)`).
 pub(crate) enum TailInput {
     Head(Slot),
-    Source(usize),
+    Source(usize, usize),
 }
 
 /// Where a graph output is: a head value, or the tail's output `k`.
@@ -69,9 +76,12 @@ impl Split {
     pub(crate) fn tail_dims(&self, k: usize, extents: &[usize]) -> Vec<usize> {
         match &self.tail_inputs[k] {
             TailInput::Head(s) => s.shape.clone(),
-            TailInput::Source(j) => {
-                let s = &self.sources[*j];
-                nms::dims_at(&s.ty, s.axis, extents[*j]).expect("one dynamic axis")
+            TailInput::Source(j, k) => {
+                let o = &self.sources[*j].outs[*k];
+                match o.axis {
+                    Some(a) => nms::dims_at(&o.ty, a, extents[*j]).expect("one dynamic axis"),
+                    None => o.slot.shape.clone(),
+                }
             }
         }
     }
@@ -80,14 +90,14 @@ impl Split {
     pub(crate) fn tail_input_is(&self, k: usize, shape: &[usize], extents: &[usize]) -> bool {
         match &self.tail_inputs[k] {
             TailInput::Head(s) => s.shape == shape,
-            TailInput::Source(j) => {
-                let s = &self.sources[*j];
-                shape.len() == s.out.shape.len()
+            TailInput::Source(j, k) => {
+                let o = &self.sources[*j].outs[*k];
+                shape.len() == o.slot.shape.len()
                     && shape.iter().enumerate().all(|(a, &d)| {
-                        d == if a == s.axis {
+                        d == if Some(a) == o.axis {
                             extents[*j]
                         } else {
-                            s.out.shape[a]
+                            o.slot.shape[a]
                         }
                     })
             }
@@ -96,7 +106,7 @@ impl Split {
 
     /// The sources' bounds: the tail's largest signature (what reports show).
     pub(crate) fn bound_extents(&self) -> Vec<usize> {
-        self.sources.iter().map(|s| s.out.shape[s.axis]).collect()
+        self.sources.iter().map(|s| s.bound).collect()
     }
 }
 
@@ -142,12 +152,9 @@ pub(crate) fn split(
                 .map(|v| v.and_then(|v| g.value_type(v).ok()))
                 .collect();
             let consts: Vec<Option<i64>> = node.inputs.iter().map(|v| const_int(g, *v)).collect();
-            let Some(bound) = nms::bound(&node.op, &ins, &consts) else {
+            let Some(bound) = nms::bound(&node.op, &node.attrs, &ins, &consts) else {
                 return Ok(None);
             };
-            if node.outputs.len() != 1 {
-                return Ok(None);
-            }
             part[id.index()] = Part::Source;
             bounds.insert(id, bound);
         }
@@ -235,28 +242,43 @@ pub(crate) fn split(
         .filter(|id| part[id.index()] == Part::Source)
         .collect();
     let mut at = head_program.arena_bytes.next_multiple_of(ALIGN);
-    let mut outs = vec![];
+    let mut source_outs = vec![];
     for &id in &source_ids {
-        let ty = g.node(id).outputs[0].clone();
-        let (axis, bound) = bounds[&id];
-        let shape = nms::dims_at(&ty, axis, bound).ok_or_else(|| {
-            crate::error::Error::Graph(format!("{}: more than one dynamic axis", g.describe(id)))
-        })?;
-        let slot = Slot {
-            loc: Loc::Arena(at),
-            dtype: ty.dtype,
-            shape,
-        };
-        at = slot
-            .bytes()
-            .checked_next_multiple_of(ALIGN)
-            .and_then(|b| at.checked_add(b))
-            .ok_or_else(|| crate::error::Error::Graph("a source's bound overflows".into()))?;
-        outs.push((slot, ty, axis));
+        let bound = bounds[&id];
+        let mut outs = vec![];
+        for ty in &g.node(id).outputs {
+            let axis = dynamic_axis(ty);
+            let shape = match axis {
+                Some(a) => nms::dims_at(ty, a, bound),
+                None => ty.static_dims(),
+            };
+            let shape = shape.ok_or_else(|| {
+                crate::error::Error::Graph(format!(
+                    "{}: more than one dynamic axis",
+                    g.describe(id)
+                ))
+            })?;
+            let slot = Slot {
+                loc: Loc::Arena(at),
+                dtype: ty.dtype,
+                shape,
+            };
+            at = slot
+                .bytes()
+                .checked_next_multiple_of(ALIGN)
+                .and_then(|b| at.checked_add(b))
+                .ok_or_else(|| crate::error::Error::Graph("a source's bound overflows".into()))?;
+            outs.push(SourceOut {
+                slot,
+                ty: ty.clone(),
+                axis,
+            });
+        }
+        source_outs.push(outs);
     }
     let scratch_bytes = Cell::new(0);
     let mut sources = vec![];
-    for ((&id, ins), (out, ty, axis)) in source_ids.iter().zip(&source_ins).zip(outs) {
+    for ((&id, ins), outs) in source_ids.iter().zip(&source_ins).zip(source_outs) {
         let node = g.node(id);
         let ins: Vec<Option<Slot>> = ins
             .iter()
@@ -271,13 +293,14 @@ pub(crate) fn split(
                     .and_then(|n| n.data.as_deref())
             })
             .collect();
+        let slots: Vec<Slot> = outs.iter().map(|o| o.slot.clone()).collect();
         let b = Build {
             g,
             id,
             node,
             ins: &ins,
             in_data: &in_data,
-            outs: std::slice::from_ref(&out),
+            outs: &slots,
             scratch_at: at,
             scratch_bytes: &scratch_bytes,
             pool,
@@ -292,9 +315,8 @@ pub(crate) fn split(
         sources.push(SourceStep {
             node: StepNode::of(g, id),
             kernel,
-            out,
-            ty,
-            axis,
+            bound: bounds[&id],
+            outs,
         });
     }
 
@@ -312,6 +334,7 @@ pub(crate) fn split(
                     .iter()
                     .position(|&s| s == v.node)
                     .expect("a source"),
+                v.output as usize,
             )
         } else {
             TailInput::Head(head_program.outputs[head_index[&v]].clone())
@@ -365,6 +388,14 @@ fn copy_node(g: &Graph, id: NodeId, to: &mut Graph, map: &mut HashMap<Value, Val
         map.insert(id.out(k as u32), copy.out(k as u32));
     }
     Ok(())
+}
+
+/// The axis of `ty` whose size is not known (`None` when every one is).
+fn dynamic_axis(ty: &TensorType) -> Option<usize> {
+    ty.shape
+        .axes
+        .iter()
+        .position(|a| !matches!(a.dim, crate::ir::Dim::Fixed(_)))
 }
 
 /// The first element of `v` when it is an integer constant.

@@ -6,9 +6,11 @@
 use crate::ir::ops::{InPlace, Origin};
 use ndarray::{ArrayD, Axis, IxDyn};
 
+use super::util::remap;
 use super::{leak, AttrSpec, EvalCtx, InferCtx, Op, OpSchema};
 use crate::ir::{AttrKind, Attrs, DType, Dim, TensorType};
-use crate::tensor::Tensor;
+use crate::match_tensor;
+use crate::tensor::{Elem, Tensor};
 
 struct Resize;
 
@@ -207,6 +209,9 @@ impl Op for Resize {
             cx.opt_input(2),
             cx.opt_input(3),
         )?;
+        if let Some(y) = gather_nearest(xt, &taps.axes, taps.extrapolation)? {
+            return Ok(vec![y]);
+        }
         let mut y = xt.to_f64_array();
         for (a, t) in &taps.axes {
             y = interpolate_axis(&y, *a, t, taps.extrapolation);
@@ -217,8 +222,9 @@ impl Op for Resize {
             return Ok(vec![Tensor::from_f64_array(d, y)]);
         }
         let (lo, hi) = super::quant::range(d);
-        let y = y.mapv(|v| v.round_ties_even().clamp(lo, hi) as i64);
-        Ok(vec![Tensor::from_i64_array(d, y)])
+        // Cast from f64, not through i64: u64 values above 2^63 stay.
+        let y = y.mapv(|v| v.round_ties_even().clamp(lo, hi));
+        Ok(vec![Tensor::from_f64_array(d, y)])
     }
 }
 
@@ -512,6 +518,48 @@ fn axis_taps(
         ));
     }
     Ok(taps)
+}
+
+/// The resize as an exact gather when every output point has one tap of weight 1 besides
+/// zero ones (or none: the extrapolation value): nearest mode copies input values, so no dtype's
+/// values (u64 above 2^53, say) may pass through f64.
+fn gather_nearest(
+    x: &Tensor,
+    axes: &[(usize, AxisTaps)],
+    extrapolation: f64,
+) -> Result<Option<Tensor>, String> {
+    let mut shape = x.shape().to_vec();
+    let mut pick: Vec<Option<Vec<Option<usize>>>> = vec![None; shape.len()];
+    for (a, taps) in axes {
+        let mut axis = vec![];
+        for t in taps {
+            axis.push(match t {
+                None => None,
+                Some(t) => {
+                    let mut live = t.iter().filter(|p| p.1 != 0.0);
+                    match (live.next(), live.next()) {
+                        (Some(&(i, w)), None) if w == 1.0 => Some(i),
+                        _ => return Ok(None),
+                    }
+                }
+            });
+        }
+        shape[*a] = axis.len();
+        pick[*a] = Some(axis);
+    }
+    let y = match_tensor!(x, a => remap(a, &shape, Elem::from_f64(extrapolation), |o, src| {
+        for (d, &i) in o.iter().enumerate() {
+            match &pick[d] {
+                None => src.push(i),
+                Some(axis) => match axis[i] {
+                    Some(j) => src.push(j),
+                    None => return false,
+                },
+            }
+        }
+        true
+    }));
+    Ok(Some(y))
 }
 
 /// One 1-D interpolation pass along `axis` with its taps.

@@ -21,7 +21,7 @@ pub(crate) enum Cell {
 }
 
 impl Cell {
-    fn gates(self) -> usize {
+    pub(crate) fn gates(self) -> usize {
         match self {
             Cell::Rnn => 1,
             Cell::Gru => 3,
@@ -117,7 +117,7 @@ impl Activation {
         })
     }
 
-    fn apply(&self, x: f64) -> f64 {
+    pub(crate) fn apply(&self, x: f64) -> f64 {
         let (a, b) = (self.alpha, self.beta);
         match self.kind {
             "relu" => x.max(0.0),

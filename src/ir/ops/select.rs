@@ -85,12 +85,10 @@ impl Op for TopK {
         let a = x.to_f64_array();
         let mut shape = x.shape().to_vec();
         shape[axis] = k;
-        let mut vals = ArrayD::zeros(IxDyn(&shape));
         let mut idxs = ArrayD::<i64>::zeros(IxDyn(&shape));
-        for ((lane, mut vl), mut il) in a
+        for (lane, mut il) in a
             .lanes(Axis(axis))
             .into_iter()
-            .zip(vals.lanes_mut(Axis(axis)))
             .zip(idxs.lanes_mut(Axis(axis)))
         {
             let mut order: Vec<usize> = (0..d).collect();
@@ -104,15 +102,15 @@ impl Op for TopK {
                 }
             });
             for (slot, &i) in order.iter().take(k).enumerate() {
-                vl[slot] = lane[i];
                 il[slot] = i as i64;
             }
         }
-        let values = if x.dtype().is_float() {
-            Tensor::from_f64_array(x.dtype(), vals)
-        } else {
-            Tensor::from_i64_array(x.dtype(), vals.mapv(|v| v as i64))
-        };
+        // The values gathered from X, not from the f64 copy: u64 above 2^63 stays exact.
+        let values = match_tensor!(x, a => remap(a, &shape, Elem::from_i64(0), |o, src| {
+            src.extend(o);
+            src[axis] = idxs[IxDyn(o)] as usize;
+            true
+        }));
         Ok(vec![values, Tensor::I64(idxs)])
     }
 }
@@ -138,26 +136,30 @@ const UNIQUE: OpSchema = OpSchema {
     origin: Origin::Onnx,
 };
 
-/// X's elements (or slices along `axis`), each as a list of exact, totally ordered
-/// integer keys: floats by their bits (with -0 as 0), 64-bit integers unwrapped.
-fn unique_keys(x: &Tensor, axis: Option<usize>) -> Vec<Vec<i128>> {
-    let keys: ArrayD<i128> = if x.dtype().is_float() {
-        x.to_f64_array().mapv(|v| {
-            let b = (if v == 0.0 { 0.0 } else { v }).to_bits() as i64;
-            (if b < 0 { b ^ i64::MAX } else { b }) as i128
-        })
-    } else if x.dtype() == DType::U64 {
-        x.to_i64_array().mapv(|v| v as u64 as i128)
+/// An element's exact, totally ordered integer key: a float by its bits (with -0 as
+/// 0), a 64-bit integer unwrapped.
+pub(crate) fn unique_key<T: Elem>(v: T) -> i128 {
+    if T::DTYPE.is_float() {
+        let v = v.to_f64();
+        let b = (if v == 0.0 { 0.0 } else { v }).to_bits() as i64;
+        (if b < 0 { b ^ i64::MAX } else { b }) as i128
+    } else if T::DTYPE == DType::U64 {
+        v.to_i64() as u64 as i128
     } else {
-        x.to_i64_array().mapv(|v| v as i128)
-    };
-    match axis {
+        v.to_i64() as i128
+    }
+}
+
+/// X's elements (or slices along `axis`), each as a list of [`unique_key`]s.
+fn unique_keys(x: &Tensor, axis: Option<usize>) -> Result<Vec<Vec<i128>>, String> {
+    let keys: ArrayD<i128> = match_tensor!(x, a => a.mapv(unique_key));
+    Ok(match axis {
         None => keys.iter().map(|&v| vec![v]).collect(),
         Some(ax) => keys
             .axis_iter(Axis(ax))
             .map(|s| s.iter().copied().collect())
             .collect(),
-    }
+    })
 }
 
 impl Op for Unique {
@@ -209,7 +211,7 @@ impl Op for Unique {
             .map(|a| norm_axis(a, x.rank()))
             .transpose()?;
         let sorted = cx.attrs.int_or("sorted", 1)? != 0;
-        let keys = unique_keys(x, axis);
+        let keys = unique_keys(x, axis)?;
         // First occurrences, in order of appearance.
         let mut first: Vec<usize> = vec![];
         let mut slot: Vec<usize> = Vec::with_capacity(keys.len());

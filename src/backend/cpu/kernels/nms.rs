@@ -2,6 +2,7 @@
 //! writes its rows compactly at the start of an upper-bound buffer and returns how many
 //! it wrote; boxes are compared in f64 exactly as the reference `eval` does, so the
 //! selection (and its order) is the interpreter's.
+use crate::tensor::Elem;
 
 /// The sizes of one `NonMaxSuppression`: boxes `[batches, boxes, 4]`, scores
 /// `[batches, classes, boxes]`.
@@ -25,8 +26,8 @@ pub struct NmsLimits {
 }
 
 /// Box `i` as (y1, x1, y2, x2) with y1 <= y2 and x1 <= x2.
-fn corners(b: &[f32], center: bool) -> [f64; 4] {
-    let [a, b, c, d] = [b[0], b[1], b[2], b[3]].map(f64::from);
+fn corners<T: Elem>(b: &[T], center: bool) -> [f64; 4] {
+    let [a, b, c, d] = [b[0], b[1], b[2], b[3]].map(T::to_f64);
     if center {
         let (xc, yc, w, h) = (a, b, c, d);
         [yc - h / 2.0, xc - w / 2.0, yc + h / 2.0, xc + w / 2.0]
@@ -51,9 +52,9 @@ fn iou(a: [f64; 4], b: [f64; 4]) -> f64 {
 /// order); writes `(batch, class, box)` rows to `out` and returns how many. `candidates`
 /// holds `boxes` entries, `kept` `min(max_per_class, boxes)`, `out` three per row of
 /// the bound `batches * classes * min(max_per_class, boxes)`.
-pub fn non_max_suppression(
-    boxes: &[f32],
-    scores: &[f32],
+pub fn non_max_suppression<T: Elem>(
+    boxes: &[T],
+    scores: &[T],
     shape: NmsShape,
     limits: NmsLimits,
     candidates: &mut [u32],
@@ -75,7 +76,7 @@ pub fn non_max_suppression(
             let s = &scores[(b * shape.classes + c) * n..][..n];
             let mut count = 0;
             for (i, &v) in s.iter().enumerate() {
-                if limits.score_threshold.is_none_or(|t| f64::from(v) > t) {
+                if limits.score_threshold.is_none_or(|t| v.to_f64() > t) {
                     candidates[count] = i as u32;
                     count += 1;
                 }
@@ -84,7 +85,7 @@ pub fn non_max_suppression(
             // Descending score, then ascending box: the reference's stable sort. Adding
             // zero makes -0 equal to +0, as the reference compares them.
             cand.sort_unstable_by(|&i, &j| {
-                let (si, sj) = (s[i as usize] + 0.0, s[j as usize] + 0.0);
+                let (si, sj) = (s[i as usize].to_f64() + 0.0, s[j as usize].to_f64() + 0.0);
                 sj.total_cmp(&si).then(i.cmp(&j))
             });
             let mut nk = 0;

@@ -1,4 +1,5 @@
-//! Linear and cubic `Resize` on f32: one 1-D pass per resized axis (the reference's
+//! Linear and cubic `Resize`, computing in f32 for f32 and in f64 for the other dtypes
+//! (widened on load, rounded at the store by the caller): one 1-D pass per resized axis (the reference's
 //! separable interpolation), each output index a weighted sum of its taps. A pass over
 //! an axis with elements after it (H of NCHW) adds whole input rows scaled by their
 //! weight, a loop the compiler vectorizes; a pass over the last axis sums gathered
@@ -6,30 +7,47 @@
 use super::par::{for_ranges, SyncPtr};
 use crate::backend::cpu::pool::Pool;
 
+/// The number type a pass computes in.
+pub trait Weight:
+    Copy + Default + Send + Sync + std::ops::Mul<Output = Self> + std::ops::AddAssign
+{
+    fn of(w: f64) -> Self;
+}
+impl Weight for f32 {
+    fn of(w: f64) -> f32 {
+        w as f32
+    }
+}
+impl Weight for f64 {
+    fn of(w: f64) -> f64 {
+        w
+    }
+}
+
 /// One axis' interpolation: the tensor seen as `[outer, n_in, inner]` becomes
 /// `[outer, n_out, inner]`.
 #[derive(Debug, Clone)]
-pub struct AxisPass {
+pub struct AxisPass<F> {
     outer: usize,
     n_in: usize,
     inner: usize,
     /// Per output index, its range in `index`/`weight` (empty: the extrapolation value).
     taps: Vec<(u32, u32)>,
     index: Vec<usize>,
-    weight: Vec<f32>,
+    weight: Vec<F>,
 }
 
-impl AxisPass {
+impl<F: Weight> AxisPass<F> {
     /// The pass over axis `axis` of `dims` with, per output index, its (input index,
     /// weight) taps or `None` (extrapolated). Zero weights are dropped.
-    pub fn new(dims: &[usize], axis: usize, taps: &[Option<Vec<(usize, f64)>>]) -> AxisPass {
+    pub fn new(dims: &[usize], axis: usize, taps: &[Option<Vec<(usize, f64)>>]) -> Self {
         let (mut index, mut weight, mut ranges) = (vec![], vec![], vec![]);
         for t in taps {
             let start = index.len() as u32;
             for &(i, w) in t.iter().flatten() {
                 if w != 0.0 {
                     index.push(i);
-                    weight.push(w as f32);
+                    weight.push(F::of(w));
                 }
             }
             ranges.push((start, index.len() as u32));
@@ -57,8 +75,8 @@ impl AxisPass {
     ///
     /// # Safety
     /// `x` holds `outer · n_in · inner` floats, `y` [`AxisPass::out_len`]; no overlap.
-    pub unsafe fn run(&self, x: *const f32, y: *mut f32, extrapolated: f32, pool: Option<&Pool>) {
-        let (xs, ys) = (SyncPtr(x as *mut f32), SyncPtr(y));
+    pub unsafe fn run(&self, x: *const F, y: *mut F, extrapolated: F, pool: Option<&Pool>) {
+        let (xs, ys) = (SyncPtr(x as *mut F), SyncPtr(y));
         let (n_out, inner, n_in) = (self.n_out(), self.inner, self.n_in);
         let taps_per = self.index.len().div_ceil(n_out.max(1)).max(1);
         if inner == 1 {
@@ -68,7 +86,7 @@ impl AxisPass {
                     // inside their buffers.
                     let (xr, yr) = unsafe { (xs.get().add(o * n_in), ys.get().add(o * n_out)) };
                     for (j, &(s, e)) in self.taps.iter().enumerate() {
-                        let mut acc = if s == e { extrapolated } else { 0.0 };
+                        let mut acc = if s == e { extrapolated } else { F::default() };
                         for t in s as usize..e as usize {
                             // SAFETY: tap index self.index[t] < n_in (clamped by the
                             // reference): inside row o of x.
@@ -119,18 +137,18 @@ impl AxisPass {
 /// A whole resize: its passes in order, the intermediate results alternating between
 /// two scratch buffers.
 #[derive(Debug, Clone)]
-pub struct ResizePlan {
-    pub passes: Vec<AxisPass>,
-    pub extrapolated: f32,
+pub struct ResizePlan<F> {
+    pub passes: Vec<AxisPass<F>>,
+    pub extrapolated: F,
 }
 
-impl ResizePlan {
+impl<F: Weight> ResizePlan<F> {
     /// Floats of each of the two scratch buffers.
     pub fn scratch_len(&self) -> usize {
         let n = self.passes.len().saturating_sub(1);
         self.passes[..n]
             .iter()
-            .map(AxisPass::out_len)
+            .map(AxisPass::<F>::out_len)
             .max()
             .unwrap_or(0)
     }
@@ -140,7 +158,7 @@ impl ResizePlan {
     /// # Safety
     /// `x` holds the input, `y` the output, `scratch` twice [`ResizePlan::scratch_len`]
     /// floats; none overlap.
-    pub unsafe fn run(&self, x: *const f32, y: *mut f32, scratch: *mut f32, pool: Option<&Pool>) {
+    pub unsafe fn run(&self, x: *const F, y: *mut F, scratch: *mut F, pool: Option<&Pool>) {
         let half = self.scratch_len();
         let mut from = x;
         for (k, pass) in self.passes.iter().enumerate() {

@@ -1,13 +1,16 @@
-//! `Conv` on the float dtypes the f32 kernels of [`super::conv`] do not take (f64, f16,
-//! bf16): a direct loop in f64 as the reference computes it, over a table (built at
-//! lowering) of each output position's taps that land inside the input.
-use crate::backend::cpu::program::{Cx, Kernel, Slot};
+//! `Conv` and `ConvTranspose` on the float dtypes the f32 kernels of [`super::conv`]
+//! and [`super::backward`] do not take (f64, f16, bf16): direct loops in f64 as the
+//! reference computes them. Conv runs over a table (built at lowering) of each output
+//! position's taps that land inside the input; ConvTranspose scatters each input
+//! element through its taps into an f64 accumulator (the f32 step's geometry).
+use crate::backend::cpu::kernels::conv_transpose::ConvTransposeShape;
+use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::ir::ops::conv::windows;
 use crate::ir::DType;
 use crate::tensor::Elem;
 use crate::with_dtype;
 
-use super::matmul_elem::{elems, elems_mut};
+use super::matmul_elem::{elems, elems_mut, scratch_f64};
 use super::Build;
 
 struct ConvElem {
@@ -35,7 +38,7 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         return Ok(None);
     };
     let dtype = x.dtype;
-    if !matches!(dtype, DType::F64 | DType::F16 | DType::BF16)
+    if !is_elem_float(dtype)
         || w.dtype != dtype
         || y.dtype != dtype
         || b.input(2).is_some_and(|s| s.dtype != dtype)
@@ -165,5 +168,122 @@ impl Kernel for ConvElem {
     }
     fn kind(&self) -> &'static str {
         "conv-elem"
+    }
+}
+
+/// The dtypes these loops take.
+pub(crate) fn is_elem_float(d: DType) -> bool {
+    matches!(d, DType::F64 | DType::F16 | DType::BF16)
+}
+
+/// A `ConvTranspose` of `shape` on f64, f16 or bf16.
+pub(crate) struct ConvTransposeElem {
+    shape: ConvTransposeShape,
+    x: Slot,
+    w: Slot,
+    b: Option<Slot>,
+    /// Y's elements as f64.
+    acc: Loc,
+    y: Slot,
+}
+
+impl ConvTransposeElem {
+    pub(crate) fn build(
+        b: &Build,
+        shape: ConvTransposeShape,
+        x: &Slot,
+        w: &Slot,
+        y: &Slot,
+    ) -> Box<dyn Kernel> {
+        Box::new(ConvTransposeElem {
+            shape,
+            x: x.clone(),
+            w: w.clone(),
+            b: b.input(2).cloned(),
+            acc: b.scratch(y.elements() * 8),
+            y: y.clone(),
+        })
+    }
+}
+
+/// Output index `i · stride + k · dilation - pad` when inside `0..out`.
+fn landing(
+    i: usize,
+    k: usize,
+    stride: usize,
+    dilation: usize,
+    pad: usize,
+    out: usize,
+) -> Option<usize> {
+    (i * stride + k * dilation)
+        .checked_sub(pad)
+        .filter(|&o| o < out)
+}
+
+/// The transposed convolution on `T`.
+///
+/// # Safety
+/// The Kernel::run contract: X, W, B and Y hold `T`s of `s.shape`, the scratch Y's
+/// elements of f64.
+unsafe fn run_conv_transpose<T: Elem>(cx: &Cx, s: &ConvTransposeElem) {
+    let sh = &s.shape;
+    let d = &sh.depth;
+    // SAFETY: ConvTranspose's X, W and B, `T`s of their shapes, only read.
+    let (x, w) = unsafe { (elems::<T>(cx, &s.x), elems::<T>(cx, &s.w)) };
+    // SAFETY: as above.
+    let bias = s.b.as_ref().map(|b| unsafe { elems::<T>(cx, b) });
+    // SAFETY: the step's scratch of Y's elements as f64, its alone while it runs.
+    let acc = unsafe { scratch_f64(cx, s.acc, s.y.elements()) };
+    let (cg, mg) = (sh.c / sh.groups, sh.m / sh.groups);
+    let in_plane = d.input * sh.h * sh.w;
+    let out_plane = d.output * sh.oh * sh.ow;
+    let taps = d.kernel * sh.kh * sh.kw;
+    for n in 0..sh.n {
+        for m in 0..sh.m {
+            let bias = bias.map_or(0.0, |b| b[m].to_f64());
+            acc[(n * sh.m + m) * out_plane..][..out_plane].fill(bias);
+        }
+        for c in 0..sh.c {
+            let xc = &x[(n * sh.c + c) * in_plane..][..in_plane];
+            let g = c / cg;
+            for mi in 0..mg {
+                let wm = &w[(c * mg + mi) * taps..][..taps];
+                let ym = &mut acc[(n * sh.m + g * mg + mi) * out_plane..][..out_plane];
+                for (i, xv) in xc.iter().enumerate() {
+                    let xv = xv.to_f64();
+                    let (iz, iy, ix) = (i / (sh.h * sh.w), i / sh.w % sh.h, i % sh.w);
+                    for (t, wv) in wm.iter().enumerate() {
+                        let (kz, ky, kx) = (t / (sh.kh * sh.kw), t / sh.kw % sh.kh, t % sh.kw);
+                        let (Some(oz), Some(oy), Some(ox)) = (
+                            landing(iz, kz, d.stride, d.dilation, d.pad, d.output),
+                            landing(iy, ky, sh.strides[0], sh.dilations[0], sh.pad_top, sh.oh),
+                            landing(ix, kx, sh.strides[1], sh.dilations[1], sh.pad_left, sh.ow),
+                        ) else {
+                            continue;
+                        };
+                        ym[(oz * sh.oh + oy) * sh.ow + ox] += xv * wv.to_f64();
+                    }
+                }
+            }
+        }
+    }
+    // SAFETY: ConvTranspose's Y, never planned in place, so not X's buffer.
+    let y = unsafe { elems_mut::<T>(cx, &s.y) };
+    for (d, &v) in y.iter_mut().zip(acc.iter()) {
+        *d = T::from_f64(v);
+    }
+}
+
+impl Kernel for ConvTransposeElem {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        // SAFETY: the Kernel::run contract; the operands hold x.dtype (build checked).
+        unsafe { with_dtype!(self.x.dtype, run_conv_transpose(cx, self)) };
+        Ok(())
+    }
+    fn can_fail(&self) -> bool {
+        false
+    }
+    fn kind(&self) -> &'static str {
+        "conv-transpose-elem"
     }
 }

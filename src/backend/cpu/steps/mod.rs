@@ -31,6 +31,7 @@ pub mod pool_nd;
 pub mod quant;
 pub mod reduce;
 pub mod rnn;
+pub mod rnn_elem;
 pub mod scatter_elem;
 pub mod trees;
 pub mod unary;
@@ -103,6 +104,7 @@ const FAMILIES: &[Builder] = &[
     quant::build,
     trees::build,
     rnn::build,
+    rnn_elem::build,
     rnn::build_quant_lstm,
     backward::build,
     index_ops::build,

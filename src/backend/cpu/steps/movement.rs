@@ -1,22 +1,24 @@
 //! Data movement, for every dtype by element size: `Concat`, `Split`, `Slice`,
 //! `Expand`, `Tile` and `Transpose` as strided copies ([`CopyPlan`]); `Pad` (every mode)
-//! and nearest `Resize` as table copies; linear and cubic `Resize` on f32 as separable
-//! passes; `Gather` on any axis, `GatherElements`, `ScatterND`; `Cast` between the
+//! and nearest `Resize` as table copies; linear and cubic `Resize` as separable passes
+//! (f32, or f64 for the other dtypes); `Gather` on any axis, `GatherElements`, `ScatterND`; `Cast` between the
 //! numeric dtypes and `Where` on every dtype. Shape operands (Slice's starts, Pad's
 //! pads, Resize's scales) must be constants; otherwise the node is not this family's.
 use crate::backend::cpu::kernels::movement::{
     cast, gather, gather_elements, scatter_nd, CopyPlan, ElementsDims, GatherDims, Reduction,
     TableCopy, FILL,
 };
-use crate::backend::cpu::kernels::resize::{AxisPass, ResizePlan};
+use crate::backend::cpu::kernels::resize::{AxisPass, ResizePlan, Weight};
 use crate::backend::cpu::kernels::select::{select, Walk};
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
-use crate::ir::ops::resize::resize_taps;
+use crate::ir::ops::quant::range as quant_range;
+use crate::ir::ops::resize::{resize_taps, AxisTaps};
 use crate::ir::ops::shape::slice::{
     mode as pad_mode, pad_plan, pad_source, slice_plan, slice_range, Mode,
 };
 use crate::ir::DType;
-use crate::tensor::Tensor;
+use crate::tensor::{Elem, Tensor};
+use crate::with_dtype;
 
 use super::Build;
 
@@ -395,7 +397,7 @@ fn build_pad(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 pub struct ResizeStep {
     x: Slot,
     y: Slot,
-    plan: ResizePlan,
+    plan: ResizePlan<f32>,
     scratch: Loc,
 }
 
@@ -422,7 +424,7 @@ impl Kernel for ResizeStep {
 }
 
 /// `Resize` with constant roi, scales and sizes: nearest (or any mode whose taps are
-/// single pixels) as a table copy on every dtype, linear and cubic on f32.
+/// single pixels) as a table copy on every dtype, linear and cubic as separable passes.
 fn build_resize(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let Some(x) = b.input(0) else { return Ok(None) };
     let y = &b.outs[0];
@@ -483,20 +485,7 @@ fn build_resize(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             value_slot: None,
         })));
     }
-    if x.dtype != DType::F32 {
-        return Ok(None);
-    }
-    let mut shape = x.shape.clone();
-    let mut passes = vec![];
-    for (a, t) in &taps.axes {
-        passes.push(AxisPass::new(&shape, *a, t));
-        shape[*a] = t.len();
-    }
-    let plan = ResizePlan {
-        passes,
-        extrapolated: taps.extrapolation as f32,
-    };
-    if plan.passes.is_empty() {
+    if taps.axes.is_empty() {
         return Ok(Some(one_move(
             "resize",
             x,
@@ -506,6 +495,21 @@ fn build_resize(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             &strides(&x.shape),
         )?));
     }
+    if x.dtype != DType::F32 {
+        if !(x.dtype.is_float() || x.dtype.is_int()) {
+            return Ok(None);
+        }
+        let plan = resize_plan::<f64>(&x.shape, &taps.axes, taps.extrapolation);
+        let (x_len, y_len) = (x.elements(), y.elements());
+        let scratch = b.scratch((x_len + y_len + 2 * plan.scratch_len()) * 8);
+        return Ok(Some(Box::new(ResizeElemStep {
+            x: x.clone(),
+            y: y.clone(),
+            plan,
+            scratch,
+        })));
+    }
+    let plan = resize_plan::<f32>(&x.shape, &taps.axes, taps.extrapolation);
     let scratch = b.scratch(2 * plan.scratch_len() * 4);
     Ok(Some(Box::new(ResizeStep {
         x: x.clone(),
@@ -513,6 +517,81 @@ fn build_resize(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         plan,
         scratch,
     })))
+}
+
+/// One pass per resized axis of a `dims` tensor, in `F`.
+fn resize_plan<F: Weight>(
+    dims: &[usize],
+    axes: &[(usize, AxisTaps)],
+    extrapolation: f64,
+) -> ResizePlan<F> {
+    let mut shape = dims.to_vec();
+    let mut passes = vec![];
+    for (a, t) in axes {
+        passes.push(AxisPass::new(&shape, *a, t));
+        shape[*a] = t.len();
+    }
+    ResizePlan {
+        passes,
+        extrapolated: F::of(extrapolation),
+    }
+}
+
+/// Linear and cubic `Resize` on the dtypes other than f32: X widened to f64 in scratch,
+/// the f64 passes, then each value stored as the interpreter rounds it (integers half
+/// to even, clamped to the dtype's range).
+pub struct ResizeElemStep {
+    x: Slot,
+    y: Slot,
+    plan: ResizePlan<f64>,
+    /// X and Y as f64, then the plan's two halves.
+    scratch: Loc,
+}
+
+/// [`ResizeElemStep`] on `T`.
+///
+/// # Safety
+/// The Kernel::run contract, X and Y holding `T`s, the scratch the f64s build asked for.
+unsafe fn resize_elem<T: Elem>(cx: &Cx, s: &ResizeElemStep) {
+    let (x_len, y_len) = (s.x.elements(), s.y.elements());
+    let wide = cx.ptr(s.scratch) as *mut f64;
+    // SAFETY: X holds x_len `T`s; the scratch starts with x_len then y_len f64s, then
+    // the plan's two halves, none overlapping X or Y.
+    unsafe {
+        let x = std::slice::from_raw_parts(cx.ptr(s.x.loc) as *const T, x_len);
+        let xw = std::slice::from_raw_parts_mut(wide, x_len);
+        for (w, v) in xw.iter_mut().zip(x) {
+            *w = v.to_f64();
+        }
+        let yw = wide.add(x_len);
+        s.plan.run(wide, yw, yw.add(y_len), cx.pool);
+        let y = std::slice::from_raw_parts_mut(cx.ptr(s.y.loc) as *mut T, y_len);
+        let yw = std::slice::from_raw_parts(yw, y_len);
+        if T::DTYPE.is_float() {
+            for (d, &v) in y.iter_mut().zip(yw) {
+                *d = T::from_f64(v);
+            }
+        } else {
+            let (lo, hi) = quant_range(T::DTYPE);
+            for (d, &v) in y.iter_mut().zip(yw) {
+                *d = T::from_f64(v.round_ties_even().clamp(lo, hi));
+            }
+        }
+    }
+}
+
+impl Kernel for ResizeElemStep {
+    unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
+        // SAFETY: the Kernel::run contract; X and Y hold x.dtype (build checked).
+        unsafe { with_dtype!(self.x.dtype, resize_elem(cx, self)) };
+        Ok(())
+    }
+    fn can_fail(&self) -> bool {
+        false
+    }
+    fn kind(&self) -> &'static str {
+        "resize-elem"
+    }
 }
 
 /// `Gather` on any axis with i32 or i64 indices.

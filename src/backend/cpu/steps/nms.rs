@@ -6,15 +6,20 @@ use crate::backend::cpu::kernels::nms::{
     count_non_zero, non_max_suppression, non_zero, NmsLimits, NmsShape,
 };
 use crate::backend::cpu::program::{Cx, Loc, Slot, Source};
-use crate::ir::{DType, Dim, TensorType};
+use crate::ir::ops::select::unique_key;
+use crate::ir::shape::norm_axis;
+use crate::ir::{Attrs, DType, Dim, TensorType};
+use crate::tensor::Elem;
+use crate::with_dtype;
 
-/// The output type's one dynamic axis and the size that bounds it, for a node this
-/// module has a step for (`None` otherwise).
+/// The size that bounds the extent of a node this module has a step for (`None`
+/// otherwise): its outputs' one dynamic axis each.
 pub(crate) fn bound(
     op: &str,
+    attrs: &Attrs,
     ins: &[Option<&TensorType>],
     consts: &[Option<i64>],
-) -> Option<(usize, usize)> {
+) -> Option<usize> {
     let dims = |k: usize| ins.get(k).copied().flatten()?.static_dims();
     match op {
         "NonMaxSuppression" => {
@@ -25,12 +30,17 @@ pub(crate) fn bound(
                 Some(m) => usize::try_from(m.max(0)).ok()?.min(boxes),
                 None => boxes,
             };
-            Some((0, batches.checked_mul(classes)?.checked_mul(per_class)?))
+            batches.checked_mul(classes)?.checked_mul(per_class)
         }
-        "NonZero" => Some((
-            1,
-            dims(0)?.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?,
-        )),
+        "NonZero" => elements(&dims(0)?),
+        // At most every element (or slice along the axis) is distinct.
+        "Unique" => {
+            let x = dims(0)?;
+            match attrs.int("axis").ok()? {
+                None => elements(&x),
+                Some(a) => x.get(norm_axis(a, x.len()).ok()?).copied(),
+            }
+        }
         _ => None,
     }
 }
@@ -41,8 +51,13 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Source>>, String> {
     match b.node.op.as_str() {
         "NonMaxSuppression" => build_nms(b),
         "NonZero" => build_non_zero(b),
+        "Unique" => build_unique(b),
         _ => Ok(None),
     }
+}
+
+fn elements(dims: &[usize]) -> Option<usize> {
+    dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
 }
 
 struct Nms {
@@ -76,8 +91,8 @@ fn build_nms(b: &Build) -> Result<Option<Box<dyn Source>>, String> {
     ) else {
         return Ok(None);
     };
-    let fits = boxes.dtype == DType::F32
-        && scores.dtype == DType::F32
+    let fits = boxes.dtype.is_float()
+        && scores.dtype == boxes.dtype
         && boxes.shape.len() == 3
         && scores.shape.len() == 3
         && boxes.shape[2] == 4
@@ -137,31 +152,38 @@ impl Source for Nms {
             iou_threshold: f32_at(&self.iou_threshold).unwrap_or(0.0),
             score_threshold: f32_at(&self.score_threshold),
         };
-        let n = self.shape.boxes;
-        // SAFETY: the f32 boxes slot, [batches, boxes, 4], live for the run.
-        let boxes =
-            unsafe { std::slice::from_raw_parts(cx.f32(&self.boxes), self.boxes.elements()) };
-        let (scores_p, scores_n) = (cx.f32(&self.scores), self.scores.elements());
-        // SAFETY: the f32 scores slot, [batches, classes, boxes], live for the run.
-        let scores = unsafe { std::slice::from_raw_parts(scores_p, scores_n) };
-        let cand_p = cx.ptr(self.candidates) as *mut u32;
-        // SAFETY: the scratch's first region, boxes · 4 bytes (rounded up to ALIGN, so
-        // the kept region after it does not overlap), reserved by `build_nms`.
-        let candidates = unsafe { std::slice::from_raw_parts_mut(cand_p, n) };
-        let kept_p = cx.ptr(self.kept) as *mut u32;
-        // SAFETY: the scratch's second region, kept_len u32 after the candidates.
-        let kept = unsafe { std::slice::from_raw_parts_mut(kept_p, self.kept_len) };
-        let out_p = cx.ptr(self.out.loc) as *mut i64;
-        // SAFETY: the i64 output slot (its largest shape) of out.elements(), apart from
-        // the inputs and the scratch.
-        let out = unsafe { std::slice::from_raw_parts_mut(out_p, self.out.elements()) };
-        Ok(non_max_suppression(
-            boxes, scores, self.shape, limits, candidates, kept, out,
-        ))
+        // SAFETY: the boxes and scores slots hold boxes.dtype (build checked).
+        Ok(unsafe { with_dtype!(self.boxes.dtype, suppress(self, cx, limits)) })
     }
     fn kind(&self) -> &'static str {
         "nms"
     }
+}
+
+/// The suppression on boxes and scores of `T`; the number of rows written.
+///
+/// # Safety
+/// The Kernel::run contract, the boxes and scores slots holding `T`s.
+unsafe fn suppress<T: Elem>(s: &Nms, cx: &Cx, limits: NmsLimits) -> usize {
+    let n = s.shape.boxes;
+    let boxes_p = cx.ptr(s.boxes.loc) as *const T;
+    // SAFETY: the boxes slot, [batches, boxes, 4], live for the run.
+    let boxes = unsafe { std::slice::from_raw_parts(boxes_p, s.boxes.elements()) };
+    let scores_p = cx.ptr(s.scores.loc) as *const T;
+    // SAFETY: the scores slot, [batches, classes, boxes], live for the run.
+    let scores = unsafe { std::slice::from_raw_parts(scores_p, s.scores.elements()) };
+    let cand_p = cx.ptr(s.candidates) as *mut u32;
+    // SAFETY: the scratch's first region, boxes · 4 bytes (rounded up to ALIGN, so
+    // the kept region after it does not overlap), reserved by `build_nms`.
+    let candidates = unsafe { std::slice::from_raw_parts_mut(cand_p, n) };
+    let kept_p = cx.ptr(s.kept) as *mut u32;
+    // SAFETY: the scratch's second region, kept_len u32 after the candidates.
+    let kept = unsafe { std::slice::from_raw_parts_mut(kept_p, s.kept_len) };
+    let out_p = cx.ptr(s.out.loc) as *mut i64;
+    // SAFETY: the i64 output slot (its largest shape) of out.elements(), apart from
+    // the inputs and the scratch.
+    let out = unsafe { std::slice::from_raw_parts_mut(out_p, s.out.elements()) };
+    non_max_suppression(boxes, scores, s.shape, limits, candidates, kept, out)
 }
 
 struct NonZero {
@@ -205,6 +227,114 @@ impl Source for NonZero {
     fn kind(&self) -> &'static str {
         "nonzero"
     }
+}
+
+/// `Unique` of X seen as `[outer, len, inner]` (`len` the slices compared: the axis, or
+/// every element of the flattened X).
+struct Unique {
+    x: Slot,
+    dims: [usize; 3],
+    sorted: bool,
+    /// Y, indices, inverse_indices, counts (Y and counts at the bound).
+    outs: [Slot; 4],
+}
+
+fn build_unique(b: &Build) -> Result<Option<Box<dyn Source>>, String> {
+    let (Some(x), [y, indices, inverse, counts]) = (b.input(0).cloned(), b.outs) else {
+        return Ok(None);
+    };
+    if !(x.dtype.is_float() || x.dtype.is_int()) || x.dtype.is_low_bit() {
+        return Ok(None);
+    }
+    let dims = match b.node.attrs.int("axis")? {
+        None => [1, x.elements(), 1],
+        Some(a) => {
+            let a = norm_axis(a, x.shape.len())?;
+            [
+                x.shape[..a].iter().product(),
+                x.shape[a],
+                x.shape[a + 1..].iter().product(),
+            ]
+        }
+    };
+    Ok(Some(Box::new(Unique {
+        x,
+        dims,
+        sorted: b.node.attrs.int_or("sorted", 1)? != 0,
+        outs: [y, indices, inverse, counts].map(Slot::clone),
+    })))
+}
+
+impl Source for Unique {
+    unsafe fn run(&self, cx: &Cx) -> Result<usize, String> {
+        // SAFETY: the slots hold x.dtype and i64 (build checked), at the bound.
+        unsafe { with_dtype!(self.x.dtype, unique(self, cx)) }
+    }
+    fn kind(&self) -> &'static str {
+        "unique"
+    }
+}
+
+/// [`Unique`] on X of `T`: the distinct slices compared by the reference's exact keys
+/// ([`unique_key`]), written compactly for the extent it returns.
+///
+/// # Safety
+/// The Source::run contract, X holding `T`s, the outputs their bound shapes.
+unsafe fn unique<T: Elem>(s: &Unique, cx: &Cx) -> Result<usize, String> {
+    let [outer, len, inner] = s.dims;
+    // SAFETY: X's elements, live for the run.
+    let x = unsafe { std::slice::from_raw_parts(cx.ptr(s.x.loc) as *const T, s.x.elements()) };
+    let keys: Vec<Vec<i128>> = (0..len)
+        .map(|j| {
+            (0..outer * inner)
+                .map(|p| unique_key(x[((p / inner) * len + j) * inner + p % inner]))
+                .collect()
+        })
+        .collect();
+    // First occurrences in order of appearance, each slice's entry among them.
+    let mut seen = std::collections::HashMap::new();
+    let (mut first, mut entry) = (vec![], Vec::with_capacity(len));
+    for (j, k) in keys.iter().enumerate() {
+        let e = *seen.entry(k).or_insert_with(|| {
+            first.push(j);
+            first.len() - 1
+        });
+        entry.push(e);
+    }
+    let mut order: Vec<usize> = (0..first.len()).collect();
+    if s.sorted {
+        order.sort_by(|&a, &b| keys[first[a]].cmp(&keys[first[b]]));
+    }
+    let mut rank = vec![0; order.len()];
+    for (r, &e) in order.iter().enumerate() {
+        rank[e] = r;
+    }
+    let n = order.len();
+    let [y, indices, inverse, counts] = &s.outs;
+    // SAFETY: Y's bound buffer holds outer·len·inner `T`s (n ≤ len), the others len
+    // i64s, apart from X and each other.
+    let (y, indices, inverse, counts) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(cx.ptr(y.loc) as *mut T, y.elements()),
+            std::slice::from_raw_parts_mut(cx.ptr(indices.loc) as *mut i64, indices.elements()),
+            std::slice::from_raw_parts_mut(cx.ptr(inverse.loc) as *mut i64, inverse.elements()),
+            std::slice::from_raw_parts_mut(cx.ptr(counts.loc) as *mut i64, counts.elements()),
+        )
+    };
+    for (r, &e) in order.iter().enumerate() {
+        let j = first[e];
+        indices[r] = j as i64;
+        counts[r] = 0;
+        for p in 0..outer * inner {
+            let (o, i) = (p / inner, p % inner);
+            y[(o * n + r) * inner + i] = x[(o * len + j) * inner + i];
+        }
+    }
+    for (j, &e) in entry.iter().enumerate() {
+        inverse[j] = rank[e] as i64;
+        counts[rank[e]] += 1;
+    }
+    Ok(n)
 }
 
 /// The output's dims at run time: `ty`'s, its dynamic axis `axis` of size `extent`.

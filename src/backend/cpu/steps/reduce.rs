@@ -130,8 +130,7 @@ pub(crate) fn build_topk(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let (Some(x), Some(k), [values, indices]) = (b.input(0), b.input(1), b.outs) else {
         return Ok(None);
     };
-    // u64 declines: the interpreter's values of u64 above 2^63 pass through f64 and i64.
-    let typed = (x.dtype.is_float() || x.dtype.is_int()) && x.dtype != DType::U64;
+    let typed = x.dtype.is_float() || x.dtype.is_int();
     if !typed || values.dtype != x.dtype || k.dtype != DType::I64 || k.elements() != 1 {
         return Ok(None);
     }

@@ -1,10 +1,13 @@
 //! `ConvTranspose`, the data gradient of a convolution, on the CPU's transposed
-//! convolution kernel (1 to 3 spatial axes, explicit pads, no `output_shape`).
+//! convolution kernel (1 to 3 spatial axes, explicit pads, no `output_shape`); f64, f16
+//! and bf16 on the same geometry in [`super::super::conv_elem`]'s loop.
 use crate::backend::cpu::isa;
 use crate::backend::cpu::kernels::conv::Depth;
 use crate::backend::cpu::kernels::conv_transpose::{conv_transpose, ConvTransposeShape};
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
 use crate::backend::cpu::steps::conv::window_axes;
+use crate::backend::cpu::steps::conv_elem::{is_elem_float, ConvTransposeElem};
+use crate::ir::DType;
 
 use super::super::Build;
 
@@ -72,7 +75,15 @@ fn build_resolved(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
 
 pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let attrs = &b.node.attrs;
-    if !b.all_f32() {
+    let dtype = b.outs.first().map(|y| y.dtype);
+    let typed = |d| d == DType::F32 || is_elem_float(d);
+    if !dtype.is_some_and(typed)
+        || b.ins
+            .iter()
+            .flatten()
+            .chain(b.outs)
+            .any(|s| Some(s.dtype) != dtype)
+    {
         return Ok(None);
     }
     if attrs.get("output_shape").is_some()
@@ -165,6 +176,9 @@ pub(super) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             "W {:?} does not map {} channels to {} in {groups} groups",
             w.shape, shape.c, shape.m
         ));
+    }
+    if x.dtype != DType::F32 {
+        return Ok(Some(ConvTransposeElem::build(b, shape, x, w, y)));
     }
     Ok(Some(Box::new(ConvTransposeStep {
         shape,
