@@ -2,9 +2,9 @@
 //! caller passes at run time; Resize scales, a OneHot depth, Range bounds): one program
 //! per tuple of those values, the inputs bound as constants before the pipeline, so the
 //! rest folds and compiles as a static graph instead of running node by node.
-//! Small integer inputs always key; float and bool ones only when they are tiny (scales,
-//! bounds: a few elements) and reach a node whose type stays dynamic, so that a data
-//! input does not recompile every run.
+//! Small integer inputs always key; float ones only where an op reads them for a shape
+//! (Resize scales, Range bounds, a OneHot depth: [`sets_shape`]), so that a data input
+//! does not recompile every run.
 use std::borrow::Borrow;
 use std::sync::{Arc, Mutex};
 
@@ -15,8 +15,7 @@ use crate::tensor::Tensor;
 
 /// Inputs of at most this many elements may key a program.
 const MAX_KEY_ELEMENTS: usize = 64;
-/// Float and bool inputs of at most this many elements may (a rank's worth of scales).
-const MAX_FLOAT_KEY_ELEMENTS: usize = 8;
+
 /// Programs kept per signature; the oldest goes first.
 const MAX_PROGRAMS: usize = 16;
 
@@ -40,7 +39,14 @@ impl ByValue {
         shapes: &[Vec<usize>],
         host: bool,
     ) -> Option<ByValue> {
-        let reaches_dynamic = reaches_dynamic(specialized);
+        let read_for_a_shape = |id| {
+            specialized.nodes().iter().any(|n| {
+                n.inputs
+                    .iter()
+                    .enumerate()
+                    .any(|(k, v)| v.is_some_and(|v| v.node == id) && sets_shape(&n.op, k))
+            })
+        };
         let keys: Vec<usize> = graph
             .inputs()
             .iter()
@@ -52,12 +58,9 @@ impl ByValue {
                     .iter()
                     .try_fold(1usize, |n, &d| n.checked_mul(d))
                     .unwrap_or(usize::MAX);
-                let keys = if t.dtype.is_int() {
-                    elements <= MAX_KEY_ELEMENTS
-                } else {
-                    elements <= MAX_FLOAT_KEY_ELEMENTS && reaches_dynamic.get(*k) == Some(&true)
-                };
-                keys && !t.is_host_object()
+                let read = t.dtype.is_int()
+                    || (specialized.inputs().get(*k)).is_some_and(|&p| read_for_a_shape(p));
+                read && elements <= MAX_KEY_ELEMENTS && !t.is_host_object()
             })
             .map(|(k, _)| k)
             .collect();
@@ -121,23 +124,10 @@ impl ByValue {
     }
 }
 
-/// By graph input: whether some node the input reaches has a type that is not static.
-fn reaches_dynamic(g: &Graph) -> Vec<bool> {
-    let Ok(schedule) = g.schedule() else {
-        return vec![];
-    };
-    g.inputs()
-        .iter()
-        .map(|&input| {
-            let mut reached = vec![false; g.len()];
-            reached[input.index()] = true;
-            schedule.iter().any(|&id| {
-                let n = g.node(id);
-                if n.inputs.iter().flatten().any(|v| reached[v.node.index()]) {
-                    reached[id.index()] = true;
-                }
-                reached[id.index()] && n.outputs.iter().any(|t| !t.is_static())
-            })
-        })
-        .collect()
+/// Whether operand `k` of `op` is a float an op reads to size its result.
+fn sets_shape(op: &str, k: usize) -> bool {
+    matches!(
+        (op, k),
+        ("Resize", 1 | 2) | ("Upsample", 1) | ("Range", 0..=2) | ("OneHot", 1)
+    )
 }

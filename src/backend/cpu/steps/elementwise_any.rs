@@ -301,7 +301,11 @@ fn lower_step(
                             _ => Act::Gelu,
                         },
                     )),
-                    (None, _) => Act::of_op(op, f)?.map(Op::ActF32),
+                    (None, _) => match Act::of_op(op, f)? {
+                        Some(act) => Some(Op::ActF32(act)),
+                        // The rare ones (Sign, …) as the other floats run them.
+                        None => FloatOp::of(op, &st.attrs)?.map(Op::Float),
+                    },
                 };
                 op.map(|op| (op, vec![x.clone()], DType::F32, x.shape.clone()))
             }

@@ -39,6 +39,18 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     let bool_ok = x.dtype == DType::Bool
         && matches!(kind, ReduceKind::Max | ReduceKind::Min)
         && x.elements() > 0;
+    if x.dtype == DType::Bool && y.dtype == DType::Bool && x.elements() == 0 {
+        // Over nothing, any (Max) is false and all (Min) true.
+        let byte = match kind {
+            ReduceKind::Max => 0,
+            ReduceKind::Min => 1,
+            _ => return Ok(None),
+        };
+        return Ok(Some(Box::new(super::view::Fill {
+            byte,
+            to: y.clone(),
+        })));
+    }
     if x.dtype != y.dtype || !(x.dtype == DType::F32 || ELEM_DTYPES.contains(&x.dtype) || bool_ok) {
         return Ok(None);
     }

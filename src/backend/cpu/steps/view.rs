@@ -23,8 +23,8 @@ impl Copy {
 pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
     if b.node.op == "OptionalHasElement" {
         // A lowered graph holds no optionals: the operand is a tensor or absent.
-        return Ok(Some(Box::new(HasElement {
-            present: b.input(0).is_some(),
+        return Ok(Some(Box::new(Fill {
+            byte: u8::from(b.input(0).is_some()),
             to: b.outs[0].clone(),
         })));
     }
@@ -65,16 +65,16 @@ impl Kernel for Copy {
     }
 }
 
-/// OptionalHasElement where the answer is the operand's presence.
-struct HasElement {
-    present: bool,
-    to: Slot,
+/// Every byte of a slot set to one value: a result known from the types alone (bools).
+pub(crate) struct Fill {
+    pub(crate) byte: u8,
+    pub(crate) to: Slot,
 }
 
-impl Kernel for HasElement {
+impl Kernel for Fill {
     unsafe fn run(&self, cx: &Cx) -> Result<(), String> {
-        // SAFETY: the output slot is one bool (the op's type), live for the run.
-        unsafe { *cx.ptr(self.to.loc) = u8::from(self.present) };
+        // SAFETY: the output slot addresses to.bytes() writable bytes for the run.
+        unsafe { std::ptr::write_bytes(cx.ptr(self.to.loc), self.byte, self.to.bytes()) };
         Ok(())
     }
     fn can_fail(&self) -> bool {
