@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use super::par::{for_ranges, SyncPtr};
 use crate::backend::cpu::pool::Pool;
 use crate::ir::ops::tree::Ensemble;
+use crate::ir::DType;
 
 /// Where a tree step's rows go: f32 scores `[rows × width]` and, for a classifier with
 /// integer labels, each row's label.
@@ -20,9 +21,32 @@ pub(crate) struct TreeOutputs<'a> {
 /// `x` readable for rows × features floats; `scratch` writable for rows × (features +
 /// width) f64 and `seen` for rows × width bools; the outputs writable for their rows.
 #[allow(clippy::too_many_arguments)]
+/// `out.len()` elements of `x` (of `dtype`: f32, f64, i32 or i64) from element `at` on,
+/// as f64.
+///
+/// # Safety
+/// `x` holds at least `at + out.len()` elements of `dtype`.
+unsafe fn read_f64s(x: *const u8, dtype: DType, at: usize, out: &mut [f64]) {
+    macro_rules! read {
+        ($t:ty) => {
+            for (k, v) in out.iter_mut().enumerate() {
+                // SAFETY: element at + k < at + out.len() of x's `$t`s (contract).
+                *v = unsafe { *(x as *const $t).add(at + k) } as f64;
+            }
+        };
+    }
+    match dtype {
+        DType::F64 => read!(f64),
+        DType::I64 => read!(i64),
+        DType::I32 => read!(i32),
+        _ => read!(f32),
+    }
+}
+
 pub(crate) unsafe fn ensemble_rows(
     e: &Ensemble,
-    x: *const f32,
+    x: *const u8,
+    x_dtype: DType,
     rows: usize,
     features: usize,
     scratch: *mut f64,
@@ -32,7 +56,7 @@ pub(crate) unsafe fn ensemble_rows(
 ) -> Result<(), String> {
     let width = e.width();
     let failure = Mutex::new(None);
-    let (xp, sp, seenp) = (SyncPtr(x as *mut f32), SyncPtr(scratch), SyncPtr(seen));
+    let (xp, sp, seenp) = (SyncPtr(x as *mut u8), SyncPtr(scratch), SyncPtr(seen));
     let scores = SyncPtr(out.scores);
     let labels = out.labels.map(|(p, l)| (SyncPtr(p), l));
     let work = e.width().max(1) * 64;
@@ -48,11 +72,9 @@ pub(crate) unsafe fn ensemble_rows(
             let x = unsafe {
                 std::slice::from_raw_parts_mut(sp.get().add(start * features), n * features)
             };
-            for (f, v) in x.iter_mut().enumerate() {
-                // SAFETY: `f < n · features`: a float of this group's rows of `x`, which
-                // holds rows × features (contract).
-                *v = unsafe { *xp.get().add(start * features + f) } as f64;
-            }
+            // SAFETY: elements `start · features ..` of this group's `n · features` of `x`,
+            // which holds rows × features of `x_dtype` (contract).
+            unsafe { read_f64s(xp.get(), x_dtype, start * features, x) };
             // SAFETY: the scores scratch after the rows × features converted rows, at this
             // group's `n · width` f64: inside the scratch, disjoint from `x` above.
             let s = unsafe {

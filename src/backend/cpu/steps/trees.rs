@@ -1,5 +1,5 @@
 //! Tree ensembles (`TreeEnsemble`, `TreeEnsembleRegressor`, `TreeEnsembleClassifier`
-//! with integer labels) on f32 rows: the trees read from the attributes once, here, and
+//! with integer labels) on f32, f64, i32 or i64 rows (f32 scores): the trees read from the attributes once, here, and
 //! each run walks the rows in parallel (see [`kernels::trees`]).
 use crate::backend::cpu::kernels::trees::{ensemble_rows, TreeOutputs};
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
@@ -30,7 +30,7 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         return Ok(None);
     }
     let Some(x) = b.input(0) else { return Ok(None) };
-    if x.dtype != DType::F32 {
+    if !matches!(x.dtype, DType::F32 | DType::F64 | DType::I32 | DType::I64) {
         return Ok(None);
     }
     let ensemble = Ensemble::new(op, &b.node.attrs)?;
@@ -82,11 +82,24 @@ impl Kernel for TreeEnsembleStep {
             scratch as *mut f64,
             scratch.wrapping_add(self.seen_at) as *mut bool,
         );
-        let (e, x, rows, features) = (&self.ensemble, cx.f32(&self.x), self.rows, self.features);
-        // SAFETY: the Kernel::run contract: x holds rows × features f32, the outputs rows ×
+        let (e, rows, features) = (&self.ensemble, self.rows, self.features);
+        let x = cx.ptr(self.x.loc) as *const u8;
+        // SAFETY: the Kernel::run contract: x holds rows × features of its dtype, the outputs rows ×
         // width f32 and rows i64; the scratch `seen_at + rows · width` bytes: rows ×
         // (features + width) f64, then rows × width bools at `seen`.
-        unsafe { ensemble_rows(e, x, rows, features, f64s, seen, &out, cx.pool) }
+        unsafe {
+            ensemble_rows(
+                e,
+                x,
+                self.x.dtype,
+                rows,
+                features,
+                f64s,
+                seen,
+                &out,
+                cx.pool,
+            )
+        }
     }
     fn kind(&self) -> &'static str {
         "tree-ensemble"
