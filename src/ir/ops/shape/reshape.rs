@@ -205,7 +205,7 @@ const SQUEEZE: OpSchema = OpSchema {
     inputs: &["data", "axes?"],
     outputs: &["squeezed"],
     attrs: &[],
-    doc: "Removes the listed size-1 axes (all fixed size-1 axes when axes is omitted).",
+    doc: "Removes the listed size-1 axes (all size-1 axes when axes is omitted: of unknown rank while a dim is symbolic).",
     in_place: InPlace::View,
     origin: Origin::Onnx,
 };
@@ -241,6 +241,11 @@ impl Op for Squeeze {
             (Some(_), None) => {
                 let n = static_len(cx, 1).ok_or("the axes input needs a static length")?;
                 Shape::new((0..x.rank().saturating_sub(n)).map(|a| cx.fresh_dim(0, a)))
+            }
+            // Without axes every size-1 axis goes, symbolic ones bound to 1 included: the
+            // rank is known once the shapes are bound.
+            (None, None) if x.shape.dims().iter().any(|d| matches!(d, Dim::Sym(_))) => {
+                return Ok(vec![TensorType::unranked(x.dtype)]);
             }
             (_, axes) => {
                 let drop = squeeze_axes(&x.shape.dims(), axes.as_deref())?;
