@@ -18,7 +18,7 @@ use kiln::backend::cpu::CpuBackend;
 use kiln::backend::interp::InterpExecutable;
 use kiln::backend::Executable;
 use kiln::ir::ops::{catalogue, Op, Origin};
-use kiln::ir::{Attr, Attrs, DType, Graph, Shape, TensorType, Value};
+use kiln::ir::{Attr, Attrs, DType, Dim, Graph, Shape, TensorType, Value};
 use kiln::passes::CompileOptions;
 use kiln::Tensor;
 
@@ -44,6 +44,8 @@ const DTYPES: [DType; 13] = [
 enum In {
     /// A run-time input of the column's dtype and this shape.
     X(Vec<usize>),
+    /// A run-time input of the column's dtype with named axes (name, size).
+    Named(Vec<(&'static str, usize)>),
     /// A run-time input of another dtype.
     T(DType, Vec<usize>),
     /// A run-time integer input (indices) of this dtype and shape, in `lo..hi`.
@@ -788,6 +790,30 @@ fn forms(op: &dyn Op) -> Result<Vec<Form>, &'static str> {
             })
             .collect(),
         "NonZero" => vec![form("2-D", vec![x(&[3, 4])], Attrs::new())],
+        // Contracting the axes A and B share by name.
+        "Dot" => {
+            let named = |axes: &[(&'static str, usize)]| In::Named(axes.to_vec());
+            vec![
+                form(
+                    "matrix product",
+                    vec![named(&[("m", 3), ("k", 4)]), named(&[("k", 4), ("n", 2)])],
+                    Attrs::new(),
+                ),
+                form(
+                    "batch and two contracted axes, B's order",
+                    vec![
+                        named(&[("b", 2), ("i", 3), ("j", 2), ("m", 4)]),
+                        named(&[("j", 2), ("n", 5), ("i", 3)]),
+                    ],
+                    Attrs::new(),
+                ),
+                form(
+                    "outer product",
+                    vec![named(&[("m", 3)]), named(&[("n", 4)])],
+                    Attrs::new(),
+                ),
+            ]
+        }
         "Unique" => vec![
             form("flattened", vec![x(&[6])], Attrs::new()),
             form(
@@ -1191,7 +1217,7 @@ fn tolerance(dtype: DType) -> f64 {
 /// One form in one column: `None` when the catalogue refuses it.
 fn run_form(op: &str, dtype: DType, f: &Form, rng: &mut Rng) -> Option<Result<(), (bool, String)>> {
     // A form with no operand of the column's dtype is one case, shown under f32.
-    if dtype != DType::F32 && !f.ins.iter().any(|i| matches!(i, In::X(_))) {
+    if dtype != DType::F32 && !f.ins.iter().any(|i| matches!(i, In::X(_) | In::Named(_))) {
         return None;
     }
     let mut g = Graph::new("matrix");
@@ -1203,6 +1229,16 @@ fn run_form(op: &str, dtype: DType, f: &Form, rng: &mut Rng) -> Option<Result<()
                 let d = if let In::T(d, _) = i { *d } else { dtype };
                 values.push(data(rng, op, k, d, dims));
                 let ty = TensorType::new(d, Shape::fixed(dims));
+                Some(g.add_parameter(&format!("x{k}"), ty).ok()?.into())
+            }
+            In::Named(axes) => {
+                let dims: Vec<usize> = axes.iter().map(|a| a.1).collect();
+                values.push(data(rng, op, k, dtype, &dims));
+                let shape = Shape::named(
+                    dims.iter().map(|&d| Dim::Fixed(d)).collect(),
+                    axes.iter().map(|a| Some(a.0.to_string())).collect(),
+                );
+                let ty = TensorType::new(dtype, shape);
                 Some(g.add_parameter(&format!("x{k}"), ty).ok()?.into())
             }
             In::I(d, dims, lo, hi) => {
