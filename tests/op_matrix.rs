@@ -790,6 +790,18 @@ fn forms(op: &dyn Op) -> Result<Vec<Form>, &'static str> {
             })
             .collect(),
         "NonZero" => vec![form("2-D", vec![x(&[3, 4])], Attrs::new())],
+        // Constant sizes and rate, the edge frequencies run-time scalars (see `data`).
+        "MelWeightMatrix" => ["f32", "f64", "i32"]
+            .iter()
+            .map(|&out| {
+                let i = |v: i64| In::C(Tensor::scalar(v));
+                form(
+                    format!("8 mels, 16-point DFT, 8 kHz, into {out}"),
+                    vec![i(8), i(16), i(8000), x(&[]), x(&[])],
+                    Attrs::new().with("output_datatype", Attr::String(out.into())),
+                )
+            })
+            .collect(),
         // Contracting the axes A and B share by name.
         "Dot" => {
             let named = |axes: &[(&'static str, usize)]| In::Named(axes.to_vec());
@@ -1172,6 +1184,9 @@ fn data(rng: &mut Rng, op: &str, k: usize, dtype: DType, dims: &[usize]) -> Tens
     let v: Vec<f64> = (0..n)
         .map(|_| match op {
             "Range" => [1.0, rng.uniform(-1.0, 6.0), 0.5][k],
+            // Edges below the Nyquist frequency of the 8 kHz rate.
+            "MelWeightMatrix" if k == 3 => rng.uniform(0.0, 300.0),
+            "MelWeightMatrix" => rng.uniform(2500.0, 3900.0),
             _ => rng.uniform(lo, hi),
         })
         .collect();

@@ -23,6 +23,7 @@ pub mod index_ops;
 pub mod loss_sample;
 pub mod matmul;
 pub mod matmul_elem;
+pub mod mel;
 pub mod movement;
 pub mod nms;
 pub mod nn;
@@ -105,6 +106,7 @@ const FAMILIES: &[Builder] = &[
     trees::build,
     rnn::build,
     rnn_elem::build,
+    mel::build,
     rnn::build_quant_lstm,
     backward::build,
     index_ops::build,
