@@ -790,6 +790,45 @@ fn forms(op: &dyn Op) -> Result<Vec<Form>, &'static str> {
             })
             .collect(),
         "NonZero" => vec![form("2-D", vec![x(&[3, 4])], Attrs::new())],
+        // An LSTM of hidden size 2 on constant int8 or uint8 weights, forward and both ways.
+        "DynamicQuantizeLSTM" => [(false, "forward"), (true, "bidirectional")]
+            .iter()
+            .map(|&(unsigned, dir)| {
+                let d = if dir == "bidirectional" { 2 } else { 1 };
+                let ints = |dims: &[usize], seed: usize| {
+                    let n: usize = dims.iter().product();
+                    let v: Vec<i64> = (0..n)
+                        .map(|i| ((i * 37 + seed) % 200) as i64 - 100)
+                        .collect();
+                    let (dt, v) = match unsigned {
+                        true => (DType::U8, v.iter().map(|x| x + 128).collect()),
+                        false => (DType::I8, v),
+                    };
+                    In::C(Tensor::from_i64s(dt, dims, &v).unwrap())
+                };
+                let zero = ints(&[d], 100);
+                let scale = In::C(Tensor::from_vec(&[d], vec![0.004f32; d]).unwrap());
+                let ins = vec![
+                    x(&[4, 2, 3]),
+                    ints(&[d, 3, 8], 1),
+                    ints(&[d, 2, 8], 2),
+                    In::Absent,
+                    In::Absent,
+                    In::Absent,
+                    In::Absent,
+                    In::Absent,
+                    scale.clone(),
+                    zero.clone(),
+                    scale,
+                    zero,
+                ];
+                let attrs = Attrs::new()
+                    .with("direction", Attr::String(dir.into()))
+                    .with("hidden_size", Attr::Int(2));
+                let kind = if unsigned { "uint8" } else { "int8" };
+                form(format!("{dir}, {kind} weights"), ins, attrs)
+            })
+            .collect(),
         // Constant sizes and rate, the edge frequencies run-time scalars (see `data`).
         "MelWeightMatrix" => ["f32", "f64", "i32"]
             .iter()
