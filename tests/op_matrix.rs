@@ -829,6 +829,26 @@ fn forms(op: &dyn Op) -> Result<Vec<Form>, &'static str> {
                 form(format!("{dir}, {kind} weights"), ins, attrs)
             })
             .collect(),
+        // Numbers to numbers (string keys and values are the host program's); X drawn
+        // from near the keys (see `data`), a key repeated (the first wins).
+        "LabelEncoder" => vec![
+            form(
+                "int keys to floats",
+                vec![x(&[2, 5])],
+                Attrs::new()
+                    .with("keys_int64s", Attr::Ints(vec![-2, 0, 3, 0]))
+                    .with("values_floats", Attr::Floats(vec![0.5, 1.5, -4.0, 9.0]))
+                    .with("default_float", Attr::Float(7.25)),
+            ),
+            form(
+                "float keys to ints",
+                vec![x(&[2, 5])],
+                Attrs::new()
+                    .with("keys_floats", Attr::Floats(vec![0.5, -1.0, 0.0, 2.0]))
+                    .with("values_int64s", Attr::Ints(vec![10, 20, 30, 40]))
+                    .with("default_int64", Attr::Int(-9)),
+            ),
+        ],
         // Constant sizes and rate, the edge frequencies run-time scalars (see `data`).
         "MelWeightMatrix" => ["f32", "f64", "i32"]
             .iter()
@@ -1213,6 +1233,7 @@ fn data(rng: &mut Rng, op: &str, k: usize, dtype: DType, dims: &[usize]) -> Tens
                 "Pow" if k == 1 => rng.below(4) as i64,
                 "Pow" | "ReduceProd" | "CumProd" => rng.below(7) as i64 - 3,
                 "BitShift" if k == 1 => rng.below(8) as i64,
+                "LabelEncoder" => rng.below(6) as i64 - 2,
                 // Range from 1 by 2 to a limit above the start or below it.
                 "Range" => [1, rng.below(12) as i64, 2][k],
                 _ => (rng.next_u64() % 201) as i64 - 100,
@@ -1223,6 +1244,7 @@ fn data(rng: &mut Rng, op: &str, k: usize, dtype: DType, dims: &[usize]) -> Tens
     let v: Vec<f64> = (0..n)
         .map(|_| match op {
             "Range" => [1.0, rng.uniform(-1.0, 6.0), 0.5][k],
+            "LabelEncoder" => [0.5, -1.0, 0.0, -0.0, 2.0, 1.25][rng.below(6)],
             // Edges below the Nyquist frequency of the 8 kHz rate.
             "MelWeightMatrix" if k == 3 => rng.uniform(0.0, 300.0),
             "MelWeightMatrix" => rng.uniform(2500.0, 3900.0),

@@ -20,6 +20,7 @@ pub mod elementwise_any;
 pub mod eltwise;
 pub mod fallback;
 pub mod index_ops;
+pub mod label_encoder;
 pub mod loss_sample;
 pub mod matmul;
 pub mod matmul_elem;
@@ -107,6 +108,7 @@ const FAMILIES: &[Builder] = &[
     rnn::build,
     rnn_elem::build,
     mel::build,
+    label_encoder::build,
     rnn::build_quant_lstm,
     backward::build,
     index_ops::build,
