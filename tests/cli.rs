@@ -462,18 +462,18 @@ fn compile_report_lists_each_cpu_step_and_marks_the_interpreter() {
     let out = stdout(&o);
     assert!(out.contains("conv-"), "{out}");
     assert!(out.contains(", 0 on the reference interpreter"), "{out}");
-    // An f64 ConvTranspose has no kernel: its step runs the interpreter's op, and the report says so.
+    // A Conv of four spatial axes on f32 has no kernel: its step runs the interpreter's op, and the report says so.
     let dir = scratch("compile_report");
     let g = write(
         &dir,
-        "stft.kir",
-        "graph \"conv\" {\n  %0 \"x\" = Parameter : f64[1, 1, 3, 3]\n  %1 \"w\" = Constant : f64[1, 1, 2, 2] = [0.5, 1.0, 1.0, 0.5]\n  %2 \"d\" = ConvTranspose(%0, %1) : f64[1, 1, 4, 4]\n  return \"d\" = %2\n}\n",
+        "conv4.kir",
+        "graph \"conv\" {\n  %0 \"x\" = Parameter : f32[1, 1, 3, 3, 3, 3]\n  %1 \"w\" = Constant : f32[1, 1, 2, 2, 2, 2] = [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]\n  %2 \"d\" = Conv(%0, %1) : f32[1, 1, 2, 2, 2, 2]\n  return \"d\" = %2\n}\n",
     );
     let o = kiln(&["compile", &g, "--report"]);
     assert_ok(&o);
     let out = stdout(&o);
     assert!(
-        out.contains("fallback") && out.contains("'d' (ConvTranspose)  <- interpreter"),
+        out.contains("fallback") && out.contains("'d' (Conv)  <- interpreter"),
         "{out}"
     );
     assert!(
