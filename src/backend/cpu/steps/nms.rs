@@ -276,7 +276,8 @@ impl Source for Unique {
 }
 
 /// [`Unique`] on X of `T`: the distinct slices compared by the reference's exact keys
-/// ([`unique_key`]), written compactly for the extent it returns.
+/// ([`unique_key`]), written compactly for the extent it returns. It allocates its keys
+/// and table per run (a source runs once per run; the scratch could hold them).
 ///
 /// # Safety
 /// The Source::run contract, X holding `T`s, the outputs their bound shapes.
