@@ -1244,7 +1244,8 @@ fn data(rng: &mut Rng, op: &str, k: usize, dtype: DType, dims: &[usize]) -> Tens
     let v: Vec<f64> = (0..n)
         .map(|_| match op {
             "Range" => [1.0, rng.uniform(-1.0, 6.0), 0.5][k],
-            "LabelEncoder" => [0.5, -1.0, 0.0, -0.0, 2.0, 1.25][rng.below(6)],
+            // Keys, a -0 (equal to the key 0), NaN (matching none), a value no key has.
+            "LabelEncoder" => [0.5, -1.0, 0.0, -0.0, 2.0, f64::NAN, 1.25][rng.below(7)],
             // Edges below the Nyquist frequency of the 8 kHz rate.
             "MelWeightMatrix" if k == 3 => rng.uniform(0.0, 300.0),
             "MelWeightMatrix" => rng.uniform(2500.0, 3900.0),
