@@ -466,12 +466,10 @@ pub(crate) fn mel_filters(
     let (low, high) = (mel(lower), mel(upper));
     let step = (high - low) / (mels + 2) as f64;
     // Each filter's left, centre and right edge as a spectrogram bin.
-    let edges: Vec<i64> = (0..mels + 2)
-        .map(|i| {
-            let hz = 700.0 * (((i as f64) * step + low) / 2595.0 * 10f64.ln()).exp_m1();
-            (((len + 1) as f64 * hz) / rate as f64).floor() as i64
-        })
-        .collect();
+    let edge = |i: usize| {
+        let hz = 700.0 * (((i as f64) * step + low) / 2595.0 * 10f64.ln()).exp_m1();
+        (((len + 1) as f64 * hz) / rate as f64).floor() as i64
+    };
     let mut put = |j: i64, i: usize, v: f64| -> Result<(), String> {
         let row = usize::try_from(j)
             .ok()
@@ -481,7 +479,7 @@ pub(crate) fn mel_filters(
         Ok(())
     };
     for i in 0..mels {
-        let (left, centre, right) = (edges[i], edges[i + 1], edges[i + 2]);
+        let (left, centre, right) = (edge(i), edge(i + 1), edge(i + 2));
         if centre == left {
             put(centre, i, 1.0)?;
         } else {
