@@ -41,10 +41,11 @@ impl ByValue {
             .enumerate()
             .filter(|(_, (&id, s))| {
                 let t = &graph.node(id).outputs[0];
-                let elements = s.iter().product::<usize>();
+                // Checked: a signature's dims may be absurd (they are only a claim).
+                let elements = s.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
                 !t.is_host_object()
-                    && (t.dtype.is_int() && elements <= MAX_KEY_ELEMENTS
-                        || t.dtype.is_float() && elements == 1 && read_by_range(id))
+                    && (t.dtype.is_int() && elements.is_some_and(|n| n <= MAX_KEY_ELEMENTS)
+                        || t.dtype.is_float() && elements == Some(1) && read_by_range(id))
             })
             .map(|(k, _)| k)
             .collect();
