@@ -71,9 +71,10 @@ fn scalar_f32(v: f32) -> Tensor {
     Tensor::from_vec(&[1], vec![v]).unwrap()
 }
 
-/// `NonMaxSuppression(boxes, scores, max, iou, score?)`, the limits constants or
-/// (with `limits_as_inputs`) graph inputs.
+/// `NonMaxSuppression(boxes, scores, max, iou, score?)` on boxes and scores of `dtype`,
+/// the limits constants or (with `limits_as_inputs`) graph inputs.
 fn nms_graph(
+    dtype: DType,
     b: usize,
     c: usize,
     n: usize,
@@ -82,8 +83,8 @@ fn nms_graph(
     limits_as_inputs: bool,
 ) -> Graph {
     let mut g = Graph::new("nms");
-    let boxes = typed_param(&mut g, "boxes", DType::F32, &[b, n, 4]);
-    let scores = typed_param(&mut g, "scores", DType::F32, &[b, c, n]);
+    let boxes = typed_param(&mut g, "boxes", dtype, &[b, n, 4]);
+    let scores = typed_param(&mut g, "scores", dtype, &[b, c, n]);
     let (max, iou, score) = if limits_as_inputs {
         (
             typed_param(&mut g, "max", DType::I64, &[1]),
@@ -117,13 +118,18 @@ fn non_max_suppression_matches_the_interpreter_on_random_boxes() {
         (1, 4, 33, true, (0, 0.5, None)),
         (2, 2, 25, false, (3, 0.7, Some(0.9))),
     ];
-    for (b, c, n, center, limits) in cases {
+    // Boxes and scores of f64, f16 and bf16 are read as f64, as the reference reads them.
+    let dtypes = [DType::F32, DType::F64, DType::F16, DType::BF16];
+    for ((b, c, n, center, limits), dtype) in dtypes
+        .iter()
+        .flat_map(|&d| cases.iter().map(move |&case| (case, d)))
+    {
         for as_inputs in [false, true] {
-            let g = nms_graph(b, c, n, center, limits, as_inputs);
+            let g = nms_graph(dtype, b, c, n, center, limits, as_inputs);
             let exe = cpu(&g);
             for _ in 0..4 {
                 let (boxes, scores) = boxes_and_scores(&mut rng, b, c, n);
-                let mut inputs = vec![boxes, scores];
+                let mut inputs = vec![boxes.cast(dtype), scores.cast(dtype)];
                 if as_inputs {
                     inputs.push(Tensor::from_vec(&[1], vec![limits.0]).unwrap());
                     inputs.push(scalar_f32(limits.1));

@@ -640,3 +640,47 @@ fn top_k_other_dtypes() {
         }
     }
 }
+
+/// 64-bit integers compare exactly, not through f64 (where these all tie).
+#[test]
+fn top_k_of_64_bit_integers_above_2_to_the_53() {
+    let big = u64::MAX - 8;
+    let v: Vec<u64> = vec![big + 3, big + 7, big, big + 5, big + 1, big + 6];
+    let cases: [(DType, Tensor); 2] = [
+        (DType::U64, Tensor::from_vec(&[6], v.clone()).unwrap()),
+        (
+            DType::I64,
+            Tensor::from_vec(
+                &[6],
+                v.iter().map(|&x| i64::MAX - 8 + (x - big) as i64).collect(),
+            )
+            .unwrap(),
+        ),
+    ];
+    for (dtype, x) in cases {
+        for largest in [1, 0] {
+            let mut g = Graph::new("topk");
+            let xp = typed_param(&mut g, "x", dtype, &[6]);
+            let k = constant(&mut g, i64s(&[3]));
+            let node = g
+                .add_op(
+                    "TopK",
+                    &[Some(xp), Some(k)],
+                    attrs(&[("largest", largest)]),
+                    "",
+                )
+                .unwrap();
+            g.add_output("v", node.out(0)).unwrap();
+            g.add_output("i", node.out(1)).unwrap();
+            check(&g, std::slice::from_ref(&x), "topk", 0.0);
+            let want: &[i64] = if largest == 1 { &[1, 5, 3] } else { &[2, 4, 0] };
+            let got = backend_with(Device::Interp, CompileOptions::default())
+                .unwrap()
+                .compile(&g)
+                .unwrap()
+                .run(std::slice::from_ref(&x))
+                .unwrap();
+            assert_eq!(got[1].to_i64_vec(), want, "{dtype} largest {largest}");
+        }
+    }
+}

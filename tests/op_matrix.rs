@@ -47,6 +47,8 @@ const DTYPES: [DType; 13] = [
 enum In {
     /// A run-time input of the column's dtype and this shape.
     X(Vec<usize>),
+    /// A run-time input of the column's dtype with named axes (name, size).
+    Named(Vec<(&'static str, usize)>),
     /// A run-time input of another dtype.
     T(DType, Vec<usize>),
     /// A run-time integer input (indices) of this dtype and shape, in `lo..hi`.
@@ -800,6 +802,101 @@ fn forms(op: &dyn Op) -> Result<Vec<Form>, &'static str> {
             })
             .collect(),
         "NonZero" => vec![form("2-D", vec![x(&[3, 4])], Attrs::new())],
+        // An LSTM of hidden size 2 on constant int8 or uint8 weights, forward and both ways.
+        "DynamicQuantizeLSTM" => [(false, "forward"), (true, "bidirectional")]
+            .iter()
+            .map(|&(unsigned, dir)| {
+                let d = if dir == "bidirectional" { 2 } else { 1 };
+                let ints = |dims: &[usize], seed: usize| {
+                    let n: usize = dims.iter().product();
+                    let v: Vec<i64> = (0..n)
+                        .map(|i| ((i * 37 + seed) % 200) as i64 - 100)
+                        .collect();
+                    let (dt, v) = match unsigned {
+                        true => (DType::U8, v.iter().map(|x| x + 128).collect()),
+                        false => (DType::I8, v),
+                    };
+                    In::C(Tensor::from_i64s(dt, dims, &v).unwrap())
+                };
+                let zero = ints(&[d], 100);
+                let scale = In::C(Tensor::from_vec(&[d], vec![0.004f32; d]).unwrap());
+                let ins = vec![
+                    x(&[4, 2, 3]),
+                    ints(&[d, 3, 8], 1),
+                    ints(&[d, 2, 8], 2),
+                    In::Absent,
+                    In::Absent,
+                    In::Absent,
+                    In::Absent,
+                    In::Absent,
+                    scale.clone(),
+                    zero.clone(),
+                    scale,
+                    zero,
+                ];
+                let attrs = Attrs::new()
+                    .with("direction", Attr::String(dir.into()))
+                    .with("hidden_size", Attr::Int(2));
+                let kind = if unsigned { "uint8" } else { "int8" };
+                form(format!("{dir}, {kind} weights"), ins, attrs)
+            })
+            .collect(),
+        // Numbers to numbers (string keys and values are the host program's); X drawn
+        // from near the keys (see `data`), a key repeated (the first wins).
+        "LabelEncoder" => vec![
+            form(
+                "int keys to floats",
+                vec![x(&[2, 5])],
+                Attrs::new()
+                    .with("keys_int64s", Attr::Ints(vec![-2, 0, 3, 0]))
+                    .with("values_floats", Attr::Floats(vec![0.5, 1.5, -4.0, 9.0]))
+                    .with("default_float", Attr::Float(7.25)),
+            ),
+            form(
+                "float keys to ints",
+                vec![x(&[2, 5])],
+                Attrs::new()
+                    .with("keys_floats", Attr::Floats(vec![0.5, -1.0, 0.0, 2.0]))
+                    .with("values_int64s", Attr::Ints(vec![10, 20, 30, 40]))
+                    .with("default_int64", Attr::Int(-9)),
+            ),
+        ],
+        // Constant sizes and rate, the edge frequencies run-time scalars (see `data`).
+        "MelWeightMatrix" => ["f32", "f64", "i32"]
+            .iter()
+            .map(|&out| {
+                let i = |v: i64| In::C(Tensor::scalar(v));
+                form(
+                    format!("8 mels, 16-point DFT, 8 kHz, into {out}"),
+                    vec![i(8), i(16), i(8000), x(&[]), x(&[])],
+                    Attrs::new().with("output_datatype", Attr::String(out.into())),
+                )
+            })
+            .collect(),
+        // Contracting the axes A and B share by name.
+        "Dot" => {
+            let named = |axes: &[(&'static str, usize)]| In::Named(axes.to_vec());
+            vec![
+                form(
+                    "matrix product",
+                    vec![named(&[("m", 3), ("k", 4)]), named(&[("k", 4), ("n", 2)])],
+                    Attrs::new(),
+                ),
+                form(
+                    "batch and two contracted axes, B's order",
+                    vec![
+                        named(&[("b", 2), ("i", 3), ("j", 2), ("m", 4)]),
+                        named(&[("j", 2), ("n", 5), ("i", 3)]),
+                    ],
+                    Attrs::new(),
+                ),
+                form(
+                    "outer product",
+                    vec![named(&[("m", 3)]), named(&[("n", 4)])],
+                    Attrs::new(),
+                ),
+            ]
+        }
         "Unique" => vec![
             form("flattened", vec![x(&[6])], Attrs::new()),
             form(
@@ -1148,6 +1245,7 @@ fn data(rng: &mut Rng, op: &str, k: usize, dtype: DType, dims: &[usize]) -> Tens
                 "Pow" if k == 1 => rng.below(4) as i64,
                 "Pow" | "ReduceProd" | "CumProd" => rng.below(7) as i64 - 3,
                 "BitShift" if k == 1 => rng.below(8) as i64,
+                "LabelEncoder" => rng.below(6) as i64 - 2,
                 // Range from 1 by 2 to a limit above the start or below it.
                 "Range" => [1, rng.below(12) as i64, 2][k],
                 _ => (rng.next_u64() % 201) as i64 - 100,
@@ -1158,6 +1256,11 @@ fn data(rng: &mut Rng, op: &str, k: usize, dtype: DType, dims: &[usize]) -> Tens
     let v: Vec<f64> = (0..n)
         .map(|_| match op {
             "Range" => [1.0, rng.uniform(-1.0, 6.0), 0.5][k],
+            // Keys, a -0 (equal to the key 0), NaN (matching none), a value no key has.
+            "LabelEncoder" => [0.5, -1.0, 0.0, -0.0, 2.0, f64::NAN, 1.25][rng.below(7)],
+            // Edges below the Nyquist frequency of the 8 kHz rate.
+            "MelWeightMatrix" if k == 3 => rng.uniform(0.0, 300.0),
+            "MelWeightMatrix" => rng.uniform(2500.0, 3900.0),
             _ => rng.uniform(lo, hi),
         })
         .collect();
@@ -1261,7 +1364,7 @@ fn tolerance(dtype: DType) -> f64 {
 /// One form in one column: `None` when the catalogue refuses it.
 fn run_form(op: &str, dtype: DType, f: &Form, rng: &mut Rng) -> Option<Result<(), (bool, String)>> {
     // A form with no operand of the column's dtype is one case, shown under f32.
-    let of_column = |i: &In| matches!(i, In::X(_) | In::Seq(_) | In::Opt(_));
+    let of_column = |i: &In| matches!(i, In::X(_) | In::Named(_) | In::Seq(_) | In::Opt(_));
     if dtype != DType::F32 && !f.ins.iter().any(of_column) {
         return None;
     }
@@ -1274,6 +1377,16 @@ fn run_form(op: &str, dtype: DType, f: &Form, rng: &mut Rng) -> Option<Result<()
                 let d = if let In::T(d, _) = i { *d } else { dtype };
                 values.push(data(rng, op, k, d, dims));
                 let ty = TensorType::new(d, Shape::fixed(dims));
+                Some(g.add_parameter(&format!("x{k}"), ty).ok()?.into())
+            }
+            In::Named(axes) => {
+                let dims: Vec<usize> = axes.iter().map(|a| a.1).collect();
+                values.push(data(rng, op, k, dtype, &dims));
+                let shape = Shape::named(
+                    dims.iter().map(|&d| Dim::Fixed(d)).collect(),
+                    axes.iter().map(|a| Some(a.0.to_string())).collect(),
+                );
+                let ty = TensorType::new(dtype, shape);
                 Some(g.add_parameter(&format!("x{k}"), ty).ok()?.into())
             }
             In::I(d, dims, lo, hi) => {

@@ -566,7 +566,7 @@ const DOT: OpSchema = OpSchema {
 };
 
 /// Per operand, which axes are contracted (by position in the other operand).
-fn dot_plan(a: &Shape, b: &Shape) -> Result<Vec<(usize, usize)>, String> {
+pub(crate) fn dot_plan(a: &Shape, b: &Shape) -> Result<Vec<(usize, usize)>, String> {
     if !a.has_names() || !b.has_names() {
         return Err("Dot contracts axes by name: both operands need named axes".into());
     }
@@ -655,6 +655,37 @@ impl Op for Dot {
         let y = contract(&[(&fa, la), (&fb, lb)], &sizes, &out_labels);
         Ok(vec![finish(a.dtype(), y)])
     }
+}
+
+/// Dot as an `Einsum` equation over A's and B's ranks for `pairs` (from [`dot_plan`]):
+/// a letter per axis, a contracted pair sharing A's, the output A's others then B's.
+pub(crate) fn dot_equation(ra: usize, rb: usize, pairs: &[(usize, usize)]) -> Option<String> {
+    let letter = |k: usize| {
+        (k < 52).then(|| (b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[k]) as char)
+    };
+    let la: Vec<char> = (0..ra).map(letter).collect::<Option<_>>()?;
+    let mut next = ra;
+    let mut lb = vec![];
+    for j in 0..rb {
+        lb.push(match pairs.iter().find(|p| p.1 == j) {
+            Some(&(i, _)) => la[i],
+            None => {
+                next += 1;
+                letter(next - 1)?
+            }
+        });
+    }
+    let out: String = (0..ra)
+        .filter(|i| !pairs.iter().any(|p| p.0 == *i))
+        .map(|i| la[i])
+        .chain(
+            (0..rb)
+                .filter(|j| !pairs.iter().any(|p| p.1 == *j))
+                .map(|j| lb[j]),
+        )
+        .collect();
+    let (la, lb): (String, String) = (la.into_iter().collect(), lb.into_iter().collect());
+    Some(format!("{la},{lb}->{out}"))
 }
 
 // ---------------------------------------------------------------- Det

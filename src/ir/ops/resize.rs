@@ -538,7 +538,7 @@ fn gather_nearest(
                 Some(t) => {
                     let mut live = t.iter().filter(|p| p.1 != 0.0);
                     match (live.next(), live.next()) {
-                        (Some(&(i, w)), None) if w == 1.0 => Some(i),
+                        (Some(&(i, 1.0)), None) => Some(i),
                         _ => return Ok(None),
                     }
                 }

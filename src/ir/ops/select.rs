@@ -15,9 +15,46 @@ use crate::tensor::{Elem, Tensor};
 
 /// The order TopK ranks values by: numbers as usual (-0 equal to 0), NaN above every
 /// number, as the ONNX reference's sort has it. A total order, so any sort agrees.
-pub(crate) fn topk_order(a: f64, b: f64) -> std::cmp::Ordering {
+fn topk_order(a: f64, b: f64) -> std::cmp::Ordering {
     a.partial_cmp(&b)
         .unwrap_or_else(|| a.is_nan().cmp(&b.is_nan()))
+}
+
+/// TopK's order on `T`: floats by [`topk_order`], integers exactly (not through f64,
+/// which would tie 64-bit values above 2^53).
+pub(crate) fn topk_cmp<T: Elem>(a: T, b: T) -> std::cmp::Ordering {
+    if T::DTYPE.is_float() {
+        topk_order(a.to_f64(), b.to_f64())
+    } else {
+        unique_key(a).cmp(&unique_key(b))
+    }
+}
+
+/// The indices of the `k` best of each lane of `a` along `axis`, best first.
+fn topk_indices<T: Elem>(a: &ArrayD<T>, axis: usize, k: usize, largest: bool) -> ArrayD<i64> {
+    let mut shape = a.shape().to_vec();
+    shape[axis] = k;
+    let mut idxs = ArrayD::<i64>::zeros(IxDyn(&shape));
+    for (lane, mut il) in a
+        .lanes(Axis(axis))
+        .into_iter()
+        .zip(idxs.lanes_mut(Axis(axis)))
+    {
+        let mut order: Vec<usize> = (0..lane.len()).collect();
+        // A stable sort keeps equal values in index order.
+        order.sort_by(|&i, &j| {
+            let c = topk_cmp(lane[i], lane[j]);
+            if largest {
+                c.reverse()
+            } else {
+                c
+            }
+        });
+        for (slot, &i) in order.iter().take(k).enumerate() {
+            il[slot] = i as i64;
+        }
+    }
+    idxs
 }
 
 struct TopK;
@@ -82,30 +119,10 @@ impl Op for TopK {
         }
         let k = k as usize;
         let largest = cx.attrs.int_or("largest", 1)? != 0;
-        let a = x.to_f64_array();
         let mut shape = x.shape().to_vec();
         shape[axis] = k;
-        let mut idxs = ArrayD::<i64>::zeros(IxDyn(&shape));
-        for (lane, mut il) in a
-            .lanes(Axis(axis))
-            .into_iter()
-            .zip(idxs.lanes_mut(Axis(axis)))
-        {
-            let mut order: Vec<usize> = (0..d).collect();
-            // A stable sort keeps equal values in index order.
-            order.sort_by(|&i, &j| {
-                let c = topk_order(lane[i], lane[j]);
-                if largest {
-                    c.reverse()
-                } else {
-                    c
-                }
-            });
-            for (slot, &i) in order.iter().take(k).enumerate() {
-                il[slot] = i as i64;
-            }
-        }
-        // The values gathered from X, not from the f64 copy: u64 above 2^63 stays exact.
+        let idxs = match_tensor!(x, a => topk_indices(a, axis, k, largest));
+        // The values gathered from X: u64 above 2^63 stays exact.
         let values = match_tensor!(x, a => remap(a, &shape, Elem::from_i64(0), |o, src| {
             src.extend(o);
             src[axis] = idxs[IxDyn(o)] as usize;

@@ -427,47 +427,71 @@ impl Op for MelWeightMatrix {
                 .ok_or_else(|| format!("input {i} is empty"))
         };
         let (lower, upper) = (float(3)?, float(4)?);
-        if mels < 1 || len < 1 || rate < 1 || !(0.0..=upper).contains(&lower) {
-            return Err(format!(
-                "num_mel_bins {mels}, dft_length {len}, sample_rate {rate} must be positive and 0 <= lower_edge_hertz {lower} <= upper_edge_hertz {upper}"
-            ));
-        }
-        let (mels, rows) = (mels as usize, (len / 2 + 1) as usize);
+        let (rows, mels) = mel_check(mels, len, rate, lower, upper)?;
         super::util::check_size(&[rows, mels])?;
-        let mel = |hz: f64| 2595.0 * (hz / 700.0).ln_1p() / 10f64.ln();
-        let (low, high) = (mel(lower), mel(upper));
-        let step = (high - low) / (mels + 2) as f64;
-        // Each filter's left, centre and right edge as a spectrogram bin.
-        let edges: Vec<i64> = (0..mels + 2)
-            .map(|i| {
-                let hz = 700.0 * (((i as f64) * step + low) / 2595.0 * 10f64.ln()).exp_m1();
-                (((len + 1) as f64 * hz) / rate as f64).floor() as i64
-            })
-            .collect();
         let mut y = ArrayD::<f64>::zeros(IxDyn(&[rows, mels]));
-        let mut set = |j: i64, i: usize, v: f64| -> Result<(), String> {
-            let row = usize::try_from(j)
-                .ok()
-                .filter(|&r| r < rows)
-                .ok_or_else(|| format!("the mel filters reach bin {j}, past {rows} bins: upper_edge_hertz is above the Nyquist frequency"))?;
-            y[[row, i]] = v;
-            Ok(())
-        };
-        for i in 0..mels {
-            let (left, centre, right) = (edges[i], edges[i + 1], edges[i + 2]);
-            if centre == left {
-                set(centre, i, 1.0)?;
-            } else {
-                for j in left..=centre {
-                    set(j, i, (j - left) as f64 / (centre - left) as f64)?;
-                }
-            }
-            for j in centre..right {
-                set(j, i, (right - j) as f64 / (right - centre) as f64)?;
-            }
-        }
+        mel_filters(mels, len, rate, lower, upper, |row, i, v| y[[row, i]] = v)?;
         Ok(vec![Tensor::from_f64_array(dtype, y)])
     }
+}
+
+/// The matrix's [rows, filters] when the arguments are valid.
+pub(crate) fn mel_check(
+    mels: i64,
+    len: i64,
+    rate: i64,
+    lower: f64,
+    upper: f64,
+) -> Result<(usize, usize), String> {
+    if mels < 1 || len < 1 || rate < 1 || !(0.0..=upper).contains(&lower) {
+        return Err(format!(
+            "num_mel_bins {mels}, dft_length {len}, sample_rate {rate} must be positive and 0 <= lower_edge_hertz {lower} <= upper_edge_hertz {upper}"
+        ));
+    }
+    Ok(((len / 2 + 1) as usize, mels as usize))
+}
+
+/// The triangular filters' non-zero weights, `set(bin, filter, weight)`, of the
+/// [`len / 2 + 1`, `mels`] matrix (arguments [`mel_check`]ed).
+pub(crate) fn mel_filters(
+    mels: usize,
+    len: i64,
+    rate: i64,
+    lower: f64,
+    upper: f64,
+    mut set: impl FnMut(usize, usize, f64),
+) -> Result<(), String> {
+    let rows = (len / 2 + 1) as usize;
+    let mel = |hz: f64| 2595.0 * (hz / 700.0).ln_1p() / 10f64.ln();
+    let (low, high) = (mel(lower), mel(upper));
+    let step = (high - low) / (mels + 2) as f64;
+    // Each filter's left, centre and right edge as a spectrogram bin.
+    let edge = |i: usize| {
+        let hz = 700.0 * (((i as f64) * step + low) / 2595.0 * 10f64.ln()).exp_m1();
+        (((len + 1) as f64 * hz) / rate as f64).floor() as i64
+    };
+    let mut put = |j: i64, i: usize, v: f64| -> Result<(), String> {
+        let row = usize::try_from(j)
+            .ok()
+            .filter(|&r| r < rows)
+            .ok_or_else(|| format!("the mel filters reach bin {j}, past {rows} bins: upper_edge_hertz is above the Nyquist frequency"))?;
+        set(row, i, v);
+        Ok(())
+    };
+    for i in 0..mels {
+        let (left, centre, right) = (edge(i), edge(i + 1), edge(i + 2));
+        if centre == left {
+            put(centre, i, 1.0)?;
+        } else {
+            for j in left..=centre {
+                put(j, i, (j - left) as f64 / (centre - left) as f64)?;
+            }
+        }
+        for j in centre..right {
+            put(j, i, (right - j) as f64 / (right - centre) as f64)?;
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn ops() -> Vec<&'static dyn Op> {

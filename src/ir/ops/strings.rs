@@ -375,14 +375,14 @@ const LABEL_ENCODER: OpSchema = OpSchema {
 };
 
 #[derive(Debug)]
-enum Keys<'a> {
+pub(crate) enum Keys<'a> {
     Floats(Vec<f64>),
     Ints(&'a [i64]),
     Strings(&'a [String]),
 }
 
 #[derive(Debug)]
-enum Values<'a> {
+pub(crate) enum Values<'a> {
     Floats(Vec<f64>, f64),
     Ints(&'a [i64], i64),
     Strings(&'a [String], &'a str),
@@ -453,7 +453,8 @@ impl Values<'_> {
     }
 }
 
-fn label_encoder(attrs: &Attrs) -> Result<(Keys<'_>, Values<'_>), String> {
+/// LabelEncoder's keys and values (with the default) from its attributes.
+pub(crate) fn label_encoder(attrs: &Attrs) -> Result<(Keys<'_>, Values<'_>), String> {
     let keys = match (
         attrs.floats("keys_floats")?,
         attrs.ints("keys_int64s")?,

@@ -1,10 +1,11 @@
-//! TopK along an axis of `[outer, len, inner]` (any dtype, compared as f64 as the interpreter does): per lane the k largest (or smallest)
+//! TopK along an axis of `[outer, len, inner]` (any dtype; floats compared as f64,
+//! integers exactly, as the interpreter does): per lane the k largest (or smallest)
 //! values, best first, and their indices, ties in index order: the interpreter's order
-//! ([`topk_order`], then the index), a total one, so selecting the k best and sorting
+//! ([`topk_cmp`], then the index), a total one, so selecting the k best and sorting
 //! only them gives it exactly.
 use super::par::SyncPtr;
 use crate::backend::cpu::pool::Pool;
-use crate::ir::ops::select::topk_order;
+use crate::ir::ops::select::topk_cmp;
 use crate::tensor::Elem;
 
 /// Where a TopK's operands are and what it selects.
@@ -57,7 +58,7 @@ impl TopK {
                 // SAFETY: `o < outer`, `i < inner` and `j < len` (an entry of `order`), so
                 // the element is inside `x`'s outer·len·inner floats (contract).
                 let at = |j: u32| unsafe { *xp.get().add((o * len + j as usize) * inner + i) };
-                self.lane(order, &|j| at(j).to_f64());
+                self.lane(order, &|p, q| topk_cmp(at(p), at(q)));
                 for (slot, &j) in order[..self.k].iter().enumerate() {
                     let out = (o * self.k + slot) * inner + i;
                     // SAFETY: `slot < k`, so `out` is inside the outer·k·inner elements of
@@ -76,12 +77,12 @@ impl TopK {
     }
 
     /// Orders the first k entries of `order` as the interpreter's stable sort would.
-    fn lane(&self, order: &mut [u32], at: &dyn Fn(u32) -> f64) {
+    fn lane(&self, order: &mut [u32], cmp: &dyn Fn(u32, u32) -> std::cmp::Ordering) {
         for (j, o) in order.iter_mut().enumerate() {
             *o = j as u32;
         }
         let total = |p: &u32, q: &u32| {
-            let c = topk_order(at(*p), at(*q));
+            let c = cmp(*p, *q);
             if self.largest { c.reverse() } else { c }.then(p.cmp(q))
         };
         let k = self.k;

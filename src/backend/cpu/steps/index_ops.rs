@@ -9,7 +9,7 @@ use crate::backend::cpu::kernels::index_ops::{
     self as k, Contraction, Dft, GatherNd, NGrams, Scan, MAX_EINSUM_OPERANDS,
 };
 use crate::backend::cpu::program::{Cx, Kernel, Loc, Slot};
-use crate::ir::ops::matmul::{einsum_labels, parse_equation};
+use crate::ir::ops::matmul::{dot_equation, dot_plan, einsum_labels, parse_equation};
 use crate::ir::ops::tree::Ensemble;
 use crate::ir::shape::norm_axis;
 use crate::ir::DType;
@@ -224,7 +224,8 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
             let work = b.scratch(m * m * 8);
             (What::Det { m, work }, "det")
         }
-        "Einsum" => return build_einsum(b, y),
+        "Einsum" => return build_einsum(b, y, b.node.attrs.string_or("equation", "")?),
+        "Dot" => return build_dot(b, y),
         "DFT" => return build_dft(b, x, y),
         "STFT" => return build_stft(b, x, y),
         "TfIdfVectorizer" => return build_tf_idf(b, x, y),
@@ -296,7 +297,25 @@ fn build_gather_nd(b: &Build, x: &Slot, y: &Slot) -> Result<Option<Box<dyn Kerne
     Ok(Some(step(b, what, x, y, "gather-nd")))
 }
 
-fn build_einsum(b: &Build, y: &Slot) -> Result<Option<Box<dyn Kernel>>, String> {
+/// Dot: the Einsum of its axis names' equation (the names live in the graph's types).
+fn build_dot(b: &Build, y: &Slot) -> Result<Option<Box<dyn Kernel>>, String> {
+    let types: Vec<_> = b
+        .node
+        .inputs
+        .iter()
+        .map(|v| v.and_then(|v| b.g.value_type(v).ok()))
+        .collect();
+    let [Some(ta), Some(tb)] = types[..] else {
+        return Ok(None);
+    };
+    let pairs = dot_plan(&ta.shape, &tb.shape)?;
+    let Some(eq) = dot_equation(ta.shape.rank(), tb.shape.rank(), &pairs) else {
+        return Ok(None);
+    };
+    build_einsum(b, y, &eq)
+}
+
+fn build_einsum(b: &Build, y: &Slot, equation: &str) -> Result<Option<Box<dyn Kernel>>, String> {
     let Some(ops) = b.ins.iter().cloned().collect::<Option<Vec<Slot>>>() else {
         return Ok(None);
     };
@@ -308,7 +327,7 @@ fn build_einsum(b: &Build, y: &Slot) -> Result<Option<Box<dyn Kernel>>, String> 
     {
         return Ok(None);
     }
-    let eq = parse_equation(b.node.attrs.string_or("equation", "")?, ops.len())?;
+    let eq = parse_equation(equation, ops.len())?;
     let ranks: Vec<usize> = ops.iter().map(|s| s.shape.len()).collect();
     let (ins, outs) = einsum_labels(&eq, &ranks)?;
     let mut ids: Vec<u32> = ins.iter().flatten().copied().collect();

@@ -20,9 +20,11 @@ pub mod elementwise_any;
 pub mod eltwise;
 pub mod fallback;
 pub mod index_ops;
+pub mod label_encoder;
 pub mod loss_sample;
 pub mod matmul;
 pub mod matmul_elem;
+pub mod mel;
 pub mod movement;
 pub mod nms;
 pub mod nn;
@@ -105,6 +107,8 @@ const FAMILIES: &[Builder] = &[
     trees::build,
     rnn::build,
     rnn_elem::build,
+    mel::build,
+    label_encoder::build,
     rnn::build_quant_lstm,
     backward::build,
     index_ops::build,

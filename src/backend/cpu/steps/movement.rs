@@ -20,6 +20,7 @@ use crate::ir::DType;
 use crate::tensor::{Elem, Tensor};
 use crate::with_dtype;
 
+use super::matmul_elem::{elems, elems_mut, scratch_f64};
 use super::Build;
 
 pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
@@ -554,28 +555,31 @@ pub struct ResizeElemStep {
 /// The Kernel::run contract, X and Y holding `T`s, the scratch the f64s build asked for.
 unsafe fn resize_elem<T: Elem>(cx: &Cx, s: &ResizeElemStep) {
     let (x_len, y_len) = (s.x.elements(), s.y.elements());
-    let wide = cx.ptr(s.scratch) as *mut f64;
-    // SAFETY: X holds x_len `T`s; the scratch starts with x_len then y_len f64s, then
-    // the plan's two halves, none overlapping X or Y.
+    // SAFETY: X's `T`s, only read.
+    let x = unsafe { elems::<T>(cx, &s.x) };
+    // SAFETY: the scratch: x_len then y_len f64s, then the plan's two halves, apart
+    // from X and Y.
+    let wide = unsafe { scratch_f64(cx, s.scratch, x_len + y_len + 2 * s.plan.scratch_len()) };
+    let (xw, rest) = wide.split_at_mut(x_len);
+    let (yw, halves) = rest.split_at_mut(y_len);
+    for (w, v) in xw.iter_mut().zip(x) {
+        *w = v.to_f64();
+    }
+    // SAFETY: xw holds the input, yw the output, halves the plan's scratch; apart.
     unsafe {
-        let x = std::slice::from_raw_parts(cx.ptr(s.x.loc) as *const T, x_len);
-        let xw = std::slice::from_raw_parts_mut(wide, x_len);
-        for (w, v) in xw.iter_mut().zip(x) {
-            *w = v.to_f64();
+        s.plan
+            .run(xw.as_ptr(), yw.as_mut_ptr(), halves.as_mut_ptr(), cx.pool)
+    };
+    // SAFETY: Y's `T`s, its own buffer.
+    let y = unsafe { elems_mut::<T>(cx, &s.y) };
+    if T::DTYPE.is_float() {
+        for (d, &v) in y.iter_mut().zip(yw.iter()) {
+            *d = T::from_f64(v);
         }
-        let yw = wide.add(x_len);
-        s.plan.run(wide, yw, yw.add(y_len), cx.pool);
-        let y = std::slice::from_raw_parts_mut(cx.ptr(s.y.loc) as *mut T, y_len);
-        let yw = std::slice::from_raw_parts(yw, y_len);
-        if T::DTYPE.is_float() {
-            for (d, &v) in y.iter_mut().zip(yw) {
-                *d = T::from_f64(v);
-            }
-        } else {
-            let (lo, hi) = quant_range(T::DTYPE);
-            for (d, &v) in y.iter_mut().zip(yw) {
-                *d = T::from_f64(v.round_ties_even().clamp(lo, hi));
-            }
+    } else {
+        let (lo, hi) = quant_range(T::DTYPE);
+        for (d, &v) in y.iter_mut().zip(yw.iter()) {
+            *d = T::from_f64(v.round_ties_even().clamp(lo, hi));
         }
     }
 }

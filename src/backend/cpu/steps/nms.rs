@@ -237,6 +237,8 @@ struct Unique {
     sorted: bool,
     /// Y, indices, inverse_indices, counts (Y and counts at the bound).
     outs: [Slot; 4],
+    /// The slices' keys (len · outer · inner i128), then five tables of len usize.
+    scratch: Loc,
 }
 
 fn build_unique(b: &Build) -> Result<Option<Box<dyn Source>>, String> {
@@ -262,6 +264,8 @@ fn build_unique(b: &Build) -> Result<Option<Box<dyn Source>>, String> {
         dims,
         sorted: b.node.attrs.int_or("sorted", 1)? != 0,
         outs: [y, indices, inverse, counts].map(Slot::clone),
+        scratch: b
+            .scratch((dims[0] * dims[1] * dims[2] * 16).next_multiple_of(8) + 5 * dims[1] * 8),
     })))
 }
 
@@ -275,44 +279,59 @@ impl Source for Unique {
     }
 }
 
-/// [`Unique`] on X of `T`: the distinct slices compared by the reference's exact keys
-/// ([`unique_key`]), written compactly for the extent it returns.
+/// [`Unique`] on X of `T`: the slices sorted by the reference's exact keys
+/// ([`unique_key`]) and then by position, so each run of equal keys starts at its first
+/// occurrence; written compactly for the extent it returns.
 ///
 /// # Safety
 /// The Source::run contract, X holding `T`s, the outputs their bound shapes.
 unsafe fn unique<T: Elem>(s: &Unique, cx: &Cx) -> Result<usize, String> {
     let [outer, len, inner] = s.dims;
+    let w = outer * inner;
     // SAFETY: X's elements, live for the run.
     let x = unsafe { std::slice::from_raw_parts(cx.ptr(s.x.loc) as *const T, s.x.elements()) };
-    let keys: Vec<Vec<i128>> = (0..len)
-        .map(|j| {
-            (0..outer * inner)
-                .map(|p| unique_key(x[((p / inner) * len + j) * inner + p % inner]))
-                .collect()
-        })
-        .collect();
-    // First occurrences in order of appearance, each slice's entry among them.
-    let mut seen = std::collections::HashMap::new();
-    let (mut first, mut entry) = (vec![], Vec::with_capacity(len));
-    for (j, k) in keys.iter().enumerate() {
-        let e = *seen.entry(k).or_insert_with(|| {
-            first.push(j);
-            first.len() - 1
-        });
-        entry.push(e);
+    let keys_p = cx.ptr(s.scratch) as *mut i128;
+    // SAFETY: the scratch's first region, len · w i128 (ALIGN-aligned), this step's.
+    let keys = unsafe { std::slice::from_raw_parts_mut(keys_p, len * w) };
+    let tables_p = cx.ptr(s.scratch).wrapping_add(len * w * 16) as *mut usize;
+    // SAFETY: the five len-usize tables after the keys (8-aligned), this step's.
+    let tables = unsafe { std::slice::from_raw_parts_mut(tables_p, 5 * len) };
+    let (perm, rest) = tables.split_at_mut(len);
+    let (group_of, rest) = rest.split_at_mut(len);
+    let (firsts, rest) = rest.split_at_mut(len);
+    let (order, rank) = rest.split_at_mut(len);
+    for j in 0..len {
+        for p in 0..w {
+            keys[j * w + p] = unique_key(x[((p / inner) * len + j) * inner + p % inner]);
+        }
     }
-    let mut order: Vec<usize> = (0..first.len()).collect();
-    if s.sorted {
-        order.sort_by(|&a, &b| keys[first[a]].cmp(&keys[first[b]]));
+    let key = |j: usize| &keys[j * w..(j + 1) * w];
+    for (t, p) in perm.iter_mut().enumerate() {
+        *p = t;
     }
-    let mut rank = vec![0; order.len()];
-    for (r, &e) in order.iter().enumerate() {
-        rank[e] = r;
+    perm.sort_unstable_by(|&a, &b| key(a).cmp(key(b)).then(a.cmp(&b)));
+    let mut n = 0;
+    for t in 0..len {
+        let j = perm[t];
+        if t == 0 || key(j) != key(perm[t - 1]) {
+            firsts[n] = j;
+            n += 1;
+        }
+        group_of[j] = n - 1;
     }
-    let n = order.len();
+    let order = &mut order[..n];
+    for (r, o) in order.iter_mut().enumerate() {
+        *o = r;
+    }
+    if !s.sorted {
+        order.sort_unstable_by_key(|&g| firsts[g]);
+    }
+    for (r, &g) in order.iter().enumerate() {
+        rank[g] = r;
+    }
     let [y, indices, inverse, counts] = &s.outs;
     // SAFETY: Y's bound buffer holds outer·len·inner `T`s (n ≤ len), the others len
-    // i64s, apart from X and each other.
+    // i64s, apart from X, the scratch and each other.
     let (y, indices, inverse, counts) = unsafe {
         (
             std::slice::from_raw_parts_mut(cx.ptr(y.loc) as *mut T, y.elements()),
@@ -321,18 +340,18 @@ unsafe fn unique<T: Elem>(s: &Unique, cx: &Cx) -> Result<usize, String> {
             std::slice::from_raw_parts_mut(cx.ptr(counts.loc) as *mut i64, counts.elements()),
         )
     };
-    for (r, &e) in order.iter().enumerate() {
-        let j = first[e];
+    for (r, &g) in order.iter().enumerate() {
+        let j = firsts[g];
         indices[r] = j as i64;
         counts[r] = 0;
-        for p in 0..outer * inner {
+        for p in 0..w {
             let (o, i) = (p / inner, p % inner);
             y[(o * n + r) * inner + i] = x[(o * len + j) * inner + i];
         }
     }
-    for (j, &e) in entry.iter().enumerate() {
-        inverse[j] = rank[e] as i64;
-        counts[rank[e]] += 1;
+    for (j, &g) in group_of.iter().enumerate() {
+        inverse[j] = rank[g] as i64;
+        counts[rank[g]] += 1;
     }
     Ok(n)
 }

@@ -112,10 +112,10 @@ fn dot<T: Elem>(m: &[T], row: usize, v: &[f64]) -> f64 {
 /// The Kernel::run contract: the operands hold `T`s (sequence_lens i32s) of the shapes
 /// build checked, the scratch 5 · hidden + input f64.
 unsafe fn run_rnn<T: Elem>(cx: &Cx, s: &RnnElem) -> Result<(), String> {
-    // SAFETY: the layer's inputs, `T`s of their shapes, only read.
     let input = |k: usize| {
         s.ins[k]
             .as_ref()
+            // SAFETY: the layer's inputs, `T`s of their shapes, only read.
             .map(|slot| unsafe { elems::<T>(cx, slot) })
     };
     let (x, w, r) = (
@@ -193,8 +193,8 @@ unsafe fn run_rnn<T: Elem>(cx: &Cx, s: &RnnElem) -> Result<(), String> {
                 };
                 match s.cell {
                     Cell::Rnn => {
-                        for j in 0..hid {
-                            z[j] = act[0].apply(clip(pre(0, j, h)));
+                        for (j, z) in z.iter_mut().enumerate() {
+                            *z = act[0].apply(clip(pre(0, j, h)));
                         }
                         h.copy_from_slice(z);
                     }
