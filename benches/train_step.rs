@@ -197,6 +197,7 @@ fn compile(g: &Graph, args: &Args, shapes: &[Vec<usize>]) -> Result<(Box<dyn Exe
                 Compiled::Program(p) => ("kernels", plan_json(&p.memory)),
                 Compiled::Split(_) => ("kernels with a dynamic tail", "null".to_string()),
                 Compiled::ByValue(_) => ("kernels per input value", "null".to_string()),
+                Compiled::Host(_) => ("a host program", "null".to_string()),
                 Compiled::Interp(_) => ("interpreter", "null".to_string()),
             };
             Ok((

@@ -851,8 +851,6 @@ fn inlined(bound: &HashMap<NodeId, Value>, copies: &HashMap<NodeId, NodeId>, v: 
     }
 }
 
-/// Strips the variant prefix an `Error` displays, for re-wrapping with context.
-
 /// A source's data must be static and match its declared type.
 pub(crate) fn check_data(ty: &TensorType, value: &Tensor) -> std::result::Result<(), String> {
     if !ty.is_tensor() || !value.is_tensor() {

@@ -15,12 +15,6 @@ pub(crate) struct TreeOutputs<'a> {
     pub labels: Option<(*mut i64, &'a [i64])>,
 }
 
-/// Runs `e` over `rows` rows of `features` f32 values at `x`.
-///
-/// # Safety
-/// `x` readable for rows × features floats; `scratch` writable for rows × (features +
-/// width) f64 and `seen` for rows × width bools; the outputs writable for their rows.
-#[allow(clippy::too_many_arguments)]
 /// `out.len()` elements of `x` (of `dtype`: f32, f64, i32 or i64) from element `at` on,
 /// as f64.
 ///
@@ -43,10 +37,16 @@ unsafe fn read_f64s(x: *const u8, dtype: DType, at: usize, out: &mut [f64]) {
     }
 }
 
+/// Runs `e` over `rows` rows of `features` values at `x` (of its dtype: f32, f64, i32 or
+/// i64).
+///
+/// # Safety
+/// `x` readable for rows × features values; `scratch` writable for rows × (features +
+/// width) f64 and `seen` for rows × width bools; the outputs writable for their rows.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn ensemble_rows(
     e: &Ensemble,
-    x: *const u8,
-    x_dtype: DType,
+    (x, x_dtype): (*const u8, DType),
     rows: usize,
     features: usize,
     scratch: *mut f64,

@@ -84,14 +84,13 @@ impl Kernel for TreeEnsembleStep {
         );
         let (e, rows, features) = (&self.ensemble, self.rows, self.features);
         let x = cx.ptr(self.x.loc) as *const u8;
-        // SAFETY: the Kernel::run contract: x holds rows × features of its dtype, the outputs rows ×
-        // width f32 and rows i64; the scratch `seen_at + rows · width` bytes: rows ×
+        // SAFETY: the Kernel::run contract: x holds rows × features of its dtype, the
+        // outputs rows × width f32 and rows i64; the scratch `seen_at + rows · width` bytes: rows ×
         // (features + width) f64, then rows × width bools at `seen`.
         unsafe {
             ensemble_rows(
                 e,
-                x,
-                self.x.dtype,
+                (x, self.x.dtype),
                 rows,
                 features,
                 f64s,
