@@ -83,22 +83,11 @@ impl Kernel for TreeEnsembleStep {
             scratch.wrapping_add(self.seen_at) as *mut bool,
         );
         let (e, rows, features) = (&self.ensemble, self.rows, self.features);
-        let x = cx.ptr(self.x.loc) as *const u8;
+        let x = (cx.ptr(self.x.loc) as *const u8, self.x.dtype);
         // SAFETY: the Kernel::run contract: x holds rows × features of its dtype, the
-        // outputs rows × width f32 and rows i64; the scratch `seen_at + rows · width` bytes: rows ×
-        // (features + width) f64, then rows × width bools at `seen`.
-        unsafe {
-            ensemble_rows(
-                e,
-                (x, self.x.dtype),
-                rows,
-                features,
-                f64s,
-                seen,
-                &out,
-                cx.pool,
-            )
-        }
+        // outputs rows × width f32 and rows i64; the scratch `seen_at + rows · width`
+        // bytes: rows × (features + width) f64, then rows × width bools at `seen`.
+        unsafe { ensemble_rows(e, x, rows, features, f64s, seen, &out, cx.pool) }
     }
     fn kind(&self) -> &'static str {
         "tree-ensemble"
