@@ -542,9 +542,9 @@ kiln_status kiln_compile_options_set_threads(struct kiln_compile_options *o, uin
  * candidate algorithm of a shape at compile time and keep the fastest in the tune
  * cache), `"tune-cache"` (the cache file; unset with `autotune`, under
  * `$XDG_CACHE_HOME/kiln`), `"tune-force"` (an algorithm name used wherever it is a
- * candidate), `"allow-fallback"` (`0`: a node no kernel covers, or a signature that
- * would run whole on the reference interpreter, fails to compile naming it; default
- * `1`). An unknown name or a bad value fails here, naming it. The `"interp"`
+ * candidate), `"allow-fallback"` (`1`: a node no kernel covers runs the reference
+ * interpreter's op, for debugging; default `0`: it fails to compile, naming it). An
+ * unknown name or a bad value fails here, naming it. The `"interp"`
  * backend runs the graph as given and ignores these.
  *
  * # Safety
