@@ -1284,3 +1284,47 @@ fn einsums_run_on_the_gemm() {
         check(&g, 17);
     }
 }
+
+/// Conv and MatMul with a bias Add and an activation off f32: the epilogue fuses only
+/// where a fused kernel of that dtype exists, so every one compiles to kernels (the
+/// fallback is off) and agrees with the interpreter.
+#[test]
+fn epilogues_off_f32_compile_to_kernels() {
+    for (dtype, tol) in [(DType::F64, 1e-9), (DType::F16, 1e-2), (DType::BF16, 5e-2)] {
+        let mut rng = Rng(7);
+        let mut constant = |g: &mut Graph, name: &str, dims: &[usize]| -> Value {
+            let n: usize = dims.iter().product();
+            let v: Vec<f64> = (0..n).map(|_| rng.uniform(-1.0, 1.0)).collect();
+            let t = Tensor::from_f64s(dtype, dims, &v).unwrap();
+            g.add_constant_value(name, t).unwrap().into()
+        };
+        let mut g = Graph::new("epilogues");
+        let x = common::typed_param(&mut g, "x", dtype, &[1, 3, 6, 6]);
+        let w = constant(&mut g, "w", &[4, 3, 3, 3]);
+        let b = constant(&mut g, "b", &[1, 4, 1, 1]);
+        let conv = op(&mut g, "Conv", &[x, w], Attrs::new());
+        let biased = op(&mut g, "Add", &[conv, b], Attrs::new());
+        let y = op(&mut g, "Relu", &[biased], Attrs::new());
+        let flat = op(&mut g, "Flatten", &[y], Attrs::new());
+        let m = constant(&mut g, "m", &[64, 5]);
+        let c = constant(&mut g, "c", &[5]);
+        let mm = op(&mut g, "MatMul", &[flat, m], Attrs::new());
+        let mb = op(&mut g, "Add", &[mm, c], Attrs::new());
+        let z = op(&mut g, "Tanh", &[mb], Attrs::new());
+        g.add_output("z", z).unwrap();
+        let xs: Vec<f64> = (0..108)
+            .map(|i| ((i * 37) % 17) as f64 / 17.0 - 0.5)
+            .collect();
+        let inputs = [Tensor::from_f64s(dtype, &[1, 3, 6, 6], &xs).unwrap()];
+        let interp = backend_with(Device::Interp, CompileOptions::default()).unwrap();
+        let want = interp.compile(&g).unwrap().run(&inputs).unwrap();
+        let got = cpu(1)
+            .compile(&g)
+            .unwrap_or_else(|e| panic!("{dtype}: {e}"))
+            .run(&inputs)
+            .unwrap();
+        got[0]
+            .check_close(&want[0], tol, tol)
+            .unwrap_or_else(|e| panic!("{dtype}: {e}"));
+    }
+}

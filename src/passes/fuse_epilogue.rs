@@ -205,9 +205,13 @@ fn fuse(
     if !out_ty.dtype.is_float() {
         return Ok(false);
     }
-    // The fused kernels apply activations in f32: an f64 activation stays its own op, in
-    // f64.
-    if out_ty.dtype == DType::F64 && m.get("act").is_some() {
+    // The fused convolution kernels are f32's; the fused matmul's typed loop applies
+    // activations in f32, so an f64 activation stays its own op, in f64.
+    let kernel_exists = match core_kind {
+        Core::Conv => out_ty.dtype == DType::F32,
+        Core::MatMul => out_ty.dtype != DType::F64 || m.get("act").is_none(),
+    };
+    if !kernel_exists {
         return Ok(false);
     }
     let core_ty = core.outputs[0].clone();

@@ -90,7 +90,8 @@ impl Run {
     }
 }
 
-fn is_host_object(g: &Graph, node: &Node) -> bool {
+/// Whether a node reads or makes host objects.
+fn touches_host_objects(g: &Graph, node: &Node) -> bool {
     node.outputs.iter().any(TensorType::is_host_object)
         || node
             .inputs
@@ -145,7 +146,7 @@ impl HostProgram {
                     })?;
                     // Sequence and optional ops are host plumbing even without a host
                     // operand (an OptionalHasElement of nothing).
-                    if is_host_object(&g, node) || imp.schema().family == "sequence" {
+                    if touches_host_objects(&g, node) || imp.schema().family == "sequence" {
                         Run::Host(imp, if strings { "host-string" } else { "host-sequence" })
                     } else {
                         Run::Kernel(ProgramCache::new())
