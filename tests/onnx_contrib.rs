@@ -8,8 +8,9 @@ use crate::common;
 use std::path::{Path, PathBuf};
 
 use common::Need;
-use kiln::backend::{backend_for, Device};
+use kiln::backend::{backend_with, Device};
 use kiln::frontend::onnx;
+use kiln::passes::CompileOptions;
 use kiln::{DType, Tensor};
 
 fn cases_dir() -> PathBuf {
@@ -52,9 +53,19 @@ fn agrees(got: &Tensor, want: &Tensor) -> Result<(), String> {
     Ok(())
 }
 
+/// Cases with a known cpu gap, run with the interpreter fallback asked for (STATUS.md's
+/// known gaps): DynamicQuantizeLSTM whose weights are run-time inputs (the quantized LSTM
+/// kernel packs constant weights only).
+const NEEDS_FALLBACK: &str = "dynamic_quantize_lstm";
+
 fn run_case(dir: &Path, device: Device) -> Result<(), String> {
     let graph = onnx::import_file(&dir.join("model.onnx")).map_err(|e| format!("import: {e}"))?;
-    let exe = backend_for(device)
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    let options = CompileOptions {
+        allow_fallback: name.starts_with(NEEDS_FALLBACK),
+        ..CompileOptions::default()
+    };
+    let exe = backend_with(device, options)
         .and_then(|b| b.compile(&graph))
         .map_err(|e| format!("compile: {e}"))?;
     let (inputs, want) = (read_set(dir, "input")?, read_set(dir, "output")?);
