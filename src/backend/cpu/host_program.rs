@@ -9,6 +9,8 @@
 //! - `host-string` / `host-sequence`: ops on text, and the plumbing of sequences and
 //!   optionals, through the catalogue's implementation: the only one there is, and one
 //!   that moves values or works on the text (no arithmetic);
+//! - `custom-eval`: a registered op whose result's type is known only once it runs,
+//!   through its author's own `eval` (the only kernel it has for such a result);
 //! - `host-if` / `host-loop`: the condition and trip count read here, each body compiled
 //!   (a program, or a host program of its own) by the shapes it is given. (A Scan runs as
 //!   a kernel: its trip count is its inputs' length.)
@@ -148,6 +150,10 @@ impl HostProgram {
                     // operand (an OptionalHasElement of nothing).
                     if touches_host_objects(&g, node) || imp.schema().family == "sequence" {
                         Run::Host(imp, if strings { "host-string" } else { "host-sequence" })
+                    } else if matches!(imp, OpRef::Registered(_))
+                        && node.outputs.iter().any(|t| !t.is_static())
+                    {
+                        Run::Host(imp, "custom-eval")
                     } else {
                         Run::Kernel(ProgramCache::new())
                     }
