@@ -302,8 +302,15 @@ fn convolutions_blocked_and_plain() {
             let depthwise = attrs
                 .iter()
                 .any(|(k, v)| *k == "group_" && v[0] == c.0 as i64);
+            let group = attrs
+                .iter()
+                .find(|(k, _)| *k == "group_")
+                .map_or(1, |(_, v)| v[0] as usize);
+            // Up to 8 output channels per group run the direct kernel.
             let kind = if depthwise {
                 "conv-depthwise"
+            } else if c.1 / group <= 8 {
+                "conv-direct"
             } else {
                 "conv-im2col"
             };
@@ -407,7 +414,7 @@ fn convolutions_of_one_and_three_spatial_axes() {
             true,
             "conv-blocked",
         ),
-        (&[1, 20, 40], 1, &[1], vec![], 1, false, "conv-im2col"),
+        (&[1, 20, 40], 1, &[1], vec![], 1, false, "conv-direct"),
         (
             &[2, 6, 19],
             4,
@@ -415,7 +422,7 @@ fn convolutions_of_one_and_three_spatial_axes() {
             vec![("pads", &[1, 1]), ("dilations", &[4])],
             2,
             true,
-            "conv-im2col",
+            "conv-direct",
         ),
         (
             &[1, 12, 25],

@@ -302,6 +302,8 @@ enum PlainAlgo {
     Im2col,
     /// One input channel per group.
     Depthwise,
+    /// Few output channels per group ([`conv::direct_supported`]).
+    Direct,
 }
 
 /// The spatial sizes of [N, C, spatial...] or blocked [N, CB, spatial..., b].
@@ -501,14 +503,17 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         } else {
             PlainAlgo::Im2col
         }
+    } else if depth == Depth::FLAT && conv::direct_supported(&shape) {
+        choose_direct(b, &shape, w.elements(), y.elements(), act)
     } else {
         PlainAlgo::Im2col
     };
-    // Scratch: the im2col matrix, then (when aliased) the residual's copy.
+    // Scratch: the im2col matrix or padded input, then (when aliased) the residual's copy.
     let im2col = match algo {
         PlainAlgo::Im2col => {
             (conv::conv_volume_scratch_len(&shape, &depth) * 4).next_multiple_of(64)
         }
+        PlainAlgo::Direct => (conv::conv_direct_scratch_len(&shape) * 4).next_multiple_of(64),
         PlainAlgo::Depthwise => 0,
     };
     let aliased = z.as_ref().is_some_and(|z| z.loc == y.loc);
@@ -530,6 +535,48 @@ pub(crate) fn build(b: &Build) -> Result<Option<Box<dyn Kernel>>, String> {
         scratch,
         z_copy,
     })))
+}
+
+/// Direct or im2col for a plain convolution with few output channels per group: the
+/// tune cache's or measured winner, else direct (the cost model: im2col's GEMM fills
+/// at most 8 of its 16 tile rows there).
+fn choose_direct(b: &Build, shape: &ConvShape, w_len: usize, y_len: usize, act: Act) -> PlainAlgo {
+    let choice = Choice {
+        key: key(shape, "nchw"),
+        candidates: &["direct", "im2col"],
+        model: 0,
+    };
+    let (i, _) = tune::choose(b.tuning, b.pool, &choice, &mut |i| {
+        let x_len = shape.n * shape.ic * shape.ih * shape.iw;
+        // Without memory to time them the candidates go untimed (as for depthwise).
+        let (Ok(mut t), Ok(w)) = (Trial::new(x_len, y_len, false), Trial::filled(w_len)) else {
+            return;
+        };
+        let scratch_len = match i {
+            0 => conv::conv_direct_scratch_len(shape),
+            _ => conv::conv_plain_scratch_len(shape),
+        };
+        let mut scratch = vec![0.0f32; scratch_len];
+        let (xp, _, yp) = t.ptrs();
+        let (p, s, wp, sp) = (
+            b.pool,
+            shape,
+            w.as_ptr() as *const f32,
+            scratch.as_mut_ptr(),
+        );
+        // SAFETY: buffers sized per the kernels' contracts, the scratch per candidate.
+        unsafe {
+            match i {
+                0 => conv::conv_direct(p, s, wp, None, xp, None, yp, act, sp),
+                _ => conv::conv_im2col(p, s, wp, None, xp, None, yp, act, sp),
+            }
+        }
+    });
+    if i == 0 {
+        PlainAlgo::Direct
+    } else {
+        PlainAlgo::Im2col
+    }
 }
 
 /// The problem a tune-cache entry is about: the geometry and the layout.
@@ -631,6 +678,12 @@ impl Kernel for Plain {
             // SAFETY: the arena (Kernel::run's contract) holds w, bias, x, z and y at the
             // NCHW sizes of `s`, y apart from the inputs (z copied away when aliased).
             PlainAlgo::Depthwise => unsafe { conv::conv_depthwise(pool, s, w, bias, x, z, y, act) },
+            PlainAlgo::Direct => {
+                let scratch = cx.ptr(self.scratch) as *mut f32;
+                // SAFETY: as for depthwise, with the scratch slot sized by
+                // `conv_direct_scratch_len` at lowering (the flat depth only).
+                unsafe { conv::conv_direct(pool, s, w, bias, x, z, y, act, scratch) }
+            }
             PlainAlgo::Im2col => {
                 let scratch = cx.ptr(self.scratch) as *mut f32;
                 // SAFETY: as for depthwise, with the volume's depth `d`, and the scratch
@@ -647,6 +700,7 @@ impl Kernel for Plain {
         match self.algo {
             PlainAlgo::Im2col => "conv-im2col",
             PlainAlgo::Depthwise => "conv-depthwise",
+            PlainAlgo::Direct => "conv-direct",
         }
     }
 }

@@ -2,7 +2,7 @@
 //! 2-D one over one column runs as a row, see the CPU step), a 3-D one is a depth axis
 //! ([`Depth`]) over 2-D planes, run by im2col + GEMM.
 //!
-//! Three paths, all fusing bias, a residual and an activation:
+//! The paths, all fusing bias, a residual and an activation:
 //! - [`blocked`]: direct convolution on NCHW16c tensors with weights packed at compile
 //!   time (group 1; a grouped convolution whose groups hold whole 16-channel blocks runs
 //!   one group-1 convolution per group, see the CPU step) ([`PackedConv`]) and AVX-512 and AVX2+FMA register-blocked micro-kernels
@@ -13,6 +13,9 @@
 //!   portable micro-kernels;
 //! - [`winograd`]: Winograd F(2×2, 3×3) / F(4×4, 3×3) for 3×3 stride-1 convolutions on
 //!   NCHW16c tensors, weights transformed at compile time ([`PackedWinograd`]);
+//! - [`direct`]: NCHW tensors whose groups have few output channels (up to
+//!   [`DIRECT_MAX_GROUP_OC`]), vectorized along the output row over an input copied
+//!   padded and split into stride phases;
 //! - [`plain`]: NCHW tensors with any groups by im2col + [`super::gemm::gemm`] (1×1,
 //!   stride-1, unpadded convolutions read the input directly); convolutions with one
 //!   input channel per group (depthwise) run a direct kernel instead; 3-D convolutions
@@ -20,6 +23,7 @@
 //!   time.
 pub mod blocked;
 pub mod depthwise;
+pub mod direct;
 pub mod plain;
 pub mod winograd;
 
@@ -28,6 +32,9 @@ mod tests;
 
 pub use blocked::{conv_blocked, conv_blocked_isa, micro_tile, subsample, PackedConv, BLOCK};
 pub use depthwise::{conv_depthwise_blocked, conv_depthwise_blocked_isa, PackedDepthwise};
+pub use direct::{
+    conv_direct, conv_direct_isa, conv_direct_scratch_len, direct_supported, DIRECT_MAX_GROUP_OC,
+};
 pub use plain::{
     conv_depthwise, conv_im2col, conv_im2col_volume, conv_plain, conv_plain_scratch_len,
     conv_volume_scratch_len,

@@ -331,6 +331,232 @@ fn run_plain(c: &Case, seed: u64) {
     }
 }
 
+/// The direct kernel on every ISA, with and without a pool (output starting NaN, the
+/// scratch too: every padded element must be written before it is read).
+fn run_direct(c: &Case, seed: u64) {
+    let d = data(c, seed);
+    let s = d.s;
+    assert!(direct_supported(&s), "{c:?}");
+    let pool2 = Pool::new(2);
+    for isa in isas() {
+        for pool in [None, Some(&pool2)] {
+            let mut y = vec![f32::NAN; s.n * s.oc * s.oh * s.ow];
+            let mut scratch = vec![f32::NAN; conv_direct_scratch_len(&s)];
+            let (w, b) = (d.w.as_ptr(), d.b.as_ref().map(|b| b.as_ptr()));
+            let (x, z) = (d.x.as_ptr(), d.z.as_ref().map(|z| z.as_ptr()));
+            let (yp, sp) = (y.as_mut_ptr(), scratch.as_mut_ptr());
+            // SAFETY: `data` sizes w, b, x and z for `s`; y holds its NCHW output and
+            // scratch `conv_direct_scratch_len(&s)` floats, as conv_direct asks.
+            unsafe { conv_direct_isa(isa, pool, &s, w, b, x, z, yp, c.act, sp) };
+            let what = format!("direct {} pool={}", isa.name(), pool.is_some());
+            check(&s, &y, &d.want, &d.scale, c.act, &what);
+        }
+    }
+}
+
+#[test]
+fn direct_matches_reference() {
+    use Act::*;
+    let conv = |ic, oc, hw, k, s, p, d, g, res, act| Case {
+        n: 1,
+        ic,
+        oc,
+        hw,
+        k,
+        s,
+        p,
+        d,
+        g,
+        bias: true,
+        res,
+        act,
+    };
+    let mut cases = vec![
+        // basic_pitch's shapes, small: 8→8 3×13, a strided 1-D filter bank row, 32→1.
+        conv(
+            8,
+            8,
+            [7, 37],
+            [3, 13],
+            [1, 1],
+            [1, 6, 1, 6],
+            [1, 1],
+            1,
+            true,
+            Relu,
+        ),
+        conv(
+            1,
+            1,
+            [1, 600],
+            [1, 64],
+            [1, 2],
+            [0; 4],
+            [1, 1],
+            1,
+            false,
+            None,
+        ),
+        conv(
+            32,
+            1,
+            [11, 21],
+            [7, 3],
+            [1, 1],
+            [3, 1, 3, 1],
+            [1, 1],
+            1,
+            true,
+            None,
+        ),
+        conv(
+            64,
+            1,
+            [3, 50],
+            [1, 1],
+            [1, 1],
+            [0; 4],
+            [1, 1],
+            1,
+            false,
+            Sigmoid,
+        ),
+        // Stride, dilation and asymmetric pads at once; C_out = 2, 3.
+        conv(
+            3,
+            2,
+            [9, 10],
+            [3, 3],
+            [2, 2],
+            [0, 2, 1, 0],
+            [2, 2],
+            1,
+            false,
+            Sigmoid,
+        ),
+        conv(
+            4,
+            6,
+            [8, 19],
+            [3, 3],
+            [2, 1],
+            [1, 0, 2, 1],
+            [1, 2],
+            2,
+            true,
+            Tanh,
+        ),
+        conv(
+            5,
+            3,
+            [6, 33],
+            [2, 5],
+            [1, 3],
+            [0, 4, 1, 3],
+            [2, 1],
+            1,
+            true,
+            HardSwish,
+        ),
+        // The input smaller than the window, rows with no valid tap; C_out = 8.
+        conv(
+            3,
+            8,
+            [2, 3],
+            [5, 5],
+            [1, 1],
+            [2; 4],
+            [1, 1],
+            1,
+            true,
+            Clip(-0.5, 0.5),
+        ),
+        conv(
+            2,
+            8,
+            [3, 4],
+            [3, 3],
+            [1, 1],
+            [4, 0, 4, 0],
+            [1, 1],
+            1,
+            false,
+            None,
+        ),
+        // Channel counts split into register blocks: 5 = 4 + 1, 7 = 4 + 3, 6 = 4 + 2.
+        conv(
+            2,
+            5,
+            [5, 40],
+            [3, 3],
+            [1, 1],
+            [1; 4],
+            [1, 1],
+            1,
+            false,
+            Relu,
+        ),
+        conv(2, 7, [5, 17], [3, 3], [1, 1], [1; 4], [1, 1], 1, true, None),
+        conv(
+            4,
+            12,
+            [4, 23],
+            [3, 1],
+            [1, 1],
+            [1, 0, 1, 0],
+            [1, 1],
+            2,
+            false,
+            None,
+        ),
+        // Groups of 4 and of 1 output channel, rows of many tile widths.
+        conv(
+            8,
+            16,
+            [6, 130],
+            [3, 3],
+            [1, 1],
+            [1; 4],
+            [1, 1],
+            4,
+            true,
+            Relu,
+        ),
+        conv(
+            6,
+            3,
+            [4, 71],
+            [3, 3],
+            [1, 2],
+            [1; 4],
+            [1, 1],
+            3,
+            false,
+            None,
+        ),
+        // A 1-D row longer than a task's segment.
+        conv(
+            3,
+            2,
+            [1, 2500],
+            [1, 5],
+            [1, 1],
+            [0, 2, 0, 2],
+            [1, 1],
+            1,
+            true,
+            None,
+        ),
+    ];
+    cases.push(Case {
+        n: 2,
+        ..conv(4, 3, [5, 9], [3, 3], [1, 1], [1; 4], [1, 1], 1, true, Relu)
+    });
+    for (i, c) in cases.iter().enumerate() {
+        run_direct(c, 3000 + i as u64);
+    }
+}
+
 type PlainFn = unsafe fn(
     Option<&Pool>,
     &ConvShape,
@@ -677,6 +903,9 @@ fn plain_matches_reference() {
     ];
     for (i, c) in cases.iter().enumerate() {
         run_plain(c, 2000 + i as u64);
+        if c.oc / c.g <= DIRECT_MAX_GROUP_OC {
+            run_direct(c, 2000 + i as u64);
+        }
     }
 }
 
