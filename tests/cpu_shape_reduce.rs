@@ -509,6 +509,7 @@ fn conv_auto_pad_and_transpose_output_shape() {
     let mut rng = Rng(21);
     const CONVS: &[&str] = &[
         "conv-im2col",
+        "conv-direct",
         "conv-depthwise",
         "conv-blocked",
         "conv-winograd2",
