@@ -22,7 +22,7 @@ use crate::backend::cpu::pool::Pool;
 
 /// The most output channels per group the direct kernel is chosen for: its register
 /// block. Above it the GEMM's 16-row (AVX-512) tiles are mostly full.
-pub const DIRECT_MAX_GROUP_OC: usize = 8;
+pub(crate) const DIRECT_MAX_GROUP_OC: usize = 8;
 
 /// The widest vector (AVX-512's 16 lanes): phases are padded for it.
 const MAX_LANES: usize = 16;
@@ -419,17 +419,15 @@ unsafe fn segment<V: Vector, const OCB: usize>(
     while v < nvec {
         let ox = ox0 + v * V::LANES;
         let fits = |u: usize| u <= nvec - v && OCB * u <= budget;
+        let u = [8, 4, 2].into_iter().find(|&u| fits(u)).unwrap_or(1);
         // SAFETY: vectors v.. of the segment, inside the padded rows (each phase holds
         // a whole vector past the row's last pixel); the rest is this fn's contract.
         v += unsafe {
-            if fits(8) {
-                tile::<V, OCB, 8>(c, at, ox, ox1)
-            } else if fits(4) {
-                tile::<V, OCB, 4>(c, at, ox, ox1)
-            } else if fits(2) {
-                tile::<V, OCB, 2>(c, at, ox, ox1)
-            } else {
-                tile::<V, OCB, 1>(c, at, ox, ox1)
+            match u {
+                8 => tile::<V, OCB, 8>(c, at, ox, ox1),
+                4 => tile::<V, OCB, 4>(c, at, ox, ox1),
+                2 => tile::<V, OCB, 2>(c, at, ox, ox1),
+                _ => tile::<V, OCB, 1>(c, at, ox, ox1),
             }
         };
     }
