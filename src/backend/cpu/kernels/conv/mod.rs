@@ -32,7 +32,8 @@ mod tests;
 
 pub use blocked::{conv_blocked, conv_blocked_isa, micro_tile, subsample, PackedConv, BLOCK};
 pub use depthwise::{conv_depthwise_blocked, conv_depthwise_blocked_isa, PackedDepthwise};
-pub(crate) use direct::DIRECT_MAX_GROUP_OC;
+#[cfg(test)]
+use direct::DIRECT_MAX_GROUP_OC;
 pub use direct::{conv_direct, conv_direct_isa, conv_direct_scratch_len, direct_supported};
 pub use plain::{
     conv_depthwise, conv_im2col, conv_im2col_volume, conv_plain, conv_plain_scratch_len,
