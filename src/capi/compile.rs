@@ -9,7 +9,7 @@ use super::{kiln_status, out_ptr, CResult, Failure};
 use super::{KILN_STATUS_BUFFER_TOO_SMALL, KILN_STATUS_RUN_BAD_INPUT};
 use crate::backend::{backend_with, Device, Executable};
 use crate::error::Error;
-use crate::interop::InteropError;
+use crate::interop::{HostTensor, InteropError};
 use crate::ir::{Dim, Graph, NodeId, TensorType, Value};
 use crate::passes::CompileOptions;
 use crate::tensor::{Tensor, TensorView};
@@ -415,33 +415,36 @@ pub unsafe extern "C" fn kiln_executable_run(
                 ),
             ));
         }
-        let mut handles = Vec::with_capacity(n_inputs);
-        for (i, (&t, info)) in ins.iter().zip(&e.inputs).enumerate() {
-            let what = format!("inputs[{i}] ('{}')", info.name.to_string_lossy());
-            // SAFETY: each of the `n_inputs` pointers is NULL or a live tensor (# Safety).
-            handles.push((&unsafe { arg(t, &what) }?.0, what));
-        }
+        // Named only when something is wrong: a run formats nothing.
+        let what = |i: usize| format!("inputs[{i}] ('{}')", e.inputs[i].name.to_string_lossy());
+        let tensors = (ins.iter().enumerate())
+            .map(|(i, &t)| {
+                // SAFETY: each of the `n_inputs` pointers is NULL or a live tensor (# Safety).
+                unsafe { t.as_ref() }
+                    .map(|t| &t.0)
+                    .ok_or_else(|| Failure::null(&what(i)))
+            })
+            .collect::<CResult<Vec<_>>>()?;
         // Each input is read in place (kiln_tensor_wrap's memory too) unless its
         // bytes cannot be viewed as its dtype (misaligned): those are copied first.
-        let dims: Vec<Vec<usize>> = (handles.iter()).map(|(t, _)| t.shape()).collect();
-        let tried: Vec<_> = (handles.iter().zip(&dims))
-            .map(|((t, _), d)| TensorView::new(t.dtype(), d, t.bytes()))
-            .collect();
-        let copies = (tried.iter().zip(&handles))
-            .map(|(view, (t, what))| match view {
-                Ok(_) => Ok(None),
-                Err(_) => t.to_tensor(what).map(Some),
-            })
-            .collect::<Result<Vec<Option<Tensor>>, InteropError>>()
+        fn in_place(t: &HostTensor) -> Result<TensorView<'_>, String> {
+            TensorView::new(t.dtype(), t.sizes(), t.bytes())
+        }
+        let copies = (tensors.iter().enumerate())
+            .filter(|(_, t)| in_place(t).is_err())
+            .map(|(i, t)| t.to_tensor(&what(i)).map(|c| (i, c)))
+            .collect::<Result<Vec<(usize, Tensor)>, InteropError>>()
             .map_err(|e| Failure::new(KILN_STATUS_RUN_BAD_INPUT, e.message))?;
-        let views = (tried.into_iter().zip(&copies).zip(&handles))
-            .map(|((view, copy), (_, what))| match (view, copy) {
-                (Ok(v), _) => Ok(v),
-                (Err(_), Some(c)) => c.bytes_view().ok_or_else(|| {
-                    Failure::new(KILN_STATUS_RUN_BAD_INPUT, format!("{what}: not dense"))
-                }),
-                (Err(e), None) => Err(Failure::new(KILN_STATUS_RUN_BAD_INPUT, e)),
-            })
+        let views = (tensors.iter().enumerate())
+            .map(
+                |(i, t)| match (in_place(t), copies.iter().find(|(k, _)| *k == i)) {
+                    (Ok(v), _) => Ok(v),
+                    (Err(_), Some((_, c))) => c.bytes_view().ok_or_else(|| {
+                        Failure::new(KILN_STATUS_RUN_BAD_INPUT, format!("{}: not dense", what(i)))
+                    }),
+                    (Err(err), None) => Err(Failure::new(KILN_STATUS_RUN_BAD_INPUT, err)),
+                },
+            )
             .collect::<CResult<Vec<_>>>()?;
         let results = e.exe.run_views(&views).map_err(|err| match err {
             Error::InvalidArgument(m) => Failure::new(KILN_STATUS_RUN_BAD_INPUT, m),

@@ -144,9 +144,19 @@ impl HostTensor {
 
     /// A new owned tensor holding a copy of `t`.
     pub(crate) fn from_tensor(t: &Tensor) -> Result<HostTensor, InteropError> {
-        let bytes = t.to_le_bytes();
+        // A dense tensor's bytes are copied as they lie (one pass, no element walk);
+        // low-bit codes are normalized by `to_le_bytes`.
+        let view = t.bytes_view().filter(|_| !t.dtype().is_low_bit());
+        let packed;
+        let bytes = match &view {
+            Some(v) => v.bytes(),
+            None => {
+                packed = t.to_le_bytes();
+                &packed
+            }
+        };
         let mut buf = owned_storage(bytes.len())?;
-        buf.as_mut_bytes().copy_from_slice(&bytes);
+        buf.as_mut_bytes().copy_from_slice(bytes);
         let dims = t.shape().iter().map(|&d| d as i64).collect();
         Ok(HostTensor::owning(t.dtype(), dims, buf))
     }
@@ -168,7 +178,15 @@ impl HostTensor {
 
     /// The dims as sizes (every constructor checked them).
     pub fn shape(&self) -> Vec<usize> {
-        self.dims.iter().map(|&d| d as usize).collect()
+        self.sizes().to_vec()
+    }
+
+    /// The dims as sizes, in place (a run reads its inputs' shapes without allocating).
+    pub(crate) fn sizes(&self) -> &[usize] {
+        const _: () = assert!(std::mem::size_of::<usize>() == std::mem::size_of::<i64>());
+        // SAFETY: usize and i64 have one size and alignment (asserted), and every
+        // constructor checked each dim is >= 0, so each reads as the same number.
+        unsafe { std::slice::from_raw_parts(self.dims.as_ptr().cast::<usize>(), self.dims.len()) }
     }
 
     pub fn nbytes(&self) -> usize {
