@@ -244,6 +244,13 @@ const GRID: &[&str] = &[
     "3x3_32-32_56+prelu:x=1,32,56,56:w=32,32,3,3:p=1,1,1,1:e=prelu",
     "3x3_32-32_56+clip:x=1,32,56,56:w=32,32,3,3:p=1,1,1,1:e=clip",
     "3x3_32-32_56+hardsigmoid:x=1,32,56,56:w=32,32,3,3:p=1,1,1,1:e=hardsigmoid",
+    // basic_pitch_nmp's one-output-channel convs (its shapes as far as the model shows
+    // them: 2 s of audio, 172 frames × 264 or 88 bins; the CQT's 256-tap low-pass
+    // filter at stride 2, per octave).
+    "bp_32-1_7x3_264:x=1,32,172,264:w=1,32,7,3:p=3,1,3,1",
+    "bp_33-1_7x3_88:x=1,33,172,88:w=1,33,7,3:p=3,1,3,1",
+    "bp_1-1_k256s2_44100:x=1,1,44100:w=1,1,256:s=2:p=127,128",
+    "bp_1-1_k256s2_11025:x=1,1,11025:w=1,1,256:s=2:p=127,128",
 ];
 
 struct GridShape {

@@ -415,6 +415,35 @@ fn convolutions_of_one_and_three_spatial_axes() {
             "conv-blocked",
         ),
         (&[1, 20, 40], 1, &[1], vec![], 1, false, "conv-direct"),
+        // One output channel: several rows per tile (2-D, grouped), chains of taps (a
+        // long strided 1-D filter).
+        (
+            &[2, 5, 9, 30],
+            1,
+            &[5, 3],
+            vec![("pads", &[2, 1, 2, 1])],
+            1,
+            true,
+            "conv-direct",
+        ),
+        (
+            &[1, 6, 7, 20],
+            3,
+            &[3, 3],
+            vec![("pads", &[1, 1, 1, 1])],
+            3,
+            false,
+            "conv-direct",
+        ),
+        (
+            &[1, 1, 900],
+            1,
+            &[80],
+            vec![("strides", &[2]), ("pads", &[40, 39])],
+            1,
+            true,
+            "conv-direct",
+        ),
         (
             &[2, 6, 19],
             4,

@@ -11,6 +11,15 @@
 //! whatever the stride, dilation or padding, and each phase ends in zeros enough for a
 //! whole vector past the last output pixel. Kernel rows outside the image are skipped.
 //!
+//! A block of one output channel has one weight per tap for U vectors: one broadcast and
+//! U loads per U FMAs. Two tiles give its loads more reuse:
+//! - where the kernel slides one input row per output row (vertical stride and dilation
+//!   1), [`ROWS`] output rows at once: each input row loaded serves every kernel row
+//!   that reads it, and each weight broadcast all U vectors of its row;
+//! - where a phase holds more taps than a vector has lanes (a long 1-D filter),
+//!   [`chain`]s of taps `LANES` apart: tap j for vector u + 1 reads what tap j + LANES
+//!   reads for vector u, so T such taps over U vectors load U + T - 1 vectors.
+//!
 //! The bias starts the accumulators; the residual and the activation follow through
 //! the GEMM's [`apply_epilogue`], per finished row segment.
 use super::{valid_taps, ConvShape};
@@ -27,6 +36,10 @@ pub(crate) const DIRECT_MAX_GROUP_OC: usize = 8;
 /// The widest vector (AVX-512's 16 lanes): phases are padded for it.
 const MAX_LANES: usize = 16;
 
+/// Output rows of one tile (and work item) of a single-channel group where the kernel
+/// slides by one input row per output row ([`multi_row`]).
+const ROWS: usize = 4;
+
 /// Output pixels of one task's row segment, a multiple of [`MAX_LANES`]: long rows (a
 /// 1-D signal is one row) split across threads.
 const SEGMENT: usize = 1024;
@@ -34,6 +47,13 @@ const SEGMENT: usize = 1024;
 /// Whether the direct kernel computes `s` (any geometry with few channels per group).
 pub fn direct_supported(s: &ConvShape) -> bool {
     s.oc / s.groups <= DIRECT_MAX_GROUP_OC
+}
+
+/// Whether `s`'s groups of one output channel run [`ROWS`] output rows per tile: the
+/// vertical stride and dilation 1 make consecutive output rows read overlapping input
+/// rows.
+fn multi_row(s: &ConvShape) -> bool {
+    s.oc == s.groups && s.strides[0] == 1 && s.dilations[0] == 1 && s.oh > 1
 }
 
 /// Floats of one padded, phase-split input row in the scratch: (phase length, row).
@@ -183,6 +203,10 @@ struct Ctx<'a> {
     /// Per kernel column: its first input's offset in a padded row from the output
     /// pixel's column (phase · phase length + whole strides).
     taps: Vec<usize>,
+    /// Floats of one phase of a padded row.
+    phase: usize,
+    /// Output rows per work item: [`ROWS`] where [`multi_row`], else 1.
+    rows: usize,
 }
 
 // SAFETY: tasks write disjoint output segments and only read the scratch, weights,
@@ -254,6 +278,8 @@ pub unsafe fn conv_direct_isa(
         },
         row,
         taps,
+        phase,
+        rows: if multi_row(s) { ROWS } else { 1 },
     };
     let path = if math::use_avx512(isa) {
         Path::Avx512
@@ -263,8 +289,8 @@ pub unsafe fn conv_direct_isa(
         Path::Portable
     };
     let segments = s.ow.div_ceil(SEGMENT);
-    let items = s.n * s.groups * s.oh * segments;
-    let work = SEGMENT.min(s.ow) * s.oc / s.groups * s.ic / s.groups * s.kh * s.kw;
+    let items = s.n * s.groups * s.oh.div_ceil(ctx.rows) * segments;
+    let work = ctx.rows * SEGMENT.min(s.ow) * s.oc / s.groups * s.ic / s.groups * s.kh * s.kw;
     for_ranges(pool, items, work, &|range| {
         // SAFETY: each item is one (image, group, output row, segment), written by one
         // task; the path's features are the CPU's (`use_avx512` / `use_avx2`); the
@@ -344,9 +370,10 @@ unsafe fn items_avx2(c: &Ctx, items: std::ops::Range<usize>) {
     unsafe { items_of::<x86::Y>(c, items, 12) }
 }
 
-/// Work items `items` of (image, group, output row, segment), each over all the
-/// group's output channels in register blocks of 8, 4, 3, 2 or 1, with at most
-/// `budget` accumulators.
+/// Work items `items` of (image, group, output rows, segment), each over all the
+/// group's output channels in register blocks of 8, 4, 3, 2 or 1 (one output row at a
+/// time) or, for groups of one channel under [`multi_row`], [`ROWS`] rows at once, with
+/// at most `budget` accumulators.
 ///
 /// # Safety
 /// The CPU runs `V`; each item is this task's alone; the buffers as [`conv_direct`].
@@ -354,13 +381,32 @@ unsafe fn items_avx2(c: &Ctx, items: std::ops::Range<usize>) {
 unsafe fn items_of<V: Vector>(c: &Ctx, items: std::ops::Range<usize>, budget: usize) {
     let s = c.s;
     let segments = s.ow.div_ceil(SEGMENT);
+    let blocks = s.oh.div_ceil(c.rows);
     let ocg = s.oc / s.groups;
     for item in items {
         let seg = item % segments;
-        let oy = item / segments % s.oh;
-        let g = item / segments / s.oh % s.groups;
-        let n = item / segments / s.oh / s.groups;
+        let oy = item / segments % blocks * c.rows;
+        let g = item / segments / blocks % s.groups;
+        let n = item / segments / blocks / s.groups;
         let (ox0, ox1) = (seg * SEGMENT, ((seg + 1) * SEGMENT).min(s.ow));
+        if c.rows > 1 {
+            let (at, rows) = (At { n, g, o: g, oy }, c.rows.min(s.oh - oy));
+            // SAFETY: channel g (the group's one) of rows oy..oy+rows, columns ox0..ox1:
+            // this task's item; the rest is this fn's contract.
+            unsafe { segment_rows::<V>(c, &at, rows, ox0, ox1, budget) };
+            for oy in oy..oy + rows {
+                let i = n * s.oc + g;
+                let j0 = oy * s.ow + ox0;
+                // SAFETY: output row segment (n, g, oy, ox0..ox1) of y, this task's and
+                // finished; the residual (if any) covers it as row i of OH·OW.
+                unsafe {
+                    let seg = c.y.get().add(i * s.oh * s.ow + j0);
+                    let seg = std::slice::from_raw_parts_mut(seg, ox1 - ox0);
+                    apply_epilogue(&c.ep, i, j0, seg, s.oh * s.ow);
+                }
+            }
+            continue;
+        }
         let mut o = g * ocg;
         let end = (g + 1) * ocg;
         while o < end {
@@ -415,9 +461,26 @@ unsafe fn segment<V: Vector, const OCB: usize>(
     budget: usize,
 ) -> usize {
     let nvec = (ox1 - ox0).div_ceil(V::LANES);
+    let s = c.s;
+    // One channel, dilation 1 and more taps in a phase than lanes: chains of taps.
+    let chained = OCB == 1 && s.dilations[1] == 1 && s.kw.div_ceil(s.strides[1]) > V::LANES;
     let mut v = 0;
     while v < nvec {
         let ox = ox0 + v * V::LANES;
+        if chained {
+            let u = [8, 4, 2].into_iter().find(|&u| u <= nvec - v).unwrap_or(1);
+            // SAFETY: as below.
+            v += unsafe {
+                match (u, budget >= 24) {
+                    // 8 accumulators, 15 loads and a weight: AVX-512's 32 registers.
+                    (8, true) => tile_chained::<V, 8, 8>(c, at, ox, ox1),
+                    (4 | 8, _) => tile_chained::<V, 4, 4>(c, at, ox, ox1),
+                    (2, _) => tile_chained::<V, 2, 4>(c, at, ox, ox1),
+                    _ => tile_chained::<V, 1, 4>(c, at, ox, ox1),
+                }
+            };
+            continue;
+        }
         let fits = |u: usize| u <= nvec - v && OCB * u <= budget;
         let u = [8, 4, 2].into_iter().find(|&u| fits(u)).unwrap_or(1);
         // SAFETY: vectors v.. of the segment, inside the padded rows (each phase holds
@@ -486,23 +549,238 @@ unsafe fn tile<V: Vector, const OCB: usize, const U: usize>(
     }
     for (o, a) in acc.iter().enumerate() {
         let yrow = ((at.n * s.oc + at.o + o) * s.oh + at.oy) * s.ow;
-        for (u, v) in a.iter().enumerate() {
-            let px = ox + u * V::LANES;
-            if px >= end {
-                break;
+        // SAFETY: output row (n, at.o + o, oy) from column ox, this task's up to `end`.
+        unsafe { store_row(c, a, yrow, ox, end) };
+    }
+    U
+}
+
+/// Stores the U vectors `a` of output pixels `ox..` of the output row starting at
+/// `yrow`, those before `end`.
+///
+/// # Safety
+/// Pixels ox..end of that row are this task's; `end` ≤ OW.
+#[inline(always)]
+unsafe fn store_row<V: Vector, const U: usize>(
+    c: &Ctx,
+    a: &[V; U],
+    yrow: usize,
+    ox: usize,
+    end: usize,
+) {
+    for (u, v) in a.iter().enumerate() {
+        let px = ox + u * V::LANES;
+        if px >= end {
+            break;
+        }
+        // SAFETY: pixels px.. of the output row, this task's, before `end`.
+        unsafe {
+            let dst = c.y.get().add(yrow + px);
+            if px + V::LANES <= end {
+                v.store(dst);
+            } else {
+                let mut tmp = [0.0f32; MAX_LANES];
+                v.store(tmp.as_mut_ptr());
+                std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, end - px);
             }
-            // SAFETY: pixels px.. of output row (n, o, oy), this task's, before `end`.
-            unsafe {
-                let dst = c.y.get().add(yrow + px);
-                if px + V::LANES <= end {
-                    v.store(dst);
-                } else {
-                    let mut tmp = [0.0f32; MAX_LANES];
-                    v.store(tmp.as_mut_ptr());
-                    std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, end - px);
+        }
+    }
+}
+
+/// Channel `at.o` (its group's only one) of output rows `at.oy..at.oy+rows`, columns
+/// `ox0..ox1`, in tiles of [`ROWS`] rows × 4, 2 or 1 vectors (the widest that fits the
+/// row and two thirds of `budget`: the rest holds the U input vectors).
+///
+/// # Safety
+/// As [`items_of`]; `rows` ≤ [`ROWS`] and the rows are inside the output.
+#[inline(always)]
+unsafe fn segment_rows<V: Vector>(
+    c: &Ctx,
+    at: &At,
+    rows: usize,
+    ox0: usize,
+    ox1: usize,
+    budget: usize,
+) {
+    let nvec = (ox1 - ox0).div_ceil(V::LANES);
+    let mut v = 0;
+    while v < nvec {
+        let ox = ox0 + v * V::LANES;
+        let fits = |u: usize| u <= nvec - v && ROWS * u * 3 <= budget * 2;
+        let u = [4, 2].into_iter().find(|&u| fits(u)).unwrap_or(1);
+        // SAFETY: vectors v.. of the segment, inside the padded rows (as for `tile`);
+        // the rest is this fn's contract.
+        v += unsafe {
+            match u {
+                4 => tile_rows::<V, 4>(c, at, rows, ox, ox1),
+                2 => tile_rows::<V, 2>(c, at, rows, ox, ox1),
+                _ => tile_rows::<V, 1>(c, at, rows, ox, ox1),
+            }
+        };
+    }
+}
+
+/// One output channel × `rows` (≤ [`ROWS`]) output rows × U vectors from column `ox`,
+/// those before `end` stored, under [`multi_row`]: output row oy + i reads input row
+/// oy + r - pad_top at kernel row r - i, so each input row r is loaded once for every
+/// kernel row that reads it. Returns U.
+///
+/// # Safety
+/// As [`segment_rows`]; `ox` < `end` ≤ OW.
+#[inline(always)]
+unsafe fn tile_rows<V: Vector, const U: usize>(
+    c: &Ctx,
+    at: &At,
+    rows: usize,
+    ox: usize,
+    end: usize,
+) -> usize {
+    let s = c.s;
+    let icg = s.ic / s.groups;
+    let b = if c.bias.is_null() {
+        0.0
+    } else {
+        // SAFETY: the bias holds OC values; channel at.o < OC.
+        unsafe { *c.bias.add(at.o) }
+    };
+    let mut acc = [[V::splat(b); U]; ROWS];
+    let (kh, kw) = (s.kh, s.kw);
+    for ci in 0..icg {
+        let plane = (at.n * s.ic + at.g * icg + ci) * s.ih;
+        // SAFETY: channel at.o's weights for input channel ci: [OC][IC/g][KH][KW].
+        let wc = unsafe { c.w.add((at.o * icg + ci) * kh * kw) };
+        for r in 0..rows + kh - 1 {
+            // Input row oy + r - pad_top, skipped outside the image.
+            let Some(iy) = (at.oy + r).checked_sub(s.pad_top).filter(|&iy| iy < s.ih) else {
+                continue;
+            };
+            // The output rows i reading it: kernel row r - i in 0..KH, i < rows.
+            let (i0, i1) = ((r + 1).saturating_sub(kh), (r + 1).min(rows));
+            // SAFETY: padded row (n, channel, iy < IH) of the scratch, from column ox.
+            let xr = unsafe { c.xpad.add((plane + iy) * c.row + ox) };
+            for (kx, &tap) in c.taps.iter().enumerate() {
+                let mut xv = [V::splat(0.0); U];
+                for (u, v) in xv.iter_mut().enumerate() {
+                    // SAFETY: as in `tile`: the tap's phase holds U vectors from ox.
+                    *v = unsafe { V::load(xr.add(tap + u * V::LANES)) };
+                }
+                for (i, a) in acc.iter_mut().enumerate() {
+                    if i < i0 || i >= i1 {
+                        continue;
+                    }
+                    // SAFETY: kernel row r - i < KH (i ≥ i0), column kx < KW.
+                    let wv = V::splat(unsafe { *wc.add((r - i) * kw + kx) });
+                    for (a, &x) in a.iter_mut().zip(&xv) {
+                        *a = a.mul_add(x, wv);
+                    }
                 }
             }
         }
     }
+    for (i, a) in acc.iter().enumerate().take(rows) {
+        let yrow = ((at.n * s.oc + at.o) * s.oh + at.oy + i) * s.ow;
+        // SAFETY: output row (n, at.o, oy + i < OH), this task's, columns ox..end.
+        unsafe { store_row(c, a, yrow, ox, end) };
+    }
     U
 }
+
+/// One output channel × U vectors from column `ox`, those before `end` stored, its
+/// taps in [`chain`]s of at most T (dilation 1: tap kx = p + sw·j reads phase p at
+/// offset j). Returns U.
+///
+/// # Safety
+/// As [`segment`]; `ox` < `end` ≤ OW.
+#[inline(always)]
+unsafe fn tile_chained<V: Vector, const U: usize, const T: usize>(
+    c: &Ctx,
+    at: &At,
+    ox: usize,
+    end: usize,
+) -> usize {
+    let s = c.s;
+    let icg = s.ic / s.groups;
+    let (kw, sw) = (s.kw, s.strides[1]);
+    let b = if c.bias.is_null() {
+        0.0
+    } else {
+        // SAFETY: the bias holds OC values; channel at.o < OC.
+        unsafe { *c.bias.add(at.o) }
+    };
+    let mut acc = [V::splat(b); U];
+    let (ky0, ky1, iy0) = s.kh_range(at.oy);
+    let dh = s.dilations[0];
+    for ci in 0..icg {
+        let plane = (at.n * s.ic + at.g * icg + ci) * s.ih;
+        for ky in ky0..ky1 {
+            let iy = iy0 + (ky - ky0) * dh;
+            // SAFETY: padded row (n, channel, iy < IH) of the scratch, from column ox.
+            let xr = unsafe { c.xpad.add((plane + iy) * c.row + ox) };
+            // SAFETY: channel at.o's weights for (ci, ky): [OC][IC/g][KH][KW].
+            let wr = unsafe { c.w.add((at.o * icg + ci) * s.kh * kw + ky * kw) };
+            for p in 0..sw.min(kw) {
+                // Phase p's taps: kx = p + sw·j for j < np, at offset j.
+                let np = (kw - p).div_ceil(sw);
+                // SAFETY: phase p of the padded row, from column ox.
+                let (xp, wp) = unsafe { (xr.add(p * c.phase), wr.add(p)) };
+                for rho in 0..V::LANES.min(np) {
+                    // The chain of taps j = rho + LANES·t, t < len.
+                    let len = (np - rho).div_ceil(V::LANES);
+                    let mut t = 0;
+                    while t < len {
+                        let j = rho + t * V::LANES;
+                        // SAFETY: taps j + LANES·t' (t' < the chain's length ≤ len - t)
+                        // are phase p's, their loads as in `tile`.
+                        t += unsafe {
+                            match len - t {
+                                n if n >= T => chain::<V, U, T>(&mut acc, xp, wp, sw, j),
+                                4.. => chain::<V, U, 4>(&mut acc, xp, wp, sw, j),
+                                2 | 3 => chain::<V, U, 2>(&mut acc, xp, wp, sw, j),
+                                _ => chain::<V, U, 1>(&mut acc, xp, wp, sw, j),
+                            }
+                        };
+                    }
+                }
+            }
+        }
+    }
+    let yrow = ((at.n * s.oc + at.o) * s.oh + at.oy) * s.ow;
+    // SAFETY: output row (n, at.o, oy), this task's, columns ox..end.
+    unsafe { store_row(c, &acc, yrow, ox, end) };
+    U
+}
+
+/// Taps j, j + LANES, …, j + (N-1)·LANES of one phase into U vectors: vector u at tap
+/// j + LANES·t reads the phase at j + LANES·(u + t), so each of the U + N - 1 vectors
+/// loaded serves every (u, t) with that sum. Returns N.
+///
+/// # Safety
+/// `xp` is a phase of a padded row at the tile's first column, whose loads at offsets
+/// j + LANES·(t + u) + LANES are readable for each of these taps and u < U (as in
+/// `tile`); `wp` the weights of the phase's tap 0, `sw` apart.
+#[inline(always)]
+unsafe fn chain<V: Vector, const U: usize, const N: usize>(
+    acc: &mut [V; U],
+    xp: *const f32,
+    wp: *const f32,
+    sw: usize,
+    j: usize,
+) -> usize {
+    // Constant indices throughout (the loops unroll): every vector stays in a register.
+    let mut xv = [V::splat(0.0); CHAIN_LOADS];
+    for (m, x) in xv.iter_mut().enumerate().take(U + N - 1) {
+        // SAFETY: offset j + LANES·m = tap j + LANES·t's load for vector u = m - t.
+        *x = unsafe { V::load(xp.add(j + V::LANES * m)) };
+    }
+    for t in 0..N {
+        // SAFETY: tap kx = p + sw·(j + LANES·t) < KW (the caller).
+        let w = V::splat(unsafe { *wp.add(sw * (j + V::LANES * t)) });
+        for (a, &x) in acc.iter_mut().zip(&xv[t..t + U]) {
+            *a = a.mul_add(x, w);
+        }
+    }
+    N
+}
+
+/// The most vectors one [`chain`] loads: U + N - 1 for U = N = 8.
+const CHAIN_LOADS: usize = 15;

@@ -548,9 +548,158 @@ fn direct_matches_reference() {
             None,
         ),
     ];
+    // One output channel, several rows per tile (vertical stride and dilation 1): rows
+    // without a valid tap (pads of 4 and 3 on a 5-row kernel), a partial last block of
+    // rows, horizontal stride and dilation, a 1×1 kernel, groups of one channel.
+    cases.extend([
+        conv(
+            2,
+            1,
+            [3, 20],
+            [5, 3],
+            [1, 1],
+            [4, 1, 3, 1],
+            [1, 1],
+            1,
+            true,
+            Relu,
+        ),
+        conv(
+            3,
+            1,
+            [9, 70],
+            [3, 5],
+            [1, 3],
+            [1, 2, 1, 2],
+            [1, 2],
+            1,
+            false,
+            None,
+        ),
+        conv(5, 1, [7, 37], [1, 1], [1, 1], [0; 4], [1, 1], 1, true, Tanh),
+        conv(
+            6,
+            3,
+            [10, 45],
+            [3, 3],
+            [1, 1],
+            [1; 4],
+            [1, 1],
+            3,
+            true,
+            None,
+        ),
+        // The same channel at vertical stride and dilation 2 (one row per tile).
+        conv(
+            3,
+            1,
+            [9, 30],
+            [3, 3],
+            [2, 1],
+            [1; 4],
+            [1, 1],
+            1,
+            false,
+            None,
+        ),
+        conv(
+            3,
+            1,
+            [9, 30],
+            [3, 3],
+            [1, 1],
+            [2, 1, 2, 1],
+            [2, 1],
+            1,
+            true,
+            Relu,
+        ),
+    ]);
+    // One output channel with more taps per phase than lanes: chains of taps (on 8-lane
+    // paths only for the 11 taps per phase of the grouped case); a row longer than a
+    // segment; kernel rows at vertical stride 2; a 4 + 1 channel split; groups of one.
+    cases.extend([
+        conv(
+            1,
+            1,
+            [1, 900],
+            [1, 80],
+            [1, 2],
+            [0, 40, 0, 39],
+            [1, 1],
+            1,
+            true,
+            None,
+        ),
+        conv(
+            1,
+            1,
+            [1, 2600],
+            [1, 256],
+            [1, 2],
+            [0, 127, 0, 128],
+            [1, 1],
+            1,
+            false,
+            None,
+        ),
+        conv(
+            2,
+            1,
+            [5, 50],
+            [2, 37],
+            [2, 1],
+            [1, 18, 0, 18],
+            [1, 1],
+            1,
+            true,
+            Tanh,
+        ),
+        conv(
+            2,
+            5,
+            [1, 100],
+            [1, 40],
+            [1, 1],
+            [0, 20, 0, 19],
+            [1, 1],
+            1,
+            false,
+            Relu,
+        ),
+        conv(
+            4,
+            2,
+            [1, 300],
+            [1, 33],
+            [1, 3],
+            [0, 5, 0, 5],
+            [1, 1],
+            2,
+            true,
+            None,
+        ),
+        // Dilation 2: no chains, one tap at a time.
+        conv(
+            1,
+            1,
+            [1, 300],
+            [1, 40],
+            [1, 1],
+            [0; 4],
+            [1, 2],
+            1,
+            false,
+            None,
+        ),
+    ]);
     cases.push(Case {
         n: 2,
         ..conv(4, 3, [5, 9], [3, 3], [1, 1], [1; 4], [1, 1], 1, true, Relu)
+    });
+    cases.push(Case {
+        n: 2,
+        ..conv(3, 1, [6, 40], [3, 3], [1, 1], [1; 4], [1, 1], 1, true, None)
     });
     for (i, c) in cases.iter().enumerate() {
         run_direct(c, 3000 + i as u64);
