@@ -200,13 +200,29 @@ struct Ctx<'a> {
     ep: Epilogue,
     /// Floats of one padded row (its phases).
     row: usize,
-    /// Per kernel column: its first input's offset in a padded row from the output
-    /// pixel's column (phase · phase length + whole strides).
-    taps: Vec<usize>,
     /// Floats of one phase of a padded row.
     phase: usize,
     /// Output rows per work item: [`ROWS`] where [`multi_row`], else 1.
     rows: usize,
+}
+
+impl Ctx<'_> {
+    /// Per kernel column: its first input's offset in a padded row from the output
+    /// pixel's column (phase · phase length + whole strides of kx·dilation), stepped
+    /// without a division (and made each call, as a list would be an allocation a run).
+    fn taps(&self) -> impl Iterator<Item = usize> + '_ {
+        let (sw, dw) = (self.s.strides[1], self.s.dilations[1]);
+        let (whole, part) = (dw / sw, dw % sw);
+        let mut at = (0, 0);
+        (0..self.s.kw).map(move |_| {
+            let (phase, strides) = at;
+            at = (phase + part, strides + whole);
+            if at.0 >= sw {
+                at = (at.0 - sw, at.1 + 1);
+            }
+            phase * self.phase + strides
+        })
+    }
 }
 
 // SAFETY: tasks write disjoint output segments and only read the scratch, weights,
@@ -259,10 +275,6 @@ pub unsafe fn conv_direct_isa(
     let (phase, row) = padded_row(s);
     // SAFETY: x holds N·IC·IH·IW floats and scratch N·IC·IH padded rows (the contract).
     unsafe { pad_rows(pool, s, x, scratch, phase) };
-    let (sw, dw) = (s.strides[1], s.dilations[1]);
-    let taps = (0..s.kw)
-        .map(|kx| (kx * dw % sw) * phase + kx * dw / sw)
-        .collect();
     let ohw = s.oh * s.ow;
     let ctx = Ctx {
         s,
@@ -277,7 +289,6 @@ pub unsafe fn conv_direct_isa(
             act,
         },
         row,
-        taps,
         phase,
         rows: if multi_row(s) { ROWS } else { 1 },
     };
@@ -529,7 +540,7 @@ unsafe fn tile<V: Vector, const OCB: usize, const U: usize>(
             let xr = unsafe { c.xpad.add((plane + iy) * c.row + ox) };
             // SAFETY: channel at.o's weights for (ci, ky): [OC][IC/g][KH][KW].
             let wr = unsafe { c.w.add((at.o * icg + ci) * s.kh * s.kw + ky * s.kw) };
-            for (kx, &tap) in c.taps.iter().enumerate() {
+            for (kx, tap) in c.taps().enumerate() {
                 let mut xv = [V::splat(0.0); U];
                 for (u, v) in xv.iter_mut().enumerate() {
                     // SAFETY: the tap's phase holds the U vectors from column ox: the
@@ -658,7 +669,7 @@ unsafe fn tile_rows<V: Vector, const U: usize>(
             let (i0, i1) = ((r + 1).saturating_sub(kh), (r + 1).min(rows));
             // SAFETY: padded row (n, channel, iy < IH) of the scratch, from column ox.
             let xr = unsafe { c.xpad.add((plane + iy) * c.row + ox) };
-            for (kx, &tap) in c.taps.iter().enumerate() {
+            for (kx, tap) in c.taps().enumerate() {
                 let mut xv = [V::splat(0.0); U];
                 for (u, v) in xv.iter_mut().enumerate() {
                     // SAFETY: as in `tile`: the tap's phase holds U vectors from ox.
