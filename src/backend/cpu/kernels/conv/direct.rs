@@ -381,6 +381,19 @@ unsafe fn items_avx2(c: &Ctx, items: std::ops::Range<usize>) {
     unsafe { items_of::<x86::Y>(c, items, 12) }
 }
 
+/// The epilogue on `len` finished outputs of row `i` (image · OC + channel) of y from
+/// column `j0` of its OH·OW (where the residual, if any, has them too).
+///
+/// # Safety
+/// Those outputs lie in y, are written, and no other task touches them.
+unsafe fn finish(c: &Ctx, i: usize, j0: usize, len: usize) {
+    let ohw = c.s.oh * c.s.ow;
+    // SAFETY: the caller's contract: y's row i holds columns j0..j0 + len.
+    let seg = unsafe { std::slice::from_raw_parts_mut(c.y.get().add(i * ohw + j0), len) };
+    // SAFETY: the residual, when there is one, is shaped like y (the step's contract).
+    unsafe { apply_epilogue(&c.ep, i, j0, seg, ohw) };
+}
+
 /// Work items `items` of (image, group, output rows, segment), each over all the
 /// group's output channels in register blocks of 8, 4, 3, 2 or 1 (one output row at a
 /// time) or, for groups of one channel under [`multi_row`], [`ROWS`] rows at once, with
@@ -406,15 +419,8 @@ unsafe fn items_of<V: Vector>(c: &Ctx, items: std::ops::Range<usize>, budget: us
             // this task's item; the rest is this fn's contract.
             unsafe { segment_rows::<V>(c, &at, rows, ox0, ox1, budget) };
             for oy in oy..oy + rows {
-                let i = n * s.oc + g;
-                let j0 = oy * s.ow + ox0;
-                // SAFETY: output row segment (n, g, oy, ox0..ox1) of y, this task's and
-                // finished; the residual (if any) covers it as row i of OH·OW.
-                unsafe {
-                    let seg = c.y.get().add(i * s.oh * s.ow + j0);
-                    let seg = std::slice::from_raw_parts_mut(seg, ox1 - ox0);
-                    apply_epilogue(&c.ep, i, j0, seg, s.oh * s.ow);
-                }
+                // SAFETY: output row segment (n, g, oy, ox0..ox1): this task's, finished.
+                unsafe { finish(c, n * s.oc + g, oy * s.ow + ox0, ox1 - ox0) };
             }
             continue;
         }
@@ -434,15 +440,8 @@ unsafe fn items_of<V: Vector>(c: &Ctx, items: std::ops::Range<usize>, budget: us
                 }
             };
             for oc in o..o + block {
-                let i = n * s.oc + oc;
-                let j0 = oy * s.ow + ox0;
-                // SAFETY: output row segment (n, oc, oy, ox0..ox1) of y, this task's and
-                // finished; the residual (if any) covers it as row i of OH·OW.
-                unsafe {
-                    let seg = c.y.get().add(i * s.oh * s.ow + j0);
-                    let seg = std::slice::from_raw_parts_mut(seg, ox1 - ox0);
-                    apply_epilogue(&c.ep, i, j0, seg, s.oh * s.ow);
-                }
+                // SAFETY: output row segment (n, oc, oy, ox0..ox1): this task's, finished.
+                unsafe { finish(c, n * s.oc + oc, oy * s.ow + ox0, ox1 - ox0) };
             }
             o += block;
         }
