@@ -414,6 +414,17 @@ fn convolutions_of_one_and_three_spatial_axes() {
             true,
             "conv-blocked",
         ),
+        // One input channel × 256 taps into 258 (an STFT): its packed weights would not
+        // fit the plain-input blocked kernel's 64 KiB, so im2col.
+        (
+            &[2, 1, 832],
+            258,
+            &[256],
+            vec![("strides", &[128])],
+            1,
+            true,
+            "conv-im2col",
+        ),
         (&[1, 20, 40], 1, &[1], vec![], 1, false, "conv-direct"),
         // One output channel: several rows per tile (2-D, grouped), chains of taps (a
         // long strided 1-D filter).

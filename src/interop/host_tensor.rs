@@ -183,7 +183,10 @@ impl HostTensor {
 
     /// The dims as sizes, in place (a run reads its inputs' shapes without allocating).
     pub(crate) fn sizes(&self) -> &[usize] {
-        const _: () = assert!(std::mem::size_of::<usize>() == std::mem::size_of::<i64>());
+        const _: () = assert!(
+            std::mem::size_of::<usize>() == std::mem::size_of::<i64>()
+                && std::mem::align_of::<usize>() == std::mem::align_of::<i64>()
+        );
         // SAFETY: usize and i64 have one size and alignment (asserted), and every
         // constructor checked each dim is >= 0, so each reads as the same number.
         unsafe { std::slice::from_raw_parts(self.dims.as_ptr().cast::<usize>(), self.dims.len()) }

@@ -157,13 +157,13 @@ fn plain_x_weights_fit(g: &Graph, n: &Node, b: usize) -> bool {
     };
     let Ok(w) = g.value_type(w) else { return false };
     let dims: Option<Vec<usize>> = (0..w.rank()).map(|k| w.shape.dim(k).fixed()).collect();
-    dims.is_some_and(|d| match d.split_first() {
-        Some((&m, taps)) => {
-            let bytes = taps.iter().product::<usize>() * m.next_multiple_of(b) * 4;
-            bytes <= PLAIN_X_WEIGHT_BYTES
-        }
-        None => false,
-    })
+    let bytes = dims.and_then(|d| {
+        let (&m, taps) = d.split_first()?;
+        (taps.iter()).try_fold(m.checked_next_multiple_of(b)?.checked_mul(4)?, |n, &t| {
+            n.checked_mul(t)
+        })
+    });
+    bytes.is_some_and(|bytes| bytes <= PLAIN_X_WEIGHT_BYTES)
 }
 
 /// A convolution of `group` groups of one input and one output channel each over `c`
