@@ -301,6 +301,7 @@ impl OrtRun {
             // SAFETY: a non-NULL status carries a message and is released once.
             let m = unsafe { CStr::from_ptr((api.GetErrorMessage)(status.0)) };
             let m = m.to_string_lossy().into_owned();
+            // SAFETY: the status is released once, after its message was copied.
             unsafe { (api.ReleaseStatus)(status.0) };
             return Err(format!("onnxruntime run: {m}"));
         }
@@ -322,34 +323,18 @@ fn ort_value(t: &Tensor) -> Res<DynValue> {
         Ok(v.into_dyn())
     }
     let b = t.to_le_bytes();
-    let of = |n: usize| b.chunks_exact(n);
+    fn le<T, const N: usize>(b: &[u8], from: fn([u8; N]) -> T) -> Vec<T> {
+        (b.chunks_exact(N))
+            .map(|c| from(c.try_into().expect("N bytes")))
+            .collect()
+    }
     match t.dtype() {
-        DType::F32 => typed(
-            shape,
-            of(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
-        DType::F64 => typed(
-            shape,
-            of(8)
-                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
-        DType::I64 => typed(
-            shape,
-            of(8)
-                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
-        DType::I32 => typed(
-            shape,
-            of(4)
-                .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-        ),
-        DType::U8 => typed(shape, b.clone()),
-        DType::I8 => typed(shape, b.iter().map(|&x| x as i8).collect()),
+        DType::F32 => typed(shape, le(&b, f32::from_le_bytes)),
+        DType::F64 => typed(shape, le(&b, f64::from_le_bytes)),
+        DType::I64 => typed(shape, le(&b, i64::from_le_bytes)),
+        DType::I32 => typed(shape, le(&b, i32::from_le_bytes)),
+        DType::U8 => typed(shape, b),
+        DType::I8 => typed(shape, le(&b, i8::from_le_bytes)),
         DType::Bool => typed(shape, b.iter().map(|&x| x != 0).collect()),
         other => Err(format!("inputs of {other:?} are not handled here")),
     }
