@@ -8,8 +8,9 @@
 //!   block's pad lanes are unspecified) becomes a blocked `FusedConv`: it reads
 //!   `Reorder(X, to blocked)` and its readers get `Reorder(Y, to plain)`. With fewer
 //!   than `b` input channels (a first layer on a 1- or 3-channel image) X stays plain
-//!   (`plain_x = 1`) rather than being padded to `b` lanes; with `b` or more, a ragged
-//!   last input block is cheaper than a plain read.
+//!   (`plain_x = 1`) rather than being padded to `b` lanes, when its packed weights fit
+//!   L1 (else, an STFT's long filter, it stays plain: `plain_x_weights_fit`); with `b`
+//!   or more, a ragged last input block is cheaper than a plain read.
 //! - a depthwise 1-D or 2-D convolution (one input and one output channel per group, at
 //!   least `b` channels, constant weights: the CPU kernel packs them at compile time)
 //!   is blocked the same way, so a MobileNet block runs pointwise → depthwise →
