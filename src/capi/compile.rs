@@ -417,27 +417,26 @@ pub unsafe extern "C" fn kiln_executable_run(
         }
         // Named only when something is wrong: a run formats nothing.
         let what = |i: usize| format!("inputs[{i}] ('{}')", e.inputs[i].name.to_string_lossy());
-        let tensors = (ins.iter().enumerate())
-            .map(|(i, &t)| {
-                // SAFETY: each of the `n_inputs` pointers is NULL or a live tensor (# Safety).
-                unsafe { t.as_ref() }
-                    .map(|t| &t.0)
-                    .ok_or_else(|| Failure::null(&what(i)))
-            })
-            .collect::<CResult<Vec<_>>>()?;
         // Each input is read in place (kiln_tensor_wrap's memory too) unless its
         // bytes cannot be viewed as its dtype (misaligned): those are copied first.
         fn in_place(t: &HostTensor) -> Result<TensorView<'_>, String> {
             TensorView::new(t.dtype(), t.sizes(), t.bytes())
         }
-        let copies = (tensors.iter().enumerate())
-            .filter(|(_, t)| in_place(t).is_err())
-            .map(|(i, t)| t.to_tensor(&what(i)).map(|c| (i, c)))
+        let tried = (ins.iter().enumerate())
+            .map(|(i, &t)| {
+                // SAFETY: each of the `n_inputs` pointers is NULL or a live tensor (# Safety).
+                let t = unsafe { t.as_ref() }.ok_or_else(|| Failure::null(&what(i)))?;
+                Ok((&t.0, in_place(&t.0)))
+            })
+            .collect::<CResult<Vec<_>>>()?;
+        let copies = (tried.iter().enumerate())
+            .filter(|(_, (_, view))| view.is_err())
+            .map(|(i, (t, _))| t.to_tensor(&what(i)).map(|c| (i, c)))
             .collect::<Result<Vec<(usize, Tensor)>, InteropError>>()
             .map_err(|e| Failure::new(KILN_STATUS_RUN_BAD_INPUT, e.message))?;
-        let views = (tensors.iter().enumerate())
+        let views = (tried.into_iter().enumerate())
             .map(
-                |(i, t)| match (in_place(t), copies.iter().find(|(k, _)| *k == i)) {
+                |(i, (_, view))| match (view, copies.iter().find(|(k, _)| *k == i)) {
                     (Ok(v), _) => Ok(v),
                     (Err(_), Some((_, c))) => c.bytes_view().ok_or_else(|| {
                         Failure::new(KILN_STATUS_RUN_BAD_INPUT, format!("{}: not dense", what(i)))
